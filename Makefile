@@ -1,0 +1,39 @@
+# Observatory: two commands on a fresh machine.
+#   make run            trainer + web + ingest + celery on embedded defaults (SQLite, a local Redis found or started)
+#   make run RUN=new    the same, but a fresh demo run instead of resuming the latest one
+#   make test           the test suite (real Redis, real database, real browser when Chromium is installed)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# The stamp names the requirement files' hash, so editing them reinstalls on the next command.
+REQ_HASH := $(shell cat requirements.txt requirements-dev.txt 2>/dev/null | sha1sum | cut -c1-12)
+STAMP_RUN  := $(VENV)/.stamp-run-$(REQ_HASH)
+STAMP_DEV  := $(VENV)/.stamp-dev-$(REQ_HASH)
+
+.PHONY: run test bench clean-var
+
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): $(PY) requirements.txt
+	@echo "installing runtime requirements into $(VENV) (first time: ~1-2 minutes)..."
+	$(PY) -m pip install --progress-bar on -r requirements.txt
+	@touch $@
+
+$(STAMP_DEV): $(STAMP_RUN) requirements-dev.txt
+	$(PY) -m pip install --progress-bar on -r requirements-dev.txt
+	@touch $@
+
+run: $(STAMP_RUN)
+	$(PY) deploy/run_local.py $(if $(RUN),--run $(RUN),)
+
+test: $(STAMP_DEV)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP_DEV)
+	$(PY) -m training.bench moe --json
+
+clean-var:
+	rm -rf var/

@@ -1,0 +1,180 @@
+"""`make run`: find or start Redis, prepare the database, and supervise trainer, ingest, web and Celery.
+
+All children stop on Ctrl-C (or SIGTERM), and die with the supervisor even if it is killed -9 (PDEATHSIG),
+so no orphan keeps training or holding port 8000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = Path(os.environ.get("OBS_DATA_DIR", ROOT / "var"))
+PY = sys.executable
+CURRENT_RUN_FILE = VAR / "current_run"
+
+
+def log(msg: str) -> None:
+    print(f"[observatory] {msg}", flush=True)
+
+
+def redis_reachable(url: str) -> bool:
+    u = urlparse(url)
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", u.port or 6379), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+    except OSError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: ask the kernel to SIGTERM this child when the supervisor dies, however it dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Supervisor:
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.stopping = False
+
+    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        VAR.joinpath("logs").mkdir(parents=True, exist_ok=True)
+        p = subprocess.Popen(argv, cwd=ROOT, env=env, preexec_fn=_die_with_parent)
+        self.procs.append((name, p))
+        log(f"started {name} (pid {p.pid})")
+        return p
+
+    def stop(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        log("stopping children...")
+        # The trainer gets SIGINT (it checkpoints then exits); the rest SIGTERM.
+        for name, p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT if name == "trainer" else signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for name, p in reversed(self.procs):
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log(f"{name} did not stop in time: killing")
+                p.kill()
+                p.wait()
+        log("all stopped")
+
+
+def find_or_start_redis(sup: Supervisor) -> str:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        if redis_reachable(url):
+            log(f"using Redis at {url} (REDIS_URL)")
+            return url
+        log(f"REDIS_URL={url} is not reachable; looking for a local Redis")
+    default = "redis://127.0.0.1:6379/0"
+    if redis_reachable(default):
+        log(f"using the local Redis at {default}")
+        return default
+    exe = shutil.which("redis-server")
+    if not exe:
+        sys.exit("[observatory] no Redis reachable and no `redis-server` on PATH.\n"
+                 "  Debian/Ubuntu: sudo apt-get install -y redis-server\n"
+                 "  or point REDIS_URL at a running Redis.")
+    port = free_port()
+    data = VAR / "redis"
+    data.mkdir(parents=True, exist_ok=True)
+    sup.start("redis", [exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
+                        "--save", "60 1000", "--appendonly", "no", "--logfile", str(VAR / "logs" / "redis.log")],
+              dict(os.environ))
+    url = f"redis://127.0.0.1:{port}/0"
+    for _ in range(100):
+        if redis_reachable(url):
+            log(f"started a private Redis at {url} (data under {data})")
+            return url
+        time.sleep(0.05)
+    sup.stop()
+    sys.exit("[observatory] the private redis-server did not come up; see var/logs/redis.log")
+
+
+def choose_run_id(mode: str | None) -> str:
+    VAR.mkdir(parents=True, exist_ok=True)
+    if mode == "new" or not CURRENT_RUN_FILE.exists():
+        run_id = "demo-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        CURRENT_RUN_FILE.write_text(run_id + "\n")
+        log(f"new demo run {run_id}")
+        return run_id
+    run_id = CURRENT_RUN_FILE.read_text().strip()
+    log(f"continuing demo run {run_id} from its latest checkpoint (make run RUN=new for a fresh one)")
+    return run_id
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--run", choices=["new", "continue"], default="continue")
+    ap.add_argument("--host", default=os.environ.get("OBS_HOST", "127.0.0.1"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("OBS_PORT", "8000")))
+    ap.add_argument("--config", default=os.environ.get("OBS_TRAIN_CONFIG", "training/configs/demo.toml"))
+    args = ap.parse_args()
+
+    sup = Supervisor()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        env = dict(os.environ)
+        env["REDIS_URL"] = find_or_start_redis(sup)
+        env.setdefault("OBS_DEBUG", "1")
+        env["PYTHONUNBUFFERED"] = "1"
+        log("applying database migrations...")
+        subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        run_id = choose_run_id(args.run)
+        sup.start("web", [PY, "-m", "daphne", "-b", args.host, "-p", str(args.port), "webapp.asgi:application"], env)
+        sup.start("ingest", [PY, "manage.py", "ingest"], env)
+        sup.start("celery", [PY, "-m", "celery", "-A", "webapp", "worker", "-B", "--concurrency", "1",
+                             "--loglevel", "warning", "-s", str(VAR / "celerybeat-schedule")], env)
+        sup.start("trainer", [PY, "-m", "training", "run", "--config", args.config, "--run-id", run_id], env)
+        url = f"http://{args.host}:{args.port}/runs/{run_id}/"
+        log(f"dashboard: {url}   (all runs: http://{args.host}:{args.port}/)   Ctrl-C stops everything")
+        while True:
+            for name, p in sup.procs:
+                rc = p.poll()
+                if rc is not None:
+                    if name == "trainer" and rc == 0:
+                        log("the trainer finished; the web stays up (Ctrl-C to stop)")
+                        sup.procs.remove((name, p))
+                        break
+                    log(f"{name} exited with status {rc}; stopping the rest")
+                    sup.stop()
+                    return rc or 1
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        sup.stop()
+        return 0
+    except subprocess.CalledProcessError as e:
+        log(f"setup step failed: {e}")
+        sup.stop()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

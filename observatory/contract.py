@@ -1,0 +1,296 @@
+"""The wire contract between the training worker and the web: Redis key names, message schema, validation.
+
+Both sides import this module and nothing else of each other. It imports neither Django nor JAX.
+
+Every telemetry stream entry is a flat Redis hash of four fields:
+
+    v     schema version, "1"
+    kind  one of KINDS
+    run   the run id (must equal the stream's run id)
+    data  a JSON object (NaN / Infinity tokens allowed: non-finite losses are real signals)
+
+`data` per kind (all times are Unix seconds, floats):
+
+    run        {"t", "name", "config": {...}, "started_at"}             announced once per (re)start
+    metrics    {"t", "step": int >= 0, "values": {name: number}}       one per step; numbers may be NaN/±Inf
+    event      {"t", "step", "name": str, "payload": {...}}            lr re-plan, checkpoint saved, fault, ...
+    state      {"t", "state": one of STATES, "step", "detail": str}    lifecycle transitions
+    heartbeat  {"t", "phase": one of STATES, "step", "tokens", "eta_s", "steps_per_s"}
+    rewind     {"t", "from_step", "to_step"}  points with step > to_step published before this are superseded
+    manifest   {"t", "manifest": {...}}                               the data manifest, once per run
+
+Operator commands go the other way on the run's control stream; acknowledgements come back on its ack stream.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+SCHEMA_VERSION = "1"
+SUPPORTED_VERSIONS = frozenset({"1"})
+
+# Largest accepted `data` payload. A metrics record with a few hundred router numbers is ~20 KB.
+MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_METRICS_PER_RECORD = 4096
+MAX_NAME_LEN = 200
+
+KINDS = ("run", "metrics", "event", "state", "heartbeat", "rewind", "manifest")
+STATES = ("starting", "compiling", "training", "paused", "checkpointing", "stopped", "failed")
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,199}$")
+
+# ---------------------------------------------------------------------------------------------- Redis keys
+PREFIX = "obs"
+RUNS_KEY = f"{PREFIX}:runs"  # SET of run ids that have ever published
+DEADLETTER_STREAM = f"{PREFIX}:deadletter"  # malformed entries: {stream, id, reason, raw}
+DEADLETTER_COUNT_KEY = f"{PREFIX}:deadletter:count"  # HASH reason-class -> count
+INGEST_GROUP = "ingest"  # consumer group of `manage.py ingest` on every telemetry stream
+TRAINER_GROUP = "trainer"  # consumer group of the trainer on its control stream
+STREAM_MAXLEN = 1_000_000  # approximate MAXLEN on telemetry streams (ingest keeps the durable copy)
+
+
+def telemetry_stream(run_id: str) -> str:
+    return f"{PREFIX}:run:{run_id}:telemetry"
+
+
+def control_stream(run_id: str) -> str:
+    return f"{PREFIX}:run:{run_id}:control"
+
+
+def ack_stream(run_id: str) -> str:
+    return f"{PREFIX}:run:{run_id}:acks"
+
+
+def heartbeat_key(run_id: str) -> str:
+    """A STRING holding the last heartbeat's JSON, with a TTL, so "is it alive?" is one GET."""
+    return f"{PREFIX}:run:{run_id}:heartbeat"
+
+
+def live_group(run_id: str) -> str:
+    """The Channels group that browsers watching a run join."""
+    return f"run.{run_id}"
+
+
+HEARTBEAT_TTL_S = 30
+
+
+# ---------------------------------------------------------------------------------------------- errors
+class ContractError(ValueError):
+    """A message that breaks the contract. `reason` is short and stable enough to count by."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Message:
+    run: str
+    kind: str
+    data: dict[str, Any]
+    v: str = SCHEMA_VERSION
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+def _dumps(obj: Any) -> str:
+    # allow_nan: NaN/Infinity are meaningful (a diverged loss), so they travel as JSON's common extension.
+    return json.dumps(obj, separators=(",", ":"), allow_nan=True)
+
+
+def encode(run: str, kind: str, data: Mapping[str, Any]) -> dict[str, str]:
+    """Build the stream fields for one message. Validates so that producers fail early, not ingest."""
+    fields = {"v": SCHEMA_VERSION, "kind": kind, "run": run, "data": _dumps(dict(data))}
+    decode(fields, expect_run=run)
+    return fields
+
+
+def metrics_fields(run: str, step: int, values: Mapping[str, float], t: float | None = None) -> dict[str, str]:
+    return {
+        "v": SCHEMA_VERSION,
+        "kind": "metrics",
+        "run": run,
+        "data": _dumps({"t": time.time() if t is None else t, "step": int(step),
+                        "values": {k: _num(v) for k, v in values.items()}}),
+    }
+
+
+def _num(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _text(raw: Any) -> str:
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", errors="strict")
+    return raw
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _require(data: dict, key: str, typ, kind: str):
+    if key not in data:
+        raise ContractError("missing_field", f"{kind}.{key}")
+    val = data[key]
+    if typ == "number":
+        if not _is_number(val):
+            raise ContractError("wrong_type", f"{kind}.{key} must be a number")
+    elif typ == "step":
+        if not isinstance(val, int) or isinstance(val, bool) or val < 0:
+            raise ContractError("wrong_type", f"{kind}.{key} must be an integer >= 0")
+    elif not isinstance(val, typ):
+        raise ContractError("wrong_type", f"{kind}.{key} must be {getattr(typ, '__name__', typ)}")
+    return val
+
+
+def decode(fields: Mapping[Any, Any], expect_run: str | None = None) -> Message:
+    """Validate one stream entry (bytes or str keys/values) and return it as a Message.
+
+    Raises ContractError with a countable reason: missing_field, wrong_type, bad_version, unknown_kind,
+    oversized, bad_json, bad_run, bad_name.
+    """
+    try:
+        f = {_text(k): _text(v) for k, v in fields.items()}
+    except UnicodeDecodeError as e:
+        raise ContractError("bad_encoding", str(e)) from None
+    for key in ("v", "kind", "run", "data"):
+        if key not in f:
+            raise ContractError("missing_field", key)
+    if f["v"] not in SUPPORTED_VERSIONS:
+        raise ContractError("bad_version", f"schema version {f['v']!r} not in {sorted(SUPPORTED_VERSIONS)}")
+    kind = f["kind"]
+    if kind not in KINDS:
+        raise ContractError("unknown_kind", repr(kind)[:80])
+    run = f["run"]
+    if not RUN_ID_RE.match(run or ""):
+        raise ContractError("bad_run", repr(run)[:80])
+    if expect_run is not None and run != expect_run:
+        raise ContractError("bad_run", f"entry for {run!r} on the stream of {expect_run!r}")
+    raw = f["data"]
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise ContractError("oversized", f"{len(raw)} bytes > {MAX_PAYLOAD_BYTES}")
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError) as e:
+        raise ContractError("bad_json", str(e)[:120]) from None
+    if not isinstance(data, dict):
+        raise ContractError("wrong_type", "data must be a JSON object")
+    _require(data, "t", "number", kind)
+    _VALIDATORS[kind](data)
+    return Message(run=run, kind=kind, data=data, v=f["v"])
+
+
+def _v_run(d):
+    _require(d, "name", str, "run")
+    _require(d, "config", dict, "run")
+
+
+def _v_metrics(d):
+    _require(d, "step", "step", "metrics")
+    values = _require(d, "values", dict, "metrics")
+    if len(values) > MAX_METRICS_PER_RECORD:
+        raise ContractError("oversized", f"{len(values)} metrics > {MAX_METRICS_PER_RECORD}")
+    for name, val in values.items():
+        if not METRIC_NAME_RE.match(name):
+            raise ContractError("bad_name", repr(name)[:80])
+        if not _is_number(val):
+            raise ContractError("wrong_type", f"metrics.values[{name!r}] must be a number")
+
+
+def _v_event(d):
+    _require(d, "step", "step", "event")
+    name = _require(d, "name", str, "event")
+    if not name or len(name) > MAX_NAME_LEN:
+        raise ContractError("bad_name", repr(name)[:80])
+    if "payload" in d and not isinstance(d["payload"], dict):
+        raise ContractError("wrong_type", "event.payload must be an object")
+
+
+def _v_state(d):
+    state = _require(d, "state", str, "state")
+    if state not in STATES:
+        raise ContractError("wrong_type", f"state.state {state!r} not in {STATES}")
+    _require(d, "step", "step", "state")
+
+
+def _v_heartbeat(d):
+    phase = _require(d, "phase", str, "heartbeat")
+    if phase not in STATES:
+        raise ContractError("wrong_type", f"heartbeat.phase {phase!r} not in {STATES}")
+    _require(d, "step", "step", "heartbeat")
+
+
+def _v_rewind(d):
+    a = _require(d, "from_step", "step", "rewind")
+    b = _require(d, "to_step", "step", "rewind")
+    if b > a:
+        raise ContractError("wrong_type", "rewind.to_step must be <= from_step")
+
+
+def _v_manifest(d):
+    _require(d, "manifest", dict, "manifest")
+
+
+_VALIDATORS = {"run": _v_run, "metrics": _v_metrics, "event": _v_event, "state": _v_state,
+               "heartbeat": _v_heartbeat, "rewind": _v_rewind, "manifest": _v_manifest}
+
+
+def deadletter_fields(stream: str, entry_id: str, reason: str, raw: Mapping[Any, Any]) -> dict[str, str]:
+    """What ingest writes to DEADLETTER_STREAM for an entry it cannot accept (raw kept, truncated)."""
+    try:
+        raw_text = _dumps({_text(k): _text(v) for k, v in raw.items()})
+    except Exception:  # undecodable bytes: keep a repr so nothing is silently lost
+        raw_text = repr(dict(raw))
+    return {"stream": stream, "id": entry_id, "reason": reason, "raw": raw_text[:MAX_PAYLOAD_BYTES],
+            "t": repr(time.time())}
+
+
+# ---------------------------------------------------------------------------------------------- commands
+COMMANDS = ("pause", "resume", "stop", "checkpoint", "rollback", "set-lr-multiplier", "set-token-budget",
+            "set-mixture", "inject-fault")
+ACK_STATUSES = ("accepted", "applied", "rejected")
+FAULTS = ("lr-spike", "nan", "stall")
+
+
+def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = None, reason: str = "",
+                   user: str = "") -> dict[str, str]:
+    """One entry on control_stream(run). Validation of args happens on the trainer (it knows its state)."""
+    return {"v": SCHEMA_VERSION, "id": cmd_id, "command": command, "args": _dumps(dict(args or {})),
+            "reason": reason, "user": user, "t": repr(time.time())}
+
+
+def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = None) -> dict[str, str]:
+    if status not in ACK_STATUSES:
+        raise ValueError(f"ack status {status!r} not in {ACK_STATUSES}")
+    return {"v": SCHEMA_VERSION, "id": cmd_id, "status": status, "detail": detail,
+            "step": "" if step is None else str(int(step)), "t": repr(time.time())}
+
+
+def json_safe(x: float) -> float | None:
+    """For browser-facing JSON: non-finite numbers become None (the API lists them separately)."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+# ---------------------------------------------------------------------------------------------- metric names
+# Names follow the reference lab's logging (see BRIEF §2). Per-layer router metrics use ROUTER_METRIC.format(...).
+M_LOSS = "train/loss"
+M_CE = "train/cross_entropy_loss"
+M_LR = "optim/learning_rate"
+M_GRAD_NORM = "grad/norm/total"
+M_TOKENS_PER_S = "throughput/tokens_per_second"
+M_MFU = "throughput/mfu"
+M_TOTAL_TOKENS = "throughput/total_tokens"
+M_STEP_TIME = "time/step_s"
+M_DROP = "moe/drop_fraction"
+ROUTER_METRIC = "train/router/layer_{layer}/{name}"  # routing_entropy, load_balancing_loss, router_z_loss, ...
+DEFAULT_DASHBOARD_METRICS = (M_LOSS, M_LR, M_GRAD_NORM, M_TOKENS_PER_S)

@@ -1,0 +1,292 @@
+"""Series math for charts that never hide a spike: min/max summaries, a block pyramid, min/max bucket downsampling.
+
+Framework-free (no Django, no numpy). The storage layer keeps a pyramid of summary blocks per series: level L
+holds one Summary per FANOUT**(L+1) consecutive steps (8, 64, 512, ... steps), so any step range is covered by
+a few thousand blocks at some level. A chart bucket reports its minimum and its maximum *at their true steps*,
+so a one-step spike anywhere in a bucket is always drawn, at any zoom.
+
+Non-finite values (NaN, +Inf, -Inf: a diverged loss) are real signals: they never enter min/max (which would
+poison them) but are counted per block, and the first one in each block is remembered with its step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Iterator, Sequence
+
+FANOUT = 8
+LEVELS = 8  # level 7 blocks span 8**8 = 16.7M steps
+
+FINITE, NAN, POSINF, NEGINF = 0, 1, 2, 3
+SPECIAL_NAMES = {NAN: "NaN", POSINF: "Infinity", NEGINF: "-Infinity"}
+
+
+def block_size(level: int) -> int:
+    """Steps covered by one block at `level` (level 0 = 8 steps)."""
+    return FANOUT ** (level + 1)
+
+
+def classify(x: float) -> tuple[float | None, int]:
+    """A number -> (value, special): finite numbers keep their value; NaN/±Inf become (None, code)."""
+    x = float(x)
+    if math.isfinite(x):
+        return x, FINITE
+    if math.isnan(x):
+        return None, NAN
+    return None, POSINF if x > 0 else NEGINF
+
+
+def unclassify(value: float | None, special: int) -> float:
+    if special == FINITE:
+        return value
+    return {NAN: math.nan, POSINF: math.inf, NEGINF: -math.inf}[special]
+
+
+class Summary:
+    """What one block (or bucket) of points looks like from far away. Mergeable: merge(a, b) = summary(a ∪ b)."""
+
+    __slots__ = ("count", "first_step", "last_step", "min", "min_step", "max", "max_step",
+                 "nan", "posinf", "neginf", "ns_step", "ns_kind")
+
+    def __init__(self, count=0, first_step=None, last_step=None, min=None, min_step=None, max=None,
+                 max_step=None, nan=0, posinf=0, neginf=0, ns_step=None, ns_kind=FINITE):
+        self.count = count
+        self.first_step, self.last_step = first_step, last_step
+        self.min, self.min_step, self.max, self.max_step = min, min_step, max, max_step
+        self.nan, self.posinf, self.neginf = nan, posinf, neginf
+        self.ns_step, self.ns_kind = ns_step, ns_kind  # first non-finite point in the block
+
+    FIELDS = __slots__
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __eq__(self, other):
+        return isinstance(other, Summary) and self.as_dict() == other.as_dict()
+
+    def __repr__(self):
+        return f"Summary({self.as_dict()})"
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.posinf + self.neginf
+
+    def add(self, step: int, value: float | None, special: int) -> None:
+        """Fold in one point. Points may come in any order."""
+        self.count += 1
+        if self.first_step is None or step < self.first_step:
+            self.first_step = step
+        if self.last_step is None or step > self.last_step:
+            self.last_step = step
+        if special == FINITE:
+            # ties go to the earlier step so that results do not depend on arrival order
+            if self.min is None or value < self.min or (value == self.min and step < self.min_step):
+                self.min, self.min_step = value, step
+            if self.max is None or value > self.max or (value == self.max and step < self.max_step):
+                self.max, self.max_step = value, step
+            return
+        if special == NAN:
+            self.nan += 1
+        elif special == POSINF:
+            self.posinf += 1
+        else:
+            self.neginf += 1
+        if self.ns_step is None or step < self.ns_step:
+            self.ns_step, self.ns_kind = step, special
+
+    def merge(self, o: "Summary | None") -> "Summary":
+        """Fold another summary into this one (in place) and return self."""
+        if o is None or o.count == 0:
+            return self
+        self.count += o.count
+        if self.first_step is None or o.first_step < self.first_step:
+            self.first_step = o.first_step
+        if self.last_step is None or o.last_step > self.last_step:
+            self.last_step = o.last_step
+        if o.min is not None and (self.min is None or o.min < self.min
+                                  or (o.min == self.min and o.min_step < self.min_step)):
+            self.min, self.min_step = o.min, o.min_step
+        if o.max is not None and (self.max is None or o.max > self.max
+                                  or (o.max == self.max and o.max_step < self.max_step)):
+            self.max, self.max_step = o.max, o.max_step
+        self.nan += o.nan
+        self.posinf += o.posinf
+        self.neginf += o.neginf
+        if o.ns_step is not None and (self.ns_step is None or o.ns_step < self.ns_step):
+            self.ns_step, self.ns_kind = o.ns_step, o.ns_kind
+        return self
+
+
+def summarize(points: Iterable[tuple[int, float | None, int]]) -> Summary:
+    s = Summary()
+    for step, value, special in points:
+        s.add(step, value, special)
+    return s
+
+
+def merged(summaries: Iterable[Summary | None]) -> Summary:
+    s = Summary()
+    for o in summaries:
+        s.merge(o)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------- emitting
+class Window:
+    """A downsampled view: parallel steps/values (values None where non-finite), plus the non-finite list."""
+
+    __slots__ = ("steps", "values", "nonfinite", "count", "counts", "exact")
+
+    def __init__(self):
+        self.steps: list[int] = []
+        self.values: list[float | None] = []
+        self.nonfinite: list[tuple[int, str]] = []  # (step, "NaN" | "Infinity" | "-Infinity")
+        self.count = 0  # points the window stands for
+        self.counts = {"NaN": 0, "Infinity": 0, "-Infinity": 0}
+        self.exact = False  # every point is present (no downsampling)
+
+
+def window_from_points(points: Sequence[tuple[int, float | None, int]]) -> Window:
+    """Every point, as is (sorted by step)."""
+    w = Window()
+    w.exact = True
+    w.count = len(points)
+    for step, value, special in points:
+        w.steps.append(step)
+        w.values.append(value)
+        if special != FINITE:
+            name = SPECIAL_NAMES[special]
+            w.nonfinite.append((step, name))
+            w.counts[name] += 1
+    return w
+
+
+def window_from_buckets(buckets: Sequence[Summary], exact_nonfinite: Sequence[tuple[int, int]] | None) -> Window:
+    """Buckets in step order -> min and max of each at their true steps (one point when they coincide).
+
+    exact_nonfinite: every non-finite (step, special) in the window when the caller could afford to list them;
+    otherwise each bucket contributes its first non-finite point as a representative.
+    """
+    w = Window()
+    pts: list[tuple[int, float | None]] = []
+    reps: list[tuple[int, int]] = []
+    for b in buckets:
+        if b is None or b.count == 0:
+            continue
+        w.count += b.count
+        w.counts["NaN"] += b.nan
+        w.counts["Infinity"] += b.posinf
+        w.counts["-Infinity"] += b.neginf
+        if b.min is not None:
+            if b.min_step == b.max_step:
+                pts.append((b.min_step, b.min))
+            elif b.min_step < b.max_step:
+                pts.append((b.min_step, b.min))
+                pts.append((b.max_step, b.max))
+            else:
+                pts.append((b.max_step, b.max))
+                pts.append((b.min_step, b.min))
+        if exact_nonfinite is None and b.ns_step is not None:
+            reps.append((b.ns_step, b.ns_kind))
+    nonfinite = list(exact_nonfinite) if exact_nonfinite is not None else reps
+    pts.extend((step, None) for step, _ in nonfinite)
+    pts.sort(key=lambda p: p[0])
+    w.steps = [p[0] for p in pts]
+    w.values = [p[1] for p in pts]
+    w.nonfinite = [(step, SPECIAL_NAMES[kind]) for step, kind in sorted(nonfinite)]
+    return w
+
+
+def bucket_points(points: Iterable[tuple[int, float | None, int]], lo: int, hi: int, n_buckets: int
+                  ) -> list[Summary]:
+    """Split [lo, hi] into n_buckets equal step spans and summarise the points of each (in step order)."""
+    width = max(1, -(-(hi - lo + 1) // max(1, n_buckets)))
+    out: dict[int, Summary] = {}
+    for step, value, special in points:
+        key = (step - lo) // width
+        s = out.get(key)
+        if s is None:
+            s = out[key] = Summary()
+        s.add(step, value, special)
+    return [out[k] for k in sorted(out)]
+
+
+def downsample(steps: Sequence[int], values: Sequence[float], max_points: int) -> Window:
+    """Raw arrays -> at most max_points points, keeping each bucket's min and max (and non-finite points).
+
+    The in-memory reference of what the database query returns; also used for small windows.
+    """
+    if len(steps) != len(values):
+        raise ValueError("steps and values differ in length")
+    if max_points < 4:
+        raise ValueError("max_points must be >= 4")
+    pts = sorted((int(s), *classify(v)) for s, v in zip(steps, values))
+    if len(pts) <= max_points:
+        return window_from_points(pts)
+    nonfinite = [(s, k) for s, _, k in pts if k != FINITE]
+    if len(nonfinite) <= max_points // 4:
+        n_buckets = (max_points - len(nonfinite)) // 2
+        exact = nonfinite
+    else:
+        n_buckets = max_points // 3
+        exact = None
+    return window_from_buckets(bucket_points(pts, pts[0][0], pts[-1][0], n_buckets), exact)
+
+
+# ---------------------------------------------------------------------------------------------- pyramid
+def parent_index(idx: int) -> int:
+    return idx // FANOUT
+
+
+class PyramidBuilder:
+    """Streams points in increasing step order and emits every finished block at every level.
+
+    emit(level, idx, summary) is called once per block. Memory is O(LEVELS): used to bulk-load long series.
+    """
+
+    def __init__(self, emit: Callable[[int, int, Summary], None]):
+        self.emit = emit
+        self.open: list[tuple[int, Summary] | None] = [None] * LEVELS
+        self.last_step: int | None = None
+
+    def add(self, step: int, value: float | None, special: int) -> None:
+        if self.last_step is not None and step <= self.last_step:
+            raise ValueError(f"steps must increase: {step} after {self.last_step}")
+        self.last_step = step
+        idx = step // FANOUT
+        cur = self.open[0]
+        if cur is None or cur[0] != idx:
+            if cur is not None:
+                self._close(0)
+            cur = self.open[0] = (idx, Summary())
+        cur[1].add(step, value, special)
+
+    def _close(self, level: int) -> None:
+        idx, summary = self.open[level]
+        self.open[level] = None
+        self.emit(level, idx, summary)
+        if level + 1 >= LEVELS:
+            return
+        pidx = parent_index(idx)
+        parent = self.open[level + 1]
+        if parent is not None and parent[0] != pidx:
+            self._close(level + 1)
+            parent = None
+        if parent is None:
+            parent = self.open[level + 1] = (pidx, Summary())
+        parent[1].merge(summary)
+
+    def finish(self) -> None:
+        for level in range(LEVELS):
+            if self.open[level] is not None:
+                self._close(level)
+
+
+def build_pyramid(points: Iterable[tuple[int, float | None, int]]) -> Iterator[tuple[int, int, Summary]]:
+    """All blocks of a series given its points in increasing step order (for tests and small loads)."""
+    out: list[tuple[int, int, Summary]] = []
+    b = PyramidBuilder(lambda lvl, idx, s: out.append((lvl, idx, s)))
+    for p in points:
+        b.add(*p)
+    b.finish()
+    return iter(out)

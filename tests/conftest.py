@@ -1,0 +1,86 @@
+"""Shared fixtures: a real Redis (found or started), a real database (pytest-django), Chromium discovery."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from urllib.parse import urlparse
+
+import pytest
+import redis as redis_lib
+
+TEST_REDIS_DB = 15  # tests FLUSHDB this database only; a developer's runs live in db 0
+
+
+def _reachable(url: str) -> bool:
+    try:
+        redis_lib.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+        return True
+    except Exception:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """REDIS_URL if reachable, else 127.0.0.1:6379, else a private redis-server for this session."""
+    base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    proc = None
+    if not _reachable(base):
+        base = "redis://127.0.0.1:6379/0"
+    if not _reachable(base):
+        exe = shutil.which("redis-server")
+        if not exe:
+            pytest.exit("no Redis reachable and no redis-server on PATH (apt-get install -y redis-server)", 2)
+        port = _free_port()
+        tmp = tempfile.mkdtemp(prefix="obs-test-redis-")
+        proc = subprocess.Popen([exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                                 "--appendonly", "no", "--dir", tmp], stdout=subprocess.DEVNULL)
+        base = f"redis://127.0.0.1:{port}/0"
+        for _ in range(100):
+            if _reachable(base):
+                break
+            time.sleep(0.05)
+    u = urlparse(base)
+    url = f"{u.scheme}://{u.netloc}/{TEST_REDIS_DB}"
+    os.environ["REDIS_URL"] = url  # children (trainer, ingest, daphne) started by tests inherit it
+    yield url
+    if proc:
+        proc.terminate()
+        proc.wait(5)
+
+
+@pytest.fixture
+def redis_client(redis_url):
+    """A client on the test database, emptied before each test."""
+    client = redis_lib.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def run_id():
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]

@@ -1,0 +1,208 @@
+"""Data domains, tokenizer and the mixture sampler: real text, exact determinism, proportions, stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+from training.data import (BUILTIN_DOMAINS, ByteTokenizer, DataConfig, MixtureSampler, StageConfig, build_sampler,
+                           load_domains)
+from training.errors import ConfigError
+
+SMALL = DataConfig(max_bytes_per_domain=300_000, docstring_source_bytes=400_000)
+
+
+@pytest.fixture(scope="module")
+def domains():
+    return load_domains(SMALL)
+
+
+def make(domains, stages=None, seq_len=32, batch_size=8, seed=0, budget=10**9):
+    return MixtureSampler(domains, stages, seq_len, batch_size, seed, token_budget=budget)
+
+
+def batches(sampler, n):
+    return [sampler.next_batch() for _ in range(n)]
+
+
+def same(a, b):
+    return all(np.array_equal(x.tokens_BxL, y.tokens_BxL) and np.array_equal(x.domain_ids_B, y.domain_ids_B)
+               and x.stage == y.stage for x, y in zip(a, b, strict=True))
+
+
+def test_default_config_loads_four_real_domains_fast():
+    t0 = time.perf_counter()
+    sampler = build_sampler(DataConfig(), seq_len=128, batch_size=4, seed=0, token_budget=10**8)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 2.0, f"corpus load took {elapsed:.2f}s"
+    m = sampler.manifest()
+    json.dumps(m)  # publishable as the contract's manifest message
+    assert [d["name"] for d in m["domains"]] == list(BUILTIN_DOMAINS)
+    for d in m["domains"]:
+        assert d["tokens"] > 100_000, d
+        assert d["sources"] and all(s["bytes"] > 0 and s["files"] > 0 for s in d["sources"])
+        # every source names a real place on this machine
+        assert all(os.path.exists(s["pattern"].split("*")[0].split(" ")[0].rstrip("/")) for s in d["sources"])
+    assert m["tokenizer"] == {"name": "byte-utf8", "vocab_size": 256, "separator_id": 0}
+    assert [s["name"] for s in m["stages"]] == ["pretrain", "midtrain"]
+    assert m["stages"][0]["end_tokens"] == 8 * 10**7 and m["stages"][1]["weights"] != m["stages"][0]["weights"]
+
+
+def test_domains_hold_the_text_they_claim(domains):
+    text = {d.name: bytes(d.tokens[:200_000]) for d in domains}
+    assert b"def " in text["python_stdlib"] and b"import " in text["python_stdlib"]
+    assert b"Return" in text["docstrings"] and text["docstrings"] not in text["python_stdlib"]
+    assert b"icense" in text["licenses"] and b"copyright" in text["licenses"].lower()
+    assert b"the " in text["docs_text"]
+    for d in domains:
+        assert d.eval_tokens.size > 0 and d.tokens.max() < 256
+
+
+def test_batches_are_int32_windows_of_their_domain(domains):
+    s = make(domains, seq_len=64, batch_size=16)
+    b = s.next_batch()
+    assert b.tokens_BxL.dtype == np.int32 and b.tokens_BxL.shape == (16, 65)
+    assert b.domain_ids_B.dtype == np.int32 and b.domain_ids_B.shape == (16,)
+    for row, dom in zip(b.tokens_BxL, b.domain_ids_B):
+        assert bytes(row.astype(np.uint8)) in bytes(domains[dom].tokens)
+    assert ByteTokenizer().decode(ByteTokenizer().encode("héllo")) == "héllo"
+
+
+def test_same_seed_same_stream_and_different_seed_differs(domains):
+    assert same(batches(make(domains, seed=3), 20), batches(make(domains, seed=3), 20))
+    assert not same(batches(make(domains, seed=3), 5), batches(make(domains, seed=4), 5))
+
+
+def test_state_restore_is_exact_including_a_mixture_override(domains):
+    a = make(domains, seed=11)
+    batches(a, 7)
+    a.set_weights({"licenses": 1.0, "docs_text": 3.0})
+    batches(a, 2)
+    # orbax hands back numpy arrays; make sure nothing in the state depends on Python objects
+    state = {k: np.array(v) for k, v in a.state_dict().items()}
+    expected = batches(a, 12)
+    b = make(domains, seed=999)
+    b.load_state_dict(state)
+    assert same(batches(b, 12), expected)
+    assert b.weights() == a.weights() and b.tokens_seen == a.tokens_seen
+    assert np.array_equal(b.domain_tokens, a.domain_tokens)
+
+
+def test_skip_jumps_over_batches_without_counting_their_tokens(domains):
+    ref = batches(make(domains, seed=5), 8)
+    s = make(domains, seed=5)
+    batches(s, 3)
+    s.skip(4)
+    nxt = s.next_batch()
+    assert same([nxt], [ref[7]]) and nxt.index == 7
+    assert s.tokens_seen == 4 * s.tokens_per_batch
+
+
+def test_mixture_proportions_follow_the_weights(domains):
+    weights = {"python_stdlib": 0.5, "docstrings": 0.1, "licenses": 0.3, "docs_text": 0.1}
+    s = make(domains, stages=[StageConfig("only", 1.0, weights)], batch_size=64)
+    ids = np.concatenate([s.next_batch().domain_ids_B for _ in range(1000)])
+    freq = np.bincount(ids, minlength=4) / ids.size
+    for i, name in enumerate(s.domain_names):
+        assert abs(freq[i] - weights[name]) < 0.01, (name, freq[i])
+    assert s.domain_tokens.sum() == s.tokens_seen
+
+
+def test_stage_switches_at_80_percent_of_the_budget(domains):
+    stages = [StageConfig("pretrain", 0.8, {"python_stdlib": 1.0}), StageConfig("midtrain", 0.2, {"licenses": 1.0})]
+    s = make(domains, stages=stages, seq_len=16, batch_size=4)
+    s.set_token_budget(10 * s.tokens_per_batch)
+    got = batches(s, 12)
+    assert [b.stage for b in got] == [0] * 8 + [1] * 4
+    assert all((b.domain_ids_B == 0).all() for b in got[:8]) and all((b.domain_ids_B == 2).all() for b in got[8:])
+    assert s.metrics()["mixture/stage"] == 1.0 and s.metrics()["mixture/weight/licenses"] == 1.0
+
+
+def test_default_stages_use_different_mixtures(domains):
+    s = make(domains, seq_len=16, batch_size=4, budget=100 * 64)
+    w0 = s.weights()
+    batches(s, 80)
+    assert s.stage == 1 and s.weights() != w0 and s.stage_names == ["pretrain", "midtrain"]
+
+
+def test_shorter_budget_moves_the_stage_boundary(domains):
+    s = make(domains, seq_len=16, batch_size=4, budget=1000 * 64)
+    batches(s, 50)
+    payload = s.set_token_budget(55 * 64)
+    assert payload["stage_before"] == 0 and payload["stage_after"] == 1 and s.next_batch().stage == 1
+
+
+def test_set_weights_applies_to_the_current_stage_only(domains):
+    s = make(domains, seq_len=16, batch_size=4, budget=10 * 64)
+    payload = s.set_weights({"docs_text": 1.0})
+    assert payload["new"]["docs_text"] == 1.0 and payload["stage"] == "pretrain"
+    got = batches(s, 10)
+    assert all((b.domain_ids_B == 3).all() for b in got[:8])
+    assert not all((b.domain_ids_B == 3).all() for b in got[8:] + batches(s, 20))
+
+
+@pytest.mark.parametrize("weights,key", [({"nope": 1.0}, "mixture.nope"), ({"licenses": -1.0}, "mixture.licenses"),
+                                         ({"licenses": 0.0}, "mixture"), ({"licenses": float("nan")},
+                                                                          "mixture.licenses")])
+def test_bad_mixture_is_rejected_with_the_key(domains, weights, key):
+    s = make(domains)
+    with pytest.raises(ConfigError) as e:
+        s.set_weights(weights)
+    assert e.value.key == key
+
+
+def test_bad_stages_are_config_errors(domains):
+    with pytest.raises(ConfigError, match="sum to 1"):
+        make(domains, stages=[StageConfig("a", 0.5, {"licenses": 1.0}), StageConfig("b", 0.4, {"licenses": 1})])
+    with pytest.raises(ConfigError) as e:
+        make(domains, stages=[StageConfig("a", 1.0, {"bogus": 1.0})])
+    assert e.value.key == "data.stages[0].weights.bogus"
+
+
+def test_restoring_a_state_from_another_layout_names_the_mismatch(domains):
+    state = make(domains).state_dict()
+    other = make(domains[:3], stages=[StageConfig("x", 1.0, {"licenses": 1.0})])
+    with pytest.raises(ConfigError, match="stages x"):
+        other.load_state_dict(state)
+
+
+def test_user_corpora_read_txt_and_jsonl_and_report_parquet(tmp_path):
+    root = tmp_path / "mine"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_text("alpha text " * 50)
+    (root / "sub" / "b.jsonl").write_text(json.dumps({"text": "beta line " * 30}) + "\nnot json\n"
+                                          + json.dumps({"other": 1}) + "\n")
+    (root / "c.parquet").write_bytes(b"PAR1")
+    cfg = DataConfig(builtin_domains=("licenses",), corpora={"mine": str(root)}, max_bytes_per_domain=50_000)
+    doms = load_domains(cfg)
+    mine = doms[1]
+    assert mine.name == "mine" and mine.documents == 2
+    assert b"alpha text" in bytes(mine.tokens) + bytes(mine.eval_tokens)
+    assert b"beta line" in bytes(mine.tokens) + bytes(mine.eval_tokens)
+    assert any("2 lines without" in s for s in mine.skipped)
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        assert any("pyarrow is not installed" in s for s in mine.skipped)
+    s = MixtureSampler(doms, None, 16, 4, 0, token_budget=1000)
+    assert s.weights()["mine"] > 0  # default stages give user domains a share
+
+
+def test_missing_user_corpus_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load_domains(DataConfig(builtin_domains=(), corpora={"x": str(tmp_path / "absent")}))
+    assert e.value.key == "data.corpora.x"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no .txt"):
+        load_domains(DataConfig(builtin_domains=(), corpora={"x": str(tmp_path / "empty")}))
+
+
+def test_eval_batches_are_fixed(domains):
+    s = make(domains, seq_len=32, batch_size=4)
+    a, b = s.eval_batches(), s.eval_batches()
+    assert set(a) == set(s.domain_names)
+    assert all(np.array_equal(a[k], b[k]) and a[k].shape == (4, 33) for k in a)

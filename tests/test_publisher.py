@@ -1,0 +1,189 @@
+"""The non-blocking publisher against a real Redis, an absent one, one that appears later, and a paused one."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+import redis as redis_lib
+
+from observatory import contract
+from observatory.publisher import Publisher
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entries(client, run_id):
+    return [contract.decode(f, expect_run=run_id) for _, f in client.xrange(contract.telemetry_stream(run_id))]
+
+
+class _PrivateRedis:
+    """A redis-server of our own, so a test can start it late or pause it without touching the shared one."""
+
+    def __init__(self, tmp_path):
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.tmp = tmp_path
+        self.proc = None
+
+    def start(self):
+        exe = shutil.which("redis-server")
+        if not exe:
+            pytest.skip("redis-server not on PATH")
+        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", str(self.tmp)], stdout=subprocess.DEVNULL)
+        client = redis_lib.Redis(port=self.port)
+        for _ in range(200):
+            try:
+                client.ping()
+                return client
+            except redis_lib.ConnectionError:
+                time.sleep(0.025)
+        raise RuntimeError("private redis-server did not start")
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    r = _PrivateRedis(tmp_path)
+    yield r
+    r.stop()
+
+
+def test_it_publishes_valid_entries_registers_the_run_and_sets_the_heartbeat(redis_url, redis_client, run_id):
+    pub = Publisher(redis_url, run_id)
+    pub.publish("run", {"name": "demo", "config": {"a": 1}, "started_at": time.time()})
+    pub.publish("state", {"state": "training", "step": 0, "detail": ""})
+    for step in range(5):
+        pub.metrics(step, {contract.M_LOSS: 5.0 - step, contract.M_LR: 1e-3})
+    pub.publish("heartbeat", {"phase": "training", "step": 4, "tokens": 100, "eta_s": 1.0, "steps_per_s": 2.0})
+    assert pub.flush(5)
+    msgs = _entries(redis_client, run_id)
+    assert [m.kind for m in msgs] == ["run", "state"] + ["metrics"] * 5 + ["heartbeat"]
+    assert [m.data["step"] for m in msgs if m.kind == "metrics"] == list(range(5))
+    assert redis_client.sismember(contract.RUNS_KEY, run_id)
+    hb = json.loads(redis_client.get(contract.heartbeat_key(run_id)))
+    assert hb["step"] == 4 and hb["phase"] == "training"
+    assert 0 < redis_client.ttl(contract.heartbeat_key(run_id)) <= contract.HEARTBEAT_TTL_S
+    st = pub.stats()
+    assert st["published"] == 8 and st["dropped"] == 0 and st["queue_depth"] == 0
+    pub.close()
+
+
+def test_it_keeps_nan_and_inf_as_real_values(redis_url, redis_client, run_id):
+    pub = Publisher(redis_url, run_id)
+    pub.metrics(7, {contract.M_LOSS: float("nan"), contract.M_GRAD_NORM: float("inf"), "x": "junk"})
+    assert pub.flush(5)
+    (m,) = _entries(redis_client, run_id)
+    vals = m.data["values"]
+    assert math.isnan(vals[contract.M_LOSS]) and vals[contract.M_GRAD_NORM] == math.inf and math.isnan(vals["x"])
+    pub.close()
+
+
+def test_it_pipelines_thousands_in_order_with_approximate_maxlen(redis_url, redis_client, run_id):
+    pub = Publisher(redis_url, run_id, batch=100)
+    t0 = time.perf_counter()
+    for step in range(3000):
+        pub.metrics(step, {contract.M_LOSS: step * 0.5})
+    enqueue_s = time.perf_counter() - t0
+    assert pub.flush(20)
+    msgs = _entries(redis_client, run_id)
+    assert [m.data["step"] for m in msgs] == list(range(3000))
+    assert enqueue_s < 0.5, f"3000 publishes took {enqueue_s:.3f}s on the caller's thread"
+    pub.close()
+
+
+def test_it_drops_invalid_metric_names_and_counts_them(redis_url, redis_client, run_id):
+    pub = Publisher(redis_url, run_id)
+    pub.metrics(1, {"bad name with spaces": 1.0})
+    pub.metrics(2, {contract.M_LOSS: 1.0})
+    assert pub.flush(5)
+    assert [m.data["step"] for m in _entries(redis_client, run_id)] == [2]
+    assert pub.stats()["invalid"] == 1
+    with pytest.raises(ValueError):
+        pub.publish("no-such-kind", {})
+    pub.close()
+
+
+def test_it_never_blocks_when_redis_is_absent_and_counts_drops():
+    pub = Publisher(f"redis://127.0.0.1:{_free_port()}/0", "absent-run", max_queue=500)
+    t0 = time.perf_counter()
+    accepted = sum(pub.metrics(step, {contract.M_LOSS: 1.0}) for step in range(2000))
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 0.5, f"publishing against an absent Redis took {elapsed:.3f}s"
+    assert accepted == 500
+    # run-level kinds keep headroom beyond max_queue: a full metrics backlog never drops a rewind or a state
+    assert pub.publish("state", {"state": "failed", "step": 3, "detail": "x"})
+    t0 = time.perf_counter()
+    assert pub.flush(0.3) is False
+    st = pub.stats()
+    assert st["dropped"] == 1500 and st["dropped_by_kind"] == {"metrics": 1500}
+    assert st["queue_depth"] == 501 and st["published"] == 0 and st["errors"] >= 1 and not st["connected"]
+    pub.close(timeout=0.1)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_it_flushes_the_backlog_when_redis_appears_later(private_redis):
+    pub = Publisher(private_redis.url, "late-run", max_backoff_s=0.2)
+    for step in range(50):
+        pub.metrics(step, {contract.M_LOSS: float(step)})
+    time.sleep(0.3)  # a few failed connection attempts
+    assert pub.stats()["published"] == 0
+    client = private_redis.start()
+    assert pub.flush(10)
+    for step in range(50, 60):
+        pub.metrics(step, {contract.M_LOSS: float(step)})
+    assert pub.flush(5)
+    assert [m.data["step"] for m in _entries(client, "late-run")] == list(range(60))
+    st = pub.stats()
+    assert st["published"] == 60 and st["dropped"] == 0 and st["reconnects"] >= 1
+    assert client.sismember(contract.RUNS_KEY, "late-run")
+    pub.close()
+
+
+def test_it_reconnects_after_redis_restarts(private_redis):
+    client = private_redis.start()
+    pub = Publisher(private_redis.url, "restart-run", max_backoff_s=0.2)
+    pub.metrics(0, {contract.M_LOSS: 0.0})
+    assert pub.flush(5)
+    private_redis.stop()  # --save '': the restarted server is empty, the run must be registered again
+    for step in range(1, 20):
+        pub.metrics(step, {contract.M_LOSS: float(step)})
+    time.sleep(0.3)
+    client = private_redis.start()
+    assert pub.flush(10)
+    steps = [m.data["step"] for m in _entries(client, "restart-run")]
+    assert steps == list(range(1, 20))
+    assert client.sismember(contract.RUNS_KEY, "restart-run")
+    assert pub.stats()["reconnects"] >= 1
+    pub.close()
+
+
+def test_a_paused_redis_does_not_stall_the_caller(private_redis):
+    client = private_redis.start()
+    pub = Publisher(private_redis.url, "slow-run", socket_timeout_s=5.0)
+    pub.metrics(0, {contract.M_LOSS: 0.0})
+    assert pub.flush(5)
+    client.execute_command("CLIENT", "PAUSE", "1500", "WRITE")
+    t0 = time.perf_counter()
+    for step in range(1, 1001):
+        pub.metrics(step, {contract.M_LOSS: float(step)})
+        if step % 100 == 0:
+            time.sleep(0.01)
+    assert time.perf_counter() - t0 < 0.5
+    assert pub.flush(15)
+    assert len(_entries(client, "slow-run")) == 1001
+    pub.close()

@@ -1,0 +1,36 @@
+"""Parameter counts, FLOPs per token and MFU for a ModelConfig (analytic, from the config alone).
+
+Convention (PaLM appendix B): training FLOPs/token = 6 * N_matmul_active + 12 * n_layers * seq_len * d_model,
+where N_matmul_active counts the weights a token multiplies through (attention projections, the shared experts
+and its top_k routed experts or the dense MLP, the router, the output projection) and the second term is the
+attention score/value matmuls over the full context (not halved for causality).
+"""
+
+from __future__ import annotations
+
+
+def counts(cfg) -> dict:
+    D, Q = cfg.d_model, cfg.head_dim
+    attn = D * cfg.n_heads * Q * 2 + D * cfg.n_kv_heads * Q * 2
+    norms = 2 * D
+    if cfg.mlp == "moe":
+        m, F = cfg.moe, cfg.expert_hidden
+        expert = 3 * D * F
+        router = D * m.n_routed
+        mlp_total = (m.n_routed + m.n_shared) * expert + router
+        mlp_active = (m.top_k + m.n_shared) * expert + router
+    else:
+        mlp_total = mlp_active = 3 * D * cfg.d_ff
+    embed = cfg.vocab_size * D
+    unembed = 0 if cfg.tie_embeddings else cfg.vocab_size * D
+    layer_total, layer_active = attn + norms + mlp_total, attn + norms + mlp_active
+    total = embed + unembed + D + cfg.n_layers * layer_total
+    active = embed + unembed + D + cfg.n_layers * layer_active
+    matmul_active = cfg.n_layers * (attn + mlp_active) + cfg.vocab_size * D
+    flops = 6.0 * matmul_active + 12.0 * cfg.n_layers * cfg.seq_len * D
+    return {"params_total": int(total), "params_active": int(active), "flops_per_token": float(flops)}
+
+
+def mfu(flops_per_token: float, tokens_per_second: float, peak_flops: float) -> float:
+    """Model FLOPs utilisation: achieved training FLOP/s over the hardware peak."""
+    return flops_per_token * tokens_per_second / peak_flops

@@ -1,0 +1,262 @@
+"""Mixture-of-Experts block: shared + routed SwiGLU experts, bias-balanced routing, capacity, EP all-to-all.
+
+Routing. Router logits are fp32. Each token picks its top_k experts on `logits + stop_gradient(bias)`; its
+combine weights are the sigmoid (or softmax) of the *unbiased* logits of the chosen experts, renormalised over
+the k. The bias is non-trainable model state moved by `update_bias` (aux-loss-free balancing); a Switch-style
+load-balancing loss and a logit z-loss are always computed and logged, and enter the loss times their coefs.
+
+Dispatch groups. The flattened token batch (batch-major, so a group is several whole sequences or a slice of
+one long sequence) is cut into consecutive groups of `group_size` tokens: a group is what one data shard holds
+and dispatches at once. Every (group, expert) pair owns C = ceil(capacity_factor * group_size * k / n_routed)
+slots. Assignments are ranked inside their (group, expert) in choice-priority order (all first choices in token
+order, then all second choices, ...). A group of short sequences mixes many documents and loads the experts
+evenly; at a fixed token batch, longer contexts put fewer, more self-similar documents in each group, so the
+load inside a group is skewed and more assignments overflow.
+
+- `standard`: an assignment is kept iff its rank < C. Dropped assignments contribute nothing; the token still
+  gets the shared experts and the residual.
+- `pooled_wave`: each expert's capacity is pooled over every group of the batch, P = n_groups * C (the same
+  total compute as standard). The receiver fills it round-robin over source groups — rank 0 of every group,
+  then rank 1 of every group, ... — starting at a different source for each expert, so the same sender is not
+  always the one cut at the boundary. Wave 0 is the standard exchange (each source sends up to C per expert);
+  overflow then gets up to `waves` further waves of C slots per source and expert into capacity left free by
+  lightly loaded sources. An assignment is kept iff its rank < (waves + 1) * C and its position in that
+  round-robin order < P. Receivers compact what arrived into P slots before the expert matmuls.
+- capacity_factor None: dropless (C = group_size, every assignment kept).
+
+Expert parallelism. With a mesh ("data", "expert"), tokens are sharded over both axes (whole groups per
+device) and routed experts over "expert". Routing, ranks and keep decisions are computed in the global view (the
+pooled fill needs every group's per-expert counts, a tiny [n_groups, n_routed] array); the buffers then travel by
+`jax.lax.all_to_all` over "expert" inside `jax.shard_map`, the experts run, and a second all-to-all brings the
+outputs home. The decisions depend on group_size only, not on the device count, so 1, 2, 4 and 8 devices give
+the same result.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from training.errors import ConfigError
+
+TOKENS = ("data", "expert")  # mesh axes the token batch is sharded over
+
+
+def init(key, d_model: int, hidden: int, cfg, std: float, out_std: float) -> dict:
+    kr, kg, ku, kd, ks = jax.random.split(key, 5)
+    E = cfg.n_routed
+    p = {
+        "router": std * jax.random.normal(kr, (d_model, E), jnp.float32),
+        "experts": {"w_gate": std * jax.random.normal(kg, (E, d_model, hidden), jnp.float32),
+                    "w_up": std * jax.random.normal(ku, (E, d_model, hidden), jnp.float32),
+                    "w_down": out_std * jax.random.normal(kd, (E, hidden, d_model), jnp.float32)},
+    }
+    if cfg.n_shared:
+        # n_shared experts of width `hidden` are one SwiGLU of width n_shared * hidden.
+        k1, k2, k3 = jax.random.split(ks, 3)
+        S = cfg.n_shared * hidden
+        p["shared"] = {"w_gate": std * jax.random.normal(k1, (d_model, S), jnp.float32),
+                       "w_up": std * jax.random.normal(k2, (d_model, S), jnp.float32),
+                       "w_down": out_std * jax.random.normal(k3, (S, d_model), jnp.float32)}
+    return p
+
+
+# ---------------------------------------------------------------- capacity rules (global view, tiny arrays)
+
+
+def capacity(cfg, group: int) -> int:
+    """Slots per (group, expert); a token picks an expert at most once, so more than `group` is never needed."""
+    if cfg.capacity_factor is None:
+        return group
+    c = math.ceil(round(cfg.capacity_factor * group * cfg.top_k / cfg.n_routed, 6))
+    return max(1, min(group, c))
+
+
+def slots_per_source(cfg, group: int) -> int:
+    """Buffer slots one group sends per expert: C for standard, (waves + 1) * C for pooled_wave."""
+    c = capacity(cfg, group)
+    if cfg.dispatch == "pooled_wave" and cfg.capacity_factor is not None:
+        return min(group, (cfg.waves + 1) * c)
+    return c
+
+
+def group_size(cfg, n_tokens: int) -> int:
+    g = min(cfg.group_size, n_tokens)
+    if n_tokens % g:
+        raise ConfigError("model.moe.group_size", f"{g} must divide the tokens per batch ({n_tokens})")
+    return g
+
+
+def kept_per_group(n_GxE, cfg, group: int):
+    """How many of each (group, expert)'s assignments are kept: a prefix of their ranks."""
+    C, S = capacity(cfg, group), slots_per_source(cfg, group)
+    if cfg.dispatch == "standard" or cfg.capacity_factor is None:
+        return jnp.minimum(n_GxE, C)
+    Ng, E = n_GxE.shape
+    pool = Ng * C
+    offered_GxE = jnp.minimum(n_GxE, S)  # ranks past the last wave are never offered
+    # below_RxE[r, e]: assignments of expert e with rank < r, summed over groups (the round-robin fill level).
+    r_R = jnp.arange(S + 1)
+    below_RxE = jnp.sum(jnp.minimum(offered_GxE[None], r_R[:, None, None]), axis=1)
+    full_E = jnp.sum(below_RxE <= pool, axis=0) - 1  # ranks < full_E are kept in every group
+    left_E = pool - jnp.take_along_axis(below_RxE, full_E[None], axis=0)[0]
+    # At rank full_E the remaining slots go to the sources still offering, in rotated source order.
+    wants_GxE = offered_GxE > full_E[None]
+    rot_GxE = (jnp.arange(Ng)[:, None] + jnp.arange(E)[None]) % Ng
+    before_GxE = jnp.sum(wants_GxE[None, :, :] & (rot_GxE[None, :, :] < rot_GxE[:, None, :]), axis=1)
+    extra_GxE = wants_GxE & (before_GxE < left_E[None])
+    return jnp.minimum(offered_GxE, full_E[None]) + extra_GxE.astype(n_GxE.dtype)
+
+
+# ---------------------------------------------------------------- the routed experts' transport and compute
+
+
+def _experts(x_ExMxD, w: dict, dtype):
+    g = jnp.einsum("emd,edf->emf", x_ExMxD, w["w_gate"].astype(dtype))
+    u = jnp.einsum("emd,edf->emf", x_ExMxD, w["w_up"].astype(dtype))
+    return jnp.einsum("emf,efd->emd", jax.nn.silu(g) * u, w["w_down"].astype(dtype))
+
+
+def _routed(x_TxD, e_TxK, r_TxK, keep_TxK, kept_GxE, w: dict, *, group: int, slots: int, pooled_cap: int | None,
+            ep_axis: str | None, n_ep: int, dtype):
+    """Per-device body: scatter kept assignments into [group, expert, slot] buffers, exchange, run, return.
+
+    Returns out_TxKxD: each assignment's expert output (zeros where dropped)."""
+    T, D = x_TxD.shape
+    Gl, E = T // group, kept_GxE.shape[1]
+    g_TxK = jnp.broadcast_to((jnp.arange(T) // group)[:, None], e_TxK.shape)
+    g_TxK = jnp.where(keep_TxK, g_TxK, Gl)  # out of bounds -> not written
+    x_TxKxD = jnp.broadcast_to(x_TxD[:, None, :], e_TxK.shape + (D,))
+    buf_GxExSxD = jnp.zeros((Gl, E, slots, D), dtype).at[g_TxK, e_TxK, r_TxK].set(x_TxKxD, mode="drop")
+    valid_GxExS = jnp.arange(slots)[None, None, :] < kept_GxE[:, :, None]
+    El = E // n_ep
+    if ep_axis is not None:
+        a2a = partial(jax.lax.all_to_all, axis_name=ep_axis, split_axis=1, concat_axis=1)
+        recv = a2a(buf_GxExSxD.reshape(Gl, n_ep, El, slots, D))  # [Gl, src, El, slots, D]
+        valid = a2a(valid_GxExS.reshape(Gl, n_ep, El, slots))
+    else:
+        recv = buf_GxExSxD.reshape(Gl, 1, El, slots, D)
+        valid = valid_GxExS.reshape(Gl, 1, El, slots)
+    M = Gl * n_ep * slots
+    x_ExMxD = recv.transpose(2, 0, 1, 3, 4).reshape(El, M, D)
+    if pooled_cap is None:
+        y_ExMxD = _experts(x_ExMxD, w, dtype)
+    else:
+        # Compact the waves that arrived into the expert's pooled capacity before the matmuls.
+        v_ExM = valid.transpose(2, 0, 1, 3).reshape(El, M)
+        cap = min(pooled_cap, M)
+        pos_ExM = jnp.where(v_ExM, jnp.cumsum(v_ExM, axis=1) - 1, cap)
+        e_ExM = jnp.broadcast_to(jnp.arange(El)[:, None], (El, M))
+        packed = jnp.zeros((El, cap, D), dtype).at[e_ExM, pos_ExM].set(x_ExMxD, mode="drop")
+        y_packed = _experts(packed, w, dtype)
+        y_ExMxD = y_packed[e_ExM, jnp.minimum(pos_ExM, cap - 1)] * v_ExM[..., None].astype(dtype)
+    back = y_ExMxD.reshape(El, Gl, n_ep, slots, D).transpose(1, 2, 0, 3, 4)
+    if ep_axis is not None:
+        back = jax.lax.all_to_all(back, ep_axis, split_axis=1, concat_axis=1)
+    out_GxExSxD = back.reshape(Gl, E, slots, D)
+    g_safe = jnp.minimum(g_TxK, Gl - 1)
+    r_safe = jnp.minimum(r_TxK, slots - 1)
+    return out_GxExSxD[g_safe, e_TxK, r_safe] * keep_TxK[..., None].astype(dtype)
+
+
+# ---------------------------------------------------------------- the block
+
+
+def route(h_TxD, router_DxE, bias_E, cfg):
+    """fp32 router: top-k on biased logits, combine weights from the unbiased ones. Returns a dict of arrays."""
+    logits_TxE = h_TxD.astype(jnp.float32) @ router_DxE.astype(jnp.float32)
+    _, e_TxK = jax.lax.top_k(logits_TxE + jax.lax.stop_gradient(bias_E), cfg.top_k)
+    chosen_TxK = jnp.take_along_axis(logits_TxE, e_TxK, axis=1)
+    if cfg.router == "sigmoid":
+        s_TxK = jax.nn.sigmoid(chosen_TxK)
+        s_TxE = jax.nn.sigmoid(logits_TxE)
+        probs_TxE = s_TxE / jnp.sum(s_TxE, axis=1, keepdims=True)
+    else:
+        s_TxK = jax.nn.softmax(chosen_TxK, axis=1)
+        probs_TxE = jax.nn.softmax(logits_TxE, axis=1)
+    w_TxK = s_TxK / jnp.sum(s_TxK, axis=1, keepdims=True)
+    return {"logits_TxE": logits_TxE, "e_TxK": e_TxK, "w_TxK": w_TxK, "probs_TxE": probs_TxE}
+
+
+def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None):
+    """Shared + routed experts. Returns (y_BxLxD, layer_aux) with counts, losses and keep statistics."""
+    B, L, D = h_BxLxD.shape
+    T, E, K = B * L, cfg.n_routed, cfg.top_k
+    h_TxD = h_BxLxD.reshape(T, D)
+    group = group_size(cfg, T)
+    Ng = T // group
+    rt = route(h_TxD, p["router"], bias_E, cfg)
+    e_TxK = rt["e_TxK"]
+
+    # Rank every assignment inside its (group, expert), choice-priority order: all 1st choices, then 2nd, ...
+    onehot_GxKxNxE = jax.nn.one_hot(e_TxK.reshape(Ng, group, K).transpose(0, 2, 1), E, dtype=jnp.int32)
+    csum = jnp.cumsum(onehot_GxKxNxE.reshape(Ng, K * group, E), axis=1).reshape(Ng, K, group, E)
+    r_TxK = (jnp.sum(csum * onehot_GxKxNxE, axis=-1) - 1).transpose(0, 2, 1).reshape(T, K)
+    n_GxE = csum[:, -1, -1, :]
+    kept_GxE = kept_per_group(n_GxE, cfg, group)
+    g_TxK = jnp.broadcast_to((jnp.arange(T) // group)[:, None], (T, K))
+    keep_TxK = r_TxK < kept_GxE[g_TxK, e_TxK]
+
+    slots = slots_per_source(cfg, group)
+    pooled = cfg.dispatch == "pooled_wave" and cfg.capacity_factor is not None
+    x_TxD = h_TxD.astype(dtype)
+    ep = 1 if mesh is None else mesh.shape["expert"]
+    if mesh is None:
+        out_TxKxD = _routed(x_TxD, e_TxK, r_TxK, keep_TxK, kept_GxE, p["experts"], group=group, slots=slots,
+                            pooled_cap=Ng * capacity(cfg, group) if pooled else None, ep_axis=None, n_ep=1,
+                            dtype=dtype)
+    else:
+        n_dev = mesh.shape["data"] * ep
+        if E % ep:
+            raise ConfigError("model.moe.expert_parallel", f"n_routed ({E}) must divide over the expert axis ({ep})")
+        if T % (n_dev * group):
+            raise ConfigError("model.moe.group_size",
+                              f"each of {n_dev} devices must hold whole groups: {T} tokens, group_size {group}")
+        body = partial(_routed, group=group, slots=slots,
+                       pooled_cap=Ng * capacity(cfg, group) if pooled else None, ep_axis="expert", n_ep=ep,
+                       dtype=dtype)
+        tok = P(TOKENS)
+        out_TxKxD = jax.shard_map(body, mesh=mesh, in_specs=(tok, tok, tok, tok, tok, P("expert")),
+                                  out_specs=tok)(x_TxD, e_TxK, r_TxK, keep_TxK, kept_GxE, p["experts"])
+    w_TxK = (rt["w_TxK"] * keep_TxK).astype(dtype)
+    y_TxD = jnp.einsum("tk,tkd->td", w_TxK, out_TxKxD)
+    if "shared" in p:
+        from training.model import swiglu
+
+        y_TxD = y_TxD + swiglu(x_TxD, p["shared"], dtype)
+
+    load_E = jnp.sum(n_GxE, axis=0).astype(jnp.float32)
+    frac_E = load_E / (T * K)
+    lb_loss = E * jnp.sum(frac_E * jnp.mean(rt["probs_TxE"], axis=0))
+    z_loss = jnp.mean(jax.nn.logsumexp(rt["logits_TxE"], axis=1) ** 2)
+    dropped = jnp.sum(n_GxE - kept_GxE).astype(jnp.float32)
+    aux = {"load_E": load_E, "dropped": dropped, "lb_loss": lb_loss, "z_loss": z_loss,
+           "drop_fraction": dropped / (T * K)}
+    return y_TxD.reshape(B, L, D), aux
+
+
+def layer_metrics(i: int, aux: dict, bias_E) -> dict:
+    """Per-layer router statistics under the names the brief lists (vectors are published per element)."""
+    load_E = aux["load_E"]
+    share_E = load_E / jnp.maximum(jnp.sum(load_E), 1.0)
+    pre = f"train/router/layer_{i}/"
+    return {
+        pre + "routing_hist": load_E,  # assignments per expert, before capacity
+        pre + "routing_entropy": -jnp.sum(jnp.where(share_E > 0, share_E * jnp.log(share_E), 0.0)),  # nats
+        pre + "load_balancing_loss": aux["lb_loss"],
+        pre + "router_z_loss": aux["z_loss"],
+        pre + "capacity_overflow_rate": aux["drop_fraction"],  # dropped / assigned at this layer
+        pre + "max_mean_load": jnp.max(load_E) / jnp.maximum(jnp.mean(load_E), 1e-9),
+        pre + "router_bias": bias_E,
+    }
+
+
+def update_bias(bias_NxE, load_NxE, rate: float):
+    """bias += rate * sign(mean_load - load), then mean-centred per layer (it only ranks experts)."""
+    step = rate * jnp.sign(jnp.mean(load_NxE, axis=-1, keepdims=True) - load_NxE)
+    new = bias_NxE + step
+    return new - jnp.mean(new, axis=-1, keepdims=True)

@@ -1,0 +1,121 @@
+"""The pure, jitted train step: loss, gradients, AdamW update with the LR as an argument, and its metrics.
+
+The learning rate and the fault multiplier are traced arguments, so re-plans, LR multipliers and injected faults
+never recompile. A non-finite loss or gradient skips the update (params, optimizer and router state unchanged)
+and is reported, so one bad batch cannot poison the run; the loop decides when to give up.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from training import model as model_lib
+
+
+def make_optimizer(train_cfg) -> optax.GradientTransformation:
+    """AdamW without the LR: the step multiplies the update by -lr itself (decay is decoupled, scaled by lr)."""
+    parts = []
+    if train_cfg.grad_clip > 0:
+        parts.append(optax.clip_by_global_norm(train_cfg.grad_clip))
+    parts.append(optax.scale_by_adam(b1=train_cfg.beta1, b2=train_cfg.beta2, eps=train_cfg.eps))
+    if train_cfg.weight_decay > 0:
+        # Matrices only: norms' scales (1-D) are not decayed.
+        parts.append(optax.add_decayed_weights(train_cfg.weight_decay, mask=lambda p: jax.tree.map(
+            lambda x: x.ndim >= 2, p)))
+    return optax.chain(*parts)
+
+
+def init_state(cfg, key) -> dict:
+    """The whole device-side training state: params, optimizer state, router state and the step RNG."""
+    k_init, k_rng = jax.random.split(key)
+    params, model_state = model_lib.init(cfg.model, k_init)
+    opt_state = make_optimizer(cfg.train).init(params)
+    return {"params": params, "opt_state": opt_state, "model_state": model_state, "rng": k_rng}
+
+
+def _path_name(path) -> str:
+    parts = []
+    for p in path:
+        parts.append(str(getattr(p, "key", getattr(p, "idx", getattr(p, "name", p)))))
+    return "/".join(parts)
+
+
+def _loss_fn(params, model_state, tokens_BxL1, domain_ids_B, loss_scale, cfg, n_domains, mesh):
+    inputs_BxL, targets_BxL = tokens_BxL1[:, :-1], tokens_BxL1[:, 1:]
+    logits_BxLxV, aux = model_lib.apply(params, model_state, inputs_BxL, cfg.model, mesh=mesh)
+    logp_BxLxV = jax.nn.log_softmax(logits_BxLxV, axis=-1)
+    nll_BxL = -jnp.take_along_axis(logp_BxLxV, targets_BxL[..., None], axis=-1)[..., 0]
+    ce = jnp.mean(nll_BxL)
+    # loss_scale is 1.0 (bit-exact no-op) or NaN for an injected fault: the NaN then flows through the gradient.
+    loss = (ce + aux["aux_loss"]) * loss_scale
+    seq_nll_B = jnp.mean(nll_BxL, axis=-1)
+    dom_sum_D = jax.ops.segment_sum(seq_nll_B, domain_ids_B, num_segments=n_domains)
+    dom_cnt_D = jax.ops.segment_sum(jnp.ones_like(seq_nll_B), domain_ids_B, num_segments=n_domains)
+    return loss, {"ce": ce, "aux": aux, "dom_sum_D": dom_sum_D, "dom_cnt_D": dom_cnt_D}
+
+
+def train_step(state: dict, tokens_BxL1, domain_ids_B, lr, loss_scale, *, cfg, n_domains: int, mesh=None):
+    """One optimizer step. Returns (new_state, metrics) with metrics a flat dict of device scalars/vectors."""
+    params, opt_state, model_state = state["params"], state["opt_state"], state["model_state"]
+    tx = make_optimizer(cfg.train)
+    (loss, ex), grads = jax.value_and_grad(_loss_fn, has_aux=True)(
+        params, model_state, tokens_BxL1, domain_ids_B, loss_scale, cfg, n_domains, mesh)
+    updates, new_opt_state = tx.update(grads, opt_state, params)
+    updates = jax.tree.map(lambda u: -lr * u, updates)
+    new_params = optax.apply_updates(params, updates)
+    new_model_state = model_lib.update_state(model_state, ex["aux"], cfg.model)
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    if cfg.train.skip_nonfinite:
+        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
+        new_params, new_opt_state = keep(new_params, params), keep(new_opt_state, opt_state)
+        new_model_state = keep(new_model_state, model_state)
+    rng, _ = jax.random.split(state["rng"])
+    metrics: dict[str, Any] = {
+        "train/loss": loss,
+        "train/cross_entropy_loss": ex["ce"],
+        "train/aux_loss": ex["aux"]["aux_loss"],
+        "grad/norm/total": grad_norm,
+        "optim/update_norm": optax.global_norm(updates),
+        "params/norm/total": optax.global_norm(new_params),
+        "optim/learning_rate": lr,
+        "train/finite": finite.astype(jnp.float32),
+        "_dom_sum_D": ex["dom_sum_D"],
+        "_dom_cnt_D": ex["dom_cnt_D"],
+    }
+    for path, g in jax.tree_util.tree_flatten_with_path(grads)[0]:
+        metrics[f"grad/norm/{_path_name(path)}"] = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32))))
+    metrics.update(ex["aux"]["metrics"])
+    new_state = {"params": new_params, "opt_state": new_opt_state, "model_state": new_model_state, "rng": rng}
+    return new_state, metrics
+
+
+def jit_train_step(cfg, n_domains: int, mesh=None):
+    """The compiled step: f(state, tokens_BxL1, domain_ids_B, lr, loss_scale) -> (state, metrics)."""
+    return jax.jit(partial(train_step, cfg=cfg, n_domains=n_domains, mesh=mesh))
+
+
+def to_host_metrics(metrics: dict, domain_names: list[str]) -> dict[str, float]:
+    """Device metrics (already fetched to numpy) to flat published names; vectors become `<name>/<i>`."""
+    import numpy as np
+
+    out: dict[str, float] = {}
+    for name, v in metrics.items():
+        if name.startswith("_"):
+            continue
+        a = np.asarray(v)
+        if a.ndim == 0:
+            out[name] = float(a)
+        else:
+            for i, x in enumerate(a.reshape(-1)):
+                out[f"{name}/{i}"] = float(x)
+    s, c = np.asarray(metrics["_dom_sum_D"]), np.asarray(metrics["_dom_cnt_D"])
+    for i, d in enumerate(domain_names):
+        if c[i] > 0:  # a domain absent from this batch has no loss at this step (not zero)
+            out[f"train/loss/{d}"] = float(s[i] / c[i])
+    return out

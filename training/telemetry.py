@@ -1,0 +1,266 @@
+"""Hardware telemetry on a ~1 Hz background thread (psutil, NVML), and a step timer giving tokens/s and MFU.
+
+GPU numbers come only from NVML (pynvml when installed, else libnvidia-ml through ctypes); with no GPU or no
+NVML they are absent, never faked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from contextlib import contextmanager
+
+import psutil
+
+# ---------------------------------------------------------------------------------------------- NVML
+class _CtypesNvml:
+    """The handful of NVML calls we need, straight from libnvidia-ml (ships with the driver), pynvml-shaped."""
+
+    class _Util(ctypes.Structure):
+        _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+    class _Mem(ctypes.Structure):
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(self):
+        self._lib = ctypes.CDLL("libnvidia-ml.so.1")
+        self._call("nvmlInit_v2")
+
+    def _call(self, name, *args):
+        rc = getattr(self._lib, name)(*args)
+        if rc != 0:
+            raise OSError(f"{name} failed with NVML status {rc}")
+
+    def nvmlDeviceGetCount(self):
+        n = ctypes.c_uint()
+        self._call("nvmlDeviceGetCount_v2", ctypes.byref(n))
+        return n.value
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        h = ctypes.c_void_p()
+        self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(i), ctypes.byref(h))
+        return h
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        u = self._Util()
+        self._call("nvmlDeviceGetUtilizationRates", h, ctypes.byref(u))
+        return u
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        m = self._Mem()
+        self._call("nvmlDeviceGetMemoryInfo", h, ctypes.byref(m))
+        return m
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        mw = ctypes.c_uint()
+        self._call("nvmlDeviceGetPowerUsage", h, ctypes.byref(mw))
+        return mw.value
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        t = ctypes.c_uint()
+        self._call("nvmlDeviceGetTemperature", h, ctypes.c_int(sensor), ctypes.byref(t))
+        return t.value
+
+
+def open_nvml():
+    """(nvml module-like object, backend name), or (None, reason) when there is no usable NVML."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml, "pynvml"
+    except ImportError:
+        pass
+    except Exception as e:  # pynvml present but no driver/GPU
+        return None, f"pynvml: {e}"
+    try:
+        return _CtypesNvml(), "ctypes:libnvidia-ml.so.1"
+    except OSError as e:
+        return None, f"no NVML ({e})"
+
+
+def _gpu_sample(nvml, handles) -> dict[str, float]:
+    out = {}
+    for i, h in enumerate(handles):
+        p = f"hw/gpu{i}/"
+        # Each reading on its own: MIG slices and some boards refuse power or utilisation queries.
+        for fn in (lambda: {"util_percent": nvml.nvmlDeviceGetUtilizationRates(h).gpu,
+                            "mem_bandwidth_util_percent": nvml.nvmlDeviceGetUtilizationRates(h).memory},
+                   lambda: (lambda m: {"mem_used_bytes": m.used, "mem_total_bytes": m.total,
+                                       "mem_percent": 100.0 * m.used / max(1, m.total)})(
+                       nvml.nvmlDeviceGetMemoryInfo(h)),
+                   lambda: {"power_watts": nvml.nvmlDeviceGetPowerUsage(h) / 1000.0},
+                   lambda: {"temperature_c": nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)}):
+            try:
+                out.update({p + k: float(v) for k, v in fn().items()})
+            except Exception:
+                pass
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- monitor
+class HardwareMonitor:
+    """Samples every `interval_s` on a daemon thread; `latest()` returns the newest readings (hw/... names)."""
+
+    def __init__(self, interval_s: float = 1.0, gpu: bool = True):
+        self.interval_s = interval_s
+        self._proc = psutil.Process()
+        self._lock = threading.Lock()
+        self._latest: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors = 0
+        self.nvml, self.gpu_backend, self._handles = None, "disabled", []
+        if gpu:
+            self.nvml, self.gpu_backend = open_nvml()
+            if self.nvml is not None:
+                try:
+                    self._handles = [self.nvml.nvmlDeviceGetHandleByIndex(i)
+                                     for i in range(self.nvml.nvmlDeviceGetCount())]
+                except Exception as e:
+                    self.nvml, self.gpu_backend = None, f"NVML device query failed: {e}"
+        # cpu_percent(None) measures since the previous call; prime both so the first sample means something.
+        psutil.cpu_percent(None)
+        self._proc.cpu_percent(None)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self._handles)
+
+    def sample(self) -> dict[str, float]:
+        vm = psutil.virtual_memory()
+        mem = self._proc.memory_info()
+        out = {"hw/cpu_percent": psutil.cpu_percent(None),
+               "hw/process_cpu_percent": self._proc.cpu_percent(None),  # can exceed 100: one per busy core
+               "hw/rss_bytes": float(mem.rss),
+               "hw/host_mem_percent": vm.percent,
+               "hw/host_mem_used_bytes": float(vm.total - vm.available),
+               "hw/load1": os.getloadavg()[0],
+               "hw/process_threads": float(self._proc.num_threads())}
+        if self.nvml is not None:
+            out.update(_gpu_sample(self.nvml, self._handles))
+        return {k: float(v) for k, v in out.items()}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                s = self.sample()
+            except Exception:  # telemetry must never take training down
+                self.errors += 1
+                continue
+            with self._lock:
+                self._latest = s
+
+    def start(self) -> "HardwareMonitor":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="hw-telemetry", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def latest(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._latest)
+
+    def describe(self) -> dict:
+        return {"gpu_backend": self.gpu_backend, "gpu_count": self.gpu_count, "interval_s": self.interval_s,
+                "cpu_count": os.cpu_count()}
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+# Dense bf16 peak per chip, from vendor data sheets (no sparsity). Matched as a substring of jax's device_kind.
+PEAK_FLOPS_BY_DEVICE = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12, "A10G": 125e12,
+                        "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12,
+                        "TPU v6": 918e12}
+# CPU assumption: every usable core retires 2 AVX2/FMA instructions per cycle on 8 fp32 lanes = 32 FLOP/cycle
+# at 3.0 GHz. It is a rough ceiling (no AVX-512, no turbo accounting); override with OBS_PEAK_FLOPS.
+CPU_FLOPS_PER_CYCLE = 32
+CPU_HZ = 3.0e9
+
+
+def peak_flops(device_kind: str | None = None, n_devices: int = 1, override: float | None = None) -> tuple[float, str]:
+    """(peak FLOP/s for the whole job, how it was decided). Order: override, $OBS_PEAK_FLOPS, table, CPU guess."""
+    if override:
+        return float(override), "config"
+    env = os.environ.get("OBS_PEAK_FLOPS")
+    if env:
+        try:
+            return float(env), "env OBS_PEAK_FLOPS"
+        except ValueError:
+            pass
+    if device_kind and device_kind.lower() != "cpu":
+        for name, flops in PEAK_FLOPS_BY_DEVICE.items():
+            if name.lower() in device_kind.lower():
+                return flops * n_devices, f"{name} dense bf16 x {n_devices}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores * CPU_HZ * CPU_FLOPS_PER_CYCLE, f"cpu assumption: {cores} cores x 3.0 GHz x 32 FLOP/cycle"
+
+
+def transformer_flops_per_token(active_params: int, n_layers: int, seq_len: int, d_model: int) -> float:
+    """Training FLOPs per token: 6N for the weight matmuls forward+backward, plus 12·L·T·D for attention
+    scores and values (PaLM, appendix B; no discount for the causal mask)."""
+    return 6.0 * active_params + 12.0 * n_layers * seq_len * d_model
+
+
+# ---------------------------------------------------------------------------------------------- step timer
+PHASES = ("data", "compute", "host")
+
+
+class StepTimer:
+    """Splits wall time between consecutive `end()` calls into data / compute / host.
+
+    Call `mark("data")` after fetching the batch, `mark("compute")` after blocking on the step's result (with
+    JAX's async dispatch, where you block is where compute shows up); whatever is left is host time.
+    """
+
+    def __init__(self, tokens_per_step: int, flops_per_token: float = 0.0, peak_flops_per_s: float | None = None):
+        self.tokens_per_step = tokens_per_step
+        self.flops_per_token = flops_per_token
+        self.peak = peak_flops_per_s
+        self._t0 = self._last = time.perf_counter()
+        self._acc = dict.fromkeys(PHASES, 0.0)
+
+    def start(self) -> None:
+        """Restart the clock (after a pause or checkpoint that should not count as a slow step)."""
+        self._t0 = self._last = time.perf_counter()
+        self._acc = dict.fromkeys(PHASES, 0.0)
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self._acc[phase] += now - self._last
+        self._last = now
+
+    @contextmanager
+    def phase(self, phase: str):
+        self._last = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.mark(phase)
+
+    def end(self) -> dict[str, float]:
+        now = time.perf_counter()
+        total = max(now - self._t0, 1e-12)
+        data, compute = self._acc["data"], self._acc["compute"]
+        tps = self.tokens_per_step / total
+        out = {"time/step_s": total, "time/data_s": data, "time/compute_s": compute,
+               "time/host_s": max(0.0, total - data - compute), "throughput/tokens_per_second": tps}
+        if self.peak and self.flops_per_token:
+            out["throughput/mfu"] = tps * self.flops_per_token / self.peak
+        self._t0 = self._last = now
+        self._acc = dict.fromkeys(PHASES, 0.0)
+        return out

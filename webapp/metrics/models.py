@@ -1,0 +1,75 @@
+"""Series storage: raw points for narrow windows, a min/max block pyramid for wide ones (observatory.downsample).
+
+A full-range query over N points reads a few thousand Block rows at the coarsest sufficient level instead of
+N Point rows; every block keeps its min and max at their true steps, so spikes survive any zoom.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from observatory.downsample import Summary
+from webapp.runs.models import Run
+
+
+class Series(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series", db_index=False)  # see below
+    name = models.CharField(max_length=200)
+    # Totals kept by the writers (from the top pyramid level) so that queries clip to real data cheaply.
+    count = models.BigIntegerField(default=0)
+    first_step = models.BigIntegerField(null=True)
+    last_step = models.BigIntegerField(null=True)
+
+    class Meta:
+        constraints = [
+            # serves: (run, name) lookups in the API and ingest, and a run's series listed by name
+            models.UniqueConstraint(fields=["run", "name"], name="series_run_name"),
+        ]
+
+    def __str__(self):
+        return f"{self.run_id}:{self.name}"
+
+
+class Point(models.Model):
+    """One value at one step. Non-finite values have value NULL and special = NAN/POSINF/NEGINF
+    (SQLite would turn a stored NaN into NULL silently; a diverged loss must never vanish)."""
+
+    # serves: every raw range read (series, step BETWEEN a AND b ORDER BY step) and the (series, step) upsert
+    pk = models.CompositePrimaryKey("series_id", "step")
+    series = models.ForeignKey(Series, on_delete=models.CASCADE, db_index=False)  # the PK leads with it
+    step = models.BigIntegerField()
+    value = models.FloatField(null=True)
+    special = models.SmallIntegerField(default=0)  # observatory.downsample FINITE / NAN / POSINF / NEGINF
+
+    class Meta:
+        indexes = [
+            # serves: "which points in this window are non-finite?" without scanning the finite ones
+            models.Index(fields=["series", "step"], condition=models.Q(special__gt=0), name="point_nonfinite"),
+        ]
+
+
+class Block(models.Model):
+    """Summary of the points with step in [idx * 8**(level+1), (idx+1) * 8**(level+1))."""
+
+    # serves: blocks of one level in an index range (the wide-window read) and the per-block upsert
+    pk = models.CompositePrimaryKey("series_id", "level", "idx")
+    series = models.ForeignKey(Series, on_delete=models.CASCADE, db_index=False)  # the PK leads with it
+    level = models.SmallIntegerField()
+    idx = models.BigIntegerField()
+    count = models.BigIntegerField()
+    first_step = models.BigIntegerField()
+    last_step = models.BigIntegerField()
+    min = models.FloatField(null=True)  # over finite values only; NULL when the block has none
+    min_step = models.BigIntegerField(null=True)
+    max = models.FloatField(null=True)
+    max_step = models.BigIntegerField(null=True)
+    nan = models.BigIntegerField(default=0)
+    posinf = models.BigIntegerField(default=0)
+    neginf = models.BigIntegerField(default=0)
+    ns_step = models.BigIntegerField(null=True)  # first non-finite point in the block, and its kind
+    ns_kind = models.SmallIntegerField(default=0)
+
+    SUMMARY_FIELDS = Summary.FIELDS
+
+    def summary(self) -> Summary:
+        return Summary(**{f: getattr(self, f) for f in self.SUMMARY_FIELDS})

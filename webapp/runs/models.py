@@ -1,0 +1,148 @@
+"""A training run as the web knows it: identity, lifecycle state, liveness, and its event log."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+
+from django.db import models
+from django.utils import timezone
+
+from observatory import contract
+
+STATE_CHOICES = [(s, s) for s in ("unknown", *contract.STATES)]
+ENDED_STATES = ("stopped", "failed")
+
+
+class Health(models.TextChoices):
+    ALIVE = "alive"  # heartbeat key present (or a heartbeat within its TTL)
+    STALE = "stale"  # heartbeat expired recently: hung, or the trainer just died
+    LOST = "lost"  # silent for longer than OBS_LOST_AFTER_S
+    ENDED = "ended"  # stopped or failed on purpose; no heartbeat expected
+    UNKNOWN = "unknown"  # never sent a heartbeat
+
+
+def from_unix(t: float | None) -> dt.datetime | None:
+    if t is None or not isinstance(t, (int, float)) or not math.isfinite(t):
+        return None
+    try:
+        return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def json_clean(obj):
+    """JSON columns reject NaN/Infinity on PostgreSQL and SQLite: keep them as the strings JavaScript prints."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {str(k): json_clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_clean(v) for v in obj]
+    return obj
+
+
+class RunQuerySet(models.QuerySet):
+    def for_list(self):
+        return self.order_by("-updated_at")
+
+    def watched(self):
+        """Runs whose liveness matters: not ended on purpose."""
+        return self.exclude(state__in=ENDED_STATES)
+
+
+class Run(models.Model):
+    id = models.CharField(primary_key=True, max_length=64)  # the trainer's run id (contract.RUN_ID_RE)
+    name = models.CharField(max_length=200, blank=True)
+    config = models.JSONField(default=dict, blank=True)
+    manifest = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=STATE_CHOICES, default="unknown")
+    state_detail = models.TextField(blank=True)
+    phase = models.CharField(max_length=16, blank=True)  # from the latest heartbeat
+    health = models.CharField(max_length=8, choices=Health.choices, default=Health.UNKNOWN)
+    last_step = models.BigIntegerField(null=True, blank=True)
+    heartbeat = models.JSONField(default=dict, blank=True)  # the latest heartbeat's data (tokens, eta_s, ...)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    source = models.CharField(max_length=16, default="stream")  # "stream" (live trainer) or "wandb" (imported)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["-updated_at"], name="run_updated"),  # serves: the run list, newest first
+            models.Index(fields=["state"], name="run_state"),  # serves: check_heartbeats' watched() filter
+        ]
+
+    def __str__(self):
+        return self.name or self.id
+
+    def summary(self) -> dict:
+        """What lists and the live badge show."""
+        return {
+            "id": self.id,
+            "name": self.name or self.id,
+            "state": self.state,
+            "phase": self.phase,
+            "health": self.health,
+            "last_step": self.last_step,
+            "started_at": _iso(self.started_at),
+            "updated_at": _iso(self.updated_at),
+            "last_heartbeat_at": _iso(self.last_heartbeat_at),
+            "source": self.source,
+        }
+
+    def detail(self) -> dict:
+        last_event = self.events.order_by("-id").values_list("id", flat=True).first()
+        return {**self.summary(), "state_detail": self.state_detail, "heartbeat": self.heartbeat,
+                "config": self.config, "manifest": self.manifest, "last_event_id": last_event or 0,
+                "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S}
+
+    def health_at(self, now: dt.datetime, key_alive: bool, lost_after_s: float) -> str:
+        """Liveness from the heartbeat key (set by the trainer with a TTL) and the last heartbeat ingested."""
+        if self.state in ENDED_STATES:
+            return Health.ENDED
+        if key_alive:
+            return Health.ALIVE
+        if self.last_heartbeat_at is None:
+            return Health.UNKNOWN if self.health == Health.UNKNOWN else Health.STALE
+        age = (now - self.last_heartbeat_at).total_seconds()
+        if age <= contract.HEARTBEAT_TTL_S:
+            return Health.ALIVE
+        return Health.STALE if age <= lost_after_s else Health.LOST
+
+
+def _iso(t):
+    return t.isoformat() if t else None
+
+
+class RunEvent(models.Model):
+    """Things that happened to a run, in arrival order: trainer events, state changes, rewinds."""
+
+    KIND_EVENT, KIND_STATE, KIND_REWIND = "event", "state", "rewind"
+    KINDS = [(k, k) for k in (KIND_EVENT, KIND_STATE, KIND_REWIND)]
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=8, choices=KINDS)
+    name = models.CharField(max_length=200)
+    step = models.BigIntegerField(null=True)
+    payload = models.JSONField(default=dict, blank=True)
+    t = models.DateTimeField(null=True)  # when the trainer says it happened
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # serves: a run's events after a given id (dashboard load, resume replay), newest last
+            models.Index(fields=["run", "id"], name="runevent_run_id"),
+        ]
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "name": self.name, "step": self.step, "payload": self.payload,
+                "t": _iso(self.t)}
+
+
+def dumps(obj) -> str:
+    return json.dumps(json_clean(obj), separators=(",", ":"))

@@ -1,0 +1,215 @@
+"""Django settings: every knob comes from the environment, read here through typed helpers that fail loudly.
+
+Variables (see the README's configuration table):
+    OBS_DEBUG            bool, default off
+    DJANGO_SECRET_KEY    (or DJANGO_SECRET_KEY_FILE) required unless OBS_DEBUG is on or tests are running
+    OBS_ALLOWED_HOSTS    comma list, default "127.0.0.1,localhost"
+    REDIS_URL            default redis://127.0.0.1:6379/0 (streams, channel layer, Celery broker)
+    DATABASE_URL         postgres://user:pass@host:port/db or sqlite:///path; unset -> SQLite in OBS_DATA_DIR
+    OBS_DATA_DIR         default var/ (SQLite file, Celery beat schedule, collected static)
+    OBS_SERVE_STATIC     bool, default on: the ASGI app serves /static/ itself (no CDN, no extra server needed)
+    OBS_LOG_LEVEL        default INFO
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None) -> str:
+    val = os.environ.get(name)
+    if val is None:
+        if default is None:
+            raise ImproperlyConfigured(f"environment variable {name} is required")
+        return default
+    return val
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    low = raw.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def env_secret(name: str) -> str | None:
+    """NAME, or the contents of the file named by NAME_FILE (Docker/systemd secrets). Both set is an error."""
+    direct, path = os.environ.get(name), os.environ.get(f"{name}_FILE")
+    if direct and path:
+        raise ImproperlyConfigured(f"set {name} or {name}_FILE, not both")
+    if path:
+        try:
+            val = Path(path).read_text().strip()
+        except OSError as e:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {e}") from None
+        if not val:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r} is empty")
+        return val
+    return direct or None
+
+
+def database_from_url(url: str, data_dir: Path) -> dict:
+    """DATABASE_URL -> a DATABASES entry. postgres[ql]://user:pass@host:port/name?opt=v or sqlite:///path."""
+    u = urlparse(url)
+    if u.scheme in ("postgres", "postgresql"):
+        name = unquote(u.path.lstrip("/"))
+        if not name:
+            raise ImproperlyConfigured(f"DATABASE_URL {url!r} names no database")
+        try:
+            port = u.port
+        except ValueError:
+            raise ImproperlyConfigured(f"DATABASE_URL {url!r} has a bad port") from None
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": name,
+            "USER": unquote(u.username or ""),
+            "PASSWORD": unquote(u.password or ""),
+            "HOST": u.hostname or "",
+            "PORT": str(port or ""),
+            "OPTIONS": dict(parse_qsl(u.query)),
+            "CONN_MAX_AGE": 0,  # ASGI runs views in threads; persistent connections would pile up
+            "TEST": {"NAME": f"test_{name}_{os.getpid()}"},  # parallel test runs must not share a database
+        }
+    if u.scheme == "sqlite":
+        path = u.path[1:] if u.path.startswith("//") else u.path.lstrip("/")  # sqlite:////abs, sqlite:///rel
+        if not path:
+            raise ImproperlyConfigured(f"DATABASE_URL {url!r} names no file")
+        return _sqlite(Path(path) if Path(path).is_absolute() else BASE_DIR / path, data_dir)
+    raise ImproperlyConfigured(f"DATABASE_URL scheme {u.scheme!r} not supported (use postgres:// or sqlite:///)")
+
+
+def _sqlite(path: Path, data_dir: Path) -> dict:
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        "OPTIONS": {
+            # WAL: the web server reads while ingest writes; IMMEDIATE: writers queue instead of failing.
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        },
+        # A file (not :memory:) so that test subprocesses (daphne, ingest) can share it; per-pid for parallel runs.
+        "TEST": {"NAME": str(data_dir / f"test-observatory-{os.getpid()}.sqlite3")},
+    }
+
+
+# ---------------------------------------------------------------------------------------------- core
+TESTING = "pytest" in sys.modules or sys.argv[1:2] == ["test"]
+DEBUG = env_bool("OBS_DEBUG", False)
+DATA_DIR = Path(env_str("OBS_DATA_DIR", str(BASE_DIR / "var")))
+if not DATA_DIR.is_absolute():
+    DATA_DIR = BASE_DIR / DATA_DIR
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY")
+if not SECRET_KEY:
+    if not (DEBUG or TESTING):
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY or DJANGO_SECRET_KEY_FILE must be set unless OBS_DEBUG=1")
+    SECRET_KEY = "dev-only-insecure-key-never-use-in-production"
+
+ALLOWED_HOSTS = env_list("OBS_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+if urlparse(REDIS_URL).scheme not in ("redis", "rediss", "unix"):
+    raise ImproperlyConfigured(f"REDIS_URL {REDIS_URL!r} is not a redis://, rediss:// or unix:// URL")
+
+_db_url = os.environ.get("DATABASE_URL", "").strip()
+DATABASES = {"default": database_from_url(_db_url, DATA_DIR) if _db_url
+             else _sqlite(DATA_DIR / "observatory.sqlite3", DATA_DIR)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "daphne",  # first: its runserver speaks ASGI (WebSockets) in development
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "webapp.runs",
+    "webapp.metrics",
+    "webapp.live",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+ASGI_APPLICATION = "webapp.asgi.application"
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "DIRS": [BASE_DIR / "templates"],
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+SERVE_STATIC = env_bool("OBS_SERVE_STATIC", True)
+
+# ---------------------------------------------------------------------------------------------- realtime
+# Pub/sub layer: the default RedisChannelLayer saturates near 300-500 group_send/s (BRIEF §4).
+CHANNEL_LAYERS = {"default": {
+    "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+    "CONFIG": {"hosts": [REDIS_URL]},
+}}
+
+# ---------------------------------------------------------------------------------------------- celery
+CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "check-heartbeats": {"task": "runs.check_heartbeats", "schedule": 10.0},
+}
+
+# ---------------------------------------------------------------------------------------------- observatory
+OBS_LOST_AFTER_S = 300  # a run silent this long after its heartbeat expired is "lost" rather than "stale"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
+    "loggers": {
+        "observatory": {"level": env_str("OBS_LOG_LEVEL", "INFO"), "handlers": ["stderr"], "propagate": False},
+        "django": {"level": "INFO" if DEBUG else "WARNING"},
+    },
+}

@@ -1,0 +1,10 @@
+"""Top-level URLs: pages and the public JSON API (WebSocket routes live in webapp.live.routing)."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("webapp.runs.urls")),
+    path("api/", include("webapp.metrics.urls")),
+    path("admin/", admin.site.urls),
+]
