@@ -94,6 +94,32 @@ class Summary:
         if self.ns_step is None or step < self.ns_step:
             self.ns_step, self.ns_kind = step, special
 
+    def merge_row(self, row: Sequence) -> "Summary":
+        """merge() for a row of values in FIELDS order (a database row), without building a Summary."""
+        (count, first_step, last_step, mn, mn_step, mx, mx_step, nan, posinf, neginf, ns_step, ns_kind) = row
+        if not count:
+            return self
+        if self.count == 0:
+            (self.count, self.first_step, self.last_step, self.min, self.min_step, self.max, self.max_step,
+             self.nan, self.posinf, self.neginf, self.ns_step, self.ns_kind) = row
+            return self
+        self.count += count
+        if first_step < self.first_step:
+            self.first_step = first_step
+        if last_step > self.last_step:
+            self.last_step = last_step
+        if mn is not None and (self.min is None or mn < self.min or (mn == self.min and mn_step < self.min_step)):
+            self.min, self.min_step = mn, mn_step
+        if mx is not None and (self.max is None or mx > self.max or (mx == self.max and mx_step < self.max_step)):
+            self.max, self.max_step = mx, mx_step
+        if nan or posinf or neginf:
+            self.nan += nan
+            self.posinf += posinf
+            self.neginf += neginf
+            if ns_step is not None and (self.ns_step is None or ns_step < self.ns_step):
+                self.ns_step, self.ns_kind = ns_step, ns_kind
+        return self
+
     def merge(self, o: "Summary | None") -> "Summary":
         """Fold another summary into this one (in place) and return self."""
         if o is None or o.count == 0:

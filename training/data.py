@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import glob
 import gzip
+import functools
 import hashlib
 import json
 import math
@@ -47,7 +48,7 @@ class DataConfig:
     builtin_domains: tuple[str, ...] = BUILTIN_DOMAINS  # which built-in domains to load
     corpora: Mapping[str, str] = field(default_factory=dict)  # user domain name -> directory of files
     max_bytes_per_domain: int = 4_000_000  # read cap per domain, keeps start-up under ~2 s
-    docstring_source_bytes: int = 2_500_000  # source parsed for docstrings; ast runs at ~3 MB/s
+    docstring_source_bytes: int = 2_000_000  # source parsed for docstrings; ast runs at ~3 MB/s
     eval_fraction: float = 0.02  # tail of each domain held out for eval batches
     stages: tuple[StageConfig, ...] | None = None  # None: pretrain 80% / midtrain 20% (default_stages)
 
@@ -162,11 +163,11 @@ class _Collector:
             self.sources.append({"kind": kind, "pattern": pattern, "files": files, "bytes": nbytes})
 
 
-def _read_all(paths: list[str]) -> Iterator[bytes]:
+def _read_all(paths: list[str], limit: int) -> Iterator[bytes]:
     for p in paths:
         try:
-            with open(p, "rb") as f:
-                yield gzip.decompress(f.read()) if p.endswith(".gz") else f.read()
+            with (gzip.open if p.endswith(".gz") else open)(p, "rb") as f:
+                yield f.read(limit)  # a huge file costs no more than the domain's cap
         except (OSError, EOFError, gzip.BadGzipFile):
             continue
 
@@ -174,6 +175,7 @@ def _read_all(paths: list[str]) -> Iterator[bytes]:
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test", "pydoc_data"}
 
 
+@functools.lru_cache(maxsize=1)
 def _stdlib_files() -> tuple[str, list[str]]:
     root = sysconfig.get_paths()["stdlib"]
     out = []
@@ -185,7 +187,7 @@ def _stdlib_files() -> tuple[str, list[str]]:
 
 def _python_stdlib(c: _Collector) -> None:
     root, files = _stdlib_files()
-    c.source("python_source", f"{root}/**/*.py (no tests, no site-packages)", _read_all(files))
+    c.source("python_source", f"{root}/**/*.py (no tests, no site-packages)", _read_all(files, c.cap))
 
 
 def _docstrings(c: _Collector, source_cap: int) -> None:
@@ -193,7 +195,7 @@ def _docstrings(c: _Collector, source_cap: int) -> None:
 
     def texts():
         parsed = 0
-        for raw in _read_all(files):
+        for raw in _read_all(files, source_cap):
             if parsed >= source_cap:
                 return
             parsed += len(raw)
@@ -211,17 +213,17 @@ def _docstrings(c: _Collector, source_cap: int) -> None:
 
 def _licenses(c: _Collector) -> None:
     stdlib = sysconfig.get_paths()["stdlib"]
-    c.source("python_license", f"{stdlib}/LICENSE.txt", _read_all([os.path.join(stdlib, "LICENSE.txt")]))
+    c.source("python_license", f"{stdlib}/LICENSE.txt", _read_all([os.path.join(stdlib, "LICENSE.txt")], c.cap))
     common = "/usr/share/common-licenses"
     paths = sorted({os.path.realpath(p) for p in glob.glob(f"{common}/*") if os.path.isfile(p)})
-    c.source("debian_common_licenses", f"{common}/*", _read_all(_hashed(paths, common)))
+    c.source("debian_common_licenses", f"{common}/*", _read_all(_hashed(paths, common), c.cap))
     for sp in sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}):
         pats = [f"{sp}/*.dist-info/LICEN[CS]E*", f"{sp}/*.dist-info/COPYING*", f"{sp}/*.dist-info/licenses/**/*"]
         paths = sorted({p for pat in pats for p in glob.glob(pat, recursive=True) if os.path.isfile(p)})
         c.source("python_package_licenses", f"{sp}/*.dist-info/{{LICENSE*,COPYING*,licenses/*}}",
-                 _read_all(_hashed(paths, sp)))
+                 _read_all(_hashed(paths, sp), c.cap))
     paths = glob.glob("/usr/share/doc/*/copyright")
-    c.source("debian_copyright", "/usr/share/doc/*/copyright", _read_all(_hashed(paths, "/usr/share/doc")))
+    c.source("debian_copyright", "/usr/share/doc/*/copyright", _read_all(_hashed(paths, "/usr/share/doc"), c.cap))
 
 
 def _docs_text(c: _Collector) -> None:
@@ -230,7 +232,7 @@ def _docs_text(c: _Collector) -> None:
              (topics[k].encode("utf-8") for k in sorted(topics)))
     paths = [p for p in glob.glob("/usr/share/info/*.info*") if os.path.isfile(p)]
     c.source("gnu_info_manuals", "/usr/share/info/*.info*",
-             (t.replace(b"\x1f", b"\n") for t in _read_all(_hashed(paths, "/usr/share/info"))))
+             (t.replace(b"\x1f", b"\n") for t in _read_all(_hashed(paths, "/usr/share/info"), c.cap)))
 
 
 def _user_corpus(c: _Collector, name: str, directory: str, skipped: list[str]) -> None:
@@ -241,7 +243,7 @@ def _user_corpus(c: _Collector, name: str, directory: str, skipped: list[str]) -
     if not files:
         raise ConfigError(f"data.corpora.{name}", f"no .txt, .jsonl or .parquet files under {directory}")
     by_kind = {k: [p for p in files if p.suffix == k] for k in (".txt", ".jsonl", ".parquet")}
-    c.source("txt", f"{root}/**/*.txt", _read_all([str(p) for p in by_kind[".txt"]]))
+    c.source("txt", f"{root}/**/*.txt", _read_all([str(p) for p in by_kind[".txt"]], c.cap))
     c.source("jsonl", f"{root}/**/*.jsonl (field 'text')", _jsonl_texts(by_kind[".jsonl"], skipped))
     if by_kind[".parquet"]:
         try:
@@ -273,9 +275,10 @@ def _jsonl_texts(paths: list[Path], skipped: list[str]) -> Iterator[bytes]:
 
 def _parquet_texts(pq, paths: list[Path]) -> Iterator[bytes]:
     for p in paths:
-        for text in pq.read_table(p, columns=["text"]).column("text").to_pylist():
-            if isinstance(text, str):
-                yield text.encode("utf-8")
+        for batch in pq.ParquetFile(p).iter_batches(columns=["text"], batch_size=1024):  # lazily: stops at cap
+            for text in batch.column(0).to_pylist():
+                if isinstance(text, str):
+                    yield text.encode("utf-8")
 
 
 def load_domains(cfg: DataConfig) -> list[Domain]:
@@ -361,8 +364,8 @@ class MixtureSampler:
 
     @property
     def stage(self) -> int:
-        ends = np.cumsum([s.fraction for s in self.stages]) * self.token_budget
-        return int(min(np.searchsorted(ends, self.tokens_seen, side="right"), len(self.stages) - 1))
+        ends = self.stage_ends()
+        return next((i for i, end in enumerate(ends) if self.tokens_seen < end), len(ends) - 1)
 
     def weights(self) -> dict[str, float]:
         return dict(zip(self.domain_names, self._current_weights().tolist()))
@@ -417,7 +420,8 @@ class MixtureSampler:
                 "stage_after": self.stage, "stage_ends": self.stage_ends()}
 
     def stage_ends(self) -> list[int]:
-        return [int(x) for x in np.cumsum([s.fraction for s in self.stages]) * self.token_budget]
+        # Whole tokens, rounded, so 80% of 10 batches is exactly 8 batches despite float fractions.
+        return [int(round(x)) for x in np.cumsum([s.fraction for s in self.stages]) * self.token_budget]
 
     # -- checkpointing: plain ints and fixed-shape arrays, so orbax can restore into a template
     def state_dict(self) -> dict:

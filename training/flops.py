@@ -15,10 +15,11 @@ def counts(cfg) -> dict:
     norms = 2 * D
     if cfg.mlp == "moe":
         m, F = cfg.moe, cfg.expert_hidden
-        expert = 3 * D * F
-        router = D * m.n_routed
-        mlp_total = (m.n_routed + m.n_shared) * expert + router
-        mlp_active = (m.top_k + m.n_shared) * expert + router
+        X = m.latent or D
+        routed, shared = 3 * X * F, 3 * D * F
+        router = D * m.n_routed + (2 * D * X if m.latent else 0)  # router + latent down/up projections
+        mlp_total = m.n_routed * routed + m.n_shared * shared + router
+        mlp_active = m.top_k * routed + m.n_shared * shared + router
     else:
         mlp_total = mlp_active = 3 * D * cfg.d_ff
     embed = cfg.vocab_size * D

@@ -57,6 +57,7 @@ class MoEConfig:
     top_k: int = 4  # routed experts chosen per token
     n_shared: int = 2  # always-on shared experts (each expert_hidden wide)
     expert_hidden: int | None = None  # SwiGLU hidden width of one expert; None -> d_ff // 2 (half-width experts)
+    latent: int | None = None  # routed experts run in this width behind a down/up projection; None = d_model
     capacity_factor: float | None = 1.25  # slots per expert = ceil(cf * tokens * k / n_routed) per group; None = dropless
     dispatch: str = "standard"  # "standard" (capacity per dispatch group) or "pooled_wave" (see training/moe.py)
     waves: int = 3  # pooled_wave: extra spill waves into capacity left free after the first fill
@@ -83,6 +84,8 @@ class MoEConfig:
         eh, cf = self.expert_hidden, self.capacity_factor
         _check(eh is None or (isinstance(eh, int) and not isinstance(eh, bool) and eh >= 1),
                f"{prefix}.expert_hidden", f"must be an integer >= 1 or none, got {eh!r}")
+        _check(self.latent is None or (isinstance(self.latent, int) and self.latent >= 1),
+               f"{prefix}.latent", f"must be an integer >= 1 or none, got {self.latent!r}")
         _check(cf is None or (isinstance(cf, (int, float)) and not isinstance(cf, bool) and cf > 0),
                f"{prefix}.capacity_factor", f"must be a number > 0 or none, got {cf!r}")
         _check(self.dispatch in ("standard", "pooled_wave"), f"{prefix}.dispatch",

@@ -8,8 +8,8 @@ load-balancing loss and a logit z-loss are always computed and logged, and enter
 Dispatch groups. The flattened token batch (batch-major, so a group is several whole sequences or a slice of
 one long sequence) is cut into consecutive groups of `group_size` tokens: a group is what one data shard holds
 and dispatches at once. Every (group, expert) pair owns C = ceil(capacity_factor * group_size * k / n_routed)
-slots. Assignments are ranked inside their (group, expert) in choice-priority order (all first choices in token
-order, then all second choices, ...). A group of short sequences mixes many documents and loads the experts
+slots. Assignments are ranked inside their (group, expert) in token order, so in standard mode whether a token
+is kept depends only on earlier tokens of its group (the LM stays causal even when it drops). A group of short sequences mixes many documents and loads the experts
 evenly; at a fixed token batch, longer contexts put fewer, more self-similar documents in each group, so the
 load inside a group is skewed and more assignments overflow.
 
@@ -47,14 +47,18 @@ TOKENS = ("data", "expert")  # mesh axes the token batch is sharded over
 
 
 def init(key, d_model: int, hidden: int, cfg, std: float, out_std: float) -> dict:
-    kr, kg, ku, kd, ks = jax.random.split(key, 5)
-    E = cfg.n_routed
+    kr, kg, ku, kd, ks, kl = jax.random.split(key, 6)
+    E, X = cfg.n_routed, cfg.latent or d_model
     p = {
         "router": std * jax.random.normal(kr, (d_model, E), jnp.float32),
-        "experts": {"w_gate": std * jax.random.normal(kg, (E, d_model, hidden), jnp.float32),
-                    "w_up": std * jax.random.normal(ku, (E, d_model, hidden), jnp.float32),
-                    "w_down": out_std * jax.random.normal(kd, (E, hidden, d_model), jnp.float32)},
+        "experts": {"w_gate": std * jax.random.normal(kg, (E, X, hidden), jnp.float32),
+                    "w_up": std * jax.random.normal(ku, (E, X, hidden), jnp.float32),
+                    "w_down": out_std * jax.random.normal(kd, (E, hidden, X), jnp.float32)},
     }
+    if cfg.latent:
+        k1, k2 = jax.random.split(kl)
+        p["latent_down"] = std * jax.random.normal(k1, (d_model, X), jnp.float32)
+        p["latent_up"] = std * jax.random.normal(k2, (X, d_model), jnp.float32)
     if cfg.n_shared:
         # n_shared experts of width `hidden` are one SwiGLU of width n_shared * hidden.
         k1, k2, k3 = jax.random.split(ks, 3)
@@ -192,11 +196,12 @@ def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None):
     rt = route(h_TxD, p["router"], bias_E, cfg)
     e_TxK = rt["e_TxK"]
 
-    # Rank every assignment inside its (group, expert), choice-priority order: all 1st choices, then 2nd, ...
-    onehot_GxKxNxE = jax.nn.one_hot(e_TxK.reshape(Ng, group, K).transpose(0, 2, 1), E, dtype=jnp.int32)
-    csum = jnp.cumsum(onehot_GxKxNxE.reshape(Ng, K * group, E), axis=1).reshape(Ng, K, group, E)
-    r_TxK = (jnp.sum(csum * onehot_GxKxNxE, axis=-1) - 1).transpose(0, 2, 1).reshape(T, K)
-    n_GxE = csum[:, -1, -1, :]
+    # Rank every assignment inside its (group, expert) in token order (a token picks an expert at most once),
+    # so in standard mode whether a token is kept depends only on earlier tokens of its group.
+    picks_GxNxE = jnp.sum(jax.nn.one_hot(e_TxK, E, dtype=jnp.int32), axis=1).reshape(Ng, group, E)
+    csum_GxNxE = jnp.cumsum(picks_GxNxE, axis=1)
+    r_TxK = jnp.take_along_axis(csum_GxNxE.reshape(T, E), e_TxK, axis=1) - 1
+    n_GxE = csum_GxNxE[:, -1, :]
     kept_GxE = kept_per_group(n_GxE, cfg, group)
     g_TxK = jnp.broadcast_to((jnp.arange(T) // group)[:, None], (T, K))
     keep_TxK = r_TxK < kept_GxE[g_TxK, e_TxK]
@@ -204,9 +209,10 @@ def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None):
     slots = slots_per_source(cfg, group)
     pooled = cfg.dispatch == "pooled_wave" and cfg.capacity_factor is not None
     x_TxD = h_TxD.astype(dtype)
+    xr_TxX = x_TxD @ p["latent_down"].astype(dtype) if "latent_down" in p else x_TxD
     ep = 1 if mesh is None else mesh.shape["expert"]
     if mesh is None:
-        out_TxKxD = _routed(x_TxD, e_TxK, r_TxK, keep_TxK, kept_GxE, p["experts"], group=group, slots=slots,
+        out_TxKxD = _routed(xr_TxX, e_TxK, r_TxK, keep_TxK, kept_GxE, p["experts"], group=group, slots=slots,
                             pooled_cap=Ng * capacity(cfg, group) if pooled else None, ep_axis=None, n_ep=1,
                             dtype=dtype)
     else:
@@ -221,9 +227,11 @@ def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None):
                        dtype=dtype)
         tok = P(TOKENS)
         out_TxKxD = jax.shard_map(body, mesh=mesh, in_specs=(tok, tok, tok, tok, tok, P("expert")),
-                                  out_specs=tok)(x_TxD, e_TxK, r_TxK, keep_TxK, kept_GxE, p["experts"])
+                                  out_specs=tok)(xr_TxX, e_TxK, r_TxK, keep_TxK, kept_GxE, p["experts"])
     w_TxK = (rt["w_TxK"] * keep_TxK).astype(dtype)
-    y_TxD = jnp.einsum("tk,tkd->td", w_TxK, out_TxKxD)
+    y_TxD = jnp.einsum("tk,tkx->tx", w_TxK, out_TxKxD)
+    if "latent_up" in p:
+        y_TxD = y_TxD @ p["latent_up"].astype(dtype)
     if "shared" in p:
         from training.model import swiglu
 

@@ -5,6 +5,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("webapp.runs.urls")),
-    path("api/", include("webapp.metrics.urls")),
+    path("", include("webapp.metrics.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -1,1 +1,9 @@
-urlpatterns = []
+from django.urls import path
+
+from webapp.metrics import api
+
+urlpatterns = [
+    path("api/runs/<str:run_id>/metrics/", api.metric_list, name="api-metrics"),
+    # path converter: metric names contain slashes (train/loss); the trailing slash ends the name
+    path("api/runs/<str:run_id>/metrics/<path:name>/", api.metric_series, name="api-metric"),
+]

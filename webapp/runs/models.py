@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 
 from django.db import models
@@ -48,8 +47,34 @@ class RunQuerySet(models.QuerySet):
         return self.order_by("-updated_at")
 
     def watched(self):
-        """Runs whose liveness matters: not ended on purpose."""
-        return self.exclude(state__in=ENDED_STATES)
+        """Runs whose liveness matters: not ended on purpose, and not already marked ended."""
+        return self.exclude(state__in=ENDED_STATES).exclude(source="wandb")
+
+    def refresh_health(self, client, now: dt.datetime, lost_after_s: float) -> list["Run"]:
+        """Recompute health for watched runs from their heartbeat keys (one pipelined EXISTS each); save and
+        return the runs whose health changed. Ended runs are marked ended once."""
+        changed = []
+        for run in self.filter(state__in=ENDED_STATES).exclude(health=Health.ENDED):
+            run.health = Health.ENDED
+            changed.append(run)
+        runs = list(self.watched())
+        if runs:
+            pipe = client.pipeline(transaction=False)
+            for run in runs:
+                pipe.exists(contract.heartbeat_key(run.id))
+            for run, alive in zip(runs, pipe.execute()):
+                health = run.health_at(now, bool(alive), lost_after_s)
+                if health != run.health:
+                    run.health = health
+                    changed.append(run)
+        saved = []
+        for run in changed:
+            # only if ingest has not moved the run on meanwhile (a heartbeat or state arriving right now wins)
+            if Run.objects.filter(pk=run.pk, state=run.state, last_heartbeat_at=run.last_heartbeat_at).update(
+                    health=run.health, updated_at=now):
+                run.updated_at = now
+                saved.append(run)
+        return saved
 
 
 class Run(models.Model):
@@ -126,6 +151,7 @@ class RunEvent(models.Model):
     KINDS = [(k, k) for k in (KIND_EVENT, KIND_STATE, KIND_REWIND)]
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    entry_id = models.CharField(max_length=40, blank=True)  # telemetry stream entry id: replays are skipped
     kind = models.CharField(max_length=8, choices=KINDS)
     name = models.CharField(max_length=200)
     step = models.BigIntegerField(null=True)
@@ -138,11 +164,13 @@ class RunEvent(models.Model):
             # serves: a run's events after a given id (dashboard load, resume replay), newest last
             models.Index(fields=["run", "id"], name="runevent_run_id"),
         ]
+        constraints = [
+            # serves: ingest's "was this stream entry already applied?" lookup (and enforces it)
+            models.UniqueConstraint(fields=["run", "entry_id"], condition=~models.Q(entry_id=""),
+                                    name="runevent_run_entry"),
+        ]
 
     def as_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "name": self.name, "step": self.step, "payload": self.payload,
                 "t": _iso(self.t)}
 
-
-def dumps(obj) -> str:
-    return json.dumps(json_clean(obj), separators=(",", ":"))

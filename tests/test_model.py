@@ -1,0 +1,134 @@
+"""The LM: shapes and finiteness, causality through gradients, config validation, counts, state update."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from training import model
+from training.errors import ConfigError
+from training.model import ModelConfig, MoEConfig
+
+TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, seq_len=16)
+
+
+def _moe(**kw):
+    return ModelConfig(**TINY, mlp="moe", moe=MoEConfig(n_routed=8, top_k=2, n_shared=1, group_size=16, **kw))
+
+
+CONFIGS = {"dense": ModelConfig(**TINY), "moe": _moe(), "moe_pooled": _moe(dispatch="pooled_wave")}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_it_returns_finite_logits_and_metrics_with_and_without_jit(name):
+    cfg = CONFIGS[name]
+    params, state = model.init(cfg, jax.random.PRNGKey(0))
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 16), 0, 64)
+    jlogits, jaux = jax.jit(model.apply, static_argnums=3)(params, state, tokens, cfg)
+    if cfg.mlp == "dense":  # eagerly too (op by op is slow, so once)
+        logits, aux = model.apply(params, state, tokens, cfg)
+    else:
+        logits, aux = jlogits, jaux
+    assert logits.shape == (2, 16, 64) and logits.dtype == jnp.float32
+    assert bool(jnp.all(jnp.isfinite(logits)))
+    np.testing.assert_allclose(logits, jlogits, rtol=1e-4, atol=1e-5)
+    if cfg.mlp == "dense":
+        assert state == {} and float(aux["aux_loss"]) == 0.0 and aux["metrics"] == {}
+        assert model.update_state(state, aux, cfg) is state
+    else:
+        m = jaux["metrics"]
+        assert 0.0 <= float(m["moe/drop_fraction"]) < 1.0
+        for i in range(cfg.n_layers):
+            assert m[f"train/router/layer_{i}/routing_hist"].shape == (8,)
+            assert float(jnp.sum(m[f"train/router/layer_{i}/routing_hist"])) == 2 * 16 * 2
+            assert f"train/router/layer_{i}/router_bias" in m
+        assert jaux["load"].shape == (2, 8)
+        assert float(jaux["aux_loss"]) > 0  # z-loss with its default 1e-4 coefficient
+        new = model.update_state(state, jaux, cfg)
+        assert new["router_bias_NxE"].shape == (2, 8) and float(jnp.abs(new["router_bias_NxE"]).max()) > 0
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_it_is_causal_through_gradients(name):
+    cfg = ModelConfig(**{**CONFIGS[name].__dict__, "tie_embeddings": False})
+    params, state = model.init(cfg, jax.random.PRNGKey(0))
+    tokens = jax.random.permutation(jax.random.PRNGKey(2), 64)[:16][None]  # one distinct token per position
+    t = 9
+
+    def out_at_t(embed):
+        logits, _ = model.apply({**params, "embed": embed}, state, tokens, cfg)
+        return jnp.sum(logits[0, t])
+
+    g_VxD = jax.jit(jax.grad(out_at_t))(params["embed"])
+    g_per_pos = jnp.abs(g_VxD[tokens[0]]).sum(-1)
+    assert float(g_per_pos[t + 1:].max()) == 0.0
+    assert float(g_per_pos[: t + 1].min()) > 0.0
+
+
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_changing_future_tokens_leaves_past_logits_alone_even_when_dropping(name):
+    cfg = CONFIGS[name] if name == "dense" else _moe(capacity_factor=0.5)
+    params, state = model.init(cfg, jax.random.PRNGKey(0))
+    a = jax.random.randint(jax.random.PRNGKey(1), (2, 16), 0, 64)
+    b = a.at[:, 10:].set((a[:, 10:] + 7) % 64)
+    fwd = jax.jit(model.apply, static_argnums=3)
+    la, aux = fwd(params, state, a, cfg)
+    lb, _ = fwd(params, state, b, cfg)
+    np.testing.assert_allclose(la[:, :10], lb[:, :10], rtol=1e-5, atol=1e-6)
+    if name == "moe":
+        assert float(aux["metrics"]["moe/drop_fraction"]) > 0
+
+
+@pytest.mark.parametrize("d,key", [
+    ({"mlp": "moe", "moe": {"top_k": 17}}, "model.moe.top_k"),
+    ({"mlp": "moe", "moe": {"n_routed": 12, "expert_parallel": 8}}, "model.moe.expert_parallel"),
+    ({"mlp": "moe", "moe": {"capacity_factor": -1.0}}, "model.moe.capacity_factor"),
+    ({"mlp": "moe", "moe": {"dispatch": "ragged"}}, "model.moe.dispatch"),
+    ({"mlp": "moe", "moe": {"router": "relu"}}, "model.moe.router"),
+    ({"mlp": "moe", "moe": {"topk": 2}}, "model.moe.topk"),
+    ({"n_heads": 3}, "model.n_heads"),
+    ({"n_kv_heads": 3}, "model.n_kv_heads"),
+    ({"d_model": "big"}, "model.d_model"),
+    ({"mlp": "sparse"}, "model.mlp"),
+    ({"dtype": "float64"}, "model.dtype"),
+    ({"colour": 1}, "model.colour"),
+])
+def test_it_rejects_a_bad_config_naming_the_field(d, key):
+    with pytest.raises(ConfigError) as e:
+        ModelConfig.from_dict(d)
+    assert e.value.key == key
+    assert "\n" not in str(e.value)
+
+
+def test_it_reads_a_valid_config_including_dropless_and_defaults():
+    cfg = ModelConfig.from_dict({"d_model": 64, "mlp": "moe", "moe": {"capacity_factor": "none", "top_k": 2}})
+    assert cfg.moe.capacity_factor is None and cfg.moe.top_k == 2 and cfg.moe.n_routed == 16
+    assert ModelConfig.from_dict({"mlp": "moe"}).moe == MoEConfig()
+    assert hash(cfg) == hash(ModelConfig.from_dict({"d_model": 64, "mlp": "moe",
+                                                     "moe": {"capacity_factor": None, "top_k": 2}}))
+
+
+def test_counts_match_the_parameters_and_express_the_hero_shape():
+    for cfg in CONFIGS.values():
+        params, _ = model.init(cfg, jax.random.PRNGKey(0))
+        n = sum(x.size for x in jax.tree_util.tree_leaves(params))
+        c = model.counts(cfg)
+        assert c["params_total"] == n
+        assert c["flops_per_token"] > 6 * c["params_active"] * 0.5
+    dense = model.counts(CONFIGS["dense"])
+    assert dense["params_total"] == dense["params_active"]
+    moe = model.counts(CONFIGS["moe"])
+    assert moe["params_active"] < moe["params_total"]
+    hero = ModelConfig(vocab_size=128256, d_model=6144, n_layers=48, n_heads=48, n_kv_heads=12, d_ff=6144,
+                       seq_len=4096, mlp="moe", tie_embeddings=False,
+                       moe=MoEConfig(n_routed=384, top_k=8, n_shared=2, expert_hidden=3072, latent=3072))
+    c = model.counts(hero)
+    assert 520e9 < c["params_total"] < 550e9  # "535B"
+    assert 21e9 < c["params_active"] < 26e9  # "A23B"
+
+
+def test_make_mesh_is_none_on_one_device_without_expert_parallelism():
+    assert model.make_mesh(CONFIGS["moe"]) is None
+    assert model.make_mesh(CONFIGS["dense"]) is None

@@ -1,0 +1,142 @@
+"""Sinks: JSONL mirror round trip, failure isolation, W&B offline mirror read back by the wandb reader."""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import time
+
+import pytest
+
+from observatory.wandb_reader import WandbReadError, read_run
+from training.sinks import CompositeSink, JsonlSink, NullSink, Sink, WandbSink, resolve_wandb_mode
+
+
+@pytest.fixture
+def wandb_env(tmp_path, monkeypatch):
+    """No W&B settings from the developer's environment; W&B's own dirs under tmp."""
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    return tmp_path
+
+
+def test_jsonl_round_trip_keeps_every_record_and_non_finite_values(tmp_path):
+    path = tmp_path / "m" / "metrics.jsonl"
+    sink = JsonlSink(path)
+    sink.record("state", {"state": "training", "step": 0, "detail": ""})
+    for step in range(5):
+        sink.log({"train/loss": 1.0 / (step + 1), "grad/norm/total": float("nan") if step == 3 else 0.5}, step)
+    sink.event("lr_replan", 4, {"old_total": 10, "new_total": 8})
+    sink.log_summary({"final_loss": 0.2})
+    sink.finish()
+    sink.finish()  # idempotent
+    JsonlSink(path).log({"train/loss": float("inf")}, 5)  # a resumed run appends
+    with open(path, "a") as f:
+        f.write('{"kind": "metrics", "step": 6, "val')  # torn by kill -9
+    recs = list(JsonlSink.read(path))
+    assert [r["kind"] for r in recs] == ["state"] + ["metrics"] * 5 + ["event", "summary", "metrics"]
+    assert recs[2]["values"]["train/loss"] == 0.5 and recs[2]["step"] == 1
+    assert math.isnan(recs[4]["values"]["grad/norm/total"])
+    assert recs[6] == {**recs[6], "name": "lr_replan", "step": 4, "payload": {"old_total": 10, "new_total": 8}}
+    assert recs[-1]["values"]["train/loss"] == math.inf
+
+
+class Broken(Sink):
+    def log(self, metrics, step):
+        raise RuntimeError("boom")
+
+
+def test_composite_isolates_a_failing_sink(tmp_path, capsys):
+    path = tmp_path / "x.jsonl"
+    sink = CompositeSink([Broken(), JsonlSink(path), NullSink()])
+    for step in range(3):
+        sink.log({"a": 1.0}, step)
+    sink.finish()
+    assert len(list(JsonlSink.read(path))) == 3
+    assert sink.errors == {0: 3}
+    assert capsys.readouterr().err.count("boom") == 1
+
+
+def test_wandb_mode_is_offline_unless_configured(monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert resolve_wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert resolve_wandb_mode() == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert resolve_wandb_mode() == "disabled" and resolve_wandb_mode("offline") == "offline"
+
+
+def test_wandb_offline_mirror_is_read_back_with_the_same_values(wandb_env):
+    sink = WandbSink("observatory", "run-abc", {"model": {"d": 64}, "lr": 3e-3}, dir=wandb_env, name="demo")
+    assert sink.mode == "offline"
+    sent = []
+    t0 = time.perf_counter()
+    for step in range(200):
+        values = {"train/loss": 5.0 / (step + 1), "optim/learning_rate": 1e-3 * step}
+        if step == 50:
+            values["train/loss"] = float("nan")
+        sink.log(values, step)
+        sent.append(values)
+    sink.log({"train/loss": 1.0}, 10)  # after a rewind: cannot go back in a W&B run, counted
+    sink.event("lr_replan", 120, {"new_total_steps": 150})
+    sink.log_summary({"final": 1.5})
+    assert time.perf_counter() - t0 < 0.1  # the training thread never waits on W&B
+    sink.finish()
+    assert sink.stats()["logged"] == 200 and sink.stats()["rewound"] == 1 and sink.stats()["errors"] == 0
+    files = glob.glob(str(wandb_env / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(files) == 1
+    run = read_run(os.path.dirname(files[0]))
+    assert run["run_id"] == "run-abc" and run["name"] == "demo" and run["project"] == "observatory"
+    assert run["config"] == {"model": {"d": 64}, "lr": 3e-3} and run["skipped"] == []
+    assert [r["_step"] for r in run["history"]] == list(range(200))
+    for row, values in zip(run["history"], sent):
+        for k, v in values.items():
+            assert (math.isnan(v) and math.isnan(row[k])) or row[k] == v
+    assert run["summary"]["final"] == 1.5 and run["summary"]["events/lr_replan"]["step"] == 120
+    # a run crashed mid-write: the readable prefix comes back and the damage is reported
+    data = open(files[0], "rb").read()
+    crashed = wandb_env / "crashed"
+    crashed.mkdir()
+    (crashed / "run-run-abc.wandb").write_bytes(data[: len(data) * 2 // 3 + 5])
+    partial = read_run(str(crashed))
+    assert 50 < len(partial["history"]) < 200 and partial["skipped"]
+    assert partial["history"] == run["history"][: len(partial["history"])]
+    # a flipped byte loses one block, not the rest of the run
+    bad = bytearray(data)
+    bad[len(data) // 3] ^= 0xFF
+    (crashed / "run-run-abc.wandb").write_bytes(bytes(bad))
+    damaged = read_run(str(crashed))
+    assert any("checksum" in s for s in damaged["skipped"])
+    assert damaged["history"][-1]["_step"] == 199 and len(damaged["history"]) < 200
+
+
+def test_wandb_sink_never_blocks_and_counts_drops(wandb_env):
+    sink = WandbSink("observatory", "r2", dir=wandb_env, mode="disabled", queue_size=10)
+    t0 = time.perf_counter()
+    for step in range(5000):
+        sink.log({"x": float(step)}, step)
+    assert time.perf_counter() - t0 < 0.5
+    sink.finish()
+    s = sink.stats()
+    assert s["dropped"] > 0 and s["logged"] + s["dropped"] == 5000
+
+
+def test_wandb_init_failure_is_reported_once_and_training_goes_on(wandb_env, capsys):
+    sink = WandbSink("observatory", "r3", dir=wandb_env, mode="no-such-mode")
+    for step in range(3):
+        sink.log({"x": 1.0}, step)
+    sink.finish()
+    assert sink.stats()["errors"] == 1 and sink.stats()["dropped"] == 3
+    assert capsys.readouterr().err.count("wandb sink") == 1
+
+
+def test_reader_rejects_what_is_not_a_run(tmp_path):
+    with pytest.raises(WandbReadError):
+        read_run(str(tmp_path))
+    (tmp_path / "run-x.wandb").write_bytes(b"not a wandb file at all")
+    with pytest.raises(WandbReadError, match="bad header"):
+        read_run(str(tmp_path))

@@ -1,0 +1,44 @@
+"""Small helpers shared by the JSON API views: errors as JSON, GET-only, typed query parameters."""
+
+from __future__ import annotations
+
+import functools
+
+from django.http import JsonResponse
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, **extra):
+        super().__init__(message)
+        self.status, self.message, self.extra = status, message, extra
+
+
+def api_view(view):
+    """GET/HEAD only; ApiError -> {"error": message} with its status; public, read-only, cacheable briefly."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.method not in ("GET", "HEAD"):
+            resp = JsonResponse({"error": f"method {request.method} not allowed"}, status=405)
+            resp["Allow"] = "GET, HEAD"
+            return resp
+        try:
+            return view(request, *args, **kwargs)
+        except ApiError as e:
+            return JsonResponse({"error": e.message, **e.extra}, status=e.status)
+
+    return wrapper
+
+
+def int_param(request, name: str, default: int | None, lo: int | None = None, hi: int | None = None) -> int | None:
+    raw = request.GET.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        val = int(raw)
+    except ValueError:
+        raise ApiError(400, f"parameter '{name}' must be an integer", parameter=name) from None
+    if (lo is not None and val < lo) or (hi is not None and val > hi):
+        bounds = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        raise ApiError(400, f"parameter '{name}' must be {bounds}", parameter=name)
+    return val

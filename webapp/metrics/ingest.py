@@ -1,0 +1,252 @@
+"""The ingest loop: run telemetry streams (Redis, consumer group) -> database -> coalesced live pushes.
+
+Delivery is at-least-once and writes are idempotent, so nothing is lost or doubled across restarts:
+  * entries are XACKed only after the transaction holding their effects committed;
+  * on start (and whenever a read fails) the consumer first re-reads its own pending entries (id 0), and every
+    RECLAIM_EVERY_S it XAUTOCLAIMs entries another (dead) consumer left pending for over RECLAIM_IDLE_MS;
+  * points are upserts on (series, step); events are keyed by their stream entry id.
+Malformed entries go to contract.DEADLETTER_STREAM with a reason, are counted in DEADLETTER_COUNT_KEY, and ACKed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+
+import redis
+from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError, connection, \
+    transaction
+
+from observatory import contract
+from webapp.live.push import LiveBuffer
+from webapp.metrics.apply import apply_messages
+
+log = logging.getLogger("observatory.ingest")
+
+DISCOVER_EVERY_S = 1.0
+RECLAIM_EVERY_S = 30.0
+RECLAIM_IDLE_MS = 60_000
+DEADLETTER_MAXLEN = 100_000
+LOG_EVERY_S = 10.0
+
+
+def _text(x) -> str:
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def _streams_reply(reply) -> list[tuple[str, list]]:
+    """XREADGROUP reply (RESP2 list or RESP3 dict) -> [(stream, [(id, fields)])]."""
+    if not reply:
+        return []
+    items = reply.items() if isinstance(reply, dict) else reply
+    out = []
+    for stream, entries in items:
+        if entries and isinstance(entries[0], list) and len(entries) == 1 and entries[0] and \
+                isinstance(entries[0][0], (list, tuple)):
+            entries = entries[0]  # RESP3 wraps the entry list once more
+        out.append((_text(stream), [(_text(eid), fields) for eid, fields in entries]))
+    return out
+
+
+class Ingestor:
+    def __init__(self, client: redis.Redis, buffer: LiveBuffer | None = None, consumer: str = "ingest-1",
+                 batch: int = 500):
+        self.r = client
+        self.buffer = buffer
+        self.consumer = consumer
+        self.batch = batch
+        self.streams: dict[str, str] = {}  # telemetry stream -> run id, for streams with our group
+        self.pending: set[str] = set()  # streams whose own pending entries must be re-read first
+        self.bad_run_ids: set[str] = set()
+        self.next_discover = 0.0
+        self.next_reclaim = time.monotonic() + RECLAIM_EVERY_S
+        self.stats: Counter = Counter()
+        self._logged = dict(self.stats)
+        self.next_log = time.monotonic() + LOG_EVERY_S
+
+    # ------------------------------------------------------------------------------------------ streams
+    def discover(self) -> None:
+        for raw in self.r.smembers(contract.RUNS_KEY):
+            run_id = _text(raw)
+            stream = contract.telemetry_stream(run_id)
+            if stream in self.streams:
+                continue
+            if not contract.RUN_ID_RE.match(run_id):
+                if run_id not in self.bad_run_ids:
+                    log.warning("ignoring run id %r in %s: not a valid run id", run_id[:80], contract.RUNS_KEY)
+                    self.bad_run_ids.add(run_id)
+                continue
+            try:
+                self.r.xgroup_create(stream, contract.INGEST_GROUP, id="0", mkstream=True)
+            except redis.ResponseError as e:
+                if "BUSYGROUP" not in str(e):
+                    raise
+            self.streams[stream] = run_id
+            self.pending.add(stream)
+            log.info("watching run %s (%s)", run_id, stream)
+
+    def reclaim(self) -> None:
+        """Take over entries that another consumer read but never acknowledged (it died)."""
+        for stream in list(self.streams):
+            start = "0-0"
+            while True:
+                reply = self.r.xautoclaim(stream, contract.INGEST_GROUP, self.consumer, RECLAIM_IDLE_MS,
+                                          start_id=start, count=self.batch, justid=True)
+                start, claimed = _text(reply[0]), reply[1]
+                if claimed:
+                    self.stats["reclaimed"] += len(claimed)
+                    self.pending.add(stream)
+                if start == "0-0":
+                    break
+
+    def _forget_groups(self) -> None:
+        """A stream or group vanished (deleted, FLUSHDB): re-create on the next discovery."""
+        self.streams.clear()
+        self.pending.clear()
+        self.next_discover = 0.0
+
+    def read(self, block_ms: int) -> list[tuple[str, list]]:
+        try:
+            if self.pending:
+                reply = _streams_reply(self.r.xreadgroup(contract.INGEST_GROUP, self.consumer,
+                                                         {s: "0" for s in self.pending}, count=self.batch))
+                got = [(s, entries) for s, entries in reply if entries]
+                self.pending -= {s for s, entries in reply if not entries}
+                self.pending -= {s for s in list(self.pending) if s not in dict(reply)}
+                if got:
+                    return got
+            if not self.streams:
+                if block_ms:
+                    time.sleep(block_ms / 1000)
+                return []
+            return _streams_reply(self.r.xreadgroup(contract.INGEST_GROUP, self.consumer,
+                                                    {s: ">" for s in self.streams}, count=self.batch,
+                                                    block=block_ms or None))
+        except redis.ResponseError as e:
+            if "NOGROUP" in str(e):
+                self._forget_groups()
+                return []
+            raise
+
+    # ------------------------------------------------------------------------------------------ processing
+    def process(self, batch: list[tuple[str, list]]) -> int:
+        """Validate, write, dead-letter, then ACK one batch. Raises on database trouble (nothing ACKed)."""
+        good: list[tuple[str, str, contract.Message]] = []
+        bad: list[tuple[str, str, str, dict]] = []
+        acks: dict[str, list[str]] = {}
+        for stream, entries in batch:
+            run_id = self.streams.get(stream)
+            for entry_id, fields in entries:
+                acks.setdefault(stream, []).append(entry_id)
+                if not fields:  # trimmed or deleted while pending: nothing left to apply
+                    self.stats["vanished"] += 1
+                    continue
+                try:
+                    good.append((stream, entry_id, contract.decode(fields, expect_run=run_id)))
+                except contract.ContractError as e:
+                    bad.append((stream, entry_id, e.reason, fields))
+                except Exception as e:  # a validator bug must not kill ingest either
+                    bad.append((stream, entry_id, "internal", fields))
+                    log.exception("decode crashed on %s %s: %s", stream, entry_id, e)
+        bad.extend(self._write(good))
+        if bad:
+            pipe = self.r.pipeline(transaction=False)
+            for stream, entry_id, reason, fields in bad:
+                pipe.xadd(contract.DEADLETTER_STREAM, contract.deadletter_fields(stream, entry_id, reason, fields),
+                          maxlen=DEADLETTER_MAXLEN, approximate=True)
+                pipe.hincrby(contract.DEADLETTER_COUNT_KEY, reason, 1)
+                log.warning("dead-lettered %s %s: %s", stream, entry_id, reason)
+            pipe.execute()
+        if acks:
+            pipe = self.r.pipeline(transaction=False)
+            for stream, ids in acks.items():
+                pipe.xack(stream, contract.INGEST_GROUP, *ids)
+            pipe.execute()
+        n = sum(len(ids) for ids in acks.values())
+        self.stats["entries"] += n
+        self.stats["deadlettered"] += len(bad)
+        return n
+
+    def _write(self, good) -> list[tuple[str, str, str, dict]]:
+        """Apply messages in one transaction; if the database rejects the batch, apply one by one and return
+        the entries it rejects for the dead-letter stream. Connection trouble propagates (retry later)."""
+        if not good:
+            return []
+        try:
+            self._apply(good)
+            return []
+        except (DataError, IntegrityError) as e:
+            log.warning("batch rejected by the database (%s); retrying entry by entry", e)
+        rejected = []
+        for item in good:
+            try:
+                self._apply([item])
+            except (DataError, IntegrityError) as e:
+                stream, entry_id, msg = item
+                rejected.append((stream, entry_id, "db_rejected",
+                                 {"v": msg.v, "kind": msg.kind, "run": msg.run, "error": str(e)[:500]}))
+        return rejected
+
+    def _apply(self, items) -> None:
+        with transaction.atomic():
+            deltas = apply_messages((entry_id, msg) for _, entry_id, msg in items)
+        self.stats["messages"] += len(items)
+        self.stats["points"] += sum(len(m.data["values"]) for _, _, m in items if m.kind == "metrics")
+        if self.buffer is not None:
+            for run_id, delta in deltas.items():
+                self.buffer.add(run_id, delta)
+
+    # ------------------------------------------------------------------------------------------ loop
+    def step(self, block_ms: int) -> int:
+        """One iteration: discover, maybe reclaim, read, process, push what is due. Returns entries handled."""
+        now = time.monotonic()
+        if now >= self.next_discover:
+            self.discover()
+            self.next_discover = now + DISCOVER_EVERY_S
+        if now >= self.next_reclaim:
+            self.reclaim()
+            self.next_reclaim = now + RECLAIM_EVERY_S
+        if self.buffer is not None:
+            due = self.buffer.next_due_in()
+            if due is not None:
+                block_ms = min(block_ms, max(1, int(due * 1000)))
+        block_ms = min(block_ms, int(max(0.0, self.next_discover - time.monotonic()) * 1000) + 1)
+        n = 0
+        batch = self.read(block_ms)
+        if batch:
+            try:
+                n = self.process(batch)
+            except (OperationalError, InterfaceError, DatabaseError):
+                connection.close()  # a fresh connection next time; entries stay pending and are re-read
+                self.pending |= {s for s, _ in batch}
+                raise
+        if self.buffer is not None:
+            self.buffer.flush_due()
+        self._maybe_log()
+        return n
+
+    def _maybe_log(self) -> None:
+        now = time.monotonic()
+        if now < self.next_log:
+            return
+        self.next_log = now + LOG_EVERY_S
+        if dict(self.stats) != self._logged:
+            d = {k: v - self._logged.get(k, 0) for k, v in self.stats.items()}
+            log.info("last %.0fs: %d entries, %d points, %d dead-lettered, %d pushes; watching %d runs",
+                     LOG_EVERY_S, d.get("entries", 0), d.get("points", 0), d.get("deadlettered", 0),
+                     self.buffer.pushes if self.buffer else 0, len(self.streams))
+            self._logged = dict(self.stats)
+
+    def drain(self, max_rounds: int = 10_000) -> int:
+        """Process everything available now (own pending, then new), without blocking. For --once and tests."""
+        self.discover()
+        total = 0
+        for _ in range(max_rounds):
+            batch = self.read(0)
+            if not batch:
+                break
+            total += self.process(batch)
+        if self.buffer is not None:
+            self.buffer.flush_due(force=True)
+        return total

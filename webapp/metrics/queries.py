@@ -1,0 +1,163 @@
+"""Reading series: a step window downsampled to at most P points with every spike kept, and raw tails.
+
+Plan for window(series, start, end, P), each read bounded by an index range:
+  1. clip [start, end] to the series' stored first/last step;
+  2. count raw points in the window, stopping at 4P+1 (a LIMITed count on the (series, step) primary key);
+     <= P raw points: return them all (exact); <= 4P: fetch them and bucket min/max in Python;
+  3. otherwise take the finest pyramid level with <= 4P whole blocks in the window (again LIMITed counts, finest
+     first), fetch those blocks and merge runs of consecutive blocks into <= P/2 step-aligned buckets; the
+     partial blocks at either edge are summarised exactly from finer levels down to raw points, so the edges
+     are as exact as the middle;
+  4. every bucket contributes its min and its max at their true steps; non-finite points are listed exactly
+     when there are few (partial index), otherwise one representative per bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import connection
+
+from observatory.downsample import (
+    FANOUT, FINITE, LEVELS, SPECIAL_NAMES, Summary, Window, block_size, bucket_points, summarize,
+    window_from_buckets, window_from_points,
+)
+from webapp.metrics.models import Block, Point, Series
+
+DEFAULT_POINTS = 1000
+MIN_POINTS = 10
+MAX_POINTS = 20_000
+FETCH_FACTOR = 4  # read at most FETCH_FACTOR * P rows to build a P-point view
+RAW = -1  # "level" of a window built from raw points
+
+
+@dataclass
+class SeriesWindow:
+    start: int | None
+    end: int | None
+    level: int
+    bucket_steps: int
+    window: Window
+
+    def as_json(self) -> dict:
+        w = self.window
+        return {
+            "start": self.start, "end": self.end, "level": self.level, "bucket_steps": self.bucket_steps,
+            "exact": w.exact, "count": w.count, "steps": w.steps, "values": w.values,
+            "nonfinite": [list(p) for p in w.nonfinite], "nonfinite_counts": w.counts,
+        }
+
+
+def _points(sid: int, lo: int, hi: int):
+    return Point.objects.filter(series_id=sid, step__gte=lo, step__lte=hi).order_by("step")
+
+
+def _count_upto(qs, limit: int) -> int:
+    return qs[: limit + 1].count()  # COUNT over a LIMITed subquery: cost bounded by limit, not by the series
+
+
+_SQL: dict[str, str] = {}
+
+
+def _sql(name: str) -> str:
+    """Hot-path statements, built once (raw SQL: ORM row construction costs more than the reads here)."""
+    if not _SQL:
+        qn = connection.ops.quote_name
+        cols = ", ".join(qn(c) for c in Block.SUMMARY_FIELDS)
+        block, point = qn(Block._meta.db_table), qn(Point._meta.db_table)
+        _SQL["blocks"] = (f"SELECT {qn('idx')}, {cols} FROM {block} WHERE {qn('series_id')} = %s AND "
+                          f"{qn('level')} = %s AND {qn('idx')} BETWEEN %s AND %s ORDER BY {qn('idx')}")
+        _SQL["points"] = (f"SELECT {qn('step')}, {qn('value')}, {qn('special')} FROM {point} WHERE "
+                          f"{qn('series_id')} = %s AND {qn('step')} BETWEEN %s AND %s ORDER BY {qn('step')}")
+    return _SQL[name]
+
+
+def _rows(name: str, params: list) -> list[tuple]:
+    with connection.cursor() as cur:
+        cur.execute(_sql(name), params)
+        return cur.fetchall()
+
+
+def _whole_blocks(lo: int, hi: int, level: int) -> tuple[int, int]:
+    size = block_size(level)
+    return -(-lo // size), (hi + 1) // size - 1
+
+
+def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -> SeriesWindow:
+    sid = series.id
+    if series.first_step is None:
+        return SeriesWindow(None, None, RAW, 1, window_from_points([]))
+    lo, hi = max(start, series.first_step), min(end, series.last_step)
+    if lo > hi:
+        return SeriesWindow(lo, hi, RAW, 1, window_from_points([]))
+    limit = FETCH_FACTOR * points
+    n_raw = hi - lo + 1 if hi - lo + 1 <= points else _count_upto(_points(sid, lo, hi), limit)
+    if n_raw <= points:
+        return SeriesWindow(lo, hi, RAW, 1, window_from_points(_rows("points", [sid, lo, hi])))
+
+    nonfinite = list(Point.objects.filter(series_id=sid, step__gte=lo, step__lte=hi, special__gt=FINITE)
+                     .order_by("step").values_list("step", "special")[: points // 4 + 1])
+    exact_nf = nonfinite if len(nonfinite) <= points // 4 else None
+    n_buckets = (points - len(nonfinite)) // 2 if exact_nf is not None else points // 3
+
+    if n_raw <= limit:
+        buckets = bucket_points(_rows("points", [sid, lo, hi]), lo, hi, n_buckets)
+        width = -(-(hi - lo + 1) // n_buckets)
+        return SeriesWindow(lo, hi, RAW, width, window_from_buckets(buckets, exact_nf))
+
+    # Coarsest level whose block span alone guarantees <= limit blocks, then finer while the real count allows
+    # (sparse series): a dense series costs one LIMITed count here.
+    level = next((lv for lv in range(LEVELS) if _whole_blocks(lo, hi, lv)[1] - _whole_blocks(lo, hi, lv)[0] + 1
+                  <= limit), LEVELS - 1)
+    while level > 0:
+        first, last = _whole_blocks(lo, hi, level - 1)
+        qs = Block.objects.filter(series_id=sid, level=level - 1, idx__gte=first, idx__lte=last)
+        if _count_upto(qs, limit) > limit:
+            break
+        level -= 1
+    size = block_size(level)
+    first, last = _whole_blocks(lo, hi, level)
+    if first > last:  # no whole block (tiny P): the window is one edge region
+        return SeriesWindow(lo, hi, level, hi - lo + 1,
+                            window_from_buckets([region_summary(sid, lo, hi, level)], exact_nf))
+    n_mid = max(1, n_buckets - 2)  # the two edge regions get a bucket each
+    per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
+    buckets: list[Summary] = [region_summary(sid, lo, first * size - 1, level - 1)]
+    cur_key = None
+    for idx, *row in _rows("blocks", [sid, level, first, last]):
+        key = (idx - first) // per
+        if key != cur_key:
+            buckets.append(Summary())
+            cur_key = key
+        buckets[-1].merge_row(row)
+    buckets.append(region_summary(sid, (last + 1) * size, hi, level - 1))
+    return SeriesWindow(lo, hi, level, per * size, window_from_buckets(buckets, exact_nf))
+
+
+def region_summary(sid: int, lo: int, hi: int, level: int) -> Summary | None:
+    """Exact summary of the points in [lo, hi], read from blocks of `level` and finer (raw points at -1)."""
+    if lo > hi:
+        return None
+    if level < 0:
+        return summarize(_rows("points", [sid, lo, hi]))
+    first, last = _whole_blocks(lo, hi, level)
+    if first > last:
+        return region_summary(sid, lo, hi, level - 1)
+    size = block_size(level)
+    inner = Summary()
+    for _, *row in _rows("blocks", [sid, level, first, last]):
+        inner.merge_row(row)
+    inner.merge(region_summary(sid, lo, first * size - 1, level - 1))
+    inner.merge(region_summary(sid, (last + 1) * size, hi, level - 1))
+    return inner
+
+
+def tail(series_id: int, after_step: int, limit: int) -> tuple[list[tuple[int, float | None, int]], bool]:
+    """Raw points with step > after_step, oldest first, at most `limit`; and whether more were left out."""
+    rows = list(Point.objects.filter(series_id=series_id, step__gt=after_step).order_by("step")
+                .values_list("step", "value", "special")[: limit + 1])
+    return rows[:limit], len(rows) > limit
+
+
+__all__ = ["window", "tail", "region_summary", "SeriesWindow", "DEFAULT_POINTS", "MAX_POINTS", "MIN_POINTS",
+           "FANOUT", "SPECIAL_NAMES"]

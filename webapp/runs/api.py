@@ -1,0 +1,26 @@
+"""JSON API for runs: GET /api/runs/ and GET /api/runs/<id>/."""
+
+from django.http import JsonResponse
+
+from webapp.api import ApiError, api_view, int_param
+from webapp.runs.models import Run
+
+
+def get_run(run_id: str) -> Run:
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        raise ApiError(404, f"run {run_id!r} not found")
+    return run
+
+
+@api_view
+def runs(request):
+    limit = int_param(request, "limit", 200, lo=1, hi=1000)
+    return JsonResponse({"runs": [r.summary() for r in Run.objects.for_list()[:limit]]})
+
+
+@api_view
+def run_detail(request, run_id: str):
+    run = get_run(run_id)
+    events = [e.as_dict() for e in reversed(run.events.order_by("-id")[:200])]
+    return JsonResponse({**run.detail(), "events": events})
