@@ -152,6 +152,6 @@ def test_an_incompatible_config_is_refused_naming_the_key_and_nothing_is_overwri
     after = {str(f.relative_to(ck_dir)): f.stat().st_mtime_ns for f in ck_dir.rglob("*") if f.is_file()}
     assert after == before
     # --fresh starts over and keeps the old checkpoints aside
-    p = run_cli(bigger, "--steps", "2", "--run-id", "compat", "--no-redis", "--fresh")
+    p = run_cli(tiny_config(tmp_path), "--steps", "2", "--run-id", "compat", "--no-redis", "--fresh")
     assert p.returncode == 0, p.stderr[-2000:]
     assert list((tmp_path / "ckpt").glob("compat.replaced-*/3"))

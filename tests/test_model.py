@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,18 +25,14 @@ CONFIGS = {"dense": ModelConfig(**TINY), "moe": _moe(), "moe_pooled": _moe(dispa
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_it_returns_finite_logits_and_metrics_with_and_without_jit(name):
+def test_it_returns_finite_logits_and_metrics(name):
     cfg = CONFIGS[name]
     params, state = model.init(cfg, jax.random.PRNGKey(0))
     tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 16), 0, 64)
-    jlogits, jaux = jax.jit(model.apply, static_argnums=3)(params, state, tokens, cfg)
-    if cfg.mlp == "dense":  # eagerly too (op by op is slow, so once)
-        logits, aux = model.apply(params, state, tokens, cfg)
-    else:
-        logits, aux = jlogits, jaux
+    logits, aux = jax.jit(model.apply, static_argnums=3)(params, state, tokens, cfg)
+    jaux = aux
     assert logits.shape == (2, 16, 64) and logits.dtype == jnp.float32
     assert bool(jnp.all(jnp.isfinite(logits)))
-    np.testing.assert_allclose(logits, jlogits, rtol=1e-4, atol=1e-5)
     if cfg.mlp == "dense":
         assert state == {} and float(aux["aux_loss"]) == 0.0 and aux["metrics"] == {}
         assert model.update_state(state, aux, cfg) is state
@@ -121,9 +120,8 @@ def test_counts_match_the_parameters_and_express_the_hero_shape():
     assert dense["params_total"] == dense["params_active"]
     moe = model.counts(CONFIGS["moe"])
     assert moe["params_active"] < moe["params_total"]
-    hero = ModelConfig(vocab_size=128256, d_model=6144, n_layers=48, n_heads=48, n_kv_heads=12, d_ff=6144,
-                       seq_len=4096, mlp="moe", tie_embeddings=False,
-                       moe=MoEConfig(n_routed=384, top_k=8, n_shared=2, expert_hidden=3072, latent=3072))
+    with open(Path(model.__file__).parent / "configs" / "model_hero.toml", "rb") as f:
+        hero = ModelConfig.from_dict(tomllib.load(f)["model"])
     c = model.counts(hero)
     assert 520e9 < c["params_total"] < 550e9  # "535B"
     assert 21e9 < c["params_active"] < 26e9  # "A23B"

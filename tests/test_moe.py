@@ -24,8 +24,11 @@ def _tokens(B=4, L=32, seed=1, scale=1.0):
     return scale * jax.random.normal(jax.random.PRNGKey(seed), (B, L, D))
 
 
+_jit_block = jax.jit(moe.moe_block, static_argnums=(3, 4))
+
+
 def _run(h, p, bias, cfg):
-    return jax.jit(moe.moe_block, static_argnums=(3, 4))(h, p, bias, cfg, jnp.float32)
+    return _jit_block(h, p, bias, cfg, jnp.float32)
 
 
 def _per_token_reference(h_BxLxD, p, bias_E, cfg):
@@ -99,32 +102,32 @@ def test_standard_drops_exactly_what_the_capacity_rule_predicts(capacity_factor)
     assert float(aux["drop_fraction"]) == pytest.approx(expected / (8 * 16 * 2))
 
 
-def _pooled_fill_by_hand(n_GxE, C, waves):
-    """Round-robin fill of each expert's pooled capacity, one source at a time, rotated per expert."""
+def _pooled_fill_by_hand(n_GxE, C, waves, rotation):
+    """Round-robin fill of each expert's pooled capacity, one source at a time, rotated per expert and step."""
     Ng, E = n_GxE.shape
     kept = np.zeros_like(n_GxE)
     for e in range(E):
         free = Ng * C
         for r in range((waves + 1) * C):
             for i in range(Ng):
-                g = (i - e) % Ng  # source order rotated by the expert index
+                g = (i + e + rotation) % Ng  # first-served source rotated by expert and step
                 if n_GxE[g, e] > r and free > 0:
                     kept[g, e] += 1
                     free -= 1
     return kept
 
 
-@pytest.mark.parametrize("waves", [0, 1, 3])
-def test_pooled_wave_fills_the_pool_round_robin(waves):
+@pytest.mark.parametrize("waves,rotation", [(0, 0), (1, 5), (3, 2)])
+def test_pooled_wave_fills_the_pool_round_robin(waves, rotation):
     cfg = MoEConfig(n_routed=8, top_k=2, capacity_factor=1.0, dispatch="pooled_wave", waves=waves, group_size=16)
     p, bias = _skewed(cfg)
     h = _tokens(B=8, L=16, seed=3)
     n_GxE = _counts(h, p, bias, cfg, 16)
     C = 4
-    expected = _pooled_fill_by_hand(n_GxE, C, waves)
-    got = np.asarray(moe.kept_per_group(jnp.asarray(n_GxE), cfg, 16))
+    expected = _pooled_fill_by_hand(n_GxE, C, waves, rotation)
+    got = np.asarray(moe.kept_per_group(jnp.asarray(n_GxE), cfg, 16, rotation))
     np.testing.assert_array_equal(got, expected)
-    _, aux = _run(h, p, bias, cfg)
+    _, aux = _jit_block(h, p, bias, cfg, jnp.float32, rotation=rotation)
     assert int(aux["dropped"]) == int(np.sum(n_GxE - expected))
     standard = int(np.sum(np.maximum(n_GxE - C, 0)))
     if waves == 0:
@@ -193,7 +196,7 @@ def test_losses_are_logged_with_zero_coefficients_and_gradients_reach_the_router
         y, aux = moe.moe_block(h, p, jnp.zeros(8), cfg, jnp.float32)
         return jnp.sum(y ** 2), aux
 
-    (_, aux), g = jax.value_and_grad(f, has_aux=True)(p)
+    (_, aux), g = jax.jit(jax.value_and_grad(f, has_aux=True))(p)
     assert float(aux["lb_loss"]) > 0 and float(aux["z_loss"]) > 0
     assert float(jnp.abs(g["router"]).max()) > 0
     m = moe.layer_metrics(3, aux, jnp.zeros(8))

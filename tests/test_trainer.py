@@ -195,3 +195,23 @@ def test_a_bad_config_prints_one_line_and_exits_2(tmp_path):
     p = run_cli(tiny_config(tmp_path, model={"n_heads": 3}), timeout=60)
     assert p.returncode == 2 and p.stderr.startswith("config error: model.n_heads: ")
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_then_exits_0(tmp_path, redis_url, redis_client, run_id):
+    import signal
+
+    out = tmp_path / "m.jsonl"
+    proc = subprocess.Popen(trainer_cmd(tiny_config(tmp_path), "--run-id", run_id, "--metrics-jsonl", str(out)),
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 90
+    while not any(r["kind"] == "metrics" and r["step"] >= 3 for r in jsonl(out)):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)  # a supervisor and the terminal may both deliver one: still a clean stop
+    assert proc.wait(60) == 0, proc.stdout.read()[-2000:]
+    states = [r for r in jsonl(out) if r["kind"] == "state"]
+    assert states[-1]["state"] == "stopped" and states[-1]["detail"] in ("signal SIGTERM", "signal SIGINT")
+    last = max(r["step"] for r in jsonl(out) if r["kind"] == "metrics")
+    assert (tmp_path / "ckpt" / run_id / str(last)).is_dir()

@@ -10,6 +10,7 @@
   active FLOPs per token (training/flops.py), measured in alternation.
 - ep8_vs_ep1_step_time_ratio: the same MoE step on 8 fake CPU devices (expert axis 8) over 1 device, each in
   its own process (the device count is fixed when JAX starts), same global batch.
+- The demo is training/configs/demo.toml ([model] and [train].batch_size) when present.
 - mfu: demo MoE model FLOPs/token * tokens/s over the peak measured here with a large fp32 matmul.
 """
 
@@ -26,8 +27,8 @@ import time
 
 import numpy as np
 
-DEMO_BATCH = 16
 SEQS = (128, 256, 512, 1024, 2048, 4096)
+DEMO_TOML = os.path.join(os.path.dirname(__file__), "configs", "demo.toml")
 
 
 def log(msg: str) -> None:
@@ -35,10 +36,19 @@ def log(msg: str) -> None:
 
 
 def demo_moe():
+    """(model config, batch size) of the demo run: training/configs/demo.toml, or a built-in stand-in."""
+    import tomllib
+
     from training.model import ModelConfig, MoEConfig
 
+    if os.path.exists(DEMO_TOML):
+        with open(DEMO_TOML, "rb") as f:
+            raw = tomllib.load(f)
+        cfg = ModelConfig.from_dict(raw.get("model", {}))
+        if cfg.mlp == "moe":
+            return cfg, int(raw.get("train", {}).get("batch_size", 16))
     return ModelConfig(d_model=128, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=512, seq_len=128, mlp="moe",
-                       moe=MoEConfig(n_routed=16, top_k=4, n_shared=2, capacity_factor=1.25, group_size=256))
+                       moe=MoEConfig(n_routed=16, top_k=4, n_shared=2, capacity_factor=1.25)), 16
 
 
 def matched_dense(moe_cfg):
@@ -76,7 +86,7 @@ def make_step(cfg, mesh=None):
     return step
 
 
-def step_timer(cfg, mesh=None, batch=DEMO_BATCH):
+def step_timer(cfg, mesh=None, batch=16):
     """Returns a function timing one train step (seconds), after compiling and warming up."""
     import jax
 
@@ -121,14 +131,17 @@ def ep_worker(devices: int, rounds: int) -> dict:
 
     from training import model
 
-    cfg = demo_moe()
-    cfg = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, expert_parallel=devices))
+    cfg, batch = demo_moe()
+    # Both runs use groups small enough for 8 devices to hold whole groups, so they compute the same thing.
+    group = min(cfg.moe.group_size, batch * cfg.seq_len // 8)
+    cfg = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, expert_parallel=devices, group_size=group))
     mesh = model.make_mesh(cfg) if devices > 1 else None
     t0 = time.perf_counter()
-    once = step_timer(cfg, mesh)
+    once = step_timer(cfg, mesh, batch)
     compile_s = time.perf_counter() - t0
     times = [once() for _ in range(rounds)]
-    return {"devices": len(jax.devices()), "step_s": statistics.median(times), "compile_s": compile_s}
+    return {"devices": len(jax.devices()), "step_s": statistics.median(times), "compile_s": compile_s,
+            "group_size": group}
 
 
 def run_ep(devices: int, rounds: int) -> dict:
@@ -196,14 +209,19 @@ def drop_table(tokens=32768, group=4096, batches=2) -> tuple[list[dict], dict]:
 
     # Balance the router bias on the global stream with the real update rule (aux-loss-free), as training does.
     load_fn = jax.jit(lambda h, b: jnp.sum(jax.nn.one_hot(moe.route(h, p["router"], b, base)["e_TxK"], E), (0, 1)))
+    held_out = jnp.asarray(stream.batch(tokens, 128)[0])
+
+    def imbalance(b):
+        load = load_fn(held_out, b)
+        return float(load.max() / load.mean())
+
     bias = jnp.zeros((1, E))
-    first = None
-    for i in range(400):
+    before = imbalance(bias[0])
+    for _ in range(400):
         load = load_fn(jnp.asarray(stream.batch(2048, 128)[0]), bias[0])
-        first = first if first is not None else float(load.max() / load.mean())
         bias = moe.update_bias(bias, load[None], 0.02)
-    balanced = float(load.max() / load.mean())
-    log(f"router bias balanced: global max/mean load {first:.2f} -> {balanced:.2f}")
+    balanced = imbalance(bias[0])
+    log(f"router bias balanced: held-out global max/mean load {before:.3f} -> {balanced:.3f}")
 
     rows = []
     for seq_len in SEQS:
@@ -217,7 +235,9 @@ def drop_table(tokens=32768, group=4096, batches=2) -> tuple[list[dict], dict]:
                              "drop_fraction": round(frac, 4)})
                 log(f"drop seq={seq_len} cf={cf} {mode}: {frac:.4f}")
     setup = {"tokens_per_batch": tokens, "group_size": group, "n_groups": tokens // group, "n_routed": E,
-             "top_k": 4, "waves": 3, "batches_averaged": batches, "global_max_mean_load_after_bias": balanced}
+             "top_k": 4, "waves": 3, "batches_averaged": batches,
+             "global_max_mean_load_before_bias": round(before, 3),
+             "global_max_mean_load_after_bias": round(balanced, 3)}
     return rows, setup
 
 
@@ -229,9 +249,10 @@ def bench_moe(rounds: int) -> dict:
     t_start = time.perf_counter()
     rows, setup = drop_table()
 
-    moe_cfg, dense_cfg = demo_moe(), matched_dense(demo_moe())
-    log(f"timing demo MoE vs dense d_ff={dense_cfg.d_ff} (matched active FLOPs/token)")
-    t_moe, t_dense = step_timer(moe_cfg), step_timer(dense_cfg)
+    moe_cfg, batch = demo_moe()
+    dense_cfg = matched_dense(moe_cfg)
+    log(f"timing demo MoE vs dense d_ff={dense_cfg.d_ff} (matched active FLOPs/token), batch {batch}")
+    t_moe, t_dense = step_timer(moe_cfg, batch=batch), step_timer(dense_cfg, batch=batch)
     moe_times, dense_times = [], []
     for _ in range(rounds):  # alternate so that load from other processes hits both alike
         moe_times.append(t_moe())
@@ -245,11 +266,12 @@ def bench_moe(rounds: int) -> dict:
 
     peak = measured_peak_flops()
     c_moe, c_dense = counts(moe_cfg), counts(dense_cfg)
-    tps = DEMO_BATCH * moe_cfg.seq_len / s_moe
+    tps = batch * moe_cfg.seq_len / s_moe
     longest = max(SEQS)
 
     def drop(mode, cf, seq):
-        return next(r["drop_fraction"] for r in rows if (r["mode"], r["capacity_factor"], r["seq_len"]) == (mode, cf, seq))
+        key = (mode, cf, seq)
+        return next(r["drop_fraction"] for r in rows if (r["mode"], r["capacity_factor"], r["seq_len"]) == key)
 
     return {
         "drop_table": rows,
@@ -266,11 +288,13 @@ def bench_moe(rounds: int) -> dict:
         "ep8_vs_ep1_step_time_ratio": round(ep8["step_s"] / ep1["step_s"], 3),
         "ep1_step_s": round(ep1["step_s"], 4),
         "ep8_step_s": round(ep8["step_s"], 4),
+        "ep_group_size": ep8["group_size"],
         "mfu": round(c_moe["flops_per_token"] * tps / peak, 4),
         "tokens_per_second": round(tps, 1),
         "peak_flops_measured": round(peak, 1),
-        "demo": {"d_model": moe_cfg.d_model, "n_layers": moe_cfg.n_layers, "seq_len": moe_cfg.seq_len,
-                 "batch": DEMO_BATCH, "n_routed": moe_cfg.moe.n_routed, "top_k": moe_cfg.moe.top_k,
+        "demo": {"source": DEMO_TOML if os.path.exists(DEMO_TOML) else "built-in", "d_model": moe_cfg.d_model, "n_layers": moe_cfg.n_layers, "seq_len": moe_cfg.seq_len,
+                 "batch": batch, "d_ff": moe_cfg.d_ff, "dispatch": moe_cfg.moe.dispatch,
+                 "capacity_factor": moe_cfg.moe.capacity_factor, "n_routed": moe_cfg.moe.n_routed, "top_k": moe_cfg.moe.top_k,
                  "n_shared": moe_cfg.moe.n_shared, "params_total": c_moe["params_total"],
                  "params_active": c_moe["params_active"]},
         "host": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()},

@@ -19,6 +19,7 @@ class RunSection:
     name: str = "demo"  # human name; also the default run id (so re-running continues the same run)
     seed: int = 0  # seeds params init, the data sampler and the step RNG
     steps: int = 0  # stop after this many steps in total (0 = run until the token budget is spent)
+    compile_cache: str = "var/jax-cache"  # persistent XLA compilation cache: restarts skip compiling ("" = off)
 
 
 @dataclass(frozen=True)

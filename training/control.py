@@ -247,7 +247,8 @@ class ControlChannel:
             except Exception as e:
                 if self._stop.is_set():
                     break
-                log.warning("control %s: Redis error (%s); retrying", self.run_id, e)
+                if backoff == 0.1:  # once per outage, not on every retry
+                    log.warning("control %s: Redis error (%s); retrying", self.run_id, e)
                 try:
                     if client is not None:
                         client.close()

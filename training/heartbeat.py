@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import traceback
@@ -19,6 +20,7 @@ class Progress:
         self.tokens_per_step = int(tokens_per_step)
         self._rate_steps_per_s = 0.0  # exponential moving average over recent steps
         self._last_t: float | None = None
+        self.last_step_wall = time.time()  # when the step counter last moved (a hang shows as a growing gap)
 
     def stepped(self, step: int, tokens: int) -> None:
         now = time.perf_counter()
@@ -26,6 +28,7 @@ class Progress:
             inst = (step - self.step) / max(now - self._last_t, 1e-9)
             self._rate_steps_per_s = inst if self._rate_steps_per_s == 0 else 0.9 * self._rate_steps_per_s + 0.1 * inst
         self._last_t, self.step, self.tokens = now, int(step), int(tokens)
+        self.last_step_wall = time.time()
 
     def reset_rate(self) -> None:
         """After a pause, compile or checkpoint: the next step interval is not a throughput sample."""
@@ -40,8 +43,10 @@ class Progress:
         left = max(0, self.token_budget - self.tokens)
         tok_s = sps * self.tokens_per_step
         eta = left / tok_s if tok_s > 0 else None
-        return {"t": time.time(), "phase": self.phase, "step": int(self.step), "tokens": int(self.tokens),
-                "token_budget": self.token_budget, "eta_s": eta, "steps_per_s": sps}
+        now = time.time()
+        return {"t": now, "phase": self.phase, "step": int(self.step), "tokens": int(self.tokens),
+                "token_budget": self.token_budget, "eta_s": eta, "steps_per_s": sps,
+                "since_step_s": now - self.last_step_wall, "pid": os.getpid()}
 
 
 class Heartbeat:

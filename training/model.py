@@ -58,7 +58,7 @@ class MoEConfig:
     n_shared: int = 2  # always-on shared experts (each expert_hidden wide)
     expert_hidden: int | None = None  # SwiGLU hidden width of one expert; None -> d_ff // 2 (half-width experts)
     latent: int | None = None  # routed experts run in this width behind a down/up projection; None = d_model
-    capacity_factor: float | None = 1.25  # slots per expert = ceil(cf * tokens * k / n_routed) per group; None = dropless
+    capacity_factor: float | None = 1.25  # per group: ceil(cf * group_size * k / n_routed) slots; None = dropless
     dispatch: str = "standard"  # "standard" (capacity per dispatch group) or "pooled_wave" (see training/moe.py)
     waves: int = 3  # pooled_wave: extra spill waves into capacity left free after the first fill
     group_size: int = 256  # tokens per dispatch group (one data shard's slice of the batch); clipped to the batch
@@ -199,7 +199,9 @@ def init(cfg: ModelConfig, key) -> tuple[dict, dict]:
         params["unembed"] = _normal(keys[-1], (D, cfg.vocab_size), std)
     state = {}
     if cfg.mlp == "moe":
-        state = {"router_bias_NxE": jnp.zeros((cfg.n_layers, cfg.moe.n_routed), jnp.float32)}
+        # step: update_state calls so far; it rotates pooled_wave's first-served source across steps.
+        state = {"router_bias_NxE": jnp.zeros((cfg.n_layers, cfg.moe.n_routed), jnp.float32),
+                 "step": jnp.zeros((), jnp.int32)}
     return params, state
 
 
@@ -260,8 +262,9 @@ def apply(params: dict, model_state: dict, tokens_BxL, cfg: ModelConfig, mesh=No
         h_BxLxD = rms_norm(x_BxLxD, p["mlp_norm"], cfg.norm_eps)
         if cfg.mlp == "moe":
             y_BxLxD, layer_aux = moe_lib.moe_block(h_BxLxD, p["moe"], model_state["router_bias_NxE"][i],
-                                                   cfg.moe, dt, mesh=mesh)
-            aux_loss = aux_loss + cfg.moe.lb_loss_coef * layer_aux["lb_loss"] + cfg.moe.z_loss_coef * layer_aux["z_loss"]
+                                                   cfg.moe, dt, mesh=mesh, rotation=model_state["step"] + i)
+            m = cfg.moe
+            aux_loss = aux_loss + m.lb_loss_coef * layer_aux["lb_loss"] + m.z_loss_coef * layer_aux["z_loss"]
             metrics.update(moe_lib.layer_metrics(i, layer_aux, model_state["router_bias_NxE"][i]))
             loads.append(layer_aux["load_E"])
             dropped.append(layer_aux["dropped"])
@@ -281,12 +284,14 @@ def apply(params: dict, model_state: dict, tokens_BxL, cfg: ModelConfig, mesh=No
 
 def update_state(model_state: dict, aux: dict, cfg: ModelConfig) -> dict:
     """Aux-loss-free balancing: move each layer's router bias toward the under-loaded experts."""
-    if cfg.mlp != "moe" or cfg.moe.bias_update_rate == 0:
+    if cfg.mlp != "moe":
         return model_state
     from training import moe as moe_lib
 
-    new_bias = moe_lib.update_bias(model_state["router_bias_NxE"], aux["load"], cfg.moe.bias_update_rate)
-    return {**model_state, "router_bias_NxE": new_bias}
+    bias = model_state["router_bias_NxE"]
+    if cfg.moe.bias_update_rate:
+        bias = moe_lib.update_bias(bias, aux["load"], cfg.moe.bias_update_rate)
+    return {"router_bias_NxE": bias, "step": model_state["step"] + 1}
 
 
 def make_mesh(cfg: ModelConfig, devices=None):

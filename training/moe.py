@@ -9,9 +9,10 @@ Dispatch groups. The flattened token batch (batch-major, so a group is several w
 one long sequence) is cut into consecutive groups of `group_size` tokens: a group is what one data shard holds
 and dispatches at once. Every (group, expert) pair owns C = ceil(capacity_factor * group_size * k / n_routed)
 slots. Assignments are ranked inside their (group, expert) in token order, so in standard mode whether a token
-is kept depends only on earlier tokens of its group (the LM stays causal even when it drops). A group of short sequences mixes many documents and loads the experts
-evenly; at a fixed token batch, longer contexts put fewer, more self-similar documents in each group, so the
-load inside a group is skewed and more assignments overflow.
+is kept depends only on earlier tokens of its group (the LM stays causal even when it drops). A group of short
+sequences mixes many documents and loads the experts evenly; at a fixed token batch, longer contexts put
+fewer, more self-similar documents in each group, so the load inside a group is skewed and more assignments
+overflow.
 
 - `standard`: an assignment is kept iff its rank < C. Dropped assignments contribute nothing; the token still
   gets the shared experts and the residual.
@@ -21,8 +22,11 @@ load inside a group is skewed and more assignments overflow.
   always the one cut at the boundary. Wave 0 is the standard exchange (each source sends up to C per expert);
   overflow then gets up to `waves` further waves of C slots per source and expert into capacity left free by
   lightly loaded sources. An assignment is kept iff its rank < (waves + 1) * C and its position in that
-  round-robin order < P. Receivers compact what arrived into P slots before the expert matmuls.
-- capacity_factor None: dropless (C = group_size, every assignment kept).
+  round-robin order < P. The first-served source also rotates with the step and layer. Receivers compact what
+  arrived into P slots before the expert matmuls. pooled_wave is not causal when it drops: the fill level
+  depends on every group's counts, including later tokens' (like capacity dropping in any batch-pooled scheme).
+- capacity_factor None: dropless (C = group_size, every assignment kept; buffers are n_routed / top_k times the
+  assignments, so this is for tests and small runs).
 
 Expert parallelism. With a mesh ("data", "expert"), tokens are sharded over both axes (whole groups per
 device) and routed experts over "expert". Routing, ranks and keep decisions are computed in the global view (the
@@ -95,8 +99,10 @@ def group_size(cfg, n_tokens: int) -> int:
     return g
 
 
-def kept_per_group(n_GxE, cfg, group: int):
-    """How many of each (group, expert)'s assignments are kept: a prefix of their ranks."""
+def kept_per_group(n_GxE, cfg, group: int, rotation=0):
+    """How many of each (group, expert)'s assignments are kept: a prefix of their ranks.
+
+    pooled_wave serves sources in the order g = rotation + e, rotation + e + 1, ... (mod n_groups)."""
     C, S = capacity(cfg, group), slots_per_source(cfg, group)
     if cfg.dispatch == "standard" or cfg.capacity_factor is None:
         return jnp.minimum(n_GxE, C)
@@ -110,7 +116,7 @@ def kept_per_group(n_GxE, cfg, group: int):
     left_E = pool - jnp.take_along_axis(below_RxE, full_E[None], axis=0)[0]
     # At rank full_E the remaining slots go to the sources still offering, in rotated source order.
     wants_GxE = offered_GxE > full_E[None]
-    rot_GxE = (jnp.arange(Ng)[:, None] + jnp.arange(E)[None]) % Ng
+    rot_GxE = (jnp.arange(Ng)[:, None] - jnp.arange(E)[None] - rotation) % Ng
     before_GxE = jnp.sum(wants_GxE[None, :, :] & (rot_GxE[None, :, :] < rot_GxE[:, None, :]), axis=1)
     extra_GxE = wants_GxE & (before_GxE < left_E[None])
     return jnp.minimum(offered_GxE, full_E[None]) + extra_GxE.astype(n_GxE.dtype)
@@ -186,8 +192,10 @@ def route(h_TxD, router_DxE, bias_E, cfg):
     return {"logits_TxE": logits_TxE, "e_TxK": e_TxK, "w_TxK": w_TxK, "probs_TxE": probs_TxE}
 
 
-def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None):
-    """Shared + routed experts. Returns (y_BxLxD, layer_aux) with counts, losses and keep statistics."""
+def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None, rotation=0):
+    """Shared + routed experts. Returns (y_BxLxD, layer_aux) with counts, losses and keep statistics.
+
+    `rotation` (an int or traced scalar, e.g. step + layer) moves pooled_wave's first-served source."""
     B, L, D = h_BxLxD.shape
     T, E, K = B * L, cfg.n_routed, cfg.top_k
     h_TxD = h_BxLxD.reshape(T, D)
@@ -202,7 +210,7 @@ def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None):
     csum_GxNxE = jnp.cumsum(picks_GxNxE, axis=1)
     r_TxK = jnp.take_along_axis(csum_GxNxE.reshape(T, E), e_TxK, axis=1) - 1
     n_GxE = csum_GxNxE[:, -1, :]
-    kept_GxE = kept_per_group(n_GxE, cfg, group)
+    kept_GxE = kept_per_group(n_GxE, cfg, group, rotation)
     g_TxK = jnp.broadcast_to((jnp.arange(T) // group)[:, None], (T, K))
     keep_TxK = r_TxK < kept_GxE[g_TxK, e_TxK]
 

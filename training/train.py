@@ -13,6 +13,7 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -80,6 +81,24 @@ def last_published_step(redis_url: str | None, run_id: str, scan: int = 5000) ->
         return None
 
 
+def enable_compilation_cache(path: str) -> None:
+    """Persist compiled programs so a restart (resume after a crash) does not pay the compile again.
+
+    $JAX_COMPILATION_CACHE_DIR, when set, wins. The cached executable is the same program, so resumes stay exact.
+    """
+    if not path or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return
+    path = str(Path(path).absolute())
+    if jax.config.jax_compilation_cache_dir == path:
+        return
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.reset_cache()  # in case something compiled before the directory was set
+
+
 class Trainer:
     def __init__(self, cfg: RunConfig, run_id: str | None = None, *, redis_url: str | None = None,
                  fresh: bool = False, metrics_jsonl: str | None = None, sinks: list[Sink] | None = None,
@@ -89,6 +108,7 @@ class Trainer:
         self.redis_url = redis_url if cfg.sinks.redis else None
         self.fresh = fresh
         self.log = log
+        enable_compilation_cache(cfg.run.compile_cache)
         self.tokens_per_step = cfg.train.batch_size * cfg.model.seq_len
         self.total_steps = max(1, math.ceil(cfg.train.token_budget / self.tokens_per_step))
         self.progress = Progress(cfg.train.token_budget, self.tokens_per_step)
@@ -141,7 +161,6 @@ class Trainer:
                                                 min_lr_ratio=t.min_lr_ratio, decay_fraction=t.decay_ratio),
                                  self.total_steps)
         self.mesh = make_mesh(cfg.model)
-        self.state = step_lib.init_state(cfg, jax.random.PRNGKey(cfg.run.seed))
         ck_dir = Path(cfg.checkpoint.dir) / self.run_id
         if self.fresh:
             moved = ckpt_lib.set_aside_run(ck_dir)
@@ -149,9 +168,17 @@ class Trainer:
                 self.log(f"[{self.run_id}] --fresh: previous checkpoints moved to {moved}")
         self.ckpt = ckpt_lib.Checkpoints(ck_dir, cfg.checkpoint.keep_last, cfg.checkpoint.keep_every,
                                          cfg.checkpoint.async_save)
+        latest = self.ckpt.latest_step()
+        if latest is not None:  # fail fast, before building the model, on an incompatible checkpoint
+            try:
+                self.ckpt.check_compatible(latest, cfg.fingerprint())
+            except ckpt_lib.CheckpointError as e:
+                raise TrainingFailed(f"{e} -- nothing was overwritten; fix the config, or start over with "
+                                     f"--fresh (old checkpoints are moved aside, not deleted)") from None
+        # One jitted program instead of dozens of eager ops (and it lands in the compilation cache).
+        self.state = jax.jit(partial(step_lib.init_state, cfg))(jax.random.PRNGKey(cfg.run.seed))
         self.sink.record("manifest", {"t": time.time(), "manifest": self.sampler.manifest()})
         prev = last_published_step(self.redis_url, self.run_id)
-        latest = self.ckpt.latest_step()
         if latest is not None:
             self._restore(latest)
             self._event("resumed", {"from_checkpoint": latest, "directory": str(self.ckpt.directory)})
@@ -257,7 +284,6 @@ class Trainer:
         self.state, metrics = self.step_fn(self.state, batch.tokens_BxL, batch.domain_ids_B, np.float32(lr),
                                            np.float32(scale))
         self.step += 1
-        self.progress.stepped(self.step, self.sampler.tokens_seen)
         return self.step, metrics, host, f.nan_steps > 0 or scale != 1.0
 
     def _complete(self, pending) -> None:
@@ -277,6 +303,8 @@ class Trainer:
             values["sys/publish_queue"] = float(st["queue_depth"])
         self.sink.log(values, step)
         self.last_published = step
+        # Progress counts completed steps: completions are paced by the device, dispatches are not.
+        self.progress.stepped(step, int(host["throughput/total_tokens"]))
         if values["train/finite"] < 1:
             if not injected_nan:
                 self.nonfinite_run += 1
@@ -293,12 +321,13 @@ class Trainer:
             if cmd.id in self.applied_ids:  # restored from a checkpoint's list after the reader saw it
                 self.control.applied(cmd, "duplicate id: already applied, not applied again", self.step)
                 continue
+            self.applied_ids.add(cmd.id)  # before applying: a stop/checkpoint saves the id with the state
             try:
                 detail = self._apply(cmd)
             except (control_lib.CommandError, ConfigError, ValueError) as e:
+                self.applied_ids.discard(cmd.id)
                 self.control.rejected(cmd, str(e), self.step)
                 continue
-            self.applied_ids.add(cmd.id)
             self.control.applied(cmd, detail, self.step)
             self._event("command", {"id": cmd.id, "command": cmd.name, "args": cmd.args, "reason": cmd.reason,
                                     "user": cmd.user, "detail": detail})
@@ -484,12 +513,17 @@ class Trainer:
 
 
 def install_signal_handlers(trainer: Trainer) -> None:
-    """SIGINT/SIGTERM: checkpoint at the next step boundary and exit 0; a second signal exits at once."""
+    """SIGINT/SIGTERM: checkpoint at the next step boundary and exit 0; a signal 3 s later exits at once."""
+    first: list[float] = []
+
     def handler(signum, frame):
-        if trainer.stop_reason:
+        # Ctrl-C under a supervisor arrives twice (terminal + supervisor): only a later signal means "now".
+        if first and time.monotonic() - first[0] > 3:
             os._exit(130)
-        trainer.request_stop(f"signal {signal.Signals(signum).name}")
-        trainer.paused = False
+        if not first:
+            first.append(time.monotonic())
+            trainer.request_stop(f"signal {signal.Signals(signum).name}")
+            trainer.paused = False
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)

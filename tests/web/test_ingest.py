@@ -148,12 +148,11 @@ class _NoAck:
 
     def pipeline(self, transaction=False):
         pipe = self.real.pipeline(transaction=transaction)
-        orig = pipe.xack
 
         def xack(*a, **k):
             raise RuntimeError("killed before XACK")
 
-        pipe.xack = xack if orig else orig
+        pipe.xack = xack
         return pipe
 
     def __getattr__(self, name):

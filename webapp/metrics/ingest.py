@@ -91,8 +91,9 @@ class Ingestor:
         for stream in list(self.streams):
             start = "0-0"
             while True:
+                # (not justid: redis-py then drops the cursor from the reply)
                 reply = self.r.xautoclaim(stream, contract.INGEST_GROUP, self.consumer, RECLAIM_IDLE_MS,
-                                          start_id=start, count=self.batch, justid=True)
+                                          start_id=start, count=self.batch)
                 start, claimed = _text(reply[0]), reply[1]
                 if claimed:
                     self.stats["reclaimed"] += len(claimed)

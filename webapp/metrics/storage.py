@@ -190,6 +190,9 @@ def bulk_load(series_id: int, points: Iterable[tuple[int, float]], chunk: int = 
         builder.finish()
         write(point_sql, Point._meta.db_table, ["series_id", "step", "value", "special"], point_buf)
         write(block_sql, Block._meta.db_table, block_cols, block_buf)
+        if connection.vendor == "postgresql" and n >= 100_000:
+            # fresh statistics, or the planner still believes the tables are small and picks sequential scans
+            cur.execute(f"ANALYZE {qn(Point._meta.db_table)}, {qn(Block._meta.db_table)}")
     refresh_totals([series_id])
     return n
 

@@ -1,0 +1,129 @@
+"""Trainer benchmark, JSON on stdout: publisher overhead, checkpoint blocking vs writing, restore, sink costs.
+
+    python -m training.bench_trainer [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
+
+One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps (A B A B ...), so
+drift from other load on the machine hits both sides equally; each side reports the median block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _steps_per_block(trainer, sink, n: int) -> float:
+    """Seconds per step for n steps through `sink` (the real dispatch/complete path of the loop)."""
+    trainer.sink = sink
+    pending = trainer._dispatch()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        nxt = trainer._dispatch()
+        trainer._complete(pending)
+        pending = nxt
+    trainer._complete(pending)
+    return (time.perf_counter() - t0) / n
+
+
+def _interleaved(trainer, sinks: dict, blocks: int, block_steps: int) -> dict:
+    times = {k: [] for k in sinks}
+    for _ in range(blocks):
+        for name, sink in sinks.items():
+            times[name].append(_steps_per_block(trainer, sink, block_steps))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="training/configs/demo.toml")
+    ap.add_argument("--blocks", type=int, default=8)
+    ap.add_argument("--block-steps", type=int, default=25)
+    ap.add_argument("--saves", type=int, default=4)
+    ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    ns = ap.parse_args(argv)
+
+    import jax
+    import redis as redis_lib
+
+    from observatory import contract
+    from training.config import load
+    from training.redis_sink import RedisSink
+    from training.sinks import CompositeSink, JsonlSink, WandbSink
+    from training.train import Trainer
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
+    cfg = load(ns.config)
+    cfg = cfg.replace(checkpoint=type(cfg.checkpoint)(**{**cfg.checkpoint.__dict__, "dir": str(tmp / "ckpt"),
+                                                         "every_steps": 0, "every_minutes": 0.0}))
+    run_id = f"bench-{int(time.time())}"
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    trainer = Trainer(cfg, run_id, redis_url=None, log=log)
+    trainer._setup()
+    trainer._compile()
+    out: dict = {"config": ns.config, "run_id": run_id, "devices": str(jax.devices()),
+                 "tokens_per_step": trainer.tokens_per_step, "cpu_count": os.cpu_count(),
+                 "load1_at_start": os.getloadavg()[0]}
+
+    redis_sink = RedisSink(ns.redis_url, run_id)
+    off = CompositeSink([])
+    redis_only = CompositeSink([redis_sink])
+    _steps_per_block(trainer, redis_only, 5)  # warm up: connection, first encodes
+    t = _interleaved(trainer, {"off": off, "redis": redis_only}, ns.blocks, ns.block_steps)
+    redis_sink.publisher.flush(30)
+    st = redis_sink.stats()
+    out["publisher"] = {"step_s_publisher_off": t["off"], "step_s_publisher_on": t["redis"],
+                        "overhead_pct": 100 * (t["redis"] - t["off"]) / t["off"],
+                        "published": st["published"], "dropped": st["dropped"]}
+    last = redis_lib.Redis.from_url(ns.redis_url).xrevrange(contract.telemetry_stream(run_id), count=1)
+    if last:
+        out["publisher"]["metrics_per_record"] = len(json.loads(last[0][1][b"data"])["values"])
+        out["publisher"]["bytes_per_record"] = len(last[0][1][b"data"])
+
+    wandb = WandbSink(cfg.sinks.wandb_project, run_id, cfg.to_dict(), dir=str(tmp / "wandb"), mode="offline")
+    all_sinks = CompositeSink([redis_sink, JsonlSink(tmp / "metrics.jsonl"), wandb])
+    deadline = time.monotonic() + 60
+    while wandb.run is None and wandb.errors == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)  # measure steady state, not wandb.init
+    t = _interleaved(trainer, {"redis": redis_only, "all": all_sinks}, ns.blocks, ns.block_steps)
+    out["sinks"] = {"steps_per_s_redis_only": 1 / t["redis"], "steps_per_s_all_sinks": 1 / t["all"],
+                    "slowdown_pct": 100 * (t["all"] - t["redis"]) / t["redis"], "wandb": wandb.stats()}
+
+    trainer.sink = off
+    saves = []
+    for _ in range(ns.saves):
+        _steps_per_block(trainer, off, 3)
+        info = trainer.save_checkpoint(wait=True, why="bench")
+        saves.append(info)
+    size = sum(f.stat().st_size for f in (tmp / "ckpt" / run_id / str(saves[-1]["step"])).rglob("*") if f.is_file())
+    t0 = time.perf_counter()
+    trainer._restore(saves[-1]["step"])
+    jax.block_until_ready(trainer.state)
+    restore_s = time.perf_counter() - t0
+    out["checkpoint"] = {"bytes": size, "blocked_s": [round(s["blocked_s"], 4) for s in saves],
+                         "write_total_s": [round(s["write_s"], 4) for s in saves],
+                         "blocked_s_median": statistics.median(s["blocked_s"] for s in saves),
+                         "write_total_s_median": statistics.median(s["write_s"] for s in saves),
+                         "restore_s": restore_s}
+    out["load1_at_end"] = os.getloadavg()[0]
+    all_sinks.finish()
+    trainer.ckpt.close()
+    try:
+        r = redis_lib.Redis.from_url(ns.redis_url)
+        r.delete(contract.telemetry_stream(run_id))
+        r.srem(contract.RUNS_KEY, run_id)
+    except Exception:
+        pass
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
