@@ -90,7 +90,7 @@ def measure_latency(seconds: float, rate: float) -> dict:
     subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     procs = [subprocess.Popen([py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
-                              cwd=ROOT, env=env, stderr=subprocess.DEVNULL),
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
              subprocess.Popen([py, "manage.py", "ingest"], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)]
     run_id = f"bench-{int(time.time())}"
     pub = Publisher(redis_url, run_id)

@@ -215,3 +215,15 @@ def test_sigterm_checkpoints_then_exits_0(tmp_path, redis_url, redis_client, run
     assert states[-1]["state"] == "stopped" and states[-1]["detail"] in ("signal SIGTERM", "signal SIGINT")
     last = max(r["step"] for r in jsonl(out) if r["kind"] == "metrics")
     assert (tmp_path / "ckpt" / run_id / str(last)).is_dir()
+
+
+def test_a_second_trainer_on_the_same_run_is_refused(tmp_path, redis_url, redis_client, run_id):
+    from training.train import Trainer
+
+    cfg = load_tiny(tmp_path)
+    with BackgroundTrainer(cfg, run_id, None) as bg:
+        bg.wait_step(1)
+        lines = []
+        assert Trainer(cfg, run_id, redis_url=None, log=lines.append).run() == 1
+        assert any("is already being trained (pid" in line for line in lines)
+        assert bg.thread.is_alive()

@@ -53,6 +53,26 @@ def _np_tree(d: dict) -> dict:
     return {k: (_np_tree(v) if isinstance(v, dict) else np.asarray(v)) for k, v in d.items()}
 
 
+def _lock_run(ck_dir: Path):
+    """One trainer per run: an flock next to the checkpoint dir (the kernel drops it if the process dies)."""
+    import fcntl
+
+    ck_dir.parent.mkdir(parents=True, exist_ok=True)
+    f = open(ck_dir.parent / f"{ck_dir.name}.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise TrainingFailed(f"run {ck_dir.name!r} is already being trained ({holder}); stop it first") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}\n")
+    f.flush()
+    return f
+
+
 def last_published_step(redis_url: str | None, run_id: str, scan: int = 5000) -> int | None:
     """The step of the newest metrics entry on the run's telemetry stream (None if unknown or unreachable)."""
     if not redis_url:
@@ -162,6 +182,7 @@ class Trainer:
                                  self.total_steps)
         self.mesh = make_mesh(cfg.model)
         ck_dir = Path(cfg.checkpoint.dir) / self.run_id
+        self._lock = _lock_run(ck_dir)
         if self.fresh:
             moved = ckpt_lib.set_aside_run(ck_dir)
             if moved:
@@ -505,6 +526,8 @@ class Trainer:
                 self.ckpt.close()
         except Exception as e:
             self.log(f"[{self.run_id}] checkpoint close failed: {e}")
+        if getattr(self, "_lock", None) is not None:
+            self._lock.close()  # releases the flock once the last write is on disk
         if self.redis_sink is not None:
             st = self.redis_sink.stats()
             self.log(f"[{self.run_id}] publisher: {st['published']} published, {st['dropped']} dropped, "
