@@ -2,7 +2,7 @@
 
     python -m training.bench_trainer [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
 
-One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps (A B A B ...), so
+One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps (A B B A ...), so
 drift from other load on the machine hits both sides equally; each side reports the median block.
 """
 
@@ -34,9 +34,10 @@ def _steps_per_block(trainer, sink, n: int) -> float:
 
 def _interleaved(trainer, sinks: dict, blocks: int, block_steps: int) -> dict:
     times = {k: [] for k in sinks}
-    for _ in range(blocks):
-        for name, sink in sinks.items():
-            times[name].append(_steps_per_block(trainer, sink, block_steps))
+    order = list(sinks)
+    for i in range(blocks):
+        for name in (order if i % 2 == 0 else order[::-1]):  # A B B A ...: no side always goes first
+            times[name].append(_steps_per_block(trainer, sinks[name], block_steps))
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 

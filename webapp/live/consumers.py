@@ -81,7 +81,8 @@ class RunConsumer(AsyncWebsocketConsumer):
             after, after_event = protocol.parse_resume(msg)
         except protocol.ProtocolError as e:
             return await self._error(str(e))
-        self.metrics = (self.metrics or set()) | set(after)
+        if after:  # a resume naming no series (events only) leaves the subscription as it was
+            self.metrics = (self.metrics or set()) | set(after)
         body = await _backfill(self.run_id, after, after_event)
         await self._send({"type": "backfill", "run_id": self.run_id, **body})
 

@@ -107,6 +107,10 @@ class LivePublisher:
                 pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout)
+        if not self.thread.is_alive():
+            # close now, here: channels_redis hooks loop.close() to flush its layer, which breaks if the loop is
+            # instead garbage-collected later while some other event loop is running in the collecting thread
+            self.loop.close()
 
 
 class LiveBuffer:

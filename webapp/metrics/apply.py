@@ -39,8 +39,9 @@ def _apply_run(run_id: str, msgs: list[tuple[str, contract.Message]], writer: st
     known = set(Series.objects.filter(run_id=run_id, name__in=names).values_list("name", flat=True))
     sids = storage.series_ids(run_id, names)
     delta.new_series = names - known
-    seen_events = set(RunEvent.objects.filter(run=run, entry_id__in=[e for e, _ in msgs]).values_list(
-        "entry_id", flat=True))
+    evented = [e for e, m in msgs if m.kind in ("state", "event", "rewind")]
+    seen_events = set(RunEvent.objects.filter(run=run, entry_id__in=evented).values_list("entry_id", flat=True)
+                      ) if evented else set()
     for entry_id, msg in msgs:
         d = msg.data
         kind = msg.kind

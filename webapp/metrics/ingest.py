@@ -11,12 +11,12 @@ Malformed entries go to contract.DEADLETTER_STREAM with a reason, are counted in
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import Counter
 
 import redis
-from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError, connection, \
-    transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, ProgrammingError, connection, transaction
 
 from observatory import contract
 from webapp.live.push import LiveBuffer
@@ -29,6 +29,8 @@ RECLAIM_EVERY_S = 30.0
 RECLAIM_IDLE_MS = 60_000
 DEADLETTER_MAXLEN = 100_000
 LOG_EVERY_S = 10.0
+# Database trouble that is not the entry's fault: nothing is ACKed, the batch is retried after a back-off.
+_RETRY = (OperationalError, InterfaceError, ProgrammingError)
 
 
 def _text(x) -> str:
@@ -170,23 +172,30 @@ class Ingestor:
         return n
 
     def _write(self, good) -> list[tuple[str, str, str, dict]]:
-        """Apply messages in one transaction; if the database rejects the batch, apply one by one and return
-        the entries it rejects for the dead-letter stream. Connection trouble propagates (retry later)."""
+        """Apply messages in one transaction. If that fails for a reason other than the database being
+        unreachable or unmigrated, apply them one by one and return the ones that still fail, for the dead-letter
+        stream: one poisonous entry must neither block its stream nor take the batch down with it."""
         if not good:
             return []
         try:
             self._apply(good)
             return []
-        except (DataError, IntegrityError) as e:
-            log.warning("batch rejected by the database (%s); retrying entry by entry", e)
+        except _RETRY:
+            raise
+        except Exception as e:
+            log.warning("batch of %d failed (%s: %s); retrying entry by entry", len(good), type(e).__name__, e)
         rejected = []
         for item in good:
             try:
                 self._apply([item])
-            except (DataError, IntegrityError) as e:
+            except _RETRY:
+                raise
+            except Exception as e:
                 stream, entry_id, msg = item
-                rejected.append((stream, entry_id, "db_rejected",
-                                 {"v": msg.v, "kind": msg.kind, "run": msg.run, "error": str(e)[:500]}))
+                reason = "db_rejected" if isinstance(e, DatabaseError) else "internal"
+                log.exception("entry %s %s rejected: %s", stream, entry_id, e)
+                rejected.append((stream, entry_id, reason, {"v": msg.v, "kind": msg.kind, "run": msg.run,
+                                                            "error": f"{type(e).__name__}: {e}"[:500]}))
         return rejected
 
     def _apply(self, items) -> None:
@@ -218,9 +227,10 @@ class Ingestor:
         if batch:
             try:
                 n = self.process(batch)
-            except (OperationalError, InterfaceError, DatabaseError):
-                connection.close()  # a fresh connection next time; entries stay pending and are re-read
-                self.pending |= {s for s, _ in batch}
+            except Exception:
+                self.pending |= {s for s, _ in batch}  # re-read from our pending list, not lost
+                if isinstance(sys.exc_info()[1], DatabaseError):
+                    connection.close()  # a fresh connection next time
                 raise
         if self.buffer is not None:
             self.buffer.flush_due()
@@ -232,11 +242,13 @@ class Ingestor:
         if now < self.next_log:
             return
         self.next_log = now + LOG_EVERY_S
+        if self.buffer is not None:
+            self.stats["pushes"] = self.buffer.pushes
         if dict(self.stats) != self._logged:
             d = {k: v - self._logged.get(k, 0) for k, v in self.stats.items()}
             log.info("last %.0fs: %d entries, %d points, %d dead-lettered, %d pushes; watching %d runs",
                      LOG_EVERY_S, d.get("entries", 0), d.get("points", 0), d.get("deadlettered", 0),
-                     self.buffer.pushes if self.buffer else 0, len(self.streams))
+                     d.get("pushes", 0), len(self.streams))
             self._logged = dict(self.stats)
 
     def drain(self, max_rounds: int = 10_000) -> int:

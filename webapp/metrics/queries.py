@@ -4,8 +4,9 @@ Plan for window(series, start, end, P), each read bounded by an index range:
   1. clip [start, end] to the series' stored first/last step;
   2. count raw points in the window, stopping at 4P+1 (a LIMITed count on the (series, step) primary key);
      <= P raw points: return them all (exact); <= 4P: fetch them and bucket min/max in Python;
-  3. otherwise take the finest pyramid level with <= 4P whole blocks in the window (again LIMITed counts, finest
-     first), fetch those blocks and merge runs of consecutive blocks into <= P/2 step-aligned buckets; the
+  3. otherwise take the finest pyramid level with <= 4P whole blocks in the window (the coarsest whose span
+     guarantees it, then finer while LIMITed counts allow: sparse series), or the next coarser one if it still
+     gives ~90% of the P/2 buckets asked for; fetch those blocks and merge runs of consecutive blocks into <= P/2 step-aligned buckets; the
      partial blocks at either edge are summarised exactly from finer levels down to raw points, so the edges
      are as exact as the middle;
   4. every bucket contributes its min and its max at their true steps; non-finite points are listed exactly
@@ -19,8 +20,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from observatory.downsample import (
-    FANOUT, FINITE, LEVELS, SPECIAL_NAMES, Summary, Window, block_size, bucket_points, summarize,
-    window_from_buckets, window_from_points,
+    FINITE, LEVELS, Summary, Window, block_size, bucket_points, summarize, window_from_buckets, window_from_points,
 )
 from webapp.metrics.models import Block, Point, Series
 
@@ -109,18 +109,28 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     # (sparse series): a dense series costs one LIMITed count here.
     level = next((lv for lv in range(LEVELS) if _whole_blocks(lo, hi, lv)[1] - _whole_blocks(lo, hi, lv)[0] + 1
                   <= limit), LEVELS - 1)
+    density = series.count / (series.last_step - series.first_step + 1)
     while level > 0:
         first, last = _whole_blocks(lo, hi, level - 1)
+        if (last - first + 1) * density > 2 * limit:
+            break  # clearly too many blocks for a (near-)dense series: skip counting them
         qs = Block.objects.filter(series_id=sid, level=level - 1, idx__gte=first, idx__lte=last)
         if _count_upto(qs, limit) > limit:
             break
         level -= 1
+    n_mid = max(1, n_buckets - 2)  # the two edge regions get a bucket each
+    if level + 1 < LEVELS:
+        # A coarser level that still yields ~90% of the buckets asked for costs 8x fewer rows: prefer it.
+        first, last = _whole_blocks(lo, hi, level + 1)
+        if last - first + 1 >= 0.9 * n_mid:
+            qs = Block.objects.filter(series_id=sid, level=level + 1, idx__gte=first, idx__lte=last)
+            if _count_upto(qs, n_mid) >= 0.9 * n_mid:
+                level += 1
     size = block_size(level)
     first, last = _whole_blocks(lo, hi, level)
     if first > last:  # no whole block (tiny P): the window is one edge region
         return SeriesWindow(lo, hi, level, hi - lo + 1,
                             window_from_buckets([region_summary(sid, lo, hi, level)], exact_nf))
-    n_mid = max(1, n_buckets - 2)  # the two edge regions get a bucket each
     per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
     buckets: list[Summary] = [region_summary(sid, lo, first * size - 1, level - 1)]
     cur_key = None
@@ -157,7 +167,3 @@ def tail(series_id: int, after_step: int, limit: int) -> tuple[list[tuple[int, f
     rows = list(Point.objects.filter(series_id=series_id, step__gt=after_step).order_by("step")
                 .values_list("step", "value", "special")[: limit + 1])
     return rows[:limit], len(rows) > limit
-
-
-__all__ = ["window", "tail", "region_summary", "SeriesWindow", "DEFAULT_POINTS", "MAX_POINTS", "MIN_POINTS",
-           "FANOUT", "SPECIAL_NAMES"]

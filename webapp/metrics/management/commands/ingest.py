@@ -65,6 +65,10 @@ class Command(BaseCommand):
                     log.warning("%s: %s; retrying in %.1fs", type(e).__name__, e, backoff)
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 10.0)
+                except Exception:  # a bug must not stop ingestion of every other run; entries stay pending
+                    log.exception("ingest step failed; retrying in %.1fs", backoff)
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 10.0)
         finally:
             buffer.flush_due(force=True)
             publisher.close()

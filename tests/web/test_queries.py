@@ -1,0 +1,68 @@
+"""Series windows from the block pyramid agree with brute force over the raw points, at any zoom."""
+
+import math
+import random
+
+import pytest
+from django.db import transaction
+
+from observatory import downsample as ds
+from webapp.metrics import queries, storage
+from webapp.metrics.models import Series
+from webapp.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def _load(name, points):
+    run, _ = Run.objects.get_or_create(id="q")
+    s = Series.objects.create(run=run, name=name)
+    with transaction.atomic():
+        storage.bulk_load(s.id, points)
+    s.refresh_from_db()
+    return s
+
+
+def _check(series, pts, start, end, p):
+    win = queries.window(series, start, end, p).window
+    inside = [(st, *ds.classify(v)) for st, v in pts if start <= st <= end]
+    assert len(win.steps) <= p
+    assert win.steps == sorted(win.steps) and all(start <= st <= end for st in win.steps)
+    truth = ds.summarize(inside)
+    assert win.count == truth.count
+    assert win.counts == {"NaN": truth.nan, "Infinity": truth.posinf, "-Infinity": truth.neginf}
+    got = dict(zip(win.steps, win.values))
+    if truth.max is not None:  # the window's extremes are always drawn, at their true steps
+        assert got[truth.max_step] == truth.max and got[truth.min_step] == truth.min
+    if truth.ns_step is not None:
+        assert got[truth.ns_step] is None
+    return win
+
+
+def test_windows_match_brute_force_on_a_dense_series_with_nonfinite_values():
+    rnd = random.Random(5)
+    pts = [(i, rnd.gauss(0, 1) if rnd.random() > 0.001 else rnd.choice([math.nan, math.inf, -math.inf]))
+           for i in range(200_000)]
+    s = _load("dense", pts)
+    for _ in range(25):
+        a, b = sorted(rnd.randrange(0, 210_000) for _ in range(2))
+        _check(s, pts, a, b, rnd.choice([10, 100, 1000, 4000]))
+    _check(s, pts, 0, 10**12, 1000)
+
+
+def test_windows_match_brute_force_on_a_sparse_series():
+    rnd = random.Random(6)
+    pts = [(i * 997, rnd.random()) for i in range(20_000)]  # an eval metric every ~1000 steps
+    s = _load("sparse", pts)
+    for _ in range(15):
+        a, b = sorted(rnd.randrange(0, 20_000_000) for _ in range(2))
+        _check(s, pts, a, b, rnd.choice([10, 300, 1000]))
+    full = _check(s, pts, 0, 10**12, 1000)
+    assert len(full.steps) >= 500  # sparse data still gets about the resolution asked for
+
+
+def test_an_empty_or_out_of_range_window_is_empty():
+    s = _load("short", [(10, 1.0), (11, 2.0)])
+    assert queries.window(s, 100, 200, 100).window.steps == []
+    empty = Series.objects.create(run=s.run, name="nothing")
+    assert queries.window(empty, 0, 10, 100).as_json()["steps"] == []
