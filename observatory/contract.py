@@ -38,6 +38,7 @@ SUPPORTED_VERSIONS = frozenset({"1"})
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_METRICS_PER_RECORD = 4096
 MAX_NAME_LEN = 200
+MAX_STEP = 2**62  # fits a signed 64-bit column on every database, with room for arithmetic
 
 KINDS = ("run", "metrics", "event", "state", "heartbeat", "rewind", "manifest")
 STATES = ("starting", "compiling", "training", "paused", "checkpointing", "stopped", "failed")
@@ -146,8 +147,8 @@ def _require(data: dict, key: str, typ, kind: str):
         if not _is_number(val):
             raise ContractError("wrong_type", f"{kind}.{key} must be a number")
     elif typ == "step":
-        if not isinstance(val, int) or isinstance(val, bool) or val < 0:
-            raise ContractError("wrong_type", f"{kind}.{key} must be an integer >= 0")
+        if not isinstance(val, int) or isinstance(val, bool) or not 0 <= val <= MAX_STEP:
+            raise ContractError("wrong_type", f"{kind}.{key} must be an integer in [0, 2**62]")
     elif not isinstance(val, typ):
         raise ContractError("wrong_type", f"{kind}.{key} must be {getattr(typ, '__name__', typ)}")
     return val
