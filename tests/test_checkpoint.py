@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import random
 import signal
 import subprocess
 import time
-from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from observatory import contract
-from test_trainer import ROOT, jsonl, load_tiny, run_cli, stream, tiny_config, trainer_cmd
+from test_trainer import ROOT, jsonl, run_cli, stream, tiny_config, trainer_cmd
 from training.checkpoint import CheckpointError, Checkpoints, abstract
 
 

@@ -195,6 +195,10 @@ def test_a_bad_config_prints_one_line_and_exits_2(tmp_path):
     p = run_cli(tiny_config(tmp_path, model={"n_heads": 3}), timeout=60)
     assert p.returncode == 2 and p.stderr.startswith("config error: model.n_heads: ")
     assert len(p.stderr.strip().splitlines()) == 1
+    # found only when the data loads: still one line, still status 2
+    p = run_cli(tiny_config(tmp_path, data={"corpora": {"mine": str(tmp_path / "nope")}}), "--no-redis", timeout=60)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stderr.strip().splitlines()[-1].startswith("config error: data.corpora.mine: ")
 
 
 @pytest.mark.slow

@@ -2,8 +2,9 @@
 
     python -m training.bench_trainer [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
 
-One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps (A B B A ...), so
-drift from other load on the machine hits both sides equally; each side reports the median block.
+One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps with a rotating
+order, so drift from other load hits every arm alike; each arm reports its median block. The baseline runs as
+two identical arms (an A/A test): their gap is the noise floor to read the overhead against.
 """
 
 from __future__ import annotations
@@ -33,12 +34,20 @@ def _steps_per_block(trainer, sink, n: int) -> float:
 
 
 def _interleaved(trainer, sinks: dict, blocks: int, block_steps: int) -> dict:
+    """Median seconds per step of each arm; the arm order rotates every round so none always goes first."""
     times = {k: [] for k in sinks}
-    order = list(sinks)
+    names = list(sinks)
     for i in range(blocks):
-        for name in (order if i % 2 == 0 else order[::-1]):  # A B B A ...: no side always goes first
+        for name in names[i % len(names):] + names[:i % len(names)]:
             times[name].append(_steps_per_block(trainer, sinks[name], block_steps))
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _compare(t: dict, base_a: str, base_b: str, other: str) -> dict:
+    """`other` against the mean of two identical baseline arms; their gap is the noise floor (A/A test)."""
+    base = (t[base_a] + t[base_b]) / 2
+    return {"baseline_step_s": base, "step_s": t[other], "overhead_pct": 100 * (t[other] - base) / base,
+            "noise_floor_pct": 100 * abs(t[base_a] - t[base_b]) / base}
 
 
 def main(argv=None) -> int:
@@ -73,29 +82,31 @@ def main(argv=None) -> int:
                  "load1_at_start": os.getloadavg()[0]}
 
     redis_sink = RedisSink(ns.redis_url, run_id)
-    off = CompositeSink([])
     redis_only = CompositeSink([redis_sink])
     _steps_per_block(trainer, redis_only, 5)  # warm up: connection, first encodes
-    t = _interleaved(trainer, {"off": off, "redis": redis_only}, ns.blocks, ns.block_steps)
+    t = _interleaved(trainer, {"off_a": CompositeSink([]), "off_b": CompositeSink([]), "redis": redis_only},
+                     ns.blocks, ns.block_steps)
     redis_sink.publisher.flush(30)
     st = redis_sink.stats()
-    out["publisher"] = {"step_s_publisher_off": t["off"], "step_s_publisher_on": t["redis"],
-                        "overhead_pct": 100 * (t["redis"] - t["off"]) / t["off"],
-                        "published": st["published"], "dropped": st["dropped"]}
+    out["publisher_on_vs_off"] = {**_compare(t, "off_a", "off_b", "redis"), "published": st["published"],
+                                  "dropped": st["dropped"]}
     last = redis_lib.Redis.from_url(ns.redis_url).xrevrange(contract.telemetry_stream(run_id), count=1)
     if last:
-        out["publisher"]["metrics_per_record"] = len(json.loads(last[0][1][b"data"])["values"])
-        out["publisher"]["bytes_per_record"] = len(last[0][1][b"data"])
+        out["publisher_on_vs_off"]["metrics_per_record"] = len(json.loads(last[0][1][b"data"])["values"])
+        out["publisher_on_vs_off"]["bytes_per_record"] = len(last[0][1][b"data"])
 
     wandb = WandbSink(cfg.sinks.wandb_project, run_id, cfg.to_dict(), dir=str(tmp / "wandb"), mode="offline")
     all_sinks = CompositeSink([redis_sink, JsonlSink(tmp / "metrics.jsonl"), wandb])
     deadline = time.monotonic() + 60
     while wandb.run is None and wandb.errors == 0 and time.monotonic() < deadline:
         time.sleep(0.1)  # measure steady state, not wandb.init
-    t = _interleaved(trainer, {"redis": redis_only, "all": all_sinks}, ns.blocks, ns.block_steps)
-    out["sinks"] = {"steps_per_s_redis_only": 1 / t["redis"], "steps_per_s_all_sinks": 1 / t["all"],
-                    "slowdown_pct": 100 * (t["all"] - t["redis"]) / t["redis"], "wandb": wandb.stats()}
+    t = _interleaved(trainer, {"redis_a": redis_only, "redis_b": CompositeSink([redis_sink]), "all": all_sinks},
+                     ns.blocks, ns.block_steps)
+    c = _compare(t, "redis_a", "redis_b", "all")
+    out["all_sinks_vs_redis_only"] = {"steps_per_s_redis_only": 1 / c["baseline_step_s"],
+                                      "steps_per_s_all_sinks": 1 / c["step_s"], **c, "wandb": wandb.stats()}
 
+    off = CompositeSink([])
     trainer.sink = off
     saves = []
     for _ in range(ns.saves):

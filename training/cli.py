@@ -102,7 +102,11 @@ def cmd_run(ns) -> int:
         print(f"config error: {e.key}: {e.message}".replace("\n", " "), file=sys.stderr)
         return 2
     install_signal_handlers(trainer)
-    return trainer.run()
+    try:
+        return trainer.run()
+    except ConfigError as e:
+        print(f"config error: {e.key}: {e.message}".replace("\n", " "), file=sys.stderr)
+        return 2
 
 
 def cmd_control(ns) -> int:

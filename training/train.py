@@ -422,7 +422,10 @@ class Trainer:
         self._poll_checkpoint_write(block=True)
         from_step = max(self.last_published or 0, self.step, target)
         keep_ids = set(self.applied_ids)
-        self._restore(target)
+        try:
+            self._restore(target)  # assigns nothing unless the whole checkpoint reads back
+        except TrainingFailed as e:
+            raise control_lib.CommandError(f"cannot roll back: {e}") from None
         self.applied_ids |= keep_ids
         if skip:
             self.sampler.skip(skip)
@@ -473,7 +476,10 @@ class Trainer:
         return None
 
     def run(self) -> int:
-        """Train until done. Returns the process exit status: 0 stopped cleanly, 1 failed."""
+        """Train until done. Returns the process exit status: 0 stopped cleanly, 1 failed.
+
+        A ConfigError found only at start-up (a corpus directory, a data domain) is published, then raised.
+        """
         self.sink.record("run", {"t": time.time(), "name": self.cfg.run.name, "run_id": self.run_id,
                                  "config": self.cfg.to_dict(), "started_at": time.time(), "pid": os.getpid(),
                                  "counts": counts(self.cfg.model)})
@@ -505,6 +511,9 @@ class Trainer:
             self._poll_checkpoint_write(block=True)
             self._state("stopped", why)
             return 0
+        except ConfigError as e:  # e.g. a corpus directory that does not exist: the CLI exits 2
+            self._state("failed", f"config error: {e.key}: {e.message}")
+            raise
         except Exception as e:
             tb = traceback.format_exc()
             self._state("failed", f"{type(e).__name__}: {e}\n" + "".join(tb.splitlines(True)[-12:])[-3000:])

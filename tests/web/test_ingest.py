@@ -243,14 +243,14 @@ def test_sigterm_makes_the_ingest_process_exit_cleanly(trainer, live_env):
     assert "ingest stopped" in err
 
 
-def test_an_entry_the_database_cannot_store_is_dead_lettered_not_retried_forever(trainer, ingestor, run_id,
+def test_a_step_too_large_for_the_database_is_dead_lettered_not_retried_forever(trainer, ingestor, run_id,
                                                                                  redis_client):
     trainer.metrics(0, loss=1.0)
-    trainer.metrics(2**70, loss=1.0)  # valid by the contract, too large for a 64-bit step column
+    trainer.metrics(2**70, loss=1.0)  # too large for a 64-bit step column: the contract caps steps at 2**62
     trainer.metrics(1, loss=2.0)
     assert ingestor.drain() == 3
     assert [p[0] for p in _points(run_id, "loss")] == [0, 1]
     (letter,) = redis_client.xrange(contract.DEADLETTER_STREAM)
-    assert letter[1][b"reason"] in (b"db_rejected", b"internal")
+    assert letter[1][b"reason"] == b"wrong_type"
     assert redis_client.xpending(trainer.stream, contract.INGEST_GROUP)["pending"] == 0
     _assert_pyramid_consistent(run_id)
