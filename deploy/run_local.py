@@ -60,7 +60,9 @@ class Supervisor:
 
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         VAR.joinpath("logs").mkdir(parents=True, exist_ok=True)
-        p = subprocess.Popen(argv, cwd=ROOT, env=env, preexec_fn=_die_with_parent)
+        # Own session: Ctrl-C reaches only the supervisor, which then stops children in order (a second,
+        # direct SIGINT would interrupt the trainer's final checkpoint).
+        p = subprocess.Popen(argv, cwd=ROOT, env=env, preexec_fn=_die_with_parent, start_new_session=True)
         self.procs.append((name, p))
         log(f"started {name} (pid {p.pid})")
         return p
@@ -70,18 +72,23 @@ class Supervisor:
             return
         self.stopping = True
         log("stopping children...")
-        # The trainer gets SIGINT (it checkpoints then exits); the rest SIGTERM.
-        for name, p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT if name == "trainer" else signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        for name, p in reversed(self.procs):
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log(f"{name} did not stop in time: killing")
-                p.kill()
-                p.wait()
+        # Producer first, so that ingest still stores the trainer's final checkpoint and "stopped" state;
+        # then the rest. The trainer gets SIGINT (checkpoint, then exit), the others SIGTERM.
+        stage_of = {"trainer": 0, "redis": 2}  # everything else (web, ingest, celery) is stage 1
+        for stage in (0, 1, 2):
+            group = [(n, p) for n, p in self.procs if stage_of.get(n, 1) == stage]
+            for name, p in group:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT if name == "trainer" else signal.SIGTERM)
+            for name, p in group:
+                try:
+                    p.wait(60 if name == "trainer" else 15)
+                except subprocess.TimeoutExpired:
+                    log(f"{name} did not stop in time: killing")
+                    p.kill()
+                    p.wait()
+            if stage == 0 and group:
+                time.sleep(1.0)  # let ingest store the trainer's last messages
         log("all stopped")
 
 
@@ -138,7 +145,9 @@ def main() -> int:
     args = ap.parse_args()
 
     sup = Supervisor()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    stop_requested: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stop_requested.append(signum))
     try:
         env = dict(os.environ)
         env["REDIS_URL"] = find_or_start_redis(sup)
@@ -155,7 +164,7 @@ def main() -> int:
         sup.start("trainer", [PY, "-m", "training", "run", "--config", args.config, "--run-id", run_id], env)
         url = f"http://{args.host}:{args.port}/runs/{run_id}/"
         log(f"dashboard: {url}   (all runs: http://{args.host}:{args.port}/)   Ctrl-C stops everything")
-        while True:
+        while not stop_requested:
             for name, p in sup.procs:
                 rc = p.poll()
                 if rc is not None:
@@ -166,8 +175,7 @@ def main() -> int:
                     log(f"{name} exited with status {rc}; stopping the rest")
                     sup.stop()
                     return rc or 1
-            time.sleep(0.5)
-    except KeyboardInterrupt:
+            time.sleep(0.2)
         sup.stop()
         return 0
     except subprocess.CalledProcessError as e:

@@ -197,7 +197,10 @@ class Trainer:
                 raise TrainingFailed(f"{e} -- nothing was overwritten; fix the config, or start over with "
                                      f"--fresh (old checkpoints are moved aside, not deleted)") from None
         # One jitted program instead of dozens of eager ops (and it lands in the compilation cache).
-        self.state = jax.jit(partial(step_lib.init_state, cfg))(jax.random.PRNGKey(cfg.run.seed))
+        state = jax.jit(partial(step_lib.init_state, cfg))(jax.random.PRNGKey(cfg.run.seed))
+        # Committed like a restored state, so a fresh start and a resume lower to the very same program
+        # (same compilation-cache entry, same numerics).
+        self.state = jax.tree.map(lambda x: jax.device_put(x, x.sharding), state)
         self.sink.record("manifest", {"t": time.time(), "manifest": self.sampler.manifest()})
         prev = last_published_step(self.redis_url, self.run_id)
         if latest is not None:
