@@ -11,15 +11,21 @@ Every telemetry stream entry is a flat Redis hash of four fields:
 
 `data` per kind (all times are Unix seconds, floats):
 
-    run        {"t", "name", "config": {...}, "started_at"}             announced once per (re)start
+    run        {"t", "name", "config": {...}, "started_at", "run_id", "pid", "counts"}   once per (re)start
     metrics    {"t", "step": int >= 0, "values": {name: number}}       one per step; numbers may be NaN/±Inf
-    event      {"t", "step", "name": str, "payload": {...}}            lr re-plan, checkpoint saved, fault, ...
+    event      {"t", "step", "name": str, "payload": {...}}            name in EVENT_NAMES (others are allowed)
     state      {"t", "state": one of STATES, "step", "detail": str}    lifecycle transitions
-    heartbeat  {"t", "phase": one of STATES, "step", "tokens", "eta_s", "steps_per_s"}
+    heartbeat  {"t", "phase": one of STATES, "step", "tokens", "token_budget", "eta_s" (null until a rate is
+                known), "steps_per_s", "since_step_s", "pid"}     every ~2 s, paused or not
     rewind     {"t", "from_step", "to_step"}  points with step > to_step published before this are superseded
     manifest   {"t", "manifest": {...}}                               the data manifest, once per run
 
-Operator commands go the other way on the run's control stream; acknowledgements come back on its ack stream.
+Operator commands go the other way on the run's control stream (consumer group TRAINER_GROUP); the trainer acks
+each on the ack stream: `accepted` on receipt, then `applied` or `rejected` with a reason. A repeated command id
+is acked `applied` with detail "duplicate id: ... not applied again"; entries older than 10 minutes when first
+read are rejected as stale. Applied ids are kept in applied_commands_key(run) and in checkpoints.
+
+Browser-facing WebSocket frames are not part of this contract: see webapp/live/protocol.py.
 """
 
 from __future__ import annotations
@@ -66,6 +72,11 @@ def control_stream(run_id: str) -> str:
 
 def ack_stream(run_id: str) -> str:
     return f"{PREFIX}:run:{run_id}:acks"
+
+
+def applied_commands_key(run_id: str) -> str:
+    """SET of command ids the run has applied: a repeated id is acknowledged, never applied twice."""
+    return f"{PREFIX}:run:{run_id}:control:applied"
 
 
 def heartbeat_key(run_id: str) -> str:
@@ -261,6 +272,8 @@ COMMANDS = ("pause", "resume", "stop", "checkpoint", "rollback", "set-lr-multipl
             "set-mixture", "inject-fault")
 ACK_STATUSES = ("accepted", "applied", "rejected")
 FAULTS = ("lr-spike", "nan", "stall")
+EVENT_NAMES = ("compiled", "resumed", "checkpoint_saved", "checkpoint_written", "command", "lr_multiplier",
+               "lr_replan", "mixture_changed", "fault_injected", "rollback")
 
 
 def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = None, reason: str = "",

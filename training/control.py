@@ -30,8 +30,8 @@ MAX_FAULT_STEPS = 1000
 
 
 def applied_key(run_id: str) -> str:
-    """SET of command ids this run has applied (not in observatory.contract yet; see the trainer's report)."""
-    return f"{contract.PREFIX}:run:{run_id}:control:applied"
+    """SET of command ids this run has applied."""
+    return contract.applied_commands_key(run_id)
 
 
 class CommandError(ValueError):
