@@ -85,6 +85,7 @@ class SinksSection:
     jsonl: str = ""  # mirror every published record to this JSONL file ("" = off; --metrics-jsonl overrides)
     wandb: str = "off"  # "off", "offline" (nothing leaves the machine) or "online"
     wandb_project: str = "observatory"  # W&B project name
+    wandb_dir: str = "var"  # W&B writes <wandb_dir>/wandb/offline-run-*/ (import with manage.py import_wandb)
     heartbeat_s: float = 2.0  # seconds between heartbeats
 
 

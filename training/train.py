@@ -142,7 +142,7 @@ class Trainer:
         if jsonl:
             all_sinks.append(JsonlSink(jsonl))
         if cfg.sinks.wandb != "off":
-            all_sinks.append(WandbSink(cfg.sinks.wandb_project, self.run_id, cfg.to_dict(), dir="var",
+            all_sinks.append(WandbSink(cfg.sinks.wandb_project, self.run_id, cfg.to_dict(), dir=cfg.sinks.wandb_dir,
                                        name=cfg.run.name, mode=cfg.sinks.wandb))
         self.sink = CompositeSink(all_sinks)
         self.heartbeat = Heartbeat(self.progress, lambda snap: self.sink.record("heartbeat", snap),
