@@ -14,7 +14,27 @@ from urllib.parse import urlparse
 import pytest
 import redis as redis_lib
 
-TEST_REDIS_DB = 15  # tests FLUSHDB this database only; a developer's runs live in db 0
+# Tests FLUSHDB their own database only (a developer's runs live in db 0; the latency bench uses 14). Two test
+# sessions on one machine (two checkouts, CI beside a developer) each lock a different database.
+TEST_REDIS_DBS = (15, 13, 12, 11, 10, 9)
+
+
+def _lock_test_db() -> int:
+    import fcntl
+
+    for db in TEST_REDIS_DBS:
+        f = open(os.path.join(tempfile.gettempdir(), f"observatory-test-redis-db{db}.lock"), "w")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        _held_locks.append(f)  # held until the process exits
+        return db
+    pytest.exit(f"all test Redis databases {TEST_REDIS_DBS} are in use by other test sessions", 2)
+
+
+_held_locks: list = []
 
 
 def _reachable(url: str) -> bool:
@@ -52,7 +72,7 @@ def redis_url():
                 break
             time.sleep(0.05)
     u = urlparse(base)
-    url = f"{u.scheme}://{u.netloc}/{TEST_REDIS_DB}"
+    url = f"{u.scheme}://{u.netloc}/{_lock_test_db()}"
     os.environ["REDIS_URL"] = url  # children (trainer, ingest, daphne) started by tests inherit it
     yield url
     if proc:

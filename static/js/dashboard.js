@@ -1,155 +1,66 @@
 // Run dashboard: history from the JSON API, then live updates over the WebSocket (no polling).
-// Protocol: webapp/live/protocol.py. Each chart keeps the last step it holds; on (re)connect it sends
-// "resume" with those steps, and every incoming point with step <= that is dropped, so there is no gap and no
-// duplicate. Non-finite values (NaN/Inf) are drawn as red markers at the top of the chart and counted.
+// Protocol: webapp/live/protocol.py. Series live in one Obs.Store (series.js: history, resume bookkeeping, dedup,
+// rewinds); views draw them: line charts (charts.js), the MoE router heatmap and the data panel (moe.js).
+// On (re)connect the page sends "resume" with the last step each series holds, so there is no gap and no
+// duplicate. Non-finite values (NaN/Inf) are drawn as red markers and counted.
 "use strict";
 
 (function () {
+  const Obs = window.Obs;
   const page = JSON.parse(document.getElementById("page-data").textContent);
   const runId = page.run_id;
   const apiBase = "/api/runs/" + encodeURIComponent(runId);
-  const HISTORY_POINTS = 2000; // downsampled history per chart (min/max buckets keep every spike)
-  const MAX_CLIENT_POINTS = 50000; // past this a chart reloads its downsampled history
-  const charts = new Map(); // metric name -> chart state
+  const RESUME_CHUNK = 200; // protocol.MAX_RESUME_METRICS is 256
   const known = new Set(); // every series name the run has
+  const views = new Set();
+  const charts = new Map(); // chart id -> LineChart
   let lastEventId = 0;
   let ws = null;
   let attempts = 0;
   let lastHeartbeat = null;
   let redrawQueued = false;
+  let manifestFetches = 0;
+  let started = false; // the metric list is in: later mixture series may mean a manifest arrived
 
   const $ = (id) => document.getElementById(id);
 
-  function slug(name) { return name.replace(/[^A-Za-z0-9]+/g, "-"); }
-
-  // ------------------------------------------------------------------------------------------ charts
-  function addChart(name) {
-    if (charts.has(name)) return charts.get(name);
-    const box = document.createElement("div");
-    box.className = "chart";
-    box.dataset.metric = name;
-    box.innerHTML = '<h3><span class="name"></span><span class="note"></span></h3><div class="plot"></div>';
-    box.querySelector(".name").textContent = name;
-    const plot = box.querySelector(".plot");
-    plot.id = "chart-" + slug(name);
-    $("charts").appendChild(box);
-    const ch = {name, box, plot, steps: [], values: [], nfSteps: [], nfKinds: [], nfTotal: 0, last: -1,
-                loading: true, queue: [], newX: [], newY: [], newNfX: [], newNfK: [], full: true};
-    charts.set(name, ch);
-    Plotly.newPlot(plot, traces(ch), layout(), {responsive: true, displaylogo: false});
-    return ch;
-  }
-
-  function traces(ch) {
-    return [
-      {x: ch.steps.slice(), y: ch.values.slice(), type: "scatter",
-       mode: "lines", line: {width: 1.3, color: "#1f5fbf"}, name: ch.name, hovertemplate: "step %{x}<br>%{y}<extra></extra>"},
-      {x: ch.nfSteps.slice(), y: ch.nfSteps.map(() => 1), text: ch.nfKinds.slice(), yaxis: "y2", type: "scatter",
-       mode: "markers", marker: {color: "#c62828", symbol: "x", size: 9}, name: "non-finite",
-       hovertemplate: "step %{x}: %{text}<extra></extra>"},
-    ];
-  }
-
-  function layout() {
-    return {margin: {l: 55, r: 10, t: 8, b: 30}, showlegend: false, hovermode: "closest",
-            xaxis: {title: {text: "step"}, automargin: true},
-            yaxis: {automargin: true, exponentformat: "e"},
-            yaxis2: {overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true}};
-  }
-
-  function rewind(ch, toStep) {
-    if (ch.loading) { ch.queue.push(["rewind", toStep]); return; }
-    let i = ch.steps.length;
-    while (i > 0 && ch.steps[i - 1] > toStep) i--;
-    ch.steps.length = i; ch.values.length = i;
-    let j = ch.nfSteps.length;
-    while (j > 0 && ch.nfSteps[j - 1] > toStep) j--;
-    ch.nfTotal -= ch.nfSteps.length - j;
-    ch.nfSteps.length = j; ch.nfKinds.length = j;
-    ch.last = Math.min(ch.last, toStep);
-    ch.full = true;
-  }
-
-  function append(ch, s) {
-    if (ch.loading) { ch.queue.push(["series", s]); return; }
-    const kinds = new Map((s.nonfinite || []).map(([step, kind]) => [step, kind]));
-    for (let i = 0; i < s.steps.length; i++) {
-      const step = s.steps[i];
-      if (step <= ch.last) continue; // already held: resume/live overlap
-      const v = s.values[i];
-      if (v === null) {
-        ch.nfSteps.push(step); ch.nfKinds.push(kinds.get(step) || "NaN"); ch.nfTotal++;
-        ch.newNfX.push(step); ch.newNfK.push(kinds.get(step) || "NaN");
-      } else {
-        ch.steps.push(step); ch.values.push(v);
-        ch.newX.push(step); ch.newY.push(v);
-      }
-      ch.last = step;
-    }
-    if (ch.steps.length + ch.nfSteps.length > MAX_CLIENT_POINTS) loadHistory(ch);
-  }
-
-  async function loadHistory(ch) {
-    ch.loading = true;
-    try {
-      const r = await fetch(apiBase + "/metrics/" + encodeURI(ch.name) + "/?points=" + HISTORY_POINTS);
-      if (r.status === 404) { ch.last = -1; setHistory(ch, null); return; }
-      if (!r.ok) throw new Error("HTTP " + r.status);
-      setHistory(ch, await r.json());
-    } catch (e) {
-      console.warn("history of", ch.name, "failed:", e);
-      setTimeout(() => loadHistory(ch), 2000);
-    }
-  }
-
-  function setHistory(ch, data) {
-    ch.steps = []; ch.values = []; ch.nfSteps = []; ch.nfKinds = []; ch.nfTotal = 0; ch.last = -1;
-    if (data) {
-      const kinds = new Map(data.nonfinite.map(([step, kind]) => [step, kind]));
-      data.steps.forEach((step, i) => {
-        const v = data.values[i];
-        if (v === null) { ch.nfSteps.push(step); ch.nfKinds.push(kinds.get(step) || "NaN"); }
-        else { ch.steps.push(step); ch.values.push(v); }
-      });
-      const c = data.nonfinite_counts;
-      ch.nfTotal = c.NaN + c.Infinity + c["-Infinity"];
-      ch.last = data.end === null ? -1 : data.end;
-    }
-    ch.loading = false;
-    ch.full = true;
-    const queued = ch.queue; ch.queue = [];
-    for (const [op, arg] of queued) op === "rewind" ? rewind(ch, arg) : append(ch, arg);
-    scheduleRedraw();
-    if (ws && ws.readyState === WebSocket.OPEN) sendResume([ch.name]);
-  }
+  const store = new Obs.Store(apiBase, (names) => {
+    if (ws && ws.readyState === WebSocket.OPEN) sendResume(names);
+  });
+  const ctx = {store, schedule: scheduleRedraw};
 
   function scheduleRedraw() {
     if (redrawQueued) return;
     redrawQueued = true;
-    requestAnimationFrame(() => { redrawQueued = false; charts.forEach(redraw); nonfiniteNote(); });
+    requestAnimationFrame(() => {
+      redrawQueued = false;
+      views.forEach((v) => {
+        try { v.redraw(); } catch (e) { console.error("redraw failed:", e); }
+      });
+      nonfiniteNote();
+    });
   }
 
-  function redraw(ch) {
-    if (ch.loading) return;
-    if (ch.full) {
-      Plotly.react(ch.plot, traces(ch), layout());
-    } else {
-      if (ch.newX.length) Plotly.extendTraces(ch.plot, {x: [ch.newX], y: [ch.newY]}, [0]);
-      if (ch.newNfX.length) {
-        Plotly.extendTraces(ch.plot, {x: [ch.newNfX], y: [ch.newNfX.map(() => 1)], text: [ch.newNfK]}, [1]);
-      }
-    }
-    ch.full = false; ch.newX = []; ch.newY = []; ch.newNfX = []; ch.newNfK = [];
-    const note = ch.box.querySelector(".note");
-    note.textContent = ch.nfTotal ? ch.nfTotal + " non-finite" : "";
+  function addChart(spec) {
+    const id = spec.id || spec.metrics[0];
+    if (charts.has(id)) return charts.get(id);
+    const ch = new Obs.LineChart(ctx, spec, $("charts"));
+    charts.set(id, ch);
+    views.add(ch);
+    for (const name of known) if (ch.wants(name)) ch.addTrace(name);
+    return ch;
   }
+
+  const router = new Obs.RouterPanel(ctx, page.router_metric);
+  const data = new Obs.DataPanel(ctx, page.mixture);
+  views.add(router); views.add(data);
 
   function nonfiniteNote() {
-    const bad = [...charts.values()].filter((c) => c.nfTotal > 0);
+    const bad = [...store.all()].filter((s) => s.nfTotal > 0);
     const el = $("nonfinite-note");
     el.hidden = bad.length === 0;
-    el.textContent = bad.map((c) => `${c.name}: ${c.nfTotal} non-finite value(s), first at step ${c.nfSteps[0]}` +
-                                    ` (${c.nfKinds[0]})`).join(" · ");
+    el.textContent = bad.map((s) => `${s.name}: ${s.nfTotal} non-finite value(s)` +
+      (s.nfSteps.length ? `, first at step ${s.nfSteps[0]} (${s.nfKinds[0]})` : "")).join(" · ");
   }
 
   // ------------------------------------------------------------------------------------------ run state
@@ -183,6 +94,7 @@
     while (list.children.length > 200) list.lastChild.remove();
   }
 
+  // A series name the run has (metric list, live frames, new_series): offer it, let the views claim it.
   function addKnown(names) {
     const picker = $("metric-picker");
     for (const name of names) {
@@ -191,14 +103,37 @@
       const opt = document.createElement("option");
       opt.value = name; opt.textContent = name;
       picker.appendChild(opt);
+      charts.forEach((ch) => { if (ch.wants(name)) ch.addTrace(name); });
+      router.discover(name);
+      data.discover(name);
+      // The trainer records its manifest before its first mixture metrics: fetch it once they appear.
+      if (!data.hasManifest() && name.startsWith(page.mixture.weight_prefix) && started) fetchManifest();
+    }
+  }
+
+  let manifestInflight = false;
+  async function fetchManifest() { // one-off, on a sign that the manifest exists: not polling
+    if (manifestInflight || manifestFetches >= 3) return;
+    manifestFetches++; manifestInflight = true;
+    try {
+      const detail = await fetch(apiBase + "/").then((r) => r.json());
+      data.setManifest(detail.manifest);
+    } catch (e) {
+      console.warn("manifest:", e);
+    } finally {
+      manifestInflight = false;
     }
   }
 
   // ------------------------------------------------------------------------------------------ live
   function sendResume(names) {
-    const after = {};
-    for (const name of names) after[name] = charts.get(name).last;
-    ws.send(JSON.stringify({type: "resume", metrics: names, after, after_event: lastEventId}));
+    names = names.filter((n) => store.has(n) && !store.get(n).loading);
+    for (let i = 0; i < names.length; i += RESUME_CHUNK) {
+      const chunk = names.slice(i, i + RESUME_CHUNK);
+      const after = {};
+      for (const name of chunk) after[name] = store.get(name).last;
+      ws.send(JSON.stringify({type: "resume", metrics: chunk, after, after_event: lastEventId}));
+    }
   }
 
   function connect() {
@@ -207,7 +142,7 @@
     ws.onopen = () => {
       attempts = 0;
       $("stat-conn").textContent = "live";
-      const ready = [...charts.values()].filter((c) => !c.loading).map((c) => c.name);
+      const ready = store.ready();
       if (ready.length) sendResume(ready);
     };
     ws.onmessage = (ev) => handle(JSON.parse(ev.data));
@@ -225,16 +160,13 @@
       case "hello": showRun(msg.run); break;
       case "update":
       case "backfill":
-        for (const rw of msg.rewinds || []) charts.forEach((ch) => rewind(ch, rw.to_step));
+        for (const rw of msg.rewinds || []) store.rewind(rw.to_step);
         addEvents(msg.events || []);
-        for (const [name, s] of Object.entries(msg.series || {})) {
-          addKnown([name]);
-          const ch = charts.get(name);
-          if (ch) append(ch, s);
-        }
+        addKnown(Object.keys(msg.series || {}));
         addKnown(msg.new_series || []);
+        for (const [name, s] of Object.entries(msg.series || {})) store.apply(name, s);
         if (msg.run) showRun(msg.run);
-        for (const name of msg.truncated || []) if (charts.has(name)) loadHistory(charts.get(name));
+        for (const name of msg.truncated || []) store.reload(name);
         scheduleRedraw();
         break;
       case "error": console.warn("live:", msg.error); break;
@@ -250,18 +182,19 @@
     showRun(detail);
     addEvents(detail.events || []);
     lastEventId = Math.max(lastEventId, detail.last_event_id || 0);
+    for (const m of list.metrics) store.meta.set(m.name, m);
+    data.setManifest(detail.manifest);
+    for (const spec of page.charts) addChart(spec);
     addKnown(list.metrics.map((m) => m.name));
-    const wanted = page.default_metrics.slice();
-    for (const m of list.metrics) if (wanted.length < 4 && !wanted.includes(m.name)) wanted.push(m.name);
-    await Promise.all(wanted.map((name) => loadHistory(addChart(name))));
-    connect();
+    started = true;
+    connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
     setInterval(tickHeartbeat, 1000); // display only: ages the "last heartbeat" label
   }
 
   $("metric-picker").addEventListener("change", (e) => {
     const name = e.target.value;
     e.target.value = "";
-    if (name && !charts.has(name)) loadHistory(addChart(name));
+    if (name && !charts.has(name)) addChart({metrics: [name], title: name});
   });
 
   start();

@@ -1,0 +1,172 @@
+// The client's copy of a run's series: downsampled history from the JSON API, then live points from the
+// WebSocket (webapp/live/protocol.py). Each series keeps the last step it holds; on (re)connect the dashboard
+// sends "resume" with those steps, and every incoming point with step <= that is dropped, so there is no gap and
+// no duplicate. Views (line charts, the router heatmap, the data panel) attach to series and are told what
+// changed: reset(series) after a history load or a rewind, added(series, points) for new points.
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const DEFAULT_CAP = 50000; // points held per series; past this it reloads its downsampled history
+
+  class Series {
+    constructor(name) {
+      this.name = name;
+      this.steps = []; this.values = []; // finite points
+      this.nfSteps = []; this.nfKinds = []; this.nfTotal = 0; // non-finite points (NaN / ±Infinity)
+      this.last = -1; // last step held (finite or not)
+      this.loading = false; this.loaded = false; this.missing = false;
+      this.queue = []; // live frames that arrived while the history was loading
+      this.points = 0; // history resolution asked for
+      this.tail = false; // only the latest values are wanted (history from the series' last stored step)
+      this.cap = DEFAULT_CAP;
+      this.bucketSteps = 1; // steps per bucket of the loaded history (1: exact)
+      this.gen = 0; // history load generation: a superseded load is ignored
+      this.views = new Set();
+    }
+
+    lastValue() { // [step, value | kind] of the latest point, or null
+      const f = this.steps.length ? this.steps[this.steps.length - 1] : -1;
+      const n = this.nfSteps.length ? this.nfSteps[this.nfSteps.length - 1] : -1;
+      if (f < 0 && n < 0) return null;
+      return f >= n ? [f, this.values[this.values.length - 1]] : [n, this.nfKinds[this.nfKinds.length - 1]];
+    }
+  }
+
+  class Store {
+    // apiBase: "/api/runs/<id>"; onReady(names): their history is in, subscribe them (send "resume").
+    constructor(apiBase, onReady) {
+      this.apiBase = apiBase;
+      this.onReady = onReady;
+      this.map = new Map();
+      this.meta = new Map(); // name -> {last_step, count} from the metric list (used by tail loads)
+    }
+
+    get(name) { return this.map.get(name); }
+    has(name) { return this.map.has(name); }
+    all() { return this.map.values(); }
+
+    // Attach `view` to series `name`, loading history at >= `points` (or only its tail) as needed.
+    want(name, view, {points = 2000, tail = false, cap = DEFAULT_CAP} = {}) {
+      let s = this.map.get(name);
+      const fresh = !s;
+      if (fresh) {
+        s = new Series(name);
+        s.tail = tail; s.points = points; s.cap = cap;
+        this.map.set(name, s);
+      }
+      s.views.add(view);
+      if (fresh) { this.load(s); return s; }
+      let reload = false;
+      if (s.tail && !tail) { s.tail = false; reload = true; }
+      if (!s.tail && points > s.points) { s.points = points; reload = true; }
+      s.cap = Math.max(s.cap, cap);
+      if (reload) this.load(s);
+      return s;
+    }
+
+    // Detach a view; a series no view needs is dropped (live frames for it are then ignored).
+    release(name, view) {
+      const s = this.map.get(name);
+      if (!s) return;
+      s.views.delete(view);
+      if (s.views.size === 0) { this.map.delete(name); s.gen++; }
+    }
+
+    // Names whose history is in: what a (re)connect resumes.
+    ready() { return [...this.map.values()].filter((s) => !s.loading).map((s) => s.name); }
+
+    async load(s) {
+      s.loading = true;
+      const gen = ++s.gen;
+      let url = this.apiBase + "/metrics/" + encodeURI(s.name) + "/?points=" + (s.tail ? 10 : s.points);
+      const meta = this.meta.get(s.name);
+      if (s.tail && meta && meta.last_step !== null && meta.last_step !== undefined) url += "&start=" + meta.last_step;
+      try {
+        const r = await fetch(url);
+        if (gen !== s.gen || this.map.get(s.name) !== s) return; // superseded or dropped
+        if (r.status === 404) { this.setHistory(s, null); return; }
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        const data = await r.json();
+        if (gen !== s.gen || this.map.get(s.name) !== s) return;
+        this.setHistory(s, data);
+      } catch (e) {
+        console.warn("history of", s.name, "failed:", e);
+        setTimeout(() => { if (gen === s.gen && this.map.get(s.name) === s) this.load(s); }, 2000);
+      }
+    }
+
+    setHistory(s, data) {
+      s.steps = []; s.values = []; s.nfSteps = []; s.nfKinds = []; s.nfTotal = 0; s.last = -1;
+      s.missing = !data; s.bucketSteps = 1;
+      if (data) {
+        const kinds = new Map(data.nonfinite.map(([step, kind]) => [step, kind]));
+        data.steps.forEach((step, i) => {
+          const v = data.values[i];
+          if (v === null) { s.nfSteps.push(step); s.nfKinds.push(kinds.get(step) || "NaN"); }
+          else { s.steps.push(step); s.values.push(v); }
+        });
+        const c = data.nonfinite_counts;
+        s.nfTotal = c.NaN + c.Infinity + c["-Infinity"];
+        s.last = data.end === null ? -1 : data.end;
+        s.bucketSteps = data.bucket_steps || 1;
+      }
+      s.loading = false; s.loaded = true;
+      s.views.forEach((v) => v.reset(s));
+      const queued = s.queue; s.queue = [];
+      for (const [op, arg] of queued) op === "rewind" ? this.rewindOne(s, arg) : this.append(s, arg);
+      this.onReady([s.name]);
+    }
+
+    reload(name) { const s = this.map.get(name); if (s) this.load(s); }
+
+    rewind(toStep) { this.map.forEach((s) => this.rewindOne(s, toStep)); }
+
+    rewindOne(s, toStep) {
+      if (s.loading) { s.queue.push(["rewind", toStep]); return; }
+      if (s.last <= toStep) return;
+      let i = s.steps.length;
+      while (i > 0 && s.steps[i - 1] > toStep) i--;
+      s.steps.length = i; s.values.length = i;
+      let j = s.nfSteps.length;
+      while (j > 0 && s.nfSteps[j - 1] > toStep) j--;
+      s.nfTotal -= s.nfSteps.length - j;
+      s.nfSteps.length = j; s.nfKinds.length = j;
+      s.last = toStep;
+      s.views.forEach((v) => v.reset(s));
+    }
+
+    // A SERIES frame for `name` (update or backfill); ignored for series no view holds.
+    apply(name, frame) {
+      const s = this.map.get(name);
+      if (s) this.append(s, frame);
+    }
+
+    append(s, frame) {
+      if (s.loading) { s.queue.push(["series", frame]); return; }
+      const kinds = new Map((frame.nonfinite || []).map(([step, kind]) => [step, kind]));
+      const add = {x: [], y: [], nfx: [], nfk: []};
+      for (let i = 0; i < frame.steps.length; i++) {
+        const step = frame.steps[i];
+        if (step <= s.last) continue; // already held: resume/live overlap
+        const v = frame.values[i];
+        if (v === null) {
+          const kind = kinds.get(step) || "NaN";
+          s.nfSteps.push(step); s.nfKinds.push(kind); s.nfTotal++;
+          add.nfx.push(step); add.nfk.push(kind);
+        } else {
+          s.steps.push(step); s.values.push(v);
+          add.x.push(step); add.y.push(v);
+        }
+        s.last = step;
+      }
+      s.missing = false;
+      if (add.x.length || add.nfx.length) s.views.forEach((v) => v.added(s, add));
+      if (s.steps.length + s.nfSteps.length > s.cap) this.load(s);
+    }
+  }
+
+  Obs.Store = Store;
+  Obs.slug = (name) => name.replace(/[^A-Za-z0-9]+/g, "-");
+})(window.Obs);
