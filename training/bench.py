@@ -112,7 +112,6 @@ def step_timer(cfg, mesh=None, batch=16):
 def measured_peak_flops() -> float:
     """Best fp32 matmul FLOP/s on this host (the MFU denominator; CPUs publish no single peak)."""
     import jax
-    import jax.numpy as jnp
 
     n = 2048
     a = jax.random.normal(jax.random.PRNGKey(0), (n, n))

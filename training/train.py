@@ -23,17 +23,15 @@ from training import checkpoint as ckpt_lib
 from training import control as control_lib
 from training import step as step_lib
 from training import telemetry
+from training.commands import CommandsMixin
 from training.config import RunConfig
 from training.data import build_sampler
 from training.errors import ConfigError
 from training.heartbeat import Heartbeat, Progress
 from training.model import counts, make_mesh
+from training.runtime import TrainingFailed, _lock_run, enable_compilation_cache, last_published_step
 from training.schedule import Schedule, ScheduleConfig
 from training.sinks import CompositeSink, JsonlSink, Sink, WandbSink
-
-
-class TrainingFailed(RuntimeError):
-    """The run cannot continue (diverged, or a checkpoint it must resume from is unusable)."""
 
 
 @dataclass
@@ -53,73 +51,7 @@ def _np_tree(d: dict) -> dict:
     return {k: (_np_tree(v) if isinstance(v, dict) else np.asarray(v)) for k, v in d.items()}
 
 
-def _lock_run(ck_dir: Path):
-    """One trainer per run: an flock next to the checkpoint dir (the kernel drops it if the process dies)."""
-    import fcntl
-
-    ck_dir.parent.mkdir(parents=True, exist_ok=True)
-    f = open(ck_dir.parent / f"{ck_dir.name}.lock", "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        raise TrainingFailed(f"run {ck_dir.name!r} is already being trained ({holder}); stop it first") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()}\n")
-    f.flush()
-    return f
-
-
-def last_published_step(redis_url: str | None, run_id: str, scan: int = 5000) -> int | None:
-    """The step of the newest metrics entry on the run's telemetry stream (None if unknown or unreachable)."""
-    if not redis_url:
-        return None
-    import json
-
-    import redis as redis_lib
-    from observatory import contract
-
-    try:
-        r = redis_lib.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=1)
-        hi, seen = "+", 0
-        while seen < scan:
-            page = r.xrevrange(contract.telemetry_stream(run_id), max=hi, min="-", count=500)
-            if not page:
-                return None
-            for eid, f in page:
-                if f.get(b"kind") == b"metrics":
-                    return int(json.loads(f[b"data"])["step"])
-            seen += len(page)
-            last = page[-1][0].decode()
-            ms, seq = last.split("-")
-            hi = f"{ms}-{int(seq) - 1}" if int(seq) > 0 else f"{int(ms) - 1}-18446744073709551615"
-        return None
-    except Exception:
-        return None
-
-
-def enable_compilation_cache(path: str) -> None:
-    """Persist compiled programs so a restart (resume after a crash) does not pay the compile again.
-
-    $JAX_COMPILATION_CACHE_DIR, when set, wins. The cached executable is the same program, so resumes stay exact.
-    """
-    if not path or os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return
-    path = str(Path(path).absolute())
-    if jax.config.jax_compilation_cache_dir == path:
-        return
-    from jax.experimental.compilation_cache import compilation_cache
-
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    compilation_cache.reset_cache()  # in case something compiled before the directory was set
-
-
-class Trainer:
+class Trainer(CommandsMixin):
     def __init__(self, cfg: RunConfig, run_id: str | None = None, *, redis_url: str | None = None,
                  fresh: bool = False, metrics_jsonl: str | None = None, sinks: list[Sink] | None = None,
                  log=print):
@@ -338,111 +270,6 @@ class Trainer:
                                      f"Roll back to a checkpoint or lower the LR.")
         else:
             self.nonfinite_run = 0
-
-    # ------------------------------------------------------------------------------------------ commands
-    def _apply_commands(self, cmds) -> None:
-        for cmd in cmds:
-            if cmd.id in self.applied_ids:  # restored from a checkpoint's list after the reader saw it
-                self.control.applied(cmd, "duplicate id: already applied, not applied again", self.step)
-                continue
-            self.applied_ids.add(cmd.id)  # before applying: a stop/checkpoint saves the id with the state
-            try:
-                detail = self._apply(cmd)
-            except (control_lib.CommandError, ConfigError, ValueError) as e:
-                self.applied_ids.discard(cmd.id)
-                self.control.rejected(cmd, str(e), self.step)
-                continue
-            self.control.applied(cmd, detail, self.step)
-            self._event("command", {"id": cmd.id, "command": cmd.name, "args": cmd.args, "reason": cmd.reason,
-                                    "user": cmd.user, "detail": detail})
-
-    def _apply(self, cmd) -> str:
-        name, a = cmd.name, cmd.args
-        if name == "pause":
-            if self.paused:
-                raise control_lib.CommandError("already paused")
-            self.paused = True
-            self._state("paused", f"by {cmd.user or 'operator'}: {cmd.reason}")
-            return f"paused at step {self.step}"
-        if name == "resume":
-            if not self.paused:
-                raise control_lib.CommandError("not paused")
-            self.paused = False
-            self.progress.reset_rate()
-            self._timer_reset = True
-            self._state("training", f"resumed by {cmd.user or 'operator'}")
-            return f"resumed at step {self.step}"
-        if name == "stop":
-            self.stop_reason = f"stop command {cmd.id}: {cmd.reason}"
-            info = self.save_checkpoint(wait=True, why="stop")
-            return f"checkpoint at step {info['step']} written; exiting"
-        if name == "checkpoint":
-            info = self.save_checkpoint(wait=True, why=f"command {cmd.id}")
-            if "skipped" in info:
-                return f"checkpoint at step {self.step} already exists"
-            return (f"checkpoint at step {info['step']}: loop blocked {info['blocked_s']:.3f} s, written in "
-                    f"{info.get('write_s', 0):.3f} s")
-        if name == "rollback":
-            return self._rollback(a["step"], a["skip_batches"])
-        if name == "set-lr-multiplier":
-            p = self.schedule.set_multiplier(a["value"])
-            self._event("lr_multiplier", p)
-            return f"LR multiplier {p['old']:g} -> {p['new']:g}; LR now {self.schedule.lr(self.step):.3g}"
-        if name == "set-token-budget":
-            tokens = a["tokens"]
-            if tokens <= self.sampler.tokens_seen:
-                raise control_lib.CommandError(f"new budget {tokens} must exceed tokens seen "
-                                               f"({self.sampler.tokens_seen})")
-            new_total = max(self.step + 1, math.ceil(tokens / self.tokens_per_step))
-            p = self.schedule.replan(self.step, new_total)
-            p["data"] = self.sampler.set_token_budget(tokens)
-            self.progress.token_budget = tokens
-            self._event("lr_replan", p)
-            return (f"token budget {p['data']['old_budget']} -> {tokens}; decay re-planned to step {new_total}, "
-                    f"LR {p['lr_before']:.3g} -> {p['lr_after']:.3g} at step {self.step}")
-        if name == "set-mixture":
-            p = self.sampler.set_weights(a["weights"])
-            self._event("mixture_changed", p)
-            return f"stage {p['stage']} mixture now " + ", ".join(f"{k}={v:.3g}" for k, v in p["new"].items())
-        if name == "inject-fault":
-            if not self.cfg.train.allow_faults:
-                raise control_lib.CommandError("fault injection is disabled for this run (train.allow_faults)")
-            fault, n = a["fault"], a["steps"]
-            if fault == "lr-spike":
-                self.faults.lr_steps, self.faults.lr_factor = n, a["factor"]
-            elif fault == "nan":
-                self.faults.nan_steps = n
-            else:
-                self.faults.stall_s = a["seconds"]
-            self._event("fault_injected", {"fault": fault, **a})
-            return f"{fault} injected from step {self.step + 1}" + (f" for {n} steps" if fault != "stall" else "")
-        raise control_lib.CommandError(f"unknown command {name!r}")
-
-    def _rollback(self, target: int, skip: int) -> str:
-        steps = self.ckpt.steps()
-        if target not in steps:
-            raise control_lib.CommandError(f"no checkpoint at step {target} (available: {steps})")
-        self._poll_checkpoint_write(block=True)
-        from_step = max(self.last_published or 0, self.step, target)
-        keep_ids = set(self.applied_ids)
-        try:
-            self._restore(target)  # assigns nothing unless the whole checkpoint reads back
-        except TrainingFailed as e:
-            raise control_lib.CommandError(f"cannot roll back: {e}") from None
-        self.applied_ids |= keep_ids
-        if skip:
-            self.sampler.skip(skip)
-        aside = self.ckpt.set_aside_after(target)
-        self.last_published = target
-        self.sink.record("rewind", {"t": time.time(), "from_step": from_step, "to_step": target})
-        self._event("rollback", {"from_step": from_step, "to_step": target, "skip_batches": skip,
-                                 "set_aside": aside})
-        self.progress.stepped(self.step, self.sampler.tokens_seen)
-        self.progress.reset_rate()
-        self._timer_reset = True
-        self._last_ckpt_t = time.monotonic()
-        return (f"rolled back to step {target}" + (f", skipping {skip} batches" if skip else "")
-                + (f"; newer checkpoints {aside} set aside" if aside else ""))
 
     # ------------------------------------------------------------------------------------------ main loop
     def _boundary(self, pending):

@@ -102,6 +102,13 @@ window.Obs = window.Obs || {};
                    xaxis: {title: {text: "step"}, automargin: true},
                    yaxis: {automargin: true, exponentformat: "e"},
                    yaxis2: {overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true}};
+      // Rewinds (a resume from a checkpoint, a rollback): a dashed line where the run went back to.
+      const rw = (this.ctx && this.ctx.rewinds) || [];
+      lay.shapes = rw.map((r) => ({type: "line", xref: "x", yref: "paper", x0: r.to_step, x1: r.to_step, y0: 0,
+                                   y1: 1, line: {color: "#9e9e9e", width: 1, dash: "dash"}}));
+      lay.annotations = rw.map((r) => ({xref: "x", yref: "paper", x: r.to_step, y: 1, yanchor: "bottom",
+                                        showarrow: false, font: {size: 9, color: "#757575"},
+                                        text: `↺ ${r.from_step}→${r.to_step}`}));
       if (sec) {
         const names = this.items.filter((it) => it.secondary).map((it) => this.label(it.name));
         lay.yaxis3 = {overlaying: "y", side: "right", automargin: true, exponentformat: "e", showgrid: false,

@@ -27,7 +27,8 @@
   const store = new Obs.Store(apiBase, (names) => {
     if (ws && ws.readyState === WebSocket.OPEN) sendResume(names);
   });
-  const ctx = {store, schedule: scheduleRedraw};
+  // rewinds: [{from_step, to_step}] drawn on every line chart, so a resumed run reads as one line, rewind marked
+  const ctx = {store, schedule: scheduleRedraw, rewinds: []};
 
   function scheduleRedraw() {
     if (redrawQueued) return;
@@ -84,6 +85,10 @@
     for (const ev of events) {
       if (ev.id <= lastEventId) continue;
       lastEventId = ev.id;
+      if (ev.kind === "rewind" && ev.payload && ev.payload.from_step > ev.payload.to_step) {
+        ctx.rewinds.push({from_step: ev.payload.from_step, to_step: ev.payload.to_step});
+        charts.forEach((ch) => ch.reset());
+      }
       const li = document.createElement("li");
       li.className = "kind-" + ev.kind;
       const extra = ev.kind === "rewind" ? ` ${ev.payload.from_step} → ${ev.payload.to_step}` :
