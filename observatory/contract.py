@@ -273,7 +273,7 @@ COMMANDS = ("pause", "resume", "stop", "checkpoint", "rollback", "set-lr-multipl
 ACK_STATUSES = ("accepted", "applied", "rejected")
 FAULTS = ("lr-spike", "nan", "stall")
 EVENT_NAMES = ("compiled", "resumed", "checkpoint_saved", "checkpoint_written", "command", "lr_multiplier",
-               "lr_replan", "mixture_changed", "fault_injected", "rollback")
+               "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back")
 
 
 def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = None, reason: str = "",

@@ -279,3 +279,28 @@ def test_the_control_cli_waits_for_the_ack_and_sets_its_exit_status(tmp_path, re
         assert p.returncode == 1 and "rejected: no checkpoint at step 12345" in p.stdout
     cmd = next(m.data for m in stream(redis_client, run_id) if m.kind == "event" and m.data["name"] == "command")
     assert cmd["payload"]["reason"] == "calmer" and cmd["payload"]["command"] == "set-lr-multiplier"
+
+
+def test_commands_applied_after_the_last_checkpoint_are_forgotten_on_resume(tmp_path, redis_url, redis_client,
+                                                                           run_id):
+    cfg = load_tiny(tmp_path)
+    with BackgroundTrainer(cfg, run_id, redis_url) as bg:
+        bg.wait_step(2)
+        kept = send(redis_client, run_id, "set-lr-multiplier", {"value": 0.5})
+        assert wait_ack(redis_client, run_id, kept)["status"] == "applied"
+        bg.trainer.request_stop("test")  # the final checkpoint holds `kept`
+        assert bg.join() == 0
+    # As if the process had applied one more command and then died before its next checkpoint.
+    redis_client.sadd(control_lib.applied_key(run_id), "lost-1")
+    with BackgroundTrainer(cfg, run_id, redis_url) as bg:
+        deadline = time.monotonic() + 30
+        while not (rolled := [m.data for m in stream(redis_client, run_id)
+                              if m.kind == "event" and m.data["name"] == "commands_rolled_back"]):
+            assert time.monotonic() < deadline, "no commands_rolled_back event"
+            time.sleep(0.05)
+        assert rolled[0]["payload"]["ids"] == ["lost-1"]
+        applied = {m.decode() for m in redis_client.smembers(control_lib.applied_key(run_id))}
+        assert kept in applied and "lost-1" not in applied
+        again = send(redis_client, run_id, "set-lr-multiplier", {"value": 0.25}, cmd_id="lost-1")
+        ack = wait_ack(redis_client, run_id, again)
+        assert ack["status"] == "applied" and "duplicate" not in ack["detail"]

@@ -15,6 +15,25 @@ from training.runtime import TrainingFailed
 
 
 class CommandsMixin:
+    def _forget_commands_lost_with_the_crash(self, resumed_step: int) -> None:
+        """After a resume, ids in the Redis applied set but not in the checkpoint were applied after it, and their
+        effect died with the process. Forget them (so resending the same id applies it again) and say so."""
+        if not self.redis_url:
+            return
+        import redis as redis_lib
+
+        try:
+            r = redis_lib.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=1)
+            key = control_lib.applied_key(self.run_id)
+            lost = sorted({m.decode() for m in r.smembers(key)} - self.applied_ids)
+            if lost:
+                r.srem(key, *lost)
+        except redis_lib.RedisError:
+            return  # Redis is optional for training; the ids are re-checked against the checkpoint's list
+        if lost:
+            self._event("commands_rolled_back", {"ids": lost, "resumed_step": resumed_step,
+                                                 "detail": "applied after the last checkpoint; resend to apply"})
+
     def _apply_commands(self, cmds) -> None:
         for cmd in cmds:
             if cmd.id in self.applied_ids:  # restored from a checkpoint's list after the reader saw it

@@ -138,6 +138,7 @@ class Trainer(CommandsMixin):
         if latest is not None:
             self._restore(latest)
             self._event("resumed", {"from_checkpoint": latest, "directory": str(self.ckpt.directory)})
+            self._forget_commands_lost_with_the_crash(latest)
         if prev is not None or latest is not None:
             to = self.step
             self.sink.record("rewind", {"t": time.time(), "from_step": max(prev or 0, to), "to_step": to})
