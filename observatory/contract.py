@@ -290,11 +290,6 @@ def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = No
             "step": "" if step is None else str(int(step)), "t": repr(time.time())}
 
 
-def json_safe(x: float) -> float | None:
-    """For browser-facing JSON: non-finite numbers become None (the API lists them separately)."""
-    return x if x is not None and math.isfinite(x) else None
-
-
 # ---------------------------------------------------------------------------------------------- metric names
 # Names follow the reference lab's logging (see BRIEF §2). Per-layer router metrics use ROUTER_METRIC.format(...).
 M_LOSS = "train/loss"

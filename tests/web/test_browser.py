@@ -1,16 +1,14 @@
 """One browser test: real daphne + real ingest subprocesses, Chromium via Playwright; the curve grows by itself,
 and survives a server restart with no gap and no duplicate point."""
 
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from observatory import contract
+
+from .servers import free_port, start_daphne, start_ingest, stop, wait_ingested, wait_port
 try:
     from tests.conftest import CHROMIUM_ARGS, chromium_path
 except ImportError:  # tests/ is not a package: its conftest is importable as a top-level module
@@ -23,59 +21,21 @@ COUNT_JS = """() => { const d = document.getElementById('chart-train-loss');
 STEPS_JS = "() => Array.from(document.getElementById('chart-train-loss').data[0].x)"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on {port}")
-
-
-def _daphne(port, env):
-    return subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "-v", "0",
-                             "webapp.asgi:application"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    return proc.returncode
-
-
 def test_the_dashboard_curve_grows_live_and_resumes_after_a_server_restart(trainer, live_env, run_id):
     if chromium_path() is None:
         pytest.skip("no Chromium installed (apt-get install -y chromium); CI installs it")
     sync_api = pytest.importorskip("playwright.sync_api")
-    from webapp.runs.models import Run
-
     trainer.send("run", name="browser test", config={"lr": 1e-3})
     trainer.send("state", state="training", step=0, detail="")
     for step in range(5):
         trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.01 * step})
 
-    port = _free_port()
-    ingest = subprocess.Popen([sys.executable, "manage.py", "ingest", "--block-ms", "100"], env=live_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    daphne = _daphne(port, live_env)
+    port = free_port()
+    ingest = start_ingest(live_env)
+    daphne = start_daphne(port, live_env)
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not Run.objects.filter(pk=run_id, last_step=4).exists():
-            time.sleep(0.1)
-        _wait_port(port)
+        wait_ingested(run_id, 4)
+        wait_port(port)
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
             page = browser.new_page()
@@ -99,13 +59,13 @@ def test_the_dashboard_curve_grows_live_and_resumes_after_a_server_restart(train
             assert api_calls == []  # pushed over the WebSocket, not polled
 
             # Server restart: points published while the socket is down arrive by resume, once each.
-            _stop(daphne)
+            stop(daphne)
             page.wait_for_function("() => document.getElementById('stat-conn').textContent !== 'live'",
                                    timeout=10_000)
             for step in range(60, 80):
                 trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.01 * step})
-            daphne = _daphne(port, live_env)
-            _wait_port(port)
+            daphne = start_daphne(port, live_env)
+            wait_port(port)
             page.wait_for_function(f"() => ({COUNT_JS})() >= 80", timeout=30_000)
             for step in range(80, 90):
                 trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.01 * step})
@@ -115,6 +75,6 @@ def test_the_dashboard_curve_grows_live_and_resumes_after_a_server_restart(train
             assert page.evaluate("() => window.__sameDocument") is True
             browser.close()
     finally:
-        _stop(daphne)
-        code = _stop(ingest)
+        stop(daphne)
+        code = stop(ingest)
     assert code == 0, ingest.stderr.read().decode()[-2000:]

@@ -1,9 +1,6 @@
 """A resumed run reads as one clean line with the rewind marked: superseded points vanish, no step is doubled,
 and every line chart carries a marker at the step the run went back to."""
 
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -14,7 +11,7 @@ try:
 except ImportError:  # tests/ is not a package: its conftest is importable as a top-level module
     from conftest import CHROMIUM_ARGS, chromium_path
 
-from .test_browser import _daphne, _free_port, _stop, _wait_port
+from .servers import free_port, start_daphne, start_ingest, stop, wait_ingested, wait_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -25,20 +22,15 @@ def test_a_rewind_while_watching_leaves_one_line_and_a_marker(trainer, live_env,
     if chromium_path() is None:
         pytest.skip("no Chromium installed (apt-get install -y chromium); CI installs it")
     sync_api = pytest.importorskip("playwright.sync_api")
-    from webapp.runs.models import Run
-
     trainer.send("run", name="rewind test", config={})
     for step in range(30):  # the trainer published up to step 29, then crashed; its last checkpoint was step 20
         trainer.metrics(step, **{contract.M_LOSS: 3.0})
-    port = _free_port()
-    ingest = subprocess.Popen([sys.executable, "manage.py", "ingest", "--block-ms", "100"], env=live_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    daphne = _daphne(port, live_env)
+    port = free_port()
+    ingest = start_ingest(live_env)
+    daphne = start_daphne(port, live_env)
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not Run.objects.filter(pk=run_id, last_step=29).exists():
-            time.sleep(0.1)
-        _wait_port(port)
+        wait_ingested(run_id, 29)
+        wait_port(port)
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
             page = browser.new_page()
@@ -54,8 +46,8 @@ def test_a_rewind_while_watching_leaves_one_line_and_a_marker(trainer, live_env,
             shapes = page.evaluate(f"() => ({LOSS}.layout.shapes || []).map((s) => s.x0)")
             browser.close()
     finally:
-        _stop(daphne)
-        _stop(ingest)
+        stop(daphne)
+        stop(ingest)
     assert steps == list(range(35)), "one point per step: superseded points gone, none doubled"
     assert values[:21] == [3.0] * 21 and values[21:] == [2.0] * 14, "the points after the rewind are the new ones"
     assert shapes == [20], "the rewind is marked where the run went back to"

@@ -5,8 +5,6 @@ without a single HTTP request."""
 
 import math
 import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +15,7 @@ try:
     from tests.conftest import CHROMIUM_ARGS, chromium_path
 except ImportError:  # tests/ is not a package: its conftest is importable as a top-level module
     from conftest import CHROMIUM_ARGS, chromium_path
-from tests.web.test_browser import _daphne, _free_port, _stop, _wait_port
+from .servers import free_port, start_daphne, start_ingest, stop, wait_ingested, wait_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -83,16 +81,13 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
     for step in range(HISTORY):
         trainer.metrics_named(step, _values(step))
 
-    port = _free_port()
-    ingest = subprocess.Popen([sys.executable, "manage.py", "ingest", "--block-ms", "100"], env=live_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    daphne = _daphne(port, live_env)
+    port = free_port()
+    ingest = start_ingest(live_env)
+    daphne = start_daphne(port, live_env)
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not Run.objects.filter(pk=run_id, last_step=HISTORY - 1).exists():
-            time.sleep(0.1)
+        wait_ingested(run_id, HISTORY - 1)
         assert Run.objects.get(pk=run_id).manifest["stages"][1]["name"] == "midtrain"
-        _wait_port(port)
+        wait_port(port)
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -168,6 +163,6 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
             assert errors == []
             browser.close()
     finally:
-        _stop(daphne)
-        code = _stop(ingest)
+        stop(daphne)
+        code = stop(ingest)
     assert code == 0, ingest.stderr.read().decode()[-2000:]

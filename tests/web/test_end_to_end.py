@@ -15,6 +15,8 @@ import websockets
 
 from observatory import contract
 
+from .servers import free_port, start_daphne, start_ingest, stop
+
 ROOT = Path(__file__).resolve().parents[2]
 
 TINY_TOML = """
@@ -47,14 +49,6 @@ every_minutes = 0.0
 [sinks]
 heartbeat_s = 0.5
 """
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(pred, timeout: float, what: str):
@@ -94,16 +88,10 @@ async def _ws_collect(url: str, origin: str, want_step: int, timeout: float) -> 
 def test_trainer_points_reach_the_database_and_a_websocket(live_env, tmp_path, run_id, redis_client):
     from webapp.metrics.models import Point, Series
 
-    port = _free_port()
+    port = free_port()
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY_TOML.format(ckpt=tmp_path / "ckpt"))
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                          "webapp.asgi:application"], cwd=ROOT, env=live_env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-        subprocess.Popen([sys.executable, "manage.py", "ingest"], cwd=ROOT, env=live_env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
-    ]
+    procs = [start_daphne(port, live_env), start_ingest(live_env)]
     trainer = None
     try:
         _wait(lambda: _get_json(f"http://127.0.0.1:{port}/api/runs/") is not None, 30, "daphne")
@@ -132,10 +120,4 @@ def test_trainer_points_reach_the_database_and_a_websocket(live_env, tmp_path, r
         assert {contract.M_LR, contract.M_GRAD_NORM, contract.M_TOKENS_PER_S, contract.M_DROP} <= names
     finally:
         for p in ([trainer] if trainer else []) + procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in ([trainer] if trainer else []) + procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            stop(p)
