@@ -1,38 +1,192 @@
-"""The layering in docs/ARCHITECTURE.md, enforced: the core imports no framework, the worker and the web never
-import each other (they meet only through Redis and observatory.contract)."""
+"""The layering in docs/ARCHITECTURE.md, enforced by import analysis.
+
+- the core (`observatory/`) imports no framework; its pure part (contract, series math) imports no I/O library;
+  only the seams named in IO_SEAMS may talk to Redis or the network;
+- the worker and the web never import each other (they meet only through Redis and `observatory.contract`);
+- no import cycles between training modules, between observatory modules, or between web apps;
+- web apps import only apps before them in WEB_CHAIN (the one-way chain of docs/ARCHITECTURE.md).
+"""
 
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+FRAMEWORKS = {"django", "channels", "celery", "daphne", "jax", "jaxlib", "flax", "optax", "orbax"}
 FORBIDDEN = {
-    "observatory": {"django", "channels", "celery", "webapp", "jax", "jaxlib", "optax", "orbax", "training"},
-    "training": {"django", "channels", "celery", "webapp"},
-    "webapp": {"jax", "jaxlib", "optax", "orbax", "training"},
+    "observatory": FRAMEWORKS | {"webapp", "training"},
+    "training": {"django", "channels", "celery", "daphne", "webapp"},
+    "webapp": {"jax", "jaxlib", "flax", "optax", "orbax", "training"},
 }
+# Libraries that do I/O (network, database, processes, external services). The pure core imports none.
+IO_LIBS = {"redis", "wandb", "requests", "httpx", "urllib3", "aiohttp", "websockets", "socket", "ssl",
+           "sqlite3", "psycopg", "psycopg2", "subprocess", "psutil", "http", "urllib.request", "smtplib",
+           "asyncio", "threading", "multiprocessing"}
+# The named places of observatory/ that may do I/O: the Redis stream seam (and, later, the client library).
+IO_SEAMS = ("observatory/streams/", "observatory/client")
+
+# The web chain: an app may import only apps listed before it. A new app must be added here (and to the docs).
+WEB_CHAIN = ("accounts", "runs", "metrics", "anomalies", "annotations", "control", "live")
 
 
-def imported_roots(path: Path) -> set[str]:
+def _modname(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Fully qualified names of every module `path` imports, at any depth of the file (lazy imports count)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    roots = set()
+    here = _modname(path).split(".")
+    is_pkg = path.name == "__init__.py"
+    out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            roots.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            roots.add(node.module.split(".")[0])
-    return roots
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here if is_pkg else here[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)  # `from pkg import module`
+    return out
+
+
+def _files(package: str) -> list[Path]:
+    return sorted(p for p in (ROOT / package).rglob("*.py") if "migrations" not in p.parts)
+
+
+def _matches(name: str, libs: set[str]) -> set[str]:
+    return {lib for lib in libs if name == lib or name.startswith(lib + ".")}
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_the_package_imports_nothing_it_must_not(package):
     offenders = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        bad = imported_roots(path) & FORBIDDEN[package]
+    for path in _files(package):
+        bad = set().union(*[_matches(m, FORBIDDEN[package]) for m in imports_of(path)] or [set()])
         if bad:
             offenders.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_pure_core_imports_no_io_library():
+    offenders = []
+    for path in _files("observatory"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(IO_SEAMS):
+            continue
+        bad = set().union(*[_matches(m, IO_LIBS) for m in imports_of(path)] or [set()])
+        if bad:
+            offenders.append(f"{rel} imports {sorted(bad)} (I/O belongs in {', '.join(IO_SEAMS)})")
+    assert not offenders, "\n".join(offenders)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan), i.e. import cycles."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _module_graph(package: str) -> dict[str, set[str]]:
+    mods = {_modname(p): p for p in _files(package)}
+    graph = defaultdict(set)
+    for name, path in mods.items():
+        for imp in imports_of(path):
+            # `from pkg import x` names pkg.x (a module, if one exists) or an attribute of pkg itself
+            target = imp if imp in mods else imp.rsplit(".", 1)[0] if imp.rsplit(".", 1)[0] in mods else None
+            if target and target != name and not name.startswith(target + "."):
+                graph[name].add(target)
+    return graph
+
+
+@pytest.mark.parametrize("package", ["training", "observatory"])
+def test_no_import_cycles_between_modules(package):
+    assert _cycles(_module_graph(package)) == []
+
+
+def _app_graph() -> dict[str, set[str]]:
+    graph = defaultdict(set)
+    for path in _files("webapp"):
+        parts = path.relative_to(ROOT / "webapp").parts
+        if len(parts) < 2:
+            continue  # project-level modules (settings, urls, asgi) wire the apps together
+        app = parts[0]
+        for imp in imports_of(path):
+            bits = imp.split(".")
+            if len(bits) >= 2 and bits[0] == "webapp" and (ROOT / "webapp" / bits[1]).is_dir() and bits[1] != app:
+                graph[app].add(bits[1])
+    return graph
+
+
+def test_web_apps_form_a_one_way_chain():
+    graph = _app_graph()
+    assert _cycles(graph) == []
+    apps = sorted(p.name for p in (ROOT / "webapp").iterdir() if (p / "apps.py").exists())
+    unplaced = [a for a in apps if a not in WEB_CHAIN]
+    assert not unplaced, f"add {unplaced} to WEB_CHAIN (and to docs/ARCHITECTURE.md's web chain)"
+    backwards = [f"{a} imports {b}" for a, deps in graph.items() for b in deps
+                 if b in WEB_CHAIN and a in WEB_CHAIN and WEB_CHAIN.index(b) > WEB_CHAIN.index(a)]
+    assert not backwards, "\n".join(backwards)
+
+
+def test_project_level_web_modules_import_no_app():
+    """settings/api/redis helpers are shared by every app, so an app import there would close a loop."""
+    shared = [ROOT / "webapp" / n for n in ("api.py", "redis.py", "settings.py", "celery.py")]
+    offenders = [f"{p.name} imports {m}" for p in shared if p.exists() for m in imports_of(p)
+                 if m.startswith("webapp.") and (ROOT / "webapp" / m.split(".")[1]).is_dir()]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_checker_sees_cycles_and_lazy_imports(tmp_path):
+    """The analysis itself: a lazy import inside a function counts, and a two-module loop is a cycle."""
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    import redis\n    from observatory.streams import Publisher\n")
+    found = imports_of_at(src, tmp_path)
+    assert "redis" in found and "observatory.streams.Publisher" in found
+    assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def imports_of_at(path: Path, root: Path) -> set[str]:
+    global ROOT
+    saved, ROOT = ROOT, root
+    try:
+        return imports_of(path)
+    finally:
+        ROOT = saved

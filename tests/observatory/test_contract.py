@@ -94,3 +94,13 @@ def test_ack_fields_refuse_unknown_status():
     assert contract.ack_fields("c1", "applied", step=5)["step"] == "5"
     with pytest.raises(ValueError):
         contract.ack_fields("c1", "maybe")
+
+
+def test_it_rejects_payloads_nested_too_deep_without_recursing():
+    raw = '{"t":1.0,"step":1,"name":"x","payload":' + '{"a":' * 5000 + "{}" + "}" * 5000 + "}"
+    with pytest.raises(ContractError) as e:
+        contract.decode({"v": "1", "kind": "event", "run": "r1", "data": raw})
+    assert e.value.reason in ("too_deep", "bad_json")
+    raw = '{"t":1.0,"step":1,"name":"x","payload":' + '{"a":' * 40 + "{}" + "}" * 40 + "}"
+    with pytest.raises(ContractError, match="too_deep"):
+        contract.decode({"v": "1", "kind": "event", "run": "r1", "data": raw})

@@ -1,6 +1,4 @@
-"""The wire contract between the training worker and the web: Redis key names, message schema, validation.
-
-Both sides import this module and nothing else of each other. It imports neither Django nor JAX.
+"""Telemetry messages on the wire: the schema of a stream entry, its encoding and its validation.
 
 Every telemetry stream entry is a flat Redis hash of four fields:
 
@@ -20,11 +18,7 @@ Every telemetry stream entry is a flat Redis hash of four fields:
     rewind     {"t", "from_step", "to_step"}  points with step > to_step published before this are superseded
     manifest   {"t", "manifest": {...}}                               the data manifest, once per run
 
-Operator commands go the other way on the run's control stream (consumer group TRAINER_GROUP); the trainer acks
-each on the ack stream: `accepted` on receipt, then `applied` or `rejected` with a reason. A repeated command id
-is acked `applied` with detail "duplicate id: ... not applied again"; entries older than 10 minutes when first
-read are rejected as stale. Applied ids are kept in applied_commands_key(run) and in checkpoints.
-
+Operator commands (the other direction) are specified in `observatory.contract.commands`.
 Browser-facing WebSocket frames are not part of this contract: see webapp/live/protocol.py.
 """
 
@@ -37,6 +31,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+__all__ = ["SCHEMA_VERSION", "SUPPORTED_VERSIONS", "MAX_PAYLOAD_BYTES", "MAX_METRICS_PER_RECORD", "MAX_NAME_LEN",
+           "MAX_DEPTH", "MAX_STEP", "KINDS", "STATES", "EVENT_NAMES", "RUN_ID_RE", "METRIC_NAME_RE",
+           "ContractError", "Message", "encode", "metrics_fields", "decode", "deadletter_fields"]
+
 SCHEMA_VERSION = "1"
 SUPPORTED_VERSIONS = frozenset({"1"})
 
@@ -44,52 +42,16 @@ SUPPORTED_VERSIONS = frozenset({"1"})
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_METRICS_PER_RECORD = 4096
 MAX_NAME_LEN = 200
+MAX_DEPTH = 32  # nesting of `data`: deeper payloads would blow the stack of whatever walks them later
 MAX_STEP = 2**62  # fits a signed 64-bit column on every database, with room for arithmetic
 
 KINDS = ("run", "metrics", "event", "state", "heartbeat", "rewind", "manifest")
 STATES = ("starting", "compiling", "training", "paused", "checkpointing", "stopped", "failed")
+EVENT_NAMES = ("compiled", "resumed", "checkpoint_saved", "checkpoint_written", "command", "lr_multiplier",
+               "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back")
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,199}$")
-
-# ---------------------------------------------------------------------------------------------- Redis keys
-PREFIX = "obs"
-RUNS_KEY = f"{PREFIX}:runs"  # SET of run ids that have ever published
-DEADLETTER_STREAM = f"{PREFIX}:deadletter"  # malformed entries: {stream, id, reason, raw}
-DEADLETTER_COUNT_KEY = f"{PREFIX}:deadletter:count"  # HASH reason-class -> count
-INGEST_GROUP = "ingest"  # consumer group of `manage.py ingest` on every telemetry stream
-TRAINER_GROUP = "trainer"  # consumer group of the trainer on its control stream
-STREAM_MAXLEN = 1_000_000  # approximate MAXLEN on telemetry streams (ingest keeps the durable copy)
-
-
-def telemetry_stream(run_id: str) -> str:
-    return f"{PREFIX}:run:{run_id}:telemetry"
-
-
-def control_stream(run_id: str) -> str:
-    return f"{PREFIX}:run:{run_id}:control"
-
-
-def ack_stream(run_id: str) -> str:
-    return f"{PREFIX}:run:{run_id}:acks"
-
-
-def applied_commands_key(run_id: str) -> str:
-    """SET of command ids the run has applied: a repeated id is acknowledged, never applied twice."""
-    return f"{PREFIX}:run:{run_id}:control:applied"
-
-
-def heartbeat_key(run_id: str) -> str:
-    """A STRING holding the last heartbeat's JSON, with a TTL, so "is it alive?" is one GET."""
-    return f"{PREFIX}:run:{run_id}:heartbeat"
-
-
-def live_group(run_id: str) -> str:
-    """The Channels group that browsers watching a run join."""
-    return f"run.{run_id}"
-
-
-HEARTBEAT_TTL_S = 30
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -169,7 +131,7 @@ def decode(fields: Mapping[Any, Any], expect_run: str | None = None) -> Message:
     """Validate one stream entry (bytes or str keys/values) and return it as a Message.
 
     Raises ContractError with a countable reason: missing_field, wrong_type, bad_version, unknown_kind,
-    oversized, bad_json, bad_run, bad_name.
+    oversized, bad_json, too_deep, bad_run, bad_name.
     """
     try:
         f = {_text(k): _text(v) for k, v in fields.items()}
@@ -193,13 +155,29 @@ def decode(fields: Mapping[Any, Any], expect_run: str | None = None) -> Message:
         raise ContractError("oversized", f"{len(raw)} bytes > {MAX_PAYLOAD_BYTES}")
     try:
         data = json.loads(raw)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, RecursionError) as e:
         raise ContractError("bad_json", str(e)[:120]) from None
     if not isinstance(data, dict):
         raise ContractError("wrong_type", "data must be a JSON object")
+    if kind != "metrics" and _depth_exceeds(data, MAX_DEPTH):  # metrics are checked flat by their validator
+        raise ContractError("too_deep", f"data nested deeper than {MAX_DEPTH} levels")
     _require(data, "t", "number", kind)
     _VALIDATORS[kind](data)
     return Message(run=run, kind=kind, data=data, v=f["v"])
+
+
+def _depth_exceeds(obj: Any, limit: int) -> bool:
+    """Iterative (a recursive walk is exactly what a hostile payload would overflow)."""
+    todo = [(obj, 1)]
+    while todo:
+        x, depth = todo.pop()
+        if depth > limit:
+            return True
+        if isinstance(x, dict):
+            todo.extend((v, depth + 1) for v in x.values() if isinstance(v, (dict, list)))
+        elif isinstance(x, list):
+            todo.extend((v, depth + 1) for v in x if isinstance(v, (dict, list)))
+    return False
 
 
 def _v_run(d):
@@ -267,39 +245,3 @@ def deadletter_fields(stream: str, entry_id: str, reason: str, raw: Mapping[Any,
             "t": repr(time.time())}
 
 
-# ---------------------------------------------------------------------------------------------- commands
-COMMANDS = ("pause", "resume", "stop", "checkpoint", "rollback", "set-lr-multiplier", "set-token-budget",
-            "set-mixture", "inject-fault")
-ACK_STATUSES = ("accepted", "applied", "rejected")
-FAULTS = ("lr-spike", "nan", "stall")
-EVENT_NAMES = ("compiled", "resumed", "checkpoint_saved", "checkpoint_written", "command", "lr_multiplier",
-               "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back")
-
-
-def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = None, reason: str = "",
-                   user: str = "") -> dict[str, str]:
-    """One entry on control_stream(run). Validation of args happens on the trainer (it knows its state)."""
-    return {"v": SCHEMA_VERSION, "id": cmd_id, "command": command, "args": _dumps(dict(args or {})),
-            "reason": reason, "user": user, "t": repr(time.time())}
-
-
-def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = None) -> dict[str, str]:
-    if status not in ACK_STATUSES:
-        raise ValueError(f"ack status {status!r} not in {ACK_STATUSES}")
-    return {"v": SCHEMA_VERSION, "id": cmd_id, "status": status, "detail": detail,
-            "step": "" if step is None else str(int(step)), "t": repr(time.time())}
-
-
-# ---------------------------------------------------------------------------------------------- metric names
-# Names follow the reference lab's logging (see BRIEF §2). Per-layer router metrics use ROUTER_METRIC.format(...).
-M_LOSS = "train/loss"
-M_CE = "train/cross_entropy_loss"
-M_LR = "optim/learning_rate"
-M_GRAD_NORM = "grad/norm/total"
-M_TOKENS_PER_S = "throughput/tokens_per_second"
-M_MFU = "throughput/mfu"
-M_TOTAL_TOKENS = "throughput/total_tokens"
-M_STEP_TIME = "time/step_s"
-M_DROP = "moe/drop_fraction"
-ROUTER_METRIC = "train/router/layer_{layer}/{name}"  # routing_entropy, load_balancing_loss, router_z_loss, ...
-DEFAULT_DASHBOARD_METRICS = (M_LOSS, M_LR, M_GRAD_NORM, M_TOKENS_PER_S)

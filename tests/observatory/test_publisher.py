@@ -13,7 +13,7 @@ import pytest
 import redis as redis_lib
 
 from observatory import contract
-from observatory.publisher import Publisher
+from observatory.streams import Publisher
 
 
 def _free_port() -> int:

@@ -15,9 +15,8 @@ import threading
 import time
 from typing import Any, Mapping
 
-import redis as redis_lib
-
 from observatory import contract
+from observatory.streams.consumer import connect
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +41,8 @@ class Publisher:
         self._flush_interval = flush_interval_s
         self._max_backoff = max_backoff_s
         self._hb_ttl = int(heartbeat_ttl_s)
-        self._client_factory = client_factory or (lambda: redis_lib.Redis.from_url(
-            redis_url, socket_timeout=socket_timeout_s, socket_connect_timeout=min(1.0, socket_timeout_s),
-            health_check_interval=0))
+        self._client_factory = client_factory or (lambda: connect(redis_url, socket_timeout_s,
+                                                                  health_check_interval=0))
         self._q: collections.deque = collections.deque()  # (kind, data) in publish order
         self._inflight = 0  # messages taken off the queue and not yet written
         self._cv = threading.Condition()

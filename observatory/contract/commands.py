@@ -1,0 +1,226 @@
+"""Operator commands on the wire: the command schema, its validation, and the command and ack entries.
+
+The trainer, the CLI and the web validate commands with this one module, so a command the browser accepts is a
+command the trainer accepts. Structure only: checks that need the trainer's state (is it paused? does that
+checkpoint exist?) happen when the trainer applies the command, and are answered with a `rejected` ack.
+
+A command travels as one entry on `control_stream(run)` (fields v, id, command, args (JSON), reason, user, t);
+the trainer reads it through consumer group TRAINER_GROUP and acks each on `ack_stream(run)`: `accepted` on
+receipt, then `applied` or `rejected` with a reason. A repeated command id is acked `applied` with detail
+"duplicate id: ... not applied again"; entries older than STALE_AFTER_S when first read are rejected as stale.
+Applied ids are kept in `applied_commands_key(run)` and in checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from observatory.contract.messages import SCHEMA_VERSION, SUPPORTED_VERSIONS, _dumps
+
+__all__ = ["ACK_STATUSES", "FAULTS", "STALE_AFTER_S", "MAX_FAULT_STEPS", "MAX_COMMAND_ID_LEN", "CommandError",
+           "ArgSpec", "CommandSpec", "COMMAND_SPECS", "COMMANDS", "Command", "validate_command", "parse_command",
+           "command_args_from_words", "command_fields", "ack_fields"]
+
+ACK_STATUSES = ("accepted", "applied", "rejected")
+FAULTS = ("lr-spike", "nan", "stall")
+STALE_AFTER_S = 600  # a command older than this when first seen was sent while no trainer listened: rejected
+MAX_FAULT_STEPS = 1000
+MAX_COMMAND_ID_LEN = 200
+
+
+class CommandError(ValueError):
+    """A command that cannot be applied; the message is the reason sent back in the `rejected` ack."""
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One argument of a command: its type ("int", "float", "choice", "weights"), range and default."""
+    name: str
+    type: str
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    default: Any = None  # None: required
+    choices: tuple[str, ...] = ()
+    only_for: tuple[str, ...] = ()  # inject-fault: arguments that apply to some faults only
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    name: str
+    summary: str
+    args: tuple[ArgSpec, ...] = ()
+    positional: tuple[str, ...] = ()  # CLI words taken in this order before key=value pairs
+    destructive: bool = False  # the web asks for a confirmation before sending it
+
+
+COMMAND_SPECS: dict[str, CommandSpec] = {s.name: s for s in (
+    CommandSpec("pause", "Pause training at the next step boundary (heartbeats go on)."),
+    CommandSpec("resume", "Resume a paused run."),
+    CommandSpec("stop", "Write a checkpoint and end the run.", destructive=True),
+    CommandSpec("checkpoint", "Write a checkpoint now and wait until it is on disk."),
+    CommandSpec("rollback", "Restore a checkpoint and skip the next batches; later points are superseded.",
+                (ArgSpec("step", "int", "checkpoint step to restore", lo=0),
+                 ArgSpec("skip_batches", "int", "batches to skip after it", lo=0, default=0)),
+                positional=("step", "skip_batches"), destructive=True),
+    CommandSpec("set-lr-multiplier", "Multiply the scheduled learning rate from now on.",
+                (ArgSpec("value", "float", "multiplier", lo=0.0, hi=1000.0),), positional=("value",)),
+    CommandSpec("set-token-budget", "Change the token budget and re-plan the LR decay and the data stages.",
+                (ArgSpec("tokens", "int", "new total token budget", lo=1),), positional=("tokens",)),
+    CommandSpec("set-mixture", "Change the data mixture weights of the current stage.",
+                (ArgSpec("weights", "weights", "domain -> weight (>= 0, at least one > 0)"),)),
+    CommandSpec("inject-fault", "Inject a fault for testing the observatory (only where the config allows it).",
+                (ArgSpec("fault", "choice", "which fault", choices=FAULTS),
+                 ArgSpec("steps", "int", "steps it lasts", lo=1, hi=MAX_FAULT_STEPS, default=5),
+                 ArgSpec("factor", "float", "LR factor", lo=1.0, hi=1e4, default=100.0, only_for=("lr-spike",)),
+                 ArgSpec("seconds", "float", "stall length", lo=0.0, hi=600.0, default=10.0,
+                         only_for=("stall",))),
+                positional=("fault", "steps")),
+)}
+COMMANDS = tuple(COMMAND_SPECS)
+
+
+@dataclass
+class Command:
+    id: str
+    name: str
+    args: dict
+    reason: str = ""
+    user: str = ""
+    t: float = 0.0
+    entry_id: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _int(spec: ArgSpec, v: Any) -> int:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or (spec.lo is not None and v < spec.lo) or (
+            spec.hi is not None and v > spec.hi):
+        raise CommandError(f"{spec.name} must be an integer >= {spec.lo:g}"
+                           + (f" and <= {spec.hi:g}" if spec.hi is not None else "") + f", got {v!r}")
+    return v
+
+
+def _float(spec: ArgSpec, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not (
+            spec.lo <= v <= spec.hi):
+        raise CommandError(f"{spec.name} must be a number in [{spec.lo:g}, {spec.hi:g}], got {v!r}")
+    return float(v)
+
+
+def _weights(spec: ArgSpec, w: Any) -> dict[str, float]:
+    if not isinstance(w, dict) or not w:
+        raise CommandError("weights must be a non-empty object of domain -> weight")
+    for k, v in w.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise CommandError(f"weight of {k!r} must be a number >= 0, got {v!r}")
+    if sum(w.values()) <= 0:
+        raise CommandError("at least one weight must be > 0")
+    return {str(k): float(v) for k, v in w.items()}
+
+
+def _choice(spec: ArgSpec, v: Any) -> str:
+    if v not in spec.choices:
+        raise CommandError(f"{spec.name} must be one of {', '.join(spec.choices)}, got {v!r}")
+    return v
+
+
+_CHECK = {"int": _int, "float": _float, "weights": _weights, "choice": _choice}
+
+
+def validate_command(name: str, args: Any) -> dict:
+    """Types and ranges of a command's arguments, defaults filled in; CommandError says what is wrong."""
+    spec = COMMAND_SPECS.get(name)
+    if spec is None:
+        raise CommandError(f"unknown command {name!r} (known: {', '.join(COMMANDS)})")
+    if not isinstance(args, dict):
+        raise CommandError("args must be a JSON object")
+    allowed = {a.name for a in spec.args}
+    extra = set(args) - allowed
+    if extra:
+        raise CommandError(f"unexpected argument(s) {', '.join(sorted(extra))} for {name} "
+                           f"(allowed: {', '.join(sorted(allowed)) or 'none'})")
+    out: dict = {}
+    for a in spec.args:
+        if a.only_for and out.get("fault") not in a.only_for:
+            continue
+        if a.name not in args:
+            if a.default is None:
+                raise CommandError(f"missing argument {a.name!r}")
+            out[a.name] = a.default
+            continue
+        out[a.name] = _CHECK[a.type](a, args[a.name])
+    return out
+
+
+def _str(x: Any) -> str:
+    return x.decode("utf-8", "replace") if isinstance(x, bytes) else x
+
+
+def parse_command(fields: Mapping[Any, Any]) -> Command:
+    """A control-stream entry (bytes or str) to a validated Command; CommandError says what is wrong."""
+    f = {_str(k): _str(v) for k, v in fields.items()}
+    cmd_id = f.get("id", "")
+    if not cmd_id or len(cmd_id) > MAX_COMMAND_ID_LEN:
+        raise CommandError("missing or oversized command id")
+    if f.get("v") not in SUPPORTED_VERSIONS:
+        raise CommandError(f"unsupported schema version {f.get('v')!r}")
+    try:
+        args = json.loads(f.get("args") or "{}")
+    except (ValueError, RecursionError) as e:
+        raise CommandError(f"args is not JSON: {str(e)[:100]}") from None
+    try:
+        t = float(f.get("t") or 0)
+    except ValueError:
+        t = 0.0
+    name = f.get("command", "")
+    return Command(id=cmd_id, name=name, args=validate_command(name, args), reason=f.get("reason", ""),
+                   user=f.get("user", ""), t=t)
+
+
+def _word(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def command_args_from_words(name: str, words: list[str]) -> dict:
+    """Command-line words (`600 5`, `value=0.5`, `web=0.7 code=0.3`) to the command's args object."""
+    spec = COMMAND_SPECS.get(name)
+    if spec is None:
+        raise CommandError(f"unknown command {name!r} (known: {', '.join(COMMANDS)})")
+    positional = [w for w in words if "=" not in w]
+    pairs = dict(w.split("=", 1) for w in words if "=" in w)
+    if name == "set-mixture" and "weights" not in pairs:
+        if positional and not pairs:
+            return {"weights": _word(positional[0])}
+        return {"weights": {k: _word(v) for k, v in pairs.items()}}
+    if len(positional) > len(spec.positional):
+        raise CommandError(f"too many positional arguments for {name}: {positional}")
+    args = {k: _word(v) for k, v in zip(spec.positional, positional)}
+    args.update({k: _word(v) for k, v in pairs.items()})
+    ints = {a.name for a in spec.args if a.type == "int"}
+    for k in ints & set(args):  # 1e9 on the command line means an integer
+        if isinstance(args[k], float) and args[k].is_integer():
+            args[k] = int(args[k])
+    return args
+
+
+def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = None, reason: str = "",
+                   user: str = "") -> dict[str, str]:
+    """One entry on control_stream(run)."""
+    return {"v": SCHEMA_VERSION, "id": cmd_id, "command": command, "args": _dumps(dict(args or {})),
+            "reason": reason, "user": user, "t": repr(time.time())}
+
+
+def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = None) -> dict[str, str]:
+    if status not in ACK_STATUSES:
+        raise ValueError(f"ack status {status!r} not in {ACK_STATUSES}")
+    return {"v": SCHEMA_VERSION, "id": cmd_id, "status": status, "detail": detail,
+            "step": "" if step is None else str(int(step)), "t": repr(time.time())}

@@ -1,0 +1,15 @@
+"""The Redis stream seam: the one place that talks to Redis streams, used by the trainer, ingest and the web.
+
+    publisher  Publisher: a non-blocking, batching, reconnecting writer of one run's telemetry stream
+    consumer   StreamConsumer, read_group, ensure_group, streams_reply: consumer-group reading with the shared
+               rules (own pending entries first, NOGROUP recovery), connect() and Backoff
+
+Unlike `observatory.contract` and the series math, this package does I/O (it imports redis).
+"""
+
+from observatory.streams.consumer import (Backoff, StreamConsumer, connect, ensure_group, is_nogroup,
+                                          newest_metrics_step, read_group, streams_reply, text)
+from observatory.streams.publisher import Publisher
+
+__all__ = ["Backoff", "Publisher", "StreamConsumer", "connect", "ensure_group", "is_nogroup",
+           "newest_metrics_step", "read_group", "streams_reply", "text"]
