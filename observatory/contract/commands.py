@@ -9,12 +9,20 @@ the trainer reads it through consumer group TRAINER_GROUP and acks each on `ack_
 receipt, then `applied` or `rejected` with a reason. A repeated command id is acked `applied` with detail
 "duplicate id: ... not applied again"; entries older than STALE_AFTER_S when first read are rejected as stale.
 Applied ids are kept in `applied_commands_key(run)` and in checkpoints.
+
+Commands carry identity: the sender signs the entry with the run's control key (HMAC-SHA256 over the run id and
+every field, `sig`), shared by the web tier, the CLI and the trainer through OBS_CONTROL_KEY or
+OBS_CONTROL_KEY_FILE. The trainer rejects unsigned or badly signed entries with an ack that says why, so being
+able to write to Redis is not enough to steer a run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -23,7 +31,8 @@ from observatory.contract.messages import SCHEMA_VERSION, SUPPORTED_VERSIONS, _d
 
 __all__ = ["ACK_STATUSES", "FAULTS", "STALE_AFTER_S", "MAX_FAULT_STEPS", "MAX_COMMAND_ID_LEN", "CommandError",
            "ArgSpec", "CommandSpec", "COMMAND_SPECS", "COMMANDS", "Command", "validate_command", "parse_command",
-           "command_args_from_words", "command_fields", "ack_fields"]
+           "command_args_from_words", "command_fields", "ack_fields", "CONTROL_KEY_ENV", "SIGNED_FIELDS",
+           "load_control_key", "command_signature", "sign_command", "verify_command"]
 
 ACK_STATUSES = ("accepted", "applied", "rejected")
 FAULTS = ("lr-spike", "nan", "stall")
@@ -210,6 +219,52 @@ def command_args_from_words(name: str, words: list[str]) -> dict:
         if isinstance(args[k], float) and args[k].is_integer():
             args[k] = int(args[k])
     return args
+
+
+CONTROL_KEY_ENV = "OBS_CONTROL_KEY"
+SIGNED_FIELDS = ("v", "id", "command", "args", "reason", "user", "t")
+
+
+def load_control_key(environ: Mapping[str, str] | None = None) -> bytes | None:
+    """OBS_CONTROL_KEY, or the contents of the file named by OBS_CONTROL_KEY_FILE; None when neither is set."""
+    env = os.environ if environ is None else environ
+    direct, path = env.get(CONTROL_KEY_ENV), env.get(CONTROL_KEY_ENV + "_FILE")
+    if direct and path:
+        raise ValueError(f"set {CONTROL_KEY_ENV} or {CONTROL_KEY_ENV}_FILE, not both")
+    if path:
+        with open(path, "rb") as f:
+            key = f.read().strip()
+        if len(key) < 16:
+            raise ValueError(f"{CONTROL_KEY_ENV}_FILE={path!r} holds a key shorter than 16 bytes")
+        return key
+    if direct:
+        if len(direct) < 16:
+            raise ValueError(f"{CONTROL_KEY_ENV} is shorter than 16 characters")
+        return direct.encode()
+    return None
+
+
+def command_signature(run_id: str, fields: Mapping[Any, Any], key: bytes) -> str:
+    f = {_str(k): _str(v) for k, v in fields.items()}
+    # Length-prefixed parts: no choice of field values can make two different commands sign alike.
+    msg = "".join(f"{len(x)}:{x}" for x in (run_id, *(f.get(k, "") for k in SIGNED_FIELDS)))
+    return hmac.new(key, msg.encode(), hashlib.sha256).hexdigest()
+
+
+def sign_command(run_id: str, fields: dict[str, str], key: bytes) -> dict[str, str]:
+    return {**fields, "sig": command_signature(run_id, fields, key)}
+
+
+def verify_command(run_id: str, fields: Mapping[Any, Any], key: bytes | None) -> None:
+    """CommandError unless `fields` carry a valid signature for this run under `key`."""
+    if key is None:
+        raise CommandError(f"this trainer has no control key ({CONTROL_KEY_ENV} or {CONTROL_KEY_ENV}_FILE), "
+                           "so it accepts no commands")
+    sig = next((_str(v) for k, v in fields.items() if _str(k) == "sig"), "")
+    if not sig:
+        raise CommandError("unsigned command: sign it with the run's control key")
+    if not hmac.compare_digest(sig, command_signature(run_id, fields, key)):
+        raise CommandError("bad signature: not signed with this run's control key")
 
 
 def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = None, reason: str = "",

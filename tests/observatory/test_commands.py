@@ -83,3 +83,24 @@ def test_the_metric_registry_describes_what_the_trainer_publishes():
         assert contract.describe(name) is not None, name
     assert contract.describe("made/up") is None
     assert contract.describe(contract.M_MFU).unit == "fraction"
+
+
+def test_signed_commands_verify_and_forgeries_say_why(tmp_path):
+    key = b"k" * 32
+    f = contract.sign_command("run-a", contract.command_fields("c-1", "pause", reason="look"), key)
+    contract.verify_command("run-a", {k.encode(): v.encode() for k, v in f.items()}, key)
+    for forged, why in [({**f, "sig": ""}, "unsigned"), ({**f, "reason": "other"}, "bad signature"),
+                        ({**f, "command": "stop"}, "bad signature")]:
+        with pytest.raises(CommandError, match=why):
+            contract.verify_command("run-a", forged, key)
+    with pytest.raises(CommandError, match="bad signature"):
+        contract.verify_command("run-b", f, key)  # replayed on another run
+    with pytest.raises(CommandError, match="bad signature"):
+        contract.verify_command("run-a", f, b"x" * 32)
+    with pytest.raises(CommandError, match="no control key"):
+        contract.verify_command("run-a", f, None)
+    (tmp_path / "key").write_text("s" * 40 + "\n")
+    assert contract.load_control_key({"OBS_CONTROL_KEY_FILE": str(tmp_path / "key")}) == b"s" * 40
+    assert contract.load_control_key({}) is None
+    with pytest.raises(ValueError, match="shorter"):
+        contract.load_control_key({"OBS_CONTROL_KEY": "short"})
