@@ -20,6 +20,8 @@ from urllib.parse import parse_qsl, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
+from observatory.contract import load_control_key
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -45,6 +47,16 @@ def env_bool(name: str, default: bool = False) -> bool:
     if low in _FALSE:
         return False
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
 
 
 def env_list(name: str, default: str) -> list[str]:
@@ -145,19 +157,26 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
+    "csp",
+    "webapp.accounts",
     "webapp.runs",
     "webapp.metrics",
+    "webapp.control",
     "webapp.live",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_ratelimit.middleware.RatelimitMiddleware",  # a refused rate becomes RATELIMIT_VIEW's 429
+    "axes.middleware.AxesMiddleware",  # last: it turns a lock-out into its response
 ]
 
 ROOT_URLCONF = "webapp.urls"
@@ -182,6 +201,66 @@ STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
 SERVE_STATIC = env_bool("OBS_SERVE_STATIC", True)
+
+# ---------------------------------------------------------------------------------------------- accounts
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
+AXES_FAILURE_LIMIT = env_int("OBS_LOGIN_FAILURE_LIMIT", 5)  # failed log-ins per (username, address) ...
+AXES_COOLOFF_TIME = 0.25  # ... lock it out for 15 minutes
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+RATELIMIT_VIEW = "webapp.accounts.views.rate_limited"  # 429, not django-ratelimit's default 403
+# Rate-limit counters must be shared by every web replica: Redis. Tests count in their own process memory.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"} if TESTING else {
+    "BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "obs-cache"}}
+
+# Email: written to files under OBS_EMAIL_DIR (default var/mail) unless an SMTP host is configured.
+DEFAULT_FROM_EMAIL = env_str("OBS_EMAIL_FROM", "observatory@localhost")
+if os.environ.get("OBS_EMAIL_HOST"):
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_HOST = env_str("OBS_EMAIL_HOST")
+    EMAIL_PORT = env_int("OBS_EMAIL_PORT", 587)
+    EMAIL_HOST_USER = env_str("OBS_EMAIL_USER", "")
+    EMAIL_HOST_PASSWORD = env_secret("OBS_EMAIL_PASSWORD") or ""
+    EMAIL_USE_TLS = env_bool("OBS_EMAIL_TLS", True)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = env_str("OBS_EMAIL_DIR", str(DATA_DIR / "mail"))
+
+# ---------------------------------------------------------------------------------------------- security
+# No inline scripts anywhere (every script is a static file); Plotly injects <style> elements, hence the
+# style-src exception. WebSockets go to the same origin, which 'self' covers.
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
+    "default-src": ["'self'"], "script-src": ["'self'"], "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:", "blob:"], "font-src": ["'self'", "data:"], "connect-src": ["'self'"],
+    "object-src": ["'none'"], "base-uri": ["'self'"], "form-action": ["'self'"], "frame-ancestors": ["'none'"],
+}}
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+if not (DEBUG or TESTING):  # (the test client speaks plain HTTP; a test runs `check --deploy` on these)
+    # Production: HTTPS only. Behind a TLS-terminating proxy set OBS_BEHIND_TLS_PROXY=1 (X-Forwarded-Proto).
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("OBS_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("OBS_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("OBS_HSTS_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("OBS_HSTS_PRELOAD", True)
+    if env_bool("OBS_BEHIND_TLS_PROXY", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# The run's control key: commands from the web are HMAC-signed with it, and the trainer checks the signature.
+try:
+    OBS_CONTROL_KEY = load_control_key()
+except (OSError, ValueError) as e:
+    raise ImproperlyConfigured(str(e)) from None
 
 # ---------------------------------------------------------------------------------------------- realtime
 # Pub/sub layer: the default RedisChannelLayer saturates near 300-500 group_send/s (BRIEF §4).

@@ -4,7 +4,9 @@ from django.contrib import admin
 from django.urls import include, path
 
 urlpatterns = [
+    path("", include("webapp.accounts.urls")),
     path("", include("webapp.runs.urls")),
     path("", include("webapp.metrics.urls")),
+    path("", include("webapp.control.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,88 @@
+"""The authorization matrix: one table of role × action that views, the API and WebSocket consumers consult.
+
+Every write and every non-public read in the product names its action here; `tests/web/accounts/
+test_matrix.py` walks every cell from every persona. A view declares its action with `@requires(action)`
+(pages and form posts), `@api_requires(action)` (JSON) or `@public` (a read everyone may make); a routed view
+with none of these fails a test, so no endpoint slips past the matrix.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import JsonResponse
+
+from webapp.accounts.roles import ANONYMOUS, MEMBER, MODERATOR, OPERATOR, roles_of
+
+EVERYONE = frozenset({ANONYMOUS, MEMBER, MODERATOR, OPERATOR})
+SIGNED_IN = frozenset({MEMBER, MODERATOR, OPERATOR})
+
+# action -> the personas allowed. Later features add their rows here (and their cells to the matrix test).
+MATRIX: dict[str, frozenset[str]] = {
+    "runs.view": EVERYONE,  # run list, dashboards, series, the live WebSocket
+    "account.auth": EVERYONE,  # sign up, confirm, log in and out, password reset
+    "account.profile": SIGNED_IN,  # see and edit one's own profile
+    "run.failure_detail": frozenset({OPERATOR}),  # the full failure text (tracebacks, host paths)
+    "run.command": frozenset({OPERATOR}),  # send pause, checkpoint, rollback, ... and read the command log
+}
+# The Django admin (/admin/) is outside the matrix: Django's own staff flag and model permissions guard it.
+
+
+def personas_of(user) -> frozenset[str]:
+    roles = roles_of(user)
+    return roles if roles else frozenset({ANONYMOUS})
+
+
+def can(user, action: str) -> bool:
+    try:
+        allowed = MATRIX[action]
+    except KeyError:
+        raise KeyError(f"action {action!r} is not in the authorization matrix") from None
+    return bool(personas_of(user) & allowed)
+
+
+def requires(action: str):
+    """For pages and form posts: anonymous -> the login page (302), signed in without the role -> 403."""
+    MATRIX[action]  # fail at import time on a typo
+
+    def deco(view):
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if can(request.user, action):
+                return view(request, *args, **kwargs)
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            raise PermissionDenied(f"your role may not {action}")
+        wrapper.obs_action = action
+        return wrapper
+    return deco
+
+
+def api_requires(action: str):
+    """For JSON endpoints: anonymous -> 401, signed in without the role -> 403, both as JSON errors."""
+    MATRIX[action]
+
+    def deco(view):
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if can(request.user, action):
+                return view(request, *args, **kwargs)
+            if not request.user.is_authenticated:
+                return JsonResponse({"error": "sign in required", "action": action}, status=401)
+            return JsonResponse({"error": "forbidden for your role", "action": action}, status=403)
+        wrapper.obs_action = action
+        return wrapper
+    return deco
+
+
+def public(view):
+    """Marks a read that everyone may make (the matrix's `runs.view` row)."""
+    view.obs_action = "runs.view"
+    return view
+
+
+def declare(action: str, view):
+    """Wraps a view we do not own (Django's auth views) so it declares its matrix action too."""
+    return requires(action)(view)
