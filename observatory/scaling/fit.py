@@ -1,0 +1,186 @@
+"""Fit a law to ladder rungs: best of many starts, rung-bootstrap bands, held-out error, and `auto`.
+
+Bands: resample the rungs with replacement, refit every resample (from the full fit's optimum and the full
+data's best grid points), take percentiles — of each parameter and of each prediction. Deterministic for a seed.
+
+Held-out error: hold out the largest-compute rungs (the k largest, default max(1, n // 4), ties in compute
+included), fit the rest, and report the mean relative error |L̂/L − 1| on the held-out ones. A forecast is an
+extrapolation in compute, so this is the error that matters; leave-one-out would mostly measure interpolation.
+`auto` scores the candidate laws this way and keeps the simplest one within 10% of the lowest held-out error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from observatory.scaling.laws import LAWS, Law, Points, get_law
+from observatory.scaling.solver import HUBER_DELTA, best_grid_starts, huber, solve
+
+__all__ = ["Fit", "fit", "fit_law", "holdout_error", "holdout_mask", "DEFAULT_STARTS"]
+
+DEFAULT_STARTS = 64   # grid points refined per fit (the best-scoring ones); None refines the whole grid
+_BOOT_STARTS = 3      # full-data grid starts per bootstrap refit, besides the full fit's optimum
+AUTO_MARGIN = 0.10    # auto: a law with more parameters must cut the held-out error by more than 10%
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays: compare fits by their fields, not with ==
+class Fit:
+    """A fitted law: the optimum θ, the bootstrap θs behind its bands, and how well it extrapolated."""
+
+    law: Law
+    theta: np.ndarray
+    points: Points
+    loss: np.ndarray
+    boot: np.ndarray                     # (K, p) bootstrap θ; K = 0 means no bands
+    level: float = 0.95
+    seed: int = 0
+    objective: float = 0.0               # Σ Huber(log L̂ − log L) at the optimum
+    holdout_error: float | None = None   # mean |L̂/L − 1| on the held-out largest-compute rungs (None: too few)
+    holdout_rows: int = 0
+    candidates: dict = field(default_factory=dict)  # auto only: law name → its held-out error
+
+    @property
+    def params(self) -> dict[str, float]:
+        return dict(zip(self.law.param_names, map(float, self.law.natural(self.theta))))
+
+    @property
+    def bands(self) -> dict[str, tuple[float, float]] | None:
+        if not len(self.boot):
+            return None
+        lo, hi = self._quantiles(self.law.natural(self.boot))
+        return {k: (float(a), float(b)) for k, a, b in zip(self.law.param_names, lo, hi)}
+
+    def _quantiles(self, samples: np.ndarray):
+        q = (1.0 - self.level) / 2.0
+        return np.quantile(samples, [q, 1.0 - q], axis=0)
+
+    def predict(self, points: Points) -> np.ndarray:
+        return self.law.predict(self.theta, points)
+
+    def interval(self, points: Points) -> tuple[np.ndarray, np.ndarray] | None:
+        """Percentile band of the prediction at `points` over the bootstrap fits (None without bootstrap)."""
+        if not len(self.boot):
+            return None
+        lo, hi = self._quantiles(self.law.predict(self.boot, points))
+        return lo, hi
+
+    def predictions(self, points: Points) -> list[dict]:
+        """[{N, D, C, loss, low, high}]: N and D None for compute-only points, low/high None without bands."""
+        loss, band = self.predict(points), self.interval(points)
+        opt = (lambda a, i: None if a is None else float(a[i]))
+        return [{"N": opt(points.N, i), "D": opt(points.D, i), "C": float(points.C[i]), "loss": float(loss[i]),
+                 "low": None if band is None else float(band[0][i]),
+                 "high": None if band is None else float(band[1][i])} for i in range(len(points))]
+
+    def summary(self, points: Points | None = None) -> dict:
+        """JSON-ready: law, params, bands ({name: [low, high]}), predictions at `points`, held-out error."""
+        bands = self.bands
+        return {"law": self.law.name, "formula": self.law.formula, "params": self.params,
+                "bands": None if bands is None else {k: list(v) for k, v in bands.items()},
+                "predictions": [] if points is None else self.predictions(points),
+                "holdout_error": self.holdout_error, "holdout_rows": self.holdout_rows,
+                "candidates": self.candidates or None, "rows": len(self.loss), "bootstrap": len(self.boot),
+                "level": self.level, "seed": self.seed}
+
+
+def _check(law: Law, points: Points, loss) -> np.ndarray:
+    y = np.atleast_1d(np.asarray(loss, dtype=float))
+    if len(y) != len(points):
+        raise ValueError("one loss per row")
+    if not (np.all(np.isfinite(y)) and np.all(y > 0)):
+        raise ValueError("loss must be finite and > 0")
+    if not points.has(law.needs):
+        raise ValueError(f"law {law.name} needs column(s) {', '.join(law.needs)}")
+    if len(y) < law.n_params:
+        raise ValueError(f"{len(y)} rows are fewer than the {law.n_params} parameters of law {law.name}")
+    return y
+
+
+def _best(law: Law, X, y, starts, delta) -> tuple[np.ndarray, np.ndarray]:
+    """The best optimum over the grid starts, and those starts (the bootstrap reuses them)."""
+    grid_starts = best_grid_starts(law, X, y, starts, delta)
+    theta, f = solve(law, X, y, grid_starts, delta)
+    if not np.isfinite(f).any():
+        raise ValueError(f"law {law.name}: no start reached a finite objective")
+    return theta[int(np.argmin(f))], grid_starts
+
+
+def holdout_mask(points: Points, k: int | None = None) -> np.ndarray:
+    """The held-out rows: the k largest-compute rungs (default max(1, n // 4)), ties in compute included."""
+    n = len(points)
+    k = max(1, n // 4) if k is None else max(1, k)
+    threshold = np.sort(points.C)[::-1][min(k, n) - 1]
+    return points.C >= threshold * (1 - 1e-9)
+
+
+def holdout_error(law: Law | str, points: Points, loss, *, k: int | None = None,
+                  starts: int | None = DEFAULT_STARTS, delta: float = HUBER_DELTA) -> float | None:
+    """Fit on all but the largest-compute rungs, predict those: mean |L̂/L − 1| (None: too few rows left)."""
+    law = get_law(law) if isinstance(law, str) else law
+    y = np.log(_check(law, points, loss))
+    held = holdout_mask(points, k)
+    if (~held).sum() < law.n_params:
+        return None
+    train = points.take(~held)
+    theta, _ = _best(law, law.design(train), y[~held], starts, delta)
+    return float(np.mean(np.abs(np.expm1(law.log_predict(theta, points.take(held)) - y[held]))))
+
+
+def _resamples(rng: np.random.Generator, n: int, K: int, need: int) -> np.ndarray:
+    """K bootstrap index sets; a set with fewer distinct rungs than parameters cannot pin the law: redrawn."""
+    idx = rng.integers(0, n, (K, n))
+    for _ in range(100):
+        bad = np.array([len(np.unique(row)) < need for row in idx], dtype=bool)
+        if not bad.any():
+            return idx
+        idx[bad] = rng.integers(0, n, (int(bad.sum()), n))
+    return idx[~bad]
+
+
+def fit_law(law: Law | str, points: Points, loss, *, bootstrap: int = 200, seed: int = 0, level: float = 0.95,
+            starts: int | None = DEFAULT_STARTS, holdout: int | None = None, delta: float = HUBER_DELTA,
+            _holdout_error: float | None = None) -> Fit:
+    """Fit one law to all the rungs, with `bootstrap` rung resamples for the bands (0: no bands)."""
+    law = get_law(law) if isinstance(law, str) else law
+    loss = _check(law, points, loss)
+    y, X = np.log(loss), law.design(points)
+    theta, grid_starts = _best(law, X, y, starts, delta)
+    boot = np.empty((0, law.n_params))
+    if bootstrap > 0:
+        idx = _resamples(np.random.default_rng(seed), len(y), bootstrap, law.n_params)
+        s0 = np.vstack([theta[None], grid_starts[:_BOOT_STARTS]])          # m starts for every resample
+        m = len(s0)
+        rep = np.repeat(idx, m, axis=0)                                    # (K·m, n): resample i, start j
+        tb, fb = solve(law, X[rep], y[rep], np.tile(s0, (len(idx), 1)), delta)
+        pick = np.argmin(fb.reshape(len(idx), m), axis=1)
+        boot = tb.reshape(len(idx), m, -1)[np.arange(len(idx)), pick]
+    err = _holdout_error if _holdout_error is not None else holdout_error(law, points, loss, k=holdout,
+                                                                          starts=starts, delta=delta)
+    return Fit(law=law, theta=theta, points=points, loss=loss, boot=boot, level=level, seed=seed,
+               objective=float(huber(law.log_predict(theta, points) - y, delta)), holdout_error=err,
+               holdout_rows=int(holdout_mask(points, holdout).sum()))
+
+
+def fit(points: Points, loss, law: str = "auto", *, candidates: tuple[str, ...] | None = None, **kw) -> Fit:
+    """Fit `law`; with law="auto", choose among the candidates (default: every law the columns allow) by
+    held-out error on the largest-compute rungs: the law with the fewest parameters whose error is within
+    AUTO_MARGIN of the lowest. A law with more parameters must extrapolate clearly better to be chosen: the
+    over-trained form nests Chinchilla, and on Chinchilla data it wins or loses by noise alone."""
+    if law != "auto":
+        return fit_law(law, points, loss, **kw)
+    names = candidates or tuple(name for name, lw in LAWS.items() if points.has(lw.needs))
+    errors: dict[str, float | None] = {}
+    for name in names:
+        lw = get_law(name)
+        fits = points.has(lw.needs) and len(points) >= lw.n_params
+        errors[name] = holdout_error(lw, points, loss, k=kw.get("holdout"), starts=kw.get("starts", DEFAULT_STARTS),
+                                     delta=kw.get("delta", HUBER_DELTA)) if fits else None
+    scored = [(get_law(name).n_params, e, name) for name, e in errors.items() if e is not None]
+    if not scored:
+        raise ValueError(f"auto: {len(points)} rows leave too few to fit any law with the largest-compute "
+                         "rung(s) held out")
+    lowest = min(e for _, e, _ in scored)
+    chosen = min((p, e, name) for p, e, name in scored if e <= lowest * (1 + AUTO_MARGIN) + 1e-12)[2]
+    return replace(fit_law(chosen, points, loss, _holdout_error=errors[chosen], **kw), candidates=errors)
