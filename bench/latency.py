@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/latency.py [--seconds 30] [--rate 5]
 
-Latency: the real chain — `observatory.publisher.Publisher` (the trainer's) → Redis stream → `manage.py ingest`
+Latency: the real chain — `observatory.streams.Publisher` (the trainer's) → Redis stream → `manage.py ingest`
 (subprocess) → channel layer → daphne (subprocess) → a real Chromium page on the run's dashboard (Playwright).
 The page's WebSocket frames are timestamped in the browser (Date.now(), same host clock as the publisher), and
 each step's latency is (arrival of the step in the page) − (time `Publisher.metrics` was called for it).
@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from observatory.publisher import Publisher  # noqa: E402
+from observatory import contract  # noqa: E402
+from observatory.streams import Publisher  # noqa: E402
 
 HOOK = """
 window.__obsFrames = [];
@@ -39,7 +40,7 @@ window.WebSocket = function(url, protocols) {
     const now = Date.now();
     try {
       const msg = JSON.parse(ev.data);
-      const s = msg.series && msg.series['train/loss'];
+      const s = msg.series && msg.series[%(loss)s];
       if (s) window.__obsFrames.push([now, msg.type, s.steps]);
     } catch (e) {}
   });
@@ -97,7 +98,7 @@ def measure_latency(seconds: float, rate: float) -> dict:
     sent: dict[int, float] = {}
     try:
         pub.publish("run", {"t": time.time(), "name": "latency bench", "config": {}})
-        pub.metrics(0, {"train/loss": 5.0})
+        pub.metrics(0, {contract.M_LOSS: 5.0})
         pub.flush()
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/api/runs/")
@@ -113,19 +114,23 @@ def measure_latency(seconds: float, rate: float) -> dict:
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync"])
             page = browser.new_page()
-            page.add_init_script(HOOK)
+            page.add_init_script(HOOK % {"loss": json.dumps(contract.M_LOSS)})
             page.goto(f"{base}/runs/{run_id}/")
-            page.wait_for_function("window.__obsFrames !== undefined")
-            time.sleep(2.0)  # history loaded, socket open and subscribed
+            # history loaded, socket open and subscribed: the resume's backfill frame names the series
+            page.wait_for_function("() => window.__obsFrames !== undefined && window.__obsFrames.length > 0",
+                                   timeout=30_000)
             n = int(seconds * rate)
             t0 = time.monotonic()
             for step in range(1, n + 1):
                 target = t0 + step / rate
                 time.sleep(max(0.0, target - time.monotonic()))
                 sent[step] = time.time() * 1000.0
-                pub.metrics(step, {"train/loss": 5.0 / (1 + step / 100), "optim/learning_rate": 1e-3})
-            time.sleep(2.0)
-            frames = page.evaluate("window.__obsFrames")
+                pub.metrics(step, {contract.M_LOSS: 5.0 / (1 + step / 100), contract.M_LR: 1e-3})
+            try:  # the last step's arrival; a lost step is reported in steps_received, not waited for forever
+                page.wait_for_function(f"() => window.__obsFrames.some((f) => f[2].includes({n}))", timeout=10_000)
+            except Exception:
+                pass
+            frames = page.evaluate("() => window.__obsFrames")
             browser.close()
     finally:
         pub.close()

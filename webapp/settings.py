@@ -160,6 +160,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "webapp.accounts",
+    "webapp.intake",
     "webapp.runs",
     "webapp.metrics",
     "webapp.control",

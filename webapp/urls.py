@@ -5,6 +5,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("", include("webapp.accounts.urls")),
+    path("", include("webapp.intake.urls")),
     path("", include("webapp.runs.urls")),
     path("", include("webapp.metrics.urls")),
     path("", include("webapp.control.urls")),

@@ -17,7 +17,7 @@ __all__ = ["MetricInfo", "M_LOSS", "M_CE", "M_AUX", "M_FINITE", "M_LR", "M_LR_MU
            "HW_HOST_MEM_USED", "HW_HOST_MEM_PERCENT", "HW_RSS", "HW_PROCESS_CPU", "HW_PROCESS_THREADS",
            "ROUTER_METRIC", "ROUTER_STATS", "DEFAULT_DASHBOARD_METRICS", "router_metric", "domain_loss",
            "eval_domain_loss", "mixture_weight", "tokens_seen", "grad_norm", "param_norm", "gpu_metric",
-           "event_metric", "describe"]
+           "event_metric", "describe", "M_LOSS_SCALE"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ M_LR = "optim/learning_rate"
 M_LR_MULT = "optim/lr_multiplier"
 M_TOTAL_STEPS = "optim/total_steps"
 M_UPDATE_NORM = "optim/update_norm"
+M_LOSS_SCALE = "optim/loss_scale"  # mixed-precision loss scale (fp16 runs): halvings mean overflows
 M_GRAD_NORM = "grad/norm/total"
 M_PARAM_NORM = "params/norm/total"
 M_TOKENS_PER_S = "throughput/tokens_per_second"
@@ -110,6 +111,7 @@ _FIXED: dict[str, MetricInfo] = {
     M_LR_MULT: MetricInfo("×", "operator multiplier on the scheduled learning rate"),
     M_TOTAL_STEPS: MetricInfo("steps", "steps planned for the token budget"),
     M_UPDATE_NORM: MetricInfo("", "global norm of the parameter update"),
+    M_LOSS_SCALE: MetricInfo("", "dynamic loss scale of mixed-precision training"),
     M_GRAD_NORM: MetricInfo("", "global gradient norm before clipping"),
     M_PARAM_NORM: MetricInfo("", "global parameter norm"),
     M_TOKENS_PER_S: MetricInfo("tokens/s", "training throughput"),

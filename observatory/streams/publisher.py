@@ -1,9 +1,11 @@
-"""A non-blocking Redis publisher for one run's telemetry stream: the training thread only appends to a queue.
+"""A non-blocking publisher for one run's telemetry: the training thread only appends to a bounded queue.
 
-A background thread encodes queued messages with `observatory.contract`, XADDs them in pipelined batches
-(no transaction, approximate MAXLEN), keeps the run in `contract.RUNS_KEY` and mirrors heartbeats into
-`contract.heartbeat_key(run)` with a TTL. When Redis is slow or gone it keeps the queue (bounded; what does not
-fit is dropped and counted), reconnects with capped exponential backoff and flushes the backlog in order.
+`QueuedPublisher` is the transport-free part: a background thread takes queued messages in batches, encodes them
+with `observatory.contract` (invalid ones are dropped and counted), and hands them to `_write`. When the
+transport is slow or gone it keeps the queue (bounded; what does not fit is dropped and counted), retries with
+capped exponential backoff and flushes the backlog in order. `Publisher` writes to Redis: pipelined XADD batches
+(no transaction, approximate MAXLEN), the run kept in `contract.RUNS_KEY`, heartbeats mirrored into
+`contract.heartbeat_key(run)` with a TTL — `add_telemetry`, which the web's HTTP intake uses too.
 Framework-free: imports neither Django nor JAX.
 """
 
@@ -13,7 +15,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from observatory import contract
 from observatory.streams.consumer import connect
@@ -26,29 +28,47 @@ _CONTROL_KINDS = frozenset({"run", "manifest", "state", "event", "rewind"})
 _CONTROL_HEADROOM = 1000
 
 
-class Publisher:
-    """`publish`/`metrics` never block and never raise on Redis trouble; `stats()` says what happened."""
+def add_telemetry(pipe, run_id: str, entries: Iterable[Mapping[str, str]], *,
+                  heartbeat_ttl_s: int = contract.HEARTBEAT_TTL_S, register: bool = True) -> int:
+    """Queue on a Redis pipeline what every producer writes for encoded telemetry entries: SADD the run to
+    RUNS_KEY (unless `register` is False), XADD each entry (approximate MAXLEN), and SET the heartbeat key with a
+    TTL for each heartbeat. The caller executes the pipeline. Returns the number of entries."""
+    if register:
+        pipe.sadd(contract.RUNS_KEY, run_id)
+    stream, n = contract.telemetry_stream(run_id), 0
+    for fields in entries:
+        pipe.xadd(stream, fields, maxlen=contract.STREAM_MAXLEN, approximate=True)
+        if fields["kind"] == "heartbeat":
+            pipe.set(contract.heartbeat_key(run_id), fields["data"], ex=heartbeat_ttl_s)
+        n += 1
+    return n
 
-    def __init__(self, redis_url: str, run_id: str, max_queue: int = 20_000, batch: int = 100,
-                 flush_interval_s: float = 0.05, socket_timeout_s: float = 2.0, max_backoff_s: float = 2.0,
-                 heartbeat_ttl_s: int = contract.HEARTBEAT_TTL_S, client_factory=None):
+
+class QueuedPublisher:
+    """`publish`/`metrics` never block and never raise on transport trouble; `stats()` says what happened.
+
+    A subclass sets its own attributes, then calls `__init__` (which starts the writer thread), and implements
+    `_write(items)`: deliver the (kind, fields) pairs in order and count them with `_published(n)`, or raise to
+    have them retried. A writer that delivers in several parts removes each delivered part from `items` before
+    it may raise, so that only the rest is retried.
+    """
+
+    def __init__(self, run_id: str, max_queue: int = 20_000, batch: int = 100, flush_interval_s: float = 0.05,
+                 max_backoff_s: float = 2.0, linger_s: float = 0.0):
         if not contract.RUN_ID_RE.match(run_id or ""):
             raise ValueError(f"bad run id {run_id!r} (letters, digits, '_.-', at most 64)")
         self.run_id = run_id
-        self.stream = contract.telemetry_stream(run_id)
         self.max_queue = int(max_queue)
         self.batch = max(1, int(batch))
         self._flush_interval = flush_interval_s
         self._max_backoff = max_backoff_s
-        self._hb_ttl = int(heartbeat_ttl_s)
-        self._client_factory = client_factory or (lambda: connect(redis_url, socket_timeout_s,
-                                                                  health_check_interval=0))
+        self._linger = linger_s  # wait this long for a fuller batch (a transport with a cost per request)
+        self._flushing = 0  # callers waiting in flush(): send what there is now
         self._q: collections.deque = collections.deque()  # (kind, data) in publish order
         self._inflight = 0  # messages taken off the queue and not yet written
         self._cv = threading.Condition()
         self._closing = False
-        self._client = None
-        self._registered = False  # SADD RUNS_KEY done on this connection
+        self._stopping = threading.Event()
         self._good_names: set[str] = set()  # metric names already checked against the contract
         self._stats = {"published": 0, "dropped": 0, "invalid": 0, "reconnects": 0, "errors": 0,
                        "dropped_by_kind": collections.Counter(), "last_error": ""}
@@ -89,15 +109,19 @@ class Publisher:
 
     # ------------------------------------------------------------------------------------------ control
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until everything queued so far is written. False on timeout (e.g. Redis is down)."""
+        """Wait until everything queued so far is written. False on timeout (e.g. the transport is down)."""
         deadline = time.monotonic() + timeout
         with self._cv:
+            self._flushing += 1
             self._cv.notify_all()
-            while self._q or self._inflight:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cv.wait(min(left, 0.05))
+            try:
+                while self._q or self._inflight:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cv.wait(min(left, 0.05))
+            finally:
+                self._flushing -= 1
         return True
 
     def close(self, timeout: float = 5.0) -> bool:
@@ -106,16 +130,13 @@ class Publisher:
         with self._cv:
             self._closing = True
             self._cv.notify_all()
+        self._stopping.set()
         self._thread.join(timeout=max(0.5, self._max_backoff + 1))
         with self._cv:
             for kind, _ in self._q:
                 self._drop(kind)
             self._q.clear()
-        if self._client is not None:
-            try:
-                self._client.close()
-            except Exception:
-                pass
+        self._reset()
         return ok
 
     def stats(self) -> dict:
@@ -131,6 +152,12 @@ class Publisher:
         with self._cv:
             if not self._q and not self._closing:
                 self._cv.wait(self._flush_interval)
+            linger_until = time.monotonic() + self._linger
+            while 0 < len(self._q) < self.batch and not (self._closing or self._flushing):
+                left = linger_until - time.monotonic()
+                if left <= 0:
+                    break
+                self._cv.wait(left)
             n = min(self.batch, len(self._q))
             items = [self._q.popleft() for _ in range(n)]
             self._inflight = n
@@ -151,61 +178,53 @@ class Publisher:
             if not items:
                 continue
             try:
-                written = self._write(items)
-            except Exception as e:  # any Redis/socket failure: keep the items, reconnect later
+                self._write(items)
+            except Exception as e:  # any transport failure: keep the items, reconnect later
                 self._requeue(items)
                 with self._cv:
                     self._stats["errors"] += 1
                     self._stats["last_error"] = f"{type(e).__name__}: {e}"[:300]
                     was_connected, self._connected = self._connected, False
                 if was_connected:
-                    log.warning("publisher %s: Redis unavailable (%s); buffering", self.run_id, e)
-                self._reset_client()
+                    log.warning("publisher %s: %s unavailable (%s); buffering", self.run_id, self.transport, e)
+                self._reset()
                 if self._closing:
                     return
-                time.sleep(backoff)
+                self._stopping.wait(backoff)  # close() cuts the wait short
                 backoff = min(self._max_backoff, backoff * 2)
                 continue
             backoff = 0.05
             with self._cv:
                 self._inflight = 0
-                self._stats["published"] += written
                 self._cv.notify_all()
 
-    def _reset_client(self) -> None:
-        if self._client is not None:
-            try:
-                self._client.close()
-            except Exception:
-                pass
-        self._client = None
-        self._registered = False
-
-    def _write(self, items: list) -> int:
-        if self._client is None:
-            self._client = self._client_factory()
-            self._client.ping()
-            with self._cv:
-                if self._stats["errors"]:
-                    self._stats["reconnects"] += 1
-                self._connected = True
-        pipe = self._client.pipeline(transaction=False)
-        if not self._registered:
-            pipe.sadd(contract.RUNS_KEY, self.run_id)
-        n = 0
-        for kind, data in items:
-            fields = self._encode(kind, data)
-            if fields is None:
-                continue
-            pipe.xadd(self.stream, fields, maxlen=contract.STREAM_MAXLEN, approximate=True)
-            if kind == "heartbeat":
-                pipe.set(contract.heartbeat_key(self.run_id), fields["data"], ex=self._hb_ttl)
-            n += 1
-        pipe.execute()
-        self._registered = True
+    def _connected_now(self) -> None:
+        """Called by a writer when the transport answers; counts a reconnect after errors."""
         with self._cv:
+            if not self._connected and self._stats["errors"]:
+                self._stats["reconnects"] += 1
             self._connected = True
-        return n
+
+    def _published(self, n: int) -> None:
+        with self._cv:
+            self._stats["published"] += n
+
+    def _error(self, key: str, message: str, n: int = 1) -> None:
+        with self._cv:
+            self._stats[key] = self._stats.get(key, 0) + n
+            self._stats["last_error"] = message[:300]
+
+    # ------------------------------------------------------------------------------------------ transport
+    transport = "the transport"
+
+    def _write(self, items: list) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        """Forget the connection after a failure (and at close)."""
+
+    def _encode_all(self, items: list) -> list[dict]:
+        return [f for f in (self._encode(kind, data) for kind, data in items) if f is not None]
 
     def _encode(self, kind: str, data) -> dict | None:
         try:
@@ -213,9 +232,7 @@ class Publisher:
                 return self._encode_metrics(data)
             return contract.encode(self.run_id, kind, data)
         except (contract.ContractError, TypeError, ValueError) as e:
-            with self._cv:
-                self._stats["invalid"] += 1
-                self._stats["last_error"] = f"invalid {kind}: {e}"[:300]
+            self._error("invalid", f"invalid {kind}: {e}")
             log.warning("publisher %s: dropping invalid %s message: %s", self.run_id, kind, e)
             return None
 
@@ -230,3 +247,42 @@ class Publisher:
         if len(values) > contract.MAX_METRICS_PER_RECORD:
             raise contract.ContractError("oversized", f"{len(values)} metrics")
         return contract.metrics_fields(self.run_id, data["step"], values, t=data["t"])
+
+
+class Publisher(QueuedPublisher):
+    """Writes one run's telemetry stream to Redis."""
+
+    transport = "Redis"
+
+    def __init__(self, redis_url: str, run_id: str, max_queue: int = 20_000, batch: int = 100,
+                 flush_interval_s: float = 0.05, socket_timeout_s: float = 2.0, max_backoff_s: float = 2.0,
+                 heartbeat_ttl_s: int = contract.HEARTBEAT_TTL_S, client_factory=None):
+        self.stream = contract.telemetry_stream(run_id)
+        self._hb_ttl = int(heartbeat_ttl_s)
+        self._client_factory = client_factory or (lambda: connect(redis_url, socket_timeout_s,
+                                                                  health_check_interval=0))
+        self._client = None
+        self._registered = False  # SADD RUNS_KEY done on this connection
+        super().__init__(run_id, max_queue, batch, flush_interval_s, max_backoff_s)
+
+    def _reset(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:
+                pass
+        self._client = None
+        self._registered = False
+
+    def _write(self, items: list) -> None:
+        if self._client is None:
+            self._client = self._client_factory()
+            self._client.ping()
+            self._connected_now()
+        pipe = self._client.pipeline(transaction=False)
+        n = add_telemetry(pipe, self.run_id, self._encode_all(items), heartbeat_ttl_s=self._hb_ttl,
+                          register=not self._registered)
+        pipe.execute()
+        self._registered = True
+        self._connected_now()
+        self._published(n)

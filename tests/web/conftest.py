@@ -1,10 +1,20 @@
-"""Fixtures for the web side: settings pointed at the test Redis database, stream helpers, an in-process ingest."""
+"""Fixtures for the web side: settings pointed at the test Redis database, a fake trainer on a real stream, ingest
+in-process (with and without live pushes), server subprocesses, and a Chromium browser."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
 from observatory import contract
+
+from .servers import ROOT, Servers
+
+try:
+    from tests.conftest import CHROMIUM_ARGS, chromium_path
+except ImportError:  # tests/ is not a package: its conftest is importable as a top-level module
+    from conftest import CHROMIUM_ARGS, chromium_path
 
 
 @pytest.fixture(autouse=True)
@@ -46,12 +56,24 @@ def trainer(redis_client, run_id):
 
 @pytest.fixture
 def ingestor(redis_client):
-    from webapp.live.push import LiveBuffer
+    """metrics' Ingestor; `.changes` lists what each committed batch changed ({run id: RunChanges})."""
     from webapp.metrics.ingest import Ingestor
 
+    changes = []
+    ing = Ingestor(redis_client, on_changes=changes.append, consumer="test-ingest")
+    ing.changes = changes
+    return ing
+
+
+@pytest.fixture
+def live_ingest(redis_client):
+    """Ingest wired to live pushes as `manage.py ingest` runs it, pushing every batch at once; `.pushed` lists the
+    (run id, update body) pairs it sent."""
+    from webapp.live.pipeline import LiveIngest
+
     pushed = []
-    buf = LiveBuffer(lambda run, payload: pushed.append((run, payload)), interval=0.0)
-    ing = Ingestor(redis_client, buf, consumer="test-ingest")
+    ing = LiveIngest(redis_client, lambda run, body: pushed.append((run, body)), consumer="test-ingest",
+                     interval=0.0)
     ing.pushed = pushed
     return ing
 
@@ -59,8 +81,6 @@ def ingestor(redis_client):
 @pytest.fixture
 def live_env(redis_url, transactional_db):
     """Environment for child processes (ingest, daphne) that must share the test database and Redis."""
-    import os
-
     from django.db import connection
 
     d = connection.settings_dict
@@ -68,6 +88,35 @@ def live_env(redis_url, transactional_db):
         db_url = f"sqlite:///{d['NAME']}"
     else:
         db_url = f"postgres://{d['USER']}:{d['PASSWORD']}@{d['HOST'] or '127.0.0.1'}:{d['PORT'] or 5432}/{d['NAME']}"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url, "OBS_DEBUG": "1",
-            "PYTHONPATH": root, "DJANGO_SETTINGS_MODULE": "webapp.settings", "PYTHONUNBUFFERED": "1"}
+            "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "webapp.settings", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture
+def servers(live_env):
+    """ingest + daphne subprocesses on the test database and Redis; stopped after the test."""
+    s = Servers(live_env)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def new_page():
+    """new_page(**options) -> a page in Debian's Chromium (Playwright), launched on first use: call it after the
+    test's database work, since Playwright's sync API runs an event loop in this thread, where Django refuses
+    database calls. Skipped, with the reason, where Chromium is not installed."""
+    if chromium_path() is None:
+        pytest.skip("no Chromium installed (apt-get install -y chromium); CI installs it")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    running = {}
+
+    def open_page(**options):
+        if not running:
+            running["pw"] = sync_api.sync_playwright().start()
+            running["browser"] = running["pw"].chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        return running["browser"].new_page(**options)
+
+    yield open_page
+    if running:
+        running["browser"].close()
+        running["pw"].stop()

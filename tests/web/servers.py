@@ -1,4 +1,5 @@
-"""Real server processes for browser and end-to-end tests: daphne and ingest on the test database and Redis."""
+"""Real server processes for browser and end-to-end tests (daphne and ingest on the test database and Redis),
+and the waits every such test needs: each polls a real condition; its timeout only bounds a failure."""
 
 from __future__ import annotations
 
@@ -12,21 +13,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def wait_for(condition, timeout: float, what: str, every: float = 0.1):
+    """condition() until it returns something truthy (returned); AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = condition()
+        if out:
+            return out
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 20) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on {port}")
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_port(port: int, timeout: float = 30) -> None:
+    wait_for(lambda: _listening(port), timeout, f"a server listening on port {port}")
 
 
 def start_daphne(port: int, env: dict) -> subprocess.Popen:
@@ -51,10 +65,84 @@ def stop(proc: subprocess.Popen) -> int:
     return proc.returncode
 
 
-def wait_ingested(run_id: str, last_step: int, timeout: float = 30) -> None:
-    """Until ingest has stored the run up to `last_step` (it is in a subprocess, so poll the database)."""
+class Servers:
+    """ingest + daphne subprocesses sharing the test database and Redis (the `servers` fixture)."""
+
+    def __init__(self, env: dict):
+        self.env = env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ingest = start_ingest(env)
+        self.daphne = start_daphne(self.port, env)
+
+    def wait_web(self) -> None:
+        wait_port(self.port)
+
+    def stop_web(self) -> None:
+        stop(self.daphne)
+
+    def start_web(self) -> None:
+        self.daphne = start_daphne(self.port, self.env)
+        self.wait_web()
+
+    def stop_ingest(self) -> int:
+        """Stop ingest; AssertionError with its stderr unless it exited cleanly (0)."""
+        code = stop(self.ingest)
+        assert code == 0, self.ingest.stderr.read().decode()[-2000:]
+        return code
+
+    def close(self) -> None:
+        stop(self.daphne)
+        stop(self.ingest)
+
+
+def wait_ingested(run_id: str, last_step: int, timeout: float = 60) -> None:
+    """Until ingest (a subprocess) has stored the run up to `last_step`."""
     from webapp.runs.models import Run
 
-    deadline = time.time() + timeout
-    while time.time() < deadline and not Run.objects.filter(pk=run_id, last_step=last_step).exists():
-        time.sleep(0.1)
+    wait_for(lambda: Run.objects.filter(pk=run_id, last_step=last_step).exists(), timeout,
+             f"ingest to store run {run_id} up to step {last_step}")
+
+
+# ---------------------------------------------------------------------------------------------- pages
+# Installed before the dashboard's own scripts: counts what a test must wait for instead of sleeping. A counter is
+# bumped in a task queued after the page's own handler ran, so "counted" means "handled".
+PAGE_HOOK = """
+window.__obs = {resumes: 0, backfills: 0, fetching: 0};
+const _WS = window.WebSocket;
+window.WebSocket = function (url, protocols) {
+  const ws = protocols ? new _WS(url, protocols) : new _WS(url);
+  const send = ws.send.bind(ws);
+  ws.send = (data) => {
+    try { if (JSON.parse(data).type === "resume") window.__obs.resumes++; } catch (e) {}
+    return send(data);
+  };
+  ws.addEventListener("message", (ev) => {
+    try { if (JSON.parse(ev.data).type === "backfill") setTimeout(() => window.__obs.backfills++, 0); } catch (e) {}
+  });
+  return ws;
+};
+window.WebSocket.prototype = _WS.prototype;
+Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+const _fetch = window.fetch;
+window.fetch = function (...args) {
+  window.__obs.fetching++;
+  return _fetch.apply(this, args).finally(() => setTimeout(() => window.__obs.fetching--, 0));
+};
+"""
+# Every resume answered, no API request in flight: the page has loaded what it shows and is only listening.
+SETTLED_JS = ("() => window.__obs.resumes > 0 && window.__obs.resumes === window.__obs.backfills "
+              "&& window.__obs.fetching === 0")
+
+
+def trace_js(plot_id: str, what: str = "x", trace: int = 0) -> str:
+    """A JS function returning trace `trace`'s `what` (x, y) of a Plotly chart as an array, or null while the chart
+    or that trace does not exist yet (a chart is created empty and filled when its history arrives)."""
+    return (f"() => {{ const d = document.getElementById({plot_id!r}); "
+            f"const t = d && d.data && d.data[{trace}]; return t ? Array.from(t.{what}) : null; }}")
+
+
+def wait_trace(page, plot_id: str, condition: str, trace: int = 0, timeout: float = 30_000) -> None:
+    """Until `condition` (a JS expression over `x`, the trace's steps) holds for a chart's trace."""
+    steps = trace_js(plot_id, "x", trace)
+    page.wait_for_function(f"() => {{ const x = ({steps})(); return x !== null && ({condition}); }}", timeout=timeout)

@@ -6,7 +6,7 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import UserCreationForm
 
-from webapp.accounts.models import Profile
+from webapp.accounts.models import Profile, WriteToken
 
 
 class SignupForm(UserCreationForm):
@@ -28,3 +28,15 @@ class ProfileForm(forms.ModelForm):
     class Meta:
         model = Profile
         fields = ("display_name",)
+
+
+class WriteTokenForm(forms.Form):
+    label = forms.CharField(max_length=80, help_text="What it is for, e.g. “laptop experiments”.")
+    scope = forms.CharField(max_length=2000, help_text="Run ids, or prefixes ending in * (alice-*), separated by "
+                                                       "commas or spaces: the runs this token may publish to.")
+
+    def clean_scope(self):
+        try:
+            return WriteToken.parse_scope(self.cleaned_data["scope"])
+        except ValueError as e:
+            raise forms.ValidationError(str(e)) from None

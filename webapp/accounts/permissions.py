@@ -2,8 +2,9 @@
 
 Every write and every non-public read in the product names its action here; `tests/web/accounts/
 test_matrix.py` walks every cell from every persona. A view declares its action with `@requires(action)`
-(pages and form posts), `@api_requires(action)` (JSON) or `@public` (a read everyone may make); a routed view
-with none of these fails a test, so no endpoint slips past the matrix.
+(pages and form posts), `@api_requires(action)` (JSON), `@token_requires(action)` (machine writes with a write
+token) or `@public` (a read everyone may make); a routed view with none of these fails a test, so no endpoint
+slips past the matrix.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 
+from webapp.accounts.models import WriteToken
 from webapp.accounts.roles import ANONYMOUS, MEMBER, MODERATOR, OPERATOR, roles_of
 
 EVERYONE = frozenset({ANONYMOUS, MEMBER, MODERATOR, OPERATOR})
@@ -26,6 +28,7 @@ MATRIX: dict[str, frozenset[str]] = {
     "account.profile": SIGNED_IN,  # see and edit one's own profile
     "run.failure_detail": frozenset({OPERATOR}),  # the full failure text (tracebacks, host paths)
     "run.command": frozenset({OPERATOR}),  # send pause, checkpoint, rollback, ... and read the command log
+    "run.publish": SIGNED_IN,  # make write tokens, and publish telemetry with them to the runs in their scope
 }
 # The Django admin (/admin/) is outside the matrix: Django's own staff flag and model permissions guard it.
 
@@ -72,6 +75,42 @@ def api_requires(action: str):
             if not request.user.is_authenticated:
                 return JsonResponse({"error": "sign in required", "action": action}, status=401)
             return JsonResponse({"error": "forbidden for your role", "action": action}, status=403)
+        wrapper.obs_action = action
+        return wrapper
+    return deco
+
+
+def bearer_secret(request) -> str:
+    """The secret of an `Authorization: Bearer <secret>` header, or ""."""
+    kind, _, secret = request.headers.get("Authorization", "").partition(" ")
+    return secret.strip() if kind.lower() == "bearer" else ""
+
+
+def token_requires(action: str):
+    """For machine endpoints that authenticate with a write token (`Authorization: Bearer <secret>`), never a
+    session: no, unknown or revoked token -> 401; its owner without the role, or a `run_id` outside the token's
+    scope -> 403, both as JSON errors. The view finds the token on `request.write_token`, its owner on
+    `request.user`."""
+    MATRIX[action]
+
+    def deco(view):
+        @functools.wraps(view)
+        def wrapper(request, *args, **kwargs):
+            token = WriteToken.objects.for_secret(bearer_secret(request))
+            if token is None:
+                resp = JsonResponse({"error": "a valid write token is required (Authorization: Bearer <token>)",
+                                     "action": action}, status=401)
+                resp["WWW-Authenticate"] = "Bearer"
+                return resp
+            if not can(token.user, action):
+                return JsonResponse({"error": "the token's owner may not do this", "action": action}, status=403)
+            run_id = kwargs.get("run_id")
+            if run_id is not None and not token.allows(run_id):
+                return JsonResponse({"error": f"this token is not scoped to run {run_id!r}", "action": action},
+                                    status=403)
+            token.touch()
+            request.write_token, request.user = token, token.user
+            return view(request, *args, **kwargs)
         wrapper.obs_action = action
         return wrapper
     return deco

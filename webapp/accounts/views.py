@@ -1,6 +1,9 @@
-"""Sign up, confirm the email address, and the profile page; log-in, log-out and password reset are Django's."""
+"""Sign up, confirm the email address, the profile page and its write tokens; log-in, log-out and password reset
+are Django's."""
 
 from __future__ import annotations
+
+import re
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
@@ -8,7 +11,7 @@ from django.contrib.auth.views import LoginView, PasswordResetView
 from django.core.mail import send_mail
 from django.db import transaction
 from django.http import HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
@@ -19,9 +22,9 @@ from django.views.decorators.http import require_http_methods
 from django_ratelimit.decorators import ratelimit
 
 from webapp.accounts import roles
-from webapp.accounts.forms import ProfileForm, SignupForm
-from webapp.accounts.models import Profile
-from webapp.accounts.permissions import requires
+from webapp.accounts.forms import ProfileForm, SignupForm, WriteTokenForm
+from webapp.accounts.models import Profile, WriteToken
+from webapp.accounts.permissions import can, requires
 from webapp.accounts.tokens import confirmation_token
 
 WRITE_RATE = "10/m"  # per client address, on every account write (sign-up, log-in, reset, profile)
@@ -80,8 +83,42 @@ def profile(request):
         form.save()
         messages.success(request, "Profile saved.")
         return redirect("account-profile")
+    return _profile_page(request, form=form)
+
+
+def _profile_page(request, status: int = 200, **context):
+    user = request.user
+    prof = Profile.of(user)
+    may_publish = can(user, "run.publish")
+    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", user.get_username()).strip("-_.")
     return render(request, "accounts/profile.html", {
-        "form": form, "profile": prof, "roles": sorted(roles.roles_of(request.user))})
+        "form": ProfileForm(instance=prof), "profile": prof, "roles": sorted(roles.roles_of(user)),
+        "may_publish": may_publish, "tokens": user.write_tokens.all()[:50] if may_publish else [],
+        "token_form": WriteTokenForm(initial={"scope": f"{prefix}-*" if prefix else ""}), **context}, status=status)
+
+
+@requires("run.publish")
+@require_http_methods(["POST"])
+@ratelimit(key="user_or_ip", rate=WRITE_RATE, block=True)
+def token_create(request):
+    """Make a write token; the page shows its secret this once (only its hash is kept)."""
+    form = WriteTokenForm(request.POST)
+    if not form.is_valid():
+        return _profile_page(request, status=400, token_form=form)
+    token, secret = WriteToken.issue(request.user, form.cleaned_data["label"], form.cleaned_data["scope"])
+    resp = _profile_page(request, status=201, new_token=token, new_secret=secret)
+    resp["Cache-Control"] = "no-store"  # the one page that holds the secret must not be cached anywhere
+    return resp
+
+
+@requires("account.profile")
+@require_http_methods(["POST"])
+@ratelimit(key="user_or_ip", rate=WRITE_RATE, block=True)
+def token_revoke(request, token_id: int):
+    token = get_object_or_404(WriteToken, pk=token_id, user=request.user)  # someone else's token: 404
+    token.revoke()
+    messages.success(request, f"Token “{token.label}” revoked: it no longer works.")
+    return redirect("account-profile")
 
 
 @method_decorator(ratelimit(key="ip", rate=WRITE_RATE, method="POST", block=True), name="post")

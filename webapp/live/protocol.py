@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from observatory import contract
 from observatory.downsample import FINITE, SPECIAL_NAMES
+from webapp.metrics.changes import RunChanges
 
 MAX_FRAME_BYTES = 64 * 1024
 MAX_RESUME_METRICS = 256
@@ -47,6 +48,21 @@ def series_json(points) -> dict:
         if special != FINITE:
             nonfinite.append([step, SPECIAL_NAMES[special]])
     return {"steps": steps, "values": values, "nonfinite": nonfinite}
+
+
+def update_body(changes: RunChanges) -> dict:
+    """The body of an "update" frame (everything but type and run_id) for what changed in a run."""
+    out: dict = {
+        "series": {name: series_json((s, *pts[s]) for s in sorted(pts)) for name, pts in changes.points.items()
+                   if pts},
+        "rewinds": changes.rewinds,
+        "events": changes.events,
+    }
+    if changes.run:
+        out["run"] = changes.run
+    if changes.new_series:
+        out["new_series"] = sorted(changes.new_series)
+    return out
 
 
 def _step(value, field: str) -> int:

@@ -1,7 +1,8 @@
-"""Server-side live push: per-run deltas coalesced to <= 1 group message per run per interval.
+"""Server-side live push: what ingest changed (metrics' RunChanges), coalesced to <= 1 group message per run per
+interval, sent to the run's Channels group as an "update" frame body (webapp.live.protocol).
 
-Sync processes (ingest, Celery) push through LivePublisher, which owns one event loop thread and therefore one
-Redis pub/sub connection, instead of spinning a loop per send.
+Ingest pushes through LivePublisher, which owns one event loop thread and therefore one Redis pub/sub connection,
+instead of spinning a loop per send; a one-off push (a Celery task) uses push_now.
 """
 
 from __future__ import annotations
@@ -16,55 +17,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 from observatory import contract
-from webapp.live.protocol import series_json
+from webapp.live.protocol import update_body
+from webapp.metrics.changes import RunChanges
 
 log = logging.getLogger("observatory.live")
 MESSAGE_TYPE = "live.update"  # handled by RunConsumer.live_update
-
-
-class LiveDelta:
-    """What changed in one run since the last push, in a form that merges in order."""
-
-    def __init__(self):
-        self.points: dict[str, dict[int, tuple[float | None, int]]] = {}
-        self.rewinds: list[dict] = []
-        self.events: list[dict] = []
-        self.run: dict | None = None
-        self.new_series: set[str] = set()
-
-    def __bool__(self):
-        return bool(self.points or self.rewinds or self.events or self.run or self.new_series)
-
-    def add_point(self, name: str, step: int, value: float | None, special: int) -> None:
-        self.points.setdefault(name, {})[step] = (value, special)
-
-    def rewind(self, from_step: int, to_step: int) -> None:
-        for pts in self.points.values():
-            for step in [s for s in pts if s > to_step]:
-                del pts[step]
-        self.rewinds.append({"from_step": from_step, "to_step": to_step})
-
-    def merge(self, later: "LiveDelta") -> None:
-        for rw in later.rewinds:
-            self.rewind(rw["from_step"], rw["to_step"])
-        for name, pts in later.points.items():
-            self.points.setdefault(name, {}).update(pts)
-        self.events.extend(later.events)
-        self.run = later.run or self.run
-        self.new_series |= later.new_series
-
-    def payload(self) -> dict:
-        out: dict = {
-            "series": {name: series_json((s, *pts[s]) for s in sorted(pts)) for name, pts in self.points.items()
-                       if pts},
-            "rewinds": self.rewinds,
-            "events": self.events,
-        }
-        if self.run:
-            out["run"] = self.run
-        if self.new_series:
-            out["new_series"] = sorted(self.new_series)
-        return out
 
 
 class LivePublisher:
@@ -76,20 +33,17 @@ class LivePublisher:
         self.thread = threading.Thread(target=self.loop.run_forever, name="live-publisher", daemon=True)
         self.thread.start()
         self.inflight: set[Future] = set()
-        self.failures = 0
 
     def send(self, run_id: str, payload: dict) -> None:
         if self.layer is None:
             return
-        msg = {"type": MESSAGE_TYPE, "run_id": run_id, "payload": payload}
-        fut = asyncio.run_coroutine_threadsafe(self.layer.group_send(contract.live_group(run_id), msg), self.loop)
+        fut = asyncio.run_coroutine_threadsafe(self.layer.group_send(*_group_message(run_id, payload)), self.loop)
         self.inflight.add(fut)
         fut.add_done_callback(self._done)
 
     def _done(self, fut: Future) -> None:
         self.inflight.discard(fut)
         if fut.exception() is not None:
-            self.failures += 1
             log.warning("live push failed: %s", fut.exception())
 
     def close(self, timeout: float = 5.0) -> None:
@@ -114,22 +68,24 @@ class LivePublisher:
 
 
 class LiveBuffer:
-    """Coalesces deltas per run; flush_due() pushes each run at most once per `interval` seconds."""
+    """Coalesces changes per run; flush_due() pushes each run at most once per `interval` seconds."""
 
     def __init__(self, send, interval: float = 0.1):
         self.send = send  # callable(run_id, payload)
         self.interval = interval
-        self.pending: dict[str, LiveDelta] = {}
+        self.pending: dict[str, RunChanges] = {}
         self.last_push: dict[str, float] = {}
         self.pushes = 0
 
-    def add(self, run_id: str, delta: LiveDelta) -> None:
-        if not delta:
-            return
-        if run_id in self.pending:
-            self.pending[run_id].merge(delta)
-        else:
-            self.pending[run_id] = delta
+    def add(self, changes: dict[str, RunChanges]) -> None:
+        """One committed batch's changes, {run id: RunChanges} (an Ingestor's on_changes)."""
+        for run_id, ch in changes.items():
+            if not ch:
+                continue
+            if run_id in self.pending:
+                self.pending[run_id].merge(ch)
+            else:
+                self.pending[run_id] = ch
 
     def next_due_in(self, now: float | None = None) -> float | None:
         if not self.pending:
@@ -142,17 +98,21 @@ class LiveBuffer:
         sent = 0
         for run_id in list(self.pending):
             if force or now - self.last_push.get(run_id, -1e9) >= self.interval:
-                delta = self.pending.pop(run_id)
+                changes = self.pending.pop(run_id)
                 self.last_push[run_id] = now
-                self.send(run_id, delta.payload())
+                self.send(run_id, update_body(changes))
                 sent += 1
         self.pushes += sent
         return sent
 
 
-def push_now(run_id: str, payload: dict) -> None:
+def push_now(run_id: str, changes: RunChanges) -> None:
     """One-off push from sync code that is not ingest (e.g. a Celery task noticing a dead run)."""
     layer = get_channel_layer()
     if layer is not None:
-        async_to_sync(layer.group_send)(contract.live_group(run_id),
-                                        {"type": MESSAGE_TYPE, "run_id": run_id, "payload": payload})
+        async_to_sync(layer.group_send)(*_group_message(run_id, update_body(changes)))
+
+
+def _group_message(run_id: str, body: dict) -> tuple[str, dict]:
+    """(group, message) for the run's watchers; RunConsumer.live_update receives the message."""
+    return contract.live_group(run_id), {"type": MESSAGE_TYPE, "run_id": run_id, "payload": body}

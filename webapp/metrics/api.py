@@ -2,6 +2,7 @@
 
 from django.http import JsonResponse
 
+from webapp.accounts.permissions import public
 from webapp.api import ApiError, api_view, int_param
 from webapp.metrics import queries
 from webapp.metrics.models import Series
@@ -10,6 +11,7 @@ from webapp.runs.api import get_run
 MAX_STEP = 2**62
 
 
+@public
 @api_view
 def metric_list(request, run_id: str):
     run = get_run(run_id)
@@ -17,6 +19,7 @@ def metric_list(request, run_id: str):
     return JsonResponse({"run_id": run.id, "metrics": list(rows)})
 
 
+@public
 @api_view
 def metric_series(request, run_id: str, name: str):
     run = get_run(run_id)

@@ -1,4 +1,4 @@
-"""The ingest loop: run telemetry streams (Redis, consumer group) -> database -> coalesced live pushes.
+"""The ingest loop: run telemetry streams (Redis, consumer group) -> database -> RunChanges for whoever listens.
 
 Delivery is at-least-once and writes are idempotent, so nothing is lost or doubled across restarts:
   * entries are XACKed only after the transaction holding their effects committed;
@@ -14,13 +14,15 @@ import logging
 import sys
 import time
 from collections import Counter
+from typing import Callable
 
 import redis
 from django.db import DatabaseError, InterfaceError, OperationalError, ProgrammingError, connection, transaction
 
 from observatory import contract
-from webapp.live.push import LiveBuffer
+from observatory.streams import ensure_group, is_nogroup, read_group, text
 from webapp.metrics.apply import apply_messages
+from webapp.metrics.changes import RunChanges
 
 log = logging.getLogger("observatory.ingest")
 
@@ -33,29 +35,14 @@ LOG_EVERY_S = 10.0
 _RETRY = (OperationalError, InterfaceError, ProgrammingError)
 
 
-def _text(x) -> str:
-    return x.decode() if isinstance(x, bytes) else x
-
-
-def _streams_reply(reply) -> list[tuple[str, list]]:
-    """XREADGROUP reply (RESP2 list or RESP3 dict) -> [(stream, [(id, fields)])]."""
-    if not reply:
-        return []
-    items = reply.items() if isinstance(reply, dict) else reply
-    out = []
-    for stream, entries in items:
-        if entries and isinstance(entries[0], list) and len(entries) == 1 and entries[0] and \
-                isinstance(entries[0][0], (list, tuple)):
-            entries = entries[0]  # RESP3 wraps the entry list once more
-        out.append((_text(stream), [(_text(eid), fields) for eid, fields in entries]))
-    return out
-
-
 class Ingestor:
-    def __init__(self, client: redis.Redis, buffer: LiveBuffer | None = None, consumer: str = "ingest-1",
-                 batch: int = 500):
+    """Reads every run's telemetry stream with one multi-stream XREADGROUP, applies batches, acknowledges them,
+    and hands what each committed batch changed ({run id: RunChanges}) to `on_changes`."""
+
+    def __init__(self, client: redis.Redis, on_changes: Callable[[dict[str, RunChanges]], None] | None = None,
+                 consumer: str = "ingest-1", batch: int = 500):
         self.r = client
-        self.buffer = buffer
+        self.on_changes = on_changes
         self.consumer = consumer
         self.batch = batch
         self.streams: dict[str, str] = {}  # telemetry stream -> run id, for streams with our group
@@ -70,7 +57,7 @@ class Ingestor:
     # ------------------------------------------------------------------------------------------ streams
     def discover(self) -> None:
         for raw in self.r.smembers(contract.RUNS_KEY):
-            run_id = _text(raw)
+            run_id = text(raw)
             stream = contract.telemetry_stream(run_id)
             if stream in self.streams:
                 continue
@@ -79,11 +66,7 @@ class Ingestor:
                     log.warning("ignoring run id %r in %s: not a valid run id", run_id[:80], contract.RUNS_KEY)
                     self.bad_run_ids.add(run_id)
                 continue
-            try:
-                self.r.xgroup_create(stream, contract.INGEST_GROUP, id="0", mkstream=True)
-            except redis.ResponseError as e:
-                if "BUSYGROUP" not in str(e):
-                    raise
+            ensure_group(self.r, stream, contract.INGEST_GROUP)
             self.streams[stream] = run_id
             self.pending.add(stream)
             log.info("watching run %s (%s)", run_id, stream)
@@ -96,7 +79,7 @@ class Ingestor:
                 # (not justid: redis-py then drops the cursor from the reply)
                 reply = self.r.xautoclaim(stream, contract.INGEST_GROUP, self.consumer, RECLAIM_IDLE_MS,
                                           start_id=start, count=self.batch)
-                start, claimed = _text(reply[0]), reply[1]
+                start, claimed = text(reply[0]), reply[1]
                 if claimed:
                     self.stats["reclaimed"] += len(claimed)
                     self.pending.add(stream)
@@ -112,8 +95,8 @@ class Ingestor:
     def read(self, block_ms: int) -> list[tuple[str, list]]:
         try:
             if self.pending:
-                reply = _streams_reply(self.r.xreadgroup(contract.INGEST_GROUP, self.consumer,
-                                                         {s: "0" for s in self.pending}, count=self.batch))
+                reply = read_group(self.r, contract.INGEST_GROUP, self.consumer, {s: "0" for s in self.pending},
+                                   self.batch)
                 got = [(s, entries) for s, entries in reply if entries]
                 self.pending -= {s for s, entries in reply if not entries}
                 self.pending -= {s for s in list(self.pending) if s not in dict(reply)}
@@ -123,11 +106,10 @@ class Ingestor:
                 if block_ms:
                     time.sleep(block_ms / 1000)
                 return []
-            return _streams_reply(self.r.xreadgroup(contract.INGEST_GROUP, self.consumer,
-                                                    {s: ">" for s in self.streams}, count=self.batch,
-                                                    block=block_ms or None))
+            return read_group(self.r, contract.INGEST_GROUP, self.consumer, {s: ">" for s in self.streams},
+                              self.batch, block_ms or None)
         except redis.ResponseError as e:
-            if "NOGROUP" in str(e):
+            if is_nogroup(e):
                 self._forget_groups()
                 return []
             raise
@@ -200,16 +182,16 @@ class Ingestor:
 
     def _apply(self, items) -> None:
         with transaction.atomic():
-            deltas = apply_messages((entry_id, msg) for _, entry_id, msg in items)
+            changes = apply_messages((entry_id, msg) for _, entry_id, msg in items)
         self.stats["messages"] += len(items)
         self.stats["points"] += sum(len(m.data["values"]) for _, _, m in items if m.kind == "metrics")
-        if self.buffer is not None:
-            for run_id, delta in deltas.items():
-                self.buffer.add(run_id, delta)
+        if self.on_changes is not None:
+            self.on_changes(changes)
 
     # ------------------------------------------------------------------------------------------ loop
     def step(self, block_ms: int) -> int:
-        """One iteration: discover, maybe reclaim, read, process, push what is due. Returns entries handled."""
+        """One iteration: discover, maybe reclaim, read (blocking up to block_ms), process. Returns entries
+        handled. The caller shortens block_ms when it has something of its own due (a live push)."""
         now = time.monotonic()
         if now >= self.next_discover:
             self.discover()
@@ -217,10 +199,6 @@ class Ingestor:
         if now >= self.next_reclaim:
             self.reclaim()
             self.next_reclaim = now + RECLAIM_EVERY_S
-        if self.buffer is not None:
-            due = self.buffer.next_due_in()
-            if due is not None:
-                block_ms = min(block_ms, max(1, int(due * 1000)))
         block_ms = min(block_ms, int(max(0.0, self.next_discover - time.monotonic()) * 1000) + 1)
         n = 0
         batch = self.read(block_ms)
@@ -232,8 +210,6 @@ class Ingestor:
                 if isinstance(sys.exc_info()[1], DatabaseError):
                     connection.close()  # a fresh connection next time
                 raise
-        if self.buffer is not None:
-            self.buffer.flush_due()
         self._maybe_log()
         return n
 
@@ -242,13 +218,10 @@ class Ingestor:
         if now < self.next_log:
             return
         self.next_log = now + LOG_EVERY_S
-        if self.buffer is not None:
-            self.stats["pushes"] = self.buffer.pushes
-        if dict(self.stats) != self._logged:
+        if dict(self.stats) != self._logged:  # stats: entries, points, dead-lettered, and what callers add (pushes)
             d = {k: v - self._logged.get(k, 0) for k, v in self.stats.items()}
-            log.info("last %.0fs: %d entries, %d points, %d dead-lettered, %d pushes; watching %d runs",
-                     LOG_EVERY_S, d.get("entries", 0), d.get("points", 0), d.get("deadlettered", 0),
-                     d.get("pushes", 0), len(self.streams))
+            log.info("last %.0fs: %s; watching %d runs", LOG_EVERY_S,
+                     ", ".join(f"{v} {k}" for k, v in sorted(d.items())), len(self.streams))
             self._logged = dict(self.stats)
 
     def drain(self, max_rounds: int = 10_000) -> int:
@@ -260,6 +233,4 @@ class Ingestor:
             if not batch:
                 break
             total += self.process(batch)
-        if self.buffer is not None:
-            self.buffer.flush_due(force=True)
         return total

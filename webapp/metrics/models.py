@@ -69,7 +69,4 @@ class Block(models.Model):
     ns_step = models.BigIntegerField(null=True)  # first non-finite point in the block, and its kind
     ns_kind = models.SmallIntegerField(default=0)
 
-    SUMMARY_FIELDS = Summary.FIELDS
-
-    def summary(self) -> Summary:
-        return Summary(**{f: getattr(self, f) for f in self.SUMMARY_FIELDS})
+    SUMMARY_FIELDS = Summary.FIELDS  # the columns above that hold an observatory.downsample.Summary, in its order

@@ -2,6 +2,7 @@
 
 from django.http import JsonResponse
 
+from webapp.accounts.permissions import can, public
 from webapp.api import ApiError, api_view, int_param
 from webapp.runs.models import Run
 
@@ -13,14 +14,18 @@ def get_run(run_id: str) -> Run:
     return run
 
 
+@public
 @api_view
 def runs(request):
     limit = int_param(request, "limit", 200, lo=1, hi=1000)
     return JsonResponse({"runs": [r.summary() for r in Run.objects.for_list()[:limit]]})
 
 
+@public
 @api_view
 def run_detail(request, run_id: str):
+    """Public; operators (`run.failure_detail`) also get host paths and the full failure text."""
     run = get_run(run_id)
-    events = [e.as_dict() for e in reversed(run.events.order_by("-id")[:200])]
-    return JsonResponse({**run.detail(), "events": events})
+    full = can(request.user, "run.failure_detail")
+    events = [e.as_dict(full) for e in reversed(run.events.order_by("-id")[:200])]
+    return JsonResponse({**run.detail(full), "events": events, "full_detail": full})

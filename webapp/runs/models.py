@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from observatory import contract
+from webapp.runs.redact import one_line_reason, redact
 
 STATE_CHOICES = [(s, s) for s in ("unknown", *contract.STATES)]
 ENDED_STATES = ("stopped", "failed")
@@ -45,6 +46,10 @@ def json_clean(obj):
 class RunQuerySet(models.QuerySet):
     def for_list(self):
         return self.order_by("-updated_at")
+
+    def for_ingest(self, run_id: str) -> "Run":
+        """The run a telemetry batch belongs to, created on its first message."""
+        return self.filter(pk=run_id).first() or self.create(id=run_id, name=run_id)
 
     def watched(self):
         """Runs whose liveness matters: not ended on purpose, and not already marked ended."""
@@ -120,11 +125,15 @@ class Run(models.Model):
             "source": self.source,
         }
 
-    def detail(self) -> dict:
+    def detail(self, full: bool = False) -> dict:
+        """The run's record. Public (full=False): host paths redacted, a failure cut to its one-line reason."""
         last_event = self.events.order_by("-id").values_list("id", flat=True).first()
-        return {**self.summary(), "state_detail": self.state_detail, "heartbeat": self.heartbeat,
-                "config": self.config, "manifest": self.manifest, "last_event_id": last_event or 0,
-                "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S}
+        out = {**self.summary(), "state_detail": self.state_detail, "heartbeat": self.heartbeat,
+               "config": self.config, "manifest": self.manifest, "last_event_id": last_event or 0,
+               "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S}
+        if full:
+            return out
+        return {**redact(out), "state_detail": one_line_reason(self.state_detail)}
 
     def health_at(self, now: dt.datetime, key_alive: bool, lost_after_s: float) -> str:
         """Liveness from the heartbeat key (set by the trainer with a TTL) and the last heartbeat ingested."""
@@ -139,9 +148,56 @@ class Run(models.Model):
             return Health.ALIVE
         return Health.STALE if age <= lost_after_s else Health.LOST
 
+    # ---------------------------------------------------------------------------------- lifecycle (ingest)
+    # One method per telemetry kind; they change the instance only, the caller saves once per batch.
+    def apply_info(self, data: dict, source: str) -> None:
+        """A `run` message: the trainer (re)started, or an importer describes the run."""
+        self.name = data["name"][:200]
+        self.config = json_clean(data["config"])
+        self.started_at = from_unix(data.get("started_at")) or from_unix(data["t"]) or self.started_at
+        self.source = source
+
+    def apply_manifest(self, manifest: dict) -> None:
+        self.manifest = json_clean(manifest)
+
+    def apply_heartbeat(self, data: dict) -> None:
+        self.phase = data["phase"]
+        self.heartbeat = json_clean({k: v for k, v in data.items() if k != "t"})
+        self.last_heartbeat_at = from_unix(data["t"]) or timezone.now()
+        if self.state not in ENDED_STATES:
+            self.health = Health.ALIVE
+        self.reached(data["step"])
+
+    def apply_state(self, state: str, detail: str) -> None:
+        self.state, self.state_detail = state, str(detail)[:10_000]
+        if state in ENDED_STATES:
+            self.health = Health.ENDED
+        elif self.health == Health.ENDED:  # restarted after it had ended
+            self.health = Health.ALIVE
+
+    def reached(self, step: int) -> None:
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
+
+    def rewound(self, to_step: int) -> None:
+        if self.last_step is not None:
+            self.last_step = min(self.last_step, to_step)
+
+    def record_event(self, entry_id: str, kind: str, name, step, t, payload) -> "RunEvent":
+        return RunEvent.objects.create(run=self, entry_id=entry_id, kind=kind, name=str(name)[:200], step=step,
+                                       payload=json_clean(payload), t=from_unix(t))
+
 
 def _iso(t):
     return t.isoformat() if t else None
+
+
+class RunEventQuerySet(models.QuerySet):
+    def applied(self, run_id: str, entry_ids) -> set[str]:
+        """Which of these stream entry ids already became events (a replay after a crash before XACK)."""
+        entry_ids = [e for e in entry_ids if e]
+        if not entry_ids:
+            return set()
+        return set(self.filter(run_id=run_id, entry_id__in=entry_ids).values_list("entry_id", flat=True))
 
 
 class RunEvent(models.Model):
@@ -159,6 +215,8 @@ class RunEvent(models.Model):
     t = models.DateTimeField(null=True)  # when the trainer says it happened
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects = RunEventQuerySet.as_manager()
+
     class Meta:
         indexes = [
             # serves: a run's events after a given id (dashboard load, resume replay), newest last
@@ -170,7 +228,8 @@ class RunEvent(models.Model):
                                     name="runevent_run_entry"),
         ]
 
-    def as_dict(self) -> dict:
-        return {"id": self.id, "kind": self.kind, "name": self.name, "step": self.step, "payload": self.payload,
+    def as_dict(self, full: bool = False) -> dict:
+        payload = self.payload if full else redact(self.payload)
+        return {"id": self.id, "kind": self.kind, "name": self.name, "step": self.step, "payload": payload,
                 "t": _iso(self.t)}
 

@@ -37,6 +37,7 @@ CELLS = [
     ("account.profile", "post", "/accounts/profile/", lambda: {"display_name": "x"}, False),
     ("run.command", "get", f"/api/runs/{RUN}/commands/", None, True),
     ("run.command", "post", f"/api/runs/{RUN}/commands/", _cmd_body, True),
+    ("run.publish", "post", "/accounts/tokens/", lambda: {"label": "matrix", "scope": "matrix-*"}, False),
 ]
 
 
@@ -68,8 +69,62 @@ def test_every_cell_of_the_matrix(world, personas, persona, action, method, path
         assert resp.status_code == 403, f"{persona} may not {action} but got {resp.status_code}"
 
 
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_run_publish_through_the_intake_from_every_persona(world, personas, persona):
+    """The intake takes write tokens, never sessions: token-less 401, out of scope 403, in scope 202."""
+    from django.contrib.auth import get_user_model
+
+    from webapp.accounts.models import WriteToken
+
+    client, url = personas[persona], f"/api/runs/{persona}-run/telemetry/"
+    body = json.dumps({"messages": [{"kind": "state", "data": {"t": 1.0, "state": "training", "step": 0}}]})
+
+    def post(secret=None):
+        auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"} if secret else {}
+        return client.post(url, body, content_type="application/json", **auth).status_code
+
+    assert post() == 401
+    if persona == "anonymous":
+        return
+    user = get_user_model().objects.get(username=f"{persona}-user")
+    assert post(WriteToken.issue(user, "out", ["elsewhere-*"])[1]) == 403
+    assert post(WriteToken.issue(user, "in", [f"{persona}-*"])[1]) == (
+        202 if persona in MATRIX["run.publish"] else 403)
+
+
+FAILURE = ("TrainingFailed: loss non-finite for 5 consecutive steps\n"
+           'Traceback (most recent call last):\n  File "/home/lab/observatory/training/train.py", line 9\n')
+
+
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_run_failure_detail_is_for_operators_and_the_public_sees_no_host_path(world, personas, persona):
+    """A field-level cell: everyone reads the run; only `run.failure_detail` personas get paths and tracebacks."""
+    from webapp.runs.models import RunEvent
+
+    run = Run.objects.get(pk=RUN)
+    run.state, run.state_detail = "failed", FAILURE
+    run.config = {"checkpoint": {"dir": "/srv/obs/var/checkpoints"}, "data": {"corpus": "C:\\data\\web"}}
+    run.manifest = {"domains": [{"name": "code", "sources": [{"path": "/usr/lib/python3.11/json/decoder.py"}]}]}
+    run.save()
+    RunEvent.objects.create(run=run, kind="event", name="resumed", step=3, entry_id="1-0",
+                            payload={"directory": "/srv/obs/var/checkpoints/matrix-run"})
+    resp = personas[persona].get(f"/api/runs/{RUN}/")
+    assert resp.status_code == 200
+    body = resp.content.decode()
+    if persona in MATRIX["run.failure_detail"]:
+        assert resp.json()["state_detail"] == FAILURE and "/srv/obs/var/checkpoints" in body
+    else:
+        assert resp.json()["state_detail"] == "TrainingFailed: loss non-finite for 5 consecutive steps"
+        for leak in ("/srv/", "/home/", "/usr/lib", "C:\\\\", "Traceback"):
+            assert leak not in body, leak
+        assert resp.json()["manifest"]["domains"][0]["sources"][0]["path"] == "…/decoder.py"
+
+
+FIELD_CELLS = {"run.failure_detail"}  # tested above: a field of a public answer, not an endpoint
+
+
 def test_every_action_in_the_matrix_has_cells_in_this_test():
-    assert {c[0] for c in CELLS} == set(MATRIX)
+    assert {c[0] for c in CELLS} | FIELD_CELLS | {"run.publish"} == set(MATRIX)
 
 
 def _routes(patterns, prefix=""):

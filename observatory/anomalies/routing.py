@@ -1,0 +1,88 @@
+"""Which detectors watch which metric: the default thresholds, and the name → detectors routing table.
+
+Routing is compiled once per metric name (`plan`) and cached by the Monitor, so a step's ~230 names cost one
+dict lookup each; names no detector watches route to an empty tuple. Every name is still checked for
+non-finite values by the Monitor itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from observatory import contract
+from observatory.anomalies.detectors import (LossScaleDetector, ShiftDetector, SkipDetector, SpikeDetector,
+                                             ThresholdDetector)
+from observatory.anomalies.moe import ExpertLoadDetector, RouterBiasDetector
+from observatory.anomalies.nonfinite import NonFiniteDetector
+from observatory.anomalies.stall import StallDetector
+
+# Not in the trainer's registry yet (it trains in fp32/bf16); an fp16 trainer logging its dynamic loss scale
+# under this name gets the overflow detector.
+M_LOSS_SCALE = contract.M_LOSS_SCALE
+
+LOSS_NAMES = frozenset({contract.M_LOSS, contract.M_CE, contract.M_EVAL_LOSS})
+LOSS_PREFIXES = (contract.domain_loss(""), contract.eval_domain_loss(""))  # train/loss/<domain>, eval/loss/<d>
+_VECTOR_RE = re.compile("^" + re.escape(contract.ROUTER_METRIC).replace(r"\{layer\}", r"(\d+)")
+                        .replace(r"\{name\}", "(routing_hist|router_bias)") + r"/(\d+)$")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Detector templates; `plan` copies one per series with its metric name filled in."""
+
+    loss: SpikeDetector = SpikeDetector(kind="loss_spike")
+    # norms are noisier than losses, and only big multiples matter: 2× the level at least, no prev/drift rule
+    grad: SpikeDetector = SpikeDetector(kind="grad_norm_spike", alpha=0.05, k=6.0, min_ratio=2.0, prev_ratio=None,
+                                        drift_ratio=None, warmup=10, warn=2.0, crit=5.0)
+    grad_high: ThresholdDetector = ThresholdDetector(kind="grad_norm_high")
+    update: SpikeDetector = SpikeDetector(kind="update_norm_spike", alpha=0.05, k=6.0, min_ratio=2.0,
+                                          prev_ratio=None, drift_ratio=None, warmup=10, warn=2.0, crit=5.0)
+    skipped: SkipDetector = SkipDetector(kind="overflow")
+    loss_scale: LossScaleDetector = LossScaleDetector(kind="overflow")
+    throughput: ShiftDetector = ShiftDetector(kind="throughput_drop", direction=-1, k=3.0)
+    step_time: ShiftDetector = ShiftDetector(kind="step_time_rise", direction=+1, k=3.0)
+    drops: ShiftDetector = ShiftDetector(kind="drop_surge", direction=+1, rel=0.5, abs_min=0.02, sustain=3,
+                                         win=3, crit=2.0)
+    experts: ExpertLoadDetector = ExpertLoadDetector()
+    bias: RouterBiasDetector = RouterBiasDetector()
+    nonfinite: NonFiniteDetector = NonFiniteDetector()
+    stall: StallDetector = StallDetector()
+    extra: tuple = field(default=())  # ((metric name, template), ...): more series to watch
+
+
+def plan(name: str, cfg: Config) -> tuple[tuple, ...]:
+    """The detectors that watch `name`: ((detector, expert index or None), ...). Vector members share one
+    detector per layer (equal keys), so the Monitor can group a step's values per layer."""
+    out = []
+    if name in LOSS_NAMES or name.startswith(LOSS_PREFIXES):
+        out.append((replace(cfg.loss, metric=name), None))
+    elif name == contract.M_GRAD_NORM:
+        out += [(replace(cfg.grad, metric=name), None), (replace(cfg.grad_high, metric=name), None)]
+    elif name == contract.M_UPDATE_NORM:
+        out.append((replace(cfg.update, metric=name), None))
+    elif name == contract.M_FINITE:
+        out.append((replace(cfg.skipped, metric=name), None))
+    elif name == M_LOSS_SCALE:
+        out.append((replace(cfg.loss_scale, metric=name), None))
+    elif name in (contract.M_TOKENS_PER_S, contract.M_MFU):
+        out.append((replace(cfg.throughput, metric=name), None))
+    elif name == contract.M_STEP_TIME:
+        out.append((replace(cfg.step_time, metric=name), None))
+    elif name == contract.M_DROP:
+        out.append((replace(cfg.drops, metric=name), None))
+    elif name.startswith("train/router/"):
+        m = _VECTOR_RE.match(name)
+        if m:
+            layer, stat, expert = int(m.group(1)), m.group(2), int(m.group(3))
+            template = cfg.experts if stat == "routing_hist" else cfg.bias
+            out.append((replace(template, metric=contract.router_metric(layer, stat), layer=layer), expert))
+    for extra_name, template in cfg.extra:
+        if extra_name == name:
+            out.append((replace(template, metric=name), None))
+    return tuple(out)
+
+
+def watched(name: str, cfg: Config | None = None) -> bool:
+    """Whether any detector (beyond the non-finite check) watches `name`."""
+    return bool(plan(name, cfg or Config()))

@@ -1,0 +1,146 @@
+"""The WebSocket consumer over the real ASGI app and the real Redis pub/sub channel layer."""
+
+import asyncio
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from observatory import contract
+from webapp.asgi import application
+from webapp.live.pipeline import LiveIngest
+from webapp.live.push import LivePublisher
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ORIGIN = [(b"origin", b"http://127.0.0.1:8000")]
+
+
+def _connect(run_id, headers=ORIGIN):
+    return WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=headers)
+
+
+async def _open(run_id):
+    comm = _connect(run_id)
+    connected, _ = await comm.connect(timeout=5)
+    assert connected
+    hello = await comm.receive_json_from(timeout=5)
+    assert hello["type"] == "hello" and hello["run"]["id"] == run_id
+    return comm
+
+
+async def _drain(ingestor):
+    return await database_sync_to_async(ingestor.drain)()
+
+
+async def _until(comm, kind, timeout=5):
+    while True:
+        msg = await comm.receive_json_from(timeout=timeout)
+        if msg["type"] == kind:
+            return msg
+
+
+async def test_it_closes_an_unknown_run_with_4404(redis_client):
+    comm = _connect("no-such-run")
+    connected, _ = await comm.connect(timeout=5)
+    assert connected
+    assert await comm.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+
+
+async def test_it_refuses_a_client_without_an_origin_header(redis_client):
+    comm = _connect("whatever", headers=[])
+    connected, _ = await comm.connect(timeout=5)
+    assert not connected
+
+
+async def test_it_pushes_ingested_points_to_the_browser(trainer, redis_client, run_id):
+    trainer.send("run", name="ws", config={})
+    publisher = LivePublisher()
+    ingestor = LiveIngest(redis_client, publisher.send, consumer="ws-test", interval=0.0)
+    try:
+        await _drain(ingestor)
+        comm = await _open(run_id)
+        for step in range(5):
+            trainer.metrics(step, **{contract.M_LOSS: 1.0 / (step + 1)})
+        trainer.metrics(5, **{contract.M_LOSS: float("nan")})
+        await _drain(ingestor)
+        update = await _until(comm, "update")
+        loss = update["series"][contract.M_LOSS]
+        assert loss["steps"] == [0, 1, 2, 3, 4, 5]
+        assert loss["values"][5] is None and loss["nonfinite"] == [[5, "NaN"]]
+        assert update["new_series"] == [contract.M_LOSS]
+        await comm.disconnect()
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, publisher.close)
+
+
+async def test_resume_backfills_from_the_database_then_streams_without_gap_or_duplicate(trainer, ingestor, run_id):
+    for step in range(10):
+        trainer.metrics(step, **{contract.M_LOSS: float(step), "other": 1.0})
+    await _drain(ingestor)
+    comm = await _open(run_id)
+    await comm.send_json_to({"type": "resume", "metrics": [contract.M_LOSS], "after_step": 6})
+    backfill = await _until(comm, "backfill")
+    assert backfill["series"] == {contract.M_LOSS: {"steps": [7, 8, 9], "values": [7.0, 8.0, 9.0],
+                                                    "nonfinite": []}}
+    assert backfill["truncated"] == []
+    await comm.disconnect()
+
+
+async def test_live_updates_carry_only_subscribed_series_after_resume(trainer, redis_client, run_id):
+    trainer.metrics(0, **{contract.M_LOSS: 1.0, "other": 2.0})
+    publisher = LivePublisher()
+    ingestor = LiveIngest(redis_client, publisher.send, consumer="ws-test", interval=0.0)
+    try:
+        await _drain(ingestor)
+        comm = await _open(run_id)
+        await comm.send_json_to({"type": "resume", "metrics": [contract.M_LOSS], "after": {contract.M_LOSS: 0}})
+        await _until(comm, "backfill")
+        trainer.metrics(1, **{contract.M_LOSS: 1.0, "other": 2.0})
+        await _drain(ingestor)
+        update = await _until(comm, "update")
+        assert list(update["series"]) == [contract.M_LOSS]
+        await comm.disconnect()
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, publisher.close)
+
+
+async def test_resume_replays_a_missed_rewind_and_resends_from_its_step(trainer, ingestor, run_id):
+    for step in range(10):
+        trainer.metrics(step, loss=1.0)
+    await _drain(ingestor)
+    trainer.send("rewind", from_step=9, to_step=4)
+    for step in range(5, 8):
+        trainer.metrics(step, loss=2.0)
+    await _drain(ingestor)
+    comm = await _open(run_id)
+    # the client held steps 0..9 and events up to id 0 when its connection dropped
+    await comm.send_json_to({"type": "resume", "metrics": ["loss"], "after_step": 9, "after_event": 0})
+    backfill = await _until(comm, "backfill")
+    assert backfill["rewinds"] == [{"from_step": 9, "to_step": 4}]
+    assert backfill["series"]["loss"]["steps"] == [5, 6, 7]
+    assert backfill["series"]["loss"]["values"] == [2.0, 2.0, 2.0]
+    assert [e["kind"] for e in backfill["events"]] == ["rewind"]
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("frame,needle", [
+    ("not json", "not JSON"),
+    ("[1, 2]", "object"),
+    ('{"type": "subscribe-everything"}', "unknown message type"),
+    ('{"type": "resume", "after_step": "x"}', "after_step"),
+    ('{"type": "resume", "metrics": ["bad name!"]}', "bad metric name"),
+    ('{"type": "resume", "metrics": "loss"}', "metrics"),
+    ('{"type": "resume", "after_event": -3}', "after_event"),
+    ('{"type": "resume", "sneaky": 1}', "unknown fields"),
+])
+async def test_bad_frames_get_an_error_frame_and_the_socket_stays_open(trainer, ingestor, run_id, frame, needle):
+    trainer.metrics(0, loss=1.0)
+    await _drain(ingestor)
+    comm = await _open(run_id)
+    await comm.send_to(text_data=frame)
+    err = await comm.receive_json_from(timeout=5)
+    assert err["type"] == "error" and needle in err["error"]
+    await comm.send_to(text_data=json.dumps({"type": "ping"}))
+    assert (await comm.receive_json_from(timeout=5)) == {"type": "pong"}
+    await comm.disconnect()

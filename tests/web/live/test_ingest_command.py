@@ -1,0 +1,75 @@
+"""`manage.py ingest`: ingest wired to live pushes — one coalesced update per run per batch, --once, SIGTERM."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+
+from observatory import contract
+from webapp.metrics.models import Point
+from webapp.runs.models import Run
+
+from ..servers import ROOT, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_batch_becomes_one_update_per_run_with_every_new_point(trainer, live_ingest, run_id):
+    trainer.send("run", name="demo", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for step in range(20):
+        trainer.metrics(step, **{contract.M_LOSS: 5.0 - step * 0.1, contract.M_LR: 1e-3})
+    trainer.metrics(20, **{contract.M_LOSS: float("nan")})
+    assert live_ingest.drain() == 23
+
+    (pushed_run, body), = live_ingest.pushed
+    assert pushed_run == run_id
+    assert body["series"][contract.M_LOSS]["steps"] == list(range(21))
+    assert body["series"][contract.M_LOSS]["nonfinite"] == [[20, "NaN"]]
+    assert body["series"][contract.M_LR]["steps"] == list(range(20))
+    assert body["run"]["state"] == "training"
+    assert body["new_series"] == sorted([contract.M_LOSS, contract.M_LR])
+    assert [e["name"] for e in body["events"]] == ["training"]
+
+
+def test_batches_between_two_pushes_coalesce_rewind_first(trainer, redis_client, run_id):
+    from webapp.live.pipeline import LiveIngest
+
+    pushed = []
+    ing = LiveIngest(redis_client, lambda run, body: pushed.append(body), interval=3600.0)
+    for step in range(30):
+        trainer.metrics(step, loss=1.0)
+    ing.ingestor.drain()
+    trainer.send("rewind", from_step=29, to_step=9)
+    for step in range(10, 20):
+        trainer.metrics(step, loss=2.0)
+    ing.ingestor.drain()  # a second batch while the first is still waiting for its push
+    ing.flush(force=True)
+    (body,) = pushed
+    assert body["rewinds"] == [{"from_step": 29, "to_step": 9}]
+    assert body["series"]["loss"]["steps"] == list(range(20))
+    assert body["series"]["loss"]["values"] == [1.0] * 10 + [2.0] * 10
+    assert body["new_series"] == ["loss"]
+
+
+def test_the_ingest_command_processes_once_and_exits(trainer, run_id):
+    trainer.send("run", name="cmd", config={})
+    trainer.metrics(0, loss=1.0)
+    call_command("ingest", "--once")
+    assert Run.objects.get(pk=run_id).name == "cmd"
+    assert list(Point.objects.filter(series__run_id=run_id).values_list("step", "value")) == [(0, 1.0)]
+
+
+def test_sigterm_makes_the_ingest_process_exit_cleanly(trainer, live_env):
+    proc = subprocess.Popen([sys.executable, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=live_env,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        trainer.metrics(0, loss=1.0)
+        wait_for(lambda: Point.objects.filter(series__run_id=trainer.run_id).exists(), 60, "ingest to store a point")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "ingest stopped" in err

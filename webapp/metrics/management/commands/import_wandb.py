@@ -1,0 +1,49 @@
+"""`manage.py import_wandb <offline run dir> [--run-id ID]`: a W&B offline run's history becomes an Observatory run
+(series with every point, NaN/Inf kept), watchable like a live one. What the reader could not use is printed."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.management.base import BaseCommand, CommandError
+
+from observatory import contract
+from webapp.metrics import wandb_import
+from webapp.metrics.wandb_file import WandbReadError, read_run
+from webapp.runs.models import Run
+
+_BAD_RUN_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class Command(BaseCommand):
+    help = "Import a W&B offline run directory (wandb/offline-run-*) as an Observatory run."
+
+    def add_arguments(self, parser):
+        parser.add_argument("path", help="an offline-run-* directory, its run-*.wandb file, or a wandb/ directory")
+        parser.add_argument("--run-id", help="Observatory run id (default: wandb-<W&B run id>)")
+        parser.add_argument("--name", help="display name (default: the W&B run name)")
+
+    def handle(self, *args, path, run_id=None, name=None, **kw):
+        try:
+            data = read_run(path)
+        except (WandbReadError, OSError) as e:
+            raise CommandError(f"cannot read a W&B run at {path}: {e}") from None
+        run_id = run_id or _BAD_RUN_CHARS.sub("-", f"wandb-{data['run_id'] or 'run'}")[:64]
+        if not contract.RUN_ID_RE.match(run_id):
+            raise CommandError(f"--run-id {run_id!r} is not a valid run id ({contract.RUN_ID_RE.pattern})")
+        if Run.objects.filter(pk=run_id).exclude(source=wandb_import.SOURCE).exists():
+            raise CommandError(f"run {run_id!r} exists and was not imported from W&B; choose another --run-id")
+
+        imp = wandb_import.plan(data, run_id, name)
+        run = wandb_import.write(imp)
+
+        self.stdout.write(f"imported W&B run {data['run_id']} as {run.id!r} ({run.name}): {imp.series} series, "
+                          f"{imp.points} points ({imp.nonfinite} non-finite), last step {run.last_step}")
+        for key, mname in sorted(imp.renamed.items()):
+            self.stdout.write(f"renamed {key!r} -> {mname!r}")
+        if imp.skipped:
+            self.stdout.write(f"skipped ({len(imp.skipped)}):")
+            for line in imp.skipped:
+                self.stdout.write(f"  - {line}")
+        else:
+            self.stdout.write("skipped: nothing")
