@@ -32,6 +32,7 @@ window.Obs = window.Obs || {};
       this.plot.id = "chart-" + Obs.slug(this.id);
       parent.appendChild(box);
       Plotly.newPlot(this.plot, [], this.layout(), {responsive: true, displaylogo: false});
+      this.plot.on("plotly_clickannotation", (ev) => Obs.overlayClicked(ev.annotation && ev.annotation.overlayId));
       for (const name of spec.metrics) this.addTrace(name);
     }
 
@@ -109,6 +110,20 @@ window.Obs = window.Obs || {};
       lay.annotations = rw.map((r) => ({xref: "x", yref: "paper", x: r.to_step, y: 1, yanchor: "bottom",
                                         showarrow: false, font: {size: 9, color: "#757575"},
                                         text: `↺ ${r.from_step}→${r.to_step}`}));
+      // Overlays from feature modules (anomalies, annotations, interventions, forecasts): Obs.overlays.
+      for (const o of Obs.overlaysFor(this)) {
+        const band = o.x1 !== undefined && o.x1 !== o.x0;
+        lay.shapes.push(band
+          ? {type: "rect", xref: "x", yref: "paper", x0: o.x0, x1: o.x1, y0: 0, y1: 1, layer: "below",
+             fillcolor: o.color || "rgba(255,160,0,0.18)", line: {width: 0}}
+          : {type: "line", xref: "x", yref: "paper", x0: o.x0, x1: o.x0, y0: 0, y1: 1,
+             line: {color: o.color || "#ef6c00", width: 1.5}});
+        if (o.label) {
+          lay.annotations.push({xref: "x", yref: "paper", x: o.x0, y: 1, yanchor: "bottom", xanchor: "left",
+                                showarrow: false, font: {size: 9, color: o.textColor || "#8d4a00"}, text: o.label,
+                                captureevents: !!o.onClick, overlayId: o.id});
+        }
+      }
       if (sec) {
         const names = this.items.filter((it) => it.secondary).map((it) => this.label(it.name));
         lay.yaxis3 = {overlaying: "y", side: "right", automargin: true, exponentformat: "e", showgrid: false,
@@ -140,6 +155,27 @@ window.Obs = window.Obs || {};
       note.classList.toggle("bad", nf > 0);
     }
   }
+
+  // ------------------------------------------------------------------------------------------ overlays
+  // Feature modules publish marks on the charts without touching chart code:
+  //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, onClick?}]); then ctx.schedule().
+  // `metric` limits a mark to the charts that draw that series; x1 absent or equal to x0 draws a line.
+  const overlaySources = new Map();
+  const charts = new Set();
+  Obs.setOverlays = (source, list) => {
+    overlaySources.set(source, list || []);
+    charts.forEach((ch) => { ch.full = true; ch.dirty = true; });
+  };
+  Obs.overlaysFor = (chart) => {
+    const names = new Set((chart.items || []).map((it) => it.name));
+    const out = [];
+    overlaySources.forEach((list) => list.forEach((o) => { if (!o.metric || names.has(o.metric)) out.push(o); }));
+    return out;
+  };
+  Obs.overlayClicked = (id) => {
+    overlaySources.forEach((list) => list.forEach((o) => { if (o.id === id && o.onClick) o.onClick(o); }));
+  };
+  Obs.registerChart = (chart) => charts.add(chart);
 
   Obs.LineChart = LineChart;
   Obs.PALETTE = PALETTE;

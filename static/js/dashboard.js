@@ -7,6 +7,8 @@
 
 (function () {
   const Obs = window.Obs;
+  // Extension points for feature modules loaded before this file: Obs.frameHandlers[type] = (frame, ctx) => {}
+  // for live frames, Obs.onStart.push((ctx, page) => {}) to run once the run's history is in, Obs.toast().
   const page = JSON.parse(document.getElementById("page-data").textContent);
   const runId = page.run_id;
   const apiBase = "/api/runs/" + encodeURIComponent(runId);
@@ -46,6 +48,7 @@
     const id = spec.id || spec.metrics[0];
     if (charts.has(id)) return charts.get(id);
     const ch = new Obs.LineChart(ctx, spec, $("charts"));
+    Obs.registerChart(ch);
     charts.set(id, ch);
     views.add(ch);
     for (const name of known) if (ch.wants(name)) ch.addTrace(name);
@@ -175,6 +178,11 @@
         scheduleRedraw();
         break;
       case "error": console.warn("live:", msg.error); break;
+      default: {
+        // Feature modules (anomalies.js, annotations.js, ...) handle their own frame types.
+        const h = Obs.frameHandlers[msg.type];
+        if (h) { h(msg, ctx); scheduleRedraw(); }
+      }
     }
   }
 
@@ -192,6 +200,7 @@
     for (const spec of page.charts) addChart(spec);
     addKnown(list.metrics.map((m) => m.name));
     started = true;
+    for (const fn of Obs.onStart) { try { fn(ctx, page); } catch (e) { console.error("module start failed:", e); } }
     connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
     setInterval(tickHeartbeat, 1000); // display only: ages the "last heartbeat" label
   }

@@ -6,6 +6,25 @@
 "use strict";
 
 window.Obs = window.Obs || {};
+// Extension points shared by the dashboard and feature modules (see dashboard.js and charts.js).
+window.Obs.frameHandlers = window.Obs.frameHandlers || {};
+window.Obs.onStart = window.Obs.onStart || [];
+window.Obs.toast = window.Obs.toast || function (text, level) {
+  let box = document.getElementById("toasts");
+  if (!box) {
+    box = document.createElement("div");
+    box.id = "toasts";
+    box.setAttribute("role", "status");
+    box.setAttribute("aria-live", "polite");
+    document.body.appendChild(box);
+  }
+  const t = document.createElement("div");
+  t.className = "toast toast-" + (level || "info");
+  t.textContent = text;
+  box.appendChild(t);
+  setTimeout(() => t.remove(), 8000);
+  return t;
+};
 
 (function (Obs) {
   const DEFAULT_CAP = 50000; // points held per series; past this it reloads its downsampled history
