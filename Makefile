@@ -33,7 +33,7 @@ test: $(STAMP_DEV)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP_DEV)
-	$(PY) -m training.bench moe --json
+	$(PY) bench/moe.py --json
 
 clean-var:
 	rm -rf var/

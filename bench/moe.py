@@ -1,4 +1,4 @@
-"""MoE benchmark: `python -m training.bench moe --json` prints one JSON object (progress goes to stderr).
+"""MoE benchmark: `.venv/bin/python bench/moe.py --json` prints one JSON object (progress goes to stderr).
 
 - drop_table: dropped-assignment fraction of the real MoE layer (training/moe.py) at a fixed token batch for
   context lengths 128..4096, standard vs pooled_wave, capacity factors 1.0 and 1.25. The router input is
@@ -24,11 +24,15 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
 SEQS = (128, 256, 512, 1024, 2048, 4096)
-DEMO_TOML = os.path.join(os.path.dirname(__file__), "configs", "demo.toml")
+DEMO_TOML = ROOT / "training" / "configs" / "demo.toml"
 
 
 def log(msg: str) -> None:
@@ -37,23 +41,19 @@ def log(msg: str) -> None:
 
 def demo_moe():
     """(model config, batch size) of the demo run: training/configs/demo.toml, or a built-in stand-in."""
-    import tomllib
+    from training.config import ModelConfig, MoEConfig, load
 
-    from training.model import ModelConfig, MoEConfig
-
-    if os.path.exists(DEMO_TOML):
-        with open(DEMO_TOML, "rb") as f:
-            raw = tomllib.load(f)
-        cfg = ModelConfig.from_dict(raw.get("model", {}))
-        if cfg.mlp == "moe":
-            return cfg, int(raw.get("train", {}).get("batch_size", 16))
+    if DEMO_TOML.exists():
+        cfg = load(DEMO_TOML)
+        if cfg.model.mlp == "moe":
+            return cfg.model, cfg.train.batch_size
     return ModelConfig(d_model=128, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=512, seq_len=128, mlp="moe",
                        moe=MoEConfig(n_routed=16, top_k=4, n_shared=2, capacity_factor=1.25)), 16
 
 
 def matched_dense(moe_cfg):
     """A dense LM whose active FLOPs per token equal the MoE's (d_ff = (k + shared) * expert width + router)."""
-    from training.model import counts
+    from training.flops import counts
 
     target = counts(moe_cfg)["flops_per_token"]
     dense = dataclasses.replace(moe_cfg, mlp="dense", moe=None)
@@ -128,13 +128,13 @@ def measured_peak_flops() -> float:
 def ep_worker(devices: int, rounds: int) -> dict:
     import jax
 
-    from training import model
+    from training.mesh import make_mesh
 
     cfg, batch = demo_moe()
     # Both runs use groups small enough for 8 devices to hold whole groups, so they compute the same thing.
     group = min(cfg.moe.group_size, batch * cfg.seq_len // 8)
     cfg = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, expert_parallel=devices, group_size=group))
-    mesh = model.make_mesh(cfg) if devices > 1 else None
+    mesh = make_mesh(cfg) if devices > 1 else None
     t0 = time.perf_counter()
     once = step_timer(cfg, mesh, batch)
     compile_s = time.perf_counter() - t0
@@ -145,7 +145,7 @@ def ep_worker(devices: int, rounds: int) -> dict:
 
 def run_ep(devices: int, rounds: int) -> dict:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, "-m", "training.bench", "_ep", str(devices), str(rounds)], env=env,
+    out = subprocess.run([sys.executable, __file__, "_ep", str(devices), str(rounds)], env=env,
                          capture_output=True, text=True, check=True, timeout=900)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -199,7 +199,7 @@ def drop_table(tokens=32768, group=4096, batches=2) -> tuple[list[dict], dict]:
     import jax.numpy as jnp
 
     from training import moe
-    from training.model import MoEConfig
+    from training.config import MoEConfig
 
     D, E = 64, 16
     stream = TextLikeStream(d_model=D)
@@ -243,7 +243,7 @@ def drop_table(tokens=32768, group=4096, batches=2) -> tuple[list[dict], dict]:
 def bench_moe(rounds: int) -> dict:
     import jax
 
-    from training.model import counts
+    from training.flops import counts
 
     t_start = time.perf_counter()
     rows, setup = drop_table()
@@ -291,11 +291,11 @@ def bench_moe(rounds: int) -> dict:
         "mfu": round(c_moe["flops_per_token"] * tps / peak, 4),
         "tokens_per_second": round(tps, 1),
         "peak_flops_measured": round(peak, 1),
-        "demo": {"source": DEMO_TOML if os.path.exists(DEMO_TOML) else "built-in", "d_model": moe_cfg.d_model, "n_layers": moe_cfg.n_layers, "seq_len": moe_cfg.seq_len,
-                 "batch": batch, "d_ff": moe_cfg.d_ff, "dispatch": moe_cfg.moe.dispatch,
-                 "capacity_factor": moe_cfg.moe.capacity_factor, "n_routed": moe_cfg.moe.n_routed, "top_k": moe_cfg.moe.top_k,
-                 "n_shared": moe_cfg.moe.n_shared, "params_total": c_moe["params_total"],
-                 "params_active": c_moe["params_active"]},
+        "demo": {"source": str(DEMO_TOML) if DEMO_TOML.exists() else "built-in", "d_model": moe_cfg.d_model,
+                 "n_layers": moe_cfg.n_layers, "seq_len": moe_cfg.seq_len, "batch": batch, "d_ff": moe_cfg.d_ff,
+                 "dispatch": moe_cfg.moe.dispatch, "capacity_factor": moe_cfg.moe.capacity_factor,
+                 "n_routed": moe_cfg.moe.n_routed, "top_k": moe_cfg.moe.top_k, "n_shared": moe_cfg.moe.n_shared,
+                 "params_total": c_moe["params_total"], "params_active": c_moe["params_active"]},
         "host": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()},
         "rounds": rounds,
         "wall_s": round(time.perf_counter() - t_start, 1),
@@ -307,8 +307,7 @@ def main(argv=None) -> int:
     if argv and argv[0] == "_ep":
         print(json.dumps(ep_worker(int(argv[1]), int(argv[2]))))
         return 0
-    ap = argparse.ArgumentParser(prog="python -m training.bench")
-    ap.add_argument("what", choices=["moe"])
+    ap = argparse.ArgumentParser(prog="bench/moe.py", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--rounds", type=int, default=15, help="timed steps per measurement (median taken)")
     args = ap.parse_args(argv)

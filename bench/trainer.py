@@ -1,8 +1,8 @@
 """Trainer benchmark, JSON on stdout: publisher overhead, checkpoint blocking vs writing, restore, sink costs.
 
-    python -m training.bench_trainer [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
+    .venv/bin/python bench/trainer.py [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
 
-One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps with a rotating
+Also the start-up cost of reading the default corpora (`corpus_load_s`). One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps with a rotating
 order, so drift from other load hits every arm alike; each arm reports its median block. The baseline runs as
 two identical arms (an A/A test): their gap is the noise floor to read the overhead against.
 """
@@ -10,7 +10,9 @@ two identical arms (an A/A test): their gap is the noise floor to read the overh
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -18,6 +20,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 
 def _steps_per_block(trainer, sink, n: int) -> float:
@@ -50,9 +55,22 @@ def _compare(t: dict, base_a: str, base_b: str, other: str) -> dict:
             "noise_floor_pct": 100 * abs(t[base_a] - t[base_b]) / base}
 
 
+def corpus_load_s(repeats: int = 3) -> dict:
+    """Seconds to read the default domains and build the sampler (what every trainer start pays)."""
+    from training.config import DataSection
+    from training.sampler import build_sampler
+
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        build_sampler(DataSection(), seq_len=128, batch_size=4, seed=0, token_budget=10**8)
+        times.append(time.perf_counter() - t0)
+    return {"first_s": times[0], "median_s": statistics.median(times)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="training/configs/demo.toml")
+    ap.add_argument("--config", default=str(ROOT / "training/configs/demo.toml"))
     ap.add_argument("--blocks", type=int, default=8)
     ap.add_argument("--block-steps", type=int, default=25)
     ap.add_argument("--saves", type=int, default=4)
@@ -63,23 +81,25 @@ def main(argv=None) -> int:
     import redis as redis_lib
 
     from observatory import contract
+    from training.cli import build_trainer
     from training.config import load
     from training.redis_sink import RedisSink
     from training.sinks import CompositeSink, JsonlSink, WandbSink
-    from training.train import Trainer
 
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
+    logging.getLogger("training").setLevel(logging.INFO)
+    out: dict = {"config": ns.config, "corpus_load_s": corpus_load_s()}
     tmp = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     cfg = load(ns.config)
-    cfg = cfg.replace(checkpoint=type(cfg.checkpoint)(**{**cfg.checkpoint.__dict__, "dir": str(tmp / "ckpt"),
-                                                         "every_steps": 0, "every_minutes": 0.0}))
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, eval_every=0),
+                              checkpoint=dataclasses.replace(cfg.checkpoint, dir=str(tmp / "ckpt"), every_steps=0,
+                                                             every_minutes=0.0))
     run_id = f"bench-{int(time.time())}"
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
-    trainer = Trainer(cfg, run_id, redis_url=None, log=log)
+    trainer = build_trainer(cfg, run_id, redis_url=None)
     trainer._setup()
     trainer._compile()
-    out: dict = {"config": ns.config, "run_id": run_id, "devices": str(jax.devices()),
-                 "tokens_per_step": trainer.tokens_per_step, "cpu_count": os.cpu_count(),
-                 "load1_at_start": os.getloadavg()[0]}
+    out.update({"run_id": run_id, "devices": str(jax.devices()), "tokens_per_step": trainer.tokens_per_step,
+                "cpu_count": os.cpu_count(), "load1_at_start": os.getloadavg()[0]})
 
     redis_sink = RedisSink(ns.redis_url, run_id)
     redis_only = CompositeSink([redis_sink])
@@ -111,12 +131,12 @@ def main(argv=None) -> int:
     saves = []
     for _ in range(ns.saves):
         _steps_per_block(trainer, off, 3)
-        info = trainer.save_checkpoint(wait=True, why="bench")
+        info = trainer.save_checkpoint("bench", wait=True)
         saves.append(info)
     size = sum(f.stat().st_size for f in (tmp / "ckpt" / run_id / str(saves[-1]["step"])).rglob("*") if f.is_file())
     t0 = time.perf_counter()
-    trainer._restore(saves[-1]["step"])
-    jax.block_until_ready(trainer.state)
+    trainer.restore(saves[-1]["step"])
+    jax.block_until_ready(trainer.train_state)
     restore_s = time.perf_counter() - t0
     out["checkpoint"] = {"bytes": size, "blocked_s": [round(s["blocked_s"], 4) for s in saves],
                          "write_total_s": [round(s["write_s"], 4) for s in saves],
@@ -125,7 +145,7 @@ def main(argv=None) -> int:
                          "restore_s": restore_s}
     out["load1_at_end"] = os.getloadavg()[0]
     all_sinks.finish()
-    trainer.ckpt.close()
+    trainer.checkpointer.store.close()
     try:
         r = redis_lib.Redis.from_url(ns.redis_url)
         r.delete(contract.telemetry_stream(run_id))

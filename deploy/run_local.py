@@ -136,6 +136,19 @@ def choose_run_id(mode: str | None) -> str:
     return run_id
 
 
+def control_key_file() -> Path:
+    """The demo run's control key (web and trainer sign/verify operator commands with it), made once, 0600."""
+    import secrets
+
+    path = VAR / "control.key"
+    if not path.exists():
+        VAR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    return path
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--run", choices=["new", "continue"], default="continue")
@@ -152,6 +165,8 @@ def main() -> int:
         env = dict(os.environ)
         env["REDIS_URL"] = find_or_start_redis(sup)
         env.setdefault("OBS_DEBUG", "1")
+        if not (env.get("OBS_CONTROL_KEY") or env.get("OBS_CONTROL_KEY_FILE")):
+            env["OBS_CONTROL_KEY_FILE"] = str(control_key_file())
         env["PYTHONUNBUFFERED"] = "1"
         log("applying database migrations...")
         subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,

@@ -14,6 +14,10 @@ from urllib.parse import urlparse
 import pytest
 import redis as redis_lib
 
+# Every trainer, CLI and web process a test starts shares this control key (commands are HMAC-signed with it).
+TEST_CONTROL_KEY = "test-control-key-0123456789abcdef"
+os.environ.setdefault("OBS_CONTROL_KEY", TEST_CONTROL_KEY)
+
 # Tests FLUSHDB their own database only (a developer's runs live in db 0; the latency bench uses 14). Two test
 # sessions on one machine (two checkouts, CI beside a developer) each lock a different database.
 TEST_REDIS_DBS = (15, 13, 12, 11, 10, 9)

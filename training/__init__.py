@@ -1,0 +1,1 @@
+"""The JAX training worker: `python -m training run|control` (see docs/ARCHITECTURE.md, "The trainer")."""

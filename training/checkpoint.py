@@ -1,8 +1,9 @@
-"""Orbax checkpoints of the whole training state: arrays in one item, JSON metadata (step, sampler, ...) in another.
+"""Orbax checkpoints of the whole training state, and the loop's checkpoint hook (when to save, async writes).
 
-Layout: <checkpoint.dir>/<run id>/<step>/{state,meta}. The meta item carries the config fingerprint, so a
-checkpoint from an incompatible config is refused with the differing keys named, before any array is read.
-Retention: the newest `keep_last` plus every step that is a multiple of `keep_every`, forever.
+Layout: <checkpoint.dir>/<run id>/<step>/{state,meta}: arrays in one item, JSON metadata (step, applied command
+ids, faults, config fingerprint) in the other. A checkpoint from an incompatible config is refused with the
+differing keys named, before any array is read. Retention: the newest `keep_last` plus every step that is a
+multiple of `keep_every`, forever.
 """
 
 from __future__ import annotations
@@ -10,17 +11,16 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from training.config import CheckpointSection
+from training.errors import CheckpointError
+
 FORMAT_VERSION = 1
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used: unreadable, or written by an incompatible config."""
 
 
 def _diff(saved: Any, current: Any, path: str = "") -> list[str]:
@@ -61,7 +61,7 @@ class Checkpoints:
         self.directory = Path(directory).absolute()
         self._opts = dict(keep_last=keep_last, keep_every=keep_every, async_save=async_save)
         self._mngr = self._open()
-        self.last_save: dict = {}  # timings of the last save: blocked_s, and total_s once finished
+        self._writing: tuple[int, float] | None = None  # (step, start) of a save not yet known to be on disk
 
     def _open(self) -> ocp.CheckpointManager:
         o = self._opts
@@ -105,17 +105,24 @@ class Checkpoints:
         meta = {"format": FORMAT_VERSION, "step": int(step), "saved_at": time.time(), **to_json(meta)}
         self._mngr.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                           meta=ocp.args.JsonSave(meta)), force=True)
-        blocked = time.perf_counter() - t0
-        self.last_save = {"step": int(step), "blocked_s": blocked, "started": t0}
-        return blocked
+        self._writing = (int(step), t0)
+        return time.perf_counter() - t0
 
-    def wait(self) -> float | None:
-        """Block until the pending save is on disk; returns its total write time (None if none was pending)."""
+    @property
+    def unreported(self) -> bool:
+        """A save was started and `wait()` has not yet reported it finished."""
+        return self._writing is not None
+
+    def saving(self) -> bool:
+        return self._mngr.is_saving_in_progress()
+
+    def wait(self) -> dict | None:
+        """Block until the last save is on disk: {"step", "write_s"} the first time it is seen finished, else None."""
         self._mngr.wait_until_finished()
-        if self.last_save and "total_s" not in self.last_save:
-            self.last_save["total_s"] = time.perf_counter() - self.last_save["started"]
-            return self.last_save["total_s"]
-        return None
+        if self._writing is None:
+            return None
+        (step, t0), self._writing = self._writing, None
+        return {"step": step, "write_s": time.perf_counter() - t0}
 
     def restore(self, step: int, abstract_state: Any, fingerprint: dict) -> tuple[Any, dict]:
         """Restore (state, meta) of `step` into the structure of `abstract_state` after a compatibility check."""
@@ -130,7 +137,7 @@ class Checkpoints:
 
     def set_aside_after(self, step: int) -> list[int]:
         """Move checkpoints newer than `step` into `abandoned-<time>/` (a rollback's discarded branch)."""
-        self.wait()
+        self._mngr.wait_until_finished()
         newer = [s for s in self.steps() if s > step]
         if not newer:
             return []
@@ -172,3 +179,40 @@ def set_aside_run(directory: str | Path) -> Path | None:
     dest = d.with_name(f"{d.name}.replaced-{int(time.time())}")
     d.rename(dest)
     return dest
+
+
+class Checkpointer:
+    """The loop's checkpoint hook: whether a save is due, saving, and reporting when an async write lands."""
+
+    def __init__(self, cfg: CheckpointSection, store: Checkpoints, event: Callable[[str, dict], None]):
+        self.cfg, self.store, self._event = cfg, store, event
+        self._last_t = time.monotonic()
+
+    def due(self, step: int) -> bool:
+        c = self.cfg
+        if c.every_steps and step % c.every_steps == 0:
+            return True
+        return bool(c.every_minutes) and time.monotonic() - self._last_t >= 60 * c.every_minutes
+
+    def restart_clock(self) -> None:
+        """The time-based period counts from now (after a rollback restored an older checkpoint)."""
+        self._last_t = time.monotonic()
+
+    def save(self, step: int, tree: Any, meta: dict, why: str, wait: bool) -> dict:
+        self.poll(block=True)
+        blocked = self.store.save(step, tree, meta)
+        info = {"step": step, "blocked_s": blocked, "why": why, "directory": str(self.store.directory)}
+        if wait or not self.cfg.async_save:
+            info.update(self.poll(block=True) or {})
+        self.restart_clock()
+        self._event("checkpoint_saved", info)
+        return info
+
+    def poll(self, block: bool = False) -> dict | None:
+        """When the async write finished, publish how long it took in total."""
+        if not self.store.unreported or (not block and self.store.saving()):
+            return None
+        info = self.store.wait()
+        if info is not None:
+            self._event("checkpoint_written", info)
+        return info

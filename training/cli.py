@@ -1,22 +1,25 @@
 """Command line: `python -m training run ...` trains; `python -m training control ...` steers a running run.
 
-Exit statuses: run -> 0 stopped cleanly, 1 failed, 2 config error; control -> 0 applied, 1 rejected, 3 timeout.
+Exit statuses: run -> 0 stopped cleanly, 1 failed, 2 config error; control -> 0 applied, 1 rejected, 3 no ack.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import logging
 import os
+import signal
 import sys
 import time
 import uuid
 
+from observatory import contract
+from training.config import RunConfig, load, parse_override
+from training.errors import CommandError, ConfigError
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
-# Positional shorthands: `rollback 120 5` means step=120 skip_batches=5.
-_POSITIONAL = {"rollback": ("step", "skip_batches"), "set-lr-multiplier": ("value",),
-               "set-token-budget": ("tokens",), "inject-fault": ("fault", "steps")}
+log = logging.getLogger("training")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="train (resuming from the run's latest checkpoint)")
     r.add_argument("--config", required=True, help="TOML run config, e.g. training/configs/demo.toml")
+    r.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one config value (a TOML value, e.g. train.lr=3e-4); repeatable")
     r.add_argument("--steps", type=int, help="stop after this many steps in total (overrides run.steps)")
     r.add_argument("--seed", type=int, help="overrides run.seed")
     r.add_argument("--run-id", help="run id (default: run.name); with the checkpoint dir it picks the resume point")
@@ -33,121 +38,154 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--no-redis", action="store_true", help="do not publish to Redis (no command channel either)")
     c = sub.add_parser("control", help="send an operator command to a running run and wait for its ack")
     c.add_argument("run_id")
-    c.add_argument("command", help="pause, resume, stop, checkpoint, rollback, set-lr-multiplier, "
-                                   "set-token-budget, set-mixture, inject-fault")
+    c.add_argument("command", help=", ".join(contract.COMMANDS))
     c.add_argument("args", nargs="*", help="key=value pairs (values parsed as JSON when they can be) or "
                                            "positional shorthands, e.g. `rollback 120 5`, `set-mixture a=1 b=2`")
     c.add_argument("--reason", required=True, help="why (kept in the audit trail)")
     c.add_argument("--user", default=os.environ.get("USER", "cli"))
     c.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the applied/rejected ack")
     c.add_argument("--redis-url", default=None)
+    c.add_argument("--id", dest="cmd_id", default=None,
+                   help="command id; reuse it to retry safely (a command id is never applied twice)")
     return p
 
 
-def _value(text: str):
+def configure_logging() -> None:
+    """The one output channel: `[run-id] state step=N detail` and acks on stdout, warnings and errors on stderr."""
+    out, err = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
+    out.addFilter(lambda record: record.levelno < logging.WARNING)
+    err.setLevel(logging.WARNING)
+    for handler in (out, err):
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    for name in ("training", "observatory"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.handlers[:] = [out, err]
+        logger.propagate = False  # libraries may configure the root logger; print each line once
+
+
+def control_key() -> bytes | None:
+    """The run's control key (OBS_CONTROL_KEY or OBS_CONTROL_KEY_FILE): commands must be signed with it."""
+    env = dict(os.environ)
+    local = os.path.join(os.environ.get("OBS_DATA_DIR", "var"), "control.key")  # what `make run` created
+    if not (env.get(contract.CONTROL_KEY_ENV) or env.get(contract.CONTROL_KEY_ENV + "_FILE")) and \
+            os.path.exists(local):
+        env[contract.CONTROL_KEY_ENV + "_FILE"] = local
     try:
-        return json.loads(text)
-    except ValueError:
-        return text
+        key = contract.load_control_key(env)
+    except (OSError, ValueError) as e:
+        raise ConfigError(contract.CONTROL_KEY_ENV, str(e)) from None
+    if key is None:
+        log.warning("no control key (%s or %s_FILE): this run accepts no operator commands",
+                    contract.CONTROL_KEY_ENV, contract.CONTROL_KEY_ENV)
+    return key
 
 
-def command_args(command: str, items: list[str]) -> dict:
-    """CLI words to the command's args object."""
-    args: dict = {}
-    positional = [x for x in items if "=" not in x]
-    pairs = dict(x.split("=", 1) for x in items if "=" in x)
-    if command == "set-mixture" and "weights" not in pairs:
-        return {"weights": {k: _value(v) for k, v in pairs.items()}} if pairs or not positional else \
-            {"weights": _value(positional[0])}
-    names = _POSITIONAL.get(command, ())
-    if len(positional) > len(names):
-        raise SystemExit(f"control: too many positional arguments for {command}: {positional}")
-    for name, v in zip(names, positional):
-        args[name] = _value(v)
-    for k, v in pairs.items():
-        args[k] = _value(v)
-    for k in ("tokens", "steps", "step", "skip_batches"):  # 1e9 on the command line means an integer
-        if isinstance(args.get(k), float) and args[k].is_integer():
-            args[k] = int(args[k])
-    return args
+def build_trainer(cfg: RunConfig, run_id: str, *, redis_url: str | None, fresh: bool = False,
+                  metrics_jsonl: str | None = None):
+    """The Trainer with the sinks and the command channel its config asks for (redis_url None: neither)."""
+    # Imported here: `python -m training control` should not pay for importing JAX.
+    from training.control import ControlChannel
+    from training.redis_sink import RedisSink
+    from training.sinks import CompositeSink, JsonlSink, WandbSink
+    from training.train import Trainer
+
+    url = redis_url if cfg.sinks.redis else None
+    sinks = [RedisSink(url, run_id)] if url else []
+    if metrics_jsonl or cfg.sinks.jsonl:
+        sinks.append(JsonlSink(metrics_jsonl or cfg.sinks.jsonl))
+    if cfg.sinks.wandb != "off":
+        s = cfg.sinks
+        sinks.append(WandbSink(s.wandb_project, run_id, cfg.to_dict(), dir=s.wandb_dir, name=cfg.run.name,
+                               mode=s.wandb))
+    control = ControlChannel(url, run_id, control_key()) if url else None
+    return Trainer(cfg, run_id, CompositeSink(sinks), control=control, fresh=fresh)
+
+
+def install_signal_handlers(trainer) -> None:
+    """SIGINT/SIGTERM: checkpoint at the next step boundary and exit 0; a signal 3 s later exits at once."""
+    first: list[float] = []
+
+    def handler(signum, frame):
+        # Ctrl-C under a supervisor arrives twice (terminal + supervisor): only a later signal means "now".
+        if first and time.monotonic() - first[0] > 3:
+            os._exit(130)
+        if not first:
+            first.append(time.monotonic())
+            trainer.request_stop(f"signal {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
 
 
 def cmd_run(ns) -> int:
-    from training.config import load
-    from training.errors import ConfigError
-
-    overrides = {}
-    if ns.steps is not None:
-        overrides["run.steps"] = ns.steps
-    if ns.seed is not None:
-        overrides["run.seed"] = ns.seed
+    configure_logging()
     try:
+        overrides = dict(parse_override(text) for text in ns.set)
+        if ns.steps is not None:
+            overrides["run.steps"] = ns.steps
+        if ns.seed is not None:
+            overrides["run.seed"] = ns.seed
         cfg = load(ns.config, overrides)
-    except ConfigError as e:
-        print(f"config error: {e.key}: {e.message}".replace("\n", " "), file=sys.stderr)
-        return 2
-    from observatory import contract
-
-    run_id = ns.run_id or cfg.run.name
-    if not contract.RUN_ID_RE.match(run_id):
-        print(f"config error: run-id: {run_id!r} must be 1-64 letters, digits or '_.-'", file=sys.stderr)
-        return 2
-    from training.train import Trainer, install_signal_handlers
-
-    redis_url = None if ns.no_redis else (ns.redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL)
-    try:
-        trainer = Trainer(cfg, run_id, redis_url=redis_url, fresh=ns.fresh, metrics_jsonl=ns.metrics_jsonl,
-                          log=lambda m: print(m, flush=True))
-    except ConfigError as e:
-        print(f"config error: {e.key}: {e.message}".replace("\n", " "), file=sys.stderr)
-        return 2
-    install_signal_handlers(trainer)
-    try:
+        run_id = ns.run_id or cfg.run.name
+        if not contract.RUN_ID_RE.match(run_id):
+            raise ConfigError("run-id", f"{run_id!r} must be 1-64 letters, digits or '_.-'")
+        redis_url = None if ns.no_redis else (ns.redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL)
+        trainer = build_trainer(cfg, run_id, redis_url=redis_url, fresh=ns.fresh, metrics_jsonl=ns.metrics_jsonl)
+        install_signal_handlers(trainer)
         return trainer.run()
     except ConfigError as e:
-        print(f"config error: {e.key}: {e.message}".replace("\n", " "), file=sys.stderr)
+        log.error(e.line())
         return 2
 
 
 def cmd_control(ns) -> int:
     import redis as redis_lib
 
-    from observatory import contract
+    from observatory.streams import connect, streams_reply
 
+    configure_logging()
     url = ns.redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
-    args = command_args(ns.command, ns.args)
     try:
-        r = redis_lib.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2, decode_responses=True)
+        args = contract.command_args_from_words(ns.command, ns.args)
+        args = contract.validate_command(ns.command, args)  # say what is wrong before sending anything
+        key = control_key()
+    except (CommandError, ConfigError) as e:
+        log.error("control: %s", e)
+        return 1
+    if key is None:
+        log.error("control: no control key: set %s or %s_FILE to the run's key", contract.CONTROL_KEY_ENV,
+                  contract.CONTROL_KEY_ENV)
+        return 1
+    try:
+        r = connect(url, timeout=5.0, decode_responses=True)
         if not r.sismember(contract.RUNS_KEY, ns.run_id):
-            print(f"rejected: unknown run {ns.run_id!r} (not in {contract.RUNS_KEY})")
+            log.info("rejected: unknown run %r (not in %s)", ns.run_id, contract.RUNS_KEY)
             return 1
         if not r.exists(contract.heartbeat_key(ns.run_id)):
-            print(f"note: run {ns.run_id!r} has no live heartbeat; the command waits in its control stream",
-                  file=sys.stderr)
+            log.warning("note: run %r has no live heartbeat; the command waits in its control stream", ns.run_id)
         acks = contract.ack_stream(ns.run_id)
         last = r.xrevrange(acks, count=1)
         cursor = last[0][0] if last else "0-0"
-        cmd_id = uuid.uuid4().hex
-        r.xadd(contract.control_stream(ns.run_id),
-               contract.command_fields(cmd_id, ns.command, args, reason=ns.reason, user=ns.user))
+        cmd_id = ns.cmd_id or uuid.uuid4().hex
+        fields = contract.command_fields(cmd_id, ns.command, args, reason=ns.reason, user=ns.user)
+        r.xadd(contract.control_stream(ns.run_id), contract.sign_command(ns.run_id, fields, key))
         deadline = time.monotonic() + ns.timeout
         while (left := deadline - time.monotonic()) > 0:
             resp = r.xread({acks: cursor}, count=100, block=max(1, int(min(left, 1.0) * 1000)))
-            for _stream, entries in resp or []:
+            for _stream, entries in streams_reply(resp):
                 for eid, f in entries:
                     cursor = eid
                     if f.get("id") != cmd_id:
                         continue
                     step = f" (step {f['step']})" if f.get("step") else ""
-                    print(f"{f['status']}: {f.get('detail', '')}{step}", flush=True)
-                    if f["status"] == "applied":
-                        return 0
-                    if f["status"] == "rejected":
-                        return 1
+                    log.info("%s: %s%s", f["status"], f.get("detail", ""), step)
+                    if f["status"] in ("applied", "rejected"):
+                        return 0 if f["status"] == "applied" else 1
     except redis_lib.RedisError as e:
-        print(f"error: Redis at {url}: {e}", file=sys.stderr)
+        log.error("error: Redis at %s: %s", url, e)
         return 3
-    print(f"timeout: no applied/rejected ack for {ns.command} ({cmd_id}) within {ns.timeout:g} s")
+    log.info("timeout: no applied/rejected ack for %s (%s) within %g s", ns.command, cmd_id, ns.timeout)
     return 3
 
 

@@ -1,98 +1,335 @@
-"""The trainer's run config: typed, frozen dataclasses loaded from a TOML file and validated field by field."""
+"""The run config: typed, frozen dataclasses whose checks sit beside their fields, loaded from TOML and validated.
+
+Every field has a default, a one-line comment and, where a value can be wrong, a check. Checks run whenever a
+section is built (from a file, from a `--set` override, or directly in code), so an invalid section cannot
+exist. A bad key or value raises ConfigError(<dotted key>, <message>); the command line prints it as
+`config error: <key>: <message>` and exits 2.
+"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import hashlib
-import json
 import math
+import re
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ClassVar
 
 from training.errors import ConfigError
 
+BUILTIN_DOMAINS = ("python_stdlib", "docstrings", "licenses", "docs_text")  # offline text every machine has
+DOMAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # becomes part of metric names
+DTYPES = ("float32", "bfloat16")
+
+# A check returns None when the value is fine, else a message, or (sub-key, message) for a part of the value.
+Check = Callable[[Any], "str | tuple[str, str] | None"]
+
+
+def setting(default: Any, check: Check | None = None) -> Any:
+    """A config field: its default and its check."""
+    if isinstance(default, dict):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"check": check})
+    return field(default=default, metadata={"check": check})
+
+
+# ---------------------------------------------------------------------------------------------- checks
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def at_least(lo, message: str | None = None) -> Check:
+    return lambda v: None if v >= lo else (message or f"must be >= {lo}")
+
+
+def between(lo, hi, message: str, *, open_hi: bool = False) -> Check:
+    return lambda v: None if lo <= v and (v < hi if open_hi else v <= hi) else message
+
+
+def one_of(*choices: str, what: str) -> Check:
+    return lambda v: None if v in choices else f"unknown {what} {v!r} ({', '.join(choices)})"
+
+
+positive_int = at_least(1, "must be a positive integer")
+nonneg_int = at_least(0, "must be an integer >= 0")
+positive = (lambda v: None if v > 0 else "must be > 0")
+nonneg = at_least(0)
+
+
+def _run_name(v: str):
+    if v and len(v) <= 64 and v[0].isalnum() and all(c.isalnum() or c in "_.-" for c in v):
+        return None
+    return "must be 1-64 letters, digits or '_.-', starting alphanumeric"
+
+
+def _distinct_names(v: tuple) -> str | None:
+    return None if v and all(v) and len(set(v)) == len(v) else "must be a list of distinct, non-empty names"
+
+
+def _builtin_domains(v: tuple) -> str | None:
+    unknown = [d for d in v if d not in BUILTIN_DOMAINS]
+    if unknown:
+        return f"unknown domain {unknown[0]!r} (known: {', '.join(BUILTIN_DOMAINS)})"
+    return None if len(set(v)) == len(v) else "must be a list of distinct domain names"
+
+
+def _corpora(v: dict):
+    for name, path in v.items():
+        if not DOMAIN_NAME_RE.match(name) or name in BUILTIN_DOMAINS:
+            return name, "domain names are letters, digits, _ . - and must differ from the built-in ones"
+        if not path:
+            return name, "must be a directory path"
+    return None
+
+
+def _fractions(v: tuple) -> str | None:
+    ok = v and all(x > 0 for x in v) and abs(sum(v) - 1) < 1e-6
+    return None if ok else "must be positive numbers summing to 1"
+
+
+def _mixture(v: dict):
+    for stage, weights in v.items():
+        if not weights:
+            return stage, "must be a table of domain = weight"
+        for dom, w in weights.items():
+            if w < 0:
+                return f"{stage}.{dom}", f"must be a number >= 0, got {w!r}"
+        if sum(weights.values()) <= 0:
+            return stage, "weights must not all be zero"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- sections
+class Section:
+    """Base of every section: builds from a dict, runs the field checks, then the cross-field `check()`."""
+
+    KEY: ClassVar[str] = ""  # dotted key of the section, e.g. "model.moe"
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            check, value = f.metadata.get("check"), getattr(self, f.name)
+            problem = check(value) if check is not None and value is not None else None
+            if problem:
+                sub, message = problem if isinstance(problem, tuple) else ("", problem)
+                raise ConfigError(".".join(p for p in (self.KEY, f.name, sub) if p), message)
+        self.check()
+
+    def check(self) -> None:
+        """Rules between fields; raises ConfigError."""
+
+    @classmethod
+    def from_dict(cls, raw: Any, key: str | None = None):
+        """Build from a parsed TOML table, rejecting unknown keys and wrongly typed values."""
+        key = cls.KEY if key is None else key
+        if not isinstance(raw, dict):
+            raise ConfigError(key, "must be a table")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        kwargs = {}
+        for k, v in raw.items():
+            sub = f"{key}.{k}" if key else k
+            if k not in names:
+                raise ConfigError(sub, f"unknown {'key' if key else 'table'} (known: {', '.join(names)})")
+            kwargs[k] = _coerce(v, hints[k], sub)
+        return cls(**kwargs)
+
+
+def _coerce(v: Any, hint: Any, key: str) -> Any:
+    """A TOML value to the field's type (int -> float, list -> tuple, "none" -> None for optional fields)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):  # `X | None`: TOML has no null, so "none" spells it
+        inner = next(a for a in args if a is not type(None))
+        if v is None or (isinstance(v, str) and v.lower() == "none"):
+            return None
+        return _coerce(v, inner, key)
+    if isinstance(hint, type) and issubclass(hint, Section):
+        return hint.from_dict(v, key)
+    if hint is bool and not isinstance(v, bool):
+        raise ConfigError(key, f"must be true or false, got {v!r}")
+    if hint is int and not _is_int(v):
+        raise ConfigError(key, f"must be an integer, got {v!r}")
+    if hint is float:
+        if not _is_num(v):
+            raise ConfigError(key, f"must be a number, got {v!r}")
+        return float(v)
+    if hint is str and not isinstance(v, str):
+        raise ConfigError(key, f"must be a string, got {v!r}")
+    if origin is tuple:
+        if not isinstance(v, (list, tuple)):
+            raise ConfigError(key, f"must be a list, got {v!r}")
+        return tuple(_coerce(x, args[0], f"{key}[{i}]") for i, x in enumerate(v))
+    if origin is dict:
+        if not isinstance(v, dict):
+            raise ConfigError(key, f"must be a table, got {v!r}")
+        return {str(k): _coerce(x, args[1], f"{key}.{k}") for k, x in v.items()}
+    return v
+
 
 @dataclass(frozen=True)
-class RunSection:
-    name: str = "demo"  # human name; also the default run id (so re-running continues the same run)
-    seed: int = 0  # seeds params init, the data sampler and the step RNG
-    steps: int = 0  # stop after this many steps in total (0 = run until the token budget is spent)
+class RunSection(Section):
+    KEY: ClassVar[str] = "run"
+    name: str = setting("demo", _run_name)  # human name; also the default run id (re-running continues it)
+    seed: int = setting(0, nonneg_int)  # seeds params init, the data sampler and the step RNG
+    steps: int = setting(0, nonneg_int)  # stop after this many steps in total (0 = when the budget is spent)
     compile_cache: str = "var/jax-cache"  # persistent XLA compilation cache: restarts skip compiling ("" = off)
 
 
 @dataclass(frozen=True)
-class TrainSection:
-    batch_size: int = 16  # sequences per step (each model.seq_len + 1 tokens long)
-    lr: float = 3e-3  # peak learning rate
-    weight_decay: float = 0.1  # decoupled (AdamW) weight decay, not applied to norms or biases
-    grad_clip: float = 1.0  # clip the global gradient norm to this (0 = off)
-    beta1: float = 0.9  # Adam first-moment decay
-    beta2: float = 0.95  # Adam second-moment decay
-    eps: float = 1e-8  # Adam epsilon
-    token_budget: int = 100_000_000  # planned tokens for the whole run; the LR schedule spans it
-    warmup_ratio: float = 0.01  # fraction of the budget spent warming up linearly from 0
-    min_lr_ratio: float = 0.05  # final LR as a fraction of the peak
-    schedule: str = "linear"  # "linear" (warmup, linear decay) or "wsd" (warmup, stable, decay)
-    decay_ratio: float = 0.2  # wsd only: fraction of the budget spent in the final decay
+class TrainSection(Section):
+    KEY: ClassVar[str] = "train"
+    batch_size: int = setting(16, positive_int)  # sequences per step (each model.seq_len + 1 tokens long)
+    lr: float = setting(3e-3, positive)  # peak learning rate
+    weight_decay: float = setting(0.1, nonneg)  # decoupled (AdamW) weight decay, not applied to norms
+    grad_clip: float = setting(1.0, nonneg)  # clip the global gradient norm to this (0 = off)
+    beta1: float = setting(0.9, between(0, 1, "must be >= 0 and < 1", open_hi=True))  # Adam first moment
+    beta2: float = setting(0.95, between(0, 1, "must be >= 0 and < 1", open_hi=True))  # Adam second moment
+    eps: float = setting(1e-8, positive)  # Adam epsilon
+    token_budget: int = setting(100_000_000, positive_int)  # planned tokens for the run; the LR spans them
+    warmup_ratio: float = setting(0.01, between(0, 0.5, "must be between 0 and 0.5"))  # linear warmup share
+    min_lr_ratio: float = setting(0.05, between(0, 1, "must be between 0 and 1"))  # final LR / peak LR
+    schedule: str = setting("linear", one_of("linear", "wsd", what="schedule"))  # warmup+decay, or +stable
+    decay_ratio: float = setting(0.2, between(0, 1, "must be between 0 and 1"))  # wsd only: final decay share
     skip_nonfinite: bool = True  # skip the update (params unchanged) when the loss or gradient is NaN/Inf
-    max_nonfinite_steps: int = 25  # fail the run after this many consecutive non-finite steps
+    max_nonfinite_steps: int = setting(25, positive_int)  # fail after this many consecutive non-finite steps
     allow_faults: bool = False  # accept the inject-fault command (demo and tests only)
-    peak_flops: float = 0.0  # hardware peak FLOP/s for MFU (0 = ask the telemetry module to guess)
+    peak_flops: float = setting(0.0, nonneg)  # hardware peak FLOP/s for MFU (0 = the telemetry module guesses)
+    eval_every: int = setting(250, nonneg_int)  # loss on the held-out split every this many steps (0 = off)
+
+    def check(self) -> None:
+        if self.schedule == "wsd" and self.warmup_ratio + self.decay_ratio > 1:
+            raise ConfigError("train.decay_ratio", "warmup_ratio + decay_ratio must be <= 1")
 
 
 @dataclass(frozen=True)
-class DataSection:
-    builtin_domains: tuple = ("python_stdlib", "docstrings", "licenses", "docs_text")  # offline text domains
-    corpora: dict = field(default_factory=dict)  # extra domain -> directory of .txt/.jsonl/.parquet files
-    stages: tuple = ("pretrain", "midtrain")  # stage names, in order
-    stage_fractions: tuple = (0.8, 0.2)  # fraction of the token budget per stage (sums to 1)
-    mixture: dict = field(default_factory=dict)  # stage -> {domain: weight}; empty = training.data's presets
-    max_bytes_per_domain: int = 4_000_000  # read cap per domain (keeps start-up to a couple of seconds)
-    eval_fraction: float = 0.02  # tail of each domain held out for evaluation
-    tokenizer: str = "byte"  # tokenizer kind ("byte": UTF-8 bytes, vocab 256)
+class DataSection(Section):
+    KEY: ClassVar[str] = "data"
+    builtin_domains: tuple[str, ...] = setting(BUILTIN_DOMAINS, _builtin_domains)  # offline text domains
+    corpora: dict[str, str] = setting({}, _corpora)  # extra domain -> directory of .txt/.jsonl/.parquet files
+    stages: tuple[str, ...] = setting(("pretrain", "midtrain"), _distinct_names)  # stage names, in order
+    stage_fractions: tuple[float, ...] = setting((0.8, 0.2), _fractions)  # token-budget share of each stage
+    mixture: dict[str, dict[str, float]] = setting({}, _mixture)  # stage -> {domain: weight}; else presets
+    max_bytes_per_domain: int = setting(4_000_000, at_least(1024, "must be at least 1024"))  # read cap
+    docstring_source_bytes: int = setting(2_000_000, nonneg_int)  # source parsed for docstrings (~3 MB/s)
+    eval_fraction: float = setting(0.02, between(0, 0.5, "must be >= 0 and < 0.5", open_hi=True))  # held out
+    tokenizer: str = setting("byte", one_of("byte", what="tokenizer"))  # "byte": UTF-8 bytes, vocab 256
 
-    def to_data_config(self):
-        """The training.data.DataConfig this section describes."""
-        from training import data as data_lib
+    @property
+    def domain_names(self) -> list[str]:
+        """Built-in domains first, then user corpora in name order: the order of domain ids."""
+        return list(self.builtin_domains) + sorted(self.corpora)
 
-        stages = None
-        if self.mixture or tuple(self.stages) != ("pretrain", "midtrain") or \
-                tuple(self.stage_fractions) != (0.8, 0.2):
-            domains = list(self.builtin_domains) + sorted(self.corpora)
-            presets = {s.name: s.weights for s in data_lib.default_stages(domains)}
-            stages = tuple(data_lib.StageConfig(name, float(frac), self.mixture.get(name) or presets.get(
-                name, {d: 1.0 for d in domains})) for name, frac in zip(self.stages, self.stage_fractions))
-        return data_lib.DataConfig(builtin_domains=tuple(self.builtin_domains), corpora=dict(self.corpora),
-                                   max_bytes_per_domain=self.max_bytes_per_domain,
-                                   eval_fraction=self.eval_fraction, stages=stages)
+    def check(self) -> None:
+        if len(self.stage_fractions) != len(self.stages):
+            raise ConfigError("data.stage_fractions", f"needs one fraction per stage ({len(self.stages)})")
+        known = self.domain_names
+        for stage, weights in self.mixture.items():
+            if stage not in self.stages:
+                raise ConfigError(f"data.mixture.{stage}", f"unknown stage (stages: {', '.join(self.stages)})")
+            for dom in weights:
+                if dom not in known:
+                    raise ConfigError(f"data.mixture.{stage}.{dom}", f"unknown domain (known: {', '.join(known)})")
 
 
 @dataclass(frozen=True)
-class CheckpointSection:
-    dir: str = "var/checkpoints"  # checkpoints live in <dir>/<run id>/
-    every_steps: int = 50  # save every this many steps (0 = off)
-    every_minutes: float = 1.0  # ... or when this much wall time passed since the last save (0 = off)
-    keep_last: int = 3  # keep the newest K checkpoints
-    keep_every: int = 1000  # ... and every checkpoint whose step is a multiple of this, forever (0 = none)
+class CheckpointSection(Section):
+    KEY: ClassVar[str] = "checkpoint"
+    dir: str = setting("var/checkpoints", lambda v: None if v else "must not be empty")  # <dir>/<run id>/
+    every_steps: int = setting(50, nonneg_int)  # save every this many steps (0 = off)
+    every_minutes: float = setting(1.0, nonneg)  # ... or when this much wall time passed (0 = off)
+    keep_last: int = setting(3, positive_int)  # keep the newest K checkpoints
+    keep_every: int = setting(1000, nonneg_int)  # ... and every multiple of this step, forever (0 = none)
     async_save: bool = True  # write in the background; the loop only waits for the device->host copy
 
 
 @dataclass(frozen=True)
-class SinksSection:
-    redis: bool = True  # publish to the run's Redis stream (REDIS_URL)
+class SinksSection(Section):
+    KEY: ClassVar[str] = "sinks"
+    redis: bool = True  # publish to the run's Redis stream (REDIS_URL) and listen for operator commands
     jsonl: str = ""  # mirror every published record to this JSONL file ("" = off; --metrics-jsonl overrides)
-    wandb: str = "off"  # "off", "offline" (nothing leaves the machine) or "online"
+    wandb: str = setting("off", lambda v: None if v in ("off", "offline", "online")
+                         else "must be off, offline or online")  # "offline": nothing leaves the machine
     wandb_project: str = "observatory"  # W&B project name
     wandb_dir: str = "var"  # W&B writes <wandb_dir>/wandb/offline-run-*/ (import with manage.py import_wandb)
-    heartbeat_s: float = 2.0  # seconds between heartbeats
+    heartbeat_s: float = setting(2.0, positive)  # seconds between heartbeats
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class MoEConfig(Section):
+    KEY: ClassVar[str] = "model.moe"
+    n_routed: int = setting(16, at_least(1))  # routed experts per MoE layer
+    top_k: int = setting(4, at_least(1))  # routed experts chosen per token
+    n_shared: int = setting(2, at_least(0))  # always-on shared experts (each expert_hidden wide)
+    expert_hidden: int | None = setting(None, at_least(1, "must be an integer >= 1 or none"))  # None: d_ff // 2
+    latent: int | None = setting(None, at_least(1, "must be an integer >= 1 or none"))  # routed width; None=D
+    capacity_factor: float | None = setting(1.25, positive)  # ceil(cf * group * k / n_routed) slots; None=dropless
+    dispatch: str = setting("standard", one_of("standard", "pooled_wave", what="dispatch mode"))  # see moe.py
+    waves: int = setting(3, at_least(0))  # pooled_wave: extra spill waves into capacity left free
+    group_size: int = setting(256, at_least(1))  # tokens per dispatch group; clipped to the batch
+    router: str = setting("sigmoid", one_of("sigmoid", "softmax", what="router"))  # combine-weight function
+    bias_update_rate: float = setting(1e-3, nonneg)  # aux-loss-free balancing step size (0 = off)
+    lb_loss_coef: float = setting(0.0, nonneg)  # Switch-style load-balancing loss weight (always logged)
+    z_loss_coef: float = setting(1e-4, nonneg)  # router logit z-loss weight (always logged)
+    expert_parallel: int = setting(1, at_least(1))  # size of the mesh's "expert" axis
+
+    def check(self) -> None:
+        if self.top_k > self.n_routed:
+            raise ConfigError("model.moe.top_k", f"must be >= 1 and <= n_routed ({self.n_routed})")
+        if self.n_routed % self.expert_parallel:
+            raise ConfigError("model.moe.expert_parallel", f"n_routed ({self.n_routed}) must divide evenly over "
+                                                           f"expert_parallel ({self.expert_parallel})")
+
+
+@dataclass(frozen=True)
+class ModelConfig(Section):
+    KEY: ClassVar[str] = "model"
+    vocab_size: int = setting(256, at_least(1))  # byte-level tokenizer by default
+    d_model: int = setting(128, at_least(1))  # residual width
+    n_layers: int = setting(2, at_least(1))  # decoder blocks
+    n_heads: int = setting(4, at_least(1))  # query heads
+    n_kv_heads: int = setting(4, at_least(1))  # key/value heads (GQA when < n_heads; must divide n_heads)
+    d_ff: int = setting(512, at_least(1))  # dense SwiGLU hidden width (MoE experts default to half of it)
+    seq_len: int = setting(128, at_least(1))  # context length of the training batches
+    mlp: str = setting("dense", one_of("dense", "moe", what="mlp"))  # "dense" or "moe"
+    moe: MoEConfig | None = None  # MoE settings; filled with defaults when mlp == "moe" and omitted
+    dtype: str = setting("float32", one_of(*DTYPES, what="dtype"))  # compute dtype; params stay float32
+    tie_embeddings: bool = True  # reuse the input embedding as the output projection
+    rope_theta: float = 10000.0  # RoPE base frequency
+    norm_eps: float = setting(1e-6, positive)  # RMSNorm epsilon
+    init_std: float = 0.02  # normal init scale; output projections are scaled by 1/sqrt(2 * n_layers)
+
+    def __post_init__(self):
+        if self.mlp == "moe" and self.moe is None:
+            object.__setattr__(self, "moe", MoEConfig())
+        super().__post_init__()
+
+    def check(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ConfigError("model.n_heads", f"must divide d_model ({self.d_model})")
+        if (self.d_model // self.n_heads) % 2:
+            raise ConfigError("model.n_heads", "head dim must be even (RoPE)")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError("model.n_kv_heads", f"must divide n_heads ({self.n_heads})")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def expert_hidden(self) -> int:
+        return self.moe.expert_hidden if self.moe and self.moe.expert_hidden else max(1, self.d_ff // 2)
+
+
+@dataclass(frozen=True)
+class RunConfig(Section):
     run: RunSection = RunSection()  # [run]
-    model: Any = None  # [model], a training.model.ModelConfig
+    model: ModelConfig = ModelConfig()  # [model] and [model.moe]
     train: TrainSection = TrainSection()  # [train]
     data: DataSection = DataSection()  # [data]
     checkpoint: CheckpointSection = CheckpointSection()  # [checkpoint]
@@ -106,14 +343,7 @@ class RunConfig:
         """The parts a checkpoint must agree with: the state's shapes and the sampler's meaning depend on them."""
         d = self.to_dict()
         return {"model": d["model"], "data.tokenizer": d["data"]["tokenizer"], "data.stages": d["data"]["stages"],
-                "data.domains": list(d["data"]["builtin_domains"]) + sorted(d["data"]["corpora"])}
-
-    def fingerprint_hash(self) -> str:
-        blob = json.dumps(self.fingerprint(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    def replace(self, **sections) -> "RunConfig":
-        return dataclasses.replace(self, **sections)
+                "data.domains": self.data.domain_names}
 
 
 def _jsonable(x):
@@ -124,158 +354,34 @@ def _jsonable(x):
     return x
 
 
-# ---------------------------------------------------------------------------------------------- parsing
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+# ---------------------------------------------------------------------------------------------- loading
+def parse_override(text: str) -> tuple[str, Any]:
+    """`section.key=value` (the value a TOML scalar or array; a bare word is a string) -> (dotted key, value)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or "." not in key:
+        raise ConfigError(key or text, "an override is section.key=value, e.g. train.lr=3e-4")
+    try:
+        return key, tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, value.strip()
 
 
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _section(cls, d: Any, prefix: str, checks: dict):
-    if not isinstance(d, dict):
-        raise ConfigError(prefix, "must be a table")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for k, v in d.items():
-        key = f"{prefix}.{k}"
-        if k not in fields:
-            raise ConfigError(key, f"unknown key (known: {', '.join(fields)})")
-        f = fields[k]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if isinstance(default, bool):
-            if not isinstance(v, bool):
-                raise ConfigError(key, f"must be true or false, got {v!r}")
-        elif _is_int(default):
-            if not _is_int(v):
-                raise ConfigError(key, f"must be an integer, got {v!r}")
-        elif isinstance(default, float):
-            if not _is_num(v):
-                raise ConfigError(key, f"must be a number, got {v!r}")
-            v = float(v)
-        elif isinstance(default, str):
-            if not isinstance(v, str):
-                raise ConfigError(key, f"must be a string, got {v!r}")
-        elif isinstance(default, tuple):
-            if not isinstance(v, list):
-                raise ConfigError(key, f"must be a list, got {v!r}")
-            v = tuple(v)
-        elif isinstance(default, dict):
-            if not isinstance(v, dict):
-                raise ConfigError(key, f"must be a table, got {v!r}")
-        if k in checks:
-            ok, message = checks[k](v)
-            if not ok:
-                raise ConfigError(key, message)
-        kwargs[k] = v
-    return cls(**kwargs)
-
-
-def _pos_int(v):
-    return v > 0, "must be a positive integer"
-
-
-def _nonneg_int(v):
-    return v >= 0, "must be an integer >= 0"
-
-
-def _pos(v):
-    return v > 0, "must be > 0"
-
-
-def _nonneg(v):
-    return v >= 0, "must be >= 0"
-
-
-def _ratio(v):
-    return 0 <= v <= 1, "must be between 0 and 1"
-
-
-def _ratio_open(v):
-    return 0 <= v < 1, "must be >= 0 and < 1"
-
-
-_CHECKS = {
-    "run": {"name": lambda v: (bool(v) and len(v) <= 64 and all(c.isalnum() or c in "_.-" for c in v)
-                               and v[0].isalnum(), "must be 1-64 letters, digits or '_.-', starting alphanumeric"),
-            "seed": _nonneg_int, "steps": _nonneg_int},
-    "train": {"batch_size": _pos_int, "lr": _pos, "weight_decay": _nonneg, "grad_clip": _nonneg,
-              "beta1": _ratio_open, "beta2": _ratio_open, "eps": _pos, "token_budget": _pos_int,
-              "warmup_ratio": _ratio_open, "min_lr_ratio": _ratio, "decay_ratio": _ratio,
-              "schedule": lambda v: (v in ("linear", "wsd"), f"unknown schedule {v!r} (linear, wsd)"),
-              "max_nonfinite_steps": _pos_int, "peak_flops": _nonneg},
-    "checkpoint": {"dir": lambda v: (bool(v), "must not be empty"), "every_steps": _nonneg_int,
-                   "every_minutes": _nonneg, "keep_last": _pos_int, "keep_every": _nonneg_int},
-    "sinks": {"wandb": lambda v: (v in ("off", "offline", "online"), "must be off, offline or online"),
-              "heartbeat_s": _pos},
-    "data": {"stages": lambda v: (len(v) >= 1 and all(isinstance(s, str) and s for s in v)
-                                  and len(set(v)) == len(v), "must be a list of distinct stage names"),
-             "stage_fractions": lambda v: (len(v) >= 1 and all(_is_num(x) and x > 0 for x in v)
-                                           and abs(sum(v) - 1) < 1e-6, "must be positive numbers summing to 1"),
-             "builtin_domains": lambda v: (all(isinstance(x, str) for x in v) and len(set(v)) == len(v),
-                                           "must be a list of distinct domain names"),
-             "max_bytes_per_domain": lambda v: (v >= 1024, "must be at least 1024"),
-             "eval_fraction": lambda v: (0 <= v < 0.5, "must be >= 0 and < 0.5")},
-}
-
-
-def _check_data(data: DataSection) -> DataSection:
-    if len(data.stage_fractions) != len(data.stages):
-        raise ConfigError("data.stage_fractions", f"needs one fraction per stage ({len(data.stages)})")
-    mixture = {}
-    for stage, weights in data.mixture.items():
-        key = f"data.mixture.{stage}"
-        if stage not in data.stages:
-            raise ConfigError(key, f"unknown stage (stages: {', '.join(data.stages)})")
-        if not isinstance(weights, dict) or not weights:
-            raise ConfigError(key, "must be a table of domain = weight")
-        for dom, w in weights.items():
-            if not _is_num(w) or w < 0:
-                raise ConfigError(f"{key}.{dom}", f"must be a number >= 0, got {w!r}")
-        if sum(weights.values()) <= 0:
-            raise ConfigError(key, "weights must not all be zero")
-        mixture[stage] = {dom: float(w) for dom, w in weights.items()}
-    for dom, path in data.corpora.items():
-        if not isinstance(path, str) or not path:
-            raise ConfigError(f"data.corpora.{dom}", "must be a directory path")
-    known = set(data.builtin_domains) | set(data.corpora)
-    for stage, weights in mixture.items():
-        for dom in weights:
-            if dom not in known:
-                raise ConfigError(f"data.mixture.{stage}.{dom}", f"unknown domain (known: {', '.join(sorted(known))})")
-    if data.tokenizer != "byte":
-        raise ConfigError("data.tokenizer", f"unknown tokenizer {data.tokenizer!r} (byte)")
-    return dataclasses.replace(data, mixture=mixture)
-
-
-def from_dict(raw: dict, overrides: dict | None = None) -> RunConfig:
-    """Validate a parsed TOML document. `overrides` maps dotted keys (e.g. "run.steps") to values."""
-    from training.model import ModelConfig
-
-    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+def from_dict(raw: dict, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Validate a parsed TOML document. `overrides` maps dotted keys (e.g. "model.moe.top_k") to values."""
+    raw = copy.deepcopy(raw)
     for dotted, value in (overrides or {}).items():
-        section, key = dotted.split(".", 1)
-        raw.setdefault(section, {})[key] = value
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    for k in raw:
-        if k not in known:
-            raise ConfigError(k, f"unknown table (known: {', '.join(known)})")
-    sections = {
-        "run": _section(RunSection, raw.get("run", {}), "run", _CHECKS["run"]),
-        "model": ModelConfig.from_dict(raw.get("model", {}), "model"),
-        "train": _section(TrainSection, raw.get("train", {}), "train", _CHECKS["train"]),
-        "data": _check_data(_section(DataSection, raw.get("data", {}), "data", _CHECKS["data"])),
-        "checkpoint": _section(CheckpointSection, raw.get("checkpoint", {}), "checkpoint", _CHECKS["checkpoint"]),
-        "sinks": _section(SinksSection, raw.get("sinks", {}), "sinks", _CHECKS["sinks"]),
-    }
-    t = sections["train"]
-    if t.schedule == "wsd" and t.warmup_ratio + t.decay_ratio > 1:
-        raise ConfigError("train.decay_ratio", "warmup_ratio + decay_ratio must be <= 1")
-    return RunConfig(**sections)
+        *tables, leaf = dotted.split(".")
+        node = raw
+        for i, t in enumerate(tables):
+            node = node.setdefault(t, {})
+            if not isinstance(node, dict):
+                raise ConfigError(".".join(tables[: i + 1]), "is a value, not a table")
+        node[leaf] = value
+    return RunConfig.from_dict(raw)
 
 
-def load(path: str | Path, overrides: dict | None = None) -> RunConfig:
+def load(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text())

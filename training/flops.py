@@ -1,4 +1,4 @@
-"""Parameter counts, FLOPs per token and MFU for a ModelConfig (analytic, from the config alone).
+"""Parameter counts and training FLOPs per token of a ModelConfig (analytic, from the config alone).
 
 Convention (PaLM appendix B): training FLOPs/token = 6 * N_matmul_active + 12 * n_layers * seq_len * d_model,
 where N_matmul_active counts the weights a token multiplies through (attention projections, the shared experts
@@ -8,8 +8,10 @@ attention score/value matmuls over the full context (not halved for causality).
 
 from __future__ import annotations
 
+from training.config import ModelConfig
 
-def counts(cfg) -> dict:
+
+def counts(cfg: ModelConfig) -> dict:
     D, Q = cfg.d_model, cfg.head_dim
     attn = D * cfg.n_heads * Q * 2 + D * cfg.n_kv_heads * Q * 2
     norms = 2 * D
@@ -30,8 +32,3 @@ def counts(cfg) -> dict:
     matmul_active = cfg.n_layers * (attn + mlp_active) + cfg.vocab_size * D
     flops = 6.0 * matmul_active + 12.0 * cfg.n_layers * cfg.seq_len * D
     return {"params_total": int(total), "params_active": int(active), "flops_per_token": float(flops)}
-
-
-def mfu(flops_per_token: float, tokens_per_second: float, peak_flops: float) -> float:
-    """Model FLOPs utilisation: achieved training FLOP/s over the hardware peak."""
-    return flops_per_token * tokens_per_second / peak_flops

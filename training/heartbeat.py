@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
-import traceback
 from typing import Callable
+
+log = logging.getLogger(__name__)
 
 
 class Progress:
@@ -34,10 +36,6 @@ class Progress:
         """After a pause, compile or checkpoint: the next step interval is not a throughput sample."""
         self._last_t = None
 
-    @property
-    def steps_per_s(self) -> float:
-        return self._rate_steps_per_s
-
     def snapshot(self) -> dict:
         sps = self._rate_steps_per_s
         left = max(0, self.token_budget - self.tokens)
@@ -56,7 +54,6 @@ class Heartbeat:
         self.progress, self._emit, self.interval_s = progress, emit, interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-        self.beats = 0
 
     def start(self) -> "Heartbeat":
         self._thread.start()
@@ -65,9 +62,8 @@ class Heartbeat:
     def beat(self) -> None:
         try:
             self._emit(self.progress.snapshot())
-            self.beats += 1
         except Exception:  # a heartbeat must never take the run down
-            traceback.print_exc()
+            log.exception("heartbeat failed")
 
     def _run(self) -> None:
         self.beat()

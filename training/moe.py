@@ -45,12 +45,14 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from observatory import contract
+from training.config import MoEConfig
 from training.errors import ConfigError
+from training.layers import init_swiglu, swiglu
+from training.mesh import EXPERT_AXIS, TOKEN_AXES
 
-TOKENS = ("data", "expert")  # mesh axes the token batch is sharded over
 
-
-def init(key, d_model: int, hidden: int, cfg, std: float, out_std: float) -> dict:
+def init(key, d_model: int, hidden: int, cfg: MoEConfig, std: float, out_std: float) -> dict:
     kr, kg, ku, kd, ks, kl = jax.random.split(key, 6)
     E, X = cfg.n_routed, cfg.latent or d_model
     p = {
@@ -65,18 +67,14 @@ def init(key, d_model: int, hidden: int, cfg, std: float, out_std: float) -> dic
         p["latent_up"] = std * jax.random.normal(k2, (X, d_model), jnp.float32)
     if cfg.n_shared:
         # n_shared experts of width `hidden` are one SwiGLU of width n_shared * hidden.
-        k1, k2, k3 = jax.random.split(ks, 3)
-        S = cfg.n_shared * hidden
-        p["shared"] = {"w_gate": std * jax.random.normal(k1, (d_model, S), jnp.float32),
-                       "w_up": std * jax.random.normal(k2, (d_model, S), jnp.float32),
-                       "w_down": out_std * jax.random.normal(k3, (S, d_model), jnp.float32)}
+        p["shared"] = init_swiglu(ks, d_model, cfg.n_shared * hidden, std, out_std)
     return p
 
 
 # ---------------------------------------------------------------- capacity rules (global view, tiny arrays)
 
 
-def capacity(cfg, group: int) -> int:
+def capacity(cfg: MoEConfig, group: int) -> int:
     """Slots per (group, expert); a token picks an expert at most once, so more than `group` is never needed."""
     if cfg.capacity_factor is None:
         return group
@@ -84,7 +82,7 @@ def capacity(cfg, group: int) -> int:
     return max(1, min(group, c))
 
 
-def slots_per_source(cfg, group: int) -> int:
+def slots_per_source(cfg: MoEConfig, group: int) -> int:
     """Buffer slots one group sends per expert: C for standard, (waves + 1) * C for pooled_wave."""
     c = capacity(cfg, group)
     if cfg.dispatch == "pooled_wave" and cfg.capacity_factor is not None:
@@ -92,14 +90,14 @@ def slots_per_source(cfg, group: int) -> int:
     return c
 
 
-def group_size(cfg, n_tokens: int) -> int:
+def group_size(cfg: MoEConfig, n_tokens: int) -> int:
     g = min(cfg.group_size, n_tokens)
     if n_tokens % g:
         raise ConfigError("model.moe.group_size", f"{g} must divide the tokens per batch ({n_tokens})")
     return g
 
 
-def kept_per_group(n_GxE, cfg, group: int, rotation=0):
+def kept_per_group(n_GxE, cfg: MoEConfig, group: int, rotation=0):
     """How many of each (group, expert)'s assignments are kept: a prefix of their ranks.
 
     pooled_wave serves sources in the order g = rotation + e, rotation + e + 1, ... (mod n_groups)."""
@@ -176,7 +174,7 @@ def _routed(x_TxD, e_TxK, r_TxK, keep_TxK, kept_GxE, w: dict, *, group: int, slo
 # ---------------------------------------------------------------- the block
 
 
-def route(h_TxD, router_DxE, bias_E, cfg):
+def route(h_TxD, router_DxE, bias_E, cfg: MoEConfig):
     """fp32 router: top-k on biased logits, combine weights from the unbiased ones. Returns a dict of arrays."""
     logits_TxE = h_TxD.astype(jnp.float32) @ router_DxE.astype(jnp.float32)
     _, e_TxK = jax.lax.top_k(logits_TxE + jax.lax.stop_gradient(bias_E), cfg.top_k)
@@ -192,7 +190,7 @@ def route(h_TxD, router_DxE, bias_E, cfg):
     return {"logits_TxE": logits_TxE, "e_TxK": e_TxK, "w_TxK": w_TxK, "probs_TxE": probs_TxE}
 
 
-def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None, rotation=0):
+def moe_block(h_BxLxD, p: dict, bias_E, cfg: MoEConfig, dtype, mesh=None, rotation=0):
     """Shared + routed experts. Returns (y_BxLxD, layer_aux) with counts, losses and keep statistics.
 
     `rotation` (an int or traced scalar, e.g. step + layer) moves pooled_wave's first-served source."""
@@ -218,7 +216,7 @@ def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None, rotation=0):
     pooled = cfg.dispatch == "pooled_wave" and cfg.capacity_factor is not None
     x_TxD = h_TxD.astype(dtype)
     xr_TxX = x_TxD @ p["latent_down"].astype(dtype) if "latent_down" in p else x_TxD
-    ep = 1 if mesh is None else mesh.shape["expert"]
+    ep = 1 if mesh is None else mesh.shape[EXPERT_AXIS]
     if mesh is None:
         out_TxKxD = _routed(xr_TxX, e_TxK, r_TxK, keep_TxK, kept_GxE, p["experts"], group=group, slots=slots,
                             pooled_cap=Ng * capacity(cfg, group) if pooled else None, ep_axis=None, n_ep=1,
@@ -231,18 +229,16 @@ def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None, rotation=0):
             raise ConfigError("model.moe.group_size",
                               f"each of {n_dev} devices must hold whole groups: {T} tokens, group_size {group}")
         body = partial(_routed, group=group, slots=slots,
-                       pooled_cap=Ng * capacity(cfg, group) if pooled else None, ep_axis="expert", n_ep=ep,
+                       pooled_cap=Ng * capacity(cfg, group) if pooled else None, ep_axis=EXPERT_AXIS, n_ep=ep,
                        dtype=dtype)
-        tok = P(TOKENS)
-        out_TxKxD = jax.shard_map(body, mesh=mesh, in_specs=(tok, tok, tok, tok, tok, P("expert")),
+        tok = P(TOKEN_AXES)
+        out_TxKxD = jax.shard_map(body, mesh=mesh, in_specs=(tok, tok, tok, tok, tok, P(EXPERT_AXIS)),
                                   out_specs=tok)(xr_TxX, e_TxK, r_TxK, keep_TxK, kept_GxE, p["experts"])
     w_TxK = (rt["w_TxK"] * keep_TxK).astype(dtype)
     y_TxD = jnp.einsum("tk,tkx->tx", w_TxK, out_TxKxD)
     if "latent_up" in p:
         y_TxD = y_TxD @ p["latent_up"].astype(dtype)
     if "shared" in p:
-        from training.model import swiglu
-
         y_TxD = y_TxD + swiglu(x_TxD, p["shared"], dtype)
 
     load_E = jnp.sum(n_GxE, axis=0).astype(jnp.float32)
@@ -256,19 +252,19 @@ def moe_block(h_BxLxD, p: dict, bias_E, cfg, dtype, mesh=None, rotation=0):
 
 
 def layer_metrics(i: int, aux: dict, bias_E) -> dict:
-    """Per-layer router statistics under the names the brief lists (vectors are published per element)."""
+    """Per-layer router statistics under the contract's names (vectors are published per element)."""
     load_E = aux["load_E"]
     share_E = load_E / jnp.maximum(jnp.sum(load_E), 1.0)
-    pre = f"train/router/layer_{i}/"
-    return {
-        pre + "routing_hist": load_E,  # assignments per expert, before capacity
-        pre + "routing_entropy": -jnp.sum(jnp.where(share_E > 0, share_E * jnp.log(share_E), 0.0)),  # nats
-        pre + "load_balancing_loss": aux["lb_loss"],
-        pre + "router_z_loss": aux["z_loss"],
-        pre + "capacity_overflow_rate": aux["drop_fraction"],  # dropped / assigned at this layer
-        pre + "max_mean_load": jnp.max(load_E) / jnp.maximum(jnp.mean(load_E), 1e-9),
-        pre + "router_bias": bias_E,
+    stats = {
+        "routing_hist": load_E,  # assignments per expert, before capacity
+        "routing_entropy": -jnp.sum(jnp.where(share_E > 0, share_E * jnp.log(share_E), 0.0)),  # nats
+        "load_balancing_loss": aux["lb_loss"],
+        "router_z_loss": aux["z_loss"],
+        "capacity_overflow_rate": aux["drop_fraction"],  # dropped / assigned at this layer
+        "max_mean_load": jnp.max(load_E) / jnp.maximum(jnp.mean(load_E), 1e-9),
+        "router_bias": bias_E,
     }
+    return {contract.router_metric(i, name): v for name, v in stats.items()}
 
 
 def update_bias(bias_NxE, load_NxE, rate: float):

@@ -7,50 +7,30 @@ the current step; the trainer passes the LR into the jitted step as an argument,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
+from observatory import contract
+from training.config import TrainSection
 from training.errors import ConfigError
 
-KINDS = ("linear", "wsd")
 MAX_KNOTS = 16  # fixed-size state so orbax restores into a template; a fresh plan needs at most 4
 
 
-@dataclass(frozen=True)
-class ScheduleConfig:
-    peak_lr: float = 3e-3  # LR after warmup, before the multiplier
-    kind: str = "linear"  # "linear": warmup then linear decay; "wsd": warmup, stable, then linear decay
-    warmup_fraction: float = 0.01  # share of the total steps spent warming up from 0
-    min_lr_ratio: float = 0.05  # LR at the end of the budget, as a fraction of peak_lr
-    decay_fraction: float = 0.2  # wsd only: share of the total steps spent decaying
-
-    def validate(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError("schedule.kind", f"must be one of {KINDS}, got {self.kind!r}")
-        if not (math.isfinite(self.peak_lr) and self.peak_lr > 0):
-            raise ConfigError("schedule.peak_lr", f"must be a finite number > 0, got {self.peak_lr!r}")
-        for key, val, hi in (("warmup_fraction", self.warmup_fraction, 0.5), ("min_lr_ratio", self.min_lr_ratio, 1),
-                             ("decay_fraction", self.decay_fraction, 1)):
-            if not (0 <= val <= hi):
-                raise ConfigError(f"schedule.{key}", f"must be in [0, {hi}], got {val!r}")
-        if self.kind == "wsd" and self.warmup_fraction + self.decay_fraction > 1:
-            raise ConfigError("schedule.decay_fraction", "warmup_fraction + decay_fraction must be <= 1 for wsd")
-
-
 class Schedule:
-    """lr(step) = peak_lr * ratio(step) * multiplier, with ratio linear between knots and flat after the last."""
+    """lr(step) = train.lr * ratio(step) * multiplier, with ratio linear between knots and flat after the last.
 
-    def __init__(self, cfg: ScheduleConfig, total_steps: int):
-        cfg.validate()
-        if total_steps < 1:
-            raise ConfigError("schedule.total_steps", f"must be >= 1, got {total_steps!r}")
+    The shape comes from the [train] section: `schedule` (linear or wsd), `warmup_ratio`, `decay_ratio` (wsd)
+    and `min_lr_ratio`, each a share of the planned steps.
+    """
+
+    def __init__(self, cfg: TrainSection, total_steps: int):
         self.cfg = cfg
         self.total_steps = int(total_steps)
         self.multiplier = 1.0
         self.replans = 0
-        self.warmup_steps = int(round(cfg.warmup_fraction * total_steps))
+        self.warmup_steps = int(round(cfg.warmup_ratio * total_steps))
         self.knots: list[tuple[int, float]] = self._plan(0, 0.0 if self.warmup_steps else 1.0, total_steps)
 
     def _plan(self, step: int, ratio: float, end: int) -> list[tuple[int, float]]:
@@ -60,8 +40,8 @@ class Schedule:
         if step < w < end:  # still warming up: finish the warmup as planned, then decay
             knots.append((w, 1.0))
             step, ratio = w, 1.0
-        if self.cfg.kind == "wsd":
-            decay_start = end - int(round(self.cfg.decay_fraction * end))
+        if self.cfg.schedule == "wsd":
+            decay_start = end - int(round(self.cfg.decay_ratio * end))
             if step < decay_start < end and ratio == 1.0:
                 knots.append((decay_start, 1.0))
         knots.append((end, self.cfg.min_lr_ratio))
@@ -74,14 +54,13 @@ class Schedule:
         return float(np.interp(step, xs, ys))  # flat before the first knot and after the last (min ratio)
 
     def lr(self, step: int) -> float:
-        return self.cfg.peak_lr * self.ratio(step) * self.multiplier
+        return self.cfg.lr * self.ratio(step) * self.multiplier
 
-    def metrics(self, step: int) -> dict[str, float]:
-        return {"optim/learning_rate": self.lr(step), "optim/lr_multiplier": self.multiplier,
-                "optim/total_steps": float(self.total_steps)}
+    def metrics(self) -> dict[str, float]:
+        return {contract.M_LR_MULT: self.multiplier, contract.M_TOTAL_STEPS: float(self.total_steps)}
 
     def describe(self) -> dict:
-        return {"kind": self.cfg.kind, "peak_lr": self.cfg.peak_lr, "total_steps": self.total_steps,
+        return {"kind": self.cfg.schedule, "peak_lr": self.cfg.lr, "total_steps": self.total_steps,
                 "warmup_steps": self.warmup_steps, "min_lr_ratio": self.cfg.min_lr_ratio,
                 "multiplier": self.multiplier, "knots": [[s, r] for s, r in self.knots]}
 

@@ -8,14 +8,16 @@ or break training: the W&B sink works on its own thread, and CompositeSink isola
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import queue
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
+
+log = logging.getLogger(__name__)
 
 
 class Sink:
@@ -34,28 +36,32 @@ class Sink:
     def finish(self) -> None:
         pass
 
+    def last_step(self) -> int | None:
+        """The newest step this sink already holds from an earlier process (what a resume supersedes)."""
+        return None
 
-class NullSink(Sink):
-    def log(self, metrics, step):
-        pass
+    def health(self) -> dict[str, float]:
+        """Readings about the sink itself, published with every step (e.g. a publisher's backlog)."""
+        return {}
 
 
 class CompositeSink(Sink):
-    """Fans out to several sinks; a sink that raises is reported once on stderr and the others carry on."""
+    """Fans out to several sinks; a sink that raises is reported once in the log and the others carry on."""
 
     def __init__(self, sinks: Sequence[Sink]):
         self.sinks = list(sinks)
         self.errors: dict[int, int] = {}
 
-    def _each(self, method: str, *args) -> None:
+    def _each(self, method: str, *args) -> list:
+        out = []
         for i, s in enumerate(self.sinks):
             try:
-                getattr(s, method)(*args)
+                out.append(getattr(s, method)(*args))
             except Exception as e:
                 if i not in self.errors:
-                    print(f"sink {type(s).__name__}.{method} failed: {e!r} (further errors counted)",
-                          file=sys.stderr)
+                    log.warning("sink %s.%s failed: %r (further errors counted)", type(s).__name__, method, e)
                 self.errors[i] = self.errors.get(i, 0) + 1
+        return out
 
     def log(self, metrics, step):
         self._each("log", metrics, step)
@@ -71,6 +77,12 @@ class CompositeSink(Sink):
 
     def finish(self):
         self._each("finish")
+
+    def last_step(self):
+        return max((s for s in self._each("last_step") if s is not None), default=None)
+
+    def health(self):
+        return {k: v for readings in self._each("health") for k, v in readings.items()}
 
 
 def _num(v: Any) -> float:
@@ -117,16 +129,6 @@ class JsonlSink(Sink):
         with self._lock:
             self._f.close()
 
-    @staticmethod
-    def read(path: str | os.PathLike) -> Iterator[dict]:
-        """The records of a JSONL mirror; a torn last line (killed mid-write) is skipped."""
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    yield json.loads(line)
-                except ValueError:
-                    continue
-
 
 def resolve_wandb_mode(mode: str | None = None) -> str:
     """Offline unless the user asked otherwise: an explicit mode, $WANDB_MODE, or an API key in $WANDB_API_KEY."""
@@ -144,7 +146,7 @@ class WandbSink(Sink):
     """Mirrors metrics to W&B from a background thread through a bounded queue; never blocks training.
 
     wandb.init itself runs on that thread too (it starts a service process, ~0.5 s). A full queue drops the
-    record and counts it; W&B errors are printed once and counted. Steps that go backwards (after a rewind)
+    record and counts it; W&B errors are logged once and counted. Steps that go backwards (after a rewind)
     cannot be written to a W&B run and are counted in `stats()["rewound"]`. Events land in the run summary
     as `events/<name>` (W&B has no event track).
     """
@@ -181,8 +183,7 @@ class WandbSink(Sink):
 
     def _error(self, what: str, e: BaseException) -> None:
         if not self.errors:
-            print(f"wandb sink: {what} failed: {e!r} (training continues; further errors counted)",
-                  file=sys.stderr)
+            log.warning("wandb sink: %s failed: %r (training continues; further errors counted)", what, e)
         self.errors += 1
 
     def _work(self) -> None:

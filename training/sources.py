@@ -1,113 +1,31 @@
-"""Training data: named text domains found offline, a byte tokenizer, and a deterministic mixture sampler.
+"""Training text, read offline: the built-in domains every Debian + CPython machine has, and user corpora.
 
-Built-in domains come from files every Debian + CPython install has (the standard library, its help topics,
-licence texts); user corpora are directories of .txt / .jsonl / .parquet files, one directory per domain.
-Each batch is a pure function of (seed, batch index, mixture weights), so save/restore and skip are exact.
+Built-in domains come from the standard library (source and docstrings), its help topics and licence texts;
+user corpora are directories of .txt / .jsonl / .parquet files, one directory per domain. Text is tokenized as
+UTF-8 bytes, documents are joined by a NUL separator, and the tail of each domain is held out for evaluation.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import glob
 import gzip
-import functools
 import hashlib
 import json
-import math
 import os
-import re
 import sysconfig
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, NamedTuple, Sequence
+from typing import Iterator
 
 import numpy as np
 
+from training.config import DataSection
 from training.errors import ConfigError
 
-BUILTIN_DOMAINS = ("python_stdlib", "docstrings", "licenses", "docs_text")
-DOMAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # becomes part of metric names
 SEPARATOR_ID = 0  # NUL never occurs in text (stripped on load), so it marks document boundaries
-
-
-# ---------------------------------------------------------------------------------------------- config
-@dataclass(frozen=True)
-class StageConfig:
-    name: str  # shown on the dashboard as mixture/stage
-    fraction: float  # share of the token budget this stage lasts; fractions of all stages sum to 1
-    weights: Mapping[str, float]  # domain -> relative weight (normalised); unnamed domains get 0
-
-
-PRETRAIN_WEIGHTS = {"python_stdlib": 0.45, "docstrings": 0.15, "licenses": 0.2, "docs_text": 0.2}
-MIDTRAIN_WEIGHTS = {"python_stdlib": 0.25, "docstrings": 0.35, "licenses": 0.05, "docs_text": 0.35}
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    builtin_domains: tuple[str, ...] = BUILTIN_DOMAINS  # which built-in domains to load
-    corpora: Mapping[str, str] = field(default_factory=dict)  # user domain name -> directory of files
-    max_bytes_per_domain: int = 4_000_000  # read cap per domain, keeps start-up under ~2 s
-    docstring_source_bytes: int = 2_000_000  # source parsed for docstrings; ast runs at ~3 MB/s
-    eval_fraction: float = 0.02  # tail of each domain held out for eval batches
-    stages: tuple[StageConfig, ...] | None = None  # None: pretrain 80% / midtrain 20% (default_stages)
-
-
-def default_stages(domain_names: Sequence[str]) -> tuple[StageConfig, ...]:
-    """Pretrain 80% then midtrain 20%; user domains get an even share in both stages."""
-    share = 1.0 / max(1, len(domain_names))
-
-    def weights(preset: Mapping[str, float]) -> dict[str, float]:
-        return {d: preset.get(d, share) for d in domain_names}
-    return (StageConfig("pretrain", 0.8, weights(PRETRAIN_WEIGHTS)),
-            StageConfig("midtrain", 0.2, weights(MIDTRAIN_WEIGHTS)))
-
-
-def validate_stages(stages: Sequence[StageConfig], domain_names: Sequence[str]) -> None:
-    if not stages:
-        raise ConfigError("data.stages", "at least one stage is needed")
-    names = [s.name for s in stages]
-    if len(set(names)) != len(names):
-        raise ConfigError("data.stages", f"stage names must be unique, got {names}")
-    for i, s in enumerate(stages):
-        if not (isinstance(s.fraction, (int, float)) and 0 < s.fraction <= 1):
-            raise ConfigError(f"data.stages[{i}].fraction", f"must be in (0, 1], got {s.fraction!r}")
-        _weights_vector(s.weights, domain_names, f"data.stages[{i}].weights")
-    total = sum(s.fraction for s in stages)
-    if abs(total - 1.0) > 1e-6:
-        raise ConfigError("data.stages", f"stage fractions must sum to 1, got {total:g}")
-
-
-def _weights_vector(weights: Mapping[str, float], domain_names: Sequence[str], key: str) -> np.ndarray:
-    if not isinstance(weights, Mapping):
-        raise ConfigError(key, "must be a table of domain -> weight")
-    for name, w in weights.items():
-        if name not in domain_names:
-            raise ConfigError(f"{key}.{name}", f"unknown domain (known: {', '.join(domain_names)})")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-            raise ConfigError(f"{key}.{name}", f"weight must be a finite number >= 0, got {w!r}")
-    vec = np.array([float(weights.get(d, 0.0)) for d in domain_names], dtype=np.float64)
-    if vec.sum() <= 0:
-        raise ConfigError(key, "at least one weight must be > 0")
-    return vec / vec.sum()
-
-
-# ---------------------------------------------------------------------------------------------- tokenizer
-class ByteTokenizer:
-    """UTF-8 bytes as tokens. No training, no files, identical everywhere."""
-
-    name = "byte-utf8"
-    vocab_size = 256
-    separator_id = SEPARATOR_ID
-
-    def encode(self, text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
-
-    def decode(self, ids) -> str:
-        return bytes(int(i) for i in ids if int(i) != SEPARATOR_ID).decode("utf-8", errors="replace")
-
-    def describe(self) -> dict:
-        return {"name": self.name, "vocab_size": self.vocab_size, "separator_id": self.separator_id}
+TOKENIZER = {"name": "byte-utf8", "vocab_size": 256, "separator_id": SEPARATOR_ID}  # UTF-8 bytes as tokens
 
 
 # ---------------------------------------------------------------------------------------------- sources
@@ -281,24 +199,16 @@ def _parquet_texts(pq, paths: list[Path]) -> Iterator[bytes]:
                     yield text.encode("utf-8")
 
 
-def load_domains(cfg: DataConfig) -> list[Domain]:
+def load_domains(cfg: DataSection) -> list[Domain]:
     """Read every configured domain (built-ins first, then user corpora in name order)."""
-    if cfg.max_bytes_per_domain < 1024:
-        raise ConfigError("data.max_bytes_per_domain", "must be at least 1024")
-    if not 0 <= cfg.eval_fraction < 0.5:
-        raise ConfigError("data.eval_fraction", f"must be in [0, 0.5), got {cfg.eval_fraction!r}")
     readers = {"python_stdlib": _python_stdlib, "licenses": _licenses, "docs_text": _docs_text,
                "docstrings": lambda c: _docstrings(c, cfg.docstring_source_bytes)}
     domains = []
     for name in cfg.builtin_domains:
-        if name not in readers:
-            raise ConfigError("data.builtin_domains", f"unknown domain {name!r} (known: {', '.join(BUILTIN_DOMAINS)})")
         c = _Collector(cfg.max_bytes_per_domain)
         readers[name](c)
         domains.append(_finish(name, c, cfg.eval_fraction, builtin=True, skipped=[]))
     for name in sorted(cfg.corpora):
-        if not DOMAIN_NAME_RE.match(name) or name in cfg.builtin_domains:
-            raise ConfigError(f"data.corpora.{name}", "domain names are letters, digits, _ . - and must be unique")
         c, skipped = _Collector(cfg.max_bytes_per_domain), []
         _user_corpus(c, name, cfg.corpora[name], skipped)
         domains.append(_finish(name, c, cfg.eval_fraction, builtin=False, skipped=skipped))
@@ -314,166 +224,3 @@ def _finish(name: str, c: _Collector, eval_fraction: float, builtin: bool, skipp
     allb = np.frombuffer(sep.join(c.docs) + sep, dtype=np.uint8)
     cut = allb.size - int(allb.size * eval_fraction)
     return Domain(name, allb[:cut], allb[cut:], len(c.docs), c.sources, builtin, skipped)
-
-
-# ---------------------------------------------------------------------------------------------- sampler
-class Batch(NamedTuple):
-    tokens_BxL: np.ndarray  # int32 [batch, seq_len + 1]; inputs = [:, :-1], targets = [:, 1:]
-    domain_ids_B: np.ndarray  # int32 [batch], index into sampler.domain_names
-    stage: int  # index into sampler.stage_names
-    index: int  # position in the sampler's stream (skipped batches count)
-
-
-class MixtureSampler:
-    """Draws each row's domain by the current stage's weights, then a uniform window from that domain.
-
-    Batch i depends only on (seed, i, weights), so restore and skip are exact. The stage is chosen by tokens
-    actually returned (tokens seen), not by stream position: skipped batches do not move the stage on.
-    """
-
-    def __init__(self, domains: Sequence[Domain], stages: Sequence[StageConfig] | None, seq_len: int,
-                 batch_size: int, seed: int, *, token_budget: int):
-        self.domains = list(domains)
-        self.domain_names = [d.name for d in self.domains]
-        stages = tuple(stages) if stages else default_stages(self.domain_names)
-        validate_stages(stages, self.domain_names)
-        if seq_len < 1 or batch_size < 1:
-            raise ConfigError("data.seq_len" if seq_len < 1 else "data.batch_size", "must be >= 1")
-        for d in self.domains:
-            if d.tokens.size < seq_len + 2:
-                raise ConfigError(f"data.domains.{d.name}", f"{d.tokens.size} tokens < seq_len + 2 ({seq_len + 2})")
-        self.stages, self.seq_len, self.batch_size, self.seed = stages, seq_len, batch_size, int(seed)
-        self.stage_names = [s.name for s in stages]
-        self._stage_weights = np.stack([_weights_vector(s.weights, self.domain_names, "data.stages") for s in stages])
-        self._all = np.concatenate([d.tokens for d in self.domains])
-        self._base = np.cumsum([0] + [d.tokens.size for d in self.domains[:-1]]).astype(np.int64)
-        self._windows = np.array([d.tokens.size - seq_len for d in self.domains], dtype=np.int64)
-        self._window = np.arange(seq_len + 1, dtype=np.int64)
-        self.batch_index = 0
-        self.tokens_seen = 0
-        self.set_token_budget(token_budget)
-        self.domain_tokens = np.zeros(len(self.domains), dtype=np.int64)
-        self._override = np.zeros_like(self._stage_weights)  # set-mixture weights per stage
-        self._has_override = np.zeros(len(stages), dtype=np.int32)
-        self.load_seconds: float | None = None  # set by build_sampler
-
-    # -- stream
-    @property
-    def tokens_per_batch(self) -> int:
-        return self.batch_size * self.seq_len
-
-    @property
-    def stage(self) -> int:
-        ends = self.stage_ends()
-        return next((i for i, end in enumerate(ends) if self.tokens_seen < end), len(ends) - 1)
-
-    def weights(self) -> dict[str, float]:
-        return dict(zip(self.domain_names, self._current_weights().tolist()))
-
-    def _current_weights(self) -> np.ndarray:
-        s = self.stage
-        return self._override[s] if self._has_override[s] else self._stage_weights[s]
-
-    def next_batch(self) -> Batch:
-        stage, w = self.stage, self._current_weights()
-        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, self.batch_index])))
-        # searchsorted on the cumulative weights + random(): stable across numpy versions, unlike choice().
-        cum = np.cumsum(w)
-        ids = np.minimum(np.searchsorted(cum, rng.random(self.batch_size) * cum[-1], side="right"), len(w) - 1)
-        while np.any(w[ids] == 0):  # a float edge landing on a zero-weight domain: redraw those rows
-            bad = w[ids] == 0
-            ids[bad] = np.minimum(np.searchsorted(cum, rng.random(int(bad.sum())) * cum[-1], side="right"),
-                                  len(w) - 1)
-        starts = self._base[ids] + (rng.random(self.batch_size) * self._windows[ids]).astype(np.int64)
-        tokens = self._all[starts[:, None] + self._window].astype(np.int32)
-        batch = Batch(tokens, ids.astype(np.int32), stage, self.batch_index)
-        self.batch_index += 1
-        self.tokens_seen += self.tokens_per_batch
-        np.add.at(self.domain_tokens, ids, self.seq_len)
-        return batch
-
-    def __iter__(self) -> Iterator[Batch]:
-        while True:
-            yield self.next_batch()
-
-    def skip(self, n: int) -> None:
-        """Skip the next n batches of the stream (after a rollback past bad data); tokens seen stay."""
-        if n < 0:
-            raise ValueError(f"cannot skip {n} batches")
-        self.batch_index += int(n)
-
-    # -- operator commands (each returns an event payload)
-    def set_weights(self, weights: Mapping[str, float]) -> dict:
-        """Replace the current stage's mixture; unnamed domains get 0. Later stages keep their own."""
-        vec = _weights_vector(weights, self.domain_names, "mixture")
-        old, s = self.weights(), self.stage
-        self._override[s], self._has_override[s] = vec, 1
-        return {"stage": self.stage_names[s], "old": old, "new": self.weights(), "batch_index": self.batch_index}
-
-    def set_token_budget(self, token_budget: int) -> dict:
-        if isinstance(token_budget, bool) or not isinstance(token_budget, (int, np.integer)) or token_budget <= 0:
-            raise ConfigError("token_budget", f"must be a positive integer, got {token_budget!r}")
-        old = getattr(self, "token_budget", None)
-        old_stage = self.stage if old is not None else None
-        self.token_budget = int(token_budget)
-        return {"old_budget": old, "new_budget": self.token_budget, "stage_before": old_stage,
-                "stage_after": self.stage, "stage_ends": self.stage_ends()}
-
-    def stage_ends(self) -> list[int]:
-        # Whole tokens, rounded, so 80% of 10 batches is exactly 8 batches despite float fractions.
-        return [int(round(x)) for x in np.cumsum([s.fraction for s in self.stages]) * self.token_budget]
-
-    # -- checkpointing: plain ints and fixed-shape arrays, so orbax can restore into a template
-    def state_dict(self) -> dict:
-        return {"seed": np.int64(self.seed), "batch_index": np.int64(self.batch_index),
-                "tokens_seen": np.int64(self.tokens_seen), "token_budget": np.int64(self.token_budget),
-                "domain_tokens": self.domain_tokens.copy(), "weight_override": self._override.copy(),
-                "has_override": self._has_override.copy()}
-
-    def load_state_dict(self, state: Mapping) -> None:
-        ov = np.asarray(state["weight_override"], dtype=np.float64)
-        if ov.shape != self._override.shape:
-            raise ConfigError("data", f"checkpointed sampler has {ov.shape[0]} stages x {ov.shape[1]} domains, "
-                                      f"this config has {len(self.stages)} x {len(self.domains)}")
-        self.seed = int(state["seed"])
-        self.batch_index = int(state["batch_index"])
-        self.tokens_seen = int(state["tokens_seen"])
-        self.token_budget = int(state["token_budget"])
-        self.domain_tokens = np.asarray(state["domain_tokens"], dtype=np.int64).copy()
-        self._override = ov.copy()
-        self._has_override = np.asarray(state["has_override"], dtype=np.int32).copy()
-
-    # -- reporting
-    def metrics(self) -> dict[str, float]:
-        out = {f"mixture/weight/{d}": w for d, w in self.weights().items()}
-        out["mixture/stage"] = float(self.stage)
-        out.update({f"data/tokens_seen/{d}": float(n) for d, n in zip(self.domain_names, self.domain_tokens)})
-        return out
-
-    def eval_batches(self, batch_size: int | None = None) -> dict[str, np.ndarray]:
-        """Per domain, a fixed [batch, seq_len + 1] batch of evenly spaced held-out windows (no randomness)."""
-        b, out = batch_size or self.batch_size, {}
-        for d in self.domains:
-            src = d.eval_tokens if d.eval_tokens.size >= self.seq_len + 1 else d.tokens  # tiny domain: reuse
-            starts = np.linspace(0, src.size - self.seq_len - 1, b).astype(np.int64)
-            out[d.name] = src[starts[:, None] + self._window].astype(np.int32)
-        return out
-
-    def manifest(self, tokenizer: ByteTokenizer | None = None) -> dict:
-        ends = self.stage_ends()
-        return {"tokenizer": (tokenizer or ByteTokenizer()).describe(), "seq_len": self.seq_len,
-                "batch_size": self.batch_size, "seed": self.seed, "token_budget": self.token_budget,
-                "load_seconds": self.load_seconds, "domains": [d.describe() for d in self.domains],
-                "stages": [{"name": s.name, "fraction": s.fraction, "start_tokens": ([0] + ends)[i],
-                            "end_tokens": ends[i],
-                            "weights": dict(zip(self.domain_names, self._stage_weights[i].tolist()))}
-                           for i, s in enumerate(self.stages)]}
-
-
-def build_sampler(cfg: DataConfig, seq_len: int, batch_size: int, seed: int, token_budget: int) -> MixtureSampler:
-    """Load the domains and build the sampler; `manifest()["load_seconds"]` says how long loading took."""
-    t0 = time.perf_counter()
-    domains = load_domains(cfg)
-    sampler = MixtureSampler(domains, cfg.stages, seq_len, batch_size, seed, token_budget=token_budget)
-    sampler.load_seconds = time.perf_counter() - t0
-    return sampler

@@ -1,4 +1,4 @@
-"""The pure, jitted train step: loss, gradients, AdamW update with the LR as an argument, and its metrics.
+"""The pure, jitted steps: the train step (loss, gradients, AdamW with the LR as an argument) and the eval step.
 
 The learning rate and the fault multiplier are traced arguments, so re-plans, LR multipliers and injected faults
 never recompile. A non-finite loss or gradient skips the update (params, optimizer and router state unchanged)
@@ -12,12 +12,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from observatory import contract
 from training import model as model_lib
+from training.config import RunConfig, TrainSection
 
 
-def make_optimizer(train_cfg) -> optax.GradientTransformation:
+def make_optimizer(train_cfg: TrainSection) -> optax.GradientTransformation:
     """AdamW without the LR: the step multiplies the update by -lr itself (decay is decoupled, scaled by lr)."""
     parts = []
     if train_cfg.grad_clip > 0:
@@ -30,7 +33,7 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
     return optax.chain(*parts)
 
 
-def init_state(cfg, key) -> dict:
+def init_state(cfg: RunConfig, key) -> dict:
     """The whole device-side training state: params, optimizer state, router state and the step RNG."""
     k_init, k_rng = jax.random.split(key)
     params, model_state = model_lib.init(cfg.model, k_init)
@@ -45,11 +48,16 @@ def _path_name(path) -> str:
     return "/".join(parts)
 
 
-def _loss_fn(params, model_state, tokens_BxL1, domain_ids_B, loss_scale, cfg, n_domains, mesh):
+def _nll(params, model_state, tokens_BxL1, cfg: RunConfig, mesh):
+    """Next-token negative log-likelihood per position, and the model's aux outputs."""
     inputs_BxL, targets_BxL = tokens_BxL1[:, :-1], tokens_BxL1[:, 1:]
     logits_BxLxV, aux = model_lib.apply(params, model_state, inputs_BxL, cfg.model, mesh=mesh)
     logp_BxLxV = jax.nn.log_softmax(logits_BxLxV, axis=-1)
-    nll_BxL = -jnp.take_along_axis(logp_BxLxV, targets_BxL[..., None], axis=-1)[..., 0]
+    return -jnp.take_along_axis(logp_BxLxV, targets_BxL[..., None], axis=-1)[..., 0], aux
+
+
+def _loss_fn(params, model_state, tokens_BxL1, domain_ids_B, loss_scale, cfg, n_domains, mesh):
+    nll_BxL, aux = _nll(params, model_state, tokens_BxL1, cfg, mesh)
     ce = jnp.mean(nll_BxL)
     # loss_scale is 1.0 (bit-exact no-op) or NaN for an injected fault: the NaN then flows through the gradient.
     loss = (ce + aux["aux_loss"]) * loss_scale
@@ -77,33 +85,42 @@ def train_step(state: dict, tokens_BxL1, domain_ids_B, lr, loss_scale, *, cfg, n
         new_model_state = keep(new_model_state, model_state)
     rng, _ = jax.random.split(state["rng"])
     metrics: dict[str, Any] = {
-        "train/loss": loss,
-        "train/cross_entropy_loss": ex["ce"],
-        "train/aux_loss": ex["aux"]["aux_loss"],
-        "grad/norm/total": grad_norm,
-        "optim/update_norm": optax.global_norm(updates),
-        "params/norm/total": optax.global_norm(new_params),
-        "optim/learning_rate": lr,
-        "train/finite": finite.astype(jnp.float32),
+        contract.M_LOSS: loss,
+        contract.M_CE: ex["ce"],
+        contract.M_AUX: ex["aux"]["aux_loss"],
+        contract.M_GRAD_NORM: grad_norm,
+        contract.M_UPDATE_NORM: optax.global_norm(updates),
+        contract.M_PARAM_NORM: optax.global_norm(new_params),
+        contract.M_LR: lr,
+        contract.M_FINITE: finite.astype(jnp.float32),
         "_dom_sum_D": ex["dom_sum_D"],
         "_dom_cnt_D": ex["dom_cnt_D"],
     }
     for path, g in jax.tree_util.tree_flatten_with_path(grads)[0]:
-        metrics[f"grad/norm/{_path_name(path)}"] = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32))))
+        metrics[contract.grad_norm(_path_name(path))] = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32))))
     metrics.update(ex["aux"]["metrics"])
     new_state = {"params": new_params, "opt_state": new_opt_state, "model_state": new_model_state, "rng": rng}
     return new_state, metrics
 
 
-def jit_train_step(cfg, n_domains: int, mesh=None):
+def jit_train_step(cfg: RunConfig, n_domains: int, mesh=None):
     """The compiled step: f(state, tokens_BxL1, domain_ids_B, lr, loss_scale) -> (state, metrics)."""
     return jax.jit(partial(train_step, cfg=cfg, n_domains=n_domains, mesh=mesh))
 
 
+def eval_loss(state: dict, tokens_BxL1, *, cfg: RunConfig, mesh=None):
+    """Mean next-token cross-entropy of one batch under the current params (no update, no aux loss)."""
+    nll_BxL, _ = _nll(state["params"], state["model_state"], tokens_BxL1, cfg, mesh)
+    return jnp.mean(nll_BxL)
+
+
+def jit_eval_step(cfg: RunConfig, mesh=None):
+    """The compiled eval step: f(state, tokens_BxL1) -> scalar loss."""
+    return jax.jit(partial(eval_loss, cfg=cfg, mesh=mesh))
+
+
 def to_host_metrics(metrics: dict, domain_names: list[str]) -> dict[str, float]:
     """Device metrics (already fetched to numpy) to flat published names; vectors become `<name>/<i>`."""
-    import numpy as np
-
     out: dict[str, float] = {}
     for name, v in metrics.items():
         if name.startswith("_"):
@@ -117,5 +134,5 @@ def to_host_metrics(metrics: dict, domain_names: list[str]) -> dict[str, float]:
     s, c = np.asarray(metrics["_dom_sum_D"]), np.asarray(metrics["_dom_cnt_D"])
     for i, d in enumerate(domain_names):
         if c[i] > 0:  # a domain absent from this batch has no loss at this step (not zero)
-            out[f"train/loss/{d}"] = float(s[i] / c[i])
+            out[contract.domain_loss(d)] = float(s[i] / c[i])
     return out

@@ -10,9 +10,10 @@ import ctypes
 import os
 import threading
 import time
-from contextlib import contextmanager
 
 import psutil
+
+from observatory import contract
 
 # ---------------------------------------------------------------------------------------------- NVML
 class _CtypesNvml:
@@ -85,7 +86,6 @@ def open_nvml():
 def _gpu_sample(nvml, handles) -> dict[str, float]:
     out = {}
     for i, h in enumerate(handles):
-        p = f"hw/gpu{i}/"
         # Each reading on its own: MIG slices and some boards refuse power or utilisation queries.
         for fn in (lambda: {"util_percent": nvml.nvmlDeviceGetUtilizationRates(h).gpu,
                             "mem_bandwidth_util_percent": nvml.nvmlDeviceGetUtilizationRates(h).memory},
@@ -95,7 +95,7 @@ def _gpu_sample(nvml, handles) -> dict[str, float]:
                    lambda: {"power_watts": nvml.nvmlDeviceGetPowerUsage(h) / 1000.0},
                    lambda: {"temperature_c": nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)}):
             try:
-                out.update({p + k: float(v) for k, v in fn().items()})
+                out.update({contract.gpu_metric(i, k): float(v) for k, v in fn().items()})
             except Exception:
                 pass
     return out
@@ -103,7 +103,7 @@ def _gpu_sample(nvml, handles) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------------- monitor
 class HardwareMonitor:
-    """Samples every `interval_s` on a daemon thread; `latest()` returns the newest readings (hw/... names)."""
+    """Samples every `interval_s` on a daemon thread; `due()` hands the newest readings to the loop (hw/...)."""
 
     def __init__(self, interval_s: float = 1.0, gpu: bool = True):
         self.interval_s = interval_s
@@ -112,6 +112,7 @@ class HardwareMonitor:
         self._latest: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._handed_out_at = 0.0
         self.errors = 0
         self.nvml, self.gpu_backend, self._handles = None, "disabled", []
         if gpu:
@@ -126,20 +127,16 @@ class HardwareMonitor:
         psutil.cpu_percent(None)
         self._proc.cpu_percent(None)
 
-    @property
-    def gpu_count(self) -> int:
-        return len(self._handles)
-
     def sample(self) -> dict[str, float]:
         vm = psutil.virtual_memory()
         mem = self._proc.memory_info()
-        out = {"hw/cpu_percent": psutil.cpu_percent(None),
-               "hw/process_cpu_percent": self._proc.cpu_percent(None),  # can exceed 100: one per busy core
-               "hw/rss_bytes": float(mem.rss),
-               "hw/host_mem_percent": vm.percent,
-               "hw/host_mem_used_bytes": float(vm.total - vm.available),
-               "hw/load1": os.getloadavg()[0],
-               "hw/process_threads": float(self._proc.num_threads())}
+        out = {contract.HW_CPU_PERCENT: psutil.cpu_percent(None),
+               contract.HW_PROCESS_CPU: self._proc.cpu_percent(None),  # can exceed 100: one per busy core
+               contract.HW_RSS: float(mem.rss),
+               contract.HW_HOST_MEM_PERCENT: vm.percent,
+               contract.HW_HOST_MEM_USED: float(vm.total - vm.available),
+               contract.HW_LOAD1: os.getloadavg()[0],
+               contract.HW_PROCESS_THREADS: float(self._proc.num_threads())}
         if self.nvml is not None:
             out.update(_gpu_sample(self.nvml, self._handles))
         return {k: float(v) for k, v in out.items()}
@@ -170,15 +167,13 @@ class HardwareMonitor:
         with self._lock:
             return dict(self._latest)
 
-    def describe(self) -> dict:
-        return {"gpu_backend": self.gpu_backend, "gpu_count": self.gpu_count, "interval_s": self.interval_s,
-                "cpu_count": os.cpu_count()}
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+    def due(self) -> dict[str, float]:
+        """The newest readings once per interval, else {}: steps are faster than 1 Hz, readings are not."""
+        now = time.monotonic()
+        if now - self._handed_out_at < self.interval_s:
+            return {}
+        self._handed_out_at = now
+        return self.latest()
 
 
 # ---------------------------------------------------------------------------------------------- FLOPs
@@ -210,12 +205,6 @@ def peak_flops(device_kind: str | None = None, n_devices: int = 1, override: flo
     return cores * CPU_HZ * CPU_FLOPS_PER_CYCLE, f"cpu assumption: {cores} cores x 3.0 GHz x 32 FLOP/cycle"
 
 
-def transformer_flops_per_token(active_params: int, n_layers: int, seq_len: int, d_model: int) -> float:
-    """Training FLOPs per token: 6N for the weight matmuls forward+backward, plus 12·L·T·D for attention
-    scores and values (PaLM, appendix B; no discount for the causal mask)."""
-    return 6.0 * active_params + 12.0 * n_layers * seq_len * d_model
-
-
 # ---------------------------------------------------------------------------------------------- step timer
 PHASES = ("data", "compute", "host")
 
@@ -244,23 +233,15 @@ class StepTimer:
         self._acc[phase] += now - self._last
         self._last = now
 
-    @contextmanager
-    def phase(self, phase: str):
-        self._last = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.mark(phase)
-
     def end(self) -> dict[str, float]:
         now = time.perf_counter()
         total = max(now - self._t0, 1e-12)
         data, compute = self._acc["data"], self._acc["compute"]
         tps = self.tokens_per_step / total
-        out = {"time/step_s": total, "time/data_s": data, "time/compute_s": compute,
-               "time/host_s": max(0.0, total - data - compute), "throughput/tokens_per_second": tps}
+        out = {contract.M_STEP_TIME: total, contract.M_DATA_TIME: data, contract.M_COMPUTE_TIME: compute,
+               contract.M_HOST_TIME: max(0.0, total - data - compute), contract.M_TOKENS_PER_S: tps}
         if self.peak and self.flops_per_token:
-            out["throughput/mfu"] = tps * self.flops_per_token / self.peak
+            out[contract.M_MFU] = tps * self.flops_per_token / self.peak
         self._t0 = self._last = now
         self._acc = dict.fromkeys(PHASES, 0.0)
         return out

@@ -1,49 +1,47 @@
-"""The training loop: data -> jitted step -> metrics one step late -> sinks, with checkpoints and operator commands.
+"""The training loop: batch -> jitted step -> metrics one step late -> sinks, with explicit hooks between steps.
 
-Side effects live here; `training.step` stays pure. At each step boundary the loop applies queued operator
-commands, saves a checkpoint when one is due, then dispatches the next step and publishes the previous step's
-metrics while the device computes (so the device never waits on logging).
+`Trainer.run()` sets up (data, schedule, device state, resume from the latest checkpoint), compiles, then loops.
+At each step boundary it evaluates the held-out split when due, applies operator commands (control), waits while
+paused, and saves a checkpoint when one is due (checkpoint); then it dispatches the next step and publishes the
+previous step's metrics while the device computes, so the device never waits on logging. The heartbeat and the
+hardware sampler run on their own threads. Side effects live here; `training.step` stays pure.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
-import signal
 import time
 import traceback
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from observatory import contract
 from training import checkpoint as ckpt_lib
-from training import control as control_lib
 from training import step as step_lib
-from training import telemetry
-from training.commands import CommandsMixin
+from training.commands import apply_commands
+from training.compile_cache import enable_compilation_cache
 from training.config import RunConfig
-from training.data import build_sampler
-from training.errors import ConfigError
+from training.control import ControlChannel
+from training.errors import CheckpointError, ConfigError, TrainingFailed
+from training.flops import counts
 from training.heartbeat import Heartbeat, Progress
-from training.model import counts, make_mesh
-from training.runtime import TrainingFailed, _lock_run, enable_compilation_cache, last_published_step
-from training.schedule import Schedule, ScheduleConfig
-from training.sinks import CompositeSink, JsonlSink, Sink, WandbSink
+from training.mesh import make_mesh
+from training.run_state import RunState
+from training.runlock import lock_run
+from training.sampler import build_sampler
+from training.schedule import Schedule
+from training.sinks import Sink
+from training.telemetry import HardwareMonitor, StepTimer, peak_flops
 
+log = logging.getLogger(__name__)
 
-@dataclass
-class Faults:
-    """Injected faults still in effect, in steps (part of the checkpoint, so a resume replays them exactly)."""
-    lr_steps: int = 0
-    lr_factor: float = 1.0
-    nan_steps: int = 0
-    stall_s: float = 0.0
-
-    def to_dict(self) -> dict:
-        return dict(lr_steps=self.lr_steps, lr_factor=self.lr_factor, nan_steps=self.nan_steps, stall_s=self.stall_s)
+KEEP_OLD = "nothing was overwritten; fix the config, or start over with --fresh (old checkpoints are moved aside, " \
+           "not deleted)"
 
 
 def _np_tree(d: dict) -> dict:
@@ -51,342 +49,280 @@ def _np_tree(d: dict) -> dict:
     return {k: (_np_tree(v) if isinstance(v, dict) else np.asarray(v)) for k, v in d.items()}
 
 
-class Trainer(CommandsMixin):
-    def __init__(self, cfg: RunConfig, run_id: str | None = None, *, redis_url: str | None = None,
-                 fresh: bool = False, metrics_jsonl: str | None = None, sinks: list[Sink] | None = None,
-                 log=print):
-        self.cfg = cfg
-        self.run_id = run_id or cfg.run.name
-        self.redis_url = redis_url if cfg.sinks.redis else None
-        self.fresh = fresh
-        self.log = log
+class Trainer:
+    """One run of the config. `run()` trains until done and returns the exit status (0 stopped, 1 failed)."""
+
+    def __init__(self, cfg: RunConfig, run_id: str, sink: Sink, *, control: ControlChannel | None = None,
+                 fresh: bool = False):
+        self.cfg, self.run_id, self.sink, self.control, self.fresh = cfg, run_id, sink, control, fresh
         enable_compilation_cache(cfg.run.compile_cache)
         self.tokens_per_step = cfg.train.batch_size * cfg.model.seq_len
-        self.total_steps = max(1, math.ceil(cfg.train.token_budget / self.tokens_per_step))
+        self.state = RunState()
         self.progress = Progress(cfg.train.token_budget, self.tokens_per_step)
-        self.redis_sink = None
-        all_sinks = list(sinks or [])
-        if self.redis_url:
-            from training.redis_sink import RedisSink
-            self.redis_sink = RedisSink(self.redis_url, self.run_id)
-            all_sinks.append(self.redis_sink)
-        jsonl = metrics_jsonl or cfg.sinks.jsonl
-        if jsonl:
-            all_sinks.append(JsonlSink(jsonl))
-        if cfg.sinks.wandb != "off":
-            all_sinks.append(WandbSink(cfg.sinks.wandb_project, self.run_id, cfg.to_dict(), dir=cfg.sinks.wandb_dir,
-                                       name=cfg.run.name, mode=cfg.sinks.wandb))
-        self.sink = CompositeSink(all_sinks)
-        self.heartbeat = Heartbeat(self.progress, lambda snap: self.sink.record("heartbeat", snap),
-                                   cfg.sinks.heartbeat_s)
-        self.step = 0
-        self.faults = Faults()
-        self.paused = False
-        self.stop_reason: str | None = None
-        self.applied_ids: set[str] = set()
-        self.last_published = None  # newest step whose metrics went to the sinks
-        self.nonfinite_run = 0
-        self.control = None
-        self.hw = telemetry.HardwareMonitor(interval_s=1.0)
-        self._hw_published_at = 0.0
-        self._last_ckpt_t = time.monotonic()
-        self._ckpt_pending_write = None  # (step, t0) of an async save still being written
-        self._timer_reset = True
+        self.heartbeat = Heartbeat(self.progress, partial(sink.record, "heartbeat"), cfg.sinks.heartbeat_s)
+        self.hardware = HardwareMonitor(interval_s=1.0)
+        self.checkpointer: ckpt_lib.Checkpointer | None = None
+        self._lock = None
 
     # ------------------------------------------------------------------------------------------ publishing
-    def _state(self, state: str, detail: str = "") -> None:
+    def phase(self, state: str, detail: str = "") -> None:
         self.progress.phase = state
-        self.sink.record("state", {"t": time.time(), "state": state, "step": int(self.step), "detail": detail})
-        self.log(f"[{self.run_id}] {state} step={self.step} {detail}".rstrip())
+        self.sink.record("state", {"t": time.time(), "state": state, "step": self.state.step, "detail": detail})
+        log.info("[%s] %s", self.run_id, f"{state} step={self.state.step} {detail}".rstrip())
 
-    def _event(self, name: str, payload: dict) -> None:
-        self.sink.event(name, int(self.step), ckpt_lib.to_json(payload))
+    def event(self, name: str, payload: dict) -> None:
+        self.sink.event(name, self.state.step, ckpt_lib.to_json(payload))
+
+    def rewind(self, from_step: int, to_step: int) -> None:
+        self.sink.record("rewind", {"t": time.time(), "from_step": from_step, "to_step": to_step})
+
+    def interrupted(self) -> None:
+        """The next step interval is not a throughput sample (after a pause, compile, save, eval or rollback)."""
+        self.progress.reset_rate()
+        self.state.restart_timer = True
+
+    def request_stop(self, why: str) -> None:
+        self.state.stop_reason = why
+        self.state.paused = False
 
     # ------------------------------------------------------------------------------------------ setup
     def _setup(self) -> None:
-        cfg = self.cfg
-        self.sampler = build_sampler(cfg.data.to_data_config(), cfg.model.seq_len, cfg.train.batch_size,
-                                     cfg.run.seed, cfg.train.token_budget)
+        cfg, s = self.cfg, self.state
+        self.sampler = build_sampler(cfg.data, cfg.model.seq_len, cfg.train.batch_size, cfg.run.seed,
+                                     cfg.train.token_budget)
         self.domain_names = list(self.sampler.domain_names)
-        t = cfg.train
-        self.schedule = Schedule(ScheduleConfig(peak_lr=t.lr, kind=t.schedule, warmup_fraction=t.warmup_ratio,
-                                                min_lr_ratio=t.min_lr_ratio, decay_fraction=t.decay_ratio),
-                                 self.total_steps)
+        self.schedule = Schedule(cfg.train, max(1, math.ceil(cfg.train.token_budget / self.tokens_per_step)))
         self.mesh = make_mesh(cfg.model)
         ck_dir = Path(cfg.checkpoint.dir) / self.run_id
-        self._lock = _lock_run(ck_dir)
-        if self.fresh:
-            moved = ckpt_lib.set_aside_run(ck_dir)
-            if moved:
-                self.log(f"[{self.run_id}] --fresh: previous checkpoints moved to {moved}")
-        self.ckpt = ckpt_lib.Checkpoints(ck_dir, cfg.checkpoint.keep_last, cfg.checkpoint.keep_every,
-                                         cfg.checkpoint.async_save)
-        latest = self.ckpt.latest_step()
+        self._lock = lock_run(ck_dir)
+        if self.fresh and (moved := ckpt_lib.set_aside_run(ck_dir)):
+            log.info("[%s] --fresh: previous checkpoints moved to %s", self.run_id, moved)
+        c = cfg.checkpoint
+        store = ckpt_lib.Checkpoints(ck_dir, c.keep_last, c.keep_every, c.async_save)
+        self.checkpointer = ckpt_lib.Checkpointer(c, store, self.event)
+        latest = store.latest_step()
         if latest is not None:  # fail fast, before building the model, on an incompatible checkpoint
             try:
-                self.ckpt.check_compatible(latest, cfg.fingerprint())
-            except ckpt_lib.CheckpointError as e:
-                raise TrainingFailed(f"{e} -- nothing was overwritten; fix the config, or start over with "
-                                     f"--fresh (old checkpoints are moved aside, not deleted)") from None
+                store.check_compatible(latest, cfg.fingerprint())
+            except CheckpointError as e:
+                raise TrainingFailed(f"{e} -- {KEEP_OLD}") from None
         # One jitted program instead of dozens of eager ops (and it lands in the compilation cache).
         state = jax.jit(partial(step_lib.init_state, cfg))(jax.random.PRNGKey(cfg.run.seed))
         # Committed like a restored state, so a fresh start and a resume lower to the very same program
         # (same compilation-cache entry, same numerics).
-        self.state = jax.tree.map(lambda x: jax.device_put(x, x.sharding), state)
+        self.train_state = jax.tree.map(lambda x: jax.device_put(x, x.sharding), state)
         self.sink.record("manifest", {"t": time.time(), "manifest": self.sampler.manifest()})
-        prev = last_published_step(self.redis_url, self.run_id)
+        published = self.sink.last_step()
         if latest is not None:
-            self._restore(latest)
-            self._event("resumed", {"from_checkpoint": latest, "directory": str(self.ckpt.directory)})
-            self._forget_commands_lost_with_the_crash(latest)
-        if prev is not None or latest is not None:
-            to = self.step
-            self.sink.record("rewind", {"t": time.time(), "from_step": max(prev or 0, to), "to_step": to})
-        self.progress.stepped(self.step, self.sampler.tokens_seen)
-        self.progress.token_budget = int(self.sampler.token_budget)
+            self.restore(latest)
+            self.event("resumed", {"from_checkpoint": latest, "directory": str(store.directory)})
+        if self.control is not None:
+            lost = self.control.forget_unsaved(s.applied_ids) if latest is not None else []
+            if lost:
+                self.event("commands_rolled_back", {"ids": lost, "resumed_step": latest,
+                                                    "detail": "applied after the last checkpoint; resend to apply"})
+            self.control.start(s.applied_ids)
+        if published is not None or latest is not None:
+            self.rewind(max(published or 0, s.step), s.step)
+        self.eval_batches = self.sampler.eval_batches() if cfg.train.eval_every else {}
 
     def _ckpt_tree(self) -> dict:
-        return {"train": self.state, "sampler": _np_tree(self.sampler.state_dict()),
+        return {"train": self.train_state, "sampler": _np_tree(self.sampler.state_dict()),
                 "schedule": _np_tree(self.schedule.state_dict())}
 
-    def _restore(self, step: int) -> None:
-        abstract = ckpt_lib.abstract(self._ckpt_tree())
+    def restore(self, step: int) -> None:
+        """Load checkpoint `step` into device state, sampler, schedule and run state; nothing changes on failure."""
+        store = self.checkpointer.store
         try:
-            tree, meta = self.ckpt.restore(step, abstract, self.cfg.fingerprint())
-        except ckpt_lib.CheckpointError as e:
-            raise TrainingFailed(f"{e} -- nothing was overwritten; fix the config, or start over with --fresh "
-                                 f"(old checkpoints are moved aside, not deleted)") from None
-        self.state = tree["train"]
+            tree, meta = store.restore(step, ckpt_lib.abstract(self._ckpt_tree()), self.cfg.fingerprint())
+        except CheckpointError as e:
+            raise TrainingFailed(f"{e} -- {KEEP_OLD}") from None
+        self.train_state = tree["train"]
         self.sampler.load_state_dict(tree["sampler"])
         self.schedule.load_state_dict(tree["schedule"])
-        self.step = int(meta["step"])
-        self.faults = Faults(**meta.get("faults", {}))
-        self.nonfinite_run = int(meta.get("nonfinite_run", 0))
-        self.applied_ids |= set(meta.get("applied_ids", []))
+        self.state.restore(meta)
         self.progress.token_budget = int(self.sampler.token_budget)
-        self.log(f"[{self.run_id}] restored checkpoint step {step} from {self.ckpt.directory}")
+        self.progress.stepped(self.state.step, self.sampler.tokens_seen)
+        log.info("[%s] restored checkpoint step %d from %s", self.run_id, step, store.directory)
 
     def _compile(self) -> None:
-        self._state("compiling")
+        self.phase("compiling")
         t0 = time.perf_counter()
-        fn = step_lib.jit_train_step(self.cfg, len(self.domain_names), self.mesh)
         B, L = self.cfg.train.batch_size, self.cfg.model.seq_len
-        self.step_fn = fn.lower(self.state, np.zeros((B, L + 1), np.int32), np.zeros((B,), np.int32),
+        fn = step_lib.jit_train_step(self.cfg, len(self.domain_names), self.mesh)
+        self.step_fn = fn.lower(self.train_state, np.zeros((B, L + 1), np.int32), np.zeros((B,), np.int32),
                                 np.float32(0), np.float32(1)).compile()
+        self.eval_fn = step_lib.jit_eval_step(self.cfg, self.mesh)  # compiled at its first use
         secs = time.perf_counter() - t0
         c = counts(self.cfg.model)
         dev = jax.devices()
-        peak, how = telemetry.peak_flops(dev[0].device_kind, len(dev), self.cfg.train.peak_flops or None)
-        self.timer = telemetry.StepTimer(self.tokens_per_step, c["flops_per_token"], peak)
-        self._event("compiled", {"seconds": secs, **c, "peak_flops": peak, "peak_flops_source": how,
-                                 "devices": f"{len(dev)} x {dev[0].device_kind}"})
+        peak, how = peak_flops(dev[0].device_kind, len(dev), self.cfg.train.peak_flops or None)
+        self.timer = StepTimer(self.tokens_per_step, c["flops_per_token"], peak)
+        self.event("compiled", {"seconds": secs, **c, "peak_flops": peak, "peak_flops_source": how,
+                                "devices": f"{len(dev)} x {dev[0].device_kind}",
+                                "gpu_telemetry": self.hardware.gpu_backend})
+        self.interrupted()
 
-    # ------------------------------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, wait: bool = False, why: str = "periodic") -> dict:
-        if self.step in self.ckpt.steps():
-            return {"step": self.step, "skipped": "already saved at this step"}
-        self._state("checkpointing", why)
+    # ------------------------------------------------------------------------------------------ hooks
+    def save_checkpoint(self, why: str, wait: bool = False) -> dict:
+        s = self.state
+        if s.step in self.checkpointer.store.steps():
+            return {"step": s.step, "skipped": "already saved at this step"}
+        self.phase("checkpointing", why)
         meta = {"run_id": self.run_id, "tokens": self.sampler.tokens_seen, "fingerprint": self.cfg.fingerprint(),
-                "config": self.cfg.to_dict(), "applied_ids": sorted(self.applied_ids), "faults": self.faults.to_dict(),
-                "nonfinite_run": self.nonfinite_run}
-        self._poll_checkpoint_write(block=True)
-        blocked = self.ckpt.save(self.step, self._ckpt_tree(), meta)
-        info = {"step": self.step, "blocked_s": blocked, "why": why, "directory": str(self.ckpt.directory)}
-        self._ckpt_pending_write = (self.step, time.perf_counter() - blocked)
-        if wait or not self.cfg.checkpoint.async_save:
-            info.update(self._poll_checkpoint_write(block=True) or {})
-        self._last_ckpt_t = time.monotonic()
-        self._event("checkpoint_saved", info)
-        self._state("paused" if self.paused else "training")
-        self.progress.reset_rate()
-        self._timer_reset = True  # the save is not part of the next step's time
+                "config": self.cfg.to_dict(), **s.meta()}
+        info = self.checkpointer.save(s.step, self._ckpt_tree(), meta, why, wait)
+        self.phase("paused" if s.paused else "training")
+        self.interrupted()
         return info
 
-    def _poll_checkpoint_write(self, block: bool = False) -> dict | None:
-        """When the async write finished, publish how long it took in total."""
-        if self._ckpt_pending_write is None:
-            return None
-        if not block and self.ckpt._mngr.is_saving_in_progress():
-            return None
-        self.ckpt.wait()
-        step, t0 = self._ckpt_pending_write
-        self._ckpt_pending_write = None
-        info = {"step": step, "write_s": time.perf_counter() - t0}
-        self._event("checkpoint_written", info)
-        return info
+    def _evaluate(self) -> dict[str, float]:
+        """Loss on each domain's held-out batch under the current params, and their mean."""
+        losses = jax.device_get({d: self.eval_fn(self.train_state, b) for d, b in self.eval_batches.items()})
+        out = {contract.eval_domain_loss(d): float(v) for d, v in losses.items()}
+        out[contract.M_EVAL_LOSS] = float(np.mean(list(losses.values())))
+        return out
 
-    def _checkpoint_due(self) -> bool:
-        c = self.cfg.checkpoint
-        if c.every_steps and self.step % c.every_steps == 0:
-            return True
-        return bool(c.every_minutes) and time.monotonic() - self._last_ckpt_t >= 60 * c.every_minutes
-
-    # ------------------------------------------------------------------------------------------ one step
-    def _dispatch(self):
-        if self._timer_reset:
-            self.timer.start()
-            self._timer_reset = False
-        batch = self.sampler.next_batch()
-        self.timer.mark("data")
-        f = self.faults
-        lr = self.schedule.lr(self.step) * (f.lr_factor if f.lr_steps > 0 else 1.0)
-        injected = f.nan_steps > 0 or f.lr_steps > 0
-        scale = math.nan if f.nan_steps > 0 else 1.0
-        f.lr_steps, f.nan_steps = max(0, f.lr_steps - 1), max(0, f.nan_steps - 1)
-        host = {**self.sampler.metrics(), "optim/lr_multiplier": self.schedule.multiplier,
-                "optim/total_steps": float(self.schedule.total_steps),
-                "throughput/total_tokens": float(self.sampler.tokens_seen)}
-        if injected:
-            host["fault/active"] = 1.0
-        self.state, metrics = self.step_fn(self.state, batch.tokens_BxL, batch.domain_ids_B, np.float32(lr),
-                                           np.float32(scale))
-        self.step += 1
-        return self.step, metrics, host, f.nan_steps > 0 or scale != 1.0
-
-    def _complete(self, pending) -> None:
-        step, metrics, host, injected_nan = pending
-        m = jax.device_get(metrics)
-        self.timer.mark("compute")
-        values = step_lib.to_host_metrics(m, self.domain_names)
-        values.update(host)
-        values.update(self.timer.end())
-        now = time.monotonic()
-        if now - self._hw_published_at >= self.hw.interval_s:
-            values.update(self.hw.latest())
-            self._hw_published_at = now
-        if self.redis_sink is not None:
-            st = self.redis_sink.stats()
-            values["sys/publish_dropped"] = float(st["dropped"])
-            values["sys/publish_queue"] = float(st["queue_depth"])
-        self.sink.log(values, step)
-        self.last_published = step
-        # Progress counts completed steps: completions are paced by the device, dispatches are not.
-        self.progress.stepped(step, int(host["throughput/total_tokens"]))
-        if values["train/finite"] < 1:
-            if not injected_nan:
-                self.nonfinite_run += 1
-            if self.nonfinite_run >= self.cfg.train.max_nonfinite_steps:
-                raise TrainingFailed(f"loss or gradient non-finite for {self.nonfinite_run} consecutive steps "
-                                     f"(last: step {step}, loss {values['train/loss']}); updates were skipped. "
-                                     f"Roll back to a checkpoint or lower the LR.")
-        else:
-            self.nonfinite_run = 0
-
-    # ------------------------------------------------------------------------------------------ main loop
     def _boundary(self, pending):
-        """Commands, pause, checkpoint; returns the (possibly completed) pending step."""
+        """Between two steps: eval, commands, pause, checkpoint, stall. Returns the step still pending, if any."""
+        s, every = self.state, self.cfg.train.eval_every
+        if pending and every and s.step % every == 0:
+            self._complete(pending, evaluate=True)
+            pending = None
         cmds = self.control.poll() if self.control else []
         if cmds:
             if pending:
                 self._complete(pending)
                 pending = None
-            self._apply_commands(cmds)
-        while self.paused and not self.stop_reason:
-            cmds = self.control.wait(0.25) if self.control else (time.sleep(0.25) or [])
-            self._apply_commands(cmds)
-        self._poll_checkpoint_write()
-        if not self.stop_reason and self._checkpoint_due():
+            apply_commands(cmds, s, self, self.control)
+        while s.paused and not s.stop_reason and self.control:
+            apply_commands(self.control.wait(0.25), s, self, self.control)
+        self.checkpointer.poll()
+        if not s.stop_reason and self.checkpointer.due(s.step):
             if pending:
                 self._complete(pending)
                 pending = None
-            self.save_checkpoint()
-        if self.faults.stall_s > 0:
-            stall, self.faults.stall_s = self.faults.stall_s, 0.0
+            self.save_checkpoint("periodic")
+        if s.faults.stall_s > 0:
+            stall, s.faults.stall_s = s.faults.stall_s, 0.0
             end = time.monotonic() + stall
-            while time.monotonic() < end and not self.stop_reason:
+            while time.monotonic() < end and not s.stop_reason:
                 time.sleep(0.05)
         return pending
 
+    # ------------------------------------------------------------------------------------------ one step
+    def _dispatch(self):
+        """Start the next step on the device; returns what `_complete` needs to publish it."""
+        s = self.state
+        if s.restart_timer:
+            self.timer.start()
+            s.restart_timer = False
+        batch = self.sampler.next_batch()
+        self.timer.mark("data")
+        lr_factor, loss_scale, faulty = s.faults.take_step()
+        lr = self.schedule.lr(s.step) * lr_factor
+        host = {**self.sampler.metrics(), **self.schedule.metrics(),
+                contract.M_TOTAL_TOKENS: float(self.sampler.tokens_seen)}
+        if faulty:
+            host[contract.M_FAULT_ACTIVE] = 1.0
+        self.train_state, metrics = self.step_fn(self.train_state, batch.tokens_BxL, batch.domain_ids_B,
+                                                 np.float32(lr), np.float32(loss_scale))
+        s.step += 1
+        return s.step, metrics, host, math.isnan(loss_scale)
+
+    def _complete(self, pending, evaluate: bool = False) -> None:
+        """Fetch a dispatched step's metrics, publish them, and give up after too many non-finite steps."""
+        step, metrics, host, injected_nan = pending
+        m = jax.device_get(metrics)
+        self.timer.mark("compute")
+        values = {**step_lib.to_host_metrics(m, self.domain_names), **host, **self.timer.end(),
+                  **self.hardware.due(), **self.sink.health()}
+        if evaluate:
+            values.update(self._evaluate())
+            self.interrupted()
+        self.sink.log(values, step)
+        s = self.state
+        s.last_published = step
+        # Progress counts completed steps: completions are paced by the device, dispatches are not.
+        self.progress.stepped(step, int(host[contract.M_TOTAL_TOKENS]))
+        if values[contract.M_FINITE] >= 1:
+            s.nonfinite_run = 0
+            return
+        s.nonfinite_run += 0 if injected_nan else 1
+        if s.nonfinite_run >= self.cfg.train.max_nonfinite_steps:
+            raise TrainingFailed(f"loss or gradient non-finite for {s.nonfinite_run} consecutive steps (last: step "
+                                 f"{step}, loss {values[contract.M_LOSS]}); updates were skipped. Roll back to a "
+                                 f"checkpoint or lower the LR.")
+
+    # ------------------------------------------------------------------------------------------ the run
     def _finished(self) -> str | None:
-        if self.stop_reason:
-            return self.stop_reason
-        if self.cfg.run.steps and self.step >= self.cfg.run.steps:
+        s = self.state
+        if s.stop_reason:
+            return s.stop_reason
+        if self.cfg.run.steps and s.step >= self.cfg.run.steps:
             return f"reached run.steps ({self.cfg.run.steps})"
         if self.sampler.tokens_seen >= self.sampler.token_budget:
             return f"token budget reached ({self.sampler.token_budget} tokens)"
         return None
 
+    def _loop(self) -> str:
+        """Steps until a stop condition; returns why it stopped, after saving the last step."""
+        pending = None
+        while True:
+            pending = self._boundary(pending)
+            why = self._finished()
+            if why:
+                break
+            nxt = self._dispatch()
+            if pending:
+                self._complete(pending)
+            pending = nxt
+        if pending:
+            self._complete(pending)
+        if self.state.step not in self.checkpointer.store.steps():
+            self.save_checkpoint("final", wait=True)
+        self.checkpointer.poll(block=True)
+        return why
+
     def run(self) -> int:
-        """Train until done. Returns the process exit status: 0 stopped cleanly, 1 failed.
+        """Train until done: 0 stopped cleanly, 1 failed.
 
         A ConfigError found only at start-up (a corpus directory, a data domain) is published, then raised.
         """
-        self.sink.record("run", {"t": time.time(), "name": self.cfg.run.name, "run_id": self.run_id,
-                                 "config": self.cfg.to_dict(), "started_at": time.time(), "pid": os.getpid(),
-                                 "counts": counts(self.cfg.model)})
-        self._state("starting")
+        cfg = self.cfg
+        self.sink.record("run", {"t": time.time(), "name": cfg.run.name, "run_id": self.run_id,
+                                 "config": cfg.to_dict(), "started_at": time.time(), "pid": os.getpid(),
+                                 "counts": counts(cfg.model)})
+        self.phase("starting")
         self.heartbeat.start()
-        self.hw.start()
-        pending = None
+        self.hardware.start()
         try:
             self._setup()
-            if self.redis_url:
-                self.control = control_lib.ControlChannel(self.redis_url, self.run_id,
-                                                          applied_ids=self.applied_ids).start()
             self._compile()
-            self._state("training", f"step {self.step} of {self.schedule.total_steps} planned")
-            while True:
-                pending = self._boundary(pending)
-                why = self._finished()
-                if why:
-                    break
-                nxt = self._dispatch()
-                if pending:
-                    self._complete(pending)
-                pending = nxt
-            if pending:
-                self._complete(pending)
-                pending = None
-            if self.step not in self.ckpt.steps():
-                self.save_checkpoint(wait=True, why="final")
-            self._poll_checkpoint_write(block=True)
-            self._state("stopped", why)
+            self.phase("training", f"step {self.state.step} of {self.schedule.total_steps} planned")
+            self.phase("stopped", self._loop())
             return 0
-        except ConfigError as e:  # e.g. a corpus directory that does not exist: the CLI exits 2
-            self._state("failed", f"config error: {e.key}: {e.message}")
+        except ConfigError as e:
+            self.phase("failed", e.line())
             raise
         except Exception as e:
             tb = traceback.format_exc()
-            self._state("failed", f"{type(e).__name__}: {e}\n" + "".join(tb.splitlines(True)[-12:])[-3000:])
+            self.phase("failed", f"{type(e).__name__}: {e}\n" + "".join(tb.splitlines(True)[-12:])[-3000:])
             return 1
         finally:
             self._shutdown()
 
-    def request_stop(self, why: str) -> None:
-        self.stop_reason = why
-
     def _shutdown(self) -> None:
         self.heartbeat.stop()
         self.heartbeat.beat()  # the final phase (stopped or failed) reaches the heartbeat key at once
-        self.hw.stop()
+        self.hardware.stop()
         if self.control:
             self.control.close()
-        try:
-            if hasattr(self, "ckpt"):
-                self.ckpt.close()
-        except Exception as e:
-            self.log(f"[{self.run_id}] checkpoint close failed: {e}")
-        if getattr(self, "_lock", None) is not None:
+        if self.checkpointer:
+            try:
+                self.checkpointer.store.close()
+            except Exception as e:
+                log.warning("[%s] checkpoint close failed: %s", self.run_id, e)
+        if self._lock is not None:
             self._lock.close()  # releases the flock once the last write is on disk
-        if self.redis_sink is not None:
-            st = self.redis_sink.stats()
-            self.log(f"[{self.run_id}] publisher: {st['published']} published, {st['dropped']} dropped, "
-                     f"{st['reconnects']} reconnects")
         self.sink.finish()
-
-
-def install_signal_handlers(trainer: Trainer) -> None:
-    """SIGINT/SIGTERM: checkpoint at the next step boundary and exit 0; a signal 3 s later exits at once."""
-    first: list[float] = []
-
-    def handler(signum, frame):
-        # Ctrl-C under a supervisor arrives twice (terminal + supervisor): only a later signal means "now".
-        if first and time.monotonic() - first[0] > 3:
-            os._exit(130)
-        if not first:
-            first.append(time.monotonic())
-            trainer.request_stop(f"signal {signal.Signals(signum).name}")
-            trainer.paused = False
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)

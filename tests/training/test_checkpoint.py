@@ -5,14 +5,14 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import time
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from test_trainer import ROOT, jsonl, run_cli, stream, tiny_config, trainer_cmd
-from training.checkpoint import CheckpointError, Checkpoints, abstract
+from observatory import contract
+from training.checkpoint import Checkpoints, abstract
+from training.errors import CheckpointError
 
 
 def _tree(x: float):
@@ -24,7 +24,8 @@ def test_it_round_trips_arrays_and_numpy_state_with_meta(tmp_path):
     ck = Checkpoints(tmp_path / "run", keep_last=2)
     blocked = ck.save(10, _tree(1.5), {"fingerprint": {"model": {"d": 1}}, "applied_ids": ["a"]})
     assert blocked >= 0
-    assert ck.wait() > 0
+    assert ck.unreported and ck.wait()["step"] == 10 and not ck.unreported
+    assert ck.wait() is None  # each finished write is reported once
     state, meta = ck.restore(10, abstract(_tree(0.0)), {"model": {"d": 1}})
     assert float(state["params"]["w"][0, 0]) == 1.5
     assert int(state["sampler"]["batch_index"]) == 5_000_000_000  # int64 survives
@@ -87,12 +88,13 @@ def _close(a: float, b: float) -> bool:
 
 
 @pytest.mark.slow
-def test_kill_9_at_any_moment_then_resume_is_exact(tmp_path, redis_url, redis_client, run_id):
-    cfg = tiny_config(tmp_path)
+def test_kill_9_at_any_moment_then_resume_is_exact(tmp_path, tiny, trainer_cli, jsonl, stream, until, redis_url,
+                                                   redis_client, run_id):
+    cfg = tiny()
     steps = 40
     ref = tmp_path / "ref.jsonl"
-    p = run_cli(cfg, "--steps", str(steps), "--run-id", f"{run_id}-ref", "--metrics-jsonl", str(ref),
-                "--no-redis")
+    p = trainer_cli.run(cfg, "--steps", str(steps), "--run-id", f"{run_id}-ref", "--metrics-jsonl", str(ref),
+                        "--no-redis")
     assert p.returncode == 0, p.stderr[-2000:]
     want = {r["step"]: r["values"] for r in _metrics(jsonl(ref))}
     assert sorted(want) == list(range(1, steps + 1))
@@ -100,32 +102,41 @@ def test_kill_9_at_any_moment_then_resume_is_exact(tmp_path, redis_url, redis_cl
     out = tmp_path / "killed.jsonl"
     rng = random.Random(1)
     kills = []
-    for kill_after in (9, 23):  # two crashes: a later one resumes from a checkpoint written after a resume
-        proc = subprocess.Popen(trainer_cmd(cfg, "--steps", str(steps), "--run-id", run_id,
-                                            "--metrics-jsonl", str(out)), cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 90
-        while not any(r["step"] >= kill_after for r in _metrics(jsonl(out))):
-            assert proc.poll() is None, proc.stderr.read()[-2000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0, 0.4))  # "any moment": mid-step, mid-publish or mid-checkpoint write
+    # Two crashes, the second resuming from a checkpoint written after the first resume. The killed processes
+    # have no step limit, so a kill can never land after the run ended; each waits for a real condition (its
+    # step in the JSONL, and a checkpoint on disk to resume from), then kills at once: mid-step, mid-publish or
+    # mid-write of the next checkpoint, wherever the process happens to be.
+    for kill_after, checkpoint in ((rng.randint(8, 13), 7), (rng.randint(22, 27), 21)):
+        proc = trainer_cli.popen(cfg, "--run-id", run_id, "--metrics-jsonl", str(out), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
+
+        def ready():
+            records = jsonl(out)
+            written = {r["payload"]["step"] for r in records if r["kind"] == "event"
+                       and r["name"] == "checkpoint_written"}
+            return proc.poll() is not None or (checkpoint in written and
+                                               any(r["step"] >= kill_after for r in _metrics(records)))
+
+        until(ready, 180, f"step {kill_after} and checkpoint {checkpoint}")
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(30)
         kills.append(max(r["step"] for r in _metrics(jsonl(out))))
-    p = run_cli(cfg, "--steps", str(steps), "--run-id", run_id, "--metrics-jsonl", str(out))
+    assert all(k < steps for k in kills), kills
+    p = trainer_cli.run(cfg, "--steps", str(steps), "--run-id", run_id, "--metrics-jsonl", str(out))
     assert p.returncode == 0, p.stderr[-2000:]
 
     records = jsonl(out)
     got = _metrics(records)
     assert max(r["step"] for r in got) == steps
     for r in got:  # every loss ever published, before and after each crash, equals the uninterrupted run's
-        for name in ("train/loss", "grad/norm/total", "train/router/layer_0/router_bias/1"):
+        for name in (contract.M_LOSS, contract.M_GRAD_NORM, contract.router_metric(0, "router_bias") + "/1"):
             assert _close(r["values"][name], want[r["step"]][name]), (r["step"], name)
-        assert r["values"]["throughput/total_tokens"] == want[r["step"]]["throughput/total_tokens"]
-        assert r["values"]["data/tokens_seen/licenses"] == want[r["step"]]["data/tokens_seen/licenses"]
+        assert r["values"][contract.M_TOTAL_TOKENS] == want[r["step"]][contract.M_TOTAL_TOKENS]
+        assert r["values"][contract.tokens_seen("licenses")] == want[r["step"]][contract.tokens_seen("licenses")]
     resumed = [r["payload"]["from_checkpoint"] for r in records if r["kind"] == "event" and r["name"] == "resumed"]
     assert len(resumed) == 2 and all(s % 7 == 0 for s in resumed)
+    assert resumed[0] >= 7 and resumed[1] >= 21  # at least the checkpoint each kill waited for
     # the web is told which published points each resume supersedes
     rewinds = [m.data for m in stream(redis_client, run_id) if m.kind == "rewind"]
     assert len(rewinds) == 2
@@ -134,18 +145,17 @@ def test_kill_9_at_any_moment_then_resume_is_exact(tmp_path, redis_url, redis_cl
 
 
 @pytest.mark.slow
-def test_an_incompatible_config_is_refused_naming_the_key_and_nothing_is_overwritten(tmp_path):
-    p = run_cli(tiny_config(tmp_path), "--steps", "3", "--run-id", "compat", "--no-redis")
+def test_an_incompatible_config_is_refused_naming_the_key_and_nothing_is_overwritten(tmp_path, tiny, trainer_cli):
+    p = trainer_cli.run(tiny(), "--steps", "3", "--run-id", "compat", "--no-redis")
     assert p.returncode == 0, p.stderr[-2000:]
     ck_dir = tmp_path / "ckpt" / "compat"
     before = {str(f.relative_to(ck_dir)): f.stat().st_mtime_ns for f in ck_dir.rglob("*") if f.is_file()}
-    bigger = tiny_config(tmp_path, name="bigger.toml", model={"d_model": 64})
-    p = run_cli(bigger, "--steps", "6", "--run-id", "compat", "--no-redis")
+    p = trainer_cli.run(tiny(model={"d_model": 64}), "--steps", "6", "--run-id", "compat", "--no-redis")
     assert p.returncode == 1
     assert "model.d_model: checkpoint has 32, config has 64" in p.stdout + p.stderr
     after = {str(f.relative_to(ck_dir)): f.stat().st_mtime_ns for f in ck_dir.rglob("*") if f.is_file()}
     assert after == before
     # --fresh starts over and keeps the old checkpoints aside
-    p = run_cli(tiny_config(tmp_path), "--steps", "2", "--run-id", "compat", "--no-redis", "--fresh")
+    p = trainer_cli.run(tiny(), "--steps", "2", "--run-id", "compat", "--no-redis", "--fresh")
     assert p.returncode == 0, p.stderr[-2000:]
     assert list((tmp_path / "ckpt").glob("compat.replaced-*/3"))

@@ -1,26 +1,22 @@
-"""The run config: the demo parses, defaults are typed, and every bad key or value names itself."""
+"""The run config: every shipped config parses, defaults are typed, and every bad key or value names itself."""
 
 from __future__ import annotations
 
 import dataclasses
+import tomllib
+from pathlib import Path
 
 import pytest
 
-from test_trainer import ROOT, tiny_config
-from training.config import RunConfig, from_dict, load
+from training.config import DataSection, ModelConfig, RunConfig, TrainSection, from_dict, load, parse_override
 from training.errors import ConfigError
 
+CONFIGS = Path(__file__).resolve().parents[2] / "training" / "configs"
 
-def test_the_demo_config_is_a_small_moe_with_faults_allowed():
-    cfg = load(ROOT / "training/configs/demo.toml")
-    assert isinstance(cfg, RunConfig)
-    m = cfg.model
-    assert m.mlp == "moe" and (m.moe.n_routed, m.moe.top_k, m.moe.n_shared) == (16, 4, 2)
-    assert cfg.train.allow_faults is True
-    assert cfg.checkpoint.every_steps == 50 and cfg.checkpoint.every_minutes == 1.0
-    tokens_per_step = cfg.train.batch_size * m.seq_len
-    assert cfg.train.token_budget / tokens_per_step > 20_000  # hours at a few steps per second
-    assert cfg.data.stages == ("pretrain", "midtrain") and cfg.data.stage_fractions == (0.8, 0.2)
+
+def test_the_shipped_configs_load():
+    assert isinstance(load(CONFIGS / "demo.toml"), RunConfig)
+    assert ModelConfig.from_dict(tomllib.loads((CONFIGS / "model_hero.toml").read_text())["model"]).mlp == "moe"
 
 
 def test_defaults_fill_every_section_and_sections_are_frozen():
@@ -37,6 +33,27 @@ def test_an_int_where_a_float_is_expected_is_fine_and_overrides_apply():
     cfg = from_dict({"train": {"lr": 1}}, overrides={"run.steps": 7, "run.seed": 4})
     assert cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)
     assert (cfg.run.steps, cfg.run.seed) == (7, 4)
+    nested = from_dict({"model": {"mlp": "moe", "moe": {"top_k": 2}}}, overrides={"model.moe.n_routed": 8})
+    assert (nested.model.moe.n_routed, nested.model.moe.top_k) == (8, 2)
+
+
+@pytest.mark.parametrize("text,key,value", [
+    ("train.lr=3e-4", "train.lr", 3e-4), ("model.moe.expert_parallel=4", "model.moe.expert_parallel", 4),
+    ("run.name=x", "run.name", "x"), ('run.name="quoted"', "run.name", "quoted"),
+    ("train.allow_faults=true", "train.allow_faults", True), ("data.stages=['a', 'b']", "data.stages", ["a", "b"]),
+])
+def test_an_override_is_a_dotted_key_and_a_toml_value(text, key, value):
+    assert parse_override(text) == (key, value)
+
+
+@pytest.mark.parametrize("overrides,key", [
+    ({"train.lr.x": 1}, "train.lr"), ({"model.moe.topk": 1}, "model.moe.topk"), ({"trian.lr": 1}, "trian"),
+    ({"train.lr": "fast"}, "train.lr"),
+])
+def test_a_bad_override_is_named_like_a_bad_file(overrides, key):
+    with pytest.raises(ConfigError) as e:
+        from_dict({}, overrides)
+    assert e.value.key == key
 
 
 @pytest.mark.parametrize("raw,key,message", [
@@ -49,6 +66,8 @@ def test_an_int_where_a_float_is_expected_is_fine_and_overrides_apply():
     ({"train": {"schedule": "cosine"}}, "train.schedule", "unknown schedule"),
     ({"train": {"allow_faults": "yes"}}, "train.allow_faults", "must be true or false"),
     ({"train": {"schedule": "wsd", "warmup_ratio": 0.5, "decay_ratio": 0.6}}, "train.decay_ratio", "<= 1"),
+    ({"train": {"warmup_ratio": 0.6}}, "train.warmup_ratio", "between 0 and 0.5"),
+    ({"train": {"eval_every": -1}}, "train.eval_every", ">= 0"),
     ({"run": {"name": "has space"}}, "run.name", "letters, digits"),
     ({"model": {"n_heads": 3}}, "model.n_heads", "must divide d_model"),
     ({"model": {"mlp": "moe", "moe": {"top_k": 99}}}, "model.moe.top_k", "<= n_routed"),
@@ -58,6 +77,9 @@ def test_an_int_where_a_float_is_expected_is_fine_and_overrides_apply():
     ({"data": {"mixture": {"posttrain": {"licenses": 1.0}}}}, "data.mixture.posttrain", "unknown stage"),
     ({"data": {"mixture": {"pretrain": {"licenses": -1}}}}, "data.mixture.pretrain.licenses", ">= 0"),
     ({"data": {"tokenizer": "bpe"}}, "data.tokenizer", "unknown tokenizer"),
+    ({"data": {"builtin_domains": ["klingon"]}}, "data.builtin_domains", "unknown domain"),
+    ({"data": {"corpora": {"bad name": "/tmp"}}}, "data.corpora.bad name", "domain names"),
+    ({"data": {"max_bytes_per_domain": 10}}, "data.max_bytes_per_domain", "at least 1024"),
     ({"checkpoint": {"keep_last": 0}}, "checkpoint.keep_last", "must be a positive integer"),
     ({"sinks": {"wandb": "maybe"}}, "sinks.wandb", "off, offline or online"),
 ])
@@ -76,17 +98,15 @@ def test_invalid_toml_and_missing_files_are_config_errors(tmp_path):
         load(tmp_path / "missing.toml")
 
 
-def test_the_fingerprint_follows_the_model_not_the_optimizer(tmp_path):
-    a = load(tiny_config(tmp_path))
-    b = load(tiny_config(tmp_path, name="b.toml", train={"lr": 0.5}))
-    c = load(tiny_config(tmp_path, name="c.toml", model={"d_model": 64}))
-    assert a.fingerprint_hash() == b.fingerprint_hash() != c.fingerprint_hash()
+def test_the_fingerprint_follows_the_model_not_the_optimizer(tiny):
+    a, b, c = tiny.load(), tiny.load(train={"lr": 0.5}), tiny.load(model={"d_model": 64})
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
 
 
-def test_a_custom_mixture_becomes_the_data_modules_stages(tmp_path):
-    cfg = load(tiny_config(tmp_path, data={"mixture": {"pretrain": {"licenses": 1.0},
-                                                       "midtrain": {"python_stdlib": 1.0}}}))
-    dc = cfg.data.to_data_config()
-    assert [s.name for s in dc.stages] == ["pretrain", "midtrain"]
-    assert dc.stages[0].weights == {"licenses": 1.0} and dc.stages[1].fraction == 0.2
-    assert load(tiny_config(tmp_path, name="d.toml")).data.to_data_config().stages is None  # data's presets
+def test_sections_built_in_code_are_checked_like_files():
+    with pytest.raises(ConfigError) as e:
+        TrainSection(batch_size=0)
+    assert e.value.key == "train.batch_size"
+    with pytest.raises(ConfigError) as e:
+        DataSection(stages=("only",), stage_fractions=(1.0,), mixture={"only": {"bogus": 1.0}})
+    assert e.value.key == "data.mixture.only.bogus"

@@ -10,9 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from observatory import contract
 from training import model
+from training.config import ModelConfig, MoEConfig
 from training.errors import ConfigError
-from training.model import ModelConfig, MoEConfig
+from training.flops import counts
+from training.mesh import make_mesh
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, seq_len=16)
 
@@ -38,11 +41,11 @@ def test_it_returns_finite_logits_and_metrics(name):
         assert model.update_state(state, aux, cfg) is state
     else:
         m = jaux["metrics"]
-        assert 0.0 <= float(m["moe/drop_fraction"]) < 1.0
+        assert 0.0 <= float(m[contract.M_DROP]) < 1.0
         for i in range(cfg.n_layers):
-            assert m[f"train/router/layer_{i}/routing_hist"].shape == (8,)
-            assert float(jnp.sum(m[f"train/router/layer_{i}/routing_hist"])) == 2 * 16 * 2
-            assert f"train/router/layer_{i}/router_bias" in m
+            assert m[contract.router_metric(i, "routing_hist")].shape == (8,)
+            assert float(jnp.sum(m[contract.router_metric(i, "routing_hist")])) == 2 * 16 * 2
+            assert set(m) >= {contract.router_metric(i, name) for name in contract.ROUTER_STATS}
         assert jaux["load"].shape == (2, 8)
         assert float(jaux["aux_loss"]) > 0  # z-loss with its default 1e-4 coefficient
         new = model.update_state(state, jaux, cfg)
@@ -77,7 +80,7 @@ def test_changing_future_tokens_leaves_past_logits_alone_even_when_dropping(name
     lb, _ = fwd(params, state, b, cfg)
     np.testing.assert_allclose(la[:, :10], lb[:, :10], rtol=1e-5, atol=1e-6)
     if name == "moe":
-        assert float(aux["metrics"]["moe/drop_fraction"]) > 0
+        assert float(aux["metrics"][contract.M_DROP]) > 0
 
 
 @pytest.mark.parametrize("d,key", [
@@ -113,20 +116,20 @@ def test_counts_match_the_parameters_and_express_the_hero_shape():
     for cfg in CONFIGS.values():
         params, _ = model.init(cfg, jax.random.PRNGKey(0))
         n = sum(x.size for x in jax.tree_util.tree_leaves(params))
-        c = model.counts(cfg)
+        c = counts(cfg)
         assert c["params_total"] == n
         assert c["flops_per_token"] > 6 * c["params_active"] * 0.5
-    dense = model.counts(CONFIGS["dense"])
+    dense = counts(CONFIGS["dense"])
     assert dense["params_total"] == dense["params_active"]
-    moe = model.counts(CONFIGS["moe"])
+    moe = counts(CONFIGS["moe"])
     assert moe["params_active"] < moe["params_total"]
     with open(Path(model.__file__).parent / "configs" / "model_hero.toml", "rb") as f:
         hero = ModelConfig.from_dict(tomllib.load(f)["model"])
-    c = model.counts(hero)
+    c = counts(hero)
     assert 520e9 < c["params_total"] < 550e9  # "535B"
     assert 21e9 < c["params_active"] < 26e9  # "A23B"
 
 
 def test_make_mesh_is_none_on_one_device_without_expert_parallelism():
-    assert model.make_mesh(CONFIGS["moe"]) is None
-    assert model.make_mesh(CONFIGS["dense"]) is None
+    assert make_mesh(CONFIGS["moe"]) is None
+    assert make_mesh(CONFIGS["dense"]) is None

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from training import moe
-from training.model import MoEConfig, swiglu
+from training.config import MoEConfig
+from training.layers import swiglu
 
 D, F = 16, 8
 

@@ -15,16 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODES = ("standard", "pooled_wave")
 # (devices, expert_parallel): pure EP on 2 and 8 devices, and a ("data" 2, "expert" 2) mesh on 4.
 LAYER_MESHES = ((2, 2), (4, 2), (8, 8))
-LM_MESH = (8, 4)  # the whole LM, through model.make_mesh, on a ("data" 2, "expert" 4) mesh
+LM_MESH = (8, 4)  # the whole LM, through make_mesh, on a ("data" 2, "expert" 4) mesh
 D = 32
 
 
 def _moe_cfg(mode: str, ep: int):
-    from training.model import MoEConfig
+    from training.config import MoEConfig
 
     return MoEConfig(n_routed=8, top_k=2, n_shared=1, capacity_factor=1.0, dispatch=mode, waves=2, group_size=16,
                      expert_parallel=ep, lb_loss_coef=0.01, z_loss_coef=1e-3)
@@ -33,9 +33,9 @@ def _moe_cfg(mode: str, ep: int):
 def _mesh(cfg, n_devices: int):
     import jax
 
-    from training import model
+    from training.mesh import make_mesh
 
-    return model.make_mesh(cfg, jax.devices()[:n_devices]) if n_devices > 1 else None
+    return make_mesh(cfg, jax.devices()[:n_devices]) if n_devices > 1 else None
 
 
 def _layer_outputs(mode: str, ep: int, n_devices: int) -> dict:
@@ -44,7 +44,7 @@ def _layer_outputs(mode: str, ep: int, n_devices: int) -> dict:
     import jax.numpy as jnp
 
     from training import moe
-    from training.model import ModelConfig
+    from training.config import ModelConfig
 
     cfg = _moe_cfg(mode, ep)
     mesh = _mesh(ModelConfig(d_model=D, mlp="moe", moe=cfg), n_devices)
@@ -65,12 +65,13 @@ def _layer_outputs(mode: str, ep: int, n_devices: int) -> dict:
 
 
 def _lm_outputs(mode: str, ep: int, n_devices: int) -> dict:
-    """The whole MoE LM (logits, loss, drop fraction, every gradient leaf) through model.make_mesh."""
+    """The whole MoE LM (logits, loss, drop fraction, every gradient leaf) on a mesh from make_mesh."""
     import jax
     import jax.numpy as jnp
 
+    from observatory import contract
     from training import model
-    from training.model import ModelConfig
+    from training.config import ModelConfig
 
     cfg = ModelConfig(vocab_size=64, d_model=D, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, seq_len=16,
                       mlp="moe", moe=_moe_cfg(mode, ep))
@@ -84,7 +85,7 @@ def _lm_outputs(mode: str, ep: int, n_devices: int) -> dict:
         logits, aux = model.apply(p, state, tokens, cfg, mesh=mesh)
         logp = jax.nn.log_softmax(logits[:, :-1])
         ce = -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], -1))
-        return ce + aux["aux_loss"], (logits, aux["metrics"]["moe/drop_fraction"])
+        return ce + aux["aux_loss"], (logits, aux["metrics"][contract.M_DROP])
 
     (loss, (logits, drop)), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(params)
     out = {"loss": loss, "logits": logits, "drop": drop}

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from observatory import contract
 from observatory.contract import METRIC_NAME_RE
-from training.telemetry import HardwareMonitor, StepTimer, open_nvml, peak_flops, transformer_flops_per_token
+from training import telemetry
+from training.telemetry import HardwareMonitor, StepTimer, open_nvml, peak_flops
 
 
 def test_a_sample_has_real_host_numbers_and_contract_names():
     mon = HardwareMonitor(interval_s=0.05)
     s = mon.sample()
-    for key in ("hw/cpu_percent", "hw/process_cpu_percent", "hw/rss_bytes", "hw/host_mem_percent"):
+    for key in (contract.HW_CPU_PERCENT, contract.HW_PROCESS_CPU, contract.HW_RSS, contract.HW_HOST_MEM_PERCENT):
         assert key in s and isinstance(s[key], float)
-    assert s["hw/rss_bytes"] > 10e6 and 0 < s["hw/host_mem_percent"] <= 100
+    assert s[contract.HW_RSS] > 10e6 and 0 < s[contract.HW_HOST_MEM_PERCENT] <= 100
     assert all(METRIC_NAME_RE.match(k) for k in s)
 
 
@@ -24,43 +24,61 @@ def test_gpu_numbers_are_present_exactly_when_nvml_is():
     s = mon.sample()
     gpu_keys = [k for k in s if k.startswith("hw/gpu")]
     if open_nvml()[0] is None:
-        assert gpu_keys == [] and mon.gpu_count == 0 and mon.describe()["gpu_backend"]
+        assert gpu_keys == [] and mon.nvml is None and mon.gpu_backend  # the backend says why
     else:
-        assert mon.gpu_count >= 1
-        assert {"hw/gpu0/util_percent", "hw/gpu0/mem_used_bytes", "hw/gpu0/temperature_c"} <= set(gpu_keys)
-        assert s["hw/gpu0/mem_total_bytes"] > 1e9 and 0 <= s["hw/gpu0/util_percent"] <= 100
+        gpu0 = {contract.gpu_metric(0, k) for k in ("util_percent", "mem_used_bytes", "temperature_c")}
+        assert gpu0 <= set(gpu_keys)
+        assert s[contract.gpu_metric(0, "mem_total_bytes")] > 1e9
+        assert 0 <= s[contract.gpu_metric(0, "util_percent")] <= 100
 
 
-def test_background_thread_publishes_and_stops():
-    with HardwareMonitor(interval_s=0.02) as mon:
-        deadline = time.time() + 5
-        while not mon.latest() and time.time() < deadline:
-            time.sleep(0.01)
-        assert "hw/cpu_percent" in mon.latest()
+def test_background_thread_publishes_and_stops(until):
+    mon = HardwareMonitor(interval_s=0.02).start()
+    try:
+        until(mon.latest, 30, "a first sample")
+        assert contract.HW_CPU_PERCENT in mon.latest()
         thread = mon._thread
+    finally:
+        mon.stop()
     assert not thread.is_alive()
 
 
-def test_step_timer_splits_data_compute_host():
+class FakeClock:
+    """perf_counter that moves only when told to: the timer's arithmetic, not the machine's speed."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_step_timer_splits_data_compute_host(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(telemetry.time, "perf_counter", clock)
     t = StepTimer(tokens_per_step=1000, flops_per_token=6e6, peak_flops_per_s=1e12)
-    time.sleep(0.03)
+    clock.now += 0.03
     t.mark("data")
-    with t.phase("compute"):
-        time.sleep(0.05)
-    time.sleep(0.02)
+    clock.now += 0.05
+    t.mark("compute")
+    clock.now += 0.02
     m = t.end()
-    assert m["time/data_s"] == pytest.approx(0.03, abs=0.015)
-    assert m["time/compute_s"] == pytest.approx(0.05, abs=0.015)
-    assert m["time/host_s"] == pytest.approx(0.02, abs=0.015)
-    assert m["time/step_s"] == pytest.approx(m["time/data_s"] + m["time/compute_s"] + m["time/host_s"])
-    assert m["throughput/tokens_per_second"] == pytest.approx(1000 / m["time/step_s"])
-    assert m["throughput/mfu"] == pytest.approx(m["throughput/tokens_per_second"] * 6e6 / 1e12)
-    time.sleep(0.01)
-    assert t.end()["time/step_s"] < 0.05  # the next step starts where the last one ended
+    assert m[contract.M_DATA_TIME] == pytest.approx(0.03)
+    assert m[contract.M_COMPUTE_TIME] == pytest.approx(0.05)
+    assert m[contract.M_HOST_TIME] == pytest.approx(0.02)
+    assert m[contract.M_STEP_TIME] == pytest.approx(0.1)
+    assert m[contract.M_TOKENS_PER_S] == pytest.approx(1000 / 0.1)
+    assert m[contract.M_MFU] == pytest.approx(1000 / 0.1 * 6e6 / 1e12)
+    clock.now += 0.01
+    assert t.end()[contract.M_STEP_TIME] == pytest.approx(0.01)  # the next step starts where the last one ended
+    clock.now += 5.0
+    t.start()  # after a pause: the wait is not part of the next step
+    clock.now += 0.04
+    assert t.end()[contract.M_STEP_TIME] == pytest.approx(0.04)
 
 
 def test_no_mfu_without_flops():
-    assert "throughput/mfu" not in StepTimer(tokens_per_step=10).end()
+    assert contract.M_MFU not in StepTimer(tokens_per_step=10).end()
 
 
 def test_peak_flops_order_override_env_table_cpu(monkeypatch):
@@ -71,10 +89,6 @@ def test_peak_flops_order_override_env_table_cpu(monkeypatch):
     monkeypatch.setenv("OBS_PEAK_FLOPS", "5e12")
     assert peak_flops("NVIDIA H100", 8) == (5e12, "env OBS_PEAK_FLOPS")
     assert peak_flops("cpu", override=7e11) == (7e11, "config")
-
-
-def test_flops_per_token_formula():
-    assert transformer_flops_per_token(1_000_000, 2, 128, 64) == 6e6 + 12 * 2 * 128 * 64
 
 
 def test_gpu_readings_map_nvml_units_and_survive_a_refused_query():
@@ -101,6 +115,7 @@ def test_gpu_readings_map_nvml_units_and_survive_a_refused_query():
             return 61
 
     s = _gpu_sample(Nvml(), ["full", "mig"])
-    assert s["hw/gpu0/util_percent"] == 87 and s["hw/gpu0/power_watts"] == pytest.approx(512.345)
-    assert s["hw/gpu0/mem_total_bytes"] == 141 * 2**30 and s["hw/gpu0/temperature_c"] == 61
-    assert "hw/gpu1/power_watts" not in s and s["hw/gpu1/util_percent"] == 87
+    g0, g1 = (lambda name: contract.gpu_metric(0, name)), (lambda name: contract.gpu_metric(1, name))
+    assert s[g0("util_percent")] == 87 and s[g0("power_watts")] == pytest.approx(512.345)
+    assert s[g0("mem_total_bytes")] == 141 * 2**30 and s[g0("temperature_c")] == 61
+    assert g1("power_watts") not in s and s[g1("util_percent")] == 87

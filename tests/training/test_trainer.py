@@ -1,134 +1,29 @@
-"""The real trainer on a tiny MoE config: end to end through the CLI and Redis, absent Redis, divergence."""
+"""The real trainer on a tiny MoE config: end to end through the CLI and Redis, absent Redis, divergence,
+`--set` overrides, held-out evaluation, signals, one trainer per run."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import os
+import signal
 import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
 from observatory import contract
 
-ROOT = Path(__file__).resolve().parents[1]
-
-TINY = {
-    "run": {"name": "tiny", "seed": 3},
-    "model": {"vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
-              "seq_len": 32, "mlp": "moe"},
-    "model.moe": {"n_routed": 4, "top_k": 2, "n_shared": 1},
-    "train": {"batch_size": 4, "lr": 1e-2, "token_budget": 1_000_000, "allow_faults": True},
-    "data": {"builtin_domains": ["python_stdlib", "licenses"], "max_bytes_per_domain": 200_000},
-    "checkpoint": {"every_steps": 7, "every_minutes": 0.0, "keep_last": 3, "keep_every": 0},
-    "sinks": {"heartbeat_s": 0.3},
-}
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(v)
-
-
-def tiny_config(tmp_path: Path, name: str = "tiny.toml", **sections) -> Path:
-    """Write the tiny config (checkpoints under tmp_path) with per-table overrides, e.g. train={"lr": 1.0}."""
-    tables = {k: dict(v) for k, v in TINY.items()}
-    tables["checkpoint"]["dir"] = str(tmp_path / "ckpt")
-    for table, values in sections.items():
-        tables.setdefault(table.replace("__", "."), {}).update(values)
-    text = "\n".join(f"[{t}]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in vals.items()) + "\n"
-                     for t, vals in tables.items())
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def load_tiny(tmp_path: Path, **sections):
-    from training.config import load
-
-    return load(tiny_config(tmp_path, **sections))
-
-
-def trainer_cmd(config: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "training", "run", "--config", str(config), *args]
-
-
-def run_cli(config: Path, *args: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run(trainer_cmd(config, *args), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-
-
-def jsonl(path: Path) -> list[dict]:
-    from training.sinks import JsonlSink
-
-    return list(JsonlSink.read(path)) if path.exists() else []
-
-
-def stream(client, run_id: str) -> list[contract.Message]:
-    return [contract.decode(f, expect_run=run_id) for _, f in client.xrange(contract.telemetry_stream(run_id))]
-
-
-class BackgroundTrainer:
-    """The real Trainer on a thread of this process (faster than a subprocess; same code path as the CLI)."""
-
-    def __init__(self, cfg, run_id: str, redis_url: str | None, jsonl_path: Path | None = None, **kw):
-        from training.train import Trainer
-
-        self.trainer = Trainer(cfg, run_id, redis_url=redis_url, metrics_jsonl=str(jsonl_path) if jsonl_path
-                               else None, log=lambda m: None, **kw)
-        self.rc = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        self.rc = self.trainer.run()
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def wait_step(self, step: int, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while self.trainer.step < step:
-            assert self.thread.is_alive(), f"trainer exited early with {self.rc}"
-            assert time.monotonic() < deadline, f"trainer stuck at step {self.trainer.step}"
-            time.sleep(0.02)
-
-    def join(self, timeout: float = 60) -> int:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "trainer did not stop"
-        return self.rc
-
-    def __exit__(self, *exc):
-        if self.thread.is_alive():
-            self.trainer.request_stop("test teardown")
-            self.trainer.paused = False
-            self.thread.join(60)
-
-
-# ---------------------------------------------------------------------------------------------- tests
-REQUIRED_METRICS = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
-                    "throughput/tokens_per_second", "throughput/mfu", "throughput/total_tokens", "time/step_s",
-                    "moe/drop_fraction", "train/router/layer_0/routing_entropy",
-                    "train/router/layer_1/routing_hist/3", "mixture/stage")
+REQUIRED_METRICS = (contract.M_LOSS, contract.M_CE, contract.M_LR, contract.M_GRAD_NORM, contract.M_TOKENS_PER_S,
+                    contract.M_MFU, contract.M_TOTAL_TOKENS, contract.M_STEP_TIME, contract.M_DROP,
+                    contract.router_metric(0, "routing_entropy"), contract.router_metric(1, "routing_hist") + "/3",
+                    contract.M_MIX_STAGE, contract.M_PUBLISH_QUEUE)
 
 
 @pytest.mark.slow
-def test_the_cli_trains_and_publishes_the_contract_through_redis(tmp_path, redis_client, run_id):
+def test_the_cli_trains_and_publishes_the_contract_through_redis(tmp_path, tiny, trainer_cli, jsonl, stream,
+                                                                  redis_client, run_id):
     out = tmp_path / "m.jsonl"
-    p = run_cli(tiny_config(tmp_path), "--steps", "12", "--run-id", run_id, "--metrics-jsonl", str(out))
+    p = trainer_cli.run(tiny(), "--steps", "12", "--run-id", run_id, "--metrics-jsonl", str(out))
     assert p.returncode == 0, p.stderr[-3000:]
     msgs = stream(redis_client, run_id)  # every entry validates against the contract
     kinds = [m.kind for m in msgs]
@@ -143,10 +38,10 @@ def test_the_cli_trains_and_publishes_the_contract_through_redis(tmp_path, redis
     for name in REQUIRED_METRICS:
         assert name in metrics[-1]["values"], name
     domains = {"python_stdlib", "licenses"}
-    assert any(f"train/loss/{d}" in m["values"] for m in metrics for d in domains)
-    assert {f"data/tokens_seen/{d}" for d in domains} <= set(metrics[-1]["values"])
-    assert metrics[-1]["values"]["throughput/total_tokens"] == 12 * 4 * 32
-    assert all(math.isfinite(d["values"]["train/loss"]) for d in metrics)
+    assert any(contract.domain_loss(d) in m["values"] for m in metrics for d in domains)
+    assert {contract.tokens_seen(d) for d in domains} <= set(metrics[-1]["values"])
+    assert metrics[-1]["values"][contract.M_TOTAL_TOKENS] == 12 * 4 * 32
+    assert all(math.isfinite(d["values"][contract.M_LOSS]) for d in metrics)
     manifest = next(m.data["manifest"] for m in msgs if m.kind == "manifest")
     assert [d["name"] for d in manifest["domains"]] == ["python_stdlib", "licenses"]
     events = {m.data["name"] for m in msgs if m.kind == "event"}
@@ -156,78 +51,122 @@ def test_the_cli_trains_and_publishes_the_contract_through_redis(tmp_path, redis
     assert redis_client.sismember(contract.RUNS_KEY, run_id)
     # the JSONL mirror holds the same records
     mirrored = [r for r in jsonl(out) if r["kind"] == "metrics"]
-    assert [r["values"]["train/loss"] for r in mirrored] == [d["values"]["train/loss"] for d in metrics]
+    assert [r["values"][contract.M_LOSS] for r in mirrored] == [d["values"][contract.M_LOSS] for d in metrics]
 
 
 @pytest.mark.slow
-def test_it_trains_without_redis_and_the_lr_warms_up(tmp_path):
+def test_it_trains_without_redis_and_the_lr_warms_up(tmp_path, tiny, trainer_cli, jsonl):
     out = tmp_path / "m.jsonl"
     url = "redis://127.0.0.1:1/0"  # nothing listens on port 1
-    p = run_cli(tiny_config(tmp_path), "--steps", "6", "--run-id", "absent", "--metrics-jsonl", str(out),
-                "--redis-url", url)
+    p = trainer_cli.run(tiny(), "--steps", "6", "--run-id", "absent", "--metrics-jsonl", str(out),
+                        "--redis-url", url)
     assert p.returncode == 0, p.stderr[-3000:]
     metrics = [r for r in jsonl(out) if r["kind"] == "metrics"]
     assert [r["step"] for r in metrics] == list(range(1, 7))
-    lrs = [r["values"]["optim/learning_rate"] for r in metrics]
+    lrs = [r["values"][contract.M_LR] for r in metrics]
     assert lrs == sorted(lrs) and lrs[0] == 0.0 and lrs[-1] > 0  # warmup: LR passed in, rising each step
     assert "dropped" in p.stdout  # the publisher's summary line
 
 
-def test_it_fails_cleanly_when_the_loss_stays_non_finite(tmp_path, redis_url, redis_client, run_id):
-    cfg = load_tiny(tmp_path, train={"lr": 1e30, "grad_clip": 0.0, "warmup_ratio": 0.0, "max_nonfinite_steps": 2,
-                                     "weight_decay": 0.0})
-    with BackgroundTrainer(cfg, run_id, redis_url) as bg:
-        rc = bg.join(120)
-    assert rc == 1
+def test_it_fails_cleanly_when_the_loss_stays_non_finite(tiny, start_trainer, stream, redis_url, redis_client,
+                                                         run_id):
+    cfg = tiny.load(train={"lr": 1e30, "grad_clip": 0.0, "warmup_ratio": 0.0, "max_nonfinite_steps": 2,
+                           "weight_decay": 0.0})
+    assert start_trainer(cfg, run_id, redis_url).join() == 1
     msgs = stream(redis_client, run_id)
     failed = [m.data for m in msgs if m.kind == "state" and m.data["state"] == "failed"]
     assert failed and "non-finite for 2 consecutive steps" in failed[0]["detail"]
     values = [m.data["values"] for m in msgs if m.kind == "metrics"]
     # published as NaN/Inf, not dropped
-    assert any(not math.isfinite(v["train/loss"]) or not math.isfinite(v["grad/norm/total"]) for v in values)
-    assert values[-1]["train/finite"] == 0.0
+    assert any(not math.isfinite(v[contract.M_LOSS]) or not math.isfinite(v[contract.M_GRAD_NORM]) for v in values)
+    assert values[-1][contract.M_FINITE] == 0.0
 
 
-def test_a_bad_config_prints_one_line_and_exits_2(tmp_path):
-    p = run_cli(tiny_config(tmp_path, train={"batch_size": 0}), timeout=60)
+def test_a_bad_config_prints_one_line_and_exits_2(tmp_path, tiny, trainer_cli):
+    p = trainer_cli.run(tiny(train={"batch_size": 0}), timeout=60)
     assert p.returncode == 2
     assert p.stderr.strip() == "config error: train.batch_size: must be a positive integer"
-    p = run_cli(tiny_config(tmp_path, model={"n_heads": 3}), timeout=60)
+    p = trainer_cli.run(tiny(model={"n_heads": 3}), timeout=60)
     assert p.returncode == 2 and p.stderr.startswith("config error: model.n_heads: ")
     assert len(p.stderr.strip().splitlines()) == 1
     # found only when the data loads: still one line, still status 2
-    p = run_cli(tiny_config(tmp_path, data={"corpora": {"mine": str(tmp_path / "nope")}}), "--no-redis", timeout=60)
+    p = trainer_cli.run(tiny(data={"corpora": {"mine": str(tmp_path / "nope")}}), "--no-redis", timeout=120)
     assert p.returncode == 2, p.stderr[-2000:]
     assert p.stderr.strip().splitlines()[-1].startswith("config error: data.corpora.mine: ")
 
 
-@pytest.mark.slow
-def test_sigterm_checkpoints_then_exits_0(tmp_path, redis_url, redis_client, run_id):
-    import signal
+def test_set_overrides_a_config_value_and_a_bad_one_exits_2_naming_the_key(tiny, trainer_cli):
+    from training.config import load, parse_override
 
+    overrides = dict(map(parse_override, ["model.moe.expert_parallel=4", "train.lr=3e-4", "run.name=x",
+                                          "data.stages=['a']", "data.stage_fractions=[1.0]"]))
+    cfg = load(tiny(), overrides)
+    assert (cfg.model.moe.expert_parallel, cfg.train.lr, cfg.run.name) == (4, 3e-4, "x")
+    assert cfg.data.stages == ("a",) and cfg.model.moe.n_routed == 4  # the rest of [model.moe] is kept
+    for override, line in [("model.moe.expert_paralel=4", "config error: model.moe.expert_paralel: unknown key"),
+                           ("train.lr=fast", "config error: train.lr: must be a number, got 'fast'"),
+                           ("train.batch_size=0", "config error: train.batch_size: must be a positive integer"),
+                           ("lr=1", "config error: lr: an override is section.key=value")]:
+        p = trainer_cli.run(tiny(), "--set", "train.lr=3e-4", "--set", override, timeout=60)
+        assert p.returncode == 2 and p.stderr.strip().startswith(line), (override, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_set_overrides_reach_the_run(tmp_path, tiny, trainer_cli, jsonl):
     out = tmp_path / "m.jsonl"
-    proc = subprocess.Popen(trainer_cmd(tiny_config(tmp_path), "--run-id", run_id, "--metrics-jsonl", str(out)),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 90
-    while not any(r["kind"] == "metrics" and r["step"] >= 3 for r in jsonl(out)):
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    p = trainer_cli.run(tiny(), "--steps", "2", "--run-id", "overridden", "--no-redis", "--metrics-jsonl", str(out),
+                        "--set", "train.warmup_ratio=0", "--set", "train.lr=0.125", "--set", "run.name=renamed")
+    assert p.returncode == 0, p.stderr[-2000:]
+    records = jsonl(out)
+    run = next(r for r in records if r["kind"] == "run")
+    assert run["name"] == "renamed" and run["config"]["train"]["lr"] == 0.125
+    first = next(r for r in records if r["kind"] == "metrics")
+    assert first["values"][contract.M_LR] == 0.125
+
+
+def test_the_held_out_split_is_evaluated_every_eval_every_steps(tmp_path, tiny, start_trainer, jsonl):
+    out = tmp_path / "m.jsonl"
+    cfg = tiny.load(train={"eval_every": 3, "warmup_ratio": 0.0}, run={"steps": 6})
+    assert start_trainer(cfg, "evaluated", None, out).join() == 0
+    metrics = {r["step"]: r["values"] for r in jsonl(out) if r["kind"] == "metrics"}
+    evaluated = sorted(s for s, v in metrics.items() if contract.M_EVAL_LOSS in v)
+    assert evaluated == [3, 6]
+    for s in evaluated:
+        per_domain = [metrics[s][contract.eval_domain_loss(d)] for d in ("python_stdlib", "licenses")]
+        assert all(math.isfinite(x) and 0 < x < 10 for x in per_domain)
+        assert metrics[s][contract.M_EVAL_LOSS] == pytest.approx(sum(per_domain) / 2)
+    # the same params, the same held-out windows: the training steps in between lower the eval loss
+    assert metrics[6][contract.M_EVAL_LOSS] < metrics[3][contract.M_EVAL_LOSS]
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_then_exits_0(tmp_path, tiny, trainer_cli, jsonl, until, redis_url, redis_client,
+                                          run_id):
+    out = tmp_path / "m.jsonl"
+    proc = trainer_cli.popen(tiny(), "--run-id", run_id, "--metrics-jsonl", str(out), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
+    until(lambda: proc.poll() is not None or any(r["kind"] == "metrics" and r["step"] >= 3 for r in jsonl(out)),
+          180, "step 3 in the JSONL")
+    assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGINT)  # a supervisor and the terminal may both deliver one: still a clean stop
-    assert proc.wait(60) == 0, proc.stdout.read()[-2000:]
+    assert proc.wait(120) == 0, proc.stdout.read()[-2000:]
     states = [r for r in jsonl(out) if r["kind"] == "state"]
     assert states[-1]["state"] == "stopped" and states[-1]["detail"] in ("signal SIGTERM", "signal SIGINT")
     last = max(r["step"] for r in jsonl(out) if r["kind"] == "metrics")
     assert (tmp_path / "ckpt" / run_id / str(last)).is_dir()
 
 
-def test_a_second_trainer_on_the_same_run_is_refused(tmp_path, redis_url, redis_client, run_id):
+def test_a_second_trainer_on_the_same_run_is_refused(tiny, start_trainer, caplog, run_id):
+    from training.sinks import CompositeSink
     from training.train import Trainer
 
-    cfg = load_tiny(tmp_path)
-    with BackgroundTrainer(cfg, run_id, None) as bg:
-        bg.wait_step(1)
-        lines = []
-        assert Trainer(cfg, run_id, redis_url=None, log=lines.append).run() == 1
-        assert any("is already being trained (pid" in line for line in lines)
-        assert bg.thread.is_alive()
+    cfg = tiny.load()
+    bg = start_trainer(cfg, run_id, None)
+    bg.wait_step(1)
+    with caplog.at_level(logging.INFO, logger="training"):
+        assert Trainer(cfg, run_id, CompositeSink([])).run() == 1
+    assert any("is already being trained (pid" in r.getMessage() and r.getMessage().startswith(f"[{run_id}] failed")
+               for r in caplog.records)
+    assert bg.thread.is_alive()

@@ -1,0 +1,190 @@
+"""Training-test fixtures: tiny run configs, the real trainer on a thread or through its CLI, what it published."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from observatory import contract
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A 2-layer MoE that compiles in seconds and steps in milliseconds on a CPU.
+TINY = {
+    "run": {"name": "tiny", "seed": 3},
+    "model": {"vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64,
+              "seq_len": 32, "mlp": "moe"},
+    "model.moe": {"n_routed": 4, "top_k": 2, "n_shared": 1},
+    "train": {"batch_size": 4, "lr": 1e-2, "token_budget": 1_000_000, "allow_faults": True},
+    "data": {"builtin_domains": ["python_stdlib", "licenses"], "max_bytes_per_domain": 200_000},
+    "checkpoint": {"every_steps": 7, "every_minutes": 0.0, "keep_last": 3, "keep_every": 0},
+    "sinks": {"heartbeat_s": 0.3},
+}
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(v)
+
+
+class TinyConfigs:
+    """`tiny(**tables)` writes the tiny config with per-table overrides (e.g. train={"lr": 1.0}; model__moe= for
+    [model.moe]) and returns its path; checkpoints go under the test's tmp dir. `tiny.load(...)` parses it."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.written = 0
+
+    def __call__(self, name: str | None = None, **tables) -> Path:
+        merged = {k: dict(v) for k, v in TINY.items()}
+        merged["checkpoint"]["dir"] = str(self.directory / "ckpt")
+        for table, values in tables.items():
+            merged.setdefault(table.replace("__", "."), {}).update(values)
+        text = "\n".join(f"[{t}]\n" + "\n".join(f"{k} = {_toml_value(v)}" for k, v in vals.items()) + "\n"
+                         for t, vals in merged.items())
+        self.written += 1
+        path = self.directory / (name or f"tiny-{self.written}.toml")
+        path.write_text(text)
+        return path
+
+    def load(self, **tables):
+        from training.config import load
+
+        return load(self(**tables))
+
+
+@pytest.fixture
+def tiny(tmp_path) -> TinyConfigs:
+    return TinyConfigs(tmp_path)
+
+
+class BackgroundTrainer:
+    """The real Trainer, built as the CLI builds it, on a thread of this process (no subprocess start-up)."""
+
+    def __init__(self, cfg, run_id: str, redis_url: str | None, jsonl_path: Path | None = None):
+        from training.cli import build_trainer
+
+        self.trainer = build_trainer(cfg, run_id, redis_url=redis_url,
+                                     metrics_jsonl=str(jsonl_path) if jsonl_path else None)
+        self.rc = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        self.rc = self.trainer.run()
+
+    def wait_step(self, step: int, timeout: float = 120) -> None:
+        """Until the loop has dispatched `step` (the timeout only guards against a hang)."""
+        deadline = time.monotonic() + timeout
+        while self.trainer.state.step < step:
+            assert self.thread.is_alive(), f"trainer exited early with {self.rc}"
+            assert time.monotonic() < deadline, f"trainer stuck at step {self.trainer.state.step}"
+            time.sleep(0.01)
+
+    def join(self, timeout: float = 120) -> int:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "trainer did not stop"
+        return self.rc
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.trainer.request_stop("test teardown")
+            self.thread.join(120)
+
+
+@pytest.fixture
+def start_trainer():
+    """start_trainer(cfg, run_id, redis_url, jsonl_path=None) -> a running BackgroundTrainer, stopped at teardown."""
+    started: list[BackgroundTrainer] = []
+
+    def start(cfg, run_id: str, redis_url: str | None, jsonl_path: Path | None = None) -> BackgroundTrainer:
+        bg = BackgroundTrainer(cfg, run_id, redis_url, jsonl_path)
+        started.append(bg)
+        bg.thread.start()
+        return bg
+
+    yield start
+    for bg in started:
+        bg.stop()
+
+
+class TrainerCli:
+    """`python -m training ...` in a subprocess, from the repository root."""
+
+    @staticmethod
+    def cmd(config: Path, *args: str) -> list[str]:
+        return [sys.executable, "-m", "training", "run", "--config", str(config), *args]
+
+    def run(self, config: Path, *args: str, timeout: float = 180, env=None) -> subprocess.CompletedProcess:
+        return subprocess.run(self.cmd(config, *args), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+
+    def popen(self, config: Path, *args: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen(self.cmd(config, *args), cwd=ROOT, text=True, **kw)
+
+    @staticmethod
+    def control(*args: str, timeout: str = "20") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "training", "control", *args, "--timeout", timeout],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def trainer_cli() -> TrainerCli:
+    return TrainerCli()
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSONL mirror; a torn last line (killed mid-write) is skipped."""
+    out = []
+    if Path(path).exists():
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def read_stream(client, run_id: str) -> list[contract.Message]:
+    """Every entry of the run's telemetry stream, validated against the contract."""
+    return [contract.decode(f, expect_run=run_id) for _, f in client.xrange(contract.telemetry_stream(run_id))]
+
+
+@pytest.fixture
+def jsonl() -> Callable[[Path], list[dict]]:
+    return read_jsonl
+
+
+@pytest.fixture
+def stream() -> Callable[..., list[contract.Message]]:
+    return read_stream
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str, poll_s: float = 0.01):
+    """Poll `condition` until it returns something truthy (returned); the timeout only guards against a hang."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(poll_s)
+    return value
+
+
+@pytest.fixture
+def until() -> Callable:
+    return wait_until
