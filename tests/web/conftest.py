@@ -22,6 +22,7 @@ def web_settings(settings, redis_url):
     """In-process code (ingest, consumers, tasks) reads REDIS_URL/CHANNEL_LAYERS at call time: point them at the
     test database (settings were imported before the shared redis_url fixture set the environment)."""
     settings.REDIS_URL = redis_url
+    settings.OBS_CONTROL_KEY = contract.load_control_key()  # the key tests/conftest.py gives every process
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
                                            "CONFIG": {"hosts": [redis_url]}}}
     return settings
