@@ -46,8 +46,8 @@ def can(user, action: str) -> bool:
     return bool(personas_of(user) & allowed)
 
 
-def requires(action: str):
-    """For pages and form posts: anonymous -> the login page (302), signed in without the role -> 403."""
+def _guarded(action: str, refuse):
+    """A decorator that runs the view when `can(user, action)`, else returns `refuse(request)`."""
     MATRIX[action]  # fail at import time on a typo
 
     def deco(view):
@@ -55,29 +55,28 @@ def requires(action: str):
         def wrapper(request, *args, **kwargs):
             if can(request.user, action):
                 return view(request, *args, **kwargs)
-            if not request.user.is_authenticated:
-                return redirect_to_login(request.get_full_path())
-            raise PermissionDenied(f"your role may not {action}")
+            return refuse(request)
         wrapper.obs_action = action
         return wrapper
     return deco
+
+
+def requires(action: str):
+    """For pages and form posts: anonymous -> the login page (302), signed in without the role -> 403."""
+    def refuse(request):
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        raise PermissionDenied(f"your role may not {action}")
+    return _guarded(action, refuse)
 
 
 def api_requires(action: str):
     """For JSON endpoints: anonymous -> 401, signed in without the role -> 403, both as JSON errors."""
-    MATRIX[action]
-
-    def deco(view):
-        @functools.wraps(view)
-        def wrapper(request, *args, **kwargs):
-            if can(request.user, action):
-                return view(request, *args, **kwargs)
-            if not request.user.is_authenticated:
-                return JsonResponse({"error": "sign in required", "action": action}, status=401)
-            return JsonResponse({"error": "forbidden for your role", "action": action}, status=403)
-        wrapper.obs_action = action
-        return wrapper
-    return deco
+    def refuse(request):
+        if not request.user.is_authenticated:
+            return JsonResponse({"error": "sign in required", "action": action}, status=401)
+        return JsonResponse({"error": "forbidden for your role", "action": action}, status=403)
+    return _guarded(action, refuse)
 
 
 def bearer_secret(request) -> str:
