@@ -6,12 +6,14 @@
   a global and a per-topic vocabulary with bursty repeats, and the hidden state is the token embedding plus
   the document's topic vector (consecutive tokens route alike). The router bias is first balanced on the
   global stream by the aux-loss-free update itself, as in training, so what is left is per-group skew.
-- moe_vs_dense_step_time_ratio: train-step time of the demo MoE LM over a dense LM whose d_ff gives the same
-  active FLOPs per token (training/flops.py), measured in alternation.
-- ep8_vs_ep1_step_time_ratio: the same MoE step on 8 fake CPU devices (expert axis 8) over 1 device, each in
-  its own process (the device count is fixed when JAX starts), same global batch.
-- The demo is training/configs/demo.toml ([model] and [train].batch_size) when present.
-- mfu: demo MoE model FLOPs/token * tokens/s over the peak measured here with a large fp32 matmul.
+- step_timing: the trainer's own compiled step (training/step.py: AdamW, sharded state, in/out shardings) for
+  the demo and a larger config, standard vs pooled_wave dispatch, on 1 device and on 8 fake CPU devices as a
+  data 2 x expert 4 mesh, each device count in its own process (it is fixed when JAX starts), same global
+  batch. Step time is to device completion (median); tokens/s and MFU follow, with MFU from
+  training.flops.mfu over training.telemetry.peak_flops: the very numbers the dashboard shows for a run.
+- pooled_vs_standard_step_time: what pooled_wave's (waves + 1)x dispatch buffers and compaction cost.
+- memory_by_ep_on_8_devices: train-state bytes on the fullest device, and of it the routed experts' params and
+  Adam moments, for expert axis 1, 2, 4, 8.
 """
 
 from __future__ import annotations
@@ -39,114 +41,106 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def demo_moe():
-    """(model config, batch size) of the demo run: training/configs/demo.toml, or a built-in stand-in."""
-    from training.config import ModelConfig, MoEConfig, load
+def load_demo():
+    """The demo run config (training/configs/demo.toml)."""
+    from training.config import load
 
-    if DEMO_TOML.exists():
-        cfg = load(DEMO_TOML)
-        if cfg.model.mlp == "moe":
-            return cfg.model, cfg.train.batch_size
-    return ModelConfig(d_model=128, n_layers=2, n_heads=4, n_kv_heads=4, d_ff=512, seq_len=128, mlp="moe",
-                       moe=MoEConfig(n_routed=16, top_k=4, n_shared=2, capacity_factor=1.25)), 16
+    return load(DEMO_TOML)
 
 
-def matched_dense(moe_cfg):
-    """A dense LM whose active FLOPs per token equal the MoE's (d_ff = (k + shared) * expert width + router)."""
-    from training.flops import counts
+# ---------------------------------------------------------------- step timing (the trainer's own step)
 
-    target = counts(moe_cfg)["flops_per_token"]
-    dense = dataclasses.replace(moe_cfg, mlp="dense", moe=None)
-    per_ff = 6 * 3 * moe_cfg.d_model * moe_cfg.n_layers  # flops/token per unit of d_ff
-    base = counts(dataclasses.replace(dense, d_ff=1))["flops_per_token"] - per_ff
-    return dataclasses.replace(dense, d_ff=max(1, round((target - base) / per_ff)))
+LARGER = {"d_model": 256, "n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "d_ff": 512, "seq_len": 128}
+LARGER_MOE = {"n_routed": 32, "top_k": 4, "n_shared": 1, "group_size": 128}
+LARGER_BATCH = 8
 
 
-# ---------------------------------------------------------------- step timing
+def run_config(name: str, dispatch: str, data: int, expert: int):
+    """The demo run config (or the larger one) on a data x expert mesh with the given dispatch mode."""
+    from training.config import load
+
+    over = {"mesh.data": data, "mesh.expert": expert, "model.moe.dispatch": dispatch, "train.eval_every": 0}
+    if name == "larger":
+        over.update({f"model.{k}": v for k, v in LARGER.items()})
+        over.update({f"model.moe.{k}": v for k, v in LARGER_MOE.items()})
+        over["train.batch_size"] = LARGER_BATCH
+    return load(DEMO_TOML, over)
 
 
-def make_step(cfg, mesh=None):
-    import jax
-    import jax.numpy as jnp
-
-    from training import model
-
-    def loss_fn(params, state, tokens):
-        logits, aux = model.apply(params, state, tokens, cfg, mesh=mesh)
-        logp = jax.nn.log_softmax(logits[:, :-1])
-        ce = -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], -1))
-        return ce + aux["aux_loss"], aux
-
-    @jax.jit
-    def step(params, state, tokens):
-        (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, tokens)
-        params = jax.tree.map(lambda p, g: p - 1e-2 * g, params, grads)
-        return params, model.update_state(state, aux, cfg), loss
-
-    return step
-
-
-def step_timer(cfg, mesh=None, batch=16):
-    """Returns a function timing one train step (seconds), after compiling and warming up."""
+def step_timer(cfg):
+    """Times the trainer's compiled step (training.step) on cfg's mesh: seconds to device completion."""
     import jax
 
-    from training import model
+    from training import mesh as mesh_lib
+    from training import step as step_lib
 
-    params, state = model.init(cfg, jax.random.PRNGKey(0))
-    tokens = jax.random.randint(jax.random.PRNGKey(1), (batch, cfg.seq_len), 0, cfg.vocab_size)
-    step = make_step(cfg, mesh)
-    box = [params, state]
+    mesh = mesh_lib.make_mesh(cfg.mesh)
+    B, L = cfg.train.batch_size, cfg.model.seq_len
+    state = step_lib.jit_init_state(cfg, mesh)(jax.random.PRNGKey(0))
+    memory = step_lib.state_memory(state)
+    step = step_lib.jit_train_step(cfg, 1, mesh)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, cfg.model.vocab_size, (B, L + 1), dtype=np.int32)
+    tok = mesh_lib.put(tokens, mesh_lib.batch_sharding(mesh, 2))
+    dom = mesh_lib.put(np.zeros(B, np.int32), mesh_lib.batch_sharding(mesh, 1))
+    lr, one = (mesh_lib.put(np.float32(x), mesh_lib.replicated(mesh)) for x in (1e-3, 1.0))
+    box = [state]
     for _ in range(2):
-        box[0], box[1], loss = step(box[0], box[1], tokens)
-    jax.block_until_ready(loss)
+        box[0], m = step(box[0], tok, dom, lr, one)
+    jax.block_until_ready(m)
 
     def once() -> float:
         t0 = time.perf_counter()
-        box[0], box[1], loss = step(box[0], box[1], tokens)
-        jax.block_until_ready(loss)
+        box[0], m = step(box[0], tok, dom, lr, one)
+        jax.block_until_ready(m)
         return time.perf_counter() - t0
 
-    return once
+    return once, memory
 
 
-def measured_peak_flops() -> float:
-    """Best fp32 matmul FLOP/s on this host (the MFU denominator; CPUs publish no single peak)."""
+def ep_worker(rounds: int) -> dict:
+    """In a process with N (fake) devices: step time, tokens/s and MFU of demo and larger, standard vs pooled,
+    on one mesh for N = 1 and on data 2 x expert 4 for N = 8; and the state memory per device at every EP."""
     import jax
 
-    n = 2048
-    a = jax.random.normal(jax.random.PRNGKey(0), (n, n))
-    f = jax.jit(lambda a: a @ a)
-    jax.block_until_ready(f(a))
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        jax.block_until_ready(f(a))
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n ** 3 / best
+    from training.flops import counts, mfu
+    from training.telemetry import peak_flops
 
+    n = len(jax.devices())
+    data, expert = (1, 1) if n == 1 else (n // 4, 4)
+    peak, how = peak_flops(jax.devices()[0].device_kind, n)
+    rows = []
+    for name in ("demo", "larger"):
+        timers = {d: step_timer(run_config(name, d, data, expert)) for d in ("standard", "pooled_wave")}
+        times = {d: [] for d in timers}
+        for _ in range(rounds):  # alternate so that load from other processes hits both alike
+            for d, (once, _) in timers.items():
+                times[d].append(once())
+        for d, ts in times.items():
+            cfg = run_config(name, d, data, expert)
+            step_s = statistics.median(ts)
+            tps = cfg.train.batch_size * cfg.model.seq_len / step_s
+            rows.append({"config": name, "dispatch": d, "devices": n, "mesh": {"data": data, "expert": expert},
+                         "step_s": round(step_s, 4), "tokens_per_s": round(tps, 1),
+                         "mfu": round(mfu(tps, counts(cfg.model)["flops_per_token"], peak), 4),
+                         **timers[d][1]})
+            log(f"{name} {d} on {n} devices: {step_s * 1e3:.1f} ms/step, {tps:.0f} tok/s")
+    memory = []
+    if n > 1:
+        from training import mesh as mesh_lib
+        from training import step as step_lib
 
-def ep_worker(devices: int, rounds: int) -> dict:
-    import jax
-
-    from training.mesh import make_mesh
-
-    cfg, batch = demo_moe()
-    # Both runs use groups small enough for 8 devices to hold whole groups, so they compute the same thing.
-    group = min(cfg.moe.group_size, batch * cfg.seq_len // 8)
-    cfg = dataclasses.replace(cfg, moe=dataclasses.replace(cfg.moe, expert_parallel=devices, group_size=group))
-    mesh = make_mesh(cfg) if devices > 1 else None
-    t0 = time.perf_counter()
-    once = step_timer(cfg, mesh, batch)
-    compile_s = time.perf_counter() - t0
-    times = [once() for _ in range(rounds)]
-    return {"devices": len(jax.devices()), "step_s": statistics.median(times), "compile_s": compile_s,
-            "group_size": group}
+        for ep in (1, 2, 4, 8):
+            cfg = run_config("demo", "standard", n // ep, ep)
+            state = step_lib.jit_init_state(cfg, mesh_lib.make_mesh(cfg.mesh))(jax.random.PRNGKey(0))
+            memory.append({"expert_axis": ep, **step_lib.state_memory(state)})
+    return {"devices": n, "peak_flops": peak, "peak_flops_source": how, "rows": rows, "memory_by_ep": memory}
 
 
 def run_ep(devices: int, rounds: int) -> dict:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, __file__, "_ep", str(devices), str(rounds)], env=env,
-                         capture_output=True, text=True, check=True, timeout=900)
+    out = subprocess.run([sys.executable, __file__, "_ep", str(rounds)], env=env,
+                         capture_output=True, text=True, check=True, timeout=1800)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -243,60 +237,42 @@ def drop_table(tokens=32768, group=4096, batches=2) -> tuple[list[dict], dict]:
 def bench_moe(rounds: int) -> dict:
     import jax
 
-    from training.flops import counts
-
     t_start = time.perf_counter()
     rows, setup = drop_table()
-
-    moe_cfg, batch = demo_moe()
-    dense_cfg = matched_dense(moe_cfg)
-    log(f"timing demo MoE vs dense d_ff={dense_cfg.d_ff} (matched active FLOPs/token), batch {batch}")
-    t_moe, t_dense = step_timer(moe_cfg, batch=batch), step_timer(dense_cfg, batch=batch)
-    moe_times, dense_times = [], []
-    for _ in range(rounds):  # alternate so that load from other processes hits both alike
-        moe_times.append(t_moe())
-        dense_times.append(t_dense())
-    s_moe, s_dense = statistics.median(moe_times), statistics.median(dense_times)
-    log(f"step: moe {s_moe * 1e3:.1f} ms, dense {s_dense * 1e3:.1f} ms")
-
-    log("EP: 1 and 8 fake devices, each in its own process")
+    log("step timing: 1 and 8 fake devices, each in its own process (the trainer's step, real mesh)")
     ep1, ep8 = run_ep(1, rounds), run_ep(8, rounds)
-    log(f"EP step: 1 device {ep1['step_s'] * 1e3:.1f} ms, 8 devices {ep8['step_s'] * 1e3:.1f} ms")
+    timing = ep1["rows"] + ep8["rows"]
 
-    peak = measured_peak_flops()
-    c_moe, c_dense = counts(moe_cfg), counts(dense_cfg)
-    tps = batch * moe_cfg.seq_len / s_moe
+    def t(config, dispatch, devices):
+        return next(r for r in timing if (r["config"], r["dispatch"], r["devices"]) == (config, dispatch, devices))
+
     longest = max(SEQS)
 
     def drop(mode, cf, seq):
         key = (mode, cf, seq)
         return next(r["drop_fraction"] for r in rows if (r["mode"], r["capacity_factor"], r["seq_len"]) == key)
 
+    demo = load_demo()
     return {
         "drop_table": rows,
         "drop_setup": setup,
         "pooled_vs_standard_drop_at_longest": {str(cf): round(drop("pooled_wave", cf, longest)
                                                               / max(drop("standard", cf, longest), 1e-9), 3)
                                                for cf in (1.0, 1.25)},
-        "moe_vs_dense_step_time_ratio": round(s_moe / s_dense, 3),
-        "moe_step_s": round(s_moe, 4),
-        "dense_step_s": round(s_dense, 4),
-        "moe_flops_per_token": c_moe["flops_per_token"],
-        "dense_flops_per_token": c_dense["flops_per_token"],
-        "dense_d_ff": dense_cfg.d_ff,
-        "ep8_vs_ep1_step_time_ratio": round(ep8["step_s"] / ep1["step_s"], 3),
-        "ep1_step_s": round(ep1["step_s"], 4),
-        "ep8_step_s": round(ep8["step_s"], 4),
-        "ep_group_size": ep8["group_size"],
-        "mfu": round(c_moe["flops_per_token"] * tps / peak, 4),
-        "tokens_per_second": round(tps, 1),
-        "peak_flops_measured": round(peak, 1),
-        "demo": {"source": str(DEMO_TOML) if DEMO_TOML.exists() else "built-in", "d_model": moe_cfg.d_model,
-                 "n_layers": moe_cfg.n_layers, "seq_len": moe_cfg.seq_len, "batch": batch, "d_ff": moe_cfg.d_ff,
-                 "dispatch": moe_cfg.moe.dispatch, "capacity_factor": moe_cfg.moe.capacity_factor,
-                 "n_routed": moe_cfg.moe.n_routed, "top_k": moe_cfg.moe.top_k, "n_shared": moe_cfg.moe.n_shared,
-                 "params_total": c_moe["params_total"], "params_active": c_moe["params_active"]},
-        "host": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()},
+        "step_timing": timing,
+        "pooled_vs_standard_step_time": {f"{c}@{n}": round(t(c, "pooled_wave", n)["step_s"]
+                                                           / t(c, "standard", n)["step_s"], 3)
+                                         for c in ("demo", "larger") for n in (1, 8)},
+        "ep8_vs_ep1_step_time_ratio": {c: round(t(c, "standard", 8)["step_s"] / t(c, "standard", 1)["step_s"], 3)
+                                       for c in ("demo", "larger")},
+        "memory_by_ep_on_8_devices": ep8["memory_by_ep"],
+        "peak_flops": {"1": ep1["peak_flops"], "8": ep8["peak_flops"], "source": ep1["peak_flops_source"]},
+        "demo": {"d_model": demo.model.d_model, "n_layers": demo.model.n_layers, "seq_len": demo.model.seq_len,
+                 "batch": demo.train.batch_size, "n_routed": demo.model.moe.n_routed, "top_k": demo.model.moe.top_k,
+                 "group_size": demo.model.moe.group_size, "capacity_factor": demo.model.moe.capacity_factor},
+        "larger": {**LARGER, **LARGER_MOE, "batch": LARGER_BATCH},
+        "host": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend(),
+                 "load1": os.getloadavg()[0]},
         "rounds": rounds,
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
@@ -305,11 +281,11 @@ def bench_moe(rounds: int) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_ep":
-        print(json.dumps(ep_worker(int(argv[1]), int(argv[2]))))
+        print(json.dumps(ep_worker(int(argv[1]))))
         return 0
     ap = argparse.ArgumentParser(prog="bench/moe.py", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    ap.add_argument("--rounds", type=int, default=15, help="timed steps per measurement (median taken)")
+    ap.add_argument("--rounds", type=int, default=10, help="timed steps per measurement (median taken)")
     args = ap.parse_args(argv)
     result = bench_moe(args.rounds)
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

@@ -92,6 +92,21 @@ class Supervisor:
         log("all stopped")
 
 
+# The web server: uvicorn (uvloop, httptools, sans-I/O websockets) without per-message deflate, so that a live frame
+# encoded once per run is written as is to every viewer (bench/fanout.py measured it against daphne, which still
+# works: OBS_WEB_SERVER=daphne). The Dockerfile and deploy/compose.yaml use the same flags.
+UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--ws", "websockets-sansio",
+                 "--ws-per-message-deflate", "false", "--ws-max-size", str(2**20), "--lifespan", "off",
+                 "--backlog", "4096", "--no-access-log", "--log-level", "warning"]
+
+
+def web_command(host: str, port: int, server: str | None = None) -> list[str]:
+    server = server or os.environ.get("OBS_WEB_SERVER", "uvicorn")
+    if server == "daphne":
+        return [PY, "-m", "daphne", "-b", host, "-p", str(port), "-v", "0", "webapp.asgi:application"]
+    return [PY, "-m", "uvicorn", *UVICORN_FLAGS, "--host", host, "--port", str(port), "webapp.asgi:application"]
+
+
 def find_or_start_redis(sup: Supervisor) -> str:
     url = os.environ.get("REDIS_URL")
     if url:
@@ -111,8 +126,12 @@ def find_or_start_redis(sup: Supervisor) -> str:
     port = free_port()
     data = VAR / "redis"
     data.mkdir(parents=True, exist_ok=True)
+    # Persistence on: an append-only file fsynced every second (what Redis has confirmed survives a crash of
+    # Redis itself; a crash of the machine loses at most about the last second, which the trainer's publisher
+    # re-sends if it lives on), plus a snapshot every 60 s for fast restarts. See README "Durability".
     sup.start("redis", [exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
-                        "--save", "60 1000", "--appendonly", "no", "--logfile", str(VAR / "logs" / "redis.log")],
+                        "--appendonly", "yes", "--appendfsync", "everysec", "--save", "60 1000",
+                        "--logfile", str(VAR / "logs" / "redis.log")],
               dict(os.environ))
     url = f"redis://127.0.0.1:{port}/0"
     for _ in range(100):
@@ -172,7 +191,7 @@ def main() -> int:
         subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
                        stdout=subprocess.DEVNULL)
         run_id = choose_run_id(args.run)
-        sup.start("web", [PY, "-m", "daphne", "-b", args.host, "-p", str(args.port), "webapp.asgi:application"], env)
+        sup.start("web", web_command(args.host, args.port), env)
         sup.start("ingest", [PY, "manage.py", "ingest"], env)
         sup.start("celery", [PY, "-m", "celery", "-A", "webapp", "worker", "-B", "--concurrency", "1",
                              "--loglevel", "warning", "-s", str(VAR / "celerybeat-schedule")], env)

@@ -2,12 +2,14 @@
 
 Layout: <checkpoint.dir>/<run id>/<step>/{state,meta}: arrays in one item, JSON metadata (step, applied command
 ids, faults, config fingerprint) in the other. A checkpoint from an incompatible config is refused with the
-differing keys named, before any array is read. Retention: the newest `keep_last` plus every step that is a
-multiple of `keep_every`, forever.
+differing keys named, before any array is read. Retention is training.retention's policy, applied here once a
+write is on disk (orbax keeps everything itself); `entries()` lists what is kept and why, which the loop
+publishes for operators (`list-checkpoints`, the operator panel).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ import orbax.checkpoint as ocp
 
 from training.config import CheckpointSection
 from training.errors import CheckpointError
+from training.retention import Entry, Retention, kind_of
 
 FORMAT_VERSION = 1
 
@@ -57,17 +60,19 @@ def to_json(x: Any) -> Any:
 class Checkpoints:
     """A CheckpointManager for one run directory. `save` is async: it returns once arrays are copied off device."""
 
-    def __init__(self, directory: str | Path, keep_last: int = 3, keep_every: int = 0, async_save: bool = True):
+    def __init__(self, directory: str | Path, keep_last: int = 3, keep_every: int = 0, async_save: bool = True,
+                 policy: Retention | None = None):
         self.directory = Path(directory).absolute()
-        self._opts = dict(keep_last=keep_last, keep_every=keep_every, async_save=async_save)
+        self.policy = policy or Retention(keep_last=keep_last, keep_every=keep_every)
+        self._async = async_save
         self._mngr = self._open()
         self._writing: tuple[int, float] | None = None  # (step, start) of a save not yet known to be on disk
+        self._info: dict[int, dict] = {}  # step -> {"why", "saved_at", "bytes"}: read once per checkpoint
 
     def _open(self) -> ocp.CheckpointManager:
-        o = self._opts
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=o["keep_last"], keep_period=o["keep_every"] or None, create=True,
-            enable_async_checkpointing=o["async_save"], cleanup_tmp_directories=True)
+        # Orbax keeps every checkpoint; `prune()` applies our policy, which knows why each one was taken.
+        options = ocp.CheckpointManagerOptions(max_to_keep=None, create=True,
+                                               enable_async_checkpointing=self._async, cleanup_tmp_directories=True)
         return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
     # ------------------------------------------------------------------------------------------ queries
@@ -106,6 +111,7 @@ class Checkpoints:
         self._mngr.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                           meta=ocp.args.JsonSave(meta)), force=True)
         self._writing = (int(step), t0)
+        self._info[int(step)] = {"why": str(meta.get("why", "periodic")), "saved_at": meta["saved_at"]}
         return time.perf_counter() - t0
 
     @property
@@ -122,7 +128,49 @@ class Checkpoints:
         if self._writing is None:
             return None
         (step, t0), self._writing = self._writing, None
-        return {"step": step, "write_s": time.perf_counter() - t0}
+        info = {"step": step, "write_s": time.perf_counter() - t0}
+        pruned = self.prune()
+        if pruned:
+            info["pruned"] = sorted(pruned)
+        return info
+
+    # ------------------------------------------------------------------------------------------ retention
+    def _described(self, step: int) -> dict:
+        """why/saved_at/bytes of a finished checkpoint (its meta file read directly: no orbax round trip)."""
+        info = self._info.setdefault(step, {})
+        if "why" not in info:
+            try:
+                meta = json.loads((self.directory / str(step) / "meta" / "metadata").read_text())
+            except (OSError, ValueError):
+                meta = {}
+            info.update(why=str(meta.get("why", "periodic")), saved_at=meta.get("saved_at"))
+        if "bytes" not in info:
+            info["bytes"] = sum(f.stat().st_size for f in (self.directory / str(step)).rglob("*") if f.is_file())
+        return info
+
+    def entries(self) -> list[dict]:
+        """Every checkpoint on disk, oldest first: step, why, kind, saved_at, bytes and why it is kept."""
+        if self.saving():
+            steps = [s for s in self.steps() if not self._writing or s != self._writing[0]]
+        else:
+            steps = self.steps()
+        keep, _ = self.policy.plan([Entry(s, self._described(s)["why"], self._described(s)["bytes"])
+                                    for s in steps])
+        return [{"step": s, "why": self._info[s]["why"], "kind": kind_of(self._info[s]["why"]),
+                 "saved_at": self._info[s].get("saved_at"), "bytes": self._info[s]["bytes"],
+                 "kept": keep.get(s, "")} for s in steps]
+
+    def prune(self) -> dict[int, str]:
+        """Delete what the policy does not keep ({step: why it went}); only when no write is in flight."""
+        if self.saving():
+            return {}
+        steps = self.steps()
+        _, drop = self.policy.plan([Entry(s, self._described(s)["why"], self._described(s)["bytes"])
+                                    for s in steps])
+        for s in sorted(drop):
+            self._mngr.delete(s)
+            self._info.pop(s, None)
+        return drop
 
     def restore(self, step: int, abstract_state: Any, fingerprint: dict) -> tuple[Any, dict]:
         """Restore (state, meta) of `step` into the structure of `abstract_state` after a compatibility check."""
@@ -145,6 +193,7 @@ class Checkpoints:
         dest.mkdir(parents=True)
         for s in newer:
             shutil.move(str(self.directory / str(s)), str(dest / str(s)))
+            self._info.pop(s, None)  # the new branch may reuse the step number
         self._mngr.reload()
         return newer
 
@@ -184,9 +233,18 @@ def set_aside_run(directory: str | Path) -> Path | None:
 class Checkpointer:
     """The loop's checkpoint hook: whether a save is due, saving, and reporting when an async write lands."""
 
-    def __init__(self, cfg: CheckpointSection, store: Checkpoints, event: Callable[[str, dict], None]):
+    def __init__(self, cfg: CheckpointSection, store: Checkpoints, event: Callable[[str, dict], None],
+                 publish: Callable[[list[dict]], None] | None = None):
         self.cfg, self.store, self._event = cfg, store, event
+        store.policy = Retention.from_section(cfg)
+        self.publish = publish  # receives the checkpoint list whenever it changes (the run's Redis key)
         self._last_t = time.monotonic()
+        self.publish_list()
+
+    def publish_list(self) -> None:
+        """Tell operators which checkpoints exist now (after a write landed, a prune, a rollback's set-aside)."""
+        if self.publish is not None:
+            self.publish(self.store.entries())
 
     def due(self, step: int) -> bool:
         c = self.cfg
@@ -200,7 +258,7 @@ class Checkpointer:
 
     def save(self, step: int, tree: Any, meta: dict, why: str, wait: bool) -> dict:
         self.poll(block=True)
-        blocked = self.store.save(step, tree, meta)
+        blocked = self.store.save(step, tree, {**meta, "why": why})
         info = {"step": step, "blocked_s": blocked, "why": why, "directory": str(self.store.directory)}
         if wait or not self.cfg.async_save:
             info.update(self.poll(block=True) or {})
@@ -215,4 +273,5 @@ class Checkpointer:
         info = self.store.wait()
         if info is not None:
             self._event("checkpoint_written", info)
+            self.publish_list()
         return info

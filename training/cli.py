@@ -1,11 +1,15 @@
-"""Command line: `python -m training run ...` trains; `python -m training control ...` steers a running run.
+"""Command line: `python -m training run ...` trains; `python -m training control ...` steers a running run;
+`python -m training list-checkpoints RUN` shows what a rollback can go back to.
 
-Exit statuses: run -> 0 stopped cleanly, 1 failed, 2 config error; control -> 0 applied, 1 rejected, 3 no ack.
+Exit statuses: run -> 0 stopped cleanly, 1 failed, 2 config error; control -> 0 applied, 1 rejected, 3 no ack;
+list-checkpoints -> 0 listed, 1 no list published for that run, 3 Redis unreachable.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import logging
 import os
 import signal
@@ -47,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--redis-url", default=None)
     c.add_argument("--id", dest="cmd_id", default=None,
                    help="command id; reuse it to retry safely (a command id is never applied twice)")
+    lc = sub.add_parser("list-checkpoints", help="the run's checkpoints (as its trainer last published them)")
+    lc.add_argument("run_id")
+    lc.add_argument("--redis-url", default=None)
+    lc.add_argument("--json", action="store_true", help="print the published JSON as it is")
     return p
 
 
@@ -85,16 +93,18 @@ def build_trainer(cfg: RunConfig, run_id: str, *, redis_url: str | None, fresh: 
                   metrics_jsonl: str | None = None):
     """The Trainer with the sinks and the command channel its config asks for (redis_url None: neither)."""
     # Imported here: `python -m training control` should not pay for importing JAX.
+    from training import distributed
     from training.control import ControlChannel
     from training.redis_sink import RedisSink
     from training.sinks import CompositeSink, JsonlSink, WandbSink
     from training.train import Trainer
 
-    url = redis_url if cfg.sinks.redis else None
+    leader = distributed.is_leader()  # in a multi-process job only process 0 publishes and reads commands
+    url = redis_url if cfg.sinks.redis and leader else None
     sinks = [RedisSink(url, run_id)] if url else []
-    if metrics_jsonl or cfg.sinks.jsonl:
+    if (metrics_jsonl or cfg.sinks.jsonl) and leader:
         sinks.append(JsonlSink(metrics_jsonl or cfg.sinks.jsonl))
-    if cfg.sinks.wandb != "off":
+    if cfg.sinks.wandb != "off" and leader:
         s = cfg.sinks
         sinks.append(WandbSink(s.wandb_project, run_id, cfg.to_dict(), dir=s.wandb_dir, name=cfg.run.name,
                                mode=s.wandb))
@@ -131,6 +141,9 @@ def cmd_run(ns) -> int:
         if not contract.RUN_ID_RE.match(run_id):
             raise ConfigError("run-id", f"{run_id!r} must be 1-64 letters, digits or '_.-'")
         redis_url = None if ns.no_redis else (ns.redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL)
+        from training import distributed
+
+        distributed.initialize(cfg.distributed)  # before anything touches a device
         trainer = build_trainer(cfg, run_id, redis_url=redis_url, fresh=ns.fresh, metrics_jsonl=ns.metrics_jsonl)
         install_signal_handlers(trainer)
         return trainer.run()
@@ -189,6 +202,38 @@ def cmd_control(ns) -> int:
     return 3
 
 
+def cmd_list_checkpoints(ns) -> int:
+    import redis as redis_lib
+
+    from observatory.streams import connect
+
+    configure_logging()
+    url = ns.redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    try:
+        raw = connect(url, timeout=5.0, decode_responses=True).get(contract.checkpoints_key(ns.run_id))
+    except redis_lib.RedisError as e:
+        log.error("error: Redis at %s: %s", url, e)
+        return 3
+    if raw is None:
+        log.info("no checkpoint list for run %r (its trainer publishes one once it runs)", ns.run_id)
+        return 1
+    if ns.json:
+        print(raw)
+        return 0
+    listing = json.loads(raw)
+    log.info("%8s  %-11s  %-19s  %9s  %s", "step", "kind", "saved (UTC)", "size", "kept because")
+    for c in listing["checkpoints"]:
+        saved = dt.datetime.fromtimestamp(c["saved_at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S") \
+            if c.get("saved_at") else "?"
+        log.info("%8d  %-11s  %-19s  %7.1f MB  %s", c["step"], c["kind"], saved, c["bytes"] / 1e6,
+                 c["kept"] or "(goes at the next prune)")
+    age = time.time() - listing["t"]
+    log.info("%d checkpoint(s), listed %.0f s ago. Roll back with: python -m training control %s rollback STEP "
+             "[SKIP] --reason ... (a step between checkpoints restores the nearest earlier one)",
+             len(listing["checkpoints"]), age, ns.run_id)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
-    return cmd_run(ns) if ns.cmd == "run" else cmd_control(ns)
+    return {"run": cmd_run, "control": cmd_control, "list-checkpoints": cmd_list_checkpoints}[ns.cmd](ns)

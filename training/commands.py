@@ -3,6 +3,10 @@
 `apply_commands` deduplicates, applies and acknowledges (the reading and acking on Redis is training.control's).
 Each handler `(cmd, state, ctx) -> detail` returns the ack's detail or raises CommandError, acked `rejected` with
 that reason while the run carries on. `ctx` is what a handler may touch besides the state (the Trainer).
+A destructive command (contract.COMMAND_SPECS) is preceded by a checkpoint of the state it is about to end or
+discard, once its own checks passed. A rollback undoes the commands applied after the checkpoint it restores
+(except pause/resume/stop, whose effect is on the loop, not the state): their ids stop counting as applied and
+a `commands_rolled_back` event lists them.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Protocol
 
-from observatory.contract import Command
+from observatory.contract import COMMAND_SPECS, Command
 from training.checkpoint import Checkpointer
 from training.config import RunConfig
 from training.control import ControlChannel
@@ -21,7 +25,11 @@ from training.sampler import MixtureSampler
 from training.schedule import Schedule
 
 
+NOT_UNDONE_BY_ROLLBACK = frozenset({"pause", "resume", "stop"})  # they act on the loop, not the restored state
+
+
 class Context(Protocol):
+    control: ControlChannel | None
     cfg: RunConfig
     schedule: Schedule
     sampler: MixtureSampler
@@ -47,6 +55,10 @@ def apply_commands(cmds: list[Command], state: RunState, ctx: Context, channel: 
             handler = HANDLERS.get(cmd.name)
             if handler is None:  # the contract knows a command this trainer does not
                 raise CommandError(f"unknown command {cmd.name!r}")
+            spec = COMMAND_SPECS.get(cmd.name)
+            if spec is not None and spec.destructive:
+                PRECHECKS.get(cmd.name, lambda *a: None)(cmd, state, ctx)
+                ctx.save_checkpoint(f"before {cmd.name} {cmd.id}", wait=True)
             detail = handler(cmd, state, ctx)
         except (CommandError, ConfigError, ValueError) as e:
             state.applied_ids.discard(cmd.id)
@@ -88,12 +100,27 @@ def checkpoint(cmd: Command, s: RunState, ctx: Context) -> str:
             f"{info.get('write_s', 0):.3f} s")
 
 
+def rollback_target(cmd: Command, s: RunState, ctx: Context) -> int:
+    """The checkpoint a rollback restores: the asked step, or the nearest earlier checkpoint."""
+    asked, steps = cmd.args["step"], ctx.checkpointer.store.steps()
+    if asked > s.step:
+        raise CommandError(f"no checkpoint at step {asked}: the run is at step {s.step} (available: {steps})")
+    earlier = [c for c in steps if c <= asked]
+    if not earlier:
+        raise CommandError(f"no checkpoint at step {asked} or before it (available: {steps})")
+    return earlier[-1]
+
+
 def rollback(cmd: Command, s: RunState, ctx: Context) -> str:
-    target, skip = cmd.args["step"], cmd.args["skip_batches"]
+    asked, skip = cmd.args["step"], cmd.args["skip_batches"]
     store = ctx.checkpointer.store
-    if target not in store.steps():
-        raise CommandError(f"no checkpoint at step {target} (available: {store.steps()})")
     ctx.checkpointer.poll(block=True)
+    target = rollback_target(cmd, s, ctx)
+    try:
+        saved_ids = set(store.read_meta(target).get("applied_ids", []))
+    except Exception as e:
+        raise CommandError(f"cannot roll back: {e}") from None
+    before = set(s.applied_ids)
     from_step = max(s.last_published or 0, s.step, target)
     try:
         ctx.restore(target)
@@ -104,11 +131,25 @@ def rollback(cmd: Command, s: RunState, ctx: Context) -> str:
     aside = store.set_aside_after(target)
     s.last_published = target
     ctx.rewind(from_step, target)
-    ctx.event("rollback", {"from_step": from_step, "to_step": target, "skip_batches": skip, "set_aside": aside})
+    channel = getattr(ctx, "control", None)
+    names = channel.applied_names if channel is not None else {}
+    undone = sorted(i for i in before - saved_ids - {cmd.id} if names.get(i) not in NOT_UNDONE_BY_ROLLBACK)
+    s.applied_ids.difference_update(undone)
+    if channel is not None:
+        channel.forget(undone)
+    ctx.event("rollback", {"from_step": from_step, "to_step": target, "asked_step": asked, "skip_batches": skip,
+                           "set_aside": aside, "undone": undone})
+    if undone:
+        ctx.event("commands_rolled_back", {"ids": undone, "by": cmd.id, "to_step": target,
+                                           "detail": f"undone by rollback {cmd.id} to step {target}"})
+    ctx.checkpointer.publish_list()
     ctx.interrupted()
     ctx.checkpointer.restart_clock()
-    return (f"rolled back to step {target}" + (f", skipping {skip} batches" if skip else "")
-            + (f"; newer checkpoints {aside} set aside" if aside else ""))
+    return (f"rolled back to step {target}"
+            + (f" (the nearest checkpoint at or before step {asked})" if target != asked else "")
+            + (f", skipping {skip} batches" if skip else "")
+            + (f"; newer checkpoints {aside} set aside" if aside else "")
+            + (f"; undid {len(undone)} command(s): {', '.join(undone)}" if undone else ""))
 
 
 def set_lr_multiplier(cmd: Command, s: RunState, ctx: Context) -> str:
@@ -151,6 +192,7 @@ def inject_fault(cmd: Command, s: RunState, ctx: Context) -> str:
     return f"{fault} injected from step {s.step + 1}" + (f" for {n} steps" if fault != "stall" else "")
 
 
+PRECHECKS: dict[str, Callable[[Command, RunState, Context], object]] = {"rollback": rollback_target}
 HANDLERS: dict[str, Callable[[Command, RunState, Context], str]] = {
     "pause": pause, "resume": resume, "stop": stop, "checkpoint": checkpoint, "rollback": rollback,
     "set-lr-multiplier": set_lr_multiplier, "set-token-budget": set_token_budget, "set-mixture": set_mixture,

@@ -21,9 +21,13 @@ from typing import Any, Callable, ClassVar
 
 from training.errors import ConfigError
 
-BUILTIN_DOMAINS = ("python_stdlib", "docstrings", "licenses", "docs_text")  # offline text every machine has
+# Built-in text domains: the first four come from pinned packages (the same on every machine); python_stdlib is
+# the interpreter's library (differs between Python versions), an option only.
+BUILTIN_DOMAINS = ("python_source", "docstrings", "licenses", "docs_text", "python_stdlib")
+DEFAULT_DOMAINS = BUILTIN_DOMAINS[:4]
 DOMAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # becomes part of metric names
 DTYPES = ("float32", "bfloat16")
+COMPUTE_ONLY = ("attention", "remat")  # model keys left out of the checkpoint fingerprint
 
 # A check returns None when the value is fine, else a message, or (sub-key, message) for a part of the value.
 Check = Callable[[Any], "str | tuple[str, str] | None"]
@@ -210,7 +214,7 @@ class TrainSection(Section):
 @dataclass(frozen=True)
 class DataSection(Section):
     KEY: ClassVar[str] = "data"
-    builtin_domains: tuple[str, ...] = setting(BUILTIN_DOMAINS, _builtin_domains)  # offline text domains
+    builtin_domains: tuple[str, ...] = setting(DEFAULT_DOMAINS, _builtin_domains)  # offline text domains
     corpora: dict[str, str] = setting({}, _corpora)  # extra domain -> directory of .txt/.jsonl/.parquet files
     stages: tuple[str, ...] = setting(("pretrain", "midtrain"), _distinct_names)  # stage names, in order
     stage_fractions: tuple[float, ...] = setting((0.8, 0.2), _fractions)  # token-budget share of each stage
@@ -218,7 +222,9 @@ class DataSection(Section):
     max_bytes_per_domain: int = setting(4_000_000, at_least(1024, "must be at least 1024"))  # read cap
     docstring_source_bytes: int = setting(2_000_000, nonneg_int)  # source parsed for docstrings (~3 MB/s)
     eval_fraction: float = setting(0.02, between(0, 0.5, "must be >= 0 and < 0.5", open_hi=True))  # held out
-    tokenizer: str = setting("byte", one_of("byte", what="tokenizer"))  # "byte": UTF-8 bytes, vocab 256
+    # "byte": UTF-8 bytes (vocab 256); "bpe": byte-level BPE of model.vocab_size ids trained on the run's corpus
+    tokenizer: str = setting("byte", one_of("byte", "bpe", what="tokenizer"))
+    allow_changed_data: bool = False  # resume even when a domain's text hash differs from the checkpoint's
 
     @property
     def domain_names(self) -> list[str]:
@@ -245,6 +251,10 @@ class CheckpointSection(Section):
     every_minutes: float = setting(1.0, nonneg)  # ... or when this much wall time passed (0 = off)
     keep_last: int = setting(3, positive_int)  # keep the newest K checkpoints
     keep_every: int = setting(1000, nonneg_int)  # ... and every multiple of this step, forever (0 = none)
+    recent_every: int = setting(100, nonneg_int)  # ... and every multiple of this step within recent_steps (0 = none)
+    recent_steps: int = setting(2000, nonneg_int)  # ... of the newest checkpoint: a late-noticed spike can be undone
+    keep_manual: bool = True  # ... and every checkpoint asked for, taken before a destructive command, or final
+    max_disk_gb: float = setting(0.0, nonneg)  # then drop the oldest (never the newest) to fit this (0 = no cap)
     async_save: bool = True  # write in the background; the loop only waits for the device->host copy
 
 
@@ -276,14 +286,10 @@ class MoEConfig(Section):
     bias_update_rate: float = setting(1e-3, nonneg)  # aux-loss-free balancing step size (0 = off)
     lb_loss_coef: float = setting(0.0, nonneg)  # Switch-style load-balancing loss weight (always logged)
     z_loss_coef: float = setting(1e-4, nonneg)  # router logit z-loss weight (always logged)
-    expert_parallel: int = setting(1, at_least(1))  # size of the mesh's "expert" axis
 
     def check(self) -> None:
         if self.top_k > self.n_routed:
             raise ConfigError("model.moe.top_k", f"must be >= 1 and <= n_routed ({self.n_routed})")
-        if self.n_routed % self.expert_parallel:
-            raise ConfigError("model.moe.expert_parallel", f"n_routed ({self.n_routed}) must divide evenly over "
-                                                           f"expert_parallel ({self.expert_parallel})")
 
 
 @dataclass(frozen=True)
@@ -299,6 +305,8 @@ class ModelConfig(Section):
     mlp: str = setting("dense", one_of("dense", "moe", what="mlp"))  # "dense" or "moe"
     moe: MoEConfig | None = None  # MoE settings; filled with defaults when mlp == "moe" and omitted
     dtype: str = setting("float32", one_of(*DTYPES, what="dtype"))  # compute dtype; params stay float32
+    attention: str = setting("auto", one_of("auto", "xla", "cudnn", what="attention"))  # dot_product_attention
+    remat: str = setting("none", one_of("none", "full", "dots", what="remat policy"))  # recompute in backward
     tie_embeddings: bool = True  # reuse the input embedding as the output projection
     rope_theta: float = 10000.0  # RoPE base frequency
     norm_eps: float = setting(1e-6, positive)  # RMSNorm epsilon
@@ -327,6 +335,24 @@ class ModelConfig(Section):
 
 
 @dataclass(frozen=True)
+class MeshSection(Section):
+    KEY: ClassVar[str] = "mesh"
+    data: int = setting(0, nonneg_int)  # "data" axis size (0 = every device the other axes leave)
+    expert: int = setting(1, positive_int)  # "expert" axis size: each device holds n_routed / expert experts
+
+
+@dataclass(frozen=True)
+class DistributedSection(Section):
+    KEY: ClassVar[str] = "distributed"
+    # Empty/negative values fall back to OBS_COORDINATOR, OBS_NUM_PROCESSES and OBS_PROCESS_ID; with neither,
+    # one process (no jax.distributed). Every process runs the same command line and config.
+    coordinator: str = ""  # host:port of process 0's coordinator service
+    num_processes: int = setting(0, nonneg_int)  # processes in the job (0 = from the environment, else 1)
+    process_id: int = setting(-1, at_least(-1, "must be -1 (from the environment) or an index >= 0"))  # index
+    timeout_s: int = setting(300, positive_int)  # how long processes wait for each other at start-up
+
+
+@dataclass(frozen=True)
 class RunConfig(Section):
     run: RunSection = RunSection()  # [run]
     model: ModelConfig = ModelConfig()  # [model] and [model.moe]
@@ -334,6 +360,18 @@ class RunConfig(Section):
     data: DataSection = DataSection()  # [data]
     checkpoint: CheckpointSection = CheckpointSection()  # [checkpoint]
     sinks: SinksSection = SinksSection()  # [sinks]
+    mesh: MeshSection = MeshSection()  # [mesh]: not in the fingerprint, so a run may resume on another mesh
+    distributed: DistributedSection = DistributedSection()  # [distributed]: multi-host jobs
+
+    def check(self) -> None:
+        if self.data.tokenizer == "byte" and self.model.vocab_size < 256:
+            raise ConfigError("model.vocab_size", "must be >= 256 for the byte tokenizer")
+        if self.data.tokenizer == "bpe" and self.model.vocab_size < 512:
+            raise ConfigError("model.vocab_size", "must be >= 512 for a BPE tokenizer (256 bytes + merges)")
+        moe = self.model.moe if self.model.mlp == "moe" else None
+        if moe is not None and moe.n_routed % self.mesh.expert:
+            raise ConfigError("mesh.expert", f"n_routed ({moe.n_routed}) must divide evenly over the expert "
+                                             f"axis ({self.mesh.expert})")
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict of every field (defaults included): what the `run` message carries."""
@@ -342,6 +380,8 @@ class RunConfig(Section):
     def fingerprint(self) -> dict:
         """The parts a checkpoint must agree with: the state's shapes and the sampler's meaning depend on them."""
         d = self.to_dict()
+        for how in COMPUTE_ONLY:  # how the step computes, not what the state is: free to change on resume
+            d["model"].pop(how)
         return {"model": d["model"], "data.tokenizer": d["data"]["tokenizer"], "data.stages": d["data"]["stages"],
                 "data.domains": self.data.domain_names}
 

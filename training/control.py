@@ -10,6 +10,7 @@ reaches the loop: failed writes are logged and dropped.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -41,6 +42,7 @@ class ControlChannel:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.applied_ids: set[str] = set()
+        self.applied_names: dict[str, str] = {}  # id -> command, for the ids applied by this process
         self._pending_ids: set[str] = set()  # accepted and queued, not yet applied or rejected
         self._writer = connect(redis_url, timeout=1.0)
         self._thread = threading.Thread(target=self._run, name=f"control-{run_id}", daemon=True)
@@ -64,6 +66,27 @@ class ControlChannel:
         except Exception as e:  # Redis is optional for training; the checkpoint's list still guards the ids
             log.warning("control %s: could not reconcile applied command ids: %s", self.run_id, e)
             return []
+
+    def forget(self, ids: list[str]) -> None:
+        """A rollback undid these commands: their ids no longer count as applied (resending one applies it)."""
+        if not ids:
+            return
+        with self._lock:
+            self.applied_ids.difference_update(ids)
+            for i in ids:
+                self.applied_names.pop(i, None)
+        try:
+            self._writer.srem(self.applied_key, *ids)
+        except Exception as e:  # the checkpoint's list (without them) still guards a restart
+            log.warning("control %s: could not forget undone command ids: %s", self.run_id, e)
+
+    def publish_checkpoints(self, entries: list[dict]) -> None:
+        """The checkpoint list operators pick a rollback target from (contract.checkpoints_key)."""
+        try:
+            self._writer.set(contract.checkpoints_key(self.run_id),
+                             json.dumps({"t": time.time(), "checkpoints": entries}))
+        except Exception as e:
+            log.warning("control %s: could not publish the checkpoint list: %s", self.run_id, e)
 
     def close(self) -> None:
         self._stop.set()
@@ -95,6 +118,7 @@ class ControlChannel:
     def applied(self, cmd: Command, detail: str = "", step: int | None = None) -> None:
         with self._lock:
             self.applied_ids.add(cmd.id)
+            self.applied_names[cmd.id] = cmd.name
             self._pending_ids.discard(cmd.id)
         self._finish(cmd, "applied", detail, step, remember=True)
 

@@ -1,4 +1,4 @@
-"""Parameter counts and training FLOPs per token of a ModelConfig (analytic, from the config alone).
+"""Parameter counts, training FLOPs per token of a ModelConfig (analytic, from the config alone), and MFU.
 
 Convention (PaLM appendix B): training FLOPs/token = 6 * N_matmul_active + 12 * n_layers * seq_len * d_model,
 where N_matmul_active counts the weights a token multiplies through (attention projections, the shared experts
@@ -32,3 +32,11 @@ def counts(cfg: ModelConfig) -> dict:
     matmul_active = cfg.n_layers * (attn + mlp_active) + cfg.vocab_size * D
     flops = 6.0 * matmul_active + 12.0 * cfg.n_layers * cfg.seq_len * D
     return {"params_total": int(total), "params_active": int(active), "flops_per_token": float(flops)}
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak_flops_per_s: float | None) -> float | None:
+    """The one MFU: model FLOPs (counts()["flops_per_token"], attention included) per second / peak; None when
+    the peak is unknown. The trainer's dashboard number and bench/moe.py both come from here."""
+    if not peak_flops_per_s or not flops_per_token:
+        return None
+    return tokens_per_s * flops_per_token / peak_flops_per_s

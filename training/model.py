@@ -7,6 +7,7 @@ V vocab, E routed experts, N layers.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +55,22 @@ def init(cfg: ModelConfig, key) -> tuple[dict, dict]:
     return params, state
 
 
+def param_axes(cfg: ModelConfig) -> tuple[dict, dict]:
+    """Logical axis names of every array `init` returns, as (params, model_state) trees of name tuples."""
+    layer = {"attn_norm": ("embed",), "wq": ("embed", "heads"), "wk": ("embed", "kv"), "wv": ("embed", "kv"),
+             "wo": ("heads", "embed"), "mlp_norm": ("embed",)}
+    if cfg.mlp == "moe":
+        layer["moe"] = moe_lib.param_axes(cfg.moe)
+    else:
+        layer["mlp"] = {"w_gate": ("embed", "mlp"), "w_up": ("embed", "mlp"), "w_down": ("mlp", "embed")}
+    params: dict = {"embed": ("vocab", "embed"), "layers": {f"{i}": dict(layer) for i in range(cfg.n_layers)},
+                    "final_norm": ("embed",)}
+    if not cfg.tie_embeddings:
+        params["unembed"] = ("embed", "vocab")
+    state = {"router_bias_NxE": ("layers", "routed"), "step": ()} if cfg.mlp == "moe" else {}
+    return params, state
+
+
 # ---------------------------------------------------------------- forward
 
 
@@ -68,43 +85,53 @@ def _rope(x_BxLxHxQ, theta: float):
 
 
 def attention(x_BxLxD, p: dict, cfg: ModelConfig):
+    """Causal GQA self-attention through jax.nn.dot_product_attention (cuDNN flash on GPUs when it applies)."""
     B, L, _ = x_BxLxD.shape
     H, K, Q, dt = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, DTYPES[cfg.dtype]
     q_BxLxHxQ = _rope((x_BxLxD @ p["wq"].astype(dt)).reshape(B, L, H, Q), cfg.rope_theta)
     k_BxLxKxQ = _rope((x_BxLxD @ p["wk"].astype(dt)).reshape(B, L, K, Q), cfg.rope_theta)
     v_BxLxKxQ = (x_BxLxD @ p["wv"].astype(dt)).reshape(B, L, K, Q)
-    # GQA: group query heads by their kv head instead of repeating k/v.
-    q_BxLxKxGxQ = q_BxLxHxQ.reshape(B, L, K, H // K, Q)
-    s_BxKxGxLxL = jnp.einsum("blkgq,bmkq->bkglm", q_BxLxKxGxQ, k_BxLxKxQ).astype(jnp.float32) / math.sqrt(Q)
-    causal_LxL = jnp.tril(jnp.ones((L, L), bool))
-    s_BxKxGxLxL = jnp.where(causal_LxL, s_BxKxGxLxL, -1e30)
-    a_BxKxGxLxL = jax.nn.softmax(s_BxKxGxLxL, axis=-1).astype(dt)
-    o_BxLxKxGxQ = jnp.einsum("bkglm,bmkq->blkgq", a_BxKxGxLxL, v_BxLxKxQ)
-    return o_BxLxKxGxQ.reshape(B, L, H * Q) @ p["wo"].astype(dt)
+    impl = None if cfg.attention == "auto" else cfg.attention
+    o_BxLxHxQ = jax.nn.dot_product_attention(q_BxLxHxQ, k_BxLxKxQ, v_BxLxKxQ, is_causal=True, implementation=impl)
+    return o_BxLxHxQ.reshape(B, L, H * Q) @ p["wo"].astype(dt)
+
+
+REMAT_POLICIES = {"full": None, "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+
+
+def _block(x_BxLxD, p: dict, bias_E, rotation, *, cfg: ModelConfig, mesh):
+    """One decoder block. Returns (x_BxLxD, layer_aux); layer_aux is empty for a dense MLP."""
+    dt = DTYPES[cfg.dtype]
+    x_BxLxD = x_BxLxD + attention(rms_norm(x_BxLxD, p["attn_norm"], cfg.norm_eps), p, cfg)
+    h_BxLxD = rms_norm(x_BxLxD, p["mlp_norm"], cfg.norm_eps)
+    if cfg.mlp == "moe":
+        y_BxLxD, layer_aux = moe_lib.moe_block(h_BxLxD, p["moe"], bias_E, cfg.moe, dt, mesh=mesh, rotation=rotation)
+    else:
+        y_BxLxD, layer_aux = swiglu(h_BxLxD, p["mlp"], dt), {}
+    return x_BxLxD + y_BxLxD, layer_aux
 
 
 def apply(params: dict, model_state: dict, tokens_BxL, cfg: ModelConfig, mesh=None):
     """Forward pass. Returns (logits_BxLxV float32, aux) with aux = {"aux_loss", "metrics", "load"}."""
     dt = DTYPES[cfg.dtype]
+    block = partial(_block, cfg=cfg, mesh=mesh)
+    if cfg.remat != "none":  # recompute the block in the backward pass instead of keeping its activations
+        block = jax.checkpoint(block, policy=REMAT_POLICIES[cfg.remat])
     x_BxLxD = params["embed"][tokens_BxL].astype(dt)
     aux_loss = jnp.zeros((), jnp.float32)
     metrics: dict = {}
     loads, dropped = [], []
     for i in range(cfg.n_layers):
-        p = params["layers"][f"{i}"]
-        x_BxLxD = x_BxLxD + attention(rms_norm(x_BxLxD, p["attn_norm"], cfg.norm_eps), p, cfg)
-        h_BxLxD = rms_norm(x_BxLxD, p["mlp_norm"], cfg.norm_eps)
-        if cfg.mlp == "moe":
-            y_BxLxD, layer_aux = moe_lib.moe_block(h_BxLxD, p["moe"], model_state["router_bias_NxE"][i],
-                                                   cfg.moe, dt, mesh=mesh, rotation=model_state["step"] + i)
+        moe = cfg.mlp == "moe"
+        bias_E = model_state["router_bias_NxE"][i] if moe else None
+        rotation = model_state["step"] + i if moe else None
+        x_BxLxD, layer_aux = block(x_BxLxD, params["layers"][f"{i}"], bias_E, rotation)
+        if moe:
             m = cfg.moe
             aux_loss = aux_loss + m.lb_loss_coef * layer_aux["lb_loss"] + m.z_loss_coef * layer_aux["z_loss"]
-            metrics.update(moe_lib.layer_metrics(i, layer_aux, model_state["router_bias_NxE"][i]))
+            metrics.update(moe_lib.layer_metrics(i, layer_aux, bias_E))
             loads.append(layer_aux["load_E"])
             dropped.append(layer_aux["dropped"])
-        else:
-            y_BxLxD = swiglu(h_BxLxD, p["mlp"], dt)
-        x_BxLxD = x_BxLxD + y_BxLxD
     x_BxLxD = rms_norm(x_BxLxD, params["final_norm"], cfg.norm_eps)
     w_DxV = params["embed"].T if cfg.tie_embeddings else params["unembed"]
     logits_BxLxV = (x_BxLxD @ w_DxV.astype(dt)).astype(jnp.float32)

@@ -71,6 +71,19 @@ def init(key, d_model: int, hidden: int, cfg: MoEConfig, std: float, out_std: fl
     return p
 
 
+def param_axes(cfg: MoEConfig) -> dict:
+    """Logical axis names of `init`'s arrays, in the same tree (training.mesh.RULES maps them to the mesh)."""
+    swiglu_axes = {"w_gate": ("embed", "mlp"), "w_up": ("embed", "mlp"), "w_down": ("mlp", "embed")}
+    p = {"router": ("embed", "routed"),
+         "experts": {"w_gate": ("expert", "latent", "mlp"), "w_up": ("expert", "latent", "mlp"),
+                     "w_down": ("expert", "mlp", "latent")}}
+    if cfg.latent:
+        p["latent_down"], p["latent_up"] = ("embed", "latent"), ("latent", "embed")
+    if cfg.n_shared:
+        p["shared"] = dict(swiglu_axes)
+    return p
+
+
 # ---------------------------------------------------------------- capacity rules (global view, tiny arrays)
 
 
@@ -224,7 +237,7 @@ def moe_block(h_BxLxD, p: dict, bias_E, cfg: MoEConfig, dtype, mesh=None, rotati
     else:
         n_dev = mesh.shape["data"] * ep
         if E % ep:
-            raise ConfigError("model.moe.expert_parallel", f"n_routed ({E}) must divide over the expert axis ({ep})")
+            raise ConfigError("mesh.expert", f"n_routed ({E}) must divide over the expert axis ({ep})")
         if T % (n_dev * group):
             raise ConfigError("model.moe.group_size",
                               f"each of {n_dev} devices must hold whole groups: {T} tokens, group_size {group}")

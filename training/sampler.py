@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -15,11 +16,14 @@ import numpy as np
 from observatory import contract
 from training.config import DataSection
 from training.errors import ConfigError
-from training.sources import TOKENIZER, Domain, load_domains
+from training.sources import Domain, collect_domains, tokenize_domains
+from training.tokenizer import BpeTokenizer, ByteTokenizer
 
 # Stage presets by name; a domain a preset does not name (a user corpus) gets an even share.
-PRESETS = {"pretrain": {"python_stdlib": 0.45, "docstrings": 0.15, "licenses": 0.2, "docs_text": 0.2},
-           "midtrain": {"python_stdlib": 0.25, "docstrings": 0.35, "licenses": 0.05, "docs_text": 0.35}}
+PRESETS = {"pretrain": {"python_source": 0.45, "python_stdlib": 0.45, "docstrings": 0.15, "licenses": 0.2,
+                        "docs_text": 0.2},
+           "midtrain": {"python_source": 0.25, "python_stdlib": 0.25, "docstrings": 0.35, "licenses": 0.05,
+                        "docs_text": 0.35}}
 
 
 def stage_weights(data: DataSection, domain_names: Sequence[str]) -> list[dict[str, float]]:
@@ -62,8 +66,9 @@ class MixtureSampler:
     """
 
     def __init__(self, domains: Sequence[Domain], data: DataSection, seq_len: int, batch_size: int, seed: int, *,
-                 token_budget: int):
+                 token_budget: int, tokenizer=None):
         self.domains = list(domains)
+        self.tokenizer = tokenizer or ByteTokenizer()
         self.domain_names = [d.name for d in self.domains]
         for d in self.domains:
             if d.tokens.size < seq_len + 2:
@@ -185,7 +190,7 @@ class MixtureSampler:
 
     def manifest(self) -> dict:
         ends = self.stage_ends()
-        return {"tokenizer": TOKENIZER, "seq_len": self.seq_len,
+        return {"tokenizer": self.tokenizer.describe(), "seq_len": self.seq_len,
                 "batch_size": self.batch_size, "seed": self.seed, "token_budget": self.token_budget,
                 "load_seconds": self.load_seconds, "domains": [d.describe() for d in self.domains],
                 "stages": [{"name": name, "fraction": self.stage_fractions[i], "start_tokens": ([0] + ends)[i],
@@ -194,10 +199,32 @@ class MixtureSampler:
                            for i, name in enumerate(self.stage_names)]}
 
 
-def build_sampler(cfg: DataSection, seq_len: int, batch_size: int, seed: int, token_budget: int) -> MixtureSampler:
-    """Load the domains and build the sampler; `manifest()["load_seconds"]` says how long loading took."""
+def build_sampler(cfg: DataSection, seq_len: int, batch_size: int, seed: int, token_budget: int, *,
+                  vocab_size: int = 256, tokenizer_file: Path | None = None, may_train: bool = True) -> MixtureSampler:
+    """Load and tokenize the domains and build the sampler; `manifest()["load_seconds"]` says how long it took.
+
+    BPE: the run's tokenizer is `tokenizer_file` when it exists (a resume), else trained here on the domains'
+    training parts (when `may_train`) and saved there."""
     t0 = time.perf_counter()
-    domains = load_domains(cfg)
-    sampler = MixtureSampler(domains, cfg, seq_len, batch_size, seed, token_budget=token_budget)
+    raw = collect_domains(cfg)
+    tok = ByteTokenizer() if cfg.tokenizer == "byte" else _bpe(raw, cfg, vocab_size, tokenizer_file, may_train)
+    domains = tokenize_domains(raw, tok, cfg.eval_fraction)
+    sampler = MixtureSampler(domains, cfg, seq_len, batch_size, seed, token_budget=token_budget, tokenizer=tok)
     sampler.load_seconds = time.perf_counter() - t0
     return sampler
+
+
+def _bpe(raw, cfg: DataSection, vocab_size: int, path: Path | None, may_train: bool) -> BpeTokenizer:
+    if path is not None and path.exists():
+        tok = BpeTokenizer.load(path)
+        if tok.vocab_size > vocab_size:
+            raise ConfigError("model.vocab_size", f"the run's tokenizer {path} has {tok.vocab_size} ids, more than "
+                                                  f"model.vocab_size ({vocab_size})")
+        return tok
+    if not may_train:
+        raise ConfigError("data.tokenizer", f"no tokenizer at {path}: process 0 trains and saves it")
+    tok = BpeTokenizer.train([d for r in raw for d in r.train_docs(cfg.eval_fraction)], vocab_size)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tok.save(path)
+    return tok

@@ -1,6 +1,8 @@
-"""Training text, read offline: the built-in domains every Debian + CPython machine has, and user corpora.
+"""Training text, read offline: built-in domains identical on every machine, and user corpora.
 
-Built-in domains come from the standard library (source and docstrings), its help topics and licence texts;
+Built-in domains come from files inside pinned runtime packages (SOURCE_PACKAGES at the versions
+requirements.txt pins, refused otherwise): their Python source, its docstrings, their licence files, and their
+READMEs and prose files. `python_stdlib` (the interpreter's own library) is an optional, host-dependent domain;
 user corpora are directories of .txt / .jsonl / .parquet files, one directory per domain. Text is tokenized as
 UTF-8 bytes, documents are joined by a NUL separator, and the tail of each domain is held out for evaluation.
 """
@@ -12,6 +14,7 @@ import functools
 import glob
 import gzip
 import hashlib
+import importlib.metadata
 import json
 import os
 import sysconfig
@@ -23,28 +26,49 @@ import numpy as np
 
 from training.config import DataSection
 from training.errors import ConfigError
+from training.tokenizer import SEPARATOR_ID, ByteTokenizer
 
-SEPARATOR_ID = 0  # NUL never occurs in text (stripped on load), so it marks document boundaries
-TOKENIZER = {"name": "byte-utf8", "vocab_size": 256, "separator_id": SEPARATOR_ID}  # UTF-8 bytes as tokens
+TOKENIZER = ByteTokenizer().describe()  # the default: UTF-8 bytes as tokens, NUL between documents
 
 
 # ---------------------------------------------------------------------------------------------- sources
 @dataclass
 class Domain:
     name: str
-    tokens: np.ndarray  # uint8, documents joined by SEPARATOR_ID, train part
-    eval_tokens: np.ndarray  # uint8, held-out tail
+    tokens: np.ndarray  # token ids (uint8 bytes or uint16 BPE), documents joined by the separator, train part
+    eval_tokens: np.ndarray  # the held-out tail of the same stream
     documents: int
     sources: list[dict]  # {"kind", "pattern", "files", "bytes"} per source actually read
     builtin: bool
     skipped: list[str] = field(default_factory=list)
+    text_sha256: str = ""  # of the text itself (documents NUL-joined), whatever the tokenizer
 
     def describe(self) -> dict:
-        both = np.concatenate([self.tokens, self.eval_tokens])
+        n = int(self.tokens.size + self.eval_tokens.size)
         return {"name": self.name, "builtin": self.builtin, "sources": self.sources, "documents": self.documents,
-                "bytes": int(sum(s["bytes"] for s in self.sources)), "tokens": int(both.size),
+                "bytes": int(sum(s["bytes"] for s in self.sources)), "tokens": n,
                 "train_tokens": int(self.tokens.size), "eval_tokens": int(self.eval_tokens.size),
-                "sha256": hashlib.sha256(both.tobytes()).hexdigest()[:16], "skipped": self.skipped}
+                "sha256": self.text_sha256, "skipped": self.skipped}
+
+
+@dataclass
+class RawDomain:
+    """A domain's documents before tokenization."""
+    name: str
+    docs: list[bytes]
+    sources: list[dict]
+    builtin: bool
+    skipped: list[str]
+
+    def train_docs(self, eval_fraction: float) -> list[bytes]:
+        """The documents that start before the held-out tail (what a tokenizer may be trained on)."""
+        cut, at, out = (1 - eval_fraction) * sum(len(d) + 1 for d in self.docs), 0, []
+        for d in self.docs:
+            if at >= cut:
+                break
+            out.append(d)
+            at += len(d) + 1
+        return out
 
 
 def _hashed(paths: list[str], root: str) -> list[str]:
@@ -92,28 +116,79 @@ def _read_all(paths: list[str], limit: int) -> Iterator[bytes]:
 
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test", "pydoc_data"}
 
+# Hand-written, well-documented pinned runtime packages whose files make the built-in domains: the same bytes on
+# every machine with the pinned requirements (generated code such as plotly's validators is left out).
+SOURCE_PACKAGES = ("Django", "numpy", "jax", "optax", "orbax-checkpoint", "celery", "redis", "channels", "daphne",
+                   "psutil")
+REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements.txt"
+
 
 @functools.lru_cache(maxsize=1)
-def _stdlib_files() -> tuple[str, list[str]]:
-    root = sysconfig.get_paths()["stdlib"]
+def pinned_versions() -> dict[str, str]:
+    """name (lower case) -> version pinned in requirements.txt."""
+    out = {}
+    try:
+        lines = REQUIREMENTS.read_text().splitlines()
+    except OSError as e:
+        raise ConfigError("data.builtin_domains", f"cannot read the pins in {REQUIREMENTS}: {e}") from None
+    for line in lines:
+        spec = line.split("#", 1)[0].strip()
+        if "==" in spec:
+            name, version = spec.split("==", 1)
+            out[name.split("[", 1)[0].strip().lower()] = version.strip()
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _pinned_dists() -> tuple:
+    """The installed distributions of SOURCE_PACKAGES, each at exactly its pinned version, else ConfigError."""
+    pins, out = pinned_versions(), []
+    for name in SOURCE_PACKAGES:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise ConfigError("data.builtin_domains", f"{name} is not installed (pip install -r {REQUIREMENTS.name})") \
+                from None
+        if pins.get(name.lower()) != dist.version:
+            raise ConfigError("data.builtin_domains", f"{name} {dist.version} is installed but {REQUIREMENTS.name} "
+                                                      f"pins {pins.get(name.lower())}: the built-in text would differ "
+                                                      f"from other machines' (pip install -r {REQUIREMENTS.name})")
+        out.append(dist)
+    return tuple(out)
+
+
+def _dist_files(kind: str) -> list[tuple[str, str]]:
+    """(label, absolute path) of one kind of file in the pinned packages, in a fixed order independent of the host:
+    "py" sources (no tests), "license" files of the dist-info, "doc" text (.rst/.txt/.md outside the dist-info)."""
     out = []
-    for d, dirs, files in os.walk(root):
-        dirs[:] = [x for x in dirs if x not in _SKIP_DIRS and not x.startswith(("lib-dynload", "config-"))]
-        out.extend(os.path.join(d, f) for f in files if f.endswith(".py"))
-    return root, _hashed(out, root)
+    for dist in _pinned_dists():
+        for f in dist.files or ():
+            rel = str(f)
+            in_info = ".dist-info/" in rel
+            name = rel.rsplit("/", 1)[-1]
+            if kind == "py":
+                keep = rel.endswith(".py") and not in_info and not (set(rel.split("/")[:-1]) & _SKIP_DIRS)
+            elif kind == "license":
+                keep = in_info and any(k in name.upper() for k in ("LICEN", "COPYING"))
+            else:
+                keep = not in_info and rel.endswith((".rst", ".txt", ".md"))
+            if keep:
+                out.append((f"{dist.metadata['Name']}=={dist.version}/{rel}", str(f.locate())))
+    return sorted(out, key=lambda x: hashlib.sha1(x[0].encode()).hexdigest())  # a byte cap samples every package
 
 
-def _python_stdlib(c: _Collector) -> None:
-    root, files = _stdlib_files()
-    c.source("python_source", f"{root}/**/*.py (no tests, no site-packages)", _read_all(files, c.cap))
+def _pattern(kind: str) -> str:
+    return f"{kind} files of pinned " + ", ".join(f"{d.metadata['Name']}=={d.version}" for d in _pinned_dists())
+
+
+def _python_source(c: _Collector) -> None:
+    c.source("python_source", _pattern("py"), _read_all([p for _, p in _dist_files("py")], c.cap))
 
 
 def _docstrings(c: _Collector, source_cap: int) -> None:
-    root, files = _stdlib_files()
-
     def texts():
         parsed = 0
-        for raw in _read_all(files, source_cap):
+        for raw in _read_all([p for _, p in _dist_files("py")], source_cap):
             if parsed >= source_cap:
                 return
             parsed += len(raw)
@@ -126,31 +201,34 @@ def _docstrings(c: _Collector, source_cap: int) -> None:
                     doc = ast.get_docstring(node, clean=True)
                     if doc and len(doc) > 40:  # one-liners like "Return x." add little text
                         yield doc.encode("utf-8", errors="replace")
-    c.source("ast_docstrings", f"{root}/**/*.py docstrings (first {source_cap} source bytes)", texts())
+    c.source("ast_docstrings", f"docstrings of the first {source_cap} bytes of " + _pattern("py"), texts())
 
 
 def _licenses(c: _Collector) -> None:
-    stdlib = sysconfig.get_paths()["stdlib"]
-    c.source("python_license", f"{stdlib}/LICENSE.txt", _read_all([os.path.join(stdlib, "LICENSE.txt")], c.cap))
-    common = "/usr/share/common-licenses"
-    paths = sorted({os.path.realpath(p) for p in glob.glob(f"{common}/*") if os.path.isfile(p)})
-    c.source("debian_common_licenses", f"{common}/*", _read_all(_hashed(paths, common), c.cap))
-    for sp in sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}):
-        pats = [f"{sp}/*.dist-info/LICEN[CS]E*", f"{sp}/*.dist-info/COPYING*", f"{sp}/*.dist-info/licenses/**/*"]
-        paths = sorted({p for pat in pats for p in glob.glob(pat, recursive=True) if os.path.isfile(p)})
-        c.source("python_package_licenses", f"{sp}/*.dist-info/{{LICENSE*,COPYING*,licenses/*}}",
-                 _read_all(_hashed(paths, sp), c.cap))
-    paths = glob.glob("/usr/share/doc/*/copyright")
-    c.source("debian_copyright", "/usr/share/doc/*/copyright", _read_all(_hashed(paths, "/usr/share/doc"), c.cap))
+    c.source("package_licenses", _pattern("license"), _read_all([p for _, p in _dist_files("license")], c.cap))
 
 
 def _docs_text(c: _Collector) -> None:
-    from pydoc_data.topics import topics  # the interpreter's own `help()` topics, prose
-    c.source("pydoc_topics", f"{sysconfig.get_paths()['stdlib']}/pydoc_data/topics.py",
-             (topics[k].encode("utf-8") for k in sorted(topics)))
-    paths = [p for p in glob.glob("/usr/share/info/*.info*") if os.path.isfile(p)]
-    c.source("gnu_info_manuals", "/usr/share/info/*.info*",
-             (t.replace(b"\x1f", b"\n") for t in _read_all(_hashed(paths, "/usr/share/info"), c.cap)))
+    # Each package's long description (its README, in the METADATA file), then the prose files it ships.
+    c.source("package_readmes", "METADATA descriptions of " + _pattern("package"),
+             ((d.metadata.get_payload() or "").encode("utf-8") for d in _pinned_dists()))
+    c.source("package_docs", _pattern("doc"), _read_all([p for _, p in _dist_files("doc")], c.cap))
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_files() -> tuple[str, list[str]]:
+    root = sysconfig.get_paths()["stdlib"]
+    out = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if x not in _SKIP_DIRS and not x.startswith(("lib-dynload", "config-"))]
+        out.extend(os.path.join(d, f) for f in files if f.endswith(".py"))
+    return root, _hashed(out, root)
+
+
+def _python_stdlib(c: _Collector) -> None:
+    # Host-dependent (the interpreter's version): kept as an option, not a default domain.
+    root, files = _stdlib_files()
+    c.source("python_source", f"{root}/**/*.py (no tests, no site-packages)", _read_all(files, c.cap))
 
 
 def _user_corpus(c: _Collector, name: str, directory: str, skipped: list[str]) -> None:
@@ -199,28 +277,41 @@ def _parquet_texts(pq, paths: list[Path]) -> Iterator[bytes]:
                     yield text.encode("utf-8")
 
 
-def load_domains(cfg: DataSection) -> list[Domain]:
+def load_domains(cfg: DataSection, tokenizer=None) -> list[Domain]:
+    """Read and tokenize every configured domain (bytes unless another tokenizer is given)."""
+    return tokenize_domains(collect_domains(cfg), tokenizer or ByteTokenizer(), cfg.eval_fraction)
+
+
+def tokenize_domains(raw: list[RawDomain], tokenizer, eval_fraction: float) -> list[Domain]:
+    """Each domain's documents as one id stream, its tail (eval_fraction of the ids) held out."""
+    out = []
+    for r in raw:
+        ids = tokenizer.encode_docs(r.docs)
+        cut = ids.size - int(ids.size * eval_fraction)
+        text_hash = hashlib.sha256(bytes([SEPARATOR_ID]).join(r.docs) + bytes([SEPARATOR_ID])).hexdigest()[:16]
+        out.append(Domain(r.name, ids[:cut], ids[cut:], len(r.docs), r.sources, r.builtin, r.skipped, text_hash))
+    return out
+
+
+def collect_domains(cfg: DataSection) -> list[RawDomain]:
     """Read every configured domain (built-ins first, then user corpora in name order)."""
-    readers = {"python_stdlib": _python_stdlib, "licenses": _licenses, "docs_text": _docs_text,
-               "docstrings": lambda c: _docstrings(c, cfg.docstring_source_bytes)}
+    readers = {"python_source": _python_source, "python_stdlib": _python_stdlib, "licenses": _licenses,
+               "docs_text": _docs_text, "docstrings": lambda c: _docstrings(c, cfg.docstring_source_bytes)}
     domains = []
     for name in cfg.builtin_domains:
         c = _Collector(cfg.max_bytes_per_domain)
         readers[name](c)
-        domains.append(_finish(name, c, cfg.eval_fraction, builtin=True, skipped=[]))
+        domains.append(_finish(name, c, builtin=True, skipped=[]))
     for name in sorted(cfg.corpora):
         c, skipped = _Collector(cfg.max_bytes_per_domain), []
         _user_corpus(c, name, cfg.corpora[name], skipped)
-        domains.append(_finish(name, c, cfg.eval_fraction, builtin=False, skipped=skipped))
+        domains.append(_finish(name, c, builtin=False, skipped=skipped))
     if not domains:
         raise ConfigError("data.builtin_domains", "no domains configured")
     return domains
 
 
-def _finish(name: str, c: _Collector, eval_fraction: float, builtin: bool, skipped: list[str]) -> Domain:
+def _finish(name: str, c: _Collector, builtin: bool, skipped: list[str]) -> RawDomain:
     if not c.docs:
         raise ConfigError(f"data.domains.{name}", "found no text on this machine")
-    sep = bytes([SEPARATOR_ID])
-    allb = np.frombuffer(sep.join(c.docs) + sep, dtype=np.uint8)
-    cut = allb.size - int(allb.size * eval_fraction)
-    return Domain(name, allb[:cut], allb[cut:], len(c.docs), c.sources, builtin, skipped)
+    return RawDomain(name, c.docs, c.sources, builtin, skipped)

@@ -16,6 +16,7 @@ import numpy as np
 import optax
 
 from observatory import contract
+from training import mesh as mesh_lib
 from training import model as model_lib
 from training.config import RunConfig, TrainSection
 
@@ -39,6 +40,36 @@ def init_state(cfg: RunConfig, key) -> dict:
     params, model_state = model_lib.init(cfg.model, k_init)
     opt_state = make_optimizer(cfg.train).init(params)
     return {"params": params, "opt_state": opt_state, "model_state": model_state, "rng": k_rng}
+
+
+def state_shardings(cfg: RunConfig, mesh) -> dict:
+    """NamedShardings of the whole train state, from the model's logical axes and the mesh rules table.
+
+    The optimizer's per-parameter moments take their parameter's sharding (so expert moments are split over
+    "expert" too); its counters, the router state and the RNG are replicated."""
+    p_axes, s_axes = model_lib.param_axes(cfg.model)
+    p_sh, s_sh = mesh_lib.shardings(mesh, p_axes), mesh_lib.shardings(mesh, s_axes)
+    repl = mesh_lib.replicated(mesh)
+    abstract = jax.eval_shape(partial(init_state, cfg), jax.random.PRNGKey(0))
+    by_path = {jax.tree_util.keystr(path): sh for path, sh in jax.tree_util.tree_flatten_with_path(p_sh)[0]}
+
+    def moment(path, leaf):
+        k = jax.tree_util.keystr(path)
+        hits = [pk for pk, sh in by_path.items() if k.endswith(pk) and len(sh.spec) <= leaf.ndim]
+        return by_path[max(hits, key=len)] if hits and leaf.ndim else repl
+
+    opt_sh = jax.tree_util.tree_map_with_path(moment, abstract["opt_state"])
+    return {"params": p_sh, "opt_state": opt_sh, "model_state": s_sh, "rng": repl}
+
+
+def state_memory(state: dict) -> dict:
+    """Bytes of train state on the fullest device: all of it, and the routed experts' params + Adam moments."""
+    experts = [x for path, x in jax.tree_util.tree_flatten_with_path(state)[0]
+               if "['experts']" in jax.tree_util.keystr(path)]
+    per_dev = mesh_lib.bytes_per_device(state)
+    per_dev_experts = mesh_lib.bytes_per_device(experts)
+    return {"state_bytes_per_device": max(per_dev.values(), default=0),
+            "expert_state_bytes_per_device": max(per_dev_experts.values(), default=0)}
 
 
 def _path_name(path) -> str:
@@ -103,9 +134,20 @@ def train_step(state: dict, tokens_BxL1, domain_ids_B, lr, loss_scale, *, cfg, n
     return new_state, metrics
 
 
-def jit_train_step(cfg: RunConfig, n_domains: int, mesh=None):
-    """The compiled step: f(state, tokens_BxL1, domain_ids_B, lr, loss_scale) -> (state, metrics)."""
-    return jax.jit(partial(train_step, cfg=cfg, n_domains=n_domains, mesh=mesh))
+def jit_init_state(cfg: RunConfig, mesh):
+    """f(key) -> the train state, created directly in its shardings (no device holds the whole of it)."""
+    return jax.jit(partial(init_state, cfg), out_shardings=state_shardings(cfg, mesh))
+
+
+def jit_train_step(cfg: RunConfig, n_domains: int, mesh):
+    """The compiled step: f(state, tokens_BxL1, domain_ids_B, lr, loss_scale) -> (state, metrics).
+
+    State in and out keeps its shardings (donated: updated in place); the batch is split over "batch";
+    metrics come back replicated, so any process can read them."""
+    st, repl = state_shardings(cfg, mesh), mesh_lib.replicated(mesh)
+    return jax.jit(partial(train_step, cfg=cfg, n_domains=n_domains, mesh=mesh),
+                   in_shardings=(st, mesh_lib.batch_sharding(mesh, 2), mesh_lib.batch_sharding(mesh, 1), repl, repl),
+                   out_shardings=(st, repl), donate_argnums=(0,))
 
 
 def eval_loss(state: dict, tokens_BxL1, *, cfg: RunConfig, mesh=None):
@@ -114,9 +156,11 @@ def eval_loss(state: dict, tokens_BxL1, *, cfg: RunConfig, mesh=None):
     return jnp.mean(nll_BxL)
 
 
-def jit_eval_step(cfg: RunConfig, mesh=None):
-    """The compiled eval step: f(state, tokens_BxL1) -> scalar loss."""
-    return jax.jit(partial(eval_loss, cfg=cfg, mesh=mesh))
+def jit_eval_step(cfg: RunConfig, mesh):
+    """The compiled eval step: f(state, tokens_BxL1) -> scalar loss (replicated)."""
+    repl = mesh_lib.replicated(mesh)
+    return jax.jit(partial(eval_loss, cfg=cfg, mesh=mesh),
+                   in_shardings=(state_shardings(cfg, mesh), mesh_lib.batch_sharding(mesh, 2)), out_shardings=repl)
 
 
 def to_host_metrics(metrics: dict, domain_names: list[str]) -> dict[str, float]:

@@ -7,6 +7,7 @@ NVML they are absent, never faked.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 import time
@@ -14,6 +15,7 @@ import time
 import psutil
 
 from observatory import contract
+from training.flops import mfu
 
 # ---------------------------------------------------------------------------------------------- NVML
 class _CtypesNvml:
@@ -181,14 +183,36 @@ class HardwareMonitor:
 PEAK_FLOPS_BY_DEVICE = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L4": 121e12, "A10G": 125e12,
                         "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12, "TPU v5p": 459e12,
                         "TPU v6": 918e12}
-# CPU assumption: every usable core retires 2 AVX2/FMA instructions per cycle on 8 fp32 lanes = 32 FLOP/cycle
-# at 3.0 GHz. It is a rough ceiling (no AVX-512, no turbo accounting); override with OBS_PEAK_FLOPS.
-CPU_FLOPS_PER_CYCLE = 32
-CPU_HZ = 3.0e9
+MATMUL_N = 512  # CPU peak: the best of many n x n fp32 matmuls (a quiet moment on a shared host is enough)
 
 
-def peak_flops(device_kind: str | None = None, n_devices: int = 1, override: float | None = None) -> tuple[float, str]:
-    """(peak FLOP/s for the whole job, how it was decided). Order: override, $OBS_PEAK_FLOPS, table, CPU guess."""
+@functools.lru_cache(maxsize=1)
+def measured_matmul_flops(n: int = MATMUL_N, budget_s: float = 1.5, max_reps: int = 200) -> float:
+    """Best fp32 matmul FLOP/s of the default device: the peak of hardware that publishes none (a CPU).
+
+    Best of as many repetitions as fit in `budget_s` (at least 3): other processes on the host slow some of
+    them, and the fastest is the closest to what the cores can do."""
+    import jax
+
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jax.numpy.float32)
+    f = jax.jit(lambda a: a @ a)
+    jax.block_until_ready(f(a))
+    best, start, reps = float("inf"), time.perf_counter(), 0
+    while reps < 3 or (reps < max_reps and time.perf_counter() - start < budget_s):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(a))
+        best = min(best, time.perf_counter() - t0)
+        reps += 1
+    return 2 * n ** 3 / best
+
+
+def peak_flops(device_kind: str | None = None, n_devices: int = 1,
+               override: float | None = None) -> tuple[float | None, str]:
+    """(peak FLOP/s of the whole job, or None when unknown; how it was decided).
+
+    Order: override (train.peak_flops), $OBS_PEAK_FLOPS, the data-sheet table (per chip x chips), a measured
+    matmul on CPU (not x devices: fake host devices share the same cores). An accelerator missing from the
+    table gives None, and no MFU is published rather than a guessed one."""
     if override:
         return float(override), "config"
     env = os.environ.get("OBS_PEAK_FLOPS")
@@ -197,12 +221,13 @@ def peak_flops(device_kind: str | None = None, n_devices: int = 1, override: flo
             return float(env), "env OBS_PEAK_FLOPS"
         except ValueError:
             pass
-    if device_kind and device_kind.lower() != "cpu":
-        for name, flops in PEAK_FLOPS_BY_DEVICE.items():
-            if name.lower() in device_kind.lower():
-                return flops * n_devices, f"{name} dense bf16 x {n_devices}"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores * CPU_HZ * CPU_FLOPS_PER_CYCLE, f"cpu assumption: {cores} cores x 3.0 GHz x 32 FLOP/cycle"
+    kind = (device_kind or "").lower()
+    if kind == "cpu":
+        return measured_matmul_flops(), f"cpu: measured {MATMUL_N}x{MATMUL_N} fp32 matmul"
+    for name, flops in PEAK_FLOPS_BY_DEVICE.items():
+        if name.lower() in kind:
+            return flops * n_devices, f"{name} dense bf16 x {n_devices}"
+    return None, f"unknown device kind {device_kind!r}: set train.peak_flops for MFU"
 
 
 # ---------------------------------------------------------------------------------------------- step timer
@@ -222,11 +247,16 @@ class StepTimer:
         self.peak = peak_flops_per_s
         self._t0 = self._last = time.perf_counter()
         self._acc = dict.fromkeys(PHASES, 0.0)
+        self._skip = False
 
     def start(self) -> None:
-        """Restart the clock (after a pause or checkpoint that should not count as a slow step)."""
+        """After a pause, compile, checkpoint, eval or command: the next `end()` is not a throughput sample.
+
+        A step that spans such an interruption has no honest duration (it may look long, or short when its
+        start was reset mid-flight), so it publishes no timing; the clock restarts when it completes."""
         self._t0 = self._last = time.perf_counter()
         self._acc = dict.fromkeys(PHASES, 0.0)
+        self._skip = True
 
     def mark(self, phase: str) -> None:
         now = time.perf_counter()
@@ -234,14 +264,21 @@ class StepTimer:
         self._last = now
 
     def end(self) -> dict[str, float]:
+        """Timing of the step completed just now: the interval since the previous completion (empty after start)."""
         now = time.perf_counter()
+        if self._skip:
+            self._skip = False
+            self._t0 = self._last = now
+            self._acc = dict.fromkeys(PHASES, 0.0)
+            return {}
         total = max(now - self._t0, 1e-12)
         data, compute = self._acc["data"], self._acc["compute"]
         tps = self.tokens_per_step / total
         out = {contract.M_STEP_TIME: total, contract.M_DATA_TIME: data, contract.M_COMPUTE_TIME: compute,
                contract.M_HOST_TIME: max(0.0, total - data - compute), contract.M_TOKENS_PER_S: tps}
-        if self.peak and self.flops_per_token:
-            out[contract.M_MFU] = tps * self.flops_per_token / self.peak
+        u = mfu(tps, self.flops_per_token, self.peak)
+        if u is not None:
+            out[contract.M_MFU] = u
         self._t0 = self._last = now
         self._acc = dict.fromkeys(PHASES, 0.0)
         return out

@@ -22,6 +22,8 @@ import numpy as np
 
 from observatory import contract
 from training import checkpoint as ckpt_lib
+from training import distributed
+from training import mesh as mesh_lib
 from training import step as step_lib
 from training.commands import apply_commands
 from training.compile_cache import enable_compilation_cache
@@ -63,6 +65,11 @@ class Trainer:
         self.hardware = HardwareMonitor(interval_s=1.0)
         self.checkpointer: ckpt_lib.Checkpointer | None = None
         self._lock = None
+        # Where commands are applied and acked: process 0's control channel; other processes of a multi-process
+        # job follow the commands process 0 read (distributed.agree); None: no commands at all.
+        multi = jax.process_count() > 1
+        self.channel = control if control is not None else (distributed.Followers() if multi else None)
+        self._stop_asked: str | None = None  # a stop asked of this process, not yet agreed by all
 
     # ------------------------------------------------------------------------------------------ publishing
     def phase(self, state: str, detail: str = "") -> None:
@@ -82,36 +89,53 @@ class Trainer:
         self.state.restart_timer = True
 
     def request_stop(self, why: str) -> None:
+        if jax.process_count() > 1:  # every process must stop at the same boundary: agreed there
+            self._stop_asked = why
+            return
         self.state.stop_reason = why
         self.state.paused = False
 
     # ------------------------------------------------------------------------------------------ setup
     def _setup(self) -> None:
         cfg, s = self.cfg, self.state
-        self.sampler = build_sampler(cfg.data, cfg.model.seq_len, cfg.train.batch_size, cfg.run.seed,
-                                     cfg.train.token_budget)
+        self.mesh = make_mesh(cfg.mesh)
+        n_dev = self.mesh.size
+        if cfg.train.batch_size % n_dev:
+            raise ConfigError("train.batch_size", f"{cfg.train.batch_size} sequences must split evenly over the "
+                                                  f"{n_dev} devices of the mesh")
+        self.batch_sh = {n: mesh_lib.batch_sharding(self.mesh, n) for n in (1, 2)}
+        self.scalar_sh = mesh_lib.replicated(self.mesh)
+        ck_dir = Path(cfg.checkpoint.dir) / self.run_id
+        leader = distributed.is_leader()
+        if leader:  # the other processes of a job write the same run, under its lock
+            self._lock = lock_run(ck_dir)
+            if self.fresh and (moved := ckpt_lib.set_aside_run(ck_dir)):
+                log.info("[%s] --fresh: previous checkpoints moved to %s", self.run_id, moved)
+        # A BPE tokenizer lives beside the checkpoints: process 0 trains it on a fresh run, the others load it.
+        build = partial(build_sampler, cfg.data, cfg.model.seq_len, cfg.train.batch_size, cfg.run.seed,
+                        cfg.train.token_budget, vocab_size=cfg.model.vocab_size,
+                        tokenizer_file=ck_dir / "tokenizer.json")
+        self.sampler = build(may_train=True) if leader else None
+        distributed.barrier("run-directory-ready")
+        self.sampler = self.sampler or build(may_train=False)
         self.domain_names = list(self.sampler.domain_names)
         self.schedule = Schedule(cfg.train, max(1, math.ceil(cfg.train.token_budget / self.tokens_per_step)))
-        self.mesh = make_mesh(cfg.model)
-        ck_dir = Path(cfg.checkpoint.dir) / self.run_id
-        self._lock = lock_run(ck_dir)
-        if self.fresh and (moved := ckpt_lib.set_aside_run(ck_dir)):
-            log.info("[%s] --fresh: previous checkpoints moved to %s", self.run_id, moved)
         c = cfg.checkpoint
         store = ckpt_lib.Checkpoints(ck_dir, c.keep_last, c.keep_every, c.async_save)
-        self.checkpointer = ckpt_lib.Checkpointer(c, store, self.event)
+        publish = self.control.publish_checkpoints if self.control else None  # the list operators roll back to
+        self.checkpointer = ckpt_lib.Checkpointer(c, store, self.event, publish)
         latest = store.latest_step()
+        manifest = self.sampler.manifest()
+        self.data_hashes = {d["name"]: d["sha256"] for d in manifest["domains"]}
         if latest is not None:  # fail fast, before building the model, on an incompatible checkpoint
             try:
-                store.check_compatible(latest, cfg.fingerprint())
+                meta = store.check_compatible(latest, cfg.fingerprint())
             except CheckpointError as e:
                 raise TrainingFailed(f"{e} -- {KEEP_OLD}") from None
-        # One jitted program instead of dozens of eager ops (and it lands in the compilation cache).
-        state = jax.jit(partial(step_lib.init_state, cfg))(jax.random.PRNGKey(cfg.run.seed))
-        # Committed like a restored state, so a fresh start and a resume lower to the very same program
-        # (same compilation-cache entry, same numerics).
-        self.train_state = jax.tree.map(lambda x: jax.device_put(x, x.sharding), state)
-        self.sink.record("manifest", {"t": time.time(), "manifest": self.sampler.manifest()})
+            self._check_data(meta.get("data_hashes") or {})
+        # Created in its shardings by one jitted program: no device ever holds all the experts.
+        self.train_state = step_lib.jit_init_state(cfg, self.mesh)(jax.random.PRNGKey(cfg.run.seed))
+        self.sink.record("manifest", {"t": time.time(), "manifest": manifest})
         published = self.sink.last_step()
         if latest is not None:
             self.restore(latest)
@@ -124,7 +148,20 @@ class Trainer:
             self.control.start(s.applied_ids)
         if published is not None or latest is not None:
             self.rewind(max(published or 0, s.step), s.step)
-        self.eval_batches = self.sampler.eval_batches() if cfg.train.eval_every else {}
+        self.eval_batches = {d: mesh_lib.put(b, self.batch_sh[2]) for d, b in
+                             (self.sampler.eval_batches() if cfg.train.eval_every else {}).items()}
+
+    def _check_data(self, saved: dict) -> None:
+        """Refuse to resume on text that changed since the checkpoint: the stream would not be the one trained on."""
+        changed = [f"{d}: checkpoint {h}, now {self.data_hashes[d]}" for d, h in saved.items()
+                   if d in self.data_hashes and self.data_hashes[d] != h]
+        if changed and not self.cfg.data.allow_changed_data:
+            raise TrainingFailed("the text of data domains changed since the checkpoint (sha256 " + "; ".join(changed)
+                                 + "); resuming would train on a different stream. Restore the data, or set "
+                                   f"data.allow_changed_data=true to continue anyway -- {KEEP_OLD}")
+        if changed:
+            log.warning("[%s] data changed since the checkpoint, continuing (allow_changed_data): %s", self.run_id,
+                        "; ".join(changed))
 
     def _ckpt_tree(self) -> dict:
         return {"train": self.train_state, "sampler": _np_tree(self.sampler.state_dict()),
@@ -150,8 +187,9 @@ class Trainer:
         t0 = time.perf_counter()
         B, L = self.cfg.train.batch_size, self.cfg.model.seq_len
         fn = step_lib.jit_train_step(self.cfg, len(self.domain_names), self.mesh)
-        self.step_fn = fn.lower(self.train_state, np.zeros((B, L + 1), np.int32), np.zeros((B,), np.int32),
-                                np.float32(0), np.float32(1)).compile()
+        sds = jax.ShapeDtypeStruct
+        self.step_fn = fn.lower(self.train_state, sds((B, L + 1), np.int32), sds((B,), np.int32),
+                                sds((), np.float32), sds((), np.float32)).compile()
         self.eval_fn = step_lib.jit_eval_step(self.cfg, self.mesh)  # compiled at its first use
         secs = time.perf_counter() - t0
         c = counts(self.cfg.model)
@@ -160,6 +198,8 @@ class Trainer:
         self.timer = StepTimer(self.tokens_per_step, c["flops_per_token"], peak)
         self.event("compiled", {"seconds": secs, **c, "peak_flops": peak, "peak_flops_source": how,
                                 "devices": f"{len(dev)} x {dev[0].device_kind}",
+                                "mesh": dict(self.mesh.shape), "processes": jax.process_count(),
+                                **step_lib.state_memory(self.train_state),
                                 "gpu_telemetry": self.hardware.gpu_backend})
         self.interrupted()
 
@@ -170,7 +210,7 @@ class Trainer:
             return {"step": s.step, "skipped": "already saved at this step"}
         self.phase("checkpointing", why)
         meta = {"run_id": self.run_id, "tokens": self.sampler.tokens_seen, "fingerprint": self.cfg.fingerprint(),
-                "config": self.cfg.to_dict(), **s.meta()}
+                "config": self.cfg.to_dict(), "data_hashes": self.data_hashes, **s.meta()}
         info = self.checkpointer.save(s.step, self._ckpt_tree(), meta, why, wait)
         self.phase("paused" if s.paused else "training")
         self.interrupted()
@@ -189,16 +229,18 @@ class Trainer:
         if pending and every and s.step % every == 0:
             self._complete(pending, evaluate=True)
             pending = None
-        cmds = self.control.poll() if self.control else []
-        if cmds:
+        d = self._agree(self.control.poll() if self.control else [])
+        if d.commands:
             if pending:
                 self._complete(pending)
                 pending = None
-            apply_commands(cmds, s, self, self.control)
-        while s.paused and not s.stop_reason and self.control:
-            apply_commands(self.control.wait(0.25), s, self, self.control)
+            apply_commands(d.commands, s, self, self.channel)
+            d = self._agree([])  # a command may have moved the step (rollback) or the checkpoint clock
+        while s.paused and not s.stop_reason and self.channel is not None:
+            apply_commands(self._agree(self.control.wait(0.25) if self.control else []).commands, s, self,
+                           self.channel)
         self.checkpointer.poll()
-        if not s.stop_reason and self.checkpointer.due(s.step):
+        if not s.stop_reason and d.checkpoint_due:
             if pending:
                 self._complete(pending)
                 pending = None
@@ -209,6 +251,14 @@ class Trainer:
             while time.monotonic() < end and not s.stop_reason:
                 time.sleep(0.05)
         return pending
+
+    def _agree(self, commands: list) -> distributed.Decision:
+        """This boundary's decisions, the same on every process (process 0's commands and checkpoint clock)."""
+        s = self.state
+        d = distributed.agree(commands, not s.stop_reason and self.checkpointer.due(s.step), self._stop_asked)
+        if d.stop_reason and not s.stop_reason:
+            s.stop_reason, s.paused = d.stop_reason, False
+        return d
 
     # ------------------------------------------------------------------------------------------ one step
     def _dispatch(self):
@@ -225,8 +275,10 @@ class Trainer:
                 contract.M_TOTAL_TOKENS: float(self.sampler.tokens_seen)}
         if faulty:
             host[contract.M_FAULT_ACTIVE] = 1.0
-        self.train_state, metrics = self.step_fn(self.train_state, batch.tokens_BxL, batch.domain_ids_B,
-                                                 np.float32(lr), np.float32(loss_scale))
+        put = mesh_lib.put
+        self.train_state, metrics = self.step_fn(
+            self.train_state, put(batch.tokens_BxL, self.batch_sh[2]), put(batch.domain_ids_B, self.batch_sh[1]),
+            put(np.float32(lr), self.scalar_sh), put(np.float32(loss_scale), self.scalar_sh))
         s.step += 1
         return s.step, metrics, host, math.isnan(loss_scale)
 

@@ -1,6 +1,9 @@
-"""The ASGI application: Django for HTTP (plus /static/ when OBS_SERVE_STATIC), Channels for WebSockets.
+"""The ASGI application: Django for HTTP (static files through WhiteNoise when OBS_SERVE_STATIC), Channels for
+WebSockets (session auth, so the live consumer can consult the authorization matrix).
 
-Run: daphne -b 127.0.0.1 -p 8000 webapp.asgi:application
+Run: deploy/run_local.py's web command, i.e. uvicorn with uvloop/httptools and no per-message deflate
+(`python -m uvicorn webapp.asgi:application --ws websockets-sansio --ws-per-message-deflate false ...`); daphne
+(`daphne -b 127.0.0.1 -p 8000 webapp.asgi:application`) works too.
 """
 
 import os
@@ -13,13 +16,12 @@ django_http = get_asgi_application()  # before importing consumers: it sets up t
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.conf import settings  # noqa: E402
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from webapp.live.auth import SessionAuth  # noqa: E402 (channels.auth.AuthMiddlewareStack when a session exists)
 from webapp.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter({
-    "http": ASGIStaticFilesHandler(django_http) if settings.SERVE_STATIC else django_http,
+    "http": django_http,
     # Browsers always send Origin; the validator rejects cross-site pages (and clients without Origin).
-    "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+    "websocket": AllowedHostsOriginValidator(SessionAuth(URLRouter(websocket_urlpatterns))),
 })

@@ -7,8 +7,12 @@ Variables (see the README's configuration table):
     REDIS_URL            default redis://127.0.0.1:6379/0 (streams, channel layer, Celery broker)
     DATABASE_URL         postgres://user:pass@host:port/db or sqlite:///path; unset -> SQLite in OBS_DATA_DIR
     OBS_DATA_DIR         default var/ (SQLite file, Celery beat schedule, collected static)
-    OBS_SERVE_STATIC     bool, default on: the ASGI app serves /static/ itself (no CDN, no extra server needed)
+    OBS_SERVE_STATIC     bool, default on: the ASGI app serves /static/ itself via WhiteNoise (no CDN, no extra server)
     OBS_LOG_LEVEL        default INFO
+    OBS_LOG_FORMAT       plain (default) or json: one JSON object per log line
+    OBS_STATIC_ROOT      where collectstatic puts files, default OBS_DATA_DIR/static
+    OBS_METRICS_TOKEN    when set, GET /metrics wants Authorization: Bearer <it>
+    OBS_PUBLIC_URL       default http://127.0.0.1:8000: the site's address in anomaly notifications' links
 """
 
 from __future__ import annotations
@@ -163,7 +167,10 @@ INSTALLED_APPS = [
     "webapp.intake",
     "webapp.runs",
     "webapp.metrics",
+    "webapp.anomalies",
+    "webapp.annotations",
     "webapp.control",
+    "webapp.ops",
     "webapp.live",
 ]
 
@@ -200,8 +207,14 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT = Path(env_str("OBS_STATIC_ROOT", str(DATA_DIR / "static")))  # the image collects it at build
 SERVE_STATIC = env_bool("OBS_SERVE_STATIC", True)
+# Probes and scrapes speak plain HTTP inside the cluster: no redirect to HTTPS for them (webapp.ops).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+if SERVE_STATIC:  # WhiteNoise: cache headers and compressed variants, no extra server (a proxy may serve them too)
+    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+    WHITENOISE_USE_FINDERS = True  # static/ straight from the source tree until collectstatic has run
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # (WhiteNoise warns about a missing one)
 
 # ---------------------------------------------------------------------------------------------- accounts
 AUTH_PASSWORD_VALIDATORS = [
@@ -281,6 +294,8 @@ CELERY_BEAT_SCHEDULE = {
 
 # ---------------------------------------------------------------------------------------------- observatory
 OBS_LOST_AFTER_S = 300  # a run silent this long after its heartbeat expired is "lost" rather than "stale"
+OBS_ANOMALY_WATCH_S = 86_400  # ingest's stall/heartbeat timer watches runs that changed within this window
+OBS_PUBLIC_URL = env_str("OBS_PUBLIC_URL", "http://127.0.0.1:8000")  # links in anomaly notifications
 
 LOGGING = {
     "version": 1,
@@ -293,3 +308,5 @@ LOGGING = {
         "django": {"level": "INFO" if DEBUG else "WARNING"},
     },
 }
+if env_str("OBS_LOG_FORMAT", "plain") == "json":  # one JSON object per line (webapp.ops.logs), for log shippers
+    LOGGING["formatters"]["plain"] = {"()": "webapp.ops.logs.JsonFormatter"}

@@ -8,6 +8,9 @@ urlpatterns = [
     path("", include("webapp.intake.urls")),
     path("", include("webapp.runs.urls")),
     path("", include("webapp.metrics.urls")),
+    path("", include("webapp.anomalies.urls")),
+    path("", include("webapp.annotations.urls")),
     path("", include("webapp.control.urls")),
+    path("", include("webapp.ops.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __all__ = ["PREFIX", "RUNS_KEY", "DEADLETTER_STREAM", "DEADLETTER_COUNT_KEY", "INGEST_GROUP", "TRAINER_GROUP",
            "STREAM_MAXLEN", "HEARTBEAT_TTL_S", "telemetry_stream", "control_stream", "ack_stream",
-           "applied_commands_key", "heartbeat_key", "live_group"]
+           "applied_commands_key", "checkpoints_key", "heartbeat_key", "live_group"]
 
 PREFIX = "obs"
 RUNS_KEY = f"{PREFIX}:runs"  # SET of run ids that have ever published
@@ -31,6 +31,12 @@ def ack_stream(run_id: str) -> str:
 def applied_commands_key(run_id: str) -> str:
     """SET of command ids the run has applied: a repeated id is acknowledged, never applied twice."""
     return f"{PREFIX}:run:{run_id}:control:applied"
+
+
+def checkpoints_key(run_id: str) -> str:
+    """A STRING holding the trainer's checkpoint list as JSON, {"t", "checkpoints": [{"step", "why", "kind",
+    "saved_at", "bytes", "kept"}]}, rewritten whenever it changes: what a rollback can go back to."""
+    return f"{PREFIX}:run:{run_id}:checkpoints"
 
 
 def heartbeat_key(run_id: str) -> str:

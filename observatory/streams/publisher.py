@@ -6,7 +6,12 @@ transport is slow or gone it keeps the queue (bounded; what does not fit is drop
 capped exponential backoff and flushes the backlog in order. `Publisher` writes to Redis: pipelined XADD batches
 (no transaction, approximate MAXLEN), the run kept in `contract.RUNS_KEY`, heartbeats mirrored into
 `contract.heartbeat_key(run)` with a TTL — `add_telemetry`, which the web's HTTP intake uses too.
-Framework-free: imports neither Django nor JAX.
+
+Nothing Redis has not confirmed is forgotten: a batch whose pipeline did not return stays queued and is counted in
+`stats()["unconfirmed"]` until a retry is confirmed; before that retry the stream is checked, so a batch Redis did
+apply before the connection broke is not written twice. Confirmed entries are also kept for `retain_s` seconds:
+when Redis comes back without some of them (a restart that lost its latest writes) they are written again and
+counted in `stats()["resent"]`. Framework-free: imports neither Django nor JAX.
 """
 
 from __future__ import annotations
@@ -17,8 +22,12 @@ import threading
 import time
 from typing import Any, Iterable, Mapping
 
+import redis as redis_lib
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 from observatory import contract
-from observatory.streams.consumer import connect
+from observatory.streams.consumer import connect, text
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +75,14 @@ class QueuedPublisher:
         self._flushing = 0  # callers waiting in flush(): send what there is now
         self._q: collections.deque = collections.deque()  # (kind, data) in publish order
         self._inflight = 0  # messages taken off the queue and not yet written
+        self._retrying = 0  # messages at the head of the queue whose write was attempted and not confirmed
+        self._idle = False  # the writer thread waits for work: wake it on the next message
         self._cv = threading.Condition()
         self._closing = False
         self._stopping = threading.Event()
         self._good_names: set[str] = set()  # metric names already checked against the contract
-        self._stats = {"published": 0, "dropped": 0, "invalid": 0, "reconnects": 0, "errors": 0,
-                       "dropped_by_kind": collections.Counter(), "last_error": ""}
+        self._stats = {"published": 0, "dropped": 0, "invalid": 0, "reconnects": 0, "errors": 0, "retried": 0,
+                       "resent": 0, "dropped_by_kind": collections.Counter(), "last_error": ""}
         self._connected = False
         self._thread = threading.Thread(target=self._run, name=f"publisher-{run_id}", daemon=True)
         self._thread.start()
@@ -99,7 +110,8 @@ class QueuedPublisher:
                 self._drop(kind)
                 return False
             self._q.append((kind, data))
-            if len(self._q) >= self.batch:
+            # an idle writer goes now (no added latency); a busy one takes whatever piled up on its next round
+            if self._idle or len(self._q) >= self.batch:
                 self._cv.notify()
         return True
 
@@ -144,6 +156,8 @@ class QueuedPublisher:
             s = dict(self._stats)
             s["dropped_by_kind"] = dict(self._stats["dropped_by_kind"])
             s["queue_depth"] = len(self._q) + self._inflight
+            # written (or being written) and not yet confirmed by the transport: kept, never counted as published
+            s["unconfirmed"] = max(self._retrying, self._inflight)
             s["connected"] = self._connected
         return s
 
@@ -151,7 +165,9 @@ class QueuedPublisher:
     def _take(self) -> list:
         with self._cv:
             if not self._q and not self._closing:
+                self._idle = True
                 self._cv.wait(self._flush_interval)
+                self._idle = False
             linger_until = time.monotonic() + self._linger
             while 0 < len(self._q) < self.batch and not (self._closing or self._flushing):
                 left = linger_until - time.monotonic()
@@ -161,11 +177,15 @@ class QueuedPublisher:
             n = min(self.batch, len(self._q))
             items = [self._q.popleft() for _ in range(n)]
             self._inflight = n
+            if self._retrying:
+                self._stats["retried"] += min(n, self._retrying)
         return items
 
     def _requeue(self, items: list) -> None:
+        """Put back what a failed write did not confirm, at the head of the queue, counted as unconfirmed."""
         with self._cv:
             self._q.extendleft(reversed(items))
+            self._retrying = min(len(self._q), max(self._retrying, len(items)))
             self._inflight = 0
             self._cv.notify_all()
 
@@ -195,6 +215,7 @@ class QueuedPublisher:
                 continue
             backoff = 0.05
             with self._cv:
+                self._retrying = max(0, self._retrying - len(items))
                 self._inflight = 0
                 self._cv.notify_all()
 
@@ -249,21 +270,45 @@ class QueuedPublisher:
         return contract.metrics_fields(self.run_id, data["step"], values, t=data["t"])
 
 
+def _entry_id(raw) -> tuple[int, int]:
+    ms, _, seq = text(raw).partition("-")
+    return int(ms), int(seq or 0)
+
+
 class Publisher(QueuedPublisher):
-    """Writes one run's telemetry stream to Redis."""
+    """Writes one run's telemetry stream to Redis. `retain_s`: how long confirmed entries are kept for
+    re-sending after a Redis restart that lost them (Redis with `appendfsync everysec` may lose about the last
+    second on a machine crash); `retain_max` bounds how many."""
 
     transport = "Redis"
 
     def __init__(self, redis_url: str, run_id: str, max_queue: int = 20_000, batch: int = 100,
                  flush_interval_s: float = 0.05, socket_timeout_s: float = 2.0, max_backoff_s: float = 2.0,
-                 heartbeat_ttl_s: int = contract.HEARTBEAT_TTL_S, client_factory=None):
+                 heartbeat_ttl_s: int = contract.HEARTBEAT_TTL_S, client_factory=None, retain_s: float = 3.0,
+                 retain_max: int = 5000):
         self.stream = contract.telemetry_stream(run_id)
         self._hb_ttl = int(heartbeat_ttl_s)
-        self._client_factory = client_factory or (lambda: connect(redis_url, socket_timeout_s,
-                                                                  health_check_interval=0))
+        self._client_factory = client_factory or (lambda: connect(
+            redis_url, socket_timeout_s, health_check_interval=0, retry=Retry(NoBackoff(), 0),
+            redis_connect_func=self._on_connect))
         self._client = None
+        self._connects = 0  # connections the current client made
         self._registered = False  # SADD RUNS_KEY done on this connection
+        self._retain_s, self._retain_max = float(retain_s), int(retain_max)
+        self._recent: collections.deque = collections.deque()  # (monotonic t, entry id, fields), confirmed
+        self._last_id: tuple[int, int] | None = None  # our newest confirmed entry
+        self._suspect = False  # a write failed: check the stream before the next one
         super().__init__(run_id, max_queue, batch, flush_interval_s, max_backoff_s)
+
+    def _on_connect(self, conn) -> None:
+        """redis-py replaces a dead pooled connection silently, even in the middle of `pipe.execute()`; a
+        restarted Redis would then go unnoticed. Only a client's first connection may succeed: any later one is
+        a failure of the write that triggered it, so the next write reconciles first."""
+        conn.on_connect()
+        self._connects += 1
+        if self._connects > 1:
+            conn.disconnect()
+            raise redis_lib.ConnectionError("the connection to Redis was lost and re-made")
 
     def _reset(self) -> None:
         if self._client is not None:
@@ -272,17 +317,65 @@ class Publisher(QueuedPublisher):
             except Exception:
                 pass
         self._client = None
+        self._connects = 0
         self._registered = False
+        self._suspect = True
 
     def _write(self, items: list) -> None:
         if self._client is None:
             self._client = self._client_factory()
             self._client.ping()
             self._connected_now()
+        entries = self._encode_all(items)
+        valid, resend = len(entries), []
+        if self._suspect:
+            entries, resend = self._reconcile(entries)
+        register = not self._registered
         pipe = self._client.pipeline(transaction=False)
-        n = add_telemetry(pipe, self.run_id, self._encode_all(items), heartbeat_ttl_s=self._hb_ttl,
-                          register=not self._registered)
-        pipe.execute()
-        self._registered = True
+        add_telemetry(pipe, self.run_id, entries, heartbeat_ttl_s=self._hb_ttl, register=register)
+        replies = pipe.execute()
+        self._registered, self._suspect = True, False
         self._connected_now()
-        self._published(n)
+        if resend:  # their old ids are gone with the lost suffix; they are remembered under their new ones
+            gone = {id(f) for f in resend}
+            self._recent = collections.deque(r for r in self._recent if id(r[2]) not in gone)
+        self._remember(entries, replies, 1 if register else 0)
+        if resend:
+            self._error("resent", f"Redis had lost {len(resend)} confirmed entries: written again", len(resend))
+            log.warning("publisher %s: Redis had lost %d confirmed entries; written again", self.run_id, len(resend))
+        self._published(valid)  # every valid message of the batch is in Redis now (written now, or applied before)
+
+    def _reconcile(self, entries: list[dict]) -> tuple[list[dict], list[dict]]:
+        """After a failure: (what to write now, the lost confirmed entries it starts with).
+
+        The stream is append-only and Redis loses only a suffix of it (a restart without the latest writes), so
+        a kept entry newer than the stream's last entry was lost. If none was, the unconfirmed batch may still
+        have been applied before the connection broke: entries of it found after our last confirmed one are not
+        written again."""
+        now = time.monotonic()
+        while self._recent and now - self._recent[0][0] > self._retain_s:
+            self._recent.popleft()
+        last = self._client.xrevrange(self.stream, "+", "-", count=1)
+        last_id = _entry_id(last[0][0]) if last else None
+        lost = [fields for _, eid, fields in self._recent if last_id is None or eid > last_id]
+        if lost or not entries:
+            return lost + entries, lost
+        if self._last_id is not None and (last_id is None or last_id <= self._last_id):
+            return entries, []  # nothing after our last confirmed entry: none of the batch was applied
+        if self._last_id is not None:
+            after = self._client.xrange(self.stream, "(%d-%d" % self._last_id, "+", count=len(entries) + 256)
+        else:
+            after = self._client.xrevrange(self.stream, "+", "-", count=len(entries) + 256)
+        present = {(text(f.get(b"kind", f.get("kind"))), text(f.get(b"data", f.get("data")))) for _, f in after}
+        return [f for f in entries if (f["kind"], f["data"]) not in present], []
+
+    def _remember(self, entries: list[dict], replies: list, i: int) -> None:
+        """Keep confirmed entries (with the ids Redis gave them: XADD replies from index i) for `retain_s`."""
+        now = time.monotonic()
+        for fields in entries:
+            eid = _entry_id(replies[i])
+            self._recent.append((now, eid, fields))
+            self._last_id = eid
+            i += 2 if fields["kind"] == "heartbeat" else 1
+        while self._recent and (len(self._recent) > self._retain_max or now - self._recent[0][0] > self._retain_s):
+            self._recent.popleft()

@@ -1,39 +1,101 @@
 // Line charts over Obs.Store series: one trace per series (the first is the chart's own metric), extra traces
 // joining as the run reveals them (per-domain losses), an optional right-hand axis (MFU next to tokens/s).
-// Non-finite points are red markers at the top of the chart, per trace, and counted in the title.
-// History redraws with Plotly.react; live points are appended with Plotly.extendTraces.
+// Zoom is real (zoom.js): a zoomed chart draws its window's finer points between the coarse history on either
+// side, live points still join, and the y axis fits the visible window.
+// Trace order (tests and feature modules rely on it): lines 0..n-1, non-finite marks n..2n-1, impossible-value
+// marks 2n..3n-1, smoothed lines 3n..4n-1 (only while smoothing is on; the raw lines then stay faint behind).
+// Non-finite points are red ✕ at the top of the chart; values no hardware can produce (page bounds: MFU above
+// 100%) are amber ▲ there, never part of the line; both are counted in the chart's note, nothing is dropped.
 "use strict";
 
 window.Obs = window.Obs || {};
 
 (function (Obs) {
-  const HISTORY_POINTS = 2000; // downsampled history per series (min/max buckets keep every spike)
-  const PALETTE = ["#1f5fbf", "#e07b00", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",
+  const PALETTE = ["#1f5fbf", "#d9730d", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",
                    "#9e9d24", "#3949ab"];
+  const PALETTE_DARK = ["#74a9ff", "#ffa94d", "#69db7c", "#da77f2", "#3bc9db", "#d2a679", "#f783ac", "#a5b4c4",
+                        "#d8f5a2", "#91a7ff"];
+  const color = (i) => (document.documentElement.dataset.theme === "dark" ? PALETTE_DARK : PALETTE)[i % PALETTE.length];
+  const LIVE_REDRAW_MS = 250; // a zoomed or smoothed chart redraws fully for live points at most 4×/s
+  const TABLE_ROWS = 1000;
+  const EMPTY = {steps: [], values: [], nfSteps: [], nfKinds: []};
+
+  const merge = (a, b, from, to) => { // a's points outside [from, to], b's inside
+    const i = Obs.lowerBound(a.steps, from), j = Obs.lowerBound(a.steps, to + 1);
+    const k = Obs.lowerBound(a.nfSteps, from), l = Obs.lowerBound(a.nfSteps, to + 1);
+    return {steps: a.steps.slice(0, i).concat(b.steps, a.steps.slice(j)),
+            values: a.values.slice(0, i).concat(b.values, a.values.slice(j)),
+            nfSteps: a.nfSteps.slice(0, k).concat(b.nfSteps, a.nfSteps.slice(l)),
+            nfKinds: a.nfKinds.slice(0, k).concat(b.nfKinds, a.nfKinds.slice(l))};
+  };
 
   class LineChart {
-    // ctx: {store, schedule}; spec: {id, title, metrics, optional, extra_prefix, secondary}; parent: element.
+    // ctx: {store, schedule, view, xaxis, registry, bounds, rewinds, chartAction, zoomDrawn}; spec: {id?, title,
+    // metrics, optional, extra_prefix, secondary, topic, note}; parent: the element the chart is appended to.
     constructor(ctx, spec, parent) {
       this.ctx = ctx;
       this.id = spec.id || spec.metrics[0];
       this.spec = spec;
       this.secondary = new Set(spec.secondary || []);
       this.optional = new Set(spec.optional || []);
-      this.items = []; // {name, series, color, secondary, pending: {x, y, nfx, nfk}}
-      this.full = true; this.dirty = true;
-      const box = document.createElement("div");
+      this.items = []; // {name, series, color, secondary, pending, zoom, ema}
+      this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null;
+      this.rangeRev = 0; this.visible = true; this.stale = false; this.abort = null; this.zoomPending = false;
+      this.info = ctx.registry.info(this.id);
+      this.build(parent);
+      this.width = this.plot.clientWidth || 600;
+      for (const name of spec.metrics) this.addTrace(name); // history requests first: they overlap the drawing
+      // An empty chart at once: feature modules may relayout or hook any chart on the page right away.
+      Plotly.newPlot(this.plot, [], this.layout(), Obs.plotConfig());
+      this.plot.on("plotly_clickannotation", (ev) => Obs.overlayClicked(ev.annotation && ev.annotation.overlayId));
+      this.plot.on("plotly_relayout", (ev) => this.relayouted(ev));
+      if (window.ResizeObserver) new ResizeObserver(() => { this.width = this.plot.clientWidth || this.width; }).observe(this.plot);
+      if (window.IntersectionObserver) {
+        new IntersectionObserver((entries) => {
+          this.visible = entries[entries.length - 1].isIntersecting;
+          if (this.visible && this.stale) this.setRange();
+        }, {rootMargin: "100px"}).observe(this.box);
+      }
+    }
+
+    build(parent) {
+      const slug = Obs.slug(this.id), title = this.spec.title || this.info.title;
+      const box = document.createElement("figure");
       box.className = "chart";
       box.dataset.metric = this.id;
-      box.innerHTML = '<h3><span class="name"></span><span class="note"></span></h3><div class="plot"></div>';
-      box.querySelector(".name").textContent = spec.title || this.id;
-      box.querySelector(".name").title = this.id;
-      this.box = box;
-      this.plot = box.querySelector(".plot");
-      this.plot.id = "chart-" + Obs.slug(this.id);
+      box.setAttribute("aria-labelledby", "title-" + slug);
+      box.setAttribute("aria-describedby", "meaning-" + slug);
+      box.innerHTML = '<div class="chart-head"><h3><span class="name"></span> <span class="unit"></span></h3>' +
+        '<span class="note" role="status"></span><div class="chart-tools" role="group">' +
+        '<button type="button" class="tool log" aria-pressed="false">log y</button>' +
+        '<button type="button" class="tool up">↑</button><button type="button" class="tool down">↓</button>' +
+        '<button type="button" class="tool remove">✕</button></div></div>' +
+        '<p class="meaning"></p><div class="plot"></div>' +
+        '<details class="glossary"><summary>What is this?</summary><p></p></details>' +
+        '<details class="table-alt"><summary>Data table</summary><div class="table-wrap" tabindex="0"></div></details>';
+      const q = (s) => box.querySelector(s);
+      q("h3").id = "title-" + slug;
+      q(".name").textContent = title;
+      q(".name").title = this.id;
+      q(".unit").textContent = this.info.unit ? "(" + this.info.unit + ")" : "";
+      q(".meaning").id = "meaning-" + slug;
+      q(".meaning").textContent = this.info.meaning ? this.info.meaning[0].toUpperCase() + this.info.meaning.slice(1) +
+        "." : this.id;
+      const gloss = this.ctx.registry.glossary(this.spec.topic || this.info.topic);
+      q(".glossary p").textContent = gloss;
+      q(".glossary").hidden = !gloss;
+      q(".chart-tools").setAttribute("aria-label", "Chart: " + title);
+      const act = (sel, label, fn) => { const b = q(sel); b.setAttribute("aria-label", label); b.title = label;
+                                        b.addEventListener("click", fn); };
+      act(".log", "log y (logarithmic axis) for " + title, () => this.ctx.view.toggleLog(this.id));
+      act(".up", "Move " + title + " earlier", () => this.ctx.chartAction(this.id, "up"));
+      act(".down", "Move " + title + " later", () => this.ctx.chartAction(this.id, "down"));
+      act(".remove", "Remove the " + title + " chart", () => this.ctx.chartAction(this.id, "remove"));
+      q(".table-alt").addEventListener("toggle", () => this.renderTable());
+      this.box = box; this.title = title;
+      this.plot = q(".plot");
+      this.plot.id = "chart-" + slug;
       parent.appendChild(box);
-      Plotly.newPlot(this.plot, [], this.layout(), {responsive: true, displaylogo: false});
-      this.plot.on("plotly_clickannotation", (ev) => Obs.overlayClicked(ev.annotation && ev.annotation.overlayId));
-      for (const name of spec.metrics) this.addTrace(name);
     }
 
     // Does series `name` belong here as an extra trace (once the run has it)?
@@ -44,27 +106,46 @@ window.Obs = window.Obs || {};
       return !!p && name.startsWith(p) && name.length > p.length && !name.slice(p.length).includes("/");
     }
 
+    resolution() { // points per window = the plot's pixel width: a bucket's min and max every two pixels
+      return Math.max(100, Math.min(4000, Math.round(this.width || 600))); // (cached: reading it forces a layout)
+    }
+
     addTrace(name) {
       if (this.items.some((it) => it.name === name)) return;
-      const item = {name, color: PALETTE[this.items.length % PALETTE.length], secondary: this.secondary.has(name),
-                    pending: null};
+      const item = {name, index: this.items.length, secondary: this.secondary.has(name),
+                    pending: null, zoom: null, ema: null};
       this.items.push(item);
-      item.series = this.ctx.store.want(name, this, {points: HISTORY_POINTS});
+      item.series = this.ctx.store.want(name, this, {points: this.resolution()});
       this.full = true; this.dirty = true;
       this.ctx.schedule();
     }
 
     destroy() {
       for (const it of this.items) this.ctx.store.release(it.name, this);
+      if (this.abort) this.abort.abort();
       Plotly.purge(this.plot);
       this.box.remove();
     }
 
-    reset() { this.full = true; this.dirty = true; this.ctx.schedule(); }
+    reset(s, toStep) {
+      this.liveOnly = false;
+      if (toStep !== undefined) { // a rewind: zoomed points past it are superseded too
+        for (const it of this.items) {
+          if (it.series !== s || !it.zoom) continue;
+          const z = it.zoom, i = Obs.lowerBound(z.steps, toStep + 1), j = Obs.lowerBound(z.nfSteps, toStep + 1);
+          z.steps.length = i; z.values.length = i; z.nfSteps.length = j; z.nfKinds.length = j;
+        }
+      }
+      const it = this.items.find((i) => i.series === s);
+      // history came in while zoomed: read the window's finer points too
+      if (this.ctx.view.range && toStep === undefined && it && !it.zoom && s.bucketSteps > 1) this.setRange();
+      this.full = true; this.dirty = true; this.ctx.schedule();
+    }
 
     added(s, add) {
       this.dirty = true;
-      if (this.full) return; // the next full redraw reads the series as they are then
+      if (this.full) { this.ctx.schedule(); return; } // the next full redraw reads them
+      if (this.ctx.view.range || this.flat) { this.full = true; this.liveOnly = true; this.ctx.schedule(); return; }
       const it = this.items.find((i) => i.series === s);
       if (!it) return;
       const p = it.pending || (it.pending = {x: [], y: [], nfx: [], nfk: []});
@@ -74,108 +155,250 @@ window.Obs = window.Obs || {};
 
     label(name) {
       const p = this.spec.extra_prefix;
-      return p && name.startsWith(p) ? name.slice(p.length) : name;
+      if (p && name.startsWith(p)) return name.slice(p.length);
+      return this.items.length > 1 ? this.ctx.registry.info(name).title : this.title;
+    }
+
+    data(it) { // what the chart draws of a series: the held history, with the zoomed window's finer points
+      const s = it.series;
+      if (!s || s.waiting) return EMPTY;
+      return it.zoom ? merge(s, it.zoom, it.zoom.from, it.zoom.to) : s;
+    }
+
+    // Split finite points into drawable ones and ones beyond the metric's physical bound.
+    split(name, steps, values) {
+      const b = this.ctx.bounds[name];
+      // copies: Plotly.extendTraces appends to a trace's arrays in place, which must never be the store's
+      if (!b || !values.some((v) => v > b.max)) return {x: steps.slice(), y: values.slice(), ox: [], oy: []};
+      const out = {x: [], y: [], ox: [], oy: []};
+      values.forEach((v, i) => { if (v > b.max) { out.ox.push(steps[i]); out.oy.push(v); }
+                                 else { out.x.push(steps[i]); out.y.push(v); } });
+      return out;
     }
 
     traces() {
-      const multi = this.items.length > 1;
-      const lines = this.items.map((it, i) => ({
-        x: it.series.steps.slice(), y: it.series.values.slice(), type: "scatter", mode: "lines",
-        name: this.label(it.name), yaxis: it.secondary ? "y3" : "y",
-        line: {width: i === 0 ? 1.5 : 1.1, color: it.color, dash: it.secondary ? "dot" : "solid"},
-        hovertemplate: (multi ? this.label(it.name) + "<br>" : "") + "step %{x}<br>%{y}<extra></extra>",
-      }));
-      const marks = this.items.map((it) => ({
-        x: it.series.nfSteps.slice(), y: it.series.nfSteps.map(() => 1), text: it.series.nfKinds.slice(),
-        yaxis: "y2", type: "scatter", mode: "markers", showlegend: false, name: "non-finite " + it.name,
-        marker: {color: "#c62828", symbol: "x", size: 9, line: {color: it.color, width: 1}},
-        hovertemplate: this.label(it.name) + " step %{x}: %{text}<extra></extra>",
-      }));
-      return [...lines, ...marks];
+      const xa = this.ctx.xaxis, sm = this.ctx.view.smooth, multi = this.items.length > 1, t = Obs.theme();
+      const lines = [], marks = [], oob = [], smooth = [];
+      this.oobTotal = 0; this.nonPositive = 0;
+      for (const it of this.items) {
+        const d = this.data(it), p = this.split(it.name, d.steps, d.values);
+        const unit = this.ctx.registry.info(it.name).unit, label = this.label(it.name);
+        const X = xa.toX(p.x), yaxis = it.secondary ? "y3" : "y";
+        const hover = "%{y:.5~g}" + (unit && unit !== "fraction" ? " " + unit : "");
+        lines.push({x: X, y: p.y, type: "scatter", mode: "lines", name: label, yaxis, legendgroup: it.name,
+                    showlegend: multi && !sm, opacity: sm > 0 ? 0.28 : 1, hovertemplate: hover,
+                    line: {width: it === this.items[0] ? 1.5 : 1.1, color: color(it.index), dash: it.secondary ? "dot" : "solid"}});
+        marks.push({x: xa.toX(d.nfSteps), y: d.nfSteps.map(() => 1), text: d.nfKinds.slice(), yaxis: "y2",
+                    type: "scatter", mode: "markers", showlegend: false, name: label + " non-finite",
+                    legendgroup: it.name, hovertemplate: "%{text}",
+                    marker: {color: t.red, symbol: "x", size: 9, line: {color: color(it.index), width: 1}}});
+        oob.push({x: xa.toX(p.ox), y: p.ox.map(() => 1), text: p.oy.map((v) => Obs.fmt(v)), yaxis: "y2",
+                  type: "scatter", mode: "markers", showlegend: false, name: label + " impossible",
+                  legendgroup: it.name, hovertemplate: "impossible: %{text}",
+                  marker: {color: t.amber, symbol: "triangle-up-open", size: 9}});
+        this.oobTotal += p.ox.length;
+        if (this.ctx.view.log.has(this.id)) this.nonPositive += p.y.filter((v) => v <= 0).length;
+        if (sm > 0) {
+          it.ema = Obs.ema(p.y, sm);
+          smooth.push({x: X, y: it.ema.y, type: "scatter", mode: "lines", name: label + " (smoothed)", yaxis,
+                       legendgroup: it.name, showlegend: multi, hovertemplate: hover,
+                       line: {width: 1.8, color: color(it.index), dash: it.secondary ? "dot" : "solid"}});
+        }
+      }
+      return [...lines, ...marks, ...oob, ...smooth];
     }
 
-    layout() {
+    layout(traces) {
+      const t = Obs.theme(), xa = this.ctx.xaxis, view = this.ctx.view;
       const multi = this.items && this.items.length > 1;
       const sec = this.items && this.items.some((it) => it.secondary);
-      const lay = {margin: {l: 55, r: sec ? 50 : 10, t: multi ? 26 : 8, b: 30}, showlegend: !!multi,
-                   legend: {orientation: "h", x: 0, y: 1.0, yanchor: "bottom", font: {size: 10}},
-                   hovermode: "closest", uirevision: "keep",
-                   xaxis: {title: {text: "step"}, automargin: true},
-                   yaxis: {automargin: true, exponentformat: "e"},
+      const log = view.log.has(this.id);
+      const range = view.range ? xa.toX([view.range[0], view.range[1]]) : null;
+      // Margins computed here, not by Plotly's automargin: that costs a second layout pass on every redraw.
+      const axis = {gridcolor: t.grid, zerolinecolor: t.grid, linecolor: t.grid, automargin: false,
+                    tickfont: {color: t.muted, size: 11}, uirevision: this.rangeRev};
+      const lay = {margin: this.margins(traces, sec, multi, xa.mode === "time"), showlegend: !!multi,
+                   legend: {orientation: "h", x: 0, y: multi ? this.legendY() : 1, yanchor: "bottom", font: {size: 10}},
+                   hovermode: "x unified", uirevision: "keep", dragmode: Obs.coarsePointer() ? false : "zoom",
+                   paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: t.fg},
+                   hoverlabel: {bgcolor: t.card, font: {color: t.fg}},
+                   xaxis: {...axis, title: {text: xa.title(), font: {size: 11, color: t.muted}}, type: xa.axisType(),
+                           hoverformat: xa.mode === "time" ? "%Y-%m-%d %H:%M:%S" : ",d"},
+                   yaxis: {...axis, type: log ? "log" : "linear", exponentformat: "e"},
                    yaxis2: {overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true}};
-      // Rewinds (a resume from a checkpoint, a rollback): a dashed line where the run went back to.
-      const rw = (this.ctx && this.ctx.rewinds) || [];
-      lay.shapes = rw.map((r) => ({type: "line", xref: "x", yref: "paper", x0: r.to_step, x1: r.to_step, y0: 0,
-                                   y1: 1, line: {color: "#9e9e9e", width: 1, dash: "dash"}}));
-      lay.annotations = rw.map((r) => ({xref: "x", yref: "paper", x: r.to_step, y: 1, yanchor: "bottom",
-                                        showarrow: false, font: {size: 9, color: "#757575"},
-                                        text: `↺ ${r.from_step}→${r.to_step}`}));
-      // Overlays from feature modules (anomalies, annotations, interventions, forecasts): Obs.overlays.
+      if (range) { lay.xaxis.range = range; lay.xaxis.autorange = false; } else lay.xaxis.autorange = true;
+      if (sec) {
+        const names = this.items.filter((it) => it.secondary).map((it) => this.label(it.name));
+        lay.yaxis3 = {...axis, overlaying: "y", side: "right", exponentformat: "e", showgrid: false,
+                      title: {text: names.join(", "), font: {size: 10}}};
+      }
+      if (traces) { // the y axes fit what is visible, not the whole run (and a flat line is not drawn at 0)
+        this.flat = false;
+        this.fitY(lay.yaxis, traces, "y", range, log);
+        if (lay.yaxis3) this.fitY(lay.yaxis3, traces, "y3", range, false);
+      }
+      this.marks(lay, t);
+      return lay;
+    }
+
+    // Room for the tick labels (≈6.5 px a character at 11 px: Plotly's "e" notation keeps them short), the
+    // right-hand axis and its title, and the legend's rows above the plot.
+    margins(traces, sec, multi, time) {
+      const chars = (name) => {
+        let lo = Infinity, hi = -Infinity;
+        for (const tr of traces || []) {
+          if ((tr.yaxis || "y") !== name || tr.mode !== "lines") continue;
+          for (const v of tr.y) { if (v < lo) lo = v; if (v > hi) hi = v; }
+        }
+        if (!(hi >= lo)) return 4;
+        const label = (v) => (Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(2) : v.toPrecision(3))
+          .replace(/\.?0+(e|$)/, "$1").length;
+        return Math.max(label(lo), label(hi), label((lo + hi) / 2)) + 1;
+      };
+      const px = (n) => Math.min(96, Math.max(34, Math.round(10 + 6.5 * n)));
+      let top = this.labelled() ? 22 : 8; // marker labels (rewinds, overlays) sit just above the plot
+      if (multi) {
+        const width = this.items.reduce((a, it) => a + 44 + 6 * this.label(it.name).length, 0);
+        top += 20 * Math.ceil(width / Math.max(200, (this.width || 600) - 60));
+      }
+      return {l: px(chars("y")), r: sec ? px(chars("y3")) + 14 : 12, t: top, b: time ? 52 : 38};
+    }
+
+    labelled() { return (this.ctx.rewinds || []).length > 0 || Obs.overlaysFor(this).some((o) => o.label); }
+
+    legendY() { // above the marker labels, when there are any (in paper units of the plot's height)
+      return this.labelled() ? 1 + 16 / Math.max(80, (this.plot.clientHeight || 260) - 80) : 1;
+    }
+
+    fitY(axis, traces, name, range, log) {
+      let lo = Infinity, hi = -Infinity;
+      for (const tr of traces) {
+        if ((tr.yaxis || "y") !== name || tr.mode !== "lines") continue;
+        const i = range ? Obs.lowerBound(tr.x, range[0]) : 0, j = range ? Obs.lowerBound(tr.x, range[1] + 1e-9) : tr.x.length;
+        for (let k = Math.max(0, i - 1); k < Math.min(tr.y.length, j + 1); k++) {
+          const v = tr.y[k];
+          if (log && !(v > 0)) continue;
+          if (v < lo) lo = v;
+          if (v > hi) hi = v;
+        }
+      }
+      if (!(hi >= lo)) return;
+      if (!range && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return; // Plotly's autorange does well
+      if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
+      const pad = (hi - lo) * 0.06 || (log ? 0.3 : Math.abs(hi) * 0.5) || 1;
+      axis.range = [lo - pad, hi + pad];
+      axis.autorange = false;
+      if (!range) this.flat = true; // a fixed range: live points redraw fully, or they could fall outside it
+    }
+
+    marks(lay, t) { // rewinds and feature overlays (anomalies, annotations, interventions): Obs.setOverlays
+      const xa = this.ctx.xaxis, x = (step) => xa.toX([step])[0];
+      const rw = this.ctx.rewinds || [];
+      lay.shapes = rw.map((r) => ({type: "line", xref: "x", yref: "paper", x0: x(r.to_step), x1: x(r.to_step),
+                                   y0: 0, y1: 1, line: {color: t.muted, width: 1, dash: "dash"}}));
+      lay.annotations = rw.map((r) => ({xref: "x", yref: "paper", x: x(r.to_step), y: 1, yanchor: "bottom",
+                                        showarrow: false, font: {size: 9, color: t.muted},
+                                        text: r.label || `↺ ${r.from_step}→${r.to_step}`}));
       for (const o of Obs.overlaysFor(this)) {
         const band = o.x1 !== undefined && o.x1 !== o.x0;
         lay.shapes.push(band
-          ? {type: "rect", xref: "x", yref: "paper", x0: o.x0, x1: o.x1, y0: 0, y1: 1, layer: "below",
+          ? {type: "rect", xref: "x", yref: "paper", x0: x(o.x0), x1: x(o.x1), y0: 0, y1: 1, layer: "below",
              fillcolor: o.color || "rgba(255,160,0,0.18)", line: {width: 0}}
-          : {type: "line", xref: "x", yref: "paper", x0: o.x0, x1: o.x0, y0: 0, y1: 1,
+          : {type: "line", xref: "x", yref: "paper", x0: x(o.x0), x1: x(o.x0), y0: 0, y1: 1,
              line: {color: o.color || "#ef6c00", width: 1.5}});
         if (o.label) {
-          lay.annotations.push({xref: "x", yref: "paper", x: o.x0, y: 1, yanchor: "bottom", xanchor: "left",
+          lay.annotations.push({xref: "x", yref: "paper", x: x(o.x0), y: 1, yanchor: "bottom", xanchor: "left",
                                 showarrow: false, font: {size: 9, color: o.textColor || "#8d4a00"}, text: o.label,
                                 captureevents: !!o.onClick, overlayId: o.id});
         }
       }
-      if (sec) {
-        const names = this.items.filter((it) => it.secondary).map((it) => this.label(it.name));
-        lay.yaxis3 = {overlaying: "y", side: "right", automargin: true, exponentformat: "e", showgrid: false,
-                      title: {text: names.join(", "), font: {size: 10}}};
-      }
-      return lay;
     }
 
+    // ---------------------------------------------------------------------------------------- drawing
     redraw() {
       if (!this.dirty) return;
+      if (!this.lastFull && this.items.some((it) => it.series && it.series.loading)) return; // its reset() calls
+      const now = performance.now();
+      const smooth = this.ctx.view.smooth > 0;
+      if (!this.full && smooth && this.items.some((it) => !it.ema)) this.full = true;
+      if (this.full && !this.forced() && now - this.lastFull < LIVE_REDRAW_MS && this.liveOnly) {
+        if (!this.timer) this.timer = setTimeout(() => { this.timer = null; this.ctx.schedule(); },
+                                                 LIVE_REDRAW_MS - (now - this.lastFull));
+        return;
+      }
       this.dirty = false;
       const n = this.items.length;
       if (this.full) {
-        Plotly.react(this.plot, this.traces(), this.layout());
+        const traces = this.traces();
+        Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
+        this.lastFull = now;
       } else {
         this.items.forEach((it, i) => {
-          const p = it.pending;
-          if (!p) return;
-          if (p.x.length) Plotly.extendTraces(this.plot, {x: [p.x], y: [p.y]}, [i]);
-          if (p.nfx.length) Plotly.extendTraces(this.plot, {x: [p.nfx], y: [p.nfx.map(() => 1)], text: [p.nfk]}, [n + i]);
+          const pend = it.pending;
+          if (!pend) return;
+          const xa = this.ctx.xaxis, p = this.split(it.name, pend.x, pend.y);
+          if (p.x.length) Plotly.extendTraces(this.plot, {x: [xa.toX(p.x)], y: [p.y]}, [i]);
+          if (pend.nfx.length) Plotly.extendTraces(this.plot, {x: [xa.toX(pend.nfx)], y: [pend.nfx.map(() => 1)],
+                                                               text: [pend.nfk]}, [n + i]);
+          if (p.ox.length) {
+            Plotly.extendTraces(this.plot, {x: [xa.toX(p.ox)], y: [p.ox.map(() => 1)], text: [p.oy.map(Obs.fmt)]}, [2 * n + i]);
+            this.oobTotal += p.ox.length;
+          }
+          if (smooth && p.x.length && it.ema) {
+            it.ema = Obs.ema(p.y, this.ctx.view.smooth, it.ema);
+            Plotly.extendTraces(this.plot, {x: [xa.toX(p.x)], y: [it.ema.y]}, [3 * n + i]);
+          }
         });
       }
-      this.full = false;
+      this.full = false; this.liveOnly = false;
       this.items.forEach((it) => { it.pending = null; });
-      const nf = this.items.reduce((a, it) => a + it.series.nfTotal, 0);
-      const empty = this.items.every((it) => it.series.loaded && it.series.steps.length + it.series.nfSteps.length === 0);
-      const note = this.box.querySelector(".note");
-      note.textContent = nf ? nf + " non-finite" : (empty ? "no data yet" : "");
-      note.classList.toggle("bad", nf > 0);
+      Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
+      this.note();
+      if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
+      if (this.box.querySelector(".table-alt").open && now - (this.tableAt || 0) > 1000) this.renderTable();
+    }
+
+    forced() { return (this.zoomPending && !this.fetching) || !this.lastFull; }
+
+    note() {
+      const nf = this.items.reduce((a, it) => a + (it.series ? it.series.nfTotal : 0), 0);
+      const waiting = this.items.length && this.items.every((it) => !it.series || it.series.waiting);
+      const empty = this.items.every((it) => it.series && it.series.loaded &&
+                                             it.series.steps.length + it.series.nfSteps.length === 0);
+      const parts = [];
+      if (nf) parts.push(nf + " non-finite ✕");
+      if (this.oobTotal) parts.push(this.oobTotal + " impossible ▲ (" + (this.ctx.bounds[this.items.find(
+        (it) => this.ctx.bounds[it.name]).name] || {}).why + ")");
+      if (this.nonPositive) parts.push(this.nonPositive + " values ≤ 0 not drawn on the log axis");
+      if (this.spec.note) parts.push(this.spec.note);
+      if (!parts.length && waiting) parts.push("waiting for the run to publish it");
+      else if (!parts.length && empty) parts.push("no data yet");
+      const el = this.box.querySelector(".note");
+      const text = parts.join(" · ");
+      if (el.textContent !== text) el.textContent = text;
+      el.classList.toggle("bad", nf > 0 || this.oobTotal > 0);
+      const logBtn = this.box.querySelector(".log");
+      logBtn.setAttribute("aria-pressed", String(this.ctx.view.log.has(this.id)));
+    }
+
+    renderTable() {
+      const det = this.box.querySelector(".table-alt");
+      if (!det.open) return;
+      this.tableAt = performance.now();
+      const range = this.ctx.view.range;
+      const cols = this.items.map((it) => {
+        const d = this.data(it);
+        let steps = d.steps.concat(d.nfSteps), values = d.values.concat(d.nfKinds);
+        if (range) {
+          const keep = steps.map((s) => s >= range[0] && s <= range[1]);
+          steps = steps.filter((_, i) => keep[i]); values = values.filter((_, i) => keep[i]);
+        }
+        return {label: this.label(it.name), steps, values};
+      });
+      const where = range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run";
+      Obs.renderTable(det.querySelector(".table-wrap"), `${this.title}, ${where}`, cols, TABLE_ROWS);
     }
   }
-
-  // ------------------------------------------------------------------------------------------ overlays
-  // Feature modules publish marks on the charts without touching chart code:
-  //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, onClick?}]); then ctx.schedule().
-  // `metric` limits a mark to the charts that draw that series; x1 absent or equal to x0 draws a line.
-  const overlaySources = new Map();
-  const charts = new Set();
-  Obs.setOverlays = (source, list) => {
-    overlaySources.set(source, list || []);
-    charts.forEach((ch) => { ch.full = true; ch.dirty = true; });
-  };
-  Obs.overlaysFor = (chart) => {
-    const names = new Set((chart.items || []).map((it) => it.name));
-    const out = [];
-    overlaySources.forEach((list) => list.forEach((o) => { if (!o.metric || names.has(o.metric)) out.push(o); }));
-    return out;
-  };
-  Obs.overlayClicked = (id) => {
-    overlaySources.forEach((list) => list.forEach((o) => { if (o.id === id && o.onClick) o.onClick(o); }));
-  };
-  Obs.registerChart = (chart) => charts.add(chart);
 
   Obs.LineChart = LineChart;
   Obs.PALETTE = PALETTE;

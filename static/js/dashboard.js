@@ -1,36 +1,48 @@
-// Run dashboard: history from the JSON API, then live updates over the WebSocket (no polling).
-// Protocol: webapp/live/protocol.py. Series live in one Obs.Store (series.js: history, resume bookkeeping, dedup,
-// rewinds); views draw them: line charts (charts.js), the MoE router heatmap and the data panel (moe.js).
-// On (re)connect the page sends "resume" with the last step each series holds, so there is no gap and no
-// duplicate. Non-finite values (NaN/Inf) are drawn as red markers and counted.
+// Run dashboard: history from the JSON API, then live updates over the WebSocket (live.js; no polling).
+// Series live in one Obs.Store (series.js: history, resume bookkeeping, dedup, rewinds); views draw them: line
+// charts (charts.js), the MoE router heatmap (moe.js), the data panel (datapanel.js), the run header (runhead.js),
+// the event log (events.js). The view — charts in order, visible steps, x axis, log axes, smoothing — lives in the
+// URL and localStorage (view.js); zooming any chart zooms them all and each reads its window's finer data.
+//
+// Extension points for feature modules loaded before this file (anomalies.js, annotations.js, …):
+//   Obs.frameHandlers[type] = (frame, ctx) => {}   live frames of your own type
+//   Obs.onStart.push((ctx, page) => {})            once the run's history is in
+//   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, onClick?}])   marks on every line chart
+//   Obs.toast(text, level)                          a transient notice
+//   Obs.zoomTo(fromStep, toStep) / Obs.zoomTo(null) zoom every chart to steps (null: the whole run)
+//   ctx: {store, schedule, view, xaxis (toX(steps) / toStep(x)), registry, rewinds, page}
 "use strict";
 
 (function () {
   const Obs = window.Obs;
-  // Extension points for feature modules loaded before this file: Obs.frameHandlers[type] = (frame, ctx) => {}
-  // for live frames, Obs.onStart.push((ctx, page) => {}) to run once the run's history is in, Obs.toast().
   const page = JSON.parse(document.getElementById("page-data").textContent);
   const runId = page.run_id;
   const apiBase = "/api/runs/" + encodeURIComponent(runId);
-  const RESUME_CHUNK = 200; // protocol.MAX_RESUME_METRICS is 256
+  const $ = (id) => document.getElementById(id);
+  const specs = new Map(page.charts.map((c) => [c.id || c.metrics[0], c])); // default charts by id
   const known = new Set(); // every series name the run has
   const views = new Set();
   const charts = new Map(); // chart id -> LineChart
-  let lastEventId = 0;
-  let ws = null;
-  let attempts = 0;
-  let lastHeartbeat = null;
-  let redrawQueued = false;
-  let manifestFetches = 0;
-  let started = false; // the metric list is in: later mixture series may mean a manifest arrived
+  let redrawQueued = false, manifestFetches = 0, manifestInflight = false, started = false, firstPaint = false;
+  let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null;
 
-  const $ = (id) => document.getElementById(id);
-
-  const store = new Obs.Store(apiBase, (names) => {
-    if (ws && ws.readyState === WebSocket.OPEN) sendResume(names);
+  const registry = new Obs.Registry(page.registry);
+  const view = new Obs.View([...specs.keys()]);
+  const store = new Obs.Store(apiBase, (names) => live.ready(names));
+  const ctx = {store, schedule: scheduleRedraw, rewinds: [], view, registry, bounds: page.bounds || {}, page,
+               chartAction, zoomTo, zoomDrawn};
+  ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
+  const events = new Obs.EventLog($("events-section"), addRewind);
+  const router = new Obs.RouterPanel(ctx, page.router_metric);
+  const data = new Obs.DataPanel(ctx, page.mixture);
+  const header = new Obs.RunHeader(() => data.stageLabel());
+  const picker = new Obs.Picker(registry, (name) => charts.has(name), (name) => {
+    view.set({charts: [...view.charts.filter((c) => c !== name), name]});
+    charts.get(name)?.box.scrollIntoView({block: "nearest"});
   });
-  // rewinds: [{from_step, to_step}] drawn on every line chart, so a resumed run reads as one line, rewind marked
-  const ctx = {store, schedule: scheduleRedraw, rewinds: []};
+  const live = new Obs.LiveSocket(runId, store, () => events.lastId, handle, (t) => { $("stat-conn").textContent = t; });
+  views.add(router); views.add(data);
+  (page.rewinds || []).forEach(addRewind);
 
   function scheduleRedraw() {
     if (redrawQueued) return;
@@ -41,85 +53,183 @@
         try { v.redraw(); } catch (e) { console.error("redraw failed:", e); }
       });
       nonfiniteNote();
+      if (!firstPaint && started && [...charts.values()].every((ch) => !ch.dirty && ch.items.every(
+        (it) => it.series && (it.series.loaded || it.series.waiting) && !it.series.loading))) {
+        firstPaint = true;
+        performance.mark("obs-first-paint");
+      }
     });
   }
 
-  function addChart(spec) {
-    const id = spec.id || spec.metrics[0];
+  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; ch.liveOnly = false; }); scheduleRedraw(); }
+
+  // ------------------------------------------------------------------------------------------ charts
+  function specFor(id) {
+    return specs.get(id) || {metrics: [id], title: registry.info(id).title};
+  }
+
+  function addChart(id) {
     if (charts.has(id)) return charts.get(id);
-    const ch = new Obs.LineChart(ctx, spec, $("charts"));
+    const ch = new Obs.LineChart(ctx, specFor(id), $("charts"));
     Obs.registerChart(ch);
     charts.set(id, ch);
     views.add(ch);
     for (const name of known) if (ch.wants(name)) ch.addTrace(name);
+    if (view.range) ch.setRange();
     return ch;
   }
 
-  const router = new Obs.RouterPanel(ctx, page.router_metric);
-  const data = new Obs.DataPanel(ctx, page.mixture);
-  views.add(router); views.add(data);
+  // Make the DOM follow view.charts: create, drop, and order.
+  function syncCharts() {
+    const want = view.charts;
+    for (const [id, ch] of charts) {
+      if (want.includes(id)) continue;
+      views.delete(ch); Obs.unregisterChart(ch); ch.destroy(); charts.delete(id);
+    }
+    for (const id of want) {
+      const ch = addChart(id);
+      $("charts").appendChild(ch.box); // in view order (appending an attached node moves it)
+    }
+    $("charts-empty").hidden = want.length > 0;
+    picker.render();
+    scheduleRedraw();
+  }
 
+  function chartAction(id, action) {
+    const list = view.charts.slice(), i = list.indexOf(id);
+    if (i < 0) return;
+    if (action === "remove") list.splice(i, 1);
+    else {
+      const j = action === "up" ? i - 1 : i + 1;
+      if (j < 0 || j >= list.length) return;
+      [list[i], list[j]] = [list[j], list[i]];
+    }
+    view.set({charts: list});
+    const ch = charts.get(id), btn = ch && ch.box.querySelector(action === "up" ? ".up" : ".down");
+    if (btn) btn.focus(); // the moved chart keeps the keyboard's place
+    else $("metric-search").focus();
+    Obs.announce(action === "remove" ? `Chart ${specFor(id).title || id} removed` : `Chart moved ${action}`);
+  }
+
+  // ------------------------------------------------------------------------------------------ zoom
+  // A new visible range (steps; null: the whole run), from a chart (`source`), the step fields or the URL. The
+  // page measures itself: window.__obsZoom = {ms: every visible chart redrawn, sourceMs: the zoomed one}.
+  function zoomTo(range, source) {
+    if (range) {
+      range = [Math.max(0, Math.floor(Math.min(range[0], range[1]))), Math.ceil(Math.max(range[0], range[1]))];
+      if (range[1] <= range[0]) range[1] = range[0] + 1;
+    }
+    const cur = view.range;
+    if ((!range && !cur) || (range && cur && range[0] === cur[0] && range[1] === cur[1])) return;
+    zoomT0 = performance.now(); zoomSource = source || null;
+    window.__obsZoom = null;
+    performance.mark("obs-zoom-start");
+    zoomWaiting = new Set([...charts.values()].filter((ch) => ch.visible && range));
+    view.set({range});
+    if (!zoomWaiting.size) zoomDrawn(null);
+  }
+  Obs.zoomTo = (from, to) => zoomTo(from === null || from === undefined ? null : [from, to]);
+
+  function zoomDrawn(chart) {
+    zoomWaiting.delete(chart);
+    if (zoomT0 === null) return;
+    if (chart && chart === zoomSource) zoomSourceMs = performance.now() - zoomT0;
+    if (zoomWaiting.size === 0) {
+      performance.mark("obs-zoom-done");
+      window.__obsZoom = {ms: performance.now() - zoomT0, sourceMs: zoomSource ? zoomSourceMs : null};
+      zoomT0 = null;
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------ controls
+  function showControls() {
+    const avail = ctx.xaxis.available();
+    document.querySelectorAll("#x-mode button").forEach((b) => {
+      b.setAttribute("aria-pressed", String(b.value === ctx.xaxis.mode));
+      b.disabled = !avail[b.value];
+      b.title = avail[b.value] ? "" : b.value === "tokens" ? "this run publishes no token count" : "not enough timestamps";
+    });
+    $("smooth").value = view.smooth;
+    $("smooth-out").textContent = view.smooth > 0 ? view.smooth.toFixed(2) : "off";
+    $("range-from").value = view.range ? view.range[0] : "";
+    $("range-to").value = view.range ? view.range[1] : "";
+    $("range-reset").disabled = !view.range;
+  }
+
+  view.onChange((keys) => {
+    if (keys.includes("charts")) syncCharts();
+    if (keys.includes("x")) { view.x = ctx.xaxis.setMode(view.x); redrawAll(); }
+    if (keys.includes("log") || keys.includes("smooth")) redrawAll();
+    if (keys.includes("range")) charts.forEach((ch) => ch.setRange());
+    showControls();
+  });
+
+  function wireControls() {
+    if (window.matchMedia("(max-width: 600px)").matches && !view.range) $("view-controls").open = false; // charts first
+    document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click", () => view.set({x: b.value})));
+    let smoothTimer = null;
+    $("smooth").addEventListener("input", () => {
+      $("smooth-out").textContent = (+$("smooth").value) > 0 ? (+$("smooth").value).toFixed(2) : "off";
+      clearTimeout(smoothTimer); // dragging the slider redraws once it rests
+      smoothTimer = setTimeout(() => view.set({smooth: +$("smooth").value}), 120);
+    });
+    $("range-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const a = parseInt($("range-from").value, 10), b = parseInt($("range-to").value, 10);
+      if (Number.isFinite(a) && Number.isFinite(b) && b > a) zoomTo([a, b]);
+      else Obs.toast("Enter a first and a last step, the last after the first.", "warning");
+    });
+    $("range-reset").addEventListener("click", () => zoomTo(null));
+    $("copy-link").addEventListener("click", async () => {
+      const url = location.origin + view.url();
+      try { await navigator.clipboard.writeText(url); Obs.toast("Link to this view copied.", "info"); }
+      catch (e) { window.prompt("Copy this link:", url); }
+    });
+    document.addEventListener("obs-theme", () => { redrawAll(); router.reset(); });
+  }
+
+  // ------------------------------------------------------------------------------------------ run state
   function nonfiniteNote() {
     const bad = [...store.all()].filter((s) => s.nfTotal > 0);
     const el = $("nonfinite-note");
     el.hidden = bad.length === 0;
-    el.textContent = bad.map((s) => `${s.name}: ${s.nfTotal} non-finite value(s)` +
+    const text = bad.map((s) => `${registry.info(s.name).title}: ${s.nfTotal} non-finite value(s)` +
       (s.nfSteps.length ? `, first at step ${s.nfSteps[0]} (${s.nfKinds[0]})` : "")).join(" · ");
+    if (el.textContent !== text) el.textContent = text;
   }
 
-  // ------------------------------------------------------------------------------------------ run state
-  function showRun(run) {
-    if (!run) return;
-    const st = $("badge-state"); st.textContent = run.state; st.className = "badge state-" + run.state;
-    $("badge-phase").textContent = run.phase || "–";
-    const h = $("badge-health"); h.textContent = run.health; h.className = "badge health-" + run.health;
-    if (run.last_step !== null) $("stat-step").textContent = run.last_step;
-    if (run.last_heartbeat_at) lastHeartbeat = new Date(run.last_heartbeat_at);
-    tickHeartbeat();
+  function addRewind(r) {
+    if (ctx.rewinds.some((x) => x.from_step === r.from_step && x.to_step === r.to_step)) return;
+    ctx.rewinds.push(r); // (the time axis needs nothing: XAxis.anchor forgets later steps as the run redoes them)
+    redrawAll();
   }
 
-  function tickHeartbeat() {
-    $("stat-heartbeat").textContent = lastHeartbeat
-      ? Math.max(0, Math.round((Date.now() - lastHeartbeat.getTime()) / 1000)) + " s ago" : "–";
-  }
-
-  function addEvents(events) {
-    const list = $("events");
-    for (const ev of events) {
-      if (ev.id <= lastEventId) continue;
-      lastEventId = ev.id;
-      if (ev.kind === "rewind" && ev.payload && ev.payload.from_step > ev.payload.to_step) {
-        ctx.rewinds.push({from_step: ev.payload.from_step, to_step: ev.payload.to_step});
-        charts.forEach((ch) => ch.reset());
+  function addEvents(list) {
+    events.add(list);
+    for (const ev of list) { // a restart's "starting" comes at step 0, before it restores: no anchor
+      if (ev.t && ev.step !== null && !(ev.kind === "state" && ev.name === "starting")) {
+        ctx.xaxis.anchor(ev.step, Date.parse(ev.t) / 1000);
       }
-      const li = document.createElement("li");
-      li.className = "kind-" + ev.kind;
-      const extra = ev.kind === "rewind" ? ` ${ev.payload.from_step} → ${ev.payload.to_step}` :
-        (ev.payload && ev.payload.detail ? ` — ${ev.payload.detail}` : "");
-      li.textContent = `step ${ev.step ?? "–"} · ${ev.kind}: ${ev.name}${extra}`;
-      list.prepend(li);
     }
-    while (list.children.length > 200) list.lastChild.remove();
   }
 
   // A series name the run has (metric list, live frames, new_series): offer it, let the views claim it.
   function addKnown(names) {
-    const picker = $("metric-picker");
-    for (const name of names) {
-      if (known.has(name)) continue;
+    const fresh = names.filter((n) => !known.has(n));
+    if (!fresh.length) return;
+    for (const name of fresh) {
       known.add(name);
-      const opt = document.createElement("option");
-      opt.value = name; opt.textContent = name;
-      picker.appendChild(opt);
+      store.discover(name);
       charts.forEach((ch) => { if (ch.wants(name)) ch.addTrace(name); });
       router.discover(name);
       data.discover(name);
       // The trainer records its manifest before its first mixture metrics: fetch it once they appear.
       if (!data.hasManifest() && name.startsWith(page.mixture.weight_prefix) && started) fetchManifest();
     }
+    picker.discover(fresh);
+    if (started) showControls();
   }
 
-  let manifestInflight = false;
   async function fetchManifest() { // one-off, on a sign that the manifest exists: not polling
     if (manifestInflight || manifestFetches >= 3) return;
     manifestFetches++; manifestInflight = true;
@@ -133,34 +243,10 @@
     }
   }
 
-  // ------------------------------------------------------------------------------------------ live
-  function sendResume(names) {
-    names = names.filter((n) => store.has(n) && !store.get(n).loading);
-    for (let i = 0; i < names.length; i += RESUME_CHUNK) {
-      const chunk = names.slice(i, i + RESUME_CHUNK);
-      const after = {};
-      for (const name of chunk) after[name] = store.get(name).last;
-      ws.send(JSON.stringify({type: "resume", metrics: chunk, after, after_event: lastEventId}));
-    }
-  }
-
-  function connect() {
-    const proto = location.protocol === "https:" ? "wss://" : "ws://";
-    ws = new WebSocket(proto + location.host + "/ws/runs/" + encodeURIComponent(runId) + "/");
-    ws.onopen = () => {
-      attempts = 0;
-      $("stat-conn").textContent = "live";
-      const ready = store.ready();
-      if (ready.length) sendResume(ready);
-    };
-    ws.onmessage = (ev) => handle(JSON.parse(ev.data));
-    ws.onclose = (ev) => {
-      ws = null;
-      if (ev.code === 4404) { $("stat-conn").textContent = "run not found"; return; }
-      const delay = Math.min(10000, 500 * 2 ** attempts++);
-      $("stat-conn").textContent = "reconnecting…";
-      setTimeout(connect, delay);
-    };
+  function showRun(run) {
+    if (!run) return;
+    header.show(run);
+    if (run.last_heartbeat_at && run.last_step !== null) ctx.xaxis.anchor(run.last_step, Date.parse(run.last_heartbeat_at) / 1000);
   }
 
   function handle(msg) {
@@ -194,22 +280,25 @@
     ]);
     showRun(detail);
     addEvents(detail.events || []);
-    lastEventId = Math.max(lastEventId, detail.last_event_id || 0);
-    for (const m of list.metrics) store.meta.set(m.name, m);
+    events.lastId = Math.max(events.lastId, detail.last_event_id || 0);
+    for (const m of list.metrics) { store.meta.set(m.name, m); store.discover(m.name); }
+    if (!list.metrics.length) store.exists = new Set(); // compiling: ask for nothing that is not there yet
     data.setManifest(detail.manifest);
-    for (const spec of page.charts) addChart(spec);
+    view.x = ctx.xaxis.setMode(view.x);
+    syncCharts();
     addKnown(list.metrics.map((m) => m.name));
     started = true;
+    wireControls();
+    showControls();
+    view.save(); // the URL now names the whole view: copy it from the address bar
     for (const fn of Obs.onStart) { try { fn(ctx, page); } catch (e) { console.error("module start failed:", e); } }
-    connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
-    setInterval(tickHeartbeat, 1000); // display only: ages the "last heartbeat" label
+    live.connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
+    setInterval(() => header.tick(), 1000); // display only: heartbeat age, ETA countdown
+    scheduleRedraw();
   }
 
-  $("metric-picker").addEventListener("change", (e) => {
-    const name = e.target.value;
-    e.target.value = "";
-    if (name && !charts.has(name)) addChart({metrics: [name], title: name});
-  });
+  // Screen-reader announcements for actions whose result is not where focus is.
+  Obs.announce = (text) => { const el = $("announce"); el.textContent = ""; setTimeout(() => { el.textContent = text; }, 50); };
 
   start();
 })();

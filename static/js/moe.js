@@ -1,12 +1,11 @@
-// MoE panels over Obs.Store series.
-//  RouterPanel: for one layer (a select), a heatmap of tokens per expert (rows: experts, columns: steps) built
-//    from the routing_hist/<e> series, with that layer's max/mean load and capacity-overflow rate as lines
-//    below on the same step axis. Columns are step bins of width W; a cell is the largest load seen in its bin
-//    (a hot expert is never averaged away). History is ~300 points per expert; live points fill bins as they
-//    arrive; past MAX_COLS bins the panel re-bins at twice the width, so a 16-expert layer stays a few thousand
-//    cells however long the run.
-//  DataPanel: the run's data manifest (domains, sources, sizes, stages and their mixture weights) with the
-//    current stage and the live mixture weights (mixture/stage, mixture/weight/<domain>).
+// The MoE router panel over Obs.Store series: for one layer (a select), a heatmap of tokens per expert (rows:
+// experts, columns: steps) built from the routing_hist/<e> series, with that layer's max/mean load and capacity-
+// overflow rate as lines below on the same step axis. Columns are contiguous step bins of width W; a cell is the
+// largest load seen in its bin (a hot expert is never averaged away). History is ~300 points per expert, min and
+// max per bucket of B steps at their true steps; a bin is at least 2B wide, so it always holds a whole bucket and a
+// cell is empty only when the expert really reported nothing there. Such cells are drawn grey, as "no data", with
+// a legend entry; non-finite loads are red ✕. Live points fill bins as they arrive; past MAX_COLS bins the panel
+// re-bins at a wider W, so a 16-expert layer stays a few thousand cells however long the run.
 "use strict";
 
 window.Obs = window.Obs || {};
@@ -17,12 +16,7 @@ window.Obs = window.Obs || {};
   const EXPERT_CAP = 20000; // points held per expert series before it reloads its history
   const MAX_COLS = 400; // heatmap columns before re-binning
   const MIN_REDRAW_MS = 200; // the heatmap redraws at most 5 times a second
-  const RED = "#c62828";
 
-  const fmt = (v) => (v === null || v === undefined ? "–" : Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3)
-    ? v.toExponential(2) : (+v.toPrecision(4)).toString());
-
-  // ============================================================================================== router
   class RouterPanel {
     constructor(ctx, routerMetric) {
       this.ctx = ctx;
@@ -39,7 +33,8 @@ window.Obs = window.Obs || {};
       this.select = document.getElementById("router-layer");
       this.plot = document.getElementById("router-heatmap");
       this.note = document.getElementById("router-note");
-      this.select.addEventListener("change", () => this.setLayer(+this.select.value));
+      this.layerSelect = Obs.onCommit(this.select, (v) => this.setLayer(+v));
+      this.section.querySelector(".table-alt").addEventListener("toggle", () => this.renderTable());
     }
 
     // A series name the run has: routing_hist/<e> of some layer reveals that layer and expert.
@@ -63,7 +58,7 @@ window.Obs = window.Obs || {};
       this.section.hidden = false;
       if (this.layer === null) this.setLayer(Math.min(...this.layers.keys()));
       else if (layer === this.layer) this.setLayer(layer); // a new expert row
-      if (this.layer !== null) this.select.value = this.layer;
+      if (this.layer !== null) this.layerSelect.set(this.layer);
     }
 
     setLayer(layer) {
@@ -78,7 +73,7 @@ window.Obs = window.Obs || {};
         (w) => store.want(this.name(layer, w), view, {points: LINE_POINTS}));
       const keep = new Set([...this.experts, ...this.lines].map((s) => s.name));
       for (const name of old) if (!keep.has(name)) store.release(name, view);
-      this.select.value = layer;
+      this.layerSelect.set(layer);
       this.plot.dataset.layer = layer;
       this.reset();
     }
@@ -91,7 +86,7 @@ window.Obs = window.Obs || {};
       if (!this.full && row >= 0) {
         for (let i = 0; i < add.x.length; i++) this.put(row, add.x[i], add.y[i]);
         for (let i = 0; i < add.nfx.length; i++) this.nf.push([add.nfx[i], this.rows[row], add.nfk[i]]);
-        if (this.cols.size > MAX_COLS) { this.full = true; this.shrink = true; }
+        if (this.hi - this.lo + 1 > MAX_COLS) { this.full = true; this.shrink = true; }
       }
       this.ctx.schedule();
     }
@@ -101,21 +96,25 @@ window.Obs = window.Obs || {};
       let col = this.cols.get(k);
       if (!col) { col = new Array(this.rows.length).fill(null); this.cols.set(k, col); }
       if (col[row] === null || v > col[row]) col[row] = v;
+      if (k < this.lo) this.lo = k;
+      if (k > this.hi) this.hi = k;
     }
 
     // Bin every held point again: after a history load, a rewind, a new expert, or too many columns.
     rebuild() {
-      let lo = Infinity, hi = -Infinity, w0 = 1;
+      let lo = Infinity, hi = -Infinity, bucket = 1;
       for (const s of this.experts) {
         if (s.steps.length) { lo = Math.min(lo, s.steps[0]); hi = Math.max(hi, s.steps[s.steps.length - 1]); }
         if (s.nfSteps.length) { lo = Math.min(lo, s.nfSteps[0]); hi = Math.max(hi, s.nfSteps[s.nfSteps.length - 1]); }
-        w0 = Math.max(w0, s.bucketSteps || 1);
+        bucket = Math.max(bucket, s.bucketSteps || 1);
       }
       const span = hi >= lo ? hi - lo + 1 : 1;
       const target = this.shrink ? MAX_COLS / 2 : MAX_COLS; // leave room for live columns after a re-bin
-      this.W = Math.max(w0, Math.ceil(span / target));
+      // A bin narrower than two history buckets can fall between one bucket's min and max: a false hole.
+      this.W = Math.max(bucket > 1 ? 2 * bucket : 1, Math.ceil(span / target));
       this.shrink = false;
       this.cols = new Map();
+      this.lo = Infinity; this.hi = -Infinity;
       this.nf = [];
       this.experts.forEach((s, row) => {
         for (let i = 0; i < s.steps.length; i++) this.put(row, s.steps[i], s.values[i]);
@@ -138,183 +137,93 @@ window.Obs = window.Obs || {};
       this.dirty = false;
       this.lastDraw = performance.now();
       if (this.full) this.rebuild();
-      const W = this.W;
-      const keys = [...this.cols.keys()].sort((a, b) => a - b);
+      Plotly.react(this.plot, this.traces(), this.layout(), Obs.plotConfig());
+      Obs.toolbarA11y(this.plot, "Router heatmap tools");
+      this.summarise();
+      if (this.section.querySelector(".table-alt").open) this.renderTable();
+    }
+
+    traces() {
+      const W = this.W, t = Obs.theme();
+      const keys = [];
+      for (let k = this.lo; k <= this.hi; k++) keys.push(k); // contiguous: a column nobody reported is visible
       const x = keys.map((k) => k * W + (W - 1) / 2);
-      const z = this.rows.map((_, r) => keys.map((k) => this.cols.get(k)[r]));
-      const binText = W > 1 ? "steps %{x} ± " + (W / 2) + " (max in bin)" : "step %{x}";
+      const empty = new Array(this.rows.length).fill(null);
+      const z = this.rows.map((_, r) => keys.map((k) => (this.cols.get(k) || empty)[r]));
+      this.missing = 0;
+      const holes = z.map((row) => row.map((v) => (v === null ? (this.missing++, 1) : null)));
+      const bin = W > 1 ? "steps %{x} ± " + (W / 2) + " (max in bin)" : "step %{x}";
       const [mml, ovf] = this.lines;
       const lineMarks = (s, axisY) => ({x: s.nfSteps.slice(), y: s.nfSteps.map(() => 1), text: s.nfKinds.slice(),
-        type: "scatter", mode: "markers", yaxis: axisY, showlegend: false, marker: {color: RED, symbol: "x", size: 8},
+        type: "scatter", mode: "markers", yaxis: axisY, showlegend: false, marker: {color: t.red, symbol: "x", size: 8},
         hovertemplate: s.name.split("/").pop() + " step %{x}: %{text}<extra></extra>"});
-      const traces = [
+      this.keys = keys; this.z = z;
+      return [
         {type: "heatmap", x, y: this.rows.slice(), z, colorscale: "Viridis", zmin: 0, hoverongaps: false,
          colorbar: {title: {text: "tokens", side: "right"}, len: 0.62, y: 1, yanchor: "top", thickness: 10, x: 1.01},
-         hovertemplate: "expert %{y}<br>" + binText + "<br>%{z} tokens<extra></extra>", name: "tokens"},
+         hovertemplate: "expert %{y}<br>" + bin + "<br>%{z} tokens<extra></extra>", name: "tokens"},
         {type: "scatter", mode: "markers", x: this.nf.map((p) => p[0]), y: this.nf.map((p) => p[1]),
-         text: this.nf.map((p) => p[2]), marker: {color: RED, symbol: "x", size: 9}, showlegend: false,
+         text: this.nf.map((p) => p[2]), marker: {color: t.red, symbol: "x", size: 9}, showlegend: false,
          name: "non-finite", hovertemplate: "expert %{y} step %{x}: %{text}<extra></extra>"},
         {type: "scatter", mode: "lines", x: mml.steps.slice(), y: mml.values.slice(), yaxis: "y2", name: "max/mean load",
-         line: {color: "#e07b00", width: 1.3}, hovertemplate: "max/mean load<br>step %{x}<br>%{y}<extra></extra>"},
+         line: {color: "#d9730d", width: 1.3}, hovertemplate: "max/mean load<br>step %{x}<br>%{y}<extra></extra>"},
         {type: "scatter", mode: "lines", x: ovf.steps.slice(), y: ovf.values.slice(), yaxis: "y3",
          name: "capacity overflow", line: {color: "#c2185b", width: 1.1, dash: "dot"},
          hovertemplate: "capacity overflow<br>step %{x}<br>%{y:.2%}<extra></extra>"},
         lineMarks(mml, "y4"), lineMarks(ovf, "y4"),
+        {type: "heatmap", x, y: this.rows.slice(), z: holes, showscale: false, hoverongaps: false,
+         colorscale: [[0, t.missing], [1, t.missing]], name: "no data",
+         hovertemplate: "expert %{y}<br>" + bin + "<br>no data: nothing reported<extra></extra>"},
+        {type: "scatter", mode: "markers", x: [null], y: [null], name: "no data (nothing reported)",
+         marker: {symbol: "square", size: 11, color: t.missing}, hoverinfo: "skip", showlegend: this.missing > 0},
+        {type: "scatter", mode: "markers", x: [null], y: [null], name: "non-finite load", hoverinfo: "skip",
+         marker: {symbol: "x", size: 9, color: t.red}, showlegend: this.nf.length > 0},
       ];
-      const layout = {
+    }
+
+    layout() {
+      const t = Obs.theme();
+      const ax = {gridcolor: t.grid, zerolinecolor: t.grid, automargin: true, tickfont: {color: t.muted}};
+      return {
         margin: {l: 55, r: 60, t: 8, b: 30}, hovermode: "closest", uirevision: "layer-" + this.layer,
-        showlegend: true, legend: {orientation: "h", x: 0, y: 0.31, yanchor: "bottom", font: {size: 10}},
-        xaxis: {title: {text: "step"}, automargin: true, anchor: "y2"},
-        yaxis: {domain: [0.4, 1], title: {text: "expert"}, dtick: this.rows.length <= 32 ? 1 : undefined,
-                automargin: true, tickfont: {size: 9}},
-        yaxis2: {domain: [0, 0.3], title: {text: "max/mean", font: {size: 10}}, automargin: true, rangemode: "tozero"},
-        yaxis3: {overlaying: "y2", side: "right", tickformat: ".2~%", rangemode: "tozero", showgrid: false,
-                 title: {text: "overflow", font: {size: 10}}, automargin: true},
+        paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: t.fg},
+        dragmode: Obs.coarsePointer() ? false : "zoom",
+        showlegend: true, legend: {orientation: "h", x: 0, y: -0.2, yanchor: "top", font: {size: 10}},
+        xaxis: {...ax, title: {text: "step"}, anchor: "y2"},
+        yaxis: {...ax, domain: [0.4, 1], title: {text: "expert"}, dtick: this.rows.length <= 32 ? 1 : undefined,
+                tickfont: {size: 9, color: t.muted}},
+        yaxis2: {...ax, domain: [0, 0.3], title: {text: "max/mean", font: {size: 10}}, rangemode: "tozero"},
+        yaxis3: {...ax, overlaying: "y2", side: "right", tickformat: ".2~%", rangemode: "tozero", showgrid: false,
+                 title: {text: "overflow", font: {size: 10}}},
         yaxis4: {overlaying: "y2", range: [0, 1.05], visible: false, fixedrange: true},
       };
-      Plotly.react(this.plot, traces, layout, {responsive: true, displaylogo: false});
+    }
+
+    summarise() {
+      const [mml, ovf] = this.lines;
       const nf = this.experts.reduce((a, s) => a + s.nfTotal, 0) + mml.nfTotal + ovf.nfTotal;
-      const lm = mml.lastValue(), lo = ovf.lastValue();
-      const parts = [`${this.rows.length} experts`, W > 1 ? `${keys.length} bins of ${W} steps` : `${keys.length} steps`];
-      if (lm) parts.push(`max/mean ${typeof lm[1] === "number" ? fmt(lm[1]) : lm[1]} @ ${lm[0]}`);
+      const lm = mml.lastValue(), lo = ovf.lastValue(), W = this.W, n = this.keys.length;
+      const parts = [`${this.rows.length} experts`, W > 1 ? `${n} bins of ${W} steps` : `${n} steps`];
+      if (lm) parts.push(`max/mean ${typeof lm[1] === "number" ? Obs.fmt(lm[1]) : lm[1]} @ ${lm[0]}`);
       if (lo) parts.push(`overflow ${typeof lo[1] === "number" ? (100 * lo[1]).toFixed(2) + "%" : lo[1]}`);
+      if (this.missing) parts.push(`${this.missing} cells without data (grey)`);
       this.note.textContent = parts.join(" · ");
-      const bad = document.getElementById("router-nonfinite");
-      bad.textContent = nf ? nf + " non-finite" : "";
-    }
-  }
-
-  // ============================================================================================== data
-  const bytes = (n) => n === undefined || n === null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + " GB"
-    : n >= 1e6 ? (n / 1e6).toFixed(2) + " MB" : n >= 1e3 ? (n / 1e3).toFixed(1) + " kB" : n + " B";
-  const count = (n) => n === undefined || n === null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + "B"
-    : n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(n);
-
-  function el(tag, attrs, ...children) {
-    const e = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
-      else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
-    }
-    for (const c of children) if (c !== null && c !== undefined) e.append(c);
-    return e;
-  }
-
-  function weightCell(w, cls) {
-    const td = el("td", {class: "num weight " + (cls || "")});
-    if (typeof w !== "number" || !isFinite(w)) { td.textContent = w === undefined || w === null ? "–" : String(w); return td; }
-    const pct = Math.max(0, Math.min(1, w)) * 100;
-    td.append(el("span", {class: "bar", style: ""}), el("span", {class: "pct", text: (w * 100).toFixed(1) + "%"}));
-    td.firstChild.style.width = pct.toFixed(1) + "%";
-    return td;
-  }
-
-  class DataPanel {
-    constructor(ctx, names) {
-      this.ctx = ctx;
-      this.stageName = names.stage;
-      this.weightPrefix = names.weight_prefix;
-      this.manifest = null;
-      this.domains = []; // names, manifest order then any only seen in mixture/weight/*
-      this.stage = null; // Series
-      this.weights = new Map(); // domain -> Series
-      this.dirty = false;
-      this.section = document.getElementById("data-panel");
+      document.getElementById("router-nonfinite").textContent = nf ? nf + " non-finite" : "";
     }
 
-    hasManifest() { return !!(this.manifest && Object.keys(this.manifest).length); }
-
-    setManifest(m) {
-      if (!m || !Object.keys(m).length) return;
-      this.manifest = m;
-      for (const d of m.domains || []) this.addDomain(d.name);
-      this.watchStage();
-      this.touch();
-    }
-
-    // A series name the run has: mixture/stage or mixture/weight/<domain>.
-    discover(name) {
-      if (name === this.stageName) { this.watchStage(); this.touch(); }
-      else if (name.startsWith(this.weightPrefix) && !name.slice(this.weightPrefix.length).includes("/")) {
-        this.addDomain(name.slice(this.weightPrefix.length));
-        this.touch();
-      }
-    }
-
-    watchStage() { if (!this.stage) this.stage = this.ctx.store.want(this.stageName, this, {tail: true}); }
-
-    addDomain(d) {
-      if (!this.domains.includes(d)) this.domains.push(d);
-      if (!this.weights.has(d)) this.weights.set(d, this.ctx.store.want(this.weightPrefix + d, this, {tail: true}));
-    }
-
-    touch() { this.dirty = true; this.ctx.schedule(); }
-    reset() { this.touch(); }
-    added() { this.touch(); }
-
-    currentStage() {
-      const lv = this.stage && this.stage.lastValue();
-      return lv && typeof lv[1] === "number" ? Math.round(lv[1]) : null;
-    }
-
-    redraw() {
-      if (!this.dirty) return;
-      this.dirty = false;
-      if (!this.hasManifest() && !this.domains.length) return;
-      this.section.hidden = false;
-      const m = this.manifest || {};
-      const stages = m.stages || [];
-      const cur = this.currentStage();
-      const byName = new Map((m.domains || []).map((d) => [d.name, d]));
-
-      const stageEl = document.getElementById("data-stage");
-      stageEl.dataset.stage = cur === null ? "" : cur;
-      if (cur === null) stageEl.textContent = stages.length ? "not started" : "–";
-      else stageEl.textContent = (stages[cur] ? stages[cur].name : "stage " + cur) +
-        (stages.length ? ` (${cur + 1} of ${stages.length})` : "");
-
-      const facts = [];
-      if (m.tokenizer) facts.push(["tokenizer", m.tokenizer.name + (m.tokenizer.vocab_size ? ` (vocab ${m.tokenizer.vocab_size})` : "")]);
-      if (m.seq_len) facts.push(["sequence", m.seq_len + " tokens"]);
-      if (m.batch_size) facts.push(["batch", String(m.batch_size)]);
-      if (m.token_budget) facts.push(["token budget", count(m.token_budget)]);
-      if (m.seed !== undefined) facts.push(["seed", String(m.seed)]);
-      if (typeof m.load_seconds === "number") facts.push(["loaded in", m.load_seconds.toFixed(2) + " s"]);
-      document.getElementById("data-facts").replaceChildren(
-        ...facts.map(([k, v]) => el("span", {class: "stat"}, k + " ", el("b", {text: v}))));
-
-      const head = el("tr", {}, el("th", {text: "domain"}), el("th", {text: "sources"}),
-                      el("th", {class: "num", text: "documents"}), el("th", {class: "num", text: "size"}),
-                      el("th", {class: "num", text: "tokens"}));
-      stages.forEach((st, i) => {
-        const th = el("th", {class: "num stage" + (i === cur ? " current" : ""),
-                             title: `${(st.fraction * 100).toFixed(0)}% of the budget: tokens ${count(st.start_tokens)}–${count(st.end_tokens)}`},
-                      st.name, el("br"), el("span", {class: "muted", text: (st.fraction * 100).toFixed(0) + "% of tokens"}));
-        th.dataset.stageIndex = i;
-        head.append(th);
-      });
-      head.append(el("th", {class: "num live", text: "weight now"}));
-      const rows = this.domains.map((name) => {
-        const d = byName.get(name) || {name};
-        const src = el("ul", {class: "sources"}, ...(d.sources || []).map((s) =>
-          el("li", {text: `${s.kind}: ${s.pattern}` + (s.files !== undefined ? ` · ${s.files} files` : "") +
-                          (s.bytes !== undefined ? ` · ${bytes(s.bytes)}` : "")})));
-        const tr = el("tr", {"data-domain": name},
-          el("td", {}, el("b", {text: name}), d.builtin ? el("span", {class: "muted", text: " built-in"}) : null),
-          el("td", {}, src),
-          el("td", {class: "num", text: count(d.documents)}),
-          el("td", {class: "num", text: bytes(d.bytes)}),
-          el("td", {class: "num", text: count(d.tokens), title: d.train_tokens !== undefined ?
-                    `train ${d.train_tokens}, eval ${d.eval_tokens}` : ""}));
-        stages.forEach((st, i) => tr.append(weightCell((st.weights || {})[name], i === cur ? "current" : "")));
-        const lv = this.weights.get(name) && this.weights.get(name).lastValue();
-        tr.append(weightCell(lv ? lv[1] : null, "live"));
-        return tr;
-      });
-      document.getElementById("data-domains").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+    renderTable() { // the latest column and each expert's busiest bin, per expert
+      const det = this.section.querySelector(".table-alt");
+      if (!det.open || !this.z) return;
+      const last = this.keys.length - 1;
+      const cols = [
+        {label: "tokens in the latest bin", steps: this.rows, values: this.z.map((r) => (last >= 0 ? r[last] : null))},
+        {label: "busiest bin (tokens)", steps: this.rows,
+         values: this.z.map((r) => r.reduce((m, v) => (v !== null && (m === null || v > m) ? v : m), null))},
+      ];
+      Obs.renderTable(det.querySelector(".table-wrap"), `Router load of layer ${this.layer} by expert`, cols, 1000);
+      det.querySelector("th[scope=col]").textContent = "expert";
     }
   }
 
   Obs.RouterPanel = RouterPanel;
-  Obs.DataPanel = DataPanel;
 })(window.Obs);

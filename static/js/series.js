@@ -3,6 +3,9 @@
 // sends "resume" with those steps, and every incoming point with step <= that is dropped, so there is no gap and
 // no duplicate. Views (line charts, the router heatmap, the data panel) attach to series and are told what
 // changed: reset(series) after a history load or a rewind, added(series, points) for new points.
+// A series the run does not have yet (a run still compiling) is not fetched: it waits for Store.discover(name),
+// so the page asks the API for nothing that would answer 404. Store.window() reads any step window of a series at
+// a given resolution for a zoomed chart, without touching the held history.
 "use strict";
 
 window.Obs = window.Obs || {};
@@ -29,6 +32,21 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
 (function (Obs) {
   const DEFAULT_CAP = 50000; // points held per series; past this it reloads its downsampled history
 
+  // An API window ({steps, values, nonfinite, ...}) split into finite points and non-finite marks.
+  function parseWindow(data) {
+    const out = {start: data.start, end: data.end, steps: [], values: [], nfSteps: [], nfKinds: [],
+                 bucketSteps: data.bucket_steps || 1, exact: !!data.exact, count: data.count};
+    const kinds = new Map(data.nonfinite.map(([step, kind]) => [step, kind]));
+    for (let i = 0; i < data.steps.length; i++) {
+      const v = data.values[i];
+      if (v === null) { out.nfSteps.push(data.steps[i]); out.nfKinds.push(kinds.get(data.steps[i]) || "NaN"); }
+      else { out.steps.push(data.steps[i]); out.values.push(v); }
+    }
+    const c = data.nonfinite_counts;
+    out.nfTotal = c.NaN + c.Infinity + c["-Infinity"];
+    return out;
+  }
+
   class Series {
     constructor(name) {
       this.name = name;
@@ -36,6 +54,7 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       this.nfSteps = []; this.nfKinds = []; this.nfTotal = 0; // non-finite points (NaN / ±Infinity)
       this.last = -1; // last step held (finite or not)
       this.loading = false; this.loaded = false; this.missing = false;
+      this.waiting = false; // the run has no such series yet: loaded once it appears
       this.queue = []; // live frames that arrived while the history was loading
       this.points = 0; // history resolution asked for
       this.tail = false; // only the latest values are wanted (history from the series' last stored step)
@@ -60,11 +79,21 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       this.onReady = onReady;
       this.map = new Map();
       this.meta = new Map(); // name -> {last_step, count} from the metric list (used by tail loads)
+      this.exists = null; // Set of the run's series names once the metric list is in (null: assume all exist)
     }
 
     get(name) { return this.map.get(name); }
     has(name) { return this.map.has(name); }
     all() { return this.map.values(); }
+
+    // The run has series `name` (metric list, a live frame): load it if a view is waiting for it.
+    discover(name) {
+      if (!this.exists) this.exists = new Set();
+      if (this.exists.has(name)) return;
+      this.exists.add(name);
+      const s = this.map.get(name);
+      if (s && s.waiting) { s.waiting = false; this.load(s); }
+    }
 
     // Attach `view` to series `name`, loading history at >= `points` (or only its tail) as needed.
     want(name, view, {points = 2000, tail = false, cap = DEFAULT_CAP} = {}) {
@@ -94,16 +123,19 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
     }
 
     // Names whose history is in: what a (re)connect resumes.
-    ready() { return [...this.map.values()].filter((s) => !s.loading).map((s) => s.name); }
+    ready() { return [...this.map.values()].filter((s) => !s.loading && !s.waiting).map((s) => s.name); }
+
+    url(name, query) { return this.apiBase + "/metrics/" + encodeURI(name) + "/?" + query; }
 
     async load(s) {
-      s.loading = true;
+      if (this.exists && !this.exists.has(s.name)) { s.waiting = true; s.loaded = true; return; }
+      s.loading = true; s.waiting = false;
       const gen = ++s.gen;
-      let url = this.apiBase + "/metrics/" + encodeURI(s.name) + "/?points=" + (s.tail ? 10 : s.points);
+      let query = "points=" + (s.tail ? 10 : s.points);
       const meta = this.meta.get(s.name);
-      if (s.tail && meta && meta.last_step !== null && meta.last_step !== undefined) url += "&start=" + meta.last_step;
+      if (s.tail && meta && meta.last_step !== null && meta.last_step !== undefined) query += "&start=" + meta.last_step;
       try {
-        const r = await fetch(url);
+        const r = await fetch(this.url(s.name, query));
         if (gen !== s.gen || this.map.get(s.name) !== s) return; // superseded or dropped
         if (r.status === 404) { this.setHistory(s, null); return; }
         if (!r.ok) throw new Error("HTTP " + r.status);
@@ -116,20 +148,24 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       }
     }
 
+    // One step window of a series at `points` resolution (a zoomed chart's view); `signal` cancels it.
+    async window(name, start, end, points, signal) {
+      const q = `start=${Math.max(0, Math.floor(start))}&end=${Math.max(0, Math.ceil(end))}&points=${points}`;
+      const r = await fetch(this.url(name, q), {signal});
+      if (r.status === 404) return null;
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return parseWindow(await r.json());
+    }
+
     setHistory(s, data) {
       s.steps = []; s.values = []; s.nfSteps = []; s.nfKinds = []; s.nfTotal = 0; s.last = -1;
       s.missing = !data; s.bucketSteps = 1;
       if (data) {
-        const kinds = new Map(data.nonfinite.map(([step, kind]) => [step, kind]));
-        data.steps.forEach((step, i) => {
-          const v = data.values[i];
-          if (v === null) { s.nfSteps.push(step); s.nfKinds.push(kinds.get(step) || "NaN"); }
-          else { s.steps.push(step); s.values.push(v); }
-        });
-        const c = data.nonfinite_counts;
-        s.nfTotal = c.NaN + c.Infinity + c["-Infinity"];
+        const w = parseWindow(data);
+        s.steps = w.steps; s.values = w.values; s.nfSteps = w.nfSteps; s.nfKinds = w.nfKinds;
+        s.nfTotal = w.nfTotal;
         s.last = data.end === null ? -1 : data.end;
-        s.bucketSteps = data.bucket_steps || 1;
+        s.bucketSteps = w.bucketSteps;
       }
       s.loading = false; s.loaded = true;
       s.views.forEach((v) => v.reset(s));
@@ -153,7 +189,7 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       s.nfTotal -= s.nfSteps.length - j;
       s.nfSteps.length = j; s.nfKinds.length = j;
       s.last = toStep;
-      s.views.forEach((v) => v.reset(s));
+      s.views.forEach((v) => v.reset(s, toStep));
     }
 
     // A SERIES frame for `name` (update or backfill); ignored for series no view holds.
@@ -163,7 +199,7 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
     }
 
     append(s, frame) {
-      if (s.loading) { s.queue.push(["series", frame]); return; }
+      if (s.loading || s.waiting) { s.queue.push(["series", frame]); return; }
       const kinds = new Map((frame.nonfinite || []).map(([step, kind]) => [step, kind]));
       const add = {x: [], y: [], nfx: [], nfk: []};
       for (let i = 0; i < frame.steps.length; i++) {
@@ -186,6 +222,12 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
     }
   }
 
+  // Index of the first element of sorted `arr` that is >= x (binary search).
+  Obs.lowerBound = (arr, x) => {
+    let lo = 0, hi = arr.length;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (arr[mid] < x) lo = mid + 1; else hi = mid; }
+    return lo;
+  };
   Obs.Store = Store;
   Obs.slug = (name) => name.replace(/[^A-Za-z0-9]+/g, "-");
 })(window.Obs);

@@ -29,7 +29,8 @@ def _entries(client, run_id):
 class _PrivateRedis:
     """A redis-server of our own, so a test can start it late or pause it without touching the shared one."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, appendonly: bool = False):
+        self.appendonly = appendonly
         self.port = _free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.tmp = tmp_path
@@ -39,20 +40,21 @@ class _PrivateRedis:
         exe = shutil.which("redis-server")
         if not exe:
             pytest.skip("redis-server not on PATH")
+        persist = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly else ["--appendonly", "no"]
         self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(self.tmp)], stdout=subprocess.DEVNULL)
+                                      *persist, "--dir", str(self.tmp)], stdout=subprocess.DEVNULL)
         client = redis_lib.Redis(port=self.port)
         for _ in range(200):
             try:
                 client.ping()
                 return client
-            except redis_lib.ConnectionError:
+            except (redis_lib.ConnectionError, redis_lib.BusyLoadingError):
                 time.sleep(0.025)
         raise RuntimeError("private redis-server did not start")
 
-    def stop(self):
-        if self.proc:
-            self.proc.terminate()
+    def stop(self, kill: bool = False):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill() if kill else self.proc.terminate()
             self.proc.wait(5)
 
 
@@ -166,7 +168,7 @@ def test_it_reconnects_after_redis_restarts(private_redis):
     client = private_redis.start()
     assert pub.flush(10)
     steps = [m.data["step"] for m in _entries(client, "restart-run")]
-    assert steps == list(range(1, 20))
+    assert steps == list(range(20))  # step 0, confirmed and then lost with the old server, was written again
     assert client.sismember(contract.RUNS_KEY, "restart-run")
     assert pub.stats()["reconnects"] >= 1
     pub.close()
@@ -186,4 +188,64 @@ def test_a_paused_redis_does_not_stall_the_caller(private_redis):
     assert time.perf_counter() - t0 < 0.5
     assert pub.flush(15)
     assert len(_entries(client, "slow-run")) == 1001
+    pub.close()
+
+
+def test_it_resends_what_a_restarted_redis_lost(private_redis):
+    """Redis confirmed these entries, then restarted without persistence: the publisher still holds the last few
+    seconds of confirmed entries and writes back the ones the stream no longer has."""
+    private_redis.start()
+    pub = Publisher(private_redis.url, "lost-run", max_backoff_s=0.2)
+    for step in range(10):
+        pub.metrics(step, {contract.M_LOSS: float(step)})
+    assert pub.flush(5)
+    private_redis.stop()
+    client = private_redis.start()  # empty
+    for step in range(10, 20):
+        pub.metrics(step, {contract.M_LOSS: float(step)})
+    assert pub.flush(10)
+    assert [m.data["step"] for m in _entries(client, "lost-run")] == list(range(20))
+    st = pub.stats()
+    assert st["resent"] == 10 and st["published"] == 20 and st["unconfirmed"] == 0
+    pub.close()
+
+
+def test_a_killed_redis_with_an_append_only_file_loses_and_doubles_nothing(tmp_path):
+    redis = _PrivateRedis(tmp_path, appendonly=True)
+    redis.start()
+    pub = Publisher(redis.url, "aof-run", max_backoff_s=0.2)
+    try:
+        for step in range(50):
+            pub.metrics(step, {contract.M_LOSS: float(step)})
+        assert pub.flush(5)
+        redis.stop(kill=True)  # kill -9: what Redis confirmed was already written to its append-only file
+        for step in range(50, 60):
+            pub.metrics(step, {contract.M_LOSS: float(step)})
+        client = redis.start()
+        assert pub.flush(10)
+        assert [m.data["step"] for m in _entries(client, "aof-run")] == list(range(60))
+        st = pub.stats()
+        assert st["resent"] == 0 and st["published"] == 60 and st["unconfirmed"] == 0
+    finally:
+        pub.close()
+        redis.stop()
+
+
+def test_a_batch_redis_did_not_confirm_is_kept_counted_and_written_once(private_redis):
+    client = private_redis.start()
+    pub = Publisher(private_redis.url, "unconfirmed-run", socket_timeout_s=0.3, max_backoff_s=0.1)
+    pub.metrics(0, {contract.M_LOSS: 0.0})
+    assert pub.flush(5)
+    client.execute_command("CLIENT", "PAUSE", "1500", "WRITE")  # writes hang past the publisher's timeout
+    for step in range(1, 21):
+        pub.metrics(step, {contract.M_LOSS: float(step)})
+    deadline = time.monotonic() + 5
+    while pub.stats()["unconfirmed"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    st = pub.stats()
+    assert st["unconfirmed"] > 0 and st["published"] == 1  # held, not counted as published
+    assert pub.flush(15)
+    assert [m.data["step"] for m in _entries(client, "unconfirmed-run")] == list(range(21))
+    st = pub.stats()
+    assert st["unconfirmed"] == 0 and st["published"] == 21 and st["errors"] >= 1
     pub.close()

@@ -24,7 +24,7 @@ TINY = {
               "seq_len": 32, "mlp": "moe"},
     "model.moe": {"n_routed": 4, "top_k": 2, "n_shared": 1},
     "train": {"batch_size": 4, "lr": 1e-2, "token_budget": 1_000_000, "allow_faults": True},
-    "data": {"builtin_domains": ["python_stdlib", "licenses"], "max_bytes_per_domain": 200_000},
+    "data": {"builtin_domains": ["python_source", "licenses"], "max_bytes_per_domain": 200_000},
     "checkpoint": {"every_steps": 7, "every_minutes": 0.0, "keep_last": 3, "keep_every": 0},
     "sinks": {"heartbeat_s": 0.3},
 }

@@ -38,7 +38,7 @@ def test_an_int_where_a_float_is_expected_is_fine_and_overrides_apply():
 
 
 @pytest.mark.parametrize("text,key,value", [
-    ("train.lr=3e-4", "train.lr", 3e-4), ("model.moe.expert_parallel=4", "model.moe.expert_parallel", 4),
+    ("train.lr=3e-4", "train.lr", 3e-4), ("mesh.expert=4", "mesh.expert", 4),
     ("run.name=x", "run.name", "x"), ('run.name="quoted"', "run.name", "quoted"),
     ("train.allow_faults=true", "train.allow_faults", True), ("data.stages=['a', 'b']", "data.stages", ["a", "b"]),
 ])
@@ -76,7 +76,8 @@ def test_a_bad_override_is_named_like_a_bad_file(overrides, key):
     ({"data": {"mixture": {"pretrain": {"klingon": 1.0}}}}, "data.mixture.pretrain.klingon", "unknown domain"),
     ({"data": {"mixture": {"posttrain": {"licenses": 1.0}}}}, "data.mixture.posttrain", "unknown stage"),
     ({"data": {"mixture": {"pretrain": {"licenses": -1}}}}, "data.mixture.pretrain.licenses", ">= 0"),
-    ({"data": {"tokenizer": "bpe"}}, "data.tokenizer", "unknown tokenizer"),
+    ({"data": {"tokenizer": "sentencepiece"}}, "data.tokenizer", "unknown tokenizer"),
+    ({"data": {"tokenizer": "bpe"}}, "model.vocab_size", "must be >= 512 for a BPE tokenizer"),
     ({"data": {"builtin_domains": ["klingon"]}}, "data.builtin_domains", "unknown domain"),
     ({"data": {"corpora": {"bad name": "/tmp"}}}, "data.corpora.bad name", "domain names"),
     ({"data": {"max_bytes_per_domain": 10}}, "data.max_bytes_per_domain", "at least 1024"),

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
 from observatory import contract
-from training.config import BUILTIN_DOMAINS, DataSection
+from training.config import DEFAULT_DOMAINS, DataSection
 from training.errors import ConfigError
 from training.sampler import MixtureSampler, build_sampler
 from training.sources import TOKENIZER, load_domains
@@ -46,22 +45,43 @@ def test_default_config_loads_four_real_domains():
     sampler = build_sampler(DataSection(), seq_len=128, batch_size=4, seed=0, token_budget=10**8)
     m = sampler.manifest()
     json.dumps(m)  # publishable as the contract's manifest message
-    assert [d["name"] for d in m["domains"]] == list(BUILTIN_DOMAINS)
+    assert [d["name"] for d in m["domains"]] == list(DEFAULT_DOMAINS)
     for d in m["domains"]:
         assert d["tokens"] > 100_000, d
         assert d["sources"] and all(s["bytes"] > 0 and s["files"] > 0 for s in d["sources"])
-        # every source names a real place on this machine
-        assert all(os.path.exists(s["pattern"].split("*")[0].split(" ")[0].rstrip("/")) for s in d["sources"])
+        # every source names the pinned packages it read, with their versions
+        assert all("numpy==" in s["pattern"] and "Django==" in s["pattern"] for s in d["sources"])
     assert m["tokenizer"] == TOKENIZER == {"name": "byte-utf8", "vocab_size": 256, "separator_id": 0}
     assert m["load_seconds"] > 0
     assert [s["name"] for s in m["stages"]] == ["pretrain", "midtrain"]
     assert m["stages"][0]["end_tokens"] == 8 * 10**7 and m["stages"][1]["weights"] != m["stages"][0]["weights"]
 
 
+def test_the_built_in_text_comes_only_from_pinned_packages_inside_the_environment(monkeypatch):
+    import sysconfig
+
+    from training import sources
+
+    roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    for kind in ("py", "license", "doc"):
+        files = sources._dist_files(kind)
+        assert files and all(any(p.startswith(r) for r in roots) for _, p in files), kind
+        assert all("==" in label for label, _ in files)  # each file is named by its package's pinned version
+    # An installed version that differs from the pin would give other text than other machines read: refused.
+    pins = {**sources.pinned_versions(), "numpy": "0.0.1"}
+    monkeypatch.setattr(sources, "pinned_versions", lambda: pins)
+    sources._pinned_dists.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="pins 0.0.1"):
+            load_domains(DataSection(builtin_domains=("licenses",)))
+    finally:
+        sources._pinned_dists.cache_clear()
+
+
 def test_domains_hold_the_text_they_claim(domains):
     text = {d.name: bytes(d.tokens[:200_000]) for d in domains}
-    assert b"def " in text["python_stdlib"] and b"import " in text["python_stdlib"]
-    assert b"Return" in text["docstrings"] and text["docstrings"] not in text["python_stdlib"]
+    assert b"def " in text["python_source"] and b"import " in text["python_source"]
+    assert b"Return" in text["docstrings"] and text["docstrings"] not in text["python_source"]
     assert b"icense" in text["licenses"] and b"copyright" in text["licenses"].lower()
     assert b"the " in text["docs_text"]
     for d in domains:
@@ -108,7 +128,7 @@ def test_skip_jumps_over_batches_without_counting_their_tokens(domains):
 
 
 def test_mixture_proportions_follow_the_weights(domains):
-    weights = {"python_stdlib": 0.5, "docstrings": 0.1, "licenses": 0.3, "docs_text": 0.1}
+    weights = {"python_source": 0.5, "docstrings": 0.1, "licenses": 0.3, "docs_text": 0.1}
     s = make(domains, stages(("only", 1.0, weights)), batch_size=64)
     ids = np.concatenate([s.next_batch().domain_ids_B for _ in range(1000)])
     freq = np.bincount(ids, minlength=4) / ids.size
@@ -118,7 +138,7 @@ def test_mixture_proportions_follow_the_weights(domains):
 
 
 def test_stage_switches_at_80_percent_of_the_budget(domains):
-    data = stages(("pretrain", 0.8, {"python_stdlib": 1.0}), ("midtrain", 0.2, {"licenses": 1.0}))
+    data = stages(("pretrain", 0.8, {"python_source": 1.0}), ("midtrain", 0.2, {"licenses": 1.0}))
     s = make(domains, data, seq_len=16, batch_size=4)
     s.set_token_budget(10 * s.tokens_per_batch)
     got = batches(s, 12)
@@ -171,7 +191,7 @@ def test_bad_stages_are_config_errors():
 def test_a_stage_without_a_mixture_takes_its_preset_or_equal_weights(domains):
     s = make(domains, DataSection(stages=("pretrain", "cooldown"), stage_fractions=(0.5, 0.5)), batch_size=4,
              budget=2 * 4 * 32)
-    assert s.weights()["python_stdlib"] == pytest.approx(0.45)
+    assert s.weights()["python_source"] == pytest.approx(0.45)
     s.next_batch()
     assert s.stage == 1 and set(s.weights().values()) == {0.25}
 

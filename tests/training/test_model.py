@@ -12,10 +12,12 @@ import pytest
 
 from observatory import contract
 from training import model
-from training.config import ModelConfig, MoEConfig
+from jax.sharding import PartitionSpec as P
+
+from training.config import MeshSection, ModelConfig, MoEConfig, RunConfig
 from training.errors import ConfigError
 from training.flops import counts
-from training.mesh import make_mesh
+from training.mesh import logical_spec, make_mesh
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, seq_len=16)
 
@@ -85,7 +87,6 @@ def test_changing_future_tokens_leaves_past_logits_alone_even_when_dropping(name
 
 @pytest.mark.parametrize("d,key", [
     ({"mlp": "moe", "moe": {"top_k": 17}}, "model.moe.top_k"),
-    ({"mlp": "moe", "moe": {"n_routed": 12, "expert_parallel": 8}}, "model.moe.expert_parallel"),
     ({"mlp": "moe", "moe": {"capacity_factor": -1.0}}, "model.moe.capacity_factor"),
     ({"mlp": "moe", "moe": {"dispatch": "ragged"}}, "model.moe.dispatch"),
     ({"mlp": "moe", "moe": {"router": "relu"}}, "model.moe.router"),
@@ -130,6 +131,52 @@ def test_counts_match_the_parameters_and_express_the_hero_shape():
     assert 21e9 < c["params_active"] < 26e9  # "A23B"
 
 
-def test_make_mesh_is_none_on_one_device_without_expert_parallelism():
-    assert make_mesh(CONFIGS["moe"]) is None
-    assert make_mesh(CONFIGS["dense"]) is None
+def test_the_mesh_on_one_device_is_1x1_and_a_bad_shape_names_the_field():
+    assert dict(make_mesh(MeshSection()).shape) == {"data": 1, "expert": 1}
+    with pytest.raises(ConfigError) as e:
+        make_mesh(MeshSection(expert=2))
+    assert e.value.key == "mesh.expert"
+    with pytest.raises(ConfigError) as e:
+        RunConfig.from_dict({"model": {"mlp": "moe", "moe": {"n_routed": 12}}, "mesh": {"expert": 8}})
+    assert e.value.key == "mesh.expert"
+
+
+@pytest.mark.parametrize("name", ["moe", "dense"])
+def test_every_parameter_has_logical_axes_of_its_rank_and_every_name_has_a_rule(name):
+    cfg = CONFIGS[name]
+    params, state = model.init(cfg, jax.random.PRNGKey(0))
+    p_axes, s_axes = model.param_axes(cfg)
+    is_names = lambda x: isinstance(x, tuple)  # noqa: E731
+    for tree, axes in ((params, p_axes), (state, s_axes)):
+        assert jax.tree.structure(tree) == jax.tree.structure(axes, is_leaf=is_names)
+        jax.tree.map(lambda x, names: (len(names) == x.ndim) or pytest.fail(f"{names} vs {x.shape}"), tree, axes,
+                     is_leaf=is_names)
+        jax.tree.map(logical_spec, axes, is_leaf=is_names)  # raises KeyError on a name without a rule
+    if name == "moe":
+        assert logical_spec(p_axes["layers"]["0"]["moe"]["experts"]["w_up"]) == P("expert", None, None)
+        assert logical_spec(p_axes["embed"]) == P(None, None)
+
+
+def test_remat_changes_nothing_and_bf16_compute_stays_close():
+    import dataclasses
+
+    base = CONFIGS["moe"]
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 16), 0, 64)
+
+    def loss_and_grads(cfg):
+        params, state = model.init(cfg, jax.random.PRNGKey(0))
+
+        def loss(p):
+            logits, aux = model.apply(p, state, tokens, cfg)
+            return jnp.mean(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, tokens[..., None], -1)[..., 0])
+
+        return jax.jit(jax.value_and_grad(loss))(params)
+
+    ref_loss, ref_grads = loss_and_grads(base)
+    for remat in ("full", "dots"):
+        loss, grads = loss_and_grads(dataclasses.replace(base, remat=remat))
+        assert float(loss) == pytest.approx(float(ref_loss), rel=1e-6)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7), grads, ref_grads)
+    loss16, grads16 = loss_and_grads(dataclasses.replace(base, dtype="bfloat16"))
+    assert float(loss16) == pytest.approx(float(ref_loss), rel=2e-2)
+    assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(grads16))  # fp32 master weights, fp32 grads

@@ -27,15 +27,16 @@ def _moe_cfg(mode: str, ep: int):
     from training.config import MoEConfig
 
     return MoEConfig(n_routed=8, top_k=2, n_shared=1, capacity_factor=1.0, dispatch=mode, waves=2, group_size=16,
-                     expert_parallel=ep, lb_loss_coef=0.01, z_loss_coef=1e-3)
+                     lb_loss_coef=0.01, z_loss_coef=1e-3)
 
 
-def _mesh(cfg, n_devices: int):
+def _mesh(ep: int, n_devices: int):
     import jax
 
+    from training.config import MeshSection
     from training.mesh import make_mesh
 
-    return make_mesh(cfg, jax.devices()[:n_devices]) if n_devices > 1 else None
+    return make_mesh(MeshSection(expert=ep), jax.devices()[:n_devices]) if n_devices > 1 else None
 
 
 def _layer_outputs(mode: str, ep: int, n_devices: int) -> dict:
@@ -44,10 +45,9 @@ def _layer_outputs(mode: str, ep: int, n_devices: int) -> dict:
     import jax.numpy as jnp
 
     from training import moe
-    from training.config import ModelConfig
 
     cfg = _moe_cfg(mode, ep)
-    mesh = _mesh(ModelConfig(d_model=D, mlp="moe", moe=cfg), n_devices)
+    mesh = _mesh(ep, n_devices)
     params = moe.init(jax.random.PRNGKey(0), D, 16, cfg, 0.3, 0.3)
     bias_E = 0.3 * jax.random.normal(jax.random.PRNGKey(2), (8,))  # biased top-k differs from unbiased
     h = jax.random.normal(jax.random.PRNGKey(1), (8, 16, D))
@@ -75,7 +75,7 @@ def _lm_outputs(mode: str, ep: int, n_devices: int) -> dict:
 
     cfg = ModelConfig(vocab_size=64, d_model=D, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=32, seq_len=16,
                       mlp="moe", moe=_moe_cfg(mode, ep))
-    mesh = _mesh(cfg, n_devices)
+    mesh = _mesh(ep, n_devices)
     params, state = model.init(cfg, jax.random.PRNGKey(0))
     bias_NxE = 0.3 * jax.random.normal(jax.random.PRNGKey(2), state["router_bias_NxE"].shape)
     state = {**state, "router_bias_NxE": bias_NxE}

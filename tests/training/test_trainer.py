@@ -37,13 +37,13 @@ def test_the_cli_trains_and_publishes_the_contract_through_redis(tmp_path, tiny,
     assert [d["step"] for d in metrics] == list(range(1, 13))
     for name in REQUIRED_METRICS:
         assert name in metrics[-1]["values"], name
-    domains = {"python_stdlib", "licenses"}
+    domains = {"python_source", "licenses"}
     assert any(contract.domain_loss(d) in m["values"] for m in metrics for d in domains)
     assert {contract.tokens_seen(d) for d in domains} <= set(metrics[-1]["values"])
     assert metrics[-1]["values"][contract.M_TOTAL_TOKENS] == 12 * 4 * 32
     assert all(math.isfinite(d["values"][contract.M_LOSS]) for d in metrics)
     manifest = next(m.data["manifest"] for m in msgs if m.kind == "manifest")
-    assert [d["name"] for d in manifest["domains"]] == ["python_stdlib", "licenses"]
+    assert [d["name"] for d in manifest["domains"]] == ["python_source", "licenses"]
     events = {m.data["name"] for m in msgs if m.kind == "event"}
     assert {"compiled", "checkpoint_saved"} <= events
     hb = json.loads(redis_client.get(contract.heartbeat_key(run_id)))
@@ -98,12 +98,12 @@ def test_a_bad_config_prints_one_line_and_exits_2(tmp_path, tiny, trainer_cli):
 def test_set_overrides_a_config_value_and_a_bad_one_exits_2_naming_the_key(tiny, trainer_cli):
     from training.config import load, parse_override
 
-    overrides = dict(map(parse_override, ["model.moe.expert_parallel=4", "train.lr=3e-4", "run.name=x",
+    overrides = dict(map(parse_override, ["mesh.expert=4", "train.lr=3e-4", "run.name=x",
                                           "data.stages=['a']", "data.stage_fractions=[1.0]"]))
     cfg = load(tiny(), overrides)
-    assert (cfg.model.moe.expert_parallel, cfg.train.lr, cfg.run.name) == (4, 3e-4, "x")
+    assert (cfg.mesh.expert, cfg.train.lr, cfg.run.name) == (4, 3e-4, "x")
     assert cfg.data.stages == ("a",) and cfg.model.moe.n_routed == 4  # the rest of [model.moe] is kept
-    for override, line in [("model.moe.expert_paralel=4", "config error: model.moe.expert_paralel: unknown key"),
+    for override, line in [("model.moe.expert_parallel=4", "config error: model.moe.expert_parallel: unknown key"),
                            ("train.lr=fast", "config error: train.lr: must be a number, got 'fast'"),
                            ("train.batch_size=0", "config error: train.batch_size: must be a positive integer"),
                            ("lr=1", "config error: lr: an override is section.key=value")]:
@@ -133,7 +133,7 @@ def test_the_held_out_split_is_evaluated_every_eval_every_steps(tmp_path, tiny, 
     evaluated = sorted(s for s, v in metrics.items() if contract.M_EVAL_LOSS in v)
     assert evaluated == [3, 6]
     for s in evaluated:
-        per_domain = [metrics[s][contract.eval_domain_loss(d)] for d in ("python_stdlib", "licenses")]
+        per_domain = [metrics[s][contract.eval_domain_loss(d)] for d in ("python_source", "licenses")]
         assert all(math.isfinite(x) and 0 < x < 10 for x in per_domain)
         assert metrics[s][contract.M_EVAL_LOSS] == pytest.approx(sum(per_domain) / 2)
     # the same params, the same held-out windows: the training steps in between lower the eval loss

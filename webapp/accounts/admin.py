@@ -10,7 +10,7 @@ from webapp.accounts.models import Profile, WriteToken
 class ProfileInline(admin.StackedInline):
     model = Profile
     can_delete = False
-    fields = ("display_name", "email_confirmed_at")
+    fields = ("display_name", "show_name_publicly", "email_confirmed_at")
 
 
 class ObservatoryUserAdmin(UserAdmin):

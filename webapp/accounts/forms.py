@@ -27,7 +27,7 @@ class SignupForm(UserCreationForm):
 class ProfileForm(forms.ModelForm):
     class Meta:
         model = Profile
-        fields = ("display_name",)
+        fields = ("display_name", "show_name_publicly")
 
 
 class WriteTokenForm(forms.Form):

@@ -16,6 +16,10 @@ class Profile(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
     display_name = models.CharField(max_length=80, blank=True)
     email_confirmed_at = models.DateTimeField(null=True, blank=True)
+    # Public pages (the intervention markers, a run's command log) name an operator only if they opted in.
+    show_name_publicly = models.BooleanField(
+        default=False, verbose_name="Show my name on my operator commands",
+        help_text="Commands you send are public (what, when, why); with this, your display name is shown too.")
 
     def __str__(self) -> str:
         return self.shown_name

@@ -29,6 +29,11 @@ MATRIX: dict[str, frozenset[str]] = {
     "run.failure_detail": frozenset({OPERATOR}),  # the full failure text (tracebacks, host paths)
     "run.command": frozenset({OPERATOR}),  # send pause, checkpoint, rollback, ... and read the command log
     "run.publish": SIGNED_IN,  # make write tokens, and publish telemetry with them to the runs in their scope
+    "anomaly.acknowledge": frozenset({OPERATOR}),  # acknowledge, explain or dismiss (false alarm) an anomaly
+    "annotation.create": SIGNED_IN,  # annotate a run's chart, reply in a thread
+    "annotation.edit_own": SIGNED_IN,  # edit (history kept) or delete one's own annotations and replies
+    "annotation.react": SIGNED_IN,  # "+1", "explains it", ... on an annotation or a reply
+    "annotation.moderate": frozenset({MODERATOR, OPERATOR}),  # hide / restore annotations and replies, with a reason
 }
 # The Django admin (/admin/) is outside the matrix: Django's own staff flag and model permissions guard it.
 

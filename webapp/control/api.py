@@ -1,4 +1,5 @@
-"""JSON API for operator commands: send one (operators only, signed, idempotent by id) and follow its life."""
+"""JSON API for operator commands: send one (operators only, signed, idempotent by id), follow their lives, preview a
+re-plan, and the public list of a run's interventions."""
 
 from __future__ import annotations
 
@@ -6,62 +7,161 @@ import json
 import re
 import uuid
 
+from django.db import IntegrityError, transaction
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods
 from django_ratelimit.decorators import ratelimit
 
 from observatory import contract
-from webapp.accounts.permissions import api_requires
-from webapp.control import channel
+from webapp.accounts.permissions import api_requires, public
+from webapp.api import ApiError, api_view, int_param
+from webapp.control import channel, plan, snapshot
 from webapp.control.models import OperatorCommand
+from webapp.runs.api import get_run
 from webapp.runs.models import Run
 
 COMMAND_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{8,200}$")
 MAX_BODY_BYTES = 16 * 1024
+WEIGHT_SUM_TOLERANCE = 1e-6
 
 
-def _error(status: int, message: str) -> JsonResponse:
-    return JsonResponse({"error": message}, status=status)
+def _error(status: int, message: str, **extra) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)
+
+
+def check_for_run(run: Run, name: str, args: dict, confirm) -> None:
+    """What the schema cannot know: the run's own limits, and the operator's confirmation. ApiError if not."""
+    spec = contract.COMMAND_SPECS[name]
+    if spec.destructive and confirm is not True:
+        raise ApiError(400, f"{name} is destructive: confirm it (\"confirm\": true)", field="confirm")
+    train = (run.config or {}).get("train") or {}
+    if name == "inject-fault" and not train.get("allow_faults"):
+        raise ApiError(400, "fault injection is disabled for this run (train.allow_faults is false)")
+    if name == "set-mixture":
+        weights = args["weights"]
+        total = sum(weights.values())
+        if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
+            raise ApiError(400, f"the stage's weights must sum to 1 (they sum to {total:.6g})", field="weights")
+        domains = [d.get("name") for d in (run.manifest or {}).get("domains", []) if isinstance(d, dict)]
+        unknown = sorted(set(weights) - set(domains)) if domains else []
+        if unknown:
+            raise ApiError(400, f"unknown domain(s) {', '.join(unknown)} (the run has {', '.join(domains)})",
+                           field="weights")
+
+
+def _parse(request) -> dict:
+    if len(request.body) > MAX_BODY_BYTES:
+        raise ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes")
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, RecursionError):
+        raise ApiError(400, "body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "body must be a JSON object")
+    return body
+
+
+def _send_new(request, run: Run, body: dict) -> JsonResponse:
+    reason = body.get("reason")
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 1000:
+        raise ApiError(400, "reason is required (1-1000 characters): it goes into the public audit trail",
+                       field="reason")
+    cmd_id = body.get("id") or f"web-{uuid.uuid4().hex}"
+    if not isinstance(cmd_id, str) or not COMMAND_ID_RE.match(cmd_id):
+        raise ApiError(400, "id must be 8-200 characters of letters, digits and _.:-", field="id")
+    try:
+        args = contract.validate_command(body.get("command"), body.get("args") or {})
+    except contract.CommandError as e:
+        raise ApiError(400, str(e), field="args") from None
+    existing = OperatorCommand.objects.filter(pk=cmd_id).first()
+    if existing is not None:
+        return _retry(existing, run, body, args)
+    check_for_run(run, body["command"], args, body.get("confirm"))
+    cmd = OperatorCommand(id=cmd_id, run=run, name=body["command"], args=args, reason=reason.strip(),
+                          user=request.user, sender=request.user.get_username())
+    try:
+        with transaction.atomic():
+            cmd.save(force_insert=True)  # recorded before it is sent: no replica mistakes it for a CLI command
+    except IntegrityError:  # the same id posted twice at once: the other request sends it
+        return _retry(OperatorCommand.objects.get(pk=cmd_id), run, body, args)
+    try:
+        channel.send(cmd)
+    except channel.NoControlKey as e:
+        cmd.delete()
+        raise ApiError(503, str(e)) from None
+    except Exception as e:  # Redis away: nothing was sent, so nothing is recorded
+        cmd.delete()
+        raise ApiError(503, f"could not reach the run's control stream: {type(e).__name__}") from None
+    return JsonResponse(cmd.as_json(), status=202)
+
+
+def _retry(existing: OperatorCommand, run: Run, body: dict, args: dict) -> JsonResponse:
+    """The same id again: never a second command. An unanswered one is put on the stream again (the trainer
+    applies an id once); an answered one is returned as it is."""
+    if existing.run_id != run.id or existing.name != body["command"] or existing.args != args:
+        raise ApiError(409, "this id belongs to a different command")
+    if existing.undone_at is not None:
+        raise ApiError(409, f"this command was undone ({existing.undone_detail or existing.undone_by}); "
+                            "send it again as a new command", command=existing.as_json())
+    if existing.final:
+        return JsonResponse(existing.as_json(), status=200)
+    OperatorCommand.objects.filter(pk=existing.pk).update(sent_count=existing.sent_count + 1)
+    existing.sent_count += 1
+    try:
+        channel.send(existing)
+    except Exception as e:
+        raise ApiError(503, f"could not resend: {type(e).__name__}: {e}"[:300]) from None
+    return JsonResponse(existing.as_json(), status=202)
 
 
 @api_requires("run.command")
 @require_http_methods(["GET", "POST"])
 @ratelimit(key="user_or_ip", rate="30/m", method="POST", block=True)
 def commands(request, run_id: str):
-    run = get_object_or_404(Run, pk=run_id)
-    if request.method == "GET":
-        recent = list(OperatorCommand.objects.filter(run=run).select_related("user")[:100])
-        channel.refresh(recent)
-        return JsonResponse({"commands": [c.as_json() for c in recent]})
-    if len(request.body) > MAX_BODY_BYTES:
-        return _error(413, f"body larger than {MAX_BODY_BYTES} bytes")
     try:
-        body = json.loads(request.body or b"{}")
-    except (ValueError, RecursionError):
-        return _error(400, "body must be a JSON object")
-    if not isinstance(body, dict):
-        return _error(400, "body must be a JSON object")
-    reason = body.get("reason")
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > 1000:
-        return _error(400, "reason is required (1-1000 characters): it goes into the public audit trail")
-    cmd_id = body.get("id") or f"web-{uuid.uuid4().hex}"
-    if not isinstance(cmd_id, str) or not COMMAND_ID_RE.match(cmd_id):
-        return _error(400, "id must be 8-200 characters of letters, digits and _.:-")
+        run = get_run(run_id)
+        if request.method == "GET":
+            channel.sync([run.id])
+            recent = OperatorCommand.objects.filter(run=run).select_related("user__profile")[:200]
+            return JsonResponse({"commands": [c.as_json() for c in recent]})
+        return _send_new(request, run, _parse(request))
+    except ApiError as e:
+        return _error(e.status, e.message, **e.extra)
+
+
+@api_requires("run.command")
+@require_GET
+def operate(request):
+    """The panel's state (what the WebSocket pushes), for clients that cannot hold a socket open."""
+    return JsonResponse(snapshot.build())
+
+
+@api_requires("run.command")
+@api_view
+def plan_preview(request, run_id: str):
+    """The schedule and ETA a set-token-budget would produce, before it is sent."""
+    run = get_run(run_id)
+    tokens = int_param(request, "tokens", None, lo=1, hi=2**62)
+    if tokens is None:
+        raise ApiError(400, "parameter 'tokens' is required", parameter="tokens")
+    values = snapshot.latest_values([run.id])[run.id]
+    beat = snapshot.heartbeats([run.id])[run.id] or run.heartbeat or {}
+    current = snapshot.current_plan(run, values.get(contract.M_TOTAL_STEPS))
     try:
-        args = contract.validate_command(body.get("command"), body.get("args") or {})
-    except contract.CommandError as e:
-        return _error(400, str(e))
-    existing = OperatorCommand.objects.filter(pk=cmd_id).first()
-    if existing is not None:  # a retry: the same id is never sent twice
-        if existing.run_id != run.id or existing.name != body["command"]:
-            return _error(409, "this id belongs to a different command")
-        return JsonResponse(existing.as_json(), status=200)
-    cmd = OperatorCommand(id=cmd_id, run=run, name=body["command"], args=args, reason=reason.strip(),
-                          user=request.user)
-    try:
-        channel.send(cmd)
-    except channel.NoControlKey as e:
-        return _error(503, str(e))
-    cmd.save()
-    return JsonResponse(cmd.as_json(), status=202)
+        out = plan.preview(run.config or {}, current, step=int(beat.get("step") or run.last_step or 0),
+                           tokens_seen=int(beat.get("tokens") or 0), new_tokens=tokens,
+                           multiplier=values.get(contract.M_LR_MULT) or 1.0, steps_per_s=beat.get("steps_per_s"))
+    except plan.PlanError as e:
+        raise ApiError(400, str(e), parameter="tokens") from None
+    return JsonResponse(out)
+
+
+@public
+@api_view
+def interventions(request, run_id: str):
+    """Public: the run's applied (and undone) commands with their reasons; names only where operators opted in."""
+    run = get_run(run_id)
+    channel.sync([run.id])  # nobody may be watching the operator panel: bring the outcomes up to date here
+    rows = (OperatorCommand.objects.filter(run=run, status="applied").select_related("user__profile")
+            .order_by("created_at")[:1000])
+    return JsonResponse({"run_id": run.id, "interventions": [c.as_json(public=True) for c in rows]})

@@ -1,44 +1,155 @@
-"""Sending a signed command to a run's control stream and reading the trainer's acks back."""
+"""Sending signed commands to a run's control stream, and bringing the audit trail up to date from Redis and SQL.
+
+Everything a page shows about a command is read from shared state, so any web replica (or one restarted
+mid-flight) tells the same story: `sync()` imports commands other senders (the CLI) put on the control stream,
+moves each open command along the trainer's acks (only acks written after its latest send count), and marks
+commands undone from the `commands_rolled_back` events ingest stored. Every step is idempotent.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+
 from django.conf import settings
+from django.utils import timezone
 
 from observatory import contract
 from observatory.streams import text
 from webapp.control.models import OperatorCommand
 from webapp.redis import get_redis
+from webapp.runs.models import RunEvent
 
-ACK_SCAN = 2000  # newest ack entries looked at when refreshing a command's status
+CONTROL_MAXLEN = 10_000
+IMPORT_SCAN = 50  # newest control-stream entries looked at for commands sent from elsewhere
+ACK_SCAN = 2000  # acks read per run and sync at most
 
 
 class NoControlKey(RuntimeError):
     pass
 
 
-def send(cmd: OperatorCommand) -> None:
+def _key() -> bytes:
     key = settings.OBS_CONTROL_KEY
     if key is None:
         raise NoControlKey("the web tier has no control key (OBS_CONTROL_KEY or OBS_CONTROL_KEY_FILE)")
-    who = cmd.user.get_username() if cmd.user else ""
+    return key
+
+
+def send(cmd: OperatorCommand) -> None:
+    """Put the command (a saved record) on its run's control stream, signed; a retry sends the same id again."""
+    key = _key()
+    who = cmd.user.get_username() if cmd.user else cmd.sender
     fields = contract.sign_command(cmd.run_id, contract.command_fields(cmd.id, cmd.name, cmd.args, cmd.reason, who),
                                    key)
-    get_redis().xadd(contract.control_stream(cmd.run_id), fields, maxlen=10_000, approximate=True)
+    entry = get_redis().xadd(contract.control_stream(cmd.run_id), fields, maxlen=CONTROL_MAXLEN, approximate=True)
+    cmd.sent_entry = text(entry)
+    OperatorCommand.objects.filter(pk=cmd.pk).update(sent_entry=cmd.sent_entry)
 
 
-def refresh(commands: list[OperatorCommand]) -> None:
-    """Bring the commands' status up to date from the run's ack stream (the newest ack of each id wins)."""
-    open_ = {c.id: c for c in commands if c.status not in ("applied", "rejected")}
-    if not open_:
+def _fields(raw: dict) -> dict[str, str]:
+    return {text(k): text(v) for k, v in raw.items()}
+
+
+def _import_foreign(run_ids: list[str], pipe_results) -> None:
+    """Commands on the control streams that no record holds yet (sent with the CLI): record them as sent."""
+    key = settings.OBS_CONTROL_KEY
+    found = {}
+    for run_id, entries in zip(run_ids, pipe_results):
+        for eid, raw in entries:
+            f = _fields(raw)
+            if f.get("id"):
+                found[f["id"]] = (run_id, text(eid), raw, f)
+    if not found:
         return
-    run_id = next(iter(open_.values())).run_id
-    order = {s: i for i, s in enumerate(OperatorCommand.STATUSES)}
-    for _eid, f in reversed(get_redis().xrevrange(contract.ack_stream(run_id), count=ACK_SCAN)):
-        cmd = open_.get(text(f.get(b"id", b"")))
-        status = text(f.get(b"status", b""))
-        if cmd is None or order.get(status, -1) <= order[cmd.status]:
+    known = set(OperatorCommand.objects.filter(pk__in=list(found)).values_list("pk", flat=True))
+    for cmd_id, (run_id, eid, raw, f) in found.items():
+        if cmd_id in known:
             continue
-        cmd.status, cmd.detail = status, text(f.get(b"detail", b""))
-        step = text(f.get(b"step", b""))
+        try:  # only signed commands are operator commands; anything else the trainer rejects anyway
+            contract.verify_command(run_id, raw, key)
+            cmd = contract.parse_command(raw)
+        except contract.CommandError:
+            continue
+        when = dt.datetime.fromtimestamp(cmd.t, dt.timezone.utc) if cmd.t else timezone.now()
+        OperatorCommand.objects.get_or_create(pk=cmd_id, defaults=dict(
+            run_id=run_id, name=cmd.name, args=cmd.args, reason=cmd.reason[:1000], source="cli",
+            sender=cmd.user[:150], created_at=when, sent_entry=eid))
+
+
+def _entry_key(eid: str) -> tuple[int, int]:
+    ms, _, seq = eid.partition("-")
+    return (int(ms or 0), int(seq or 0))
+
+
+def _apply_acks(open_cmds: list[OperatorCommand], acks: list) -> None:
+    order = {s: i for i, s in enumerate(OperatorCommand.STATUSES)}
+    by_id = {c.id: c for c in open_cmds}
+    for eid, raw in acks:
+        f = _fields(raw)
+        cmd = by_id.get(f.get("id", ""))
+        status = f.get("status", "")
+        if cmd is None or status not in order or _entry_key(text(eid)) <= _entry_key(cmd.sent_entry or "0-0"):
+            continue
+        if order[status] <= order[cmd.status]:
+            continue
+        cmd.status, cmd.detail = status, f.get("detail", "")[:2000]
+        step = f.get("step", "")
         cmd.step = int(step) if step.isdigit() else cmd.step
-        cmd.save(update_fields=["status", "detail", "step", "updated_at"])
+        # only forward: a slower replica applying an older ack must not move the record back
+        OperatorCommand.objects.filter(pk=cmd.pk, status__in=[s for s in order if order[s] < order[status]]) \
+            .update(status=status, detail=cmd.detail, step=cmd.step, updated_at=timezone.now())
+
+
+def _apply_undos(run_ids: list[str]) -> None:
+    events = RunEvent.objects.filter(run_id__in=run_ids, name="commands_rolled_back").order_by("id")
+    for ev in events:
+        ids = ev.payload.get("ids") if isinstance(ev.payload, dict) else None
+        if not isinstance(ids, list) or not ids:
+            continue
+        by = str(ev.payload.get("by") or "restart")[:200]
+        detail = str(ev.payload.get("detail") or "")[:1000]
+        if by == "restart":
+            detail = f"lost in a restart from the checkpoint at step {ev.payload.get('resumed_step')}: {detail}"
+        OperatorCommand.objects.filter(run_id=ev.run_id, pk__in=[str(i) for i in ids][:1000], status="applied",
+                                       undone_at__isnull=True) \
+            .update(undone_by=by, undone_at=ev.t or ev.created_at, undone_detail=detail)
+
+
+def sync(run_ids: list[str]) -> None:
+    """Bring these runs' command records up to date from their control and ack streams and undo events."""
+    run_ids = list(run_ids)
+    if not run_ids:
+        return
+    r = get_redis()
+    pipe = r.pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.xrevrange(contract.control_stream(run_id), count=IMPORT_SCAN)
+    _import_foreign(run_ids, pipe.execute())
+    open_cmds = list(OperatorCommand.objects.filter(run_id__in=run_ids, status__in=("sent", "accepted")))
+    by_run: dict[str, list[OperatorCommand]] = {}
+    for c in open_cmds:
+        by_run.setdefault(c.run_id, []).append(c)
+    if by_run:
+        pipe = r.pipeline(transaction=False)
+        for run_id, cmds in by_run.items():
+            start = min((c.sent_entry or "0-0" for c in cmds), key=_entry_key)
+            pipe.xrange(contract.ack_stream(run_id), min=f"({start}" if start != "0-0" else "-", count=ACK_SCAN)
+        for cmds, acks in zip(by_run.values(), pipe.execute()):
+            _apply_acks(cmds, acks)
+    _apply_undos(run_ids)
+
+
+def checkpoints(run_ids: list[str]) -> dict[str, dict]:
+    """{run id: the checkpoint list its trainer published (contract.checkpoints_key)}."""
+    pipe = get_redis().pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.get(contract.checkpoints_key(run_id))
+    out = {}
+    for run_id, raw in zip(run_ids, pipe.execute()):
+        try:
+            out[run_id] = json.loads(raw) if raw else {"t": None, "checkpoints": []}
+        except ValueError:
+            out[run_id] = {"t": None, "checkpoints": []}
+    return out
+

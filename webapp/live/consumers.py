@@ -1,100 +1,136 @@
-"""RunConsumer: one browser watching one run. Joins the run's group, answers resume with a backfill from the
-database, then relays coalesced updates from ingest. Frames are described in webapp.live.protocol."""
+"""RunConsumer: one browser watching one run. Checks the viewer may see runs, registers with this process's hub
+(webapp.live.hub: one subscription per run, frames encoded once per variant), answers resume with a backfill from
+the database, and enforces the protocol's limits. Frames are described in webapp.live.protocol."""
 
 from __future__ import annotations
 
-import json
+import asyncio
+import logging
+import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from observatory import contract
-from webapp.live import protocol
-from webapp.metrics.models import Series
-from webapp.metrics.queries import tail
-from webapp.runs.models import Run, RunEvent
+from webapp.accounts.permissions import can
+from webapp.live import protocol, stats
+from webapp.live.backfill import backfill, run_summary
+from webapp.live.coalesce import Coalescer
+from webapp.live.hub import Outbox, get_hub
+
+log = logging.getLogger("observatory.live")
+SUMMARY_TTL_S = 1.0  # a thousand viewers arriving at once read the run's summary once, not a thousand times
+_summaries: dict[str, tuple[float, dict | None]] = {}
+_backfills: dict[int, Coalescer] = {}  # per event loop
 
 
-@database_sync_to_async
-def _run_summary(run_id: str) -> dict | None:
-    run = Run.objects.filter(pk=run_id).first()
-    return run.summary() if run else None
+async def _allowed(user) -> bool:
+    if not user.is_authenticated:  # no database read for the anonymous public (the crowd)
+        return can(user, "runs.view")
+    return await database_sync_to_async(can)(user, "runs.view")
 
 
-@database_sync_to_async
-def _backfill(run_id: str, after: dict[str, int], after_event: int | None) -> dict:
-    events, rewinds = [], []
-    if after_event is not None:
-        for ev in RunEvent.objects.filter(run_id=run_id, id__gt=after_event).order_by("id")[:1000]:
-            events.append(ev.as_dict())
-            if ev.kind == RunEvent.KIND_REWIND:
-                rewinds.append({"from_step": ev.payload.get("from_step"), "to_step": ev.payload.get("to_step")})
-    # a rewind the client missed invalidates what it holds after to_step: re-send from there
-    floor = min((rw["to_step"] for rw in rewinds if isinstance(rw.get("to_step"), int)), default=None)
-    sids = dict(Series.objects.filter(run_id=run_id, name__in=list(after)).values_list("name", "id"))
-    series, truncated = {}, []
-    for name, sid in sids.items():
-        start = after[name] if floor is None else min(after[name], floor)
-        rows, more = tail(sid, start, protocol.BACKFILL_LIMIT)
-        series[name] = protocol.series_json(rows)
-        if more:
-            truncated.append(name)
-    return {"series": series, "rewinds": rewinds, "events": events, "truncated": truncated}
+async def _backfill_text(run_id: str, after: dict[str, int], after_event: int | None) -> str:
+    """The encoded backfill frame; identical resumes arriving together share one read and one encoding."""
+    loop = asyncio.get_running_loop()
+    co = _backfills.get(id(loop))
+    if co is None:
+        _backfills.clear()
+        co = _backfills[id(loop)] = Coalescer()
+
+    async def read() -> str:
+        body = await database_sync_to_async(backfill)(run_id, after, after_event)
+        return protocol.encode({"type": "backfill", "run_id": run_id, **body})
+    return await co.get((run_id, tuple(sorted(after.items())), after_event), read)
+
+
+async def _summary(run_id: str) -> dict | None:
+    now = time.monotonic()
+    hit = _summaries.get(run_id)
+    if hit is not None and now - hit[0] < SUMMARY_TTL_S:
+        return hit[1]
+    summary = await database_sync_to_async(run_summary)(run_id)
+    if len(_summaries) > 1000:
+        _summaries.clear()
+    _summaries[run_id] = (now, summary)
+    return summary
 
 
 class RunConsumer(AsyncWebsocketConsumer):
+    # No per-socket channel-layer inbox: the hub holds the run's one subscription for the whole process.
+    channel_layer_alias = "observatory.live.no-per-socket-channel"
+
     async def connect(self):
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        self.group = None
-        self.metrics: set[str] | None = None  # None: every series (until the client sends a resume)
-        run = await _run_summary(self.run_id)
+        self.feed = self.box = None
+        self.bucket = protocol.TokenBucket()
         await self.accept()  # accept first: a custom close code needs an open socket
+        user = self.scope.get("user")
+        if user is None or not await _allowed(user):
+            return await self.close(code=protocol.CLOSE_FORBIDDEN, reason="not allowed to view runs")
+        run = await _summary(self.run_id)
         if run is None:
-            await self.close(code=protocol.CLOSE_UNKNOWN_RUN)
-            return
-        self.group = contract.live_group(self.run_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self._send({"type": "hello", "run": run})
+            return await self.close(code=protocol.CLOSE_UNKNOWN_RUN, reason="unknown run")
+        self.box = Outbox(self.base_send, self._close_soon)
+        self.box.hold = True  # hello goes first
+        try:
+            self.feed = await get_hub().join(self.run_id, self.box)
+        except Exception as e:  # Redis unreachable: a clean close the browser retries, never an HTTP 500
+            log.warning("live: cannot subscribe to run %s: %s", self.run_id, e)
+            self.box.stop()
+            self.box = None
+            return await self.close(code=protocol.CLOSE_TRY_AGAIN, reason="live updates unavailable, retry later")
+        await self._send({"type": "hello", "run": run, "limits": protocol.LIMITS})
+        self.box.release()
 
     async def disconnect(self, code):
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.feed is not None:
+            get_hub().leave(self.feed, self.box)
+            self.feed = None
+        elif self.box is not None:
+            self.box.stop()
+
+    def _close_soon(self, code: int, reason: str) -> None:
+        """From the hub (sync): this socket fell too far behind, or the run's stream had a hole."""
+        stats.count("closed_slow" if code == protocol.CLOSE_TOO_SLOW else "resyncs")
+        if self.feed is not None:
+            get_hub().leave(self.feed, self.box)
+            self.feed = None
+        asyncio.get_running_loop().create_task(self.close(code=code, reason=reason))
 
     async def receive(self, text_data=None, bytes_data=None):
+        if not self.bucket.take():
+            stats.count("closed_rate")
+            return await self.close(code=protocol.CLOSE_RATE,
+                                    reason=f"more than {protocol.RATE_PER_S:g} messages per second")
         if text_data is None:
             return await self._error("binary frames are not supported")
-        if len(text_data) > protocol.MAX_FRAME_BYTES:
-            return await self._error(f"frame larger than {protocol.MAX_FRAME_BYTES} bytes")
         try:
-            msg = json.loads(text_data)
-        except ValueError:
-            return await self._error("frame is not JSON")
-        if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-            return await self._error("frame must be an object with a string 'type'")
+            msg = protocol.parse_frame(text_data)
+        except protocol.ProtocolError as e:
+            return await self._error(str(e))
         if msg["type"] == "ping":
             return await self._send({"type": "pong"})
         if msg["type"] != "resume":
             return await self._error(f"unknown message type {msg['type'][:40]!r}")
-        if self.group is None:
+        if self.feed is None:
             return
         try:
             after, after_event = protocol.parse_resume(msg)
         except protocol.ProtocolError as e:
             return await self._error(str(e))
         if after:  # a resume naming no series (events only) leaves the subscription as it was
-            self.metrics = (self.metrics or set()) | set(after)
-        body = await _backfill(self.run_id, after, after_event)
-        await self._send({"type": "backfill", "run_id": self.run_id, **body})
-
-    async def live_update(self, event):
-        """A coalesced delta from ingest (webapp.live.push)."""
-        payload = event["payload"]
-        if self.metrics is not None and payload.get("series"):
-            payload = {**payload, "series": {k: v for k, v in payload["series"].items() if k in self.metrics}}
-        await self._send({"type": "update", "run_id": self.run_id, **payload})
+            names = frozenset(after) | (self.box.sub or frozenset())
+            self.box.sub = get_hub().key(self.feed, names)
+        # Live frames wait until the backfill is out: an update first would make the client drop the backfill's
+        # older points as duplicates (it keeps only steps after the last one it holds).
+        self.box.hold = True
+        try:
+            await self.send(text_data=await _backfill_text(self.run_id, after, after_event))
+        finally:
+            self.box.release()
 
     async def _send(self, msg: dict):
-        await self.send(text_data=json.dumps(msg, separators=(",", ":"), allow_nan=False))
+        await self.send(text_data=protocol.encode(msg))
 
     async def _error(self, text: str):
         await self._send({"type": "error", "error": text})

@@ -1,28 +1,66 @@
 """Ingest wired to live pushes, what `manage.py ingest` runs: every batch metrics' Ingestor commits becomes
-coalesced pushes to the browsers watching its run (at most one per run per interval, after the XACK)."""
+coalesced pushes to the browsers watching its run (at most one per run per interval), after later apps' hooks
+(metrics.changes.on_commit_hooks, timers: anomaly detection) have seen it and pushed their frames. Entries are
+XACKed only once their run's changes were pushed: an ingest killed in between leaves them pending, and the ingest
+that takes its streams over replays and pushes them, so a live viewer misses nothing."""
 
 from __future__ import annotations
 
+import logging
+import time
+
 import redis
+from django.db import InterfaceError, OperationalError, ProgrammingError
 
 from webapp.live.push import LiveBuffer
+from webapp.metrics import changes as hooks
 from webapp.metrics.ingest import Ingestor
+
+log = logging.getLogger("observatory.ingest")
 
 
 class LiveIngest:
     def __init__(self, client: redis.Redis, send, *, consumer: str = "ingest-1", batch: int = 500,
-                 interval: float = 0.1):
-        """send: callable(run_id, update body), e.g. LivePublisher.send."""
+                 interval: float = 0.1, lease_ms: int | None = None):
+        """send: callable(run_id, update body), e.g. LivePublisher.send. lease_ms: see metrics.ingest.LEASE_MS."""
+        self.send = send
         self.buffer = LiveBuffer(send, interval=interval)
-        self.ingestor = Ingestor(client, on_changes=self.buffer.add, consumer=consumer, batch=batch)
+        self.ingestor = Ingestor(client, on_changes=self._committed, consumer=consumer, batch=batch,
+                                 **({"lease_ms": lease_ms} if lease_ms else {}))
+        self.ingestor.defer_acks = True
+        self.next_timer = time.monotonic() + hooks.TIMER_EVERY_S
+        self.hook_s = 0.0  # time spent in later apps' hooks and timers (anomaly detection), for stats and benches
+
+    def _committed(self, changes) -> None:
+        """A batch committed: later apps' hooks (metrics.changes.on_commit_hooks) first, then the coalesced push."""
+        self._run_hooks(hooks.on_commit_hooks, changes)
+        self.buffer.add(changes)
+
+    def _run_hooks(self, fns, arg) -> None:
+        t0 = time.perf_counter()
+        for fn in fns:
+            try:
+                frames = list(fn(arg) or ())
+            except (OperationalError, InterfaceError, ProgrammingError):
+                raise  # the database is away: ingest retries the batch (nothing was acknowledged)
+            except Exception:  # a feature's bug must not stop ingestion
+                log.exception("ingest hook %s failed", getattr(fn, "__qualname__", fn))
+                continue
+            for run_id, frame in frames:
+                self.send(run_id, frame)  # at once: feature frames are rare and wanted within a second
+        self.hook_s += time.perf_counter() - t0
 
     def step(self, block_ms: int) -> int:
         """One ingest iteration, blocking no longer than the next push is due; then push what is due."""
         due = self.buffer.next_due_in()
         if due is not None:
             block_ms = min(block_ms, max(1, int(due * 1000)))
+        block_ms = min(block_ms, max(1, int((self.next_timer - time.monotonic()) * 1000)))
         n = self.ingestor.step(block_ms)
         self.flush()
+        if time.monotonic() >= self.next_timer:  # feature timers run even when nothing arrives (stall checks)
+            self.next_timer = time.monotonic() + hooks.TIMER_EVERY_S
+            self._run_hooks(hooks.timers, time.time())
         return n
 
     def drain(self) -> int:
@@ -31,6 +69,16 @@ class LiveIngest:
         self.flush(force=True)
         return n
 
+    def close(self) -> None:
+        """Push what is buffered, then hand the streams back to the other ingest processes."""
+        try:
+            self.flush(force=True)
+        except redis.RedisError as e:  # unacknowledged entries stay pending: the next owner replays them
+            log.warning("could not acknowledge the last pushes (%s)", e)
+        self.ingestor.close()
+
     def flush(self, force: bool = False) -> None:
         self.buffer.flush_due(force=force)
+        self.ingestor.ack(except_runs=set(self.buffer.pending))  # what was pushed (or had nothing to push)
         self.ingestor.stats["pushes"] = self.buffer.pushes
+        self.ingestor.stats["hook_ms"] = int(self.hook_s * 1000)

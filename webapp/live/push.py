@@ -3,14 +3,21 @@ interval, sent to the run's Channels group as an "update" frame body (webapp.liv
 
 Ingest pushes through LivePublisher, which owns one event loop thread and therefore one Redis pub/sub connection,
 instead of spinning a loop per send; a one-off push (a Celery task) uses push_now.
+
+Every group message carries this process's publisher id and a per-run sequence number, so that a web process
+(webapp.live.hub) notices an update lost on the way (pub/sub drops messages across a Redis reconnect) and has its
+sockets resume, and the time it was sent (push-delay metrics). Bodies are encoded once per process there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
+import uuid
+from collections import defaultdict
 from concurrent.futures import Future
 
 from asgiref.sync import async_to_sync
@@ -113,6 +120,14 @@ def push_now(run_id: str, changes: RunChanges) -> None:
         async_to_sync(layer.group_send)(*_group_message(run_id, update_body(changes)))
 
 
+_SRC = uuid.uuid4().hex[:12]  # this process, as a publisher
+_seq: defaultdict[str, itertools.count] = defaultdict(lambda: itertools.count(1))
+_seq_lock = threading.Lock()
+
+
 def _group_message(run_id: str, body: dict) -> tuple[str, dict]:
-    """(group, message) for the run's watchers; RunConsumer.live_update receives the message."""
-    return contract.live_group(run_id), {"type": MESSAGE_TYPE, "run_id": run_id, "payload": body}
+    """(group, message) for the run's watchers; each web process's hub (webapp.live.hub) receives the message."""
+    with _seq_lock:
+        seq = next(_seq[run_id])
+    return contract.live_group(run_id), {"type": MESSAGE_TYPE, "run_id": run_id, "payload": body, "src": _SRC,
+                                         "seq": seq, "sent": time.time()}

@@ -1,8 +1,15 @@
-"""Writing series: idempotent (series, step) upserts and incremental upkeep of the block pyramid.
+"""Writing series: idempotent (series, step) writes and incremental upkeep of the block pyramid.
 
-Call inside a transaction. A batch buffers points, applies rewinds in order, then writes: points are upserted,
-every touched level-0 block is recomputed from its raw points, then each parent from its children, up to the
-top level, and the series' totals are re-read from the top level (a handful of rows).
+Call inside a transaction that holds the runs' fence locks (apply_messages takes them: one writer per run at a
+time). A batch buffers points and applies rewinds in order; flush() then writes, two ways:
+  * append (the common case: every new step of a series lies past its last stored step, no rewind in the batch):
+    points go in with plain bulk inserts (COPY on PostgreSQL), their blocks at every level are summarised in
+    memory from the batch and merged with the few stored blocks they extend (one query), and the series' totals
+    advance arithmetically: no raw row is read back;
+  * general (rewinds, re-sent or late steps): points are upserted, every touched level-0 block is recomputed
+    from its raw points, then each parent from its children, and the totals are re-read from the top level.
+An append that overlaps stored steps after all (its insert hits a duplicate key) is rolled back to a savepoint
+and done the general way, so the guess never costs correctness.
 """
 
 from __future__ import annotations
@@ -10,26 +17,19 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
-from observatory.downsample import FANOUT, LEVELS, PyramidBuilder, Summary, block_size, classify
+from observatory.downsample import (FANOUT, FINITE, LEVELS, NAN, POSINF, PyramidBuilder, Summary, block_size,
+                                    classify)
+from webapp.metrics import bulk
 from webapp.metrics.models import Block, Point, Series
 
 _CLUSTER_GAP = 64  # touched blocks further apart than this are read back by separate range queries
-
-
-def series_ids(run_id: str, names: Iterable[str]) -> dict[str, int]:
-    """name -> Series id for a run, creating the missing series."""
-    names = set(names)
-    if not names:
-        return {}
-    found = dict(Series.objects.filter(run_id=run_id, name__in=names).values_list("name", "id"))
-    missing = names - found.keys()
-    if missing:
-        Series.objects.bulk_create([Series(run_id=run_id, name=n) for n in sorted(missing)], ignore_conflicts=True)
-        found.update(Series.objects.filter(run_id=run_id, name__in=missing).values_list("name", "id"))
-    return found
+_SHIFT = FANOUT.bit_length() - 1  # idx of a step's level-L block: step >> (_SHIFT * (L + 1))
+assert 1 << _SHIFT == FANOUT
+POINT_COLS = ["series_id", "step", "value", "special"]
+BLOCK_COLS = ["series_id", "level", "idx", *Block.SUMMARY_FIELDS]
 
 
 def _clusters(pairs: Iterable[tuple[int, int]]) -> list[tuple[set[int], int, int]]:
@@ -49,18 +49,51 @@ class SeriesWriter:
     """Buffers one batch of writes to many series; flush() applies them. Use within transaction.atomic()."""
 
     def __init__(self):
-        self.points: dict[tuple[int, int], tuple[float | None, int]] = {}
-        self.touched: set[tuple[int, int]] = set()  # (series_id, level-0 block idx)
-        self.series: set[int] = set()
+        self.points: dict[int, dict[int, tuple[float | None, int]]] = {}  # series id -> step -> (value, special)
+        self.touched: set[tuple[int, int]] = set()  # (series_id, level-0 block idx) for the general path
+        self.rewound: set[int] = set()  # series with a rewind in this batch: general path
+        self.totals: dict[int, tuple[int, int | None, int | None]] = {}  # series id -> (count, first, last)
+
+    def resolve(self, run_id: str, names: Iterable[str]) -> tuple[dict[str, int], set[str]]:
+        """(name -> Series id for a run's names, the names created now); notes the series' stored totals (valid
+        for the whole batch: the run's fence lock keeps other writers out)."""
+        names = set(names)
+        if not names:
+            return {}, set()
+        table = connection.ops.quote_name(Series._meta.db_table)
+        # the run's every series in one plain query: cheaper than an IN list of names through the ORM
+        sql = f"SELECT name, id, count, first_step, last_step FROM {table} WHERE run_id = %s"
+        with connection.cursor() as cur:
+            cur.execute(sql, [run_id])
+            rows = [r for r in cur.fetchall() if r[0] in names]
+            missing = names - {r[0] for r in rows}
+            if missing:
+                Series.objects.bulk_create([Series(run_id=run_id, name=n) for n in sorted(missing)],
+                                           ignore_conflicts=True)
+                cur.execute(sql, [run_id])
+                rows = [r for r in cur.fetchall() if r[0] in names]
+        for name, sid, count, first, last in rows:
+            self.totals[sid] = (count, first, last)
+        return {r[0]: r[1] for r in rows}, missing
 
     def add(self, series_id: int, step: int, value: float) -> None:
-        self.points[(series_id, step)] = classify(value)
+        self.points.setdefault(series_id, {})[step] = classify(value)
+
+    def series(self, series_id: int) -> dict[int, tuple[float | None, int]]:
+        """The batch's {step: (value, special)} of one series, to fill directly (the hot loop of ingest)."""
+        pts = self.points.get(series_id)
+        if pts is None:
+            pts = self.points[series_id] = {}
+        return pts
 
     def rewind(self, sids: Iterable[int], to_step: int) -> None:
         """Supersede every point with step > to_step in these series: buffered ones and stored ones."""
         sids = set(sids)
-        for key in [k for k in self.points if k[0] in sids and k[1] > to_step]:
-            del self.points[key]
+        for sid in sids:
+            pts = self.points.get(sid)
+            if pts:
+                for step in [s for s in pts if s > to_step]:
+                    del pts[step]
         if not sids:
             return
         Point.objects.filter(series_id__in=sids, step__gt=to_step).delete()
@@ -68,36 +101,124 @@ class SeriesWriter:
             # blocks wholly after to_step go; the one holding to_step is recomputed below
             Block.objects.filter(series_id__in=sids, level=level, idx__gt=to_step // block_size(level)).delete()
         self.touched.update((sid, to_step // FANOUT) for sid in sids)
-        self.series |= sids
+        self.rewound |= sids
 
     def flush(self) -> None:
-        if self.points:
-            upsert(Point._meta.db_table, ["series_id", "step", "value", "special"], 2,
-                   [(sid, step, v, sp) for (sid, step), (v, sp) in self.points.items()])
-            self.touched.update((sid, step // FANOUT) for sid, step in self.points)
-            self.series.update(sid for sid, _ in self.points)
-        touched = self.touched
+        points = {sid: pts for sid, pts in self.points.items() if pts}
+        totals = self.totals
+        append = {sid: pts for sid, pts in points.items() if sid in totals and sid not in self.rewound
+                  and (totals[sid][2] is None or min(pts) > totals[sid][2])}
+        general = {sid: pts for sid, pts in points.items() if sid not in append}
+        if append:
+            try:
+                with transaction.atomic():  # a savepoint: an overlap rolls back to here
+                    _append(append, totals)
+            except IntegrityError:
+                general.update(append)
+        if general or self.touched:
+            self._general(general)
+        self.points, self.touched, self.rewound, self.totals = {}, set(), set(), {}
+
+    def _general(self, points: dict[int, dict[int, tuple]]) -> None:
+        bulk.upsert(Point, POINT_COLS, 2,
+                    [(sid, step, v, sp) for sid, pts in points.items() for step, (v, sp) in pts.items()])
+        touched = self.touched | {(sid, step // FANOUT) for sid, pts in points.items() for step in pts}
         for level in range(LEVELS):
             if not touched:
                 break
             _recompute_level(level, touched)
             touched = {(sid, idx // FANOUT) for sid, idx in touched}
-        refresh_totals(self.series)
-        self.points, self.touched, self.series = {}, set(), set()
+        refresh_totals(set(points) | self.rewound)
 
 
-def upsert(table: str, cols: list[str], n_key: int, rows: list[tuple], chunk: int = 500) -> None:
-    """INSERT ... ON CONFLICT (first n_key cols) DO UPDATE the rest: same SQL on SQLite and PostgreSQL, and
-    several times faster than bulk_create(update_conflicts=True), whose per-object model work dominates here."""
+def _level0(sid: int, pts: dict[int, tuple[float | None, int]], out: dict[tuple[int, int], Summary]) -> None:
+    """Level-0 summaries of one series' points, into out[(sid, idx)]: Summary.add inlined over steps in order
+    (the hottest loop of ingest). In step order, the first minimum/maximum met is the earliest, as Summary wants."""
+    idx = -1
+    s = None
+    for step in sorted(pts):  # already in order as a rule: timsort makes that one pass
+        v, sp = pts[step]
+        if step >> _SHIFT != idx:
+            if s is not None:
+                out[(sid, idx)] = s
+            idx = step >> _SHIFT
+            s = Summary(0, step)
+        s.count += 1
+        s.last_step = step
+        if sp == FINITE:
+            if s.min is None or v < s.min:
+                s.min, s.min_step = v, step
+            if s.max is None or v > s.max:
+                s.max, s.max_step = v, step
+        else:
+            if sp == NAN:
+                s.nan += 1
+            elif sp == POSINF:
+                s.posinf += 1
+            else:
+                s.neginf += 1
+            if s.ns_step is None:
+                s.ns_step, s.ns_kind = step, sp
+    if s is not None:
+        out[(sid, idx)] = s
+
+
+def _append(points: dict[int, dict[int, tuple]], totals: dict[int, tuple]) -> None:
+    """The append path: new points only; blocks summarised from the batch, merged with the stored ones."""
+    bulk.insert(Point._meta.db_table, POINT_COLS,
+                [(sid, step, v, sp) for sid, pts in points.items() for step, (v, sp) in pts.items()])
+    levels: list[dict[tuple[int, int], Summary]] = []
+    blocks: dict[tuple[int, int], Summary] = {}
+    for sid, pts in points.items():
+        _level0(sid, pts, blocks)
+    levels.append(blocks)
+    for _ in range(1, LEVELS):
+        parents: dict[tuple[int, int], Summary] = {}
+        for (sid, idx), s in blocks.items():
+            key = (sid, idx >> _SHIFT)
+            p = parents.get(key)
+            if p is None:
+                parents[key] = Summary().merge(s)
+            else:
+                p.merge(s)
+        levels.append(parents)
+        blocks = parents
+    # The stored blocks these extend: at most one per series and level (the one holding its last step).
+    where, params = [], []
+    for level, blocks in enumerate(levels):
+        idxs = [idx for _, idx in blocks]
+        where.append("(level = %s AND idx BETWEEN %s AND %s)")
+        params += [level, min(idxs), max(idxs)]
+    sids = list(points)
     qn = connection.ops.quote_name
-    head = (f"INSERT INTO {qn(table)} ({', '.join(qn(c) for c in cols)}) VALUES ")
-    tail = (f" ON CONFLICT ({', '.join(qn(c) for c in cols[:n_key])}) DO UPDATE SET "
-            + ", ".join(f"{qn(c)} = excluded.{qn(c)}" for c in cols[n_key:]))
-    one = "(" + ", ".join(["%s"] * len(cols)) + ")"
+    with connection.cursor() as cur:  # plain SQL: the ORM's per-parameter work on a long IN list costs more
+        cur.execute(f"SELECT {', '.join(qn(c) for c in BLOCK_COLS)} FROM {qn(Block._meta.db_table)} "
+                    f"WHERE series_id IN ({', '.join(['%s'] * len(sids))}) AND ({' OR '.join(where)})",
+                    sids + params)
+        found = cur.fetchall()
+    stored = set()
+    for sid, level, idx, *fields in found:
+        s = levels[level].get((sid, idx))
+        if s is not None:
+            s.merge_row(fields)
+            stored.add((sid, level, idx))
+    new_rows, old_rows = [], []
+    for level, blocks in enumerate(levels):
+        for (sid, idx), s in blocks.items():
+            row = (sid, level, idx, s.count, s.first_step, s.last_step, s.min, s.min_step, s.max, s.max_step,
+                   s.nan, s.posinf, s.neginf, s.ns_step, s.ns_kind)
+            (old_rows if (sid, level, idx) in stored else new_rows).append(row)
+    bulk.insert(Block._meta.db_table, BLOCK_COLS, new_rows)
+    bulk.upsert(Block, BLOCK_COLS, 3, old_rows)
+    rows = []
+    for sid, pts in points.items():
+        n, first, last = totals[sid]
+        lo, hi = min(pts), max(pts)
+        rows.append((n + len(pts), lo if first is None else min(first, lo), hi if last is None else max(last, hi),
+                     sid))
     with connection.cursor() as cur:
-        for i in range(0, len(rows), chunk):
-            part = rows[i:i + chunk]
-            cur.execute(head + ", ".join([one] * len(part)) + tail, [v for row in part for v in row])
+        cur.executemany(f"UPDATE {connection.ops.quote_name(Series._meta.db_table)} "
+                        f"SET count = %s, first_step = %s, last_step = %s WHERE id = %s", rows)
 
 
 def _recompute_level(level: int, touched: set[tuple[int, int]]) -> None:
@@ -121,8 +242,8 @@ def _recompute_level(level: int, touched: set[tuple[int, int]]) -> None:
                 if key in touched:
                     fresh.setdefault(key, Summary()).merge(Summary(*fields))
     if fresh:
-        upsert(Block._meta.db_table, ["series_id", "level", "idx", *Block.SUMMARY_FIELDS], 3,
-               [(sid, level, idx, *(getattr(s, f) for f in Block.SUMMARY_FIELDS)) for (sid, idx), s in fresh.items()])
+        bulk.upsert(Block, BLOCK_COLS, 3, [(sid, level, idx, *(getattr(s, f) for f in Block.SUMMARY_FIELDS))
+                                                          for (sid, idx), s in fresh.items()])
     gone = [key for key in touched if key not in fresh]
     if gone:
         q = Q()
@@ -156,46 +277,32 @@ def bulk_load(series_id: int, points: Iterable[tuple[int, float]], chunk: int = 
     """
     Point.objects.filter(series_id=series_id).delete()
     Block.objects.filter(series_id=series_id).delete()
-    qn = connection.ops.quote_name
-    block_cols = ["series_id", "level", "idx", *Block.SUMMARY_FIELDS]
-    point_sql = (f"INSERT INTO {qn(Point._meta.db_table)} (series_id, step, value, special) "
-                 f"VALUES (%s, %s, %s, %s)")
-    block_sql = (f"INSERT INTO {qn(Block._meta.db_table)} ({', '.join(qn(c) for c in block_cols)}) "
-                 f"VALUES ({', '.join(['%s'] * len(block_cols))})")
     point_buf: list[tuple] = []
     block_buf: list[tuple] = []
     n = 0
 
-    with connection.cursor() as cur:
-        def write(sql, table, cols, buf):
-            if not buf:
-                return
-            if connection.vendor == "postgresql":
-                with cur.cursor.copy(f"COPY {qn(table)} ({', '.join(qn(c) for c in cols)}) FROM STDIN") as cp:
-                    for row in buf:
-                        cp.write_row(row)
-            else:
-                cur.executemany(sql, buf)
-            buf.clear()
+    def emit(level, idx, s: Summary):
+        block_buf.append((series_id, level, idx, *(getattr(s, f) for f in Block.SUMMARY_FIELDS)))
+        if len(block_buf) >= chunk:
+            bulk.insert(Block._meta.db_table, BLOCK_COLS, block_buf)
+            block_buf.clear()
 
-        def emit(level, idx, s: Summary):
-            block_buf.append((series_id, level, idx, *(getattr(s, f) for f in Block.SUMMARY_FIELDS)))
-            if len(block_buf) >= chunk:
-                write(block_sql, Block._meta.db_table, block_cols, block_buf)
-
-        builder = PyramidBuilder(emit)
-        for step, x in points:
-            value, special = classify(x)
-            builder.add(step, value, special)
-            point_buf.append((series_id, step, value, special))
-            n += 1
-            if len(point_buf) >= chunk:
-                write(point_sql, Point._meta.db_table, ["series_id", "step", "value", "special"], point_buf)
-        builder.finish()
-        write(point_sql, Point._meta.db_table, ["series_id", "step", "value", "special"], point_buf)
-        write(block_sql, Block._meta.db_table, block_cols, block_buf)
-        if connection.vendor == "postgresql" and n >= 100_000:
-            # fresh statistics, or the planner still believes the tables are small and picks sequential scans
+    builder = PyramidBuilder(emit)
+    for step, x in points:
+        value, special = classify(x)
+        builder.add(step, value, special)
+        point_buf.append((series_id, step, value, special))
+        n += 1
+        if len(point_buf) >= chunk:
+            bulk.insert(Point._meta.db_table, POINT_COLS, point_buf)
+            point_buf.clear()
+    builder.finish()
+    bulk.insert(Point._meta.db_table, POINT_COLS, point_buf)
+    bulk.insert(Block._meta.db_table, BLOCK_COLS, block_buf)
+    if connection.vendor == "postgresql" and n >= 100_000:
+        # fresh statistics, or the planner still believes the tables are small and picks sequential scans
+        with connection.cursor() as cur:
+            qn = connection.ops.quote_name
             cur.execute(f"ANALYZE {qn(Point._meta.db_table)}, {qn(Block._meta.db_table)}")
     refresh_totals([series_id])
     return n

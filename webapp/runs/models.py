@@ -123,6 +123,9 @@ class Run(models.Model):
             "updated_at": _iso(self.updated_at),
             "last_heartbeat_at": _iso(self.last_heartbeat_at),
             "source": self.source,
+            # what the run header and the live run list show: tokens of budget, rate, ETA (latest heartbeat)
+            "progress": {k: (self.heartbeat or {}).get(k)
+                         for k in ("tokens", "token_budget", "eta_s", "steps_per_s")},
         }
 
     def detail(self, full: bool = False) -> dict:

@@ -1,41 +1,46 @@
 """Pages: the run list and a run's live dashboard (data comes from the JSON API and the WebSocket)."""
 
+from django.db.models import Min
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public
+from webapp.runs import pagedata
 from webapp.runs.models import Run
 
-# The dashboard's default line charts. `metrics` are always drawn; `optional` ones join as extra traces once the
-# run has them; `extra_prefix`: every series named <prefix><one segment> joins too (per-domain losses);
-# `secondary`: drawn against a right-hand axis.
-DASHBOARD_CHARTS = (
-    {"title": "loss", "metrics": [contract.M_LOSS], "optional": [contract.M_CE],
-     "extra_prefix": contract.domain_loss("")},
-    {"title": "learning rate", "metrics": [contract.M_LR]},
-    {"title": "grad norm", "metrics": [contract.M_GRAD_NORM]},
-    {"title": "tokens/s · MFU", "metrics": [contract.M_TOKENS_PER_S], "optional": [contract.M_MFU],
-     "secondary": [contract.M_MFU]},
-    {"title": "MoE drop fraction", "metrics": [contract.M_DROP]},
-)
+LIST_LIMIT = 500
+LIST_POLL_S = 5  # the run list refreshes state, step and ETA from /api/runs/ this often
 
 
 @public
 @require_GET
 def run_list(request):
-    return render(request, "runs/run_list.html", {"runs": Run.objects.for_list()[:500]})
+    runs = list(Run.objects.for_list().annotate(first_event_t=Min("events__t"))[:LIST_LIMIT])
+    rows = []
+    for r in runs:  # "Started" is the first start: a restart must not move it
+        started = min((t for t in (r.started_at, r.first_event_t) if t is not None), default=None)
+        rows.append({"run": r, "started": started, "progress": pagedata.progress(r)})
+    return render(request, "runs/run_list.html", {"rows": rows, "page": {"poll_s": LIST_POLL_S,
+                                                                         "limit": LIST_LIMIT}})
 
 
 @public
 @require_GET
 def dashboard(request, run_id: str):
     run = get_object_or_404(Run, pk=run_id)
+    peak = pagedata.peak_info(run)
     return render(request, "runs/dashboard.html", {
         "run": run,
+        "started": pagedata.first_started(run),
+        "progress": pagedata.progress(run), "glossary": contract.GLOSSARY,
         "page": {"run_id": run.id, "default_metrics": list(contract.DEFAULT_DASHBOARD_METRICS),
                  "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S,
-                 "charts": list(DASHBOARD_CHARTS),
+                 "charts": pagedata.charts(peak),
+                 "peak": peak, "bounds": pagedata.bounds(peak),
+                 "registry": contract.registry(),
+                 "time_anchors": pagedata.time_anchors(run), "rewinds": pagedata.rewinds(run),
+                 "tokens_metric": contract.M_TOTAL_TOKENS,
                  # "train/router/layer_{layer}/{name}"; expert e of routing_hist is "<...>/routing_hist/{e}"
                  "router_metric": contract.ROUTER_METRIC,
                  "mixture": {"stage": contract.M_MIX_STAGE, "weight_prefix": contract.mixture_weight("")}},

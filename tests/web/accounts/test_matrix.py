@@ -18,6 +18,8 @@ from webapp.accounts.roles import PERSONAS
 from webapp.runs.models import Run
 
 RUN = "matrix-run"
+ANOMALY = 4242  # the anomaly `world` creates (triage cells)
+ANNOTATION = 4343  # the annotation `world` creates (thread cells), by a user who is no persona
 _n = itertools.count()
 
 
@@ -37,14 +39,48 @@ CELLS = [
     ("account.profile", "post", "/accounts/profile/", lambda: {"display_name": "x"}, False),
     ("run.command", "get", f"/api/runs/{RUN}/commands/", None, True),
     ("run.command", "post", f"/api/runs/{RUN}/commands/", _cmd_body, True),
+    ("run.command", "get", "/operate/", None, False),
+    ("run.command", "get", "/api/operate/", None, True),
+    ("run.command", "get", f"/api/runs/{RUN}/plan/?tokens=2000000", None, True),
+    ("runs.view", "get", f"/runs/{RUN}/log/", None, False),
+    ("runs.view", "get", f"/api/runs/{RUN}/interventions/", None, True),
     ("run.publish", "post", "/accounts/tokens/", lambda: {"label": "matrix", "scope": "matrix-*"}, False),
+    ("runs.view", "get", "/healthz", None, True),
+    ("runs.view", "get", "/metrics", None, True),
+    ("runs.view", "get", f"/runs/{RUN}/anomalies/", None, False),
+    ("runs.view", "get", f"/api/runs/{RUN}/anomalies/", None, True),
+    ("anomaly.acknowledge", "post", f"/runs/{RUN}/anomalies/{ANOMALY}/triage/", lambda: {"action": "acknowledge"},
+     False),
+    ("anomaly.acknowledge", "post", f"/api/runs/{RUN}/anomalies/{ANOMALY}/",
+     lambda: json.dumps({"action": "false_alarm", "note": "matrix test"}), True),
+    ("runs.view", "get", f"/api/runs/{RUN}/annotations/", None, True),
+    ("runs.view", "get", f"/api/runs/{RUN}/annotations/?format=grafana", None, True),
+    ("runs.view", "get", f"/api/annotations/{ANNOTATION}/", None, True),
+    ("runs.view", "get", f"/api/annotations/{ANNOTATION}/replies/", None, True),
+    ("runs.view", "get", f"/api/annotations/{ANNOTATION}/revisions/", None, True),
+    ("annotation.create", "post", f"/api/runs/{RUN}/annotations/",
+     lambda: json.dumps({"title": "matrix", "step_start": 5, "step_end": 9, "tags": ["spike"]}), True),
+    ("annotation.create", "post", f"/api/annotations/{ANNOTATION}/replies/", lambda: json.dumps({"body": "m"}), True),
+    ("annotation.react", "post", f"/api/annotations/{ANNOTATION}/reactions/", lambda: json.dumps({"kind": "+1"}),
+     True),
+    ("annotation.moderate", "post", f"/api/annotations/{ANNOTATION}/moderation/",
+     lambda: json.dumps({"action": "hide", "reason": "matrix test"}), True),
 ]
 
 
 @pytest.fixture
 def world(db, settings, redis_client):
     settings.OBS_CONTROL_KEY = b"m" * 32
-    Run.objects.create(id=RUN, name=RUN)
+    Run.objects.create(id=RUN, name=RUN, config={"train": {"batch_size": 4, "lr": 0.01, "token_budget": 1_000_000},
+                                                 "model": {"seq_len": 32}})  # the plan preview needs these
+    from webapp.anomalies.models import Anomaly
+
+    Anomaly.objects.create(id=ANOMALY, run_id=RUN, key="loss_spike train/loss 10", kind="loss_spike",
+                           metric="train/loss", start_step=10, peak_step=10, detected_step=10, severity="critical",
+                           score=2.0, explanation="loss 6 at step 10 is 2× its running level 3")
+    from ..annotations.conftest import matrix_annotation
+
+    matrix_annotation(RUN, ANNOTATION)
 
 
 @pytest.mark.parametrize("persona", PERSONAS)
@@ -120,11 +156,30 @@ def test_run_failure_detail_is_for_operators_and_the_public_sees_no_host_path(wo
         assert resp.json()["manifest"]["domains"][0]["sources"][0]["path"] == "…/decoder.py"
 
 
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_annotation_edit_own_from_every_persona(world, personas, persona):
+    """`annotation.edit_own`: each persona edits and deletes its own annotation and reply; nobody edits another's."""
+    from django.contrib.auth import get_user_model
+
+    from ..annotations.conftest import own_posts
+
+    client, allowed = personas[persona], persona in MATRIX["annotation.edit_own"]
+    mine = own_posts(RUN, get_user_model().objects.filter(username=f"{persona}-user").first())
+    refused = 401 if persona == "anonymous" else 403
+    for url, own in ((f"/api/annotations/{mine[0]}/", True), (f"/api/replies/{mine[1]}/", True),
+                     (f"/api/annotations/{ANNOTATION}/", False)):
+        code = client.patch(url, json.dumps({"body": "edited"}), content_type="application/json").status_code
+        assert code == (200 if allowed and own else refused), (url, code)
+    for url in (f"/api/replies/{mine[1]}/", f"/api/annotations/{mine[0]}/"):
+        assert client.delete(url).status_code == (200 if allowed else refused), url
+
+
 FIELD_CELLS = {"run.failure_detail"}  # tested above: a field of a public answer, not an endpoint
+OWN_CELLS = {"annotation.edit_own"}  # tested above: "own" differs per persona
 
 
 def test_every_action_in_the_matrix_has_cells_in_this_test():
-    assert {c[0] for c in CELLS} | FIELD_CELLS | {"run.publish"} == set(MATRIX)
+    assert {c[0] for c in CELLS} | FIELD_CELLS | OWN_CELLS | {"run.publish"} == set(MATRIX)
 
 
 def _routes(patterns, prefix=""):

@@ -8,10 +8,12 @@ import pytest
 
 from observatory import contract
 from observatory import downsample as ds
-from webapp.metrics import ingest as ingest_mod
+from webapp.metrics import leases
 from webapp.metrics.ingest import Ingestor
 from webapp.metrics.models import Block, Point, Series
 from webapp.runs.models import Run, RunEvent
+
+from ..servers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -95,27 +97,32 @@ def test_it_dead_letters_each_malformed_entry_and_keeps_going(trainer, ingestor,
     assert redis_client.xpending(trainer.stream, contract.INGEST_GROUP)["pending"] == 0
 
 
-def test_a_restart_with_pending_entries_loses_and_duplicates_nothing(trainer, redis_client, run_id, monkeypatch):
+def test_a_restart_with_pending_entries_loses_and_duplicates_nothing(trainer, redis_client, run_id):
     for step in range(50):
         trainer.metrics(step, **{contract.M_LOSS: float(step)})
     trainer.send("event", step=5, name="once", payload={})
 
     first = Ingestor(redis_client, consumer="c1")
+    first.renew()
     first.discover()
-    assert sum(len(e) for _, e in first.read(0)) == 51  # delivered, then the process "dies" before writing
+    assert sum(len(e) for _, e in first.read()) == 51  # delivered, then the process "dies" before writing
+    first.close()  # (or its lease expires)
 
     # Crash between commit and XACK: the effects are in the database, the entries still pending.
     for step in range(50, 60):
         trainer.metrics(step, **{contract.M_LOSS: float(step)})
-    second = Ingestor(redis_client, consumer="c1")
+    second = Ingestor(redis_client, consumer="c2")  # another process: takes over c1's pending entries
+    second.renew()
     second.discover()
-    batch = second.read(0)  # own pending entries first (ids 0..50)
+    batch = second.read()  # the pending entries first (ids 0..50)
+    assert sum(len(e) for _, e in batch) == 51
     second.r = _NoAck(redis_client)
     with pytest.raises(RuntimeError):
         second.process(batch)
     assert len(_points(run_id, contract.M_LOSS)) == 50
+    second.close()
 
-    third = Ingestor(redis_client, consumer="c1")  # the restart, same consumer name
+    third = Ingestor(redis_client, consumer="c1")  # the restart
     assert third.drain() == 61
     assert [p[0] for p in _points(run_id, contract.M_LOSS)] == list(range(60))
     assert RunEvent.objects.filter(run_id=run_id, name="once").count() == 1
@@ -123,19 +130,21 @@ def test_a_restart_with_pending_entries_loses_and_duplicates_nothing(trainer, re
     _assert_pyramid_consistent(run_id)
 
 
-def test_it_reclaims_entries_left_pending_by_a_dead_consumer(trainer, redis_client, run_id, monkeypatch):
+def test_a_dead_consumers_streams_and_pending_entries_pass_to_another_when_its_lease_expires(trainer, redis_client,
+                                                                                              run_id):
     for step in range(10):
         trainer.metrics(step, **{contract.M_LOSS: float(step)})
-    dead = Ingestor(redis_client, consumer="dead")
+    dead = Ingestor(redis_client, consumer="dead", lease_ms=300)
+    dead.renew()
     dead.discover()
-    dead.read(0)
-    monkeypatch.setattr(ingest_mod, "RECLAIM_IDLE_MS", 0)
-    other = Ingestor(redis_client, consumer="other")
-    other.discover()
-    other.reclaim()
+    assert sum(len(e) for _, e in dead.read()) == 10  # then killed -9: no close(), the lease just expires
+    other = Ingestor(redis_client, consumer="other", lease_ms=300)
+    assert other.drain() == 0  # the stream is still dead's
+    wait_for(lambda: not redis_client.exists(leases.lease_key(trainer.stream)), 10, "the dead lease to expire")
     assert other.drain() == 10
     assert len(_points(run_id, contract.M_LOSS)) == 10
     assert redis_client.xpending(trainer.stream, contract.INGEST_GROUP)["pending"] == 0
+    assert dead.read() == [] and trainer.stream not in dead.streams  # a late read finds the lease gone
 
 
 class _NoAck:
@@ -228,4 +237,20 @@ def test_a_step_too_large_for_the_database_is_dead_lettered_not_retried_forever(
     (letter,) = redis_client.xrange(contract.DEADLETTER_STREAM)
     assert letter[1][b"reason"] == b"wrong_type"
     assert redis_client.xpending(trainer.stream, contract.INGEST_GROUP)["pending"] == 0
+    _assert_pyramid_consistent(run_id)
+
+
+def test_an_append_that_meets_a_stored_step_falls_back_to_the_general_path(trainer, ingestor, run_id):
+    for step in range(0, 40, 2):
+        trainer.metrics(step, loss=1.0)
+    ingestor.drain()
+    # totals that lag behind the points (as if another writer had not updated them): the next batch looks like an
+    # append but its insert meets stored steps; it must roll back to its savepoint and upsert instead
+    Series.objects.filter(run_id=run_id).update(last_step=10)
+    for step in range(11, 50):
+        trainer.metrics(step, loss=2.0)
+    ingestor.drain()
+    loss = _points(run_id, "loss")
+    assert [p[0] for p in loss] == list(range(0, 11, 2)) + list(range(11, 50))
+    assert {v for s, v, _ in loss if s > 10} == {2.0}
     _assert_pyramid_consistent(run_id)

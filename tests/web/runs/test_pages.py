@@ -1,27 +1,100 @@
 """Pages: the run list and a run's dashboard (its data comes from the API and the WebSocket)."""
 
+import datetime as dt
+import json
+import re
+
 import pytest
 
-from webapp.runs.models import Run
+from observatory import contract
+from webapp.runs.models import Run, RunEvent
 
 pytestmark = pytest.mark.django_db
+
 
 @pytest.fixture
 def run():
     return Run.objects.create(id="r1", name="demo run", state="training", last_step=9)
 
-def test_the_run_list_page_shows_runs(client, run):
+
+def page_data(html: str) -> dict:
+    m = re.search(r'<script id="page-data" type="application/json">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1))
+
+
+def test_the_run_list_page_shows_runs_with_progress_and_polls_the_api(client, run):
+    run.heartbeat = {"tokens": 250, "token_budget": 1000, "eta_s": 60.0, "steps_per_s": 2.0}
+    run.save()
     resp = client.get("/")
     assert resp.status_code == 200
-    assert b"demo run" in resp.content and b"/runs/r1/" in resp.content
+    html = resp.content.decode()
+    assert "demo run" in html and "/runs/r1/" in html
+    assert 'value="25"' in html  # tokens of budget
+    assert "/static/js/runlist.js" in html and page_data(html)["poll_s"] > 0
+
+
+def test_the_api_summary_carries_progress_for_the_live_list(client, run):
+    run.heartbeat = {"tokens": 250, "token_budget": 1000, "eta_s": 60.0, "steps_per_s": 2.0, "pid": 7}
+    run.save()
+    (r,) = client.get("/api/runs/").json()["runs"]
+    assert r["progress"] == {"tokens": 250, "token_budget": 1000, "eta_s": 60.0, "steps_per_s": 2.0}
+
 
 def test_the_dashboard_page_loads_vendored_plotly_and_no_cdn(client, run):
     resp = client.get("/runs/r1/")
     assert resp.status_code == 200
     html = resp.content.decode()
-    assert "/static/vendor/plotly.min.js" in html and "/static/js/dashboard.js" in html
+    assert "/static/vendor/plotly-cartesian.min.js" in html and "/static/js/dashboard.js" in html
     assert "https://" not in html and "http://" not in html
     assert '"default_metrics"' in html
+    assert 'href="#main"' in html and 'id="theme-toggle"' in html  # skip link, dark-mode toggle
+
+
+def test_the_dashboard_names_charts_from_the_contract_registry(client, run):
+    page = page_data(client.get("/runs/r1/").content.decode())
+    reg = page["registry"]
+    assert reg["fixed"][contract.M_LOSS]["title"] == "Training loss"
+    assert reg["fixed"][contract.M_LOSS]["unit"] == "nats"
+    assert "router_load" in reg["glossary"] and "token_drop" in reg["glossary"]
+    # patterns are plain regexes a browser reads the same way
+    pattern, title = reg["titles"][0]
+    assert re.match(pattern, "train/router/layer_2/routing_hist/5") and "{2}" in title
+    assert [c["topic"] for c in page["charts"]] == ["loss", "learning_rate", "grad_norm", "throughput", "token_drop"]
+
+
+def test_mfu_is_hidden_when_the_peak_is_a_guess_and_shown_when_known(client, run):
+    RunEvent.objects.create(run=run, kind="event", name="compiled", step=0,
+                            payload={"peak_flops": 1.5e12, "peak_flops_source": "cpu assumption: 4 cores",
+                                     "flops_per_token": 1e6})
+    page = page_data(client.get("/runs/r1/").content.decode())
+    tput = page["charts"][3]
+    assert contract.M_MFU not in tput.get("optional", []) and "MFU hidden" in tput["note"]
+    assert not page["peak"]["known"]
+    RunEvent.objects.create(run=run, kind="event", name="compiled", step=0,
+                            payload={"peak_flops": 989e12, "peak_flops_source": "H100 dense bf16 x 1",
+                                     "flops_per_token": 1e9})
+    page = page_data(client.get("/runs/r1/").content.decode())
+    assert contract.M_MFU in page["charts"][3]["optional"]
+    # values no hardware can reach are flagged, never drawn as part of the line
+    assert page["bounds"][contract.M_MFU]["max"] == 1.0
+    assert page["bounds"][contract.M_TOKENS_PER_S]["max"] == pytest.approx(989e12 / 1e9)
+
+
+def test_a_restart_keeps_the_first_start_and_reads_as_resumed(client, run):
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    RunEvent.objects.create(run=run, kind="state", name="starting", step=0, t=t0)
+    RunEvent.objects.create(run=run, kind="state", name="training", step=0, t=t0 + dt.timedelta(seconds=5))
+    RunEvent.objects.create(run=run, kind="state", name="starting", step=0, t=t0 + dt.timedelta(hours=1))
+    RunEvent.objects.create(run=run, kind="rewind", name="rewind", step=20, t=t0 + dt.timedelta(hours=1),
+                            payload={"from_step": 29, "to_step": 20})
+    run.started_at = t0 + dt.timedelta(hours=1)  # the restart's `run` message moved it
+    run.save()
+    html = client.get("/runs/r1/").content.decode()
+    assert "2026-01-01 00:00" in html  # "started": the first start, not the restart
+    page = page_data(html)
+    assert page["rewinds"] == [{"from_step": 29, "to_step": 20, "label": "resumed at 20"}]
+    assert [a[0] for a in page["time_anchors"]] == [0, 20]  # step -> time for the wall-time axis
+
 
 def test_the_dashboard_of_an_unknown_run_is_404(client, db):
     assert client.get("/runs/nope/").status_code == 404

@@ -1,0 +1,228 @@
+"""Annotations on a live dashboard, measured in a real browser. Prints one JSON object.
+
+    .venv/bin/python bench/annotations.py [--posts 24] [--many 1000] [--server uvicorn|daphne]
+
+It starts what it needs: Redis db 14 (flushed), a throw-away SQLite file, the web server as `make run` starts it.
+- live: members POST annotations (Python, HTTP with session + CSRF) while an anonymous Chromium page watches the
+  run: `frame_ms` = the `annotation` frame's arrival in the page − the POST's start; `drawn_ms` = the band
+  present in the loss chart's Plotly layout (checked every animation frame) − the POST's start. Same host clock.
+  Target: within 1 s.
+- many: a run holding N annotations (every chart draws each: N bands or markers per chart) against the same run
+  without any: `ready_ms` = navigation → the loss chart shows its data and its labelled marks (annotations.js
+  labels at most 40 and merges the rest into spans past 150); `pan_ms` = median
+  `Plotly.relayout` of the loss chart's x range (10 pans); `new_drawn_ms` = one more live annotation, drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from latency import free_port, pct, wait_http  # noqa: E402
+
+STEPS = 2000
+CSRF = "b" * 32  # a CSRF secret of our choosing: cookie and header agree
+HOOK = """
+window.__ann = {};
+const _WS = window.WebSocket;
+window.WebSocket = function (url, protocols) {
+  const ws = protocols ? new _WS(url, protocols) : new _WS(url);
+  ws.addEventListener("message", (ev) => {
+    const now = Date.now();
+    const got = JSON.parse(ev.data);
+    for (const f of Array.isArray(got) ? got : [got]) {
+      if (f.type === "annotation" && f.event === "upsert") window.__ann[f.annotation.title] = now;
+    }
+  });
+  return ws;
+};
+window.WebSocket.prototype = _WS.prototype;
+Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+"""
+LABELS_JS = """() => { const d = document.getElementById("chart-train-loss");  // our labels start with ✎
+  return d && d.layout ? (d.layout.annotations || []).map((a) => String(a.text)).filter((t) => t.startsWith("✎"))
+    : []; }"""
+DATA_JS = """() => { const d = document.getElementById("chart-train-loss");
+  return !!(d && d.data && d.data[0] && d.data[0].x.length > 0); }"""
+
+
+def _django(env: dict):
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    import django
+
+    django.setup()
+
+
+def _world(runs: list[str], many: int, members: int) -> list[str]:
+    """Runs with a loss curve (`runs[0]` gets `many` annotations), and signed-in members' session keys."""
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+    from django.test import Client
+
+    from observatory import contract
+    from webapp.accounts import roles
+    from webapp.annotations.models import Annotation
+    from webapp.metrics.models import Series
+    from webapp.metrics.storage import bulk_load
+    from webapp.runs.models import Run
+
+    for run_id in runs:
+        run = Run.objects.create(id=run_id, name="annotations bench", last_step=STEPS - 1, state="training")
+        series = Series.objects.create(run=run, name=contract.M_LOSS)
+        with transaction.atomic():
+            bulk_load(series.id, ((s, 4.0 / (1 + s / 300)) for s in range(STEPS)))
+    author = get_user_model().objects.create_user("bench-author", "a@example.org", "x" * 16)
+    Annotation.objects.bulk_create(
+        Annotation(run_id=runs[0], author=author, title=f"note {i}", body="b", body_html="<p>b</p>",
+                   step_start=(i * 7) % STEPS, step_end=min(STEPS - 1, (i * 7) % STEPS + (i % 2) * 15))
+        for i in range(many))
+    sessions = []
+    for i in range(members):
+        user = get_user_model().objects.create_user(f"bench-member-{i}", f"m{i}@example.org", "x" * 16)
+        roles.grant(user, "member")
+        client = Client()
+        client.force_login(user)
+        sessions.append(client.cookies["sessionid"].value)
+    return sessions
+
+
+def _post(base: str, run_id: str, session: str, title: str, step: int) -> float:
+    body = json.dumps({"title": title, "body": "measured", "step_start": step, "step_end": step + 20}).encode()
+    req = urllib.request.Request(f"{base}/api/runs/{run_id}/annotations/", data=body, method="POST", headers={
+        "Content-Type": "application/json", "X-CSRFToken": CSRF, "Cookie": f"sessionid={session}; csrftoken={CSRF}"})
+    t = time.time() * 1000.0
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 201, resp.status
+    return t
+
+
+def _drawn_after(page, title: str) -> float:
+    """Date.now() at the first animation frame where the loss chart labels the note `title`."""
+    page.wait_for_function(f"() => ({LABELS_JS})().some((t) => t.includes({json.dumps(title)})) "
+                           "? (window.__drawnAt = Date.now()) : false", polling="raf", timeout=30_000)
+    return page.evaluate("() => window.__drawnAt")
+
+
+def _pans(page) -> float:
+    return page.evaluate("""async () => {
+      const d = document.getElementById("chart-train-loss"), out = [];
+      for (let i = 0; i < 10; i++) {
+        const t = performance.now();
+        await Plotly.relayout(d, {"xaxis.range": [i * 100, i * 100 + 800], "xaxis.autorange": false});
+        out.push(performance.now() - t);
+      }
+      out.sort((a, b) => a - b);
+      return out[5];
+    }""")
+
+
+def measure(posts: int, many: int, server: str) -> dict:
+    from fanout import server_cmd
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        return {"skipped": "no Debian chromium on PATH"}
+    import redis
+
+    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+    redis.Redis.from_url(redis_url).flushdb()
+    tmp = tempfile.mkdtemp(prefix="obs-bench-ann-")
+    env = {"REDIS_URL": redis_url, "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3", "OBS_DEBUG": "0",
+           "DJANGO_SECRET_KEY": "annotations-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0", "OBS_DATA_DIR": tmp,
+           "PYTHONUNBUFFERED": "1", "OBS_LOG_LEVEL": "WARNING"}
+    full_env = {**os.environ, **env}
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=full_env, check=True,
+                   stdout=subprocess.DEVNULL)
+    _django(env)
+    members = max(1, (posts + 7) // 8)  # the posting rate limit is 10/min per member
+    many_run, live_run, bare_run = "bench-ann-many", "bench-ann-live", "bench-ann-bare"
+    sessions = _world([many_run, live_run, bare_run], many, members)
+    port = free_port()
+    proc = subprocess.Popen(server_cmd(server, port), cwd=ROOT, env=full_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    out: dict = {"server": server, "posts": posts, "annotations": many}
+    try:
+        wait_http(f"{base}/api/runs/")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox",
+                                                                        "--disable-gpu", "--no-first-run"])
+
+            def open_page(run_id):
+                page = browser.new_page(viewport={"width": 1280, "height": 800})
+                page.add_init_script(HOOK)
+                page.goto(f"{base}/runs/{run_id}/")
+                page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'",
+                                       timeout=30_000)
+                page.wait_for_function(DATA_JS, timeout=30_000)
+                page.wait_for_function("() => document.getElementById('ann-hint').textContent !== ''")
+                return page
+
+            page = open_page(live_run)
+            frame, drawn = [], []
+            for i in range(posts):
+                title = f"live {i}"
+                t = _post(base, live_run, sessions[i // 8], title, 10 * i)
+                drawn.append(_drawn_after(page, title) - t)
+                frame.append(page.evaluate(f"() => window.__ann[{json.dumps(title)}]") - t)
+            out["live"] = {"frame_p50_ms": round(pct(frame, 50), 1), "frame_p99_ms": round(pct(frame, 99), 1),
+                           "drawn_p50_ms": round(pct(drawn, 50), 1), "drawn_p99_ms": round(pct(drawn, 99), 1),
+                           "drawn_max_ms": round(max(drawn), 1), "target_ms": 1000}
+            page.close()
+
+            for label, run_id, n in (("without", bare_run, 0), ("with", many_run, many)):
+                page = browser.new_page(viewport={"width": 1280, "height": 800})
+                page.add_init_script(HOOK)
+                page.goto(f"{base}/runs/{run_id}/")
+                page.wait_for_function(f"() => ({DATA_JS})() && ({LABELS_JS})().length >= {min(n, 40)}", polling="raf",
+                                       timeout=60_000)
+                ready = page.evaluate("() => performance.now()")
+                res = {"ready_ms": round(ready, 1), "pan_ms": round(_pans(page), 1)}
+                if n:
+                    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'")
+                    t = _post(base, run_id, sessions[-1], "one more", 1500)
+                    res["new_drawn_ms"] = round(_drawn_after(page, "one more") - t, 1)
+                out[f"{label}_annotations"] = res
+                page.close()
+            browser.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["mean_frame_ms"] = round(statistics.fmean(frame), 1) if frame else None
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--posts", type=int, default=24)
+    ap.add_argument("--many", type=int, default=1000)
+    ap.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    args = ap.parse_args()
+    print(f"measuring {args.posts} live annotations and a run with {args.many} ...", file=sys.stderr)
+    out = {**measure(args.posts, args.many, args.server), "machine_load1": round(os.getloadavg()[0], 2)}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""What anomaly detection costs inside ingest, measured in the live path. Prints one JSON object.
+
+    .venv/bin/python bench/anomaly_live.py [--steps 600] [--database-url postgres://...]
+
+Publishes steps of the demo trainer's width (~235 metrics: losses, 57 per-parameter grad norms, 4 router layers x
+16 experts of loads and biases, throughput, hardware, data) to a run's Redis stream and runs the real
+`live.LiveIngest` over them: `live` delivers each step as its own batch (ingest keeping up with a trainer, the
+usual case), `catchup` in batches of 500 (after an ingest restart). Reported: seconds in ingest's step (read,
+validate, apply, commit, XACK, push) and the part spent in the anomaly hook (Monitor, anomaly upserts, detector
+state saves), and their ratio: measured in the same run, so that a busy machine slows both alike. Uses a private redis-server and a
+throw-away SQLite file unless told otherwise, so it never touches a developer's runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from private_redis import private_redis  # noqa: E402
+
+DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
+PARAMS = [f"layers/{i}/{w}" for i in range(4) for w in (
+    "attn_norm", "mlp_norm", "wq", "wk", "wv", "wo", "moe/router", "moe/experts/w_gate", "moe/experts/w_up",
+    "moe/experts/w_down", "moe/shared/w_gate", "moe/shared/w_up", "moe/shared/w_down")] + ["embed", "final_norm"]
+
+
+def step_values(step: int, rnd: random.Random) -> dict[str, float]:
+    """One step of the demo trainer's metrics (names as it publishes them; values of the right shape)."""
+    loss = (1.5 + 4.0 * (1 + step / 50) ** -0.5) * (1 + rnd.uniform(-0.01, 0.01))
+    v = {"train/loss": loss, "train/cross_entropy_loss": loss - 0.01, "train/aux_loss": 0.01, "train/finite": 1.0,
+         "grad/norm/total": 0.4 * math.exp(rnd.gauss(0, 0.1)), "optim/update_norm": 0.8 + rnd.gauss(0, 0.02),
+         "optim/learning_rate": 3e-3, "optim/lr_multiplier": 1.0, "optim/total_steps": 62_500.0,
+         "params/norm/total": 120.0, "moe/drop_fraction": 0.05 * (1 + rnd.gauss(0, 0.1)),
+         "throughput/tokens_per_second": 1100 * (1 + rnd.gauss(0, 0.01)), "throughput/mfu": 0.15,
+         "throughput/total_tokens": 512.0 * step, "time/step_s": 0.46, "time/data_s": 0.005,
+         "time/compute_s": 0.45, "time/host_s": 0.0002, "sys/publish_dropped": 0.0, "sys/publish_queue": 0.0,
+         "mixture/stage": 0.0, "hw/cpu_percent": 90.0, "hw/load1": 3.0, "hw/rss_bytes": 7e8}
+    for d in DOMAINS:
+        v[f"train/loss/{d}"] = loss * (1 + rnd.uniform(-0.03, 0.03))
+        v[f"mixture/weight/{d}"] = 0.25
+        v[f"data/tokens_seen/{d}"] = 128.0 * step
+    for p in PARAMS:
+        v[f"grad/norm/{p}"] = 0.05 * math.exp(rnd.gauss(0, 0.1))
+    for layer in range(4):
+        pre = f"train/router/layer_{layer}"
+        for s in ("capacity_overflow_rate", "load_balancing_loss", "max_mean_load", "router_z_loss",
+                  "routing_entropy"):
+            v[f"{pre}/{s}"] = rnd.random()
+        for e in range(16):
+            v[f"{pre}/routing_hist/{e}"] = float(round(128 * math.exp(rnd.gauss(0, 0.1))))
+            v[f"{pre}/router_bias/{e}"] = 0.01 * e + rnd.gauss(0, 0.001)
+    return v
+
+
+def measure(client, run_id: str, steps: int, batch: int) -> dict:
+    from observatory import contract
+    from webapp.anomalies.detect import DETECTION
+    from webapp.live.pipeline import LiveIngest
+
+    rnd = random.Random(1)
+    stream = contract.telemetry_stream(run_id)
+    client.sadd(contract.RUNS_KEY, run_id)
+    msgs = [contract.metrics_fields(run_id, s, step_values(s, rnd), 1.7e9 + 0.46 * s) for s in range(steps)]
+    ing = LiveIngest(client, lambda run, body: None, consumer="bench", batch=batch, interval=3600.0)
+    ing.ingestor.renew()
+    ing.ingestor.discover()
+    spent = 0.0
+    try:
+        for i in range(0, steps, batch):
+            pipe = client.pipeline(transaction=False)
+            for m in msgs[i:i + batch]:
+                pipe.xadd(stream, m)
+            pipe.execute()
+            t0 = time.perf_counter()
+            ing.ingestor.process(ing.ingestor.read())
+            ing.flush(force=True)  # push, then XACK
+            spent += time.perf_counter() - t0
+    finally:
+        ing.close()
+    return {"steps": steps, "batch": batch, "metrics_per_step": len(step_values(0, rnd)),
+            "detector_saves": DETECTION.stats["saves"],
+            "ingest_s": round(spent, 3), "hook_s": round(ing.hook_s, 3),
+            "hook_share": round(ing.hook_s / spent, 4), "ingest_ms_per_step": round(spent / steps * 1000, 2),
+            "hook_ms_per_step": round(ing.hook_s / steps * 1000, 3)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--database-url", default=None, help="default: a throw-away SQLite file")
+    args = ap.parse_args()
+    with private_redis() as url:
+        return run(args, url)
+
+
+def run(args, redis_url: str) -> int:
+    tmp = tempfile.mkdtemp(prefix="obs-bench-anomaly-")
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "0",
+                       "DJANGO_SECRET_KEY": "bench-only-not-secret", "REDIS_URL": redis_url,
+                       "DATABASE_URL": args.database_url or f"sqlite:///{tmp}/bench.sqlite3", "OBS_DATA_DIR": tmp,
+                       "OBS_LOG_LEVEL": "WARNING"})
+    import django
+
+    django.setup()
+    import redis
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    out = {"database": connection.vendor}
+    try:
+        for mode, batch in (("live", 1), ("catchup", 500)):
+            out[mode] = measure(client, f"bench-{mode}-{int(time.time())}", args.steps, batch)
+    finally:
+        client.flushdb()
+        if args.database_url is None:
+            import shutil
+
+            connection.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

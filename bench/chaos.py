@@ -1,0 +1,348 @@
+"""Chaos: a live demo run through a Redis crash, an ingest kill -9 and a web restart, then nothing may be missing.
+
+    .venv/bin/python bench/chaos.py [--steps 1000] [--db sqlite|postgresql] [--json]
+
+Starts what it needs: a private redis-server with an append-only file fsynced every second, a throw-away database
+(SQLite file, or a PostgreSQL database on OBS_BENCH_PG's server, dropped afterwards), two `manage.py ingest`
+(3 s leases), daphne, the demo trainer (`python -m training run --config training/configs/demo.toml`, a tiny
+model through --set, every record mirrored to a JSONL file) and a WebSocket client that watches the loss the way
+the dashboard does (resume after every reconnect, drop what it already holds). While the run trains (when the
+trainer is at 20%, 40% and 60% of its steps):
+  1. kill -9 Redis, then start it again on its append-only file (what a supervisor does);
+  2. kill -9 the ingest holding the run's lease: the other must take the run over by itself (then a new one is
+     started, as a supervisor would, and must join);
+  3. stop the web server and start a new one: the client must reconnect and resume by itself.
+Then: every (series, step) in the trainer's JSONL is in the database with its value and nothing else is (no step
+lost, none doubled, the stream holds no entry twice); the client's loss series equals the database's (no gap);
+the trainer exited 0 having dropped nothing; every process is up; nothing was dead-lettered. Prints one JSON
+object; exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.ingest import Database, free_port  # noqa: E402
+from observatory import contract  # noqa: E402
+
+TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",
+        "model.seq_len=32", "model.moe.n_routed=4", "model.moe.top_k=2", "model.moe.n_shared=1",
+        "train.batch_size=4", 'data.builtin_domains=["python_stdlib", "licenses"]',
+        "data.max_bytes_per_domain=200000", "checkpoint.every_steps=0", "checkpoint.every_minutes=0.0",
+        "train.eval_every=0", "sinks.heartbeat_s=0.5"]
+
+
+def wait(cond, timeout: float, what: str, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        out = cond()
+        if out:
+            return out
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+class Procs:
+    """Children in their own sessions (a kill -9 hits exactly one), logs under the work directory."""
+
+    def __init__(self, work: Path, env: dict):
+        self.work, self.env, self.procs = work, env, {}
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.work / f"{name}.log", "ab")
+        p = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        self.procs[name] = p
+        return p
+
+    def kill(self, name: str, sig=signal.SIGKILL) -> None:
+        p = self.procs[name]
+        if p.poll() is None:
+            p.send_signal(sig)
+        p.wait(30)
+
+    def log_tail(self, name: str, n: int = 1500) -> str:
+        path = self.work / f"{name}.log"
+        return path.read_bytes()[-n:].decode("utf-8", "replace") if path.exists() else ""
+
+    def close(self) -> None:
+        for name, p in reversed(list(self.procs.items())):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(5)
+
+
+class Watcher(threading.Thread):
+    """A WebSocket viewer of one series, reconnecting and resuming like the dashboard."""
+
+    def __init__(self, port: int, run_id: str, metric: str):
+        super().__init__(daemon=True)
+        self.url, self.origin = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/", f"http://127.0.0.1:{port}"
+        self.metric, self.steps, self.connects, self.live_gaps, self.log = metric, {}, 0, [], []
+        self.stop = threading.Event()
+
+    def run(self):
+        asyncio.run(self._main())
+
+    async def _main(self):
+        import websockets
+
+        while not self.stop.is_set():
+            try:
+                async with websockets.connect(self.url, origin=self.origin, open_timeout=5) as ws:
+                    self.connects += 1
+                    last = max(self.steps, default=-1)
+                    await ws.send(json.dumps({"type": "resume", "metrics": [self.metric], "after_step": last,
+                                              "after": {self.metric: last}}))
+                    while not self.stop.is_set():
+                        try:
+                            raw = await asyncio.wait_for(ws.recv(), 0.5)
+                        except asyncio.TimeoutError:
+                            continue
+                        self._frame(json.loads(raw))
+            except Exception:  # refused while the server restarts, closed by it: reconnect, as a browser does
+                await asyncio.sleep(0.3)
+
+    def _frame(self, frame):
+        if isinstance(frame, list):
+            for f in frame:
+                self._frame(f)
+            return
+        if frame.get("type") not in ("update", "backfill"):
+            return
+        for rw in frame.get("rewinds", []):
+            self.steps = {s: v for s, v in self.steps.items() if s <= rw["to_step"]}
+        s = frame.get("series", {}).get(self.metric)
+        if not s:
+            return
+        last = max(self.steps, default=-1)
+        new = [(st, v) for st, v in zip(s["steps"], s["values"]) if st > last]
+        self.log.append([round(time.time() % 1000, 2), frame["type"], s["steps"][0], s["steps"][-1], len(new)])
+        if new and frame["type"] == "update" and new[0][0] > last + 1 and last >= 0:
+            self.live_gaps.append([last, new[0][0]])  # a live frame skipped steps (a resume would fill nothing)
+        self.steps.update(new)
+
+
+def jsonl_points(path: Path) -> dict[tuple[str, int], float]:
+    out = {}
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("kind") == "metrics":
+            for name, v in rec["values"].items():
+                out[(name, rec["step"])] = v
+        elif rec.get("kind") == "rewind":
+            out = {k: v for k, v in out.items() if k[1] <= rec["to_step"]}
+    return out
+
+
+def trainer_step(path: Path) -> int:
+    """The newest step in the trainer's JSONL (how far the live run is; its last line may be half written)."""
+    steps = [int(m) for m in re.findall(r'"kind":"metrics","t":[^,]+,"step":(\d+)',
+                                         path.read_text()[-200_000:])] if path.exists() else []
+    return max(steps, default=-1)
+
+
+def same(a, b) -> bool:
+    if a is None or b is None or (isinstance(a, float) and math.isnan(a)):
+        return (a is None or math.isnan(a)) and (b is None or math.isnan(b))
+    return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+
+
+def db_points(db: Database, run_id: str) -> dict[tuple[str, int], float | None]:
+    # (run ids here are our own: letters, digits and dashes)
+    sql = ("SELECT s.name, p.step, p.value, p.special FROM metrics_point p JOIN metrics_series s ON p.series_id = s.id "
+           f"WHERE s.run_id = '{run_id}'")
+    special = {1: math.nan, 2: math.inf, 3: -math.inf}
+    return {(n, st): (special[sp] if sp else v) for n, st, v, sp in db.sql([sql])[0]}
+
+
+def db_last_step(db: Database, run_id: str) -> int:
+    rows = db.sql([f"SELECT last_step FROM runs_run WHERE id = '{run_id}'"])[0]
+    return rows[0][0] if rows and rows[0][0] is not None else -1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, JSONL, Redis files)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    args = ap.parse_args()
+    import redis
+
+    work = Path(tempfile.mkdtemp(prefix="obs-chaos-"))
+    run_id = f"chaos-{int(time.time())}"
+    db = Database(args.db, os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/"))
+    rport, wport = free_port(), free_port()
+    redis_url = f"redis://127.0.0.1:{rport}/0"
+    env = {**db.env, "REDIS_URL": redis_url, "OBS_DEBUG": "1", "OBS_LOG_LEVEL": "INFO", "WANDB_MODE": "disabled"}
+    procs = Procs(work, env)
+    out: dict = {"run_id": run_id, "steps": args.steps, "db": args.db, "faults": [], "work": str(work)}
+    client = redis.Redis(port=rport)
+    redis_argv = [shutil.which("redis-server"), "--port", str(rport), "--bind", "127.0.0.1", "--dir", str(work),
+                  "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+    ok = False
+
+    def up_redis():
+        procs.start("redis", redis_argv)
+        wait(lambda: _ping(client), 30, "Redis to answer")
+
+    def ingest(name):
+        return procs.start(name, [sys.executable, "manage.py", "ingest", "--consumer", f"chaos-{name}",
+                                  "--block-ms", "100", "--lease-ms", "3000"])
+
+    def web():
+        procs.start("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(wport),
+                            "webapp.asgi:application"])
+        wait(lambda: _listening(wport), 60, "the web server")
+
+    def moved_on(since: int, by: int = 5, timeout: float = 120):
+        t0 = time.monotonic()
+        wait(lambda: db_last_step(db, run_id) >= since + by, timeout, f"the database past step {since + by}")
+        return round(time.monotonic() - t0, 2)
+
+    watcher = None
+    try:
+        up_redis()
+        ingest("ingest1")
+        ingest("ingest2")
+        web()
+        jsonl = work / "trainer.jsonl"
+        trainer = procs.start("trainer", [
+            sys.executable, "-m", "training", "run", "--config", "training/configs/demo.toml", "--run-id", run_id,
+            "--steps", str(args.steps), "--metrics-jsonl", str(jsonl), "--redis-url", redis_url,
+            "--set", f'checkpoint.dir="{work / "ckpt"}"', *[a for s in TINY for a in ("--set", s)]])
+        wait(lambda: db_last_step(db, run_id) >= 1, 300, "the first stored step (trainer start, compile)")
+        watcher = Watcher(wport, run_id, contract.M_LOSS)
+        watcher.start()
+
+        # 1. Redis: kill -9, restart on its append-only file.
+        wait(lambda: trainer_step(jsonl) >= args.steps // 5, 300, "a fifth of the run")
+        at, live = db_last_step(db, run_id), trainer_step(jsonl)
+        procs.kill("redis")
+        time.sleep(1.0)  # down for a second: the trainer's publisher buffers, ingest and web retry
+        up_redis()
+        after = db_last_step(db, run_id)
+        out["faults"].append({"fault": "redis kill -9 + restart", "db_step": at, "trainer_step": live,
+                              "db_moving_again_s": moved_on(after, by=1)})
+
+        # 2. kill -9 the ingest holding the run's lease; the other takes over; a supervisor starts a new one.
+        wait(lambda: trainer_step(jsonl) >= 2 * args.steps // 5, 300, "40% of the run")
+        lease = client.get(f"obs:ingest:lease:{contract.telemetry_stream(run_id)}")
+        holder = lease.decode().split(":")[0].removeprefix("chaos-") if lease else "ingest1"
+        at, live = db_last_step(db, run_id), trainer_step(jsonl)
+        procs.kill(holder)
+        took = moved_on(at, by=1)
+        ingest(holder + "b")
+        out["faults"].append({"fault": f"kill -9 the lease holder ({holder})", "db_step": at, "trainer_step": live,
+                              "db_moving_again_s": took})
+
+        # 3. the web tier: stop, start again; the client reconnects and resumes by itself.
+        wait(lambda: trainer_step(jsonl) >= 3 * args.steps // 5, 300, "60% of the run")
+        at, connects, live = max(watcher.steps, default=-1), watcher.connects, trainer_step(jsonl)
+        procs.kill("web", signal.SIGTERM)
+        t0 = time.monotonic()
+        web()
+        wait(lambda: watcher.connects > connects and max(watcher.steps, default=-1) > at + 5, 120,
+             "the WebSocket client to reconnect and see new steps")
+        out["faults"].append({"fault": "web restart", "client_step": at, "trainer_step": live,
+                              "client_live_again_s": round(time.monotonic() - t0, 2)})
+
+        rc = trainer.wait(600)
+        final = max(st for _, st in jsonl_points(jsonl))
+        wait(lambda: db_last_step(db, run_id) >= final, 120, "the database to reach the trainer's last step")
+        wait(lambda: max(watcher.steps, default=-1) >= final, 60, "the client to reach the last step")
+        stream = client.xrange(contract.telemetry_stream(run_id))
+        wait(lambda: _drained(client, run_id), 60, "the run's stream to be fully acknowledged")
+
+        want, got = jsonl_points(jsonl), db_points(db, run_id)
+        lost = sorted(k for k in want if k not in got)
+        extra = sorted(k for k in got if k not in want)
+        wrong = sorted(k for k in want if k in got and not same(want[k], got[k]))
+        seen, twice = set(), 0
+        for _, f in stream:
+            if f.get(b"kind") == b"metrics":
+                twice += f[b"data"] in seen
+                seen.add(f[b"data"])
+        db_loss = sorted(st for (n, st) in got if n == contract.M_LOSS)
+        ws_loss = sorted(watcher.steps)
+        pub = re.findall(rb"publisher: (\d+) published, (\d+) dropped, (\d+) reconnects",
+                         (work / "trainer.log").read_bytes())
+        alive = {n: p.poll() is None for n, p in procs.procs.items() if n not in ("trainer", "ingest1", "ingest2")}
+        alive.update({n: procs.procs[n].poll() is None for n in ("ingest1", "ingest2") if n != holder})
+        dead = {k.decode(): int(v) for k, v in client.hgetall(contract.DEADLETTER_COUNT_KEY).items()}
+        out.update({
+            "trainer_exit": rc, "final_step": final, "points_in_jsonl": len(want), "points_in_db": len(got),
+            "lost": len(lost), "lost_sample": lost[:10], "extra": len(extra), "extra_sample": extra[:10],
+            "value_mismatches": len(wrong), "stream_entries_twice": twice,
+            "publisher": dict(zip(("published", "dropped", "reconnects"), map(int, pub[-1]))) if pub else None,
+            "websocket": {"steps": len(ws_loss), "db_steps": len(db_loss), "equal": ws_loss == db_loss,
+                          "missing": sorted(set(db_loss) - set(ws_loss))[:20], "live_gaps": watcher.live_gaps,
+                          "connects": watcher.connects,
+                          **({"frames": watcher.log[-60:]} if ws_loss != db_loss else {})},
+            "processes_up": alive, "deadletters": dead,
+        })
+        ok = (rc == 0 and not lost and not extra and not wrong and not twice and ws_loss == db_loss
+              and all(alive.values()) and not dead and (not pub or int(pub[-1][1]) == 0))
+    except Exception as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+        out["logs"] = {n: procs.log_tail(n) for n in procs.procs}
+    finally:
+        if watcher is not None:
+            watcher.stop.set()
+        procs.close()
+        db.close()
+        if not args.keep and ok:
+            shutil.rmtree(work, ignore_errors=True)
+    out["ok"] = ok
+    print(json.dumps(out, indent=None if args.json else 2, default=str))
+    return 0 if ok else 1
+
+
+def _ping(client) -> bool:
+    try:
+        return client.ping()
+    except Exception:
+        return False
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
+        return True
+    except OSError:
+        return False
+
+
+def _drained(client, run_id: str) -> bool:
+    for g in client.xinfo_groups(contract.telemetry_stream(run_id)):
+        if g["name"] == contract.INGEST_GROUP.encode():
+            return not g["pending"] and not g["lag"]
+    return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

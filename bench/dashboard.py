@@ -1,0 +1,212 @@
+"""Dashboard speed with a long history: first paint and zoom refetch, in a real Chromium. Prints one JSON object.
+
+    .venv/bin/python bench/dashboard.py [--steps 1000000] [--repeat 7] [--db PATH] [--shots DIR]
+
+Seeds a run with `--steps` steps in each of the default charts' series straight through
+webapp/metrics/storage.bulk_load (a throw-away SQLite file, kept between calls: the seed is reused), serves it
+with the web server `make run` uses (subprocess), then per repetition opens the dashboard in a fresh browser
+context and reads the page's own performance marks:
+  first_paint_ms   navigation start -> every default chart has drawn its history ("obs-first-paint")
+  zoom_ms          a zoom (Plotly relayout, as a drag-zoom emits it) -> every visible chart has drawn its finer
+                   window from the API ("obs-zoom-start" -> "obs-zoom-done"), for windows from 200k steps to 20;
+                   zoomed_chart_median: until the chart that was zoomed has drawn its own
+Wall times depend on the machine's load (the 1-minute load average at the end is printed with them); cpu_median
+is the CPU both sides spent (the page's renderer + the web server), the wall time an idle machine would approach.
+Medians are what to compare with the targets (first paint <= 1500 ms, zoom <= 150 ms). Console errors are listed.
+Uses Redis db 14 (the live socket connects; nothing is written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RUN_ID = "bench-dashboard"
+SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
+          "throughput/tokens_per_second", "moe/drop_fraction", "throughput/total_tokens")
+SPIKE_OFFSET = 123_457  # a one-step loss spike at this step (if the run is long enough)
+ZOOMS = (200_000, 20_000, 2_000, 200, 20)  # window widths, in steps
+
+
+def value(name: str, step: int, rnd: random.Random) -> float:
+    if name == "throughput/total_tokens":
+        return float((step + 1) * 4096)
+    if name == "optim/learning_rate":
+        return 3e-4 * min(1.0, step / 2000) * (0.1 + 0.9 * (1 + math.cos(math.pi * step / 1e6)) / 2)
+    decay = 3.0 / math.sqrt(1 + step / 500)
+    base = {"train/loss": 2.0 + decay, "train/cross_entropy_loss": 1.9 + decay, "grad/norm/total": 0.6,
+            "throughput/tokens_per_second": 5.2e4, "moe/drop_fraction": 0.02}[name]
+    return base * (1 + 0.05 * rnd.gauss(0, 1))
+
+
+def seed(steps: int) -> float | None:
+    """The run with `steps` points per series, loaded once (seconds spent, or None if it was there)."""
+    from django.db import transaction
+
+    from webapp.metrics import storage
+    from webapp.metrics.models import Series
+    from webapp.runs.models import Run
+
+    if Series.objects.filter(run_id=RUN_ID, count=steps).count() == len(SERIES):
+        return None
+    t0 = time.perf_counter()
+    Run.objects.filter(pk=RUN_ID).delete()
+    run = Run.objects.create(id=RUN_ID, name="dashboard benchmark", state="training", health="ended",
+                             last_step=steps - 1, heartbeat={"tokens": steps * 4096, "token_budget": 2 * steps * 4096,
+                                                            "steps_per_s": 4.0, "eta_s": steps / 4.0})
+    spike = SPIKE_OFFSET % steps
+    for name in SERIES:
+        rnd = random.Random(name)
+        s = Series.objects.create(run=run, name=name)
+
+        def points():
+            for step in range(steps):
+                v = value(name, step, rnd)
+                yield step, (v * 40 if name == "train/loss" and step == spike else v)
+
+        with transaction.atomic():
+            storage.bulk_load(s.id, points())
+    return time.perf_counter() - t0
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU time a process (all its threads) has used so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def renderers_cpu_ms() -> float:
+    """CPU used so far by the Chromium renderer processes this script started (its descendants)."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                pass
+    mine, total = {os.getpid()}, 0.0
+    for _ in range(6):  # python -> playwright driver -> chromium -> renderers
+        mine |= {p for p, pp in parent.items() if pp in mine}
+    for pid in mine - {os.getpid()}:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"--type=renderer" in f.read():
+                    total += cpu_ms(pid)
+        except OSError:
+            pass
+    return total
+
+
+def measure(url: str, repeat: int, shots: str | None, server_pid: int) -> dict:
+    """Wall times from the page's marks; and the CPU spent on them (the page's renderer process and the web
+    server, from /proc), which a busy machine inflates far less than wall time."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import CHROMIUM_ARGS, chromium_path
+
+    first, zooms, own, errors = [], {w: [] for w in ZOOMS}, [], []
+    first_cpu, zoom_cpu = [], []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        for i in range(repeat):
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            page = context.new_page()
+            busy = renderers_cpu_ms
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            srv0, ren0 = cpu_ms(server_pid), busy()
+            page.goto(url)
+            page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0", timeout=60_000)
+            first.append(page.evaluate("() => performance.getEntriesByName('obs-first-paint')[0].startTime"))
+            first_cpu.append((busy() - ren0, cpu_ms(server_pid) - srv0))
+            last = page.evaluate("() => Math.max(...document.getElementById('chart-train-loss').data[0].x)")
+            for w in ZOOMS:
+                a = random.Random(i * 100 + w).randrange(0, max(1, last - w))
+                b0, s0 = busy(), cpu_ms(server_pid)
+                page.evaluate(f"() => Plotly.relayout('chart-train-loss', {{'xaxis.range': [{a}, {a + w}]}})")
+                page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
+                z = page.evaluate("() => window.__obsZoom")
+                zoom_cpu.append((busy() - b0, cpu_ms(server_pid) - s0))
+                zooms[w].append(z["ms"])
+                own.append(z["sourceMs"])
+            if shots and i == 0:
+                page.screenshot(path=os.path.join(shots, "bench-zoomed.png"), full_page=False)
+            context.close()
+        browser.close()
+    med = lambda xs: round(statistics.median(xs), 1)  # noqa: E731
+    all_zooms = [x for xs in zooms.values() for x in xs]
+    return {"first_paint_ms": {"median": med(first), "runs": [round(x, 1) for x in first],
+                               "cpu_median": med([a + b for a, b in first_cpu]),
+                               "cpu_browser_median": med([a for a, _ in first_cpu]),
+                               "cpu_server_median": med([b for _, b in first_cpu])},
+            "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(own),
+                        "cpu_median": med([a + b for a, b in zoom_cpu]),
+                        "cpu_browser_median": med([a for a, _ in zoom_cpu]),
+                        "cpu_server_median": med([b for _, b in zoom_cpu]),
+                        "by_window_steps": {str(w): med(xs) for w, xs in zooms.items()}},
+            "load_average": os.getloadavg()[0],
+            "console_errors": errors}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-dashboard.sqlite3"))
+    ap.add_argument("--shots", help="directory for a screenshot of the zoomed dashboard")
+    args = ap.parse_args()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1",
+           "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{args.db}",
+           "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"), "PYTHONPATH": str(ROOT)}
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    seeded = seed(args.steps)
+    port = free_port()
+    sys.path.insert(0, str(ROOT / "deploy"))
+    from run_local import web_command  # the web server `make run` starts (uvicorn; OBS_WEB_SERVER=daphne for daphne)
+
+    server = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    try:
+        from tests.web.servers import wait_port
+
+        wait_port(port)
+        out = measure(f"http://127.0.0.1:{port}/runs/{RUN_ID}/", args.repeat, args.shots, server.pid)
+    finally:
+        server.terminate()
+        server.wait(10)
+    print(json.dumps({"steps_per_series": args.steps, "series": len(SERIES),
+                      "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
+                      "seed_s": None if seeded is None else round(seeded, 1), **out,
+                      "targets_ms": {"first_paint": 1500, "zoom": 150}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

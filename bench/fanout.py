@@ -1,0 +1,374 @@
+"""Fan-out: how many live viewers of one run the web tier serves, and how late. Prints one JSON object.
+
+    .venv/bin/python bench/fanout.py --viewers 1000 --seconds 30 --json [--replicas 2] [--server uvicorn]
+    .venv/bin/python bench/fanout.py --viewers 1000 --soak --seconds 300 --json      # RSS over time
+
+It starts what it needs: a private redis-server, a throw-away SQLite database (or --database-url), `manage.py
+ingest`, R web replicas (daphne or uvicorn) and a publisher at the demo trainer's full width: by default a
+synthetic one through `observatory.streams.Publisher` with the demo's ~240 series per step at 5 steps/s (the demo
+config's names: 4 layers, 16 experts, 4 domains), or with `--publisher demo` the real demo trainer (which needs
+a core of its own). Viewers are spread over several processes (bench/fanout_viewers.py) and round-robin over the
+replicas; each opens /ws/runs/<id>/ like a browser (Origin header, permessage-deflate offered), then sends the
+dashboard's default subscription as a `resume` (`--subscribe all`: none, i.e. every series).
+
+delay = a step's arrival at a viewer − its publish time (`data.t` of the metrics entry, same host clock);
+delivered = the fraction of (viewer, step) pairs received, for steps published in the measured window (coalesced
+frames and backfills count). server_cpu is in cores (1.0 = one core busy) over the window, summed over the web
+replicas; server_rss_mb is their total RSS at the end. Ingest, Redis and the viewer processes are reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import psutil  # noqa: E402
+
+from fanout_viewers import worker  # noqa: E402
+from latency import free_port, pct, wait_http  # noqa: E402
+from observatory import contract  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "deploy"))
+from run_local import web_command  # noqa: E402
+
+DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
+LAYERS, EXPERTS = 4, 16
+
+
+def demo_names() -> list[str]:
+    """The demo trainer's per-step metric names (training/configs/demo.toml), as a run of it publishes them."""
+    names = ["grad/norm/embed", "grad/norm/final_norm", "grad/norm/total", "params/norm/total", "moe/drop_fraction",
+             "optim/learning_rate", "optim/lr_multiplier", "optim/total_steps", "optim/update_norm", "mixture/stage",
+             "throughput/mfu", "throughput/tokens_per_second", "throughput/total_tokens", "time/compute_s",
+             "time/data_s", "time/host_s", "time/step_s", "train/aux_loss", "train/cross_entropy_loss",
+             "train/finite", "train/loss"]
+    names += [f"{p}/{d}" for d in DOMAINS for p in ("data/tokens_seen", "mixture/weight", "train/loss")]
+    for i in range(LAYERS):
+        names += [f"grad/norm/layers/{i}/{w}" for w in (
+            "attn_norm", "mlp_norm", "moe/experts/w_down", "moe/experts/w_gate", "moe/experts/w_up", "moe/router",
+            "moe/shared/w_down", "moe/shared/w_gate", "moe/shared/w_up", "wk", "wo", "wq", "wv")]
+        r = f"train/router/layer_{i}/"
+        names += [r + w for w in ("capacity_overflow_rate", "load_balancing_loss", "max_mean_load",
+                                  "router_z_loss", "routing_entropy")]
+        names += [f"{r}{w}/{e}" for w in ("router_bias", "routing_hist") for e in range(EXPERTS)]
+    return names
+
+
+def dashboard_subscription(names: list[str]) -> list[str]:
+    """What a browser with the default dashboard subscribes to (webapp/runs/views.py charts, moe.js's router
+    panel on its first layer, the data panel): ~34 of the ~240 series."""
+    want = {"train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
+            "throughput/tokens_per_second", "throughput/mfu", "moe/drop_fraction", "mixture/stage",
+            "train/router/layer_0/max_mean_load", "train/router/layer_0/capacity_overflow_rate"}
+    return [n for n in names if n in want or n.startswith(("train/loss/", "mixture/weight/",
+                                                             "train/router/layer_0/routing_hist/"))]
+
+
+class SyntheticTrainer(threading.Thread):
+    """The demo trainer's telemetry without its compute: run/state/heartbeat messages and one full-width metrics
+    record per step at `rate` steps/s, through the trainer's own Publisher."""
+
+    def __init__(self, redis_url: str, run_id: str, rate: float):
+        super().__init__(daemon=True)
+        from observatory.streams import Publisher
+
+        self.pub = Publisher(redis_url, run_id)
+        self.rate, self.names = rate, demo_names()
+        self.stop = threading.Event()
+        self.step = -1
+
+    def run(self) -> None:
+        self.pub.publish("run", {"name": "fanout bench", "config": {}})
+        self.pub.publish("state", {"state": "training", "step": 0, "detail": ""})
+        t0, k = time.monotonic(), 0
+        while not self.stop.is_set():
+            k += 1
+            self.stop.wait(max(0.0, t0 + k / self.rate - time.monotonic()))
+            self.step += 1
+            s = self.step
+            vals = {n: 1.0 / (1 + (s + i) % 97) for i, n in enumerate(self.names)}
+            vals["train/loss"] = 5.0 / (1 + s / 100)
+            self.pub.metrics(s, vals)
+            if s % int(2 * self.rate) == 0:
+                self.pub.publish("heartbeat", {"phase": "training", "step": s, "tokens": s * 1024,
+                                               "token_budget": 10**9, "eta_s": None, "steps_per_s": self.rate,
+                                               "since_step_s": 0.0, "pid": os.getpid()})
+        self.pub.close()
+
+
+class PushTap(threading.Thread):
+    """Listens to the run's channel-layer group like a web replica does and notes when ingest pushed each step:
+    splits a viewer's delay into publish -> push (ingest) and push -> viewer (the fan-out)."""
+
+    def __init__(self, redis_url: str, run_id: str):
+        super().__init__(daemon=True)
+        import redis
+        from channels_redis.serializers import registry
+
+        self.ser = registry.get_serializer("msgpack")
+        self.ps = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
+        self.ps.subscribe(f"asgi__group__{contract.live_group(run_id)}")
+        self.pushed: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            m = self.ps.get_message(timeout=0.2)
+            if not m:
+                continue
+            now = time.time()
+            body = self.ser.deserialize(m["data"]).get("payload", {})
+            for s in (body.get("series") or {}).get("train/loss", {}).get("steps", []):
+                self.pushed.setdefault(s, now)
+
+
+def cpu_s(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            for q in [p, *p.children(recursive=True)]:
+                t = q.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def rss_mb(procs: list[psutil.Process]) -> float:
+    total = 0
+    for p in procs:
+        try:
+            total += sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
+        except psutil.Error:
+            pass
+    return round(total / 2**20, 1)
+
+
+def server_cmd(server: str, port: int) -> list[str]:
+    """The web server exactly as `make run` starts it (deploy/run_local.py)."""
+    return web_command("127.0.0.1", port, server)
+
+
+def publish_times(redis_url: str, run_id: str) -> dict[int, float]:
+    import redis
+
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    out = {}
+    for _id, f in r.xrange(contract.telemetry_stream(run_id)):
+        if f.get("kind") == "metrics":
+            d = json.loads(f["data"])
+            out[d["step"]] = d["t"]
+    return out
+
+
+def run_bench(args) -> dict:
+    tmp = tempfile.mkdtemp(prefix="obs-fanout-")
+    rport = free_port()
+    procs: list[subprocess.Popen] = []
+    spies: list[subprocess.Popen] = []
+    redis_proc = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                                   "--appendonly", "no", "--dir", tmp], stdout=subprocess.DEVNULL)
+    redis_url = f"redis://127.0.0.1:{rport}/0"
+    env = {**os.environ, "REDIS_URL": redis_url, "OBS_DATA_DIR": tmp, "PYTHONUNBUFFERED": "1",
+           "DATABASE_URL": args.database_url or f"sqlite:///{tmp}/bench.sqlite3", "OBS_DEBUG": "0",
+           "DJANGO_SECRET_KEY": "fanout-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0", "OBS_LOG_LEVEL": "WARNING"}
+    py = sys.executable
+    run_id = f"fanout-{int(time.time())}"
+    trainer = None
+    ports = [free_port() for _ in range(args.replicas)]
+    try:
+        subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        procs.append(subprocess.Popen([py, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env))
+        web = [subprocess.Popen(server_cmd(args.server, p), cwd=ROOT, env=env) for p in ports]
+        if args.profile:  # py-spy samples each replica until it exits; collapsed stacks in DIR/web-<i>.txt
+            spies += [subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(w.pid), "--format", "raw", "--rate", "50",
+                                        "--output", f"{args.profile}/web-{i}.txt"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL) for i, w in enumerate(web)]
+        procs += web
+        if args.publisher == "demo":
+            ckpt = Path(tmp) / "ckpt"
+            trainer = subprocess.Popen([py, "-m", "training", "run", "--config", "training/configs/demo.toml",
+                                        "--run-id", run_id, "--fresh", "--set", f'checkpoint.dir="{ckpt}"'],
+                                       cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+        else:
+            trainer = SyntheticTrainer(redis_url, run_id, args.rate)
+            trainer.start()
+        for p in ports:
+            wait_http(f"http://127.0.0.1:{p}/api/runs/", timeout=60)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # ingest stored the run and some steps
+            try:
+                import urllib.request
+                body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/api/runs/{run_id}/",
+                                                         timeout=2).read())
+                if (body.get("last_step") or -1) >= 0:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("the run never reached the database")
+        tap = PushTap(redis_url, run_id)
+        tap.start()
+        resume = None
+        if args.subscribe == "default":
+            resume = {"type": "resume", "metrics": dashboard_subscription(demo_names())}
+        nw = args.workers or max(1, min(8, math.ceil(args.viewers / 400)))
+        per = [args.viewers // nw + (1 if i < args.viewers % nw else 0) for i in range(nw)]
+        urls = [f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports]
+        ctx = mp.get_context("spawn")
+        pipes, workers = [], []
+        for i, n in enumerate(per):
+            a, b = ctx.Pipe()
+            w = ctx.Process(target=worker, args=(urls[i % len(urls):] + urls[:i % len(urls)], "http://127.0.0.1",
+                                                 n, resume, args.ramp / nw, b), daemon=True)
+            w.start()
+            pipes.append(a)
+            workers.append(w)
+        ps_web = [psutil.Process(p.pid) for p in web]
+        cpu_ramp = cpu_s(ps_web)
+        connected = failed = 0
+        for a in pipes:
+            _, c, f = a.recv()
+            connected, failed = connected + c, failed + f
+        cpu_ramp = cpu_s(ps_web) - cpu_ramp  # handshakes, hellos, resumes and backfills (and live frames meanwhile)
+        ps_ingest = [psutil.Process(procs[0].pid)]
+        ps_redis = [psutil.Process(redis_proc.pid)]
+        ps_viewers = [psutil.Process(w.pid) for w in workers]
+        time.sleep(args.settle)  # backfills answered, first live frames flowing
+        t_start = time.time()
+        c0 = {k: cpu_s(v) for k, v in (("web", ps_web), ("ingest", ps_ingest), ("redis", ps_redis),
+                                       ("viewers", ps_viewers))}
+        rss_series = []
+        end = t_start + args.seconds
+        while time.time() < end:
+            rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_web)])
+            time.sleep(min(args.rss_every, max(0.0, end - time.time())))
+        wall = time.time() - t_start
+        c1 = {k: cpu_s(v) for k, v in (("web", ps_web), ("ingest", ps_ingest), ("redis", ps_redis),
+                                       ("viewers", ps_viewers))}
+        rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_web)])
+        # Listen on until ingest has pushed the window's last step (it may lag on a busy machine), then `tail` more:
+        # delivered counts what the fan-out dropped, the delays count how late it came.
+        last_step = trainer.step if isinstance(trainer, SyntheticTrainer) else None
+        deadline = time.time() + 30
+        while last_step is not None and last_step not in tap.pushed and time.time() < deadline:
+            time.sleep(0.1)
+        stop_at = time.time() + args.tail
+        for a in pipes:
+            a.send(("stop", stop_at))
+        results = [a.recv() for a in pipes]
+        for w in workers:
+            w.join(10)
+        t_end = t_start + args.seconds
+    finally:
+        if trainer is not None:
+            if isinstance(trainer, SyntheticTrainer):
+                trainer.stop.set()
+                trainer.join(10)
+            else:
+                trainer.send_signal(signal.SIGINT)
+                try:
+                    trainer.wait(60)
+                except subprocess.TimeoutExpired:
+                    trainer.kill()
+        times = publish_times(redis_url, run_id) if redis_proc.poll() is None else {}
+        for p in spies:  # py-spy writes its profile on SIGINT
+            p.send_signal(signal.SIGINT)
+            p.wait(30)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    window = [s for s, t in times.items() if t_start <= t < t_end]
+    tap.stop.set()
+    delays, fan, got = [], [], 0
+    state = {"connected": 0, "failed": 0, "dropped": 0, "errors": {}}
+    for _, recs, st in results:
+        for k in ("connected", "failed", "dropped"):
+            state[k] += st[k]
+        for e, n in st["errors"].items():
+            state["errors"][e] = state["errors"].get(e, 0) + n
+        for rec in recs:
+            rec = dict(rec)
+            for s in window:
+                if s in rec:
+                    got += 1
+                    delays.append((rec[s] - times[s]) * 1000)
+                    if s in tap.pushed:
+                        fan.append((rec[s] - tap.pushed[s]) * 1000)
+    expected = len(window) * args.viewers
+    ingest = [(tap.pushed[s] - times[s]) * 1000 for s in window if s in tap.pushed]
+    out = {"viewers": args.viewers, "p50_ms": round(pct(delays, 50), 1) if delays else None,
+           "p99_ms": round(pct(delays, 99), 1) if delays else None,
+           "delivered_fraction": round(got / expected, 4) if expected else None,
+           "server_cpu": round((c1["web"] - c0["web"]) / wall, 3), "server_rss_mb": rss_series[-1][1],
+           "replicas": args.replicas, "server": args.server, "subscribe": args.subscribe,
+           "publisher": args.publisher, "steps_in_window": len(window), "seconds": round(wall, 1),
+           "max_ms": round(max(delays), 1) if delays else None,
+           # the two halves of the delay: publish -> ingest's push (ingest), push -> viewer (fan-out)
+           "ingest_p50_ms": round(pct(ingest, 50), 1) if ingest else None,
+           "ingest_p99_ms": round(pct(ingest, 99), 1) if ingest else None,
+           "fanout_p50_ms": round(pct(fan, 50), 1) if fan else None,
+           "fanout_p99_ms": round(pct(fan, 99), 1) if fan else None,
+           "connect_cpu_ms_per_viewer": round(cpu_ramp * 1000 / max(1, args.viewers), 2),
+           "ingest_cpu": round((c1["ingest"] - c0["ingest"]) / wall, 3),
+           "redis_cpu": round((c1["redis"] - c0["redis"]) / wall, 3),
+           "viewer_procs_cpu": round((c1["viewers"] - c0["viewers"]) / wall, 3),
+           "machine_load1": round(os.getloadavg()[0], 2), **state}
+    if args.soak:
+        out["rss_mb_over_time"] = rss_series
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--viewers", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=30.0, help="measured window")
+    ap.add_argument("--replicas", type=int, default=1, help="web server processes (viewers round-robin)")
+    ap.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    ap.add_argument("--subscribe", choices=("default", "all"), default="default",
+                    help="default: the dashboard's default series (a browser); all: no resume, every series")
+    ap.add_argument("--publisher", choices=("synthetic", "demo"), default="synthetic")
+    ap.add_argument("--rate", type=float, default=5.0, help="synthetic steps per second (the demo's rate)")
+    ap.add_argument("--workers", type=int, default=0, help="viewer processes (default: one per 400, at most 8)")
+    ap.add_argument("--ramp", type=float, default=250.0, help="new connections per second, in total")
+    ap.add_argument("--settle", type=float, default=3.0, help="seconds between the last connect and the window")
+    ap.add_argument("--tail", type=float, default=3.0, help="seconds viewers keep listening after the window")
+    ap.add_argument("--soak", action="store_true", help="also report the web tier's RSS over time")
+    ap.add_argument("--rss-every", type=float, default=10.0)
+    ap.add_argument("--database-url", default="", help="default: a throw-away SQLite file")
+    ap.add_argument("--profile", default="", help="directory: py-spy profiles of each web replica (collapsed stacks)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    args = ap.parse_args()
+    if not args.json:
+        print(f"fan-out: {args.viewers} viewers, {args.replicas} {args.server} replica(s), {args.seconds:.0f}s",
+              file=sys.stderr)
+    print(json.dumps(run_bench(args), indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

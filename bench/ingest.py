@@ -1,0 +1,309 @@
+"""Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers.
+
+    .venv/bin/python bench/ingest.py [--runs 8] [--steps 300] [--width 242] [--consumers 1,2]
+                                     [--backends sqlite,postgresql] [--json]
+
+Starts what it needs: a private redis-server, a throw-away SQLite file and a throw-away PostgreSQL database (on
+DATABASE_URL's server, default postgres://postgres@127.0.0.1:5432/, dropped afterwards). Each trial pre-fills
+`runs` streams with `steps` metrics entries of `width` series each (the demo trainer publishes ~242 per step),
+starts the consumers (`Ingestor` in subprocesses, as `manage.py ingest` runs it), and times them from "go" until
+every stream's consumer group has nothing pending and nothing unread. "Durable": every batch is committed
+(PostgreSQL with synchronous_commit on; SQLite WAL with synchronous=NORMAL, the project's settings) before its
+entries are acknowledged. Reports points/s and points per CPU-second (ingest processes; and with the database
+server's backends, for PostgreSQL). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GO, STOP = "bench:go", "bench:stop"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process, from /proc (0.0 where unreadable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+# ---------------------------------------------------------------------------------------------- worker
+def worker(name: str, redis_url: str, batch: int) -> None:
+    """One consumer: wait for GO, step until STOP, print its counters as JSON."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    import django
+
+    django.setup()
+    import redis
+    from django.db import connection
+
+    from webapp.metrics.ingest import Ingestor
+
+    client = redis.Redis.from_url(redis_url)
+    ing = Ingestor(client, consumer=name, batch=batch)
+    backend = None
+    with connection.cursor() as cur:  # open the connection now, outside the timed part
+        if connection.vendor == "postgresql":
+            cur.execute("SELECT pg_backend_pid()")
+            backend = cur.fetchone()[0]
+    print("ready", flush=True)
+    while not client.exists(GO):
+        time.sleep(0.005)
+    cpu0, db0 = _cpu(), _proc_cpu(backend) if backend else 0.0
+    errors = 0
+    while not client.exists(STOP):
+        try:
+            ing.step(20)
+        except Exception as e:  # as `manage.py ingest`: entries stay pending, retried on the next step
+            errors += 1
+            print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            time.sleep(0.1)
+    cpu1, db1 = _cpu(), _proc_cpu(backend) if backend else 0.0
+    getattr(ing, "close", lambda: None)()
+    print(json.dumps({"name": name, "points": ing.stats["points"], "entries": ing.stats["entries"],
+                      "cpu_s": round(cpu1 - cpu0, 3), "db_cpu_s": round(db1 - db0, 3), "errors": errors}), flush=True)
+
+
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# ---------------------------------------------------------------------------------------------- parent
+def start_redis() -> tuple[subprocess.Popen, str, str]:
+    exe = shutil.which("redis-server")
+    if not exe:
+        sys.exit("redis-server is not on PATH")
+    port, tmp = free_port(), tempfile.mkdtemp(prefix="obs-bench-ingest-")
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", tmp], stdout=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.025)
+    return proc, f"redis://127.0.0.1:{port}/0", tmp
+
+
+class Database:
+    """A throw-away database of one backend, migrated, with a DATABASE_URL for the children."""
+
+    def __init__(self, backend: str, pg_server: str):
+        self.backend = backend
+        if backend == "sqlite":
+            self.dir = tempfile.mkdtemp(prefix="obs-bench-ingest-db-")
+            self.url = f"sqlite:///{self.dir}/bench.sqlite3"
+        else:
+            import psycopg
+
+            self.name = f"obs_bench_ingest_{os.getpid()}"
+            self.admin = pg_server.rstrip("/") + "/postgres"
+            with psycopg.connect(self.admin, autocommit=True) as c:
+                c.execute(f"DROP DATABASE IF EXISTS {self.name}")
+                c.execute(f"CREATE DATABASE {self.name}")
+            self.url = pg_server.rstrip("/") + "/" + self.name
+        # DEBUG off, as in production (Django's debug cursor would log every query's parameters)
+        self.env = {**os.environ, "DATABASE_URL": self.url, "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "bench-only",
+                    "PYTHONPATH": str(ROOT),
+                    "DJANGO_SETTINGS_MODULE": "webapp.settings",
+                    "OBS_LOG_LEVEL": os.environ.get("OBS_LOG_LEVEL", "WARNING")}
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=self.env, check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def sql(self, statements: list[str]) -> list:
+        out = []
+        if self.backend == "sqlite":
+            import sqlite3
+
+            with sqlite3.connect(urlparse(self.url).path) as c:
+                for st in statements:
+                    out.append(c.execute(st).fetchall())
+        else:
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as c:
+                for st in statements:
+                    cur = c.execute(st)
+                    out.append(cur.fetchall() if cur.description else [])
+        return out
+
+    def reset(self) -> None:
+        tables = [t for (t,) in self.sql(["SELECT name FROM sqlite_master WHERE type='table'" if self.backend ==
+                                          "sqlite" else "SELECT tablename FROM pg_tables WHERE schemaname='public'"
+                                          ])[0] if t.startswith(("metrics_", "runs_"))]
+        if self.backend == "postgresql":
+            self.sql([f"TRUNCATE {', '.join(tables)} CASCADE"])
+        else:  # children first (foreign keys)
+            order = ("metrics_point", "metrics_block", "metrics_", "runs_runevent", "runs_")
+            self.sql([f"DELETE FROM {t}" for t in sorted(tables, key=lambda t: next(
+                i for i, p in enumerate(order) if t.startswith(p)))])
+
+    def count_points(self) -> int:
+        return self.sql(["SELECT COUNT(*) FROM metrics_point"])[0][0][0]
+
+    def close(self) -> None:
+        if self.backend == "sqlite":
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            import psycopg
+
+            with psycopg.connect(self.admin, autocommit=True) as c:
+                c.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+
+
+def prefill(client, runs: int, steps: int, width: int, seed: int = 1) -> list[str]:
+    from observatory import contract
+
+    rnd = random.Random(seed)
+    names = [f"bench/layer{i // 16}/m{i % 16}" for i in range(width)]
+    run_ids = [f"bench-{i}" for i in range(runs)]
+    for run_id in run_ids:
+        pipe = client.pipeline(transaction=False)
+        pipe.sadd(contract.RUNS_KEY, run_id)
+        for step in range(steps):
+            pipe.xadd(contract.telemetry_stream(run_id),
+                      contract.metrics_fields(run_id, step, {n: rnd.random() for n in names}, t=1.7e9 + step))
+            if len(pipe) >= 200:
+                pipe.execute()
+        pipe.execute()
+    return run_ids
+
+
+def drained(client, run_ids: list[str]) -> bool:
+    from observatory import contract
+
+    for run_id in run_ids:
+        try:
+            groups = client.xinfo_groups(contract.telemetry_stream(run_id))
+        except Exception:
+            return False
+        g = next((g for g in groups if g["name"] in (b"ingest", "ingest")), None)
+        if g is None or g["pending"] or g.get("lag", 1):
+            return False
+    return True
+
+
+def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, width: int, batch: int,
+          redis_pid: int) -> dict:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    db.reset()
+    run_ids = prefill(client, runs, steps, width)
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"bench-c{i}", "--redis", redis_url,
+                               "--batch", str(batch)], cwd=ROOT, env=db.env, stdout=subprocess.PIPE, text=True)
+             for i in range(consumers)]
+    try:
+        for p in procs:
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"consumer did not start: {line!r}")
+        t0, redis0 = time.perf_counter(), _proc_cpu(redis_pid)
+        client.set(GO, 1)
+        deadline = time.monotonic() + 600
+        while not drained(client, run_ids):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError("ingest did not drain the streams")
+            time.sleep(0.01)
+        wall, redis_cpu = time.perf_counter() - t0, _proc_cpu(redis_pid) - redis0
+        client.set(STOP, 1)
+        reports = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+    expected = runs * steps * width
+    stored = db.count_points()
+    cpu = sum(r["cpu_s"] for r in reports)
+    db_cpu = sum(r["db_cpu_s"] for r in reports)
+    out = {"backend": db.backend, "consumers": consumers, "points": expected, "stored": stored,
+           "wall_s": round(wall, 2), "points_per_s": round(expected / wall),
+           "ingest_cpu_s": round(cpu, 2), "points_per_cpu_s": round(expected / cpu) if cpu else None,
+           "per_consumer_points": [r["points"] for r in reports], "errors": sum(r["errors"] for r in reports)}
+    if db.backend == "postgresql":
+        out["db_cpu_s"] = round(db_cpu, 2)
+        out["points_per_cpu_s_with_db"] = round(expected / (cpu + db_cpu)) if cpu + db_cpu else None
+    # Everything this drain cost the machine (ingest + database server + Redis), and the rate that would allow
+    # on this machine's cores if nothing else ran (the measured wall-clock rate depends on who else is busy).
+    total = cpu + db_cpu + redis_cpu
+    out["redis_cpu_s"] = round(redis_cpu, 2)
+    out["points_per_total_cpu_s"] = round(expected / total) if total else None
+    out["cpu_bound_points_per_s"] = round(expected / total * min(consumers, os.cpu_count())) if total else None
+    out["load_avg"] = round(os.getloadavg()[0], 1)
+    if stored != expected:
+        out["error"] = f"stored {stored} points, expected {expected}"
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--width", type=int, default=242)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--consumers", default="1,2")
+    ap.add_argument("--backends", default="sqlite,postgresql")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--redis", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.redis, args.batch)
+        return 0
+
+    pg_server = os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/")
+    redis_proc, redis_url, redis_dir = start_redis()
+    results, failed = [], False
+    try:
+        for backend in args.backends.split(","):
+            db = Database(backend, pg_server)
+            try:
+                for n in (int(c) for c in args.consumers.split(",")):
+                    r = trial(db, redis_url, n, args.runs, args.steps, args.width, args.batch, redis_proc.pid)
+                    failed |= "error" in r
+                    results.append(r)
+                    if not args.json:
+                        print(json.dumps(r), file=sys.stderr, flush=True)
+            finally:
+                db.close()
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait(10)
+        shutil.rmtree(redis_dir, ignore_errors=True)
+    print(json.dumps({"runs": args.runs, "steps": args.steps, "width": args.width, "batch": args.batch,
+                      "cpus": os.cpu_count(), "results": results}, indent=None if args.json else 2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+// The annotations panel beside the charts: a run's notes as a list, and one thread at a time (replies,
+// reactions, edit with history, delete, quote/link, moderation). Shared state and helpers live on
+// Obs.annotations for annotations.js (chart marks, drawing a new note, live frames), which loads after this file.
+// Every body is HTML rendered and sanitised by the server (markdown-it-py + nh3); all else goes in as text.
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const S = {ctx: null, runId: null, viewer: {id: null, can: {}}, tags: [], kinds: {}, byId: new Map(),
+             removed: new Set(), openId: null, thread: null, loaded: false};
+  const $ = (id) => document.getElementById(id);
+
+  // el("div", {className, text, attrs: {...}, on: {click}}, ...children): text always as text, never markup.
+  function el(tag, props, ...kids) {
+    const n = document.createElement(tag);
+    const p = props || {};
+    if (p.className) n.className = p.className;
+    if (p.text !== undefined) n.textContent = p.text;
+    for (const [k, v] of Object.entries(p.attrs || {})) n.setAttribute(k, v);
+    for (const [k, f] of Object.entries(p.on || {})) n.addEventListener(k, f);
+    for (const k of kids) if (k) n.append(k);
+    return n;
+  }
+  const short = (s, n) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
+  const steps = (a) => (a.step_end > a.step_start ? `steps ${a.step_start}–${a.step_end}` : `step ${a.step_start}`);
+  const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC" : "");
+  const mine = (p) => S.viewer.id !== null && p.author && p.author.id === S.viewer.id;
+
+  function csrf() {
+    const i = document.querySelector("#ann-panel input[name=csrfmiddlewaretoken]");
+    return i ? i.value : "";
+  }
+
+  async function api(method, url, body) {
+    const opts = {method, credentials: "same-origin", headers: {"X-CSRFToken": csrf()}};
+    if (body !== undefined) { opts.headers["Content-Type"] = "application/json"; opts.body = JSON.stringify(body); }
+    const r = await fetch(url, opts);
+    let data = null;
+    try { data = await r.json(); } catch (e) { /* an empty or HTML answer: the status says enough */ }
+    if (!r.ok) throw new Error((data && data.error) || `HTTP ${r.status}`);
+    return data;
+  }
+  const fail = (e) => Obs.toast("Annotations: " + e.message, "warning");
+
+  // ------------------------------------------------------------------------------------------ list
+  function renderList() {
+    const list = $("ann-list");
+    if (!list) return;
+    const items = [...S.byId.values()].sort((a, b) => a.step_start - b.step_start || a.id - b.id);
+    $("ann-count").textContent = items.length ? `(${items.filter((a) => !a.hidden && !a.deleted).length})` : "";
+    const gone = (a) => a.hidden || a.deleted;
+    list.replaceChildren(...items.map((a) => el("li", {className: "ann-item" + (gone(a) ? " muted-post" : "")},
+      el("button", {className: "link", text: a.title, attrs: {"data-annotation": a.id},
+                    on: {click: () => openThread(a.id)}}),
+      el("span", {className: "muted", text: ` ${steps(a)}${a.metric ? " · " + a.metric : ""} · ` +
+        `${a.reply_count} repl${a.reply_count === 1 ? "y" : "ies"}` +
+        `${a.hidden ? " · hidden" : ""}${a.deleted ? " · deleted" : ""}`}))));
+    if (!items.length) list.replaceChildren(el("li", {className: "empty", text: "No annotations yet."}));
+    list.hidden = S.openId !== null;
+  }
+
+  function showPanel(on) {
+    $("ann-panel").hidden = !on;
+    $("ann-toggle").setAttribute("aria-expanded", String(on));
+    document.body.classList.toggle("ann-open", on);
+    window.dispatchEvent(new Event("resize")); // charts take the width the panel leaves
+  }
+
+  // ------------------------------------------------------------------------------------------ thread
+  async function openThread(id) {
+    S.openId = id;
+    showPanel(true);
+    $("ann-form").hidden = true;
+    try {
+      S.thread = await api("GET", `/api/annotations/${id}/`);
+      merge(S.thread.annotation);
+    } catch (e) {
+      S.thread = null; S.openId = null;
+      fail(e);
+    }
+    renderThread();
+    Obs.annotations.changed();
+  }
+
+  function closeThread() { S.openId = null; S.thread = null; renderThread(); Obs.annotations.changed(); }
+
+  function reactionsBar(target, p, mineKinds) {
+    const bar = el("div", {className: "ann-reactions"});
+    const can = S.viewer.can.react && !p.hidden && !p.deleted; // the server refuses reactions to hidden posts
+    for (const [kind, label] of Object.entries(S.kinds)) {
+      const n = (p.reactions || {})[kind] || 0, on = mineKinds.includes(kind);
+      if (!can && !n) continue;
+      bar.append(el("button", {className: "ann-react" + (on ? " on" : ""), text: `${label}${n ? " " + n : ""}`,
+        attrs: {"aria-pressed": String(on), "data-kind": kind, ...(can ? {} : {disabled: ""})},
+        on: {click: () => react(target, p.id, kind, !on)}}));
+    }
+    return bar;
+  }
+
+  function postView(target, p, mineKinds) {
+    const base = target === "annotation" ? `/api/annotations/${p.id}/` : `/api/replies/${p.id}/`;
+    const box = el("div", {className: "ann-post" + (p.hidden || p.deleted ? " muted-post" : ""),
+                           attrs: {"data-post": `${target}-${p.id}`}});
+    const meta = el("p", {className: "ann-meta muted",
+                          text: `${p.author ? p.author.name : "someone"} · ${when(p.created_at)}`});
+    if (p.edited_at) {
+      meta.append(" · ", el("button", {className: "link", text: "edited (history)",
+                                       on: {click: () => history(target, p.id, box)}}));
+    }
+    box.append(meta);
+    const marker = (text) => box.append(el("p", {className: "ann-marker", text}));
+    if (p.hidden) marker(`Hidden by a moderator: ${p.hidden_reason || ""}`);
+    if (p.deleted) marker("Deleted by its author.");
+    const body = el("div", {className: "ann-body"});
+    body.innerHTML = p.body_html; // rendered and sanitised on the server (webapp/annotations/markdown.py)
+    box.append(body, reactionsBar(target, p, mineKinds));
+    const acts = el("div", {className: "ann-actions"});
+    const act = (text, fn) => acts.append(el("button", {className: "link", text, on: {click: fn}}));
+    if (mine(p) && !p.deleted && S.viewer.can.edit_own) {
+      act("Edit", () => editPost(target, p, box));
+      act("Delete", () => ask(acts, "Delete this post?", null, "Delete", () => api("DELETE", base)));
+    }
+    if (S.viewer.can.moderate && !p.deleted) {
+      const verb = p.hidden ? "Restore" : "Hide";
+      act(verb, () => ask(acts, `${verb} — reason (moderators and the author see it):`, "reason", verb,
+                          (reason) => api("POST", base + "moderation/",
+                                          {action: p.hidden ? "unhide" : "hide", reason})));
+    }
+    if (target === "annotation" && !p.hidden && !p.deleted) {
+      act("Quote", () => { // a link to this note in the reply being written
+        const t = document.querySelector("#ann-thread textarea[name=reply]");
+        if (t) { t.value += `#a${p.id} `; t.focus(); }
+      });
+      acts.append(el("a", {text: "Link", attrs: {href: `/runs/${encodeURIComponent(S.runId)}/?annotation=${p.id}`}}));
+    }
+    box.append(acts);
+    return box;
+  }
+
+  // An inline confirmation (with a text field when `field` is named) under a post's actions; no native dialogs.
+  function ask(where, question, field, verb, run) {
+    where.parentNode.querySelector(".ann-ask")?.remove();
+    const input = field ? el("input", {attrs: {name: field, maxlength: "500", required: ""}}) : null;
+    const form = el("form", {className: "ann-ask"}, el("span", {text: question + " "}), input,
+                    el("button", {text: verb, attrs: {type: "submit"}}), " ",
+                    el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: () => form.remove()}}));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      if (input && !input.value.trim()) return;
+      run(input ? input.value : undefined).then(refresh).catch(fail);
+    });
+    where.after(form);
+    if (input) input.focus();
+  }
+
+  function renderThread() {
+    const box = $("ann-thread");
+    const t = S.thread;
+    box.hidden = !t;
+    $("ann-title").textContent = t ? "Thread" : "Annotations";
+    renderList();
+    if (!t) { box.replaceChildren(); return; }
+    const a = t.annotation;
+    const head = el("header", {},
+      el("button", {className: "link", text: "← all annotations", on: {click: closeThread}}),
+      el("h3", {text: a.title}),
+      el("p", {className: "muted", text: `${steps(a)}${a.metric ? " · " + a.metric : " · every chart"}` +
+               (a.anomaly ? ` · anomaly ${a.anomaly}` : "")}),
+      el("p", {className: "ann-tags-line"}, ...a.tags.map((tag) => el("span", {className: "ann-tag", text: tag}))));
+    const replies = el("ol", {className: "ann-replies"},
+      ...t.replies.map((r) => el("li", {}, postView("reply", r, t.mine.replies[r.id] || []))));
+    const parts = [head, postView("annotation", a, t.mine.annotation),
+                   el("h4", {text: `Replies (${a.reply_count})`}), replies];
+    if (S.viewer.can.create && !a.hidden && !a.deleted) {
+      const ta = el("textarea", {attrs: {name: "reply", rows: "3", maxlength: "5000",
+                                         placeholder: "Reply (Markdown)"}});
+      const form = el("form", {className: "ann-reply", on: {submit: (ev) => {
+        ev.preventDefault();
+        if (!ta.value.trim()) return;
+        api("POST", `/api/annotations/${a.id}/replies/`, {body: ta.value})
+          .then((r) => { ta.value = ""; upsertReply(r); renderThread(); Obs.annotations.changed(); }).catch(fail);
+      }}}, ta, el("button", {text: "Reply", attrs: {type: "submit"}}));
+      parts.push(form);
+    }
+    box.replaceChildren(...parts);
+  }
+
+  function editPost(target, p, box) {
+    const form = el("form", {className: "ann-edit"});
+    const title = target === "annotation" ? el("input", {attrs: {name: "title", maxlength: "200"}}) : null;
+    if (title) { title.value = p.title; form.append(title); }
+    const limit = target === "annotation" ? "10000" : "5000";
+    const body = el("textarea", {attrs: {name: "body", rows: "5", maxlength: limit}});
+    body.value = p.body;
+    form.append(body, el("button", {text: "Save", attrs: {type: "submit"}}), " ",
+                el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: renderThread}}));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const patch = title ? {title: title.value, body: body.value} : {body: body.value};
+      api("PATCH", target === "annotation" ? `/api/annotations/${p.id}/` : `/api/replies/${p.id}/`, patch)
+        .then(refresh).catch(fail);
+    });
+    box.querySelector(".ann-body").replaceWith(form);
+  }
+
+  async function history(target, id, box) {
+    try {
+      const data = await api("GET", `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/revisions/`);
+      const list = el("ol", {className: "ann-history"}, ...data.revisions.map((r) => {
+        const b = el("div", {className: "ann-body"});
+        b.innerHTML = r.body_html; // server-sanitised, as above
+        return el("li", {}, el("p", {className: "muted", text: `version of ${when(r.written_at)}` +
+                                      (r.title ? ` — “${r.title}”` : "")}), b);
+      }));
+      box.querySelector(".ann-history")?.remove();
+      box.append(el("p", {className: "muted", text: "Earlier versions:"}), list);
+    } catch (e) { fail(e); }
+  }
+
+  async function react(target, id, kind, on) {
+    try {
+      const url = `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/reactions/`;
+      const r = await api("POST", url, {kind, on});
+      const t = S.thread;
+      if (!t) return;
+      if (target === "annotation") { t.mine.annotation = r.mine; t.annotation.reactions = r.reactions; }
+      else {
+        t.mine.replies[id] = r.mine;
+        const rep = t.replies.find((x) => x.id === id);
+        if (rep) rep.reactions = r.reactions;
+      }
+      renderThread();
+    } catch (e) { fail(e); }
+  }
+
+  function refresh() { return S.openId !== null ? openThread(S.openId) : Promise.resolve(); }
+
+  // A reply from a frame (with the server's public count) or from our own post (count from the open thread).
+  function upsertReply(r, count) {
+    const t = S.thread;
+    if (t && t.annotation.id === r.annotation) {
+      const i = t.replies.findIndex((x) => x.id === r.id);
+      if (i >= 0) t.replies[i] = r; else t.replies.push(r);
+      if (count === undefined) count = t.replies.filter((x) => !x.hidden && !x.deleted).length;
+      t.annotation.reply_count = count;
+    }
+    const a = S.byId.get(r.annotation);
+    if (a && count !== undefined) a.reply_count = count;
+  }
+
+  function merge(a) {
+    if (S.removed.has(a.id) && !a.hidden && !a.deleted) S.removed.delete(a.id);
+    S.byId.set(a.id, a);
+    if (S.thread && S.thread.annotation.id === a.id) S.thread.annotation = a;
+  }
+
+  Obs.annotations = {S, $, el, short, steps, mine, api, fail, showPanel, renderList, openThread, closeThread,
+                     renderThread, refresh, upsertReply, merge, changed: () => {}};
+})(window.Obs);

@@ -1,0 +1,146 @@
+// The data panel: the run's data manifest (domains, sources, sizes, stages and their mixture weights) with the
+// current stage and the live mixture weights (mixture/stage, mixture/weight/<domain>) over Obs.Store series.
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  // ------------------------------------------------------------------------------------------ helpers
+  const bytes = (n) => n === undefined || n === null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + " GB"
+    : n >= 1e6 ? (n / 1e6).toFixed(2) + " MB" : n >= 1e3 ? (n / 1e3).toFixed(1) + " kB" : n + " B";
+  const count = (n) => n === undefined || n === null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + "B"
+    : n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(n);
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
+      else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
+    }
+    for (const c of children) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+
+  function weightCell(w, cls) {
+    const td = el("td", {class: "num weight " + (cls || "")});
+    if (typeof w !== "number" || !isFinite(w)) { td.textContent = w === undefined || w === null ? "–" : String(w); return td; }
+    const pct = Math.max(0, Math.min(1, w)) * 100;
+    td.append(el("span", {class: "bar", style: ""}), el("span", {class: "pct", text: (w * 100).toFixed(1) + "%"}));
+    td.firstChild.style.width = pct.toFixed(1) + "%";
+    return td;
+  }
+
+  class DataPanel {
+    constructor(ctx, names) {
+      this.ctx = ctx;
+      this.stageName = names.stage;
+      this.weightPrefix = names.weight_prefix;
+      this.manifest = null;
+      this.domains = []; // names, manifest order then any only seen in mixture/weight/*
+      this.stage = null; // Series
+      this.weights = new Map(); // domain -> Series
+      this.dirty = false;
+      this.section = document.getElementById("data-panel");
+    }
+
+    hasManifest() { return !!(this.manifest && Object.keys(this.manifest).length); }
+
+    setManifest(m) {
+      if (!m || !Object.keys(m).length) return;
+      this.manifest = m;
+      for (const d of m.domains || []) this.addDomain(d.name);
+      this.watchStage();
+      this.touch();
+    }
+
+    // A series name the run has: mixture/stage or mixture/weight/<domain>.
+    discover(name) {
+      if (name === this.stageName) { this.watchStage(); this.touch(); }
+      else if (name.startsWith(this.weightPrefix) && !name.slice(this.weightPrefix.length).includes("/")) {
+        this.addDomain(name.slice(this.weightPrefix.length));
+        this.touch();
+      }
+    }
+
+    watchStage() { if (!this.stage) this.stage = this.ctx.store.want(this.stageName, this, {tail: true}); }
+
+    addDomain(d) {
+      if (!this.domains.includes(d)) this.domains.push(d);
+      if (!this.weights.has(d)) this.weights.set(d, this.ctx.store.want(this.weightPrefix + d, this, {tail: true}));
+    }
+
+    touch() { this.dirty = true; this.ctx.schedule(); }
+    reset() { this.touch(); }
+    added() { this.touch(); }
+
+    currentStage() {
+      const lv = this.stage && this.stage.lastValue();
+      return lv && typeof lv[1] === "number" ? Math.round(lv[1]) : null;
+    }
+
+    stageLabel() { // "pretrain (1 of 2)", for the run header
+      const cur = this.currentStage(), stages = (this.manifest && this.manifest.stages) || [];
+      if (cur === null) return null;
+      return (stages[cur] ? stages[cur].name : "stage " + cur) + (stages.length ? ` (${cur + 1} of ${stages.length})` : "");
+    }
+
+    redraw() {
+      if (!this.dirty) return;
+      this.dirty = false;
+      if (!this.hasManifest() && !this.domains.length) return;
+      this.section.hidden = false;
+      const m = this.manifest || {};
+      const stages = m.stages || [];
+      const cur = this.currentStage();
+      const byName = new Map((m.domains || []).map((d) => [d.name, d]));
+
+      const stageEl = document.getElementById("data-stage");
+      stageEl.dataset.stage = cur === null ? "" : cur;
+      if (cur === null) stageEl.textContent = stages.length ? "not started" : "–";
+      else stageEl.textContent = (stages[cur] ? stages[cur].name : "stage " + cur) +
+        (stages.length ? ` (${cur + 1} of ${stages.length})` : "");
+
+      const facts = [];
+      if (m.tokenizer) facts.push(["tokenizer", m.tokenizer.name + (m.tokenizer.vocab_size ? ` (vocab ${m.tokenizer.vocab_size})` : "")]);
+      if (m.seq_len) facts.push(["sequence", m.seq_len + " tokens"]);
+      if (m.batch_size) facts.push(["batch", String(m.batch_size)]);
+      if (m.token_budget) facts.push(["token budget", count(m.token_budget)]);
+      if (m.seed !== undefined) facts.push(["seed", String(m.seed)]);
+      if (typeof m.load_seconds === "number") facts.push(["loaded in", m.load_seconds.toFixed(2) + " s"]);
+      document.getElementById("data-facts").replaceChildren(
+        ...facts.map(([k, v]) => el("span", {class: "stat"}, k + " ", el("b", {text: v}))));
+
+      const head = el("tr", {}, el("th", {text: "domain"}), el("th", {text: "sources"}),
+                      el("th", {class: "num", text: "documents"}), el("th", {class: "num", text: "size"}),
+                      el("th", {class: "num", text: "tokens"}));
+      stages.forEach((st, i) => {
+        const th = el("th", {class: "num stage" + (i === cur ? " current" : ""),
+                             title: `${(st.fraction * 100).toFixed(0)}% of the budget: tokens ${count(st.start_tokens)}–${count(st.end_tokens)}`},
+                      st.name, el("br"), el("span", {class: "muted", text: (st.fraction * 100).toFixed(0) + "% of tokens"}));
+        th.dataset.stageIndex = i;
+        head.append(th);
+      });
+      head.append(el("th", {class: "num live", text: "weight now"}));
+      const rows = this.domains.map((name) => {
+        const d = byName.get(name) || {name};
+        const src = el("ul", {class: "sources"}, ...(d.sources || []).map((s) =>
+          el("li", {text: `${s.kind}: ${s.pattern}` + (s.files !== undefined ? ` · ${s.files} files` : "") +
+                          (s.bytes !== undefined ? ` · ${bytes(s.bytes)}` : "")})));
+        const tr = el("tr", {"data-domain": name},
+          el("td", {}, el("b", {text: name}), d.builtin ? el("span", {class: "muted", text: " built-in"}) : null),
+          el("td", {}, src),
+          el("td", {class: "num", text: count(d.documents)}),
+          el("td", {class: "num", text: bytes(d.bytes)}),
+          el("td", {class: "num", text: count(d.tokens), title: d.train_tokens !== undefined ?
+                    `train ${d.train_tokens}, eval ${d.eval_tokens}` : ""}));
+        stages.forEach((st, i) => tr.append(weightCell((st.weights || {})[name], i === cur ? "current" : "")));
+        const lv = this.weights.get(name) && this.weights.get(name).lastValue();
+        tr.append(weightCell(lv ? lv[1] : null, "live"));
+        return tr;
+      });
+      document.getElementById("data-domains").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+    }
+  }
+
+  Obs.DataPanel = DataPanel;
+})(window.Obs);

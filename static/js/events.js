@@ -1,0 +1,157 @@
+// The run's event log, readable: events grouped by kind with a filter per group, runs of routine checkpoints
+// collapsed into one line, and restarts told as "resumed at step N" rather than as a rewind. It also classifies
+// rewinds for the charts' markers (a restart's "resumed at N", a rollback's "↺ back to N").
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const MAX_EVENTS = 2000;
+  const GROUPS = [["lifecycle", "Lifecycle"], ["restart", "Restarts & rollbacks"], ["intervention", "Operator actions"],
+                  ["checkpoint", "Checkpoints"], ["other", "Other"]];
+  const INTERVENTIONS = new Set(["command", "lr_multiplier", "lr_replan", "mixture_changed", "fault_injected"]);
+  const RESTARTS = new Set(["resumed", "rollback", "commands_rolled_back"]);
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  class EventLog {
+    // section: the events <section>; onRewind({from_step, to_step, label}): a rewind the charts should mark.
+    constructor(section, onRewind) {
+      this.section = section;
+      this.list = section.querySelector("#events");
+      this.onRewind = onRewind;
+      this.entries = []; // {id, group, text, step, t}
+      this.lastId = 0;
+      this.restarting = false; // between a (re)start and training: a rewind then is the restart's
+      this.sawAny = false;
+      this.show = new Set(GROUPS.map((g) => g[0]));
+      this.buildFilters();
+    }
+
+    buildFilters() {
+      const box = this.section.querySelector("#event-filters");
+      this.counts = new Map();
+      box.replaceChildren(...GROUPS.map(([key, label]) => {
+        const lab = el("label", "filter");
+        const cb = el("input");
+        cb.type = "checkbox"; cb.checked = true; cb.value = key;
+        cb.addEventListener("change", () => { cb.checked ? this.show.add(key) : this.show.delete(key); this.render(); });
+        const n = el("span", "muted count", "");
+        this.counts.set(key, n);
+        lab.append(cb, " " + label + " ", n);
+        return lab;
+      }));
+    }
+
+    // Events in id order (history from the API, then live frames); already-seen ids are skipped.
+    add(events) {
+      let changed = false;
+      for (const ev of events) {
+        if (ev.id <= this.lastId) continue;
+        this.lastId = ev.id;
+        this.entries.push(this.describe(ev));
+        this.sawAny = true;
+        changed = true;
+      }
+      if (this.entries.length > MAX_EVENTS) this.entries.splice(0, this.entries.length - MAX_EVENTS);
+      if (changed) this.render();
+    }
+
+    describe(ev) {
+      const p = ev.payload || {};
+      const out = {id: ev.id, step: ev.step, t: ev.t, group: "other", text: ev.name, kind: ev.kind};
+      if (ev.kind === "state") {
+        out.group = ev.name === "checkpointing" ? "checkpoint" : "lifecycle";
+        if (ev.name === "starting") {
+          out.text = this.sawAny ? "Restarting" : "Starting";
+          if (this.sawAny && !ev.step) out.step = null; // not "step 0": the restart has not restored yet
+          this.restarting = true;
+        } else {
+          out.text = "State: " + ev.name + (p.detail ? " — " + p.detail : "");
+          if (ev.name === "training" || ev.name === "stopped" || ev.name === "failed") this.restarting = false;
+        }
+      } else if (ev.kind === "rewind") {
+        const from = p.from_step, to = p.to_step, redo = from > to;
+        out.group = "restart";
+        if (this.restarting) {
+          out.text = `Resumed at step ${to}` + (redo ? ` (steps ${to + 1}–${from} are trained again)` : "");
+          this.onRewind({from_step: from, to_step: to, label: `resumed at ${to}`}); // a restart is marked
+        } else {
+          out.text = `Went back to step ${to}` + (redo ? ` (steps ${to + 1}–${from} superseded)` : "");
+          if (redo) this.onRewind({from_step: from, to_step: to, label: `↺ back to ${to}`});
+        }
+      } else if (RESTARTS.has(ev.name)) {
+        out.group = "restart";
+        out.text = ev.name === "resumed" ? `Resumed from the checkpoint of step ${p.from_checkpoint ?? ev.step}`
+          : ev.name === "rollback" ? `Rolled back to step ${p.to_step}` + (p.skip_batches ? `, skipping ${p.skip_batches} batches` : "")
+          : `${(p.ids || []).length} operator command(s) undone` + (p.detail ? ": " + p.detail : "");
+        if (ev.name === "resumed") this.restarting = true;
+      } else if (INTERVENTIONS.has(ev.name)) {
+        out.group = "intervention";
+        out.text = ev.name === "command" ? `Operator: ${p.command || "command"}` +
+            (p.args && Object.keys(p.args).length ? " " + JSON.stringify(p.args) : "") + (p.reason ? ` — “${p.reason}”` : "")
+          : ev.name === "lr_multiplier" ? `Learning-rate multiplier → ${p.multiplier ?? p.new ?? ""}`.trim()
+          : ev.name === "lr_replan" ? "Learning-rate schedule re-planned for a new token budget"
+          : ev.name === "mixture_changed" ? "Data mixture changed"
+          : `Fault injected: ${p.fault || ""}`;
+      } else if (ev.name === "checkpoint_saved" || ev.name === "checkpoint_written") {
+        out.group = "checkpoint";
+        out.text = ev.name === "checkpoint_saved" ? "Checkpoint saved" : "Checkpoint written to disk";
+      } else if (ev.name === "compiled") {
+        out.text = "Compiled" + (typeof p.seconds === "number" ? ` in ${p.seconds.toFixed(1)} s` : "") +
+          (p.devices ? ` on ${p.devices}` : "");
+      } else if (p.detail) {
+        out.text = `${ev.name} — ${p.detail}`;
+      }
+      return out;
+    }
+
+    item(e) {
+      const li = el("li", "ev ev-" + e.group);
+      li.append(el("span", "ev-step", e.step === null || e.step === undefined ? "–" : "step " + e.step), " ",
+                el("span", "ev-text", e.text));
+      if (e.t) {
+        const time = el("time", "muted", " " + new Date(e.t).toLocaleTimeString());
+        time.dateTime = e.t;
+        li.append(time);
+      }
+      return li;
+    }
+
+    render() {
+      for (const [key] of GROUPS) this.counts.get(key).textContent = "(" +
+        this.entries.filter((e) => e.group === key).length + ")";
+      const shown = this.entries.filter((e) => this.show.has(e.group)).reverse(); // newest first
+      const out = [];
+      for (let i = 0; i < shown.length;) {
+        if (shown[i].group !== "checkpoint") { out.push(this.item(shown[i])); i++; continue; }
+        let j = i;
+        while (j < shown.length && shown[j].group === "checkpoint") j++;
+        const run = shown.slice(i, j);
+        if (run.length < 3) run.forEach((e) => out.push(this.item(e)));
+        else { // routine: one line, details on demand
+          const steps = run.map((e) => e.step).filter((s) => s !== null && s !== undefined);
+          const li = el("li", "ev ev-checkpoint collapsed");
+          const det = el("details");
+          det.append(el("summary", "", `${run.length} routine checkpoint events` +
+                        (steps.length ? `, steps ${Math.min(...steps)}–${Math.max(...steps)}` : "")));
+          const inner = el("ol", "ev-inner");
+          inner.append(...run.map((e) => this.item(e)));
+          det.append(inner);
+          li.append(det);
+          out.push(li);
+        }
+        i = j;
+      }
+      this.list.replaceChildren(...out);
+      this.section.querySelector("#events-empty").hidden = out.length > 0;
+    }
+  }
+
+  Obs.EventLog = EventLog;
+})(window.Obs);

@@ -1,0 +1,65 @@
+// Operator interventions on the public dashboard: every applied command drawn as a marker at the step the trainer
+// applied it, labelled with its reason (and the operator's name where they opted in); undone ones in grey.
+// Source: GET /api/runs/<id>/interventions/ (public). Drawn through Obs.setOverlays("interventions", ...).
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const REFRESH_MS = 10000; // commands are rare; a marker may appear a few seconds after its ack
+  const LABEL_CHARS = 32; // labels sit side by side at the top of a chart; the whole reason is a click away
+  // Words, not pictographs: a label must read the same on a machine without an emoji font.
+  const ICONS = {pause: "pause:", resume: "resume:", stop: "stop:", checkpoint: "ckpt:", rollback: "rollback:",
+                 "set-lr-multiplier": "LR×:", "set-token-budget": "budget:", "set-mixture": "mix:",
+                 "inject-fault": "fault:"};
+
+  // Plotly reads a few HTML tags in annotation text: an operator's reason is shown as text, never markup.
+  const plain = (s) => String(s || "").replace(/[<>&]/g, " ");
+  const short = (s) => (s.length > LABEL_CHARS ? s.slice(0, LABEL_CHARS - 1) + "…" : s);
+
+  const who = (c) => (c.user ? ` — ${c.user}` : "");
+  const text = (c) => `${ICONS[c.command] || c.command} ${c.reason}` + (c.undone_by ? " (undone)" : "") + who(c);
+
+  // Commands applied at one step (a pause and its resume, say) share one marker, so labels do not overprint.
+  function marker(group) {
+    const undone = group.every((c) => !!c.undone_by);
+    return {
+      id: "intervention-" + group[0].id, x0: group[0].step, color: undone ? "#9e9e9e" : "#6a1b9a",
+      textColor: undone ? "#757575" : "#4a148c",
+      label: plain(short(text(group[0])) + (group.length > 1 ? ` +${group.length - 1}` : "")),
+      onClick: () => group.forEach((c) => Obs.toast(plain(`${c.command} at step ${c.step}${who(c)}: ${c.reason}. ` +
+        `Trainer: ${c.detail}` + (c.undone_by ? ` — ${c.undone_detail}` : "")), "info")),
+    };
+  }
+
+  function grouped(list) {
+    const at = new Map();
+    list.forEach((c) => at.set(c.step, [...(at.get(c.step) || []), c]));
+    return [...at.values()];
+  }
+
+  function start(ctx, page) {
+    const url = `/api/runs/${encodeURIComponent(page.run_id)}/interventions/`;
+    let shown = "";
+    async function load() {
+      if (document.hidden) return;
+      try {
+        const r = await fetch(url);
+        if (!r.ok) return;
+        const list = (await r.json()).interventions.filter((c) => c.step !== null);
+        const key = JSON.stringify(list.map((c) => [c.id, c.undone_by]));
+        if (key === shown) return;
+        shown = key;
+        Obs.setOverlays("interventions", grouped(list).map(marker));
+        ctx.schedule();
+      } catch (e) {
+        console.warn("interventions:", e);
+      }
+    }
+    load();
+    setInterval(load, REFRESH_MS);
+  }
+
+  Obs.onStart = Obs.onStart || [];
+  Obs.onStart.push(start);
+})(window.Obs);

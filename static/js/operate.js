@@ -1,0 +1,434 @@
+// Operator panel: every run's progress and knobs, forms generated from the contract's command schema, and each
+// command's life (sent → accepted → applied / rejected / no answer, undone by a rollback) as the trainer answers.
+// State comes from the server (WebSocket /ws/operate/ pushes snapshots built from Redis + SQL; the JSON endpoint
+// is polled while the socket is down), never from this page's memory: a reload or a web restart loses nothing.
+"use strict";
+
+(function () {
+  const page = JSON.parse(document.getElementById("operate-data").textContent);
+  const $ = (id) => document.getElementById(id);
+  const specs = new Map(page.specs.map((s) => [s.name, s]));
+  const OUTCOME_WORDS = {timeout: "no answer"};
+  const WEIGHT_TOLERANCE = 1e-6; // webapp/control/api.py WEIGHT_SUM_TOLERANCE
+  let snap = page.snapshot;
+  let selected = page.select || null;
+  let formFor = null; // "<run>/<command>" the form was built for
+  let ws = null, attempts = 0, pollTimer = null, planTimer = null;
+  const chart = {run: null, series: {}, preview: null, drawn: false};
+
+  // ------------------------------------------------------------------------------------------ helpers
+  function el(tag, props, ...kids) {
+    const e = document.createElement(tag);
+    Object.entries(props || {}).forEach(([k, v]) => {
+      if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
+      else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
+    });
+    kids.forEach((k) => k != null && e.append(k));
+    return e;
+  }
+  const num = (x) => (x == null || x === "" ? "–" : Number(x).toLocaleString("en-US"));
+  const sig = (x, d = 3) => (x == null || typeof x !== "number" ? "–" : Number(x.toPrecision(d)).toString());
+  function dur(s) {
+    if (s == null || typeof s !== "number" || !isFinite(s)) return "–";
+    s = Math.max(0, Math.round(s));
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+    return h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
+  }
+  const runOf = (id) => (snap.runs || []).find((r) => r.id === id) || null;
+  const enc = encodeURIComponent;
+  const argText = (args) => Object.entries(args || {}).map(([k, v]) =>
+    `${k}=${typeof v === "object" ? Object.entries(v).map(([a, b]) => `${a}:${sig(b)}`).join(",") : v}`).join(" ");
+
+  // ------------------------------------------------------------------------------------------ live state
+  function connect() {
+    const proto = location.protocol === "https:" ? "wss://" : "ws://";
+    ws = new WebSocket(proto + location.host + page.ws_path);
+    ws.onopen = () => { attempts = 0; $("op-conn").textContent = "live"; stopPolling(); };
+    ws.onmessage = (ev) => { const m = JSON.parse(ev.data); if (m.type === "snapshot") apply(m); };
+    ws.onclose = (ev) => {
+      ws = null;
+      if (ev.code === 4403) { $("op-conn").textContent = "not an operator"; return; }
+      $("op-conn").textContent = "reconnecting… (polling)";
+      startPolling();
+      setTimeout(connect, Math.min(10000, 500 * 2 ** attempts++));
+    };
+  }
+  function startPolling() { if (!pollTimer) pollTimer = setInterval(poll, 2000); }
+  function stopPolling() { clearInterval(pollTimer); pollTimer = null; }
+  async function poll() {
+    try {
+      const r = await fetch(page.snapshot_url, {credentials: "same-origin"});
+      if (r.ok) apply(await r.json());
+    } catch (e) { /* the socket's reconnect loop reports the outage */ }
+  }
+  function apply(s) { snap = s; render(); }
+  function refreshSoon() { if (ws && ws.readyState === WebSocket.OPEN) ws.send('{"type":"refresh"}'); else poll(); }
+
+  // ------------------------------------------------------------------------------------------ tables
+  function render() {
+    renderRuns();
+    renderCommands();
+    renderDetail();
+  }
+
+  function renderRuns() {
+    const body = $("op-runs").querySelector("tbody");
+    body.replaceChildren();
+    $("op-no-runs").hidden = (snap.runs || []).length > 0;
+    for (const r of snap.runs || []) {
+      const mix = r.mixture || {};
+      const weights = Object.entries(mix.weights || {}).map(([d, w]) => `${d} ${sig(w, 2)}`).join(", ");
+      const ck = (r.checkpoints || []).slice(-3).map((c) => c.step).join(", ");
+      const tr = el("tr", {"data-run": r.id, class: r.id === selected ? "selected" : "", tabIndex: 0,
+                           title: "steer this run"},
+        el("td", {}, el("b", {text: r.name}), " ", el("span", {class: "muted", text: r.id !== r.name ? r.id : ""})),
+        el("td", {}, el("span", {class: `badge state state-${r.state}`, text: r.state}), " ",
+          el("span", {class: `badge health-${r.health}`, text: r.health})),
+        el("td", {class: "num step", text: num(r.step)}),
+        el("td", {class: "num", text: `${num(r.tokens)} / ${num(r.token_budget)}`}),
+        el("td", {class: "num", text: dur(r.eta_s)}),
+        el("td", {class: "num", text: r.mfu == null ? "–" : (100 * r.mfu).toFixed(1) + " %"}),
+        el("td", {class: "num hb", "data-t": r.heartbeat_t || ""}),
+        el("td", {class: "num lrm", text: sig(r.lr_multiplier)}),
+        el("td", {class: "mix", text: mix.stage_name ? `${mix.stage_name}: ${weights}` : weights || "–"}),
+        el("td", {class: "ckpt", text: ck || "–", title: `${(r.checkpoints || []).length} checkpoint(s) on disk`}));
+      tr.addEventListener("click", () => select(r.id));
+      tr.addEventListener("keydown", (e) => { if (e.key === "Enter") select(r.id); });
+      body.append(tr);
+    }
+    tickHeartbeats();
+  }
+
+  function tickHeartbeats() {
+    document.querySelectorAll("#op-runs td.hb").forEach((td) => {
+      const t = parseFloat(td.dataset.t);
+      td.textContent = isFinite(t) ? `${Math.max(0, Math.round(Date.now() / 1000 - t))} s ago` : "–";
+    });
+  }
+
+  function renderCommands() {
+    const body = $("op-commands").querySelector("tbody");
+    body.replaceChildren();
+    for (const c of snap.commands || []) {
+      const outcome = c.outcome;
+      const detail = [c.detail, c.undone_detail].filter(Boolean).join(" — ");
+      const retry = outcome === "timeout"
+        ? el("button", {type: "button", class: "small", text: "retry", title: "send again with the same id"}) : null;
+      if (retry) retry.addEventListener("click", () => post(c.run, {id: c.id, command: c.command, args: c.args,
+                                                                     reason: c.reason, confirm: true}));
+      body.append(el("tr", {id: "cmd-" + c.id, "data-outcome": outcome, "data-run": c.run},
+        el("td", {text: new Date(c.created_at).toLocaleTimeString(), "data-label": "sent"}),
+        el("td", {text: c.run, "data-label": "run"}),
+        el("td", {"data-label": "command"}, el("code", {text: c.command}), " ",
+          el("span", {class: "muted", text: argText(c.args)})),
+        el("td", {class: "reason", text: c.reason, "data-label": "reason"}),
+        el("td", {text: c.user || "–", "data-label": "by"}),
+        el("td", {"data-label": "outcome"},
+          el("span", {class: `badge outcome outcome-${outcome}`, text: OUTCOME_WORDS[outcome] || outcome})),
+        el("td", {class: "detail", "data-label": "trainer says",
+                  text: (detail || "–") + (c.sent_count > 1 ? ` (sent ${c.sent_count}×)` : "")}),
+        el("td", {}, retry)));
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------ one run
+  function select(runId) {
+    selected = runId;
+    const u = new URL(location.href);
+    u.searchParams.set("run", runId);
+    history.replaceState(null, "", u);
+    render();
+  }
+
+  function renderDetail() {
+    const run = selected && runOf(selected);
+    $("op-detail").hidden = !run;
+    if (!run) return;
+    const title = $("op-run-title");
+    title.replaceChildren(el("span", {text: run.name + " "}),
+      el("a", {href: `/runs/${enc(run.id)}/`, text: "dashboard"}), " · ",
+      el("a", {href: `/runs/${enc(run.id)}/log/`, text: "command log"}));
+    const bar = $("op-buttons");
+    const names = [...specs.keys()].filter((n) => n !== "inject-fault" || run.allow_faults);
+    if (bar.dataset.names !== names.join() + "|" + run.id) {
+      bar.dataset.names = names.join() + "|" + run.id;
+      bar.replaceChildren(...names.map((n) => {
+        const b = el("button", {type: "button", text: n, title: specs.get(n).summary, "data-cmd": n,
+                                class: specs.get(n).destructive ? "destructive" : ""});
+        b.addEventListener("click", () => chooseCommand(n));
+        return b;
+      }));
+      if (formFor && !formFor.startsWith(run.id + "/")) { formFor = null; $("op-form").hidden = true; }
+    }
+    bar.querySelectorAll("button").forEach((b) =>
+      b.classList.toggle("active", formFor === `${run.id}/${b.dataset.cmd}`));
+    if (formFor) refreshCheckpointChoices(run);
+    if (chart.run !== run.id) { chart.run = run.id; chart.series = {}; chart.preview = null; loadChart(); }
+    drawChart();
+  }
+
+  function chooseCommand(name) {
+    const run = runOf(selected);
+    formFor = `${run.id}/${name}`;
+    buildForm(specs.get(name), run);
+    renderDetail();
+  }
+
+  function input(arg, value) {
+    const i = el("input", {type: "number", id: "op-arg-" + arg.name, name: arg.name,
+                           step: arg.type === "int" ? "1" : "any"});
+    if (arg.lo != null) i.min = arg.lo;
+    if (arg.hi != null) i.max = arg.hi;
+    if (value != null) i.value = value;
+    return i;
+  }
+
+  function buildForm(spec, run) {
+    const box = $("op-args");
+    box.replaceChildren();
+    $("op-summary").textContent = spec.summary;
+    $("op-error").textContent = "";
+    for (const a of spec.args) {
+      let field;
+      if (spec.name === "rollback" && a.name === "step") {
+        field = el("select", {id: "op-arg-step", name: "step"});
+      } else if (a.type === "choice") {
+        field = el("select", {id: "op-arg-" + a.name, name: a.name},
+                   ...a.choices.map((c) => el("option", {value: c, text: c})));
+      } else if (a.type === "weights") {
+        field = weightsField(run);
+      } else {
+        let value = a.default;
+        if (spec.name === "set-lr-multiplier") value = run.lr_multiplier ?? 1;
+        if (spec.name === "set-token-budget") value = run.token_budget;
+        field = input(a, value);
+      }
+      const wrap = el("label", {class: "op-field", "data-only-for": a.only_for.join(" ")},
+        el("span", {text: `${a.name} `}), el("span", {class: "muted", text: a.help}), field);
+      box.append(wrap);
+    }
+    if (spec.name === "rollback") refreshCheckpointChoices(run, true);
+    $("op-confirm-box").hidden = !spec.destructive;
+    $("op-confirm").checked = false;
+    $("op-confirm-text").textContent = spec.name === "stop"
+      ? `I understand: this ends run ${run.id} (a checkpoint is written first).`
+      : `I understand: the steps after the chosen checkpoint are superseded on every chart of ${run.id}.`;
+    $("op-send").textContent = `Send ${spec.name}`;
+    $("op-form").hidden = false;
+    box.querySelectorAll("input, select").forEach((i) => i.addEventListener("input", updatePreview));
+    updatePreview();
+  }
+
+  function weightsField(run) {
+    const mix = run.mixture || {};
+    const box = el("div", {class: "op-weights", id: "op-weights"});
+    for (const d of mix.domains || []) {
+      const i = el("input", {type: "number", min: 0, max: 1, step: "0.01", id: "op-w-" + d, "data-domain": d,
+                             value: mix.weights && mix.weights[d] != null ? +mix.weights[d].toFixed(4) : 0});
+      box.append(el("label", {class: "op-weight"}, el("span", {text: d}), i));
+    }
+    const norm = el("button", {type: "button", class: "small", text: "scale to sum 1"});
+    norm.addEventListener("click", () => {
+      const ins = [...box.querySelectorAll("input")], total = ins.reduce((s, i) => s + (+i.value || 0), 0);
+      if (total > 0) ins.forEach((i) => { i.value = +((+i.value || 0) / total).toFixed(6); });
+      updatePreview();
+    });
+    box.append(el("p", {class: "muted", id: "op-weights-sum"}), norm);
+    box.prepend(el("p", {class: "muted",
+                         text: `weights of the current stage (${mix.stage_name || "?"}); they must sum to 1`}));
+    return box;
+  }
+
+  function refreshCheckpointChoices(run, force) {
+    const sel = $("op-arg-step");
+    if (!sel) return;
+    const list = (run.checkpoints || []).slice().reverse();
+    const key = list.map((c) => c.step).join();
+    if (!force && sel.dataset.key === key) return;
+    const keep = sel.value;
+    sel.dataset.key = key;
+    sel.replaceChildren(...list.map((c) => el("option", {value: c.step,
+      text: `step ${c.step} · ${c.kind}${c.kept ? " · " + c.kept : ""}`})));
+    if (!list.length) sel.append(el("option", {value: "", text: "no checkpoint published yet"}));
+    if (keep && list.some((c) => String(c.step) === keep)) sel.value = keep;
+  }
+
+  function collectArgs(spec) {
+    const args = {};
+    const fault = $("op-arg-fault") && $("op-arg-fault").value;
+    for (const a of spec.args) {
+      if (a.only_for.length && !a.only_for.includes(fault)) continue;
+      if (a.type === "weights") {
+        args.weights = {};
+        document.querySelectorAll("#op-weights input").forEach((i) => {
+          args.weights[i.dataset.domain] = +i.value || 0;
+        });
+        continue;
+      }
+      const v = $("op-arg-" + a.name).value;
+      if (v === "") continue;
+      args[a.name] = a.type === "int" ? parseInt(v, 10) : a.type === "float" ? parseFloat(v) : v;
+    }
+    return args;
+  }
+
+  // ------------------------------------------------------------------------------------------ previews
+  function updatePreview() {
+    const [runId, name] = (formFor || "/").split("/");
+    const run = runOf(runId), spec = specs.get(name), out = $("op-preview");
+    if (!run || !spec) return;
+    const fault = $("op-arg-fault") && $("op-arg-fault").value;
+    document.querySelectorAll("#op-args [data-only-for]").forEach((w) => {
+      w.hidden = !!w.dataset.onlyFor && !w.dataset.onlyFor.split(" ").includes(fault);
+    });
+    chart.preview = null;
+    out.replaceChildren();
+    const args = collectArgs(spec);
+    if (name === "rollback" && args.step != null) {
+      const to = args.step, from = run.step;
+      chart.preview = {band: [to, from]};
+      const skip = args.skip_batches ? ` and skips ${args.skip_batches} batches` : "";
+      out.append(el("p", {text: `Restores the checkpoint at step ${to}${skip}: ` +
+        `steps ${to + 1}–${from} (${Math.max(0, from - to)} steps) are superseded, shaded on the chart; ` +
+        `the state at step ${from} is checkpointed first, and commands applied after step ${to} are undone.`}));
+    } else if (name === "set-lr-multiplier" && args.value != null && run.lr != null) {
+      const now = run.lr_multiplier ? run.lr / run.lr_multiplier : run.lr;
+      out.append(el("p", {text: `LR now ${sig(run.lr)} → ${sig(now * args.value)} (×${args.value} of the ` +
+                                `schedule).`}));
+    } else if (name === "set-mixture") {
+      const total = Object.values(args.weights || {}).reduce((s, w) => s + w, 0);
+      const bad = Math.abs(total - 1) > WEIGHT_TOLERANCE;
+      $("op-weights-sum").textContent = `sum ${+total.toFixed(6)}` + (bad ? " — must be 1" : " ✓");
+    } else if (name === "set-token-budget" && args.tokens) {
+      clearTimeout(planTimer);
+      planTimer = setTimeout(() => previewPlan(run, args.tokens), 250);
+    }
+    drawChart();
+  }
+
+  async function previewPlan(run, tokens) {
+    const out = $("op-preview");
+    const r = await fetch(`/api/runs/${enc(run.id)}/plan/?tokens=${tokens}`, {credentials: "same-origin"});
+    const body = await r.json();
+    if (formFor !== `${run.id}/set-token-budget`) return;
+    if (!r.ok) { out.replaceChildren(el("p", {class: "error", text: body.error})); return; }
+    chart.preview = {plan: body};
+    out.replaceChildren(el("p", {id: "op-plan-text", text:
+      `Re-planned: ${num(body.new.total_steps)} steps (now ${num(body.old.total_steps)}); ` +
+      `ETA ${dur(body.new.eta_s)} (now ${dur(body.old.eta_s)}). The LR stays ${sig(body.lr_now)} at step ` +
+      `${num(body.step)} and decays to the new end (dashed on the chart).`}));
+    drawChart();
+  }
+
+  // ------------------------------------------------------------------------------------------ chart
+  async function loadChart() {
+    const runId = chart.run;
+    if (!runId) return;
+    if (!chart.known || chart.known.run !== runId || chart.known.names.size < Object.keys(page.metrics).length) {
+      // ask which series exist first: a series not stored yet is not an error to show in the console
+      try {
+        const list = await (await fetch(`/api/runs/${enc(runId)}/metrics/`)).json();
+        chart.known = {run: runId, names: new Set(list.metrics.map((m) => m.name))};
+      } catch (e) { return; }
+    }
+    const wanted = Object.entries(page.metrics).filter(([, name]) => chart.known.names.has(name));
+    await Promise.all(wanted.map(async ([key, name]) => {
+      try {
+        // up to the trainer's step: points past it belong to a branch a rollback abandoned (not yet overwritten)
+        const step = (runOf(runId) || {}).step;
+        const end = Number.isInteger(step) && step > 0 ? `&end=${step}` : "";
+        const r = await fetch(`/api/runs/${enc(runId)}/metrics/${name}/?points=400${end}`);
+        if (r.ok && chart.run === runId) chart.series[key] = await r.json();
+      } catch (e) { /* next round */ }
+    }));
+    drawChart();
+  }
+
+  function drawChart() {
+    const run = runOf(chart.run);
+    if (!run || $("op-detail").hidden) return;
+    const s = chart.series, p = chart.preview || {}, traces = [], shapes = [], annotations = [];
+    const line = (x, y, name, style, y2) => ({x, y, name, mode: "lines", yaxis: y2 ? "y2" : "y", line: style});
+    const xs = (c) => c.map((q) => q[0]), ys = (c) => c.map((q) => q[1]);
+    if (s.loss) traces.push(line(s.loss.steps, s.loss.values, "loss", {width: 1.3, color: "#1f5fbf"}));
+    if (s.lr) traces.push(line(s.lr.steps, s.lr.values, "learning rate", {width: 1.3, color: "#e07b00"}, true));
+    if (p.plan) { // set-token-budget: the schedule now and after, on the LR axis
+      traces.push(line(xs(p.plan.curve_old), ys(p.plan.curve_old), "plan now", {dash: "dot", color: "#9e9e9e"}, true));
+      traces.push(line(xs(p.plan.curve_new), ys(p.plan.curve_new), "plan after", {dash: "dash", color: "#2e7d32"},
+                       true));
+    }
+    if (p.band) { // rollback: the steps it supersedes
+      shapes.push({type: "rect", xref: "x", yref: "paper", x0: p.band[0], x1: p.band[1], y0: 0, y1: 1,
+                   fillcolor: "rgba(198,40,40,0.15)", line: {width: 0}});
+      annotations.push({xref: "x", yref: "paper", x: p.band[0], y: 1, yanchor: "bottom", xanchor: "left",
+                        showarrow: false, text: "superseded", font: {size: 10, color: "#c62828"}});
+    }
+    (snap.commands || []).filter((c) => c.run === run.id && c.outcome === "applied" && c.step != null).forEach((c) =>
+      shapes.push({type: "line", xref: "x", yref: "paper", x0: c.step, x1: c.step, y0: 0, y1: 1,
+                   line: {color: "#6a1b9a", width: 1}}));
+    const css = getComputedStyle(document.documentElement), v = (name) => css.getPropertyValue(name).trim();
+    const axis = {gridcolor: v("--grid"), zerolinecolor: v("--line")};
+    const layout = {margin: {l: 50, r: 60, t: 28, b: 36}, uirevision: run.id, showlegend: true, shapes, annotations,
+                    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: v("--fg")},
+                    legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
+                    xaxis: {...axis, title: {text: "step"}},
+                    yaxis: {...axis, title: {text: "loss"}},
+                    yaxis2: {overlaying: "y", side: "right", tickformat: ".2~e", showgrid: false, rangemode: "tozero",
+                             title: {text: "LR"}}};
+    Plotly.react($("op-chart"), traces, layout, {displaylogo: false, responsive: true});
+    $("op-chart-note").textContent = s.loss ? `${num(s.loss.count)} steps stored`
+      : chart.known && chart.known.run === run.id ? "no data yet" : "loading…";
+  }
+
+  // ------------------------------------------------------------------------------------------ sending
+  async function post(runId, body, attempt = 0) {
+    const token = document.querySelector("#op-form input[name=csrfmiddlewaretoken]").value;
+    let r;
+    try {
+      r = await fetch(`/api/runs/${enc(runId)}/commands/`, {method: "POST", credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-CSRFToken": token}, body: JSON.stringify(body)});
+    } catch (e) { // the request may or may not have arrived: the same id again can never apply it twice
+      if (attempt < 3) {
+        await new Promise((ok) => setTimeout(ok, 1000 * (attempt + 1)));
+        return post(runId, body, attempt + 1);
+      }
+      $("op-error").textContent = "could not reach the server; the command's id is kept, retry from the list";
+      return null;
+    }
+    const out = await r.json().catch(() => ({}));
+    if (!r.ok) $("op-error").textContent = out.error || `error ${r.status}`;
+    refreshSoon();
+    return r.ok ? out : null;
+  }
+
+  $("op-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const [runId, name] = formFor.split("/");
+    const spec = specs.get(name), reason = $("op-reason").value.trim(), args = collectArgs(spec);
+    $("op-error").textContent = "";
+    if (!reason) { $("op-error").textContent = "give a reason: it is published with the command"; return; }
+    if (spec.destructive && !$("op-confirm").checked) {
+      $("op-error").textContent = `confirm the ${name} first`;
+      return;
+    }
+    if (name === "set-mixture") {
+      const total = Object.values(args.weights).reduce((s, w) => s + w, 0);
+      if (Math.abs(total - 1) > WEIGHT_TOLERANCE) { $("op-error").textContent = "the weights must sum to 1"; return; }
+    }
+    // the id is made here, once: a retry of this request (network trouble) can never become a second command
+    const id = "web-" + Array.from(crypto.getRandomValues(new Uint8Array(12)),
+                                   (b) => b.toString(16).padStart(2, "0")).join("");
+    $("op-send").disabled = true;
+    const ok = await post(runId, {id, command: name, args, reason, confirm: spec.destructive ? true : undefined});
+    $("op-send").disabled = false;
+    if (ok) { // done with this form: its preview (a band, a plan) no longer describes anything
+      $("op-reason").value = ""; $("op-confirm").checked = false;
+      formFor = null; chart.preview = null; $("op-form").hidden = true; renderDetail();
+    }
+  });
+
+  render();
+  connect();
+  setInterval(tickHeartbeats, 1000);
+  setInterval(() => { if (chart.run && !document.hidden) loadChart(); }, 2000);
+})();

@@ -1,0 +1,88 @@
+// The metric picker: every series the run has, grouped (loss, optimizer, mixture of experts, hardware, …) and
+// named by the registry's titles, filtered by a search field. Choosing never adds a chart by itself (arrow keys
+// only move the selection): the "Add chart" button, or Enter in the list or the search field, does.
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const MAX_SHOWN = 400; // options rendered for a broad search; the count says how many more match
+
+  class Picker {
+    // registry: Obs.Registry; isShown(name): a chart for it exists; onAdd(name).
+    constructor(registry, isShown, onAdd) {
+      this.registry = registry; this.isShown = isShown; this.onAdd = onAdd;
+      this.names = new Set();
+      this.search = document.getElementById("metric-search");
+      this.select = document.getElementById("metric-picker");
+      this.button = document.getElementById("metric-add");
+      this.count = document.getElementById("metric-count");
+      this.timer = null;
+      this.search.addEventListener("input", () => this.render());
+      this.search.addEventListener("keydown", (ev) => {
+        if (ev.key === "Enter") { ev.preventDefault(); this.add(); }
+        else if (ev.key === "ArrowDown" && this.select.options.length) { ev.preventDefault(); this.select.focus(); }
+      });
+      this.select.addEventListener("keydown", (ev) => { if (ev.key === "Enter") { ev.preventDefault(); this.add(); } });
+      this.select.addEventListener("change", () => this.sync());
+      this.button.addEventListener("click", () => this.add());
+    }
+
+    // Names the run has: rendered in a batch (a run reveals hundreds at once).
+    discover(names) {
+      let fresh = false;
+      for (const n of names) if (!this.names.has(n)) { this.names.add(n); fresh = true; }
+      if (fresh && !this.timer) this.timer = setTimeout(() => { this.timer = null; this.render(); }, 50);
+    }
+
+    add() {
+      const name = this.select.value;
+      if (!name || this.isShown(name)) return;
+      this.onAdd(name);
+      this.render();
+    }
+
+    sync() { this.button.disabled = !this.select.value || this.isShown(this.select.value); }
+
+    render() {
+      const words = this.search.value.toLowerCase().split(/\s+/).filter(Boolean);
+      const keep = this.select.value;
+      const groups = new Map();
+      let matched = 0;
+      const sorted = [...this.names].sort();
+      for (const name of sorted) {
+        const info = this.registry.info(name);
+        const hay = (info.title + " " + name + " " + info.group).toLowerCase();
+        if (!words.every((w) => hay.includes(w))) continue;
+        matched++;
+        if (matched > MAX_SHOWN) continue;
+        if (!groups.has(info.group)) groups.set(info.group, []);
+        groups.get(info.group).push(info);
+      }
+      const frag = document.createDocumentFragment();
+      for (const [group, infos] of [...groups.entries()].sort((a, b) => a[0].localeCompare(b[0]))) {
+        const og = document.createElement("optgroup");
+        og.label = `${group} (${infos.length})`;
+        for (const info of infos) {
+          const o = document.createElement("option");
+          o.value = info.name;
+          o.textContent = info.title === info.name ? info.name : `${info.title} — ${info.name}`;
+          if (this.isShown(info.name)) { o.textContent += " (shown)"; o.disabled = true; }
+          og.append(o);
+        }
+        frag.append(og);
+      }
+      this.select.replaceChildren(frag);
+      if (keep && [...this.select.options].some((o) => o.value === keep && !o.disabled)) this.select.value = keep;
+      else {
+        const first = [...this.select.options].find((o) => !o.disabled);
+        this.select.value = first ? first.value : "";
+      }
+      this.count.textContent = words.length ? `${matched} of ${this.names.size} series match`
+        : `${this.names.size} series`;
+      this.sync();
+    }
+  }
+
+  Obs.Picker = Picker;
+})(window.Obs);

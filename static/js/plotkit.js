@@ -1,0 +1,157 @@
+// What every chart shares: theme colours for Plotly, the Plotly config (no cloud upload), a keyboard-friendly
+// mode bar (one tab stop, arrow keys inside), debiased EMA smoothing, number formatting, the data-table
+// alternative to a chart, and the overlay registry feature modules draw through (Obs.setOverlays).
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  // Colours from the stylesheet's custom properties, so light and dark mode need no second palette here.
+  Obs.theme = () => {
+    const css = getComputedStyle(document.documentElement);
+    const v = (name, dflt) => (css.getPropertyValue(name) || "").trim() || dflt;
+    return {fg: v("--fg", "#1d232b"), muted: v("--muted", "#5b6470"), grid: v("--grid", "#e6e9ee"),
+            card: v("--card", "#fff"), red: v("--red", "#c62828"), amber: v("--amber", "#8a5300"),
+            missing: v("--missing", "#b0b6be")};
+  };
+
+  // Plotly config for every chart: no logo, no "share to the cloud", a short tool set, and no drag-to-zoom on
+  // touch screens (a finger must be able to scroll the page past a chart).
+  const CONFIG = Object.freeze({ // one object: Plotly then keeps a chart's mode bar instead of rebuilding it
+    responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,
+    displayModeBar: "hover", scrollZoom: false, doubleClick: "autosize", // double-click: the whole run
+    modeBarButtons: [["zoom2d", "pan2d", "select2d", "zoomIn2d", "zoomOut2d", "autoScale2d"], ["toImage"]],
+  });
+  Obs.plotConfig = () => CONFIG;
+  Obs.coarsePointer = () => window.matchMedia && window.matchMedia("(pointer: coarse)").matches;
+
+  // The Plotly mode bar as one ARIA toolbar: a single tab stop (the last button used), arrows move inside it.
+  Obs.toolbarA11y = (plotEl, label) => {
+    const bar = plotEl.querySelector(".modebar");
+    if (!bar) return;
+    bar.setAttribute("role", "toolbar");
+    bar.setAttribute("aria-label", label);
+    const btns = [...bar.querySelectorAll(".modebar-btn")];
+    const cur = Math.min(plotEl._obsToolIndex || 0, btns.length - 1);
+    btns.forEach((b, i) => { b.tabIndex = i === cur ? 0 : -1; });
+    if (plotEl._obsToolbarKeys) return;
+    plotEl._obsToolbarKeys = true;
+    plotEl.addEventListener("keydown", (ev) => {
+      const all = [...plotEl.querySelectorAll(".modebar-btn")];
+      const i = all.indexOf(ev.target);
+      if (i < 0) return;
+      const next = {ArrowRight: i + 1, ArrowDown: i + 1, ArrowLeft: i - 1, ArrowUp: i - 1, Home: 0,
+                    End: all.length - 1}[ev.key];
+      if (next === undefined) return;
+      ev.preventDefault();
+      const j = (next + all.length) % all.length;
+      plotEl._obsToolIndex = j;
+      all.forEach((b, k) => { b.tabIndex = k === j ? 0 : -1; });
+      all[j].focus();
+    });
+  };
+
+  // A <select> whose change acts (switches a view): a mouse pick or a typed choice acts at once, but arrow keys
+  // only move the selection — Enter, or leaving the field, then applies it. fn(value).
+  Obs.onCommit = (select, fn) => {
+    let arrows = false, committed = select.value;
+    const commit = () => { arrows = false; if (select.value !== committed) { committed = select.value; fn(select.value); } };
+    select.addEventListener("keydown", (ev) => {
+      if (ev.key.startsWith("Arrow") || ev.key === "Home" || ev.key === "End" || ev.key.startsWith("Page")) arrows = true;
+      else if (ev.key === "Enter") { ev.preventDefault(); commit(); }
+    });
+    select.addEventListener("pointerdown", () => { arrows = false; });
+    select.addEventListener("change", () => { if (!arrows) commit(); });
+    select.addEventListener("blur", commit);
+    return {set: (v) => { select.value = v; committed = select.value; }};
+  };
+
+  // Debiased exponential moving average (TensorBoard's): the early points are not dragged towards zero.
+  // Returns {y, last, n} so that live points can continue it.
+  Obs.ema = (values, w, state) => {
+    let last = state ? state.last : 0, n = state ? state.n : 0;
+    const y = new Array(values.length);
+    for (let i = 0; i < values.length; i++) {
+      last = last * w + (1 - w) * values[i];
+      n++;
+      y[i] = last / (1 - Math.pow(w, n));
+    }
+    return {y, last, n};
+  };
+
+  Obs.fmt = (v) => {
+    if (v === null || v === undefined) return "–";
+    if (typeof v !== "number") return String(v);
+    const a = Math.abs(v);
+    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(3);
+    return (+v.toPrecision(5)).toLocaleString("en-US", {maximumFractionDigits: 6});
+  };
+  Obs.count = (n) => n === undefined || n === null || !Number.isFinite(+n) ? "–" : n >= 1e12 ? (n / 1e12).toFixed(2) + "T"
+    : n >= 1e9 ? (n / 1e9).toFixed(2) + "B" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M"
+    : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(Math.round(n));
+  Obs.duration = (s) => {
+    if (s === null || s === undefined || !Number.isFinite(+s)) return "–";
+    s = Math.max(0, Math.round(s));
+    const d = Math.floor(s / 86400), h = Math.floor(s / 3600) % 24, m = Math.floor(s / 60) % 60;
+    return d ? `${d} d ${h} h` : h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
+  };
+
+  // The data-table alternative: rows = steps (ascending), one column per series; at most `max` rows, evenly
+  // thinned, with a caption that says so.
+  Obs.renderTable = (box, caption, columns, max) => {
+    const rows = new Map();
+    columns.forEach((c, j) => c.steps.forEach((s, i) => {
+      let r = rows.get(s);
+      if (!r) { r = new Array(columns.length).fill(""); rows.set(s, r); }
+      r[j] = c.text ? c.text[i] : Obs.fmt(c.values[i]);
+    }));
+    let steps = [...rows.keys()].sort((a, b) => a - b);
+    const total = steps.length;
+    if (steps.length > max) {
+      const every = Math.ceil(steps.length / max);
+      steps = steps.filter((_, i) => i % every === 0);
+    }
+    const table = document.createElement("table");
+    table.className = "data-table";
+    const cap = table.createCaption();
+    cap.textContent = caption + (total > steps.length ? ` — every ${Math.ceil(total / max)}th of ${total} ` +
+      "points shown; zoom in for all of them" : ` — ${total} points`);
+    const head = table.createTHead().insertRow();
+    for (const name of ["step", ...columns.map((c) => c.label)]) {
+      const th = document.createElement("th"); th.scope = "col"; th.textContent = name; head.append(th);
+    }
+    const body = table.createTBody();
+    for (const s of steps) {
+      const tr = body.insertRow();
+      const th = document.createElement("th"); th.scope = "row"; th.textContent = s; tr.append(th);
+      for (const cell of rows.get(s)) tr.insertCell().textContent = cell;
+    }
+    box.replaceChildren(table);
+  };
+
+  // ------------------------------------------------------------------------------------------ overlays
+  // Feature modules publish marks on the charts without touching chart code:
+  //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, textColor?, onClick?}]); then ctx.schedule().
+  // x0/x1 are steps (charts convert them when the x axis shows tokens or time); `metric` limits a mark to the
+  // charts that draw that series; x1 absent or equal to x0 draws a line.
+  const overlaySources = new Map();
+  const charts = new Set();
+  Obs.setOverlays = (source, list) => {
+    const key = (l) => JSON.stringify(l || []); // functions drop out: same marks, same key
+    const same = key(overlaySources.get(source)) === key(list); // (a first empty list changes nothing either)
+    overlaySources.set(source, list || []); // (fresh onClick closures either way)
+    if (same) return; // the same marks: nothing to redraw
+    charts.forEach((ch) => { ch.full = true; ch.dirty = true; });
+  };
+  Obs.overlaysFor = (chart) => {
+    const names = new Set((chart.items || []).map((it) => it.name));
+    const out = [];
+    overlaySources.forEach((list) => list.forEach((o) => { if (!o.metric || names.has(o.metric)) out.push(o); }));
+    return out;
+  };
+  Obs.overlayClicked = (id) => {
+    overlaySources.forEach((list) => list.forEach((o) => { if (o.id === id && o.onClick) o.onClick(o); }));
+  };
+  Obs.registerChart = (chart) => charts.add(chart);
+  Obs.unregisterChart = (chart) => charts.delete(chart);
+})(window.Obs);

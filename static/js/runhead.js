@@ -1,0 +1,64 @@
+// The run header: lifecycle state, phase and health badges, step, heartbeat age, and progress — tokens trained of
+// the budget, the data stage, steps/s and the ETA from the latest heartbeat (counting down between heartbeats).
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const ENDED = new Set(["stopped", "failed"]);
+  const $ = (id) => document.getElementById(id);
+  const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+
+  class RunHeader {
+    // stage(): the data stage's label ("pretrain (1 of 2)") or null, from the data panel.
+    constructor(stage) {
+      this.stage = stage;
+      this.run = null; this.progress = {}; this.progressAt = null; this.heartbeatAt = null;
+    }
+
+    // A run summary (API detail, hello/update frames) or a detail's heartbeat.
+    show(run) {
+      if (!run) return;
+      this.run = run;
+      if (run.progress) { this.progress = run.progress; this.progressAt = Date.now(); }
+      else if (run.heartbeat) { this.progress = run.heartbeat; this.progressAt = Date.now(); }
+      if (run.last_heartbeat_at) this.heartbeatAt = new Date(run.last_heartbeat_at);
+      const st = $("badge-state"); st.textContent = run.state; st.className = "badge state-" + run.state;
+      $("badge-phase").textContent = run.phase || "–";
+      $("badge-phase").hidden = !run.phase || run.phase === run.state; // the heartbeat's phase, when it says more
+      const h = $("badge-health"); h.textContent = run.health; h.className = "badge health-" + run.health;
+      if (run.last_step !== null && run.last_step !== undefined) $("stat-step").textContent = run.last_step; // plain: feature modules read it
+      this.tick();
+    }
+
+    // Every second: heartbeat age, ETA counting down from the last heartbeat's estimate, the progress bar.
+    tick() {
+      $("stat-heartbeat").textContent = this.heartbeatAt
+        ? Obs.duration((Date.now() - this.heartbeatAt.getTime()) / 1000) + " ago" : "–";
+      const p = this.progress || {}, ended = this.run && ENDED.has(this.run.state);
+      const tokens = num(p.tokens), budget = num(p.token_budget);
+      const frac = tokens !== null && budget ? Math.min(1, tokens / budget) : null;
+      const bar = $("run-progress");
+      if (frac === null) { bar.hidden = true; $("stat-tokens").textContent = tokens !== null ? Obs.count(tokens) : "–"; }
+      else {
+        bar.hidden = false;
+        bar.value = Math.round(frac * 1000) / 10;
+        bar.textContent = bar.value + "%";
+        $("stat-tokens").textContent = `${Obs.count(tokens)} of ${Obs.count(budget)} (${(100 * frac).toFixed(1)}%)`;
+      }
+      const sps = num(p.steps_per_s);
+      $("stat-rate").textContent = ended ? "–" : sps === null || sps <= 0 ? "–" : sps >= 10 ? sps.toFixed(0) + " steps/s"
+        : sps.toFixed(2) + " steps/s";
+      let eta = num(p.eta_s);
+      if (eta !== null && this.progressAt && this.run && this.run.state === "training") {
+        eta = Math.max(0, eta - (Date.now() - this.progressAt) / 1000);
+      }
+      $("stat-eta").textContent = ended ? (this.run.state === "stopped" ? "finished" : "failed")
+        : eta === null ? "–" : "≈ " + Obs.duration(eta);
+      const stage = this.stage();
+      $("stat-stage").textContent = stage || "–";
+    }
+  }
+
+  Obs.RunHeader = RunHeader;
+})(window.Obs);

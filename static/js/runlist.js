@@ -1,0 +1,94 @@
+// The live run list: every few seconds it reads /api/runs/ (a short poll: the list is small, and the live
+// socket's fan-out is per run) and updates each row's state, health, step, progress and time left in place,
+// adding runs that appeared. Polling pauses while the tab is hidden.
+"use strict";
+
+(function () {
+  const Obs = window.Obs;
+  const page = JSON.parse(document.getElementById("page-data").textContent);
+  const ENDED = new Set(["stopped", "failed"]);
+  const body = document.querySelector("#runs tbody");
+  let failures = 0;
+
+  const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+
+  function cells(tr) {
+    const q = (s) => tr.querySelector(s);
+    return {state: q(".state"), health: q(".health"), step: q(".step"), progress: q(".progress"), eta: q(".eta"),
+            updated: q(".updated")};
+  }
+
+  function newRow(run) {
+    const tr = document.createElement("tr");
+    tr.dataset.run = run.id;
+    const th = document.createElement("th");
+    th.scope = "row";
+    const a = document.createElement("a");
+    a.href = "/runs/" + encodeURIComponent(run.id) + "/";
+    a.textContent = run.name || run.id;
+    const id = document.createElement("span");
+    id.className = "muted run-id"; id.textContent = " " + run.id;
+    th.append(a, id);
+    tr.append(th);
+    tr.insertAdjacentHTML("beforeend", '<td><span class="badge state"></span> <span class="badge health"></span></td>' +
+      '<td class="num step"></td><td class="progress"><span class="pct"></span></td><td class="num eta"></td>' +
+      '<td class="started">–</td><td class="updated"><time></time></td>');
+    return tr;
+  }
+
+  function update(tr, run) {
+    const c = cells(tr);
+    c.state.textContent = run.state; c.state.className = "badge state state-" + run.state;
+    c.health.textContent = run.health; c.health.className = "badge health health-" + run.health;
+    c.step.textContent = run.last_step === null ? "–" : run.last_step;
+    const p = run.progress || {}, tokens = num(p.tokens), budget = num(p.token_budget);
+    const frac = tokens !== null && budget ? Math.min(1, tokens / budget) : null;
+    let bar = c.progress.querySelector("progress");
+    if (frac !== null) {
+      if (!bar) {
+        bar = document.createElement("progress");
+        bar.max = 100;
+        bar.setAttribute("aria-label", "tokens trained of the budget, " + (run.name || run.id));
+        c.progress.prepend(bar);
+      }
+      bar.value = Math.round(frac * 100);
+    }
+    c.progress.querySelector(".pct").textContent = frac === null ? "–" : Math.round(frac * 100) + "%";
+    const eta = num(p.eta_s);
+    c.eta.textContent = ENDED.has(run.state) ? (run.state === "stopped" ? "finished" : "failed")
+      : eta === null || run.state !== "training" ? "–" : "≈ " + Obs.duration(eta);
+    const t = c.updated.querySelector("time");
+    if (run.updated_at && t) {
+      t.dateTime = run.updated_at;
+      t.textContent = Obs.duration((Date.now() - Date.parse(run.updated_at)) / 1000) + " ago";
+    }
+  }
+
+  async function poll() {
+    if (document.hidden) return;
+    try {
+      const r = await fetch("/api/runs/?limit=" + page.limit);
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      const runs = (await r.json()).runs;
+      const rows = new Map([...body.querySelectorAll("tr[data-run]")].map((tr) => [tr.dataset.run, tr]));
+      runs.forEach((run, i) => {
+        let tr = rows.get(run.id);
+        if (!tr) tr = newRow(run);
+        update(tr, run);
+        if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null); // newest first
+      });
+      document.getElementById("runs").hidden = runs.length === 0;
+      document.getElementById("runs-empty").hidden = runs.length > 0;
+      failures = 0;
+      document.getElementById("runs-status").textContent = "";
+    } catch (e) {
+      failures++;
+      if (failures === 3) document.getElementById("runs-status").textContent = "Live updates paused: the server " +
+        "did not answer. Retrying…";
+    }
+  }
+
+  setInterval(poll, page.poll_s * 1000);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) poll(); });
+  poll();
+})();

@@ -1,0 +1,35 @@
+// Light or dark: the system's preference unless the visitor chose one with the header's toggle (remembered in
+// localStorage). Loaded in <head>, so the page never flashes the wrong theme; the button is wired once the DOM
+// exists. Charts listen for the "obs-theme" event and redraw with the new colours.
+"use strict";
+
+(function () {
+  const KEY = "obs.theme";
+  const media = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+  let chosen = null;
+  try { chosen = localStorage.getItem(KEY); } catch (e) { chosen = null; }
+  const current = () => chosen || (media && media.matches ? "dark" : "light");
+
+  function apply() {
+    document.documentElement.dataset.theme = current();
+    const btn = document.getElementById("theme-toggle");
+    if (btn) {
+      btn.hidden = false;
+      btn.setAttribute("aria-pressed", String(current() === "dark"));
+    }
+    document.dispatchEvent(new CustomEvent("obs-theme", {detail: current()}));
+  }
+
+  apply();
+  if (media && media.addEventListener) media.addEventListener("change", () => { if (!chosen) apply(); });
+  document.addEventListener("DOMContentLoaded", () => {
+    const btn = document.getElementById("theme-toggle");
+    if (!btn) return;
+    btn.addEventListener("click", () => {
+      chosen = current() === "dark" ? "light" : "dark";
+      try { localStorage.setItem(KEY, chosen); } catch (e) { /* private mode: this page only */ }
+      apply();
+    });
+    apply();
+  });
+})();

@@ -1,0 +1,126 @@
+"""The anomaly log live: a real demo trainer (tiny config) gets an lr-spike through its inject-fault command while
+a dashboard is open; within seconds the page shows the loss spike in its anomaly panel, as a marker on the loss
+chart and as a toast, without a reload, and the log page lists it with a link to the chart zoomed on it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from observatory import contract
+
+from ..servers import PAGE_HOOK, ROOT, SETTLED_JS, stop, wait_for, wait_trace
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LOSS = "chart-train-loss"
+TINY_TOML = """
+[run]
+name = "anomaly-browser-test"
+seed = 3
+[model]
+vocab_size = 256
+d_model = 32
+n_layers = 2
+n_heads = 2
+n_kv_heads = 1
+d_ff = 64
+seq_len = 64
+mlp = "moe"
+[model.moe]
+n_routed = 4
+top_k = 2
+n_shared = 1
+[train]
+batch_size = 16
+token_budget = 2000000
+warmup_ratio = 0.005
+allow_faults = true
+eval_every = 0
+[data]
+builtin_domains = ["python_stdlib", "licenses"]
+max_bytes_per_domain = 200000
+[checkpoint]
+dir = "{ckpt}"
+every_steps = 0
+every_minutes = 0.0
+[sinks]
+heartbeat_s = 0.5
+"""
+
+
+def get_json(url: str):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+
+
+def marker_js(step: int) -> str:
+    """True once the loss chart carries a loss-spike marker at `step`."""
+    return ("() => { const d = document.getElementById('chart-train-loss'); return !!(d && d.layout && "
+            f"(d.layout.annotations || []).some((a) => a.x === {step} && a.text.includes('loss spike'))); }}")
+
+
+def test_an_injected_lr_spike_shows_up_live_in_the_log_on_the_loss_chart_and_as_a_toast(servers, new_page, run_id,
+                                                                                          tmp_path):
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY_TOML.format(ckpt=tmp_path / "ckpt"))
+    trainer = subprocess.Popen([sys.executable, "-m", "training", "run", "--config", str(cfg), "--run-id", run_id,
+                                "--fresh"], cwd=ROOT, env=servers.env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    try:
+        servers.wait_web()
+        api = f"{servers.url}/api/runs/{run_id}"
+        # (the API, not the ORM: Playwright's event loop runs in this thread, where Django refuses database calls)
+        wait_for(lambda: ((get_json(api + "/") or {}).get("last_step") or 0) >= 5, 120,
+                 "the trainer's first steps in the database")
+        page = new_page(viewport={"width": 1280, "height": 800})
+        console = []
+        page.on("console", lambda m: console.append((m.type, m.text)))
+        page.add_init_script(PAGE_HOOK)
+        page.goto(f"{servers.url}/runs/{run_id}/")
+        page.wait_for_function(SETTLED_JS, timeout=30_000)
+        wait_trace(page, LOSS, "x.length >= 60", timeout=120_000)  # a baseline for the detectors
+        page.evaluate("() => { window.__sameDocument = true; }")
+
+        before = get_json(api + "/")["last_step"]
+        ctl = subprocess.run([sys.executable, "-m", "training", "control", run_id, "inject-fault", "lr-spike", "3",
+                              "factor=100", "--reason", "anomaly browser test"], cwd=ROOT, env=servers.env,
+                             capture_output=True, text=True, timeout=60)
+        assert ctl.returncode == 0, ctl.stdout + ctl.stderr
+        spike = wait_for(lambda: next((a for a in reversed((get_json(api + "/anomalies/?kind=loss_spike") or {}).get(
+            "anomalies", [])) if a["metric"] == contract.M_LOSS and a["start_step"] > before
+            and a["severity"] != "info"), None), 60, "the loss spike in the log")
+        key, start, aid = spike["key"], spike["start_step"], spike["id"]
+
+        # on the page, without a reload: the panel's log, the marker on the loss chart, the toast
+        page.locator(f'#anomaly-panel li[data-key="{key}"]').wait_for(timeout=10_000)
+        page.wait_for_function(marker_js(start), timeout=10_000)
+        page.locator("#toasts .toast", has_text="loss spike").first.wait_for(timeout=10_000)
+        assert page.evaluate("() => window.__sameDocument") is True
+
+        log = new_page(viewport={"width": 390, "height": 844})
+        log.goto(f"{servers.url}/runs/{run_id}/anomalies/?kind=loss_spike")
+        row = log.locator(f"#a-{aid}")
+        assert "loss_spike" in row.inner_text()
+        href = row.locator("a", has_text="chart").get_attribute("href")
+        q = parse_qs(urlsplit(href).query)
+        lo, hi = int(q["from"][0]), int(q["to"][0])
+        assert urlsplit(href).path == f"/runs/{run_id}/" and lo < start < hi
+        log.goto(servers.url + href)
+        log.wait_for_function(marker_js(start), timeout=30_000)
+        rng = log.evaluate("() => document.getElementById('chart-train-loss').layout.xaxis.range")
+        assert [round(x) for x in rng] == [lo, hi], "the chart opens zoomed on the anomaly"
+        assert [text for kind, text in console if kind == "error"] == []
+    except Exception:
+        print("browser console:", *console, sep="\n  ")
+        raise
+    finally:
+        stop(trainer)

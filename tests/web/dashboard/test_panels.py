@@ -1,0 +1,119 @@
+"""Numbers that are true on the page: router cells that are empty say so (and downsampling never empties one),
+impossible MFU is flagged rather than drawn, events read as what happened (restarts, collapsed checkpoints,
+filters), a compiling run causes no console error, and the run list follows runs without a reload."""
+
+import pytest
+
+from observatory import contract
+
+from ..servers import wait_ingested
+from .conftest import apply, demo_messages, in_thread, seed_series
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+HEAT = """() => { const d = document.getElementById('router-heatmap');
+  if (!d || !d.data || !d.data.length) return null;
+  const holes = d.data.find((t) => t.name === 'no data');
+  return {cols: d.data[0].x.length, x: Array.from(d.data[0].x), holes: holes.z.map((r) => r.map((v) => v === 1)),
+          legend: d.data.filter((t) => t.showlegend !== false && t.name).map((t) => t.name)}; }"""
+
+
+def test_router_cells_are_blank_only_where_an_expert_reported_nothing(live_env, web, new_page):
+    apply("holes", demo_messages("holes", hole=(0, 2, 10, 14)))
+    page = new_page(viewport={"width": 1400, "height": 900})
+    page.goto(web.url + "/runs/holes/")
+    page.wait_for_function(f"() => {{ const h = ({HEAT})(); return h && h.cols === 60; }}", timeout=30_000)
+    heat = page.evaluate(HEAT)
+    missing = {(e, heat["x"][c]) for e, row in enumerate(heat["holes"]) for c, v in enumerate(row) if v}
+    assert missing == {(2, s) for s in range(10, 15)}, "exactly the steps expert 2 did not report"
+    assert "no data (nothing reported)" in heat["legend"]
+    assert "5 cells without data" in page.inner_text("#router-note")
+
+
+def test_a_long_router_history_downsampled_has_no_false_holes(live_env, web, new_page):
+    from webapp.runs.models import Run
+
+    run = Run.objects.create(id="long-moe", name="long moe", state="training", last_step=49_999)
+    for e in range(4):  # 50k steps at ~300 points per expert: min/max buckets of ~330 steps
+        seed_series(run, contract.router_metric(0, f"routing_hist/{e}"),
+                    ((s, float(100 + e + (s * 7919) % 97)) for s in range(50_000)))
+    page = new_page(viewport={"width": 1400, "height": 900})
+    page.goto(web.url + "/runs/long-moe/")
+    page.wait_for_function(f"() => {{ const h = ({HEAT})(); return h && h.cols > 20; }}", timeout=30_000)
+    heat = page.evaluate(HEAT)
+    assert not any(any(row) for row in heat["holes"]), "a bin always holds a whole history bucket"
+
+
+def test_impossible_mfu_is_flagged_not_drawn_and_events_read_as_what_happened(live_env, web, new_page):
+    msgs = demo_messages("mfu")
+    for kind, data in msgs:  # this run knows its peak: MFU is drawn, and 310% at step 25 cannot be true
+        if kind == "event" and data["name"] == "compiled":
+            data["payload"].update(peak_flops=989e12, peak_flops_source="H100 dense bf16 x 1")
+    apply("mfu", msgs)
+    page = new_page(viewport={"width": 1400, "height": 900})
+    page.goto(web.url + "/runs/mfu/")
+    tput = "chart-throughput-tokens-per-second"
+    page.wait_for_function(f"() => {{ const d = document.getElementById('{tput}'); return d && d.data && "
+                           "d.data.length >= 6 && d.data[1].x.length > 0; }", timeout=30_000)
+    mfu_line = page.evaluate(f"() => document.getElementById('{tput}').data[1]")
+    flagged = page.evaluate(f"() => document.getElementById('{tput}').data[5]")  # impossible marks of trace 1
+    assert mfu_line["yaxis"] == "y3" and max(mfu_line["y"]) <= 1.0 and 25 not in mfu_line["x"]
+    assert flagged["x"] == [25] and flagged["text"] == ["3.1"]
+    assert "1 impossible" in page.inner_text(f"#{tput} >> xpath=ancestor::figure//*[contains(@class,'note')]")
+
+    # Events: the restart reads as a resume, routine checkpoints fold into one line, filters hide groups.
+    events = page.inner_text("#events")
+    assert "Resumed at step 35 (steps 36–39 are trained again)" in events
+    assert "7 routine checkpoint events, steps 5–35" in events
+    assert "rewind" not in events.lower() and "step 0 · starting" not in events
+    page.uncheck("#event-filters input[value=checkpoint]")
+    assert "routine checkpoint" not in page.inner_text("#events")
+    assert page.evaluate("() => document.getElementById('chart-train-loss').layout.annotations"
+                         ".some((a) => a.text === 'resumed at 35')")
+
+
+def test_a_compiling_run_shows_no_console_error_then_fills_in(trainer, servers, new_page, run_id):
+    trainer.send("run", name="compiling run", config={})
+    trainer.send("state", state="compiling", step=0, detail="")
+    trainer.send("heartbeat", phase="compiling", step=0, tokens=0, token_budget=1000, eta_s=None,
+                 steps_per_s=0.0, since_step_s=0.0, pid=1)
+    wait_ingested(run_id, 0)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors, failed = [], []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('.chart[data-metric=\"train/loss\"] .note')"
+                           ".textContent.includes('waiting')", timeout=30_000)
+    for step in range(3):
+        trainer.metrics(step, **{contract.M_LOSS: 4.0 - step, contract.M_LR: 1e-3})
+    page.wait_for_function("() => { const d = document.getElementById('chart-train-loss'); "
+                           "return d && d.data && d.data[0].x.length === 3; }", timeout=30_000)
+    assert errors == [] and failed == []
+    servers.stop_ingest()
+
+
+def test_the_run_list_updates_without_a_reload(live_env, web, new_page):
+    from webapp.runs.models import Run
+
+    Run.objects.create(id="listed", name="demo", state="compiling", health="alive", last_step=None)
+    page = new_page(viewport={"width": 1400, "height": 900})
+    page.goto(web.url + "/")
+    page.wait_for_selector("tr[data-run=listed]")
+    page.evaluate("() => { window.__sameDocument = true; }")
+
+    def progress():
+        Run.objects.filter(pk="listed").update(state="training", last_step=1234, heartbeat={
+            "tokens": 750, "token_budget": 1000, "eta_s": 125.0, "steps_per_s": 2.0})
+        Run.objects.create(id="newcomer", name="demo", state="starting")
+
+    in_thread(progress)
+    row = "tr[data-run=listed]"
+    page.wait_for_function(f"() => document.querySelector('{row} .step').textContent === '1234'", timeout=20_000)
+    assert page.inner_text(f"{row} .state") == "training"
+    assert page.inner_text(f"{row} .pct") == "75%" and "2 min" in page.inner_text(f"{row} .eta")
+    page.wait_for_selector("tr[data-run=newcomer]", timeout=20_000)
+    assert page.evaluate("() => window.__sameDocument") is True

@@ -1,0 +1,126 @@
+"""deploy/compose.yaml, deploy/k8s/*.yaml and deploy/Dockerfile, checked without a container runtime or a cluster
+(none is installable where this was written): YAML parse, a small schema of what each must hold, and cross
+references (services, selectors, probes, the web server's flags)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import yaml
+
+from ..servers import ROOT
+
+sys.path.insert(0, str(ROOT / "deploy"))
+from run_local import UVICORN_FLAGS  # noqa: E402
+
+DEPLOY = ROOT / "deploy"
+COMPOSE_KEYS = {"image", "build", "command", "environment", "volumes", "ports", "expose", "depends_on", "deploy",
+                "healthcheck", "restart", "user", "stop_signal", "stop_grace_period"}
+
+
+def _compose() -> dict:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+
+
+def test_compose_has_every_process_of_the_product_with_known_keys():
+    c = _compose()
+    services = c["services"]
+    assert {"proxy", "web", "ingest", "celery-worker", "celery-beat", "trainer", "postgres", "redis",
+            "migrate"} <= set(services)
+    for name, svc in services.items():
+        assert set(svc) <= COMPOSE_KEYS, f"{name}: unknown keys {set(svc) - COMPOSE_KEYS}"
+        assert "image" in svc or "build" in svc, name
+        for dep in svc.get("depends_on", {}):
+            assert dep in services, f"{name} depends on undefined {dep}"
+        for vol in svc.get("volumes", []):
+            src = vol.split(":")[0]
+            if src.startswith("."):
+                assert (DEPLOY / src).exists(), f"{name} mounts missing {src}"
+            else:
+                assert src in c["volumes"], f"{name} mounts undeclared volume {src}"
+    assert services["web"]["deploy"]["replicas"] >= 2 and services["ingest"]["deploy"]["replicas"] == 2
+    assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
+    assert services["proxy"]["depends_on"]["web"]["condition"] == "service_healthy"
+
+
+def test_compose_builds_the_dockerfile_and_redis_persists():
+    c = _compose()
+    build = c["services"]["web"]["build"]
+    assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
+    redis_cmd = " ".join(c["services"]["redis"]["command"])
+    assert "--appendonly yes" in redis_cmd and "--appendfsync everysec" in redis_cmd
+    assert c["services"]["trainer"]["stop_signal"] == "SIGINT"  # checkpoint before exit
+    env = c["services"]["web"]["environment"]
+    assert env["DATABASE_URL"].startswith("postgres://") and env["REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_the_image_runs_the_web_server_with_make_runs_flags():
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11", text, re.M)
+    assert "pip install -r requirements.txt" in text and "collectstatic" in text and re.search(r"^USER ", text, re.M)
+    cmd = re.search(r"^CMD (\[.*?\])\s*$", text.replace("\\\n", ""), re.M | re.S).group(1)
+    argv = yaml.safe_load(cmd)
+    assert argv[:3] == ["python", "-m", "uvicorn"] and argv[-1] == "webapp.asgi:application"
+    flags = argv[3:]
+    for i, opt in enumerate(UVICORN_FLAGS):  # every flag of deploy/run_local.py, with its value
+        if not opt.startswith("--"):
+            continue
+        assert opt in flags, opt
+        value = UVICORN_FLAGS[i + 1] if i + 1 < len(UVICORN_FLAGS) else None
+        if value is not None and not value.startswith("--"):
+            assert flags[flags.index(opt) + 1] == value, opt
+
+
+def _k8s_docs() -> list[dict]:
+    docs = []
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                doc["_file"] = path.name
+                docs.append(doc)
+    return docs
+
+
+def test_every_manifest_has_the_required_fields_and_selectors_match_their_pods():
+    docs = _k8s_docs()
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "StatefulSet", "Service", "ConfigMap", "Ingress", "Job", "Namespace"} <= kinds
+    pods = []
+    for d in docs:
+        where = f"{d['_file']}: {d.get('kind')} {d.get('metadata', {}).get('name')}"
+        assert d.get("apiVersion") and d.get("kind") and d["metadata"].get("name"), where
+        if d["kind"] != "Namespace":
+            assert d["metadata"].get("namespace") == "observatory", where
+        if d["kind"] in ("Deployment", "StatefulSet", "Job"):
+            tmpl = d["spec"]["template"]
+            labels = tmpl["metadata"]["labels"]
+            if d["kind"] != "Job":
+                sel = d["spec"]["selector"]["matchLabels"]
+                assert sel.items() <= labels.items(), f"{where}: selector does not match its pods"
+            for ctr in tmpl["spec"]["containers"]:
+                assert ctr.get("name") and ctr.get("image"), where
+                for m in ctr.get("volumeMounts", []):
+                    vols = {v["name"] for v in tmpl["spec"].get("volumes", [])}
+                    vols |= {v["metadata"]["name"] for v in d["spec"].get("volumeClaimTemplates", [])}
+                    assert m["name"] in vols, f"{where}: mount {m['name']} has no volume"
+            pods.append(labels)
+    for svc in (d for d in docs if d["kind"] == "Service"):
+        assert any(svc["spec"]["selector"].items() <= p.items() for p in pods), f"Service {svc['metadata']['name']}"
+
+
+def test_web_pods_are_probed_on_healthz_and_the_ingress_reaches_the_web_service():
+    docs = _k8s_docs()
+    web = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "web")
+    ctr = web["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert ctr[probe]["httpGet"]["path"] == "/healthz"
+        assert ctr[probe]["httpGet"]["port"] in [p["name"] for p in ctr["ports"]]
+    assert web["spec"]["replicas"] >= 2
+    ingest = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "ingest")
+    assert ingest["spec"]["replicas"] == 2
+    ing = next(d for d in docs if d["kind"] == "Ingress")
+    backend = ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend["name"] == "web"
+    redis = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "redis")
+    assert "--appendonly" in redis["spec"]["template"]["spec"]["containers"][0]["command"]

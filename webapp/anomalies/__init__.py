@@ -1,0 +1,1 @@
+"""The anomaly log in the product: detectors run by ingest, stored anomalies, live frames, triage, notifications."""

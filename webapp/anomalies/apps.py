@@ -1,0 +1,22 @@
+"""The anomalies app: its config registers the detection hook and timer with ingest (metrics.changes)."""
+
+from django.apps import AppConfig
+
+
+class AnomaliesConfig(AppConfig):
+    """The anomaly log: observatory.anomalies' detectors run inside ingest on every stored point (and on a timer for
+    stalls), anomalies stored per run with their triage, pushed live, and critical ones routed to webhooks/email."""
+
+    name = "webapp.anomalies"
+    label = "anomalies"
+    verbose_name = "Anomaly log"
+
+    def ready(self):
+        from webapp.anomalies.detect import DETECTION
+        from webapp.metrics import changes
+
+        # ingest (live.LiveIngest) calls these; registered once per process even if ready() runs twice
+        if DETECTION.committed not in changes.on_commit_hooks:
+            changes.on_commit_hooks.append(DETECTION.committed)
+        if DETECTION.tick not in changes.timers:
+            changes.timers.append(DETECTION.tick)

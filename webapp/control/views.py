@@ -1,0 +1,42 @@
+"""Pages: the operator panel (/operate/, operators only) and a run's public command log (/runs/<id>/log/)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from observatory import contract
+from webapp.accounts.permissions import public, requires
+from webapp.control import channel, snapshot
+from webapp.control.models import ACK_TIMEOUT_S, OperatorCommand
+from webapp.runs.models import Run
+
+
+def command_specs() -> list[dict]:
+    """The contract's command schema as the panel builds its forms from it (no hand-written per-command form)."""
+    return [{"name": s.name, "summary": s.summary, "destructive": s.destructive, "positional": list(s.positional),
+             "args": [{**dataclasses.asdict(a), "choices": list(a.choices), "only_for": list(a.only_for)}
+                      for a in s.args]}
+            for s in contract.COMMAND_SPECS.values()]
+
+
+@requires("run.command")
+@require_GET
+def operate(request):
+    return render(request, "control/operate.html", {"page": {
+        "specs": command_specs(), "ws_path": "/ws/operate/", "snapshot_url": "/api/operate/",
+        "ack_timeout_s": ACK_TIMEOUT_S, "select": request.GET.get("run", ""), "me": request.user.get_username(),
+        "metrics": {"loss": contract.M_LOSS, "lr": contract.M_LR}, "snapshot": snapshot.build(),
+    }})
+
+
+@public
+@require_GET
+def command_log(request, run_id: str):
+    run = get_object_or_404(Run, pk=run_id)
+    channel.sync([run.id])
+    rows = OperatorCommand.objects.filter(run=run).select_related("user__profile")[:1000]
+    commands = [{**c.as_json(public=True), "when": c.created_at.strftime("%Y-%m-%d %H:%M:%S")} for c in rows]
+    return render(request, "control/log.html", {"run": run, "commands": commands})

@@ -1,0 +1,50 @@
+"""The reply to a `resume`: every stored point after the steps the client holds, plus missed events and rewinds,
+read in a few queries for all the series at once (a browser resumes ~35 series; thousands reconnect together)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from webapp.live import protocol
+from webapp.metrics.models import Point, Series
+from webapp.runs.models import Run, RunEvent
+
+
+def run_summary(run_id: str) -> dict | None:
+    run = Run.objects.filter(pk=run_id).first()
+    return run.summary() if run else None
+
+
+def backfill(run_id: str, after: dict[str, int], after_event: int | None) -> dict:
+    """{"series", "rewinds", "events", "truncated"} for a resume (see webapp.live.protocol)."""
+    events, rewinds = [], []
+    if after_event is not None:
+        for ev in RunEvent.objects.filter(run_id=run_id, id__gt=after_event).order_by("id")[:1000]:
+            events.append(ev.as_dict())
+            if ev.kind == RunEvent.KIND_REWIND:
+                rewinds.append({"from_step": ev.payload.get("from_step"), "to_step": ev.payload.get("to_step")})
+    # a rewind the client missed invalidates what it holds after to_step: re-send from there
+    floor = min((rw["to_step"] for rw in rewinds if isinstance(rw.get("to_step"), int)), default=None)
+    found_series = Series.objects.filter(run_id=run_id, name__in=list(after)).values_list("name", "id", "last_step")
+    sids, last = {}, {}
+    for name, sid, last_step in found_series:
+        sids[name], last[sid] = sid, last_step
+    groups: dict[int, list[int]] = defaultdict(list)  # after step -> series ids
+    for name, sid in sids.items():
+        groups[after[name] if floor is None else min(after[name], floor)].append(sid)
+    rows: dict[int, list] = defaultdict(list)
+    truncated_ids: set[int] = set()
+    budget = protocol.MAX_BACKFILL_POINTS
+    for start, ids in sorted(groups.items(), reverse=True):  # the most recent first: the cheapest to serve
+        # A step window bounds each series to BACKFILL_LIMIT rows (steps are unique per series) in one query;
+        # a series with points beyond it is truncated, and the client reloads it through the HTTP API.
+        per = max(0, min(protocol.BACKFILL_LIMIT, budget // max(1, len(ids))))
+        end = start + per
+        found = Point.objects.filter(series_id__in=ids, step__gt=start, step__lte=end).order_by("series_id", "step")
+        for sid, step, value, special in found.values_list("series_id", "step", "value", "special"):
+            rows[sid].append((step, value, special))
+        budget -= sum(len(rows[sid]) for sid in ids)
+        truncated_ids.update(sid for sid in ids if last[sid] is not None and last[sid] > end)
+    series = {name: protocol.series_json(rows[sid]) for name, sid in sids.items()}
+    truncated = sorted(name for name, sid in sids.items() if sid in truncated_ids)
+    return {"series": series, "rewinds": rewinds, "events": events, "truncated": truncated}

@@ -1,0 +1,1 @@
+"""Operations endpoints: /healthz (readiness and liveness) and a Prometheus /metrics exposition."""

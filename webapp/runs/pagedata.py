@@ -1,0 +1,129 @@
+"""What the run pages hand to the browser besides the JSON API: chart specs, the hardware peak, time anchors."""
+
+from __future__ import annotations
+
+import math
+
+from observatory import contract
+from webapp.runs.models import ENDED_STATES, Run, RunEvent
+
+# The dashboard's default line charts (a chart's id is its first metric; the page's URL names charts by id).
+# `metrics` are always drawn; `optional` ones join as extra traces once the run has them; `extra_prefix`: every
+# series named <prefix><one segment> joins too (per-domain losses); `secondary`: drawn against a right-hand axis.
+DASHBOARD_CHARTS = (
+    {"title": "Training loss", "metrics": [contract.M_LOSS], "optional": [contract.M_CE],
+     "extra_prefix": contract.domain_loss(""), "topic": "loss"},
+    {"title": "Learning rate", "metrics": [contract.M_LR], "topic": "learning_rate"},
+    {"title": "Gradient norm", "metrics": [contract.M_GRAD_NORM], "topic": "grad_norm"},
+    {"title": "Throughput · MFU", "metrics": [contract.M_TOKENS_PER_S], "optional": [contract.M_MFU],
+     "secondary": [contract.M_MFU], "topic": "throughput"},
+    {"title": "Token drop", "metrics": [contract.M_DROP], "topic": "token_drop"},
+)
+MAX_ANCHORS = 1000  # (step, time) pairs for the wall-time axis; more are thinned evenly
+# A peak FLOP/s that is a guess (the trainer's CPU assumption) makes MFU meaningless.
+_GUESSED = ("cpu", "guess", "assum", "unknown")
+
+
+def peak_info(run: Run) -> dict:
+    """The hardware peak behind MFU: from the latest `compiled` event, else the config. `known` only for a
+    measured or data-sheet peak; imported runs keep whatever MFU their logger computed (flagged if above 1)."""
+    ev = run.events.filter(kind=RunEvent.KIND_EVENT, name="compiled").order_by("-id").first()
+    payload = ev.payload if ev else {}
+    flops = _num(payload.get("peak_flops"))
+    source = str(payload.get("peak_flops_source") or "")
+    if not flops:
+        train = run.config.get("train") if isinstance(run.config.get("train"), dict) else {}
+        flops = _num(train.get("peak_flops"))
+        source = "config" if flops else source
+    known = bool(flops) and not any(g in source.lower() for g in _GUESSED)
+    if run.source == "wandb":
+        known, source = True, source or "computed by the original logger"
+    fpt = _num(payload.get("flops_per_token"))
+    return {"known": known, "flops": flops, "source": source, "flops_per_token": fpt}
+
+
+def bounds(peak: dict) -> dict:
+    """Values no real step can reach, per metric: drawn as flagged marks, never as part of the line."""
+    out = {contract.M_MFU: {"max": 1.0, "why": "above 100% of the hardware's peak: a timing artefact"}}
+    if peak["known"] and peak["flops"] and peak["flops_per_token"]:
+        out[contract.M_TOKENS_PER_S] = {"max": peak["flops"] / peak["flops_per_token"],
+                                        "why": "faster than the hardware's peak allows: a timing artefact"}
+    return out
+
+
+def charts(peak: dict) -> list[dict]:
+    specs = [dict(c) for c in DASHBOARD_CHARTS]
+    if not peak["known"]:  # MFU against a guessed peak is not a number anyone should read
+        for c in specs:
+            if contract.M_MFU in c.get("optional", []):
+                c["optional"] = [m for m in c["optional"] if m != contract.M_MFU]
+                c["title"] = "Throughput"
+                c["note"] = "MFU hidden: this run's hardware peak is unknown" + (
+                    f" ({peak['source']})" if peak["source"] else "")
+    return specs
+
+
+def time_anchors(run: Run) -> list[list[float]]:
+    """[[step, unix seconds], ...] ascending in both, for drawing a wall-time axis: the run's events in arrival
+    order (a rewind forgets what came after its step: those steps were trained again later), then the latest
+    heartbeat. Steps between anchors are interpolated by the page."""
+    anchors: list[tuple[int, float]] = []
+    rows = (run.events.filter(t__isnull=False, step__isnull=False).order_by("id")
+            .values_list("kind", "name", "step", "t"))
+    for kind, name, step, t in rows.iterator():
+        if kind == RunEvent.KIND_STATE and name == "starting" and anchors:
+            continue  # a restart says "starting" at step 0 before it restores: not where the run is
+        if kind == RunEvent.KIND_REWIND:
+            anchors = [a for a in anchors if a[0] <= step]
+        anchors.append((step, t.timestamp()))
+    if run.last_heartbeat_at and isinstance(run.heartbeat.get("step"), int):
+        anchors.append((run.heartbeat["step"], run.last_heartbeat_at.timestamp()))
+    clean: list[tuple[int, float]] = []
+    for step, t in sorted(anchors):
+        if clean and step == clean[-1][0]:
+            clean[-1] = (step, max(t, clean[-1][1]))  # the latest time a step was reached
+        elif not clean or t > clean[-1][1]:
+            clean.append((step, t))
+    if len(clean) > MAX_ANCHORS:
+        every = math.ceil(len(clean) / MAX_ANCHORS)
+        clean = clean[::every] + ([clean[-1]] if (len(clean) - 1) % every else [])
+    return [[s, round(t, 3)] for s, t in clean]
+
+
+def rewinds(run: Run) -> list[dict]:
+    """Every restart and every rewind that superseded steps, for the charts' markers (the page's event list holds
+    only the latest events): {from_step, to_step, label}; a restart's reads "resumed at N", a rollback's
+    "↺ back to N"."""
+    out, restarting = [], False
+    rows = (run.events.filter(kind__in=[RunEvent.KIND_REWIND, RunEvent.KIND_STATE])
+            .order_by("id").values_list("kind", "name", "payload"))
+    for kind, name, payload in rows.iterator():
+        if kind == RunEvent.KIND_STATE:
+            restarting = name == "starting" or (restarting and name not in ("training", "stopped", "failed"))
+            continue
+        a, b = payload.get("from_step"), payload.get("to_step")
+        if isinstance(a, int) and isinstance(b, int) and (a > b or (restarting and a == b)):  # a restart: marked
+            out.append({"from_step": a, "to_step": b, "label": f"resumed at {b}" if restarting else f"↺ back to {b}"})
+    return out
+
+
+def first_started(run: Run):
+    """When the run first started: a restart sends a new `run` message, which must not move "Started"."""
+    first = run.events.filter(t__isnull=False).order_by("id").values_list("t", flat=True).first()
+    times = [t for t in (run.started_at, first) if t is not None]
+    return min(times) if times else None
+
+
+def progress(run: Run) -> dict:
+    """Tokens of budget, rate and ETA from the latest heartbeat (absent fields stay None)."""
+    hb = run.heartbeat or {}
+    tokens, budget = _num(hb.get("tokens")), _num(hb.get("token_budget"))
+    ended = run.state in ENDED_STATES
+    return {"tokens": tokens, "token_budget": budget,
+            "fraction": min(1.0, tokens / budget) if tokens is not None and budget else None,
+            "eta_s": None if ended else _num(hb.get("eta_s")),
+            "steps_per_s": None if ended else _num(hb.get("steps_per_s"))}
+
+
+def _num(v):
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
