@@ -113,6 +113,7 @@ class Watcher(threading.Thread):
                 async with websockets.connect(self.url, origin=self.origin, open_timeout=5) as ws:
                     self.connects += 1
                     last = max(self.steps, default=-1)
+                    self.log.append([round(time.time() % 1000, 2), "connect", last])
                     await ws.send(json.dumps({"type": "resume", "metrics": [self.metric], "after_step": last,
                                               "after": {self.metric: last}}))
                     while not self.stop.is_set():
@@ -133,12 +134,10 @@ class Watcher(threading.Thread):
             return
         for rw in frame.get("rewinds", []):
             self.steps = {s: v for s, v in self.steps.items() if s <= rw["to_step"]}
-        s = frame.get("series", {}).get(self.metric)
-        if not s:
-            return
+        s = frame.get("series", {}).get(self.metric) or {"steps": [], "values": []}
         last = max(self.steps, default=-1)
         new = [(st, v) for st, v in zip(s["steps"], s["values"]) if st > last]
-        self.log.append([round(time.time() % 1000, 2), frame["type"], s["steps"][0], s["steps"][-1], len(new)])
+        self.log.append([round(time.time() % 1000, 2), frame["type"], s["steps"][:1], s["steps"][-1:], len(new)])
         if new and frame["type"] == "update" and new[0][0] > last + 1 and last >= 0:
             self.live_gaps.append([last, new[0][0]])  # a live frame skipped steps (a resume would fill nothing)
         self.steps.update(new)
@@ -300,7 +299,7 @@ def main() -> int:
             "websocket": {"steps": len(ws_loss), "db_steps": len(db_loss), "equal": ws_loss == db_loss,
                           "missing": sorted(set(db_loss) - set(ws_loss))[:20], "live_gaps": watcher.live_gaps,
                           "connects": watcher.connects,
-                          **({"frames": watcher.log[-60:]} if ws_loss != db_loss else {})},
+                          **({"frames": _around(watcher.log, watcher.live_gaps)} if ws_loss != db_loss else {})},
             "processes_up": alive, "deadletters": dead,
         })
         ok = (rc == 0 and not lost and not extra and not wrong and not twice and ws_loss == db_loss
@@ -318,6 +317,13 @@ def main() -> int:
     out["ok"] = ok
     print(json.dumps(out, indent=None if args.json else 2, default=str))
     return 0 if ok else 1
+
+
+def _around(log: list, gaps: list) -> list:
+    """The client's frame log around its first live gap (or its end)."""
+    at = next((i for i, f in enumerate(log) if gaps and f[1] == "update" and f[2] and f[2][0] > gaps[0][0]),
+              len(log))
+    return log[max(0, at - 25):at + 5]
 
 
 def _ping(client) -> bool:

@@ -253,12 +253,14 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
     if db.backend == "postgresql":
         out["db_cpu_s"] = round(db_cpu, 2)
         out["points_per_cpu_s_with_db"] = round(expected / (cpu + db_cpu)) if cpu + db_cpu else None
-    # Everything this drain cost the machine (ingest + database server + Redis), and the rate that would allow
-    # on this machine's cores if nothing else ran (the measured wall-clock rate depends on who else is busy).
+    # Everything this drain cost the machine (ingest + database server + Redis); for PostgreSQL also the rate that
+    # would allow with each consumer (and its server backend) on a core of its own, nothing else running: the
+    # measured wall-clock rate depends on who else is busy (load_avg). SQLite serialises its writers.
     total = cpu + db_cpu + redis_cpu
     out["redis_cpu_s"] = round(redis_cpu, 2)
     out["points_per_total_cpu_s"] = round(expected / total) if total else None
-    out["cpu_bound_points_per_s"] = round(expected / total * min(consumers, os.cpu_count())) if total else None
+    if db.backend == "postgresql" and total:
+        out["cpu_bound_points_per_s"] = round(expected / total * min(consumers, os.cpu_count()))
     out["load_avg"] = round(os.getloadavg()[0], 1)
     if stored != expected:
         out["error"] = f"stored {stored} points, expected {expected}"

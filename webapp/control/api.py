@@ -8,6 +8,7 @@ import re
 import uuid
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET, require_http_methods
 from django_ratelimit.decorators import ratelimit
@@ -79,19 +80,19 @@ def _send_new(request, run: Run, body: dict) -> JsonResponse:
     check_for_run(run, body["command"], args, body.get("confirm"))
     cmd = OperatorCommand(id=cmd_id, run=run, name=body["command"], args=args, reason=reason.strip(),
                           user=request.user, sender=request.user.get_username())
-    try:
-        with transaction.atomic():
-            cmd.save(force_insert=True)  # recorded before it is sent: no replica mistakes it for a CLI command
-    except IntegrityError:  # the same id posted twice at once: the other request sends it
-        return _retry(OperatorCommand.objects.get(pk=cmd_id), run, body, args)
-    try:
+    try:  # to the trainer first: the audit record's write must not delay the command (nor, failing, lose it)
         channel.send(cmd)
     except channel.NoControlKey as e:
-        cmd.delete()
         raise ApiError(503, str(e)) from None
     except Exception as e:  # Redis away: nothing was sent, so nothing is recorded
-        cmd.delete()
         raise ApiError(503, f"could not reach the run's control stream: {type(e).__name__}") from None
+    try:
+        with transaction.atomic():
+            cmd.save(force_insert=True)
+    except IntegrityError:  # a replica's sync recorded it from the stream meanwhile (or the same id came twice)
+        OperatorCommand.objects.filter(pk=cmd_id, source="cli").update(
+            source="web", user=request.user, sender=cmd.sender, sent_entry=cmd.sent_entry)
+        cmd = OperatorCommand.objects.get(pk=cmd_id)
     return JsonResponse(cmd.as_json(), status=202)
 
 
@@ -105,12 +106,13 @@ def _retry(existing: OperatorCommand, run: Run, body: dict, args: dict) -> JsonR
                             "send it again as a new command", command=existing.as_json())
     if existing.final:
         return JsonResponse(existing.as_json(), status=200)
-    OperatorCommand.objects.filter(pk=existing.pk).update(sent_count=existing.sent_count + 1)
-    existing.sent_count += 1
     try:
         channel.send(existing)
     except Exception as e:
         raise ApiError(503, f"could not resend: {type(e).__name__}: {e}"[:300]) from None
+    existing.sent_count += 1
+    OperatorCommand.objects.filter(pk=existing.pk).update(sent_count=F("sent_count") + 1,
+                                                          sent_entry=existing.sent_entry)
     return JsonResponse(existing.as_json(), status=202)
 
 

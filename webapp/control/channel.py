@@ -37,14 +37,14 @@ def _key() -> bytes:
 
 
 def send(cmd: OperatorCommand) -> None:
-    """Put the command (a saved record) on its run's control stream, signed; a retry sends the same id again."""
+    """Put the command on its run's control stream, signed, and note the entry on `cmd.sent_entry` (the caller
+    saves it); a retry sends the same id again."""
     key = _key()
     who = cmd.user.get_username() if cmd.user else cmd.sender
     fields = contract.sign_command(cmd.run_id, contract.command_fields(cmd.id, cmd.name, cmd.args, cmd.reason, who),
                                    key)
     entry = get_redis().xadd(contract.control_stream(cmd.run_id), fields, maxlen=CONTROL_MAXLEN, approximate=True)
     cmd.sent_entry = text(entry)
-    OperatorCommand.objects.filter(pk=cmd.pk).update(sent_entry=cmd.sent_entry)
 
 
 def _fields(raw: dict) -> dict[str, str]:

@@ -19,8 +19,9 @@ from webapp.live.hub import Outbox, get_hub
 
 log = logging.getLogger("observatory.live")
 SUMMARY_TTL_S = 1.0  # a thousand viewers arriving at once read the run's summary once, not a thousand times
+STALE_OK_S = 30.0  # an older summary still answers while a fresh one is read (updates carry the newest anyway)
 _summaries: dict[str, tuple[float, dict | None]] = {}
-_backfills: dict[int, Coalescer] = {}  # per event loop
+_backfills: dict[int, Coalescer] = {}  # per event loop: single-flight database reads
 
 
 async def _allowed(user) -> bool:
@@ -31,11 +32,7 @@ async def _allowed(user) -> bool:
 
 async def _backfill_text(run_id: str, after: dict[str, int], after_event: int | None) -> str:
     """The encoded backfill frame; identical resumes arriving together share one read and one encoding."""
-    loop = asyncio.get_running_loop()
-    co = _backfills.get(id(loop))
-    if co is None:
-        _backfills.clear()
-        co = _backfills[id(loop)] = Coalescer()
+    co = _coalescer()
 
     async def read() -> str:
         body = await database_sync_to_async(backfill)(run_id, after, after_event)
@@ -44,15 +41,34 @@ async def _backfill_text(run_id: str, after: dict[str, int], after_event: int | 
 
 
 async def _summary(run_id: str) -> dict | None:
+    """The run's summary for "hello": read once per SUMMARY_TTL_S per process, and meanwhile served from memory
+    (a crowd arriving together must not queue a database read each behind the backfills)."""
     now = time.monotonic()
     hit = _summaries.get(run_id)
     if hit is not None and now - hit[0] < SUMMARY_TTL_S:
         return hit[1]
-    summary = await database_sync_to_async(run_summary)(run_id)
-    if len(_summaries) > 1000:
-        _summaries.clear()
-    _summaries[run_id] = (now, summary)
-    return summary
+
+    async def read():
+        summary = await database_sync_to_async(run_summary)(run_id)
+        if len(_summaries) > 1000:
+            _summaries.clear()
+        _summaries[run_id] = (time.monotonic(), summary)
+        return summary
+    co, key = _coalescer(), ("summary", run_id)
+    if hit is not None and hit[1] is not None and now - hit[0] < STALE_OK_S:
+        if key not in co.running:  # refresh in the background, answer with what we have
+            asyncio.ensure_future(co.get(key, read))
+        return hit[1]
+    return await co.get(key, read)
+
+
+def _coalescer() -> Coalescer:
+    loop = asyncio.get_running_loop()
+    co = _backfills.get(id(loop))
+    if co is None:
+        _backfills.clear()
+        co = _backfills[id(loop)] = Coalescer()
+    return co
 
 
 class RunConsumer(AsyncWebsocketConsumer):

@@ -22,7 +22,7 @@ from webapp.live import protocol, stats
 
 log = logging.getLogger("observatory.live")
 
-MIN_INTERVAL_S = float(os.environ.get("OBS_LIVE_MIN_INTERVAL_MS", "100")) / 1000
+MIN_INTERVAL_S = float(os.environ.get("OBS_LIVE_MIN_INTERVAL_MS", "50")) / 1000
 # Frames per second one process aims to write in all: with more sockets the interval grows, so the frames per
 # socket drop (coalesced) instead of the process falling behind. bench/fanout.py measured the ceiling.
 FRAME_BUDGET = float(os.environ.get("OBS_LIVE_FRAME_BUDGET", "12000"))
@@ -73,7 +73,11 @@ class Outbox:
                 text, n = items[0][0], items[0][2]
             else:
                 text, n = "[" + ",".join(i[1] for i in items) + "]", sum(i[2] for i in items)
-            await self.send({"type": "websocket.send", "text": text})
+            try:
+                await self.send({"type": "websocket.send", "text": text})
+            except Exception:  # the socket went away mid-write: its consumer's disconnect cleans up
+                self.closed = True
+                return
             stats.sent(n, len(text))
 
     def stop(self) -> None:
@@ -134,6 +138,8 @@ class Feed:
         src, seq = msg.get("src"), msg.get("seq")
         if src is not None and isinstance(seq, int):
             last = self.seqs.get(src)
+            if last is None and len(self.seqs) >= 256:  # publishers come and go (restarts): forget old ones
+                self.seqs.clear()
             self.seqs[src] = seq
             if last is not None and seq != last + 1:
                 self.resync(f"missed {seq - last - 1} update(s)")

@@ -3,6 +3,7 @@ answered with an HTTP 500 (Channels' router raises on an unmatched path)."""
 
 from django.urls import re_path
 
+from webapp.control.consumers import websocket_urlpatterns as control_routes
 from webapp.live.consumers import RunConsumer
 
 
@@ -19,6 +20,6 @@ async def no_such_endpoint(scope, receive, send):
 
 websocket_urlpatterns = [
     re_path(r"^ws/runs/(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,63})/$", RunConsumer.as_asgi()),
-    *__import__("webapp.control.consumers", fromlist=["*"]).websocket_urlpatterns,  # the operator panel
+    *control_routes,  # the operator panel
     re_path(r"", no_such_endpoint),
 ]

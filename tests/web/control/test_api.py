@@ -169,3 +169,19 @@ def test_the_snapshot_carries_the_published_checkpoints_and_the_live_heartbeat(o
     [row] = operator.get("/api/operate/").json()["runs"]
     assert row["checkpoints"][0]["step"] == 30 and row["step"] == 41 and row["tokens"] == 5248
     assert row["alive"] and row["state"] == "paused"  # the live heartbeat's phase: it does not wait for ingest
+
+
+def test_a_replica_that_records_the_command_from_the_stream_first_does_not_lose_who_sent_it(operator, run,
+                                                                                           monkeypatch):
+    from webapp.control import channel
+
+    real_send = channel.send
+
+    def send_then_another_replica_syncs(cmd):
+        real_send(cmd)
+        channel.sync([RUN])  # between the XADD and this request's own insert
+
+    monkeypatch.setattr(channel, "send", send_then_another_replica_syncs)
+    resp = post(operator, id="race-0000001", command="pause", reason="look")
+    assert resp.status_code == 202 and resp.json()["user"] == "olga" and resp.json()["source"] == "web"
+    assert OperatorCommand.objects.get(pk="race-0000001").user == operator.user

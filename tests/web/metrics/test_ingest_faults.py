@@ -51,6 +51,7 @@ def test_ingest_recovers_by_itself_when_a_redis_restart_loses_the_streams(privat
     trainer = Trainer(client, run_id)  # the publisher registers the run again on its new connection
     trainer.metrics(1, loss=2.0)
     _pump(ing, lambda: _steps(run_id) == [0, 1], "step 1, published after the restart, to be stored")
+    ing.close()
 
 
 @pytest.mark.parametrize("depth,reason", [(33, "too_deep"), (900, "too_deep"), (5000, "bad_json")])
