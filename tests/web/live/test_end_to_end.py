@@ -64,9 +64,10 @@ async def _ws_collect(url: str, origin: str, want_step: int, timeout: float) -> 
         deadline = time.monotonic() + timeout
         while want_step not in got:
             msg = json.loads(await asyncio.wait_for(ws.recv(), timeout=deadline - time.monotonic()))
-            s = msg.get("series", {}).get(contract.M_LOSS)
-            if s:
-                got.update(zip(s["steps"], s["values"]))
+            for frame in msg if isinstance(msg, list) else [msg]:  # the hub batches frames as a list
+                s = frame.get("series", {}).get(contract.M_LOSS)
+                if s:
+                    got.update(zip(s["steps"], s["values"]))
     return got
 
 
