@@ -113,7 +113,8 @@ class SeriesWriter:
             try:
                 with transaction.atomic():  # a savepoint: an overlap rolls back to here
                     _append(append, totals)
-            except IntegrityError:
+            # PostgreSQL's COPY raises the driver's own IntegrityError, which Django does not wrap.
+            except (IntegrityError, connection.Database.IntegrityError):
                 general.update(append)
         if general or self.touched:
             self._general(general)
