@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 from django.http import JsonResponse
 
@@ -42,3 +43,16 @@ def int_param(request, name: str, default: int | None, lo: int | None = None, hi
         bounds = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
         raise ApiError(400, f"parameter '{name}' must be {bounds}", parameter=name)
     return val
+
+
+def json_body(request, max_bytes: int) -> dict:
+    """A request's JSON object body: 413 past `max_bytes`, 400 for anything but a JSON object."""
+    if len(request.body) > max_bytes:
+        raise ApiError(413, f"body larger than {max_bytes} bytes")
+    try:
+        data = json.loads(request.body or b"{}")
+    except (ValueError, RecursionError):
+        raise ApiError(400, "body must be a JSON object") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "body must be a JSON object")
+    return data

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 from django.apps import apps
 from django.urls import reverse
@@ -10,6 +9,7 @@ from django.urls import reverse
 from observatory import contract
 from webapp.annotations import markdown
 from webapp.annotations.models import REACTIONS, TAGS, Annotation
+from webapp import api
 from webapp.api import ApiError
 from webapp.metrics.models import Series
 
@@ -24,15 +24,7 @@ LIMITS = {"title": MAX_TITLE, "body": MAX_BODY, "reply": MAX_REPLY, "tags": MAX_
 
 
 def json_body(request) -> dict:
-    if len(request.body) > MAX_BODY_BYTES:
-        raise ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes")
-    try:
-        data = json.loads(request.body or b"{}")
-    except (ValueError, RecursionError):
-        raise ApiError(400, "body must be a JSON object") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "body must be a JSON object")
-    return data
+    return api.json_body(request, MAX_BODY_BYTES)
 
 
 def text(data: dict, name: str, limit: int, required: bool) -> str:

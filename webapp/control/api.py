@@ -3,7 +3,6 @@ re-plan, and the public list of a run's interventions."""
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 
@@ -15,7 +14,7 @@ from django_ratelimit.decorators import ratelimit
 
 from observatory import contract
 from webapp.accounts.permissions import api_requires, public
-from webapp.api import ApiError, api_view, int_param
+from webapp.api import ApiError, api_view, int_param, json_body
 from webapp.control import channel, plan, snapshot
 from webapp.control.models import OperatorCommand
 from webapp.runs.api import get_run
@@ -51,15 +50,7 @@ def check_for_run(run: Run, name: str, args: dict, confirm) -> None:
 
 
 def _parse(request) -> dict:
-    if len(request.body) > MAX_BODY_BYTES:
-        raise ApiError(413, f"body larger than {MAX_BODY_BYTES} bytes")
-    try:
-        body = json.loads(request.body or b"{}")
-    except (ValueError, RecursionError):
-        raise ApiError(400, "body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "body must be a JSON object")
-    return body
+    return json_body(request, MAX_BODY_BYTES)
 
 
 def _send_new(request, run: Run, body: dict) -> JsonResponse:
