@@ -160,7 +160,7 @@
     if (keys.includes("charts")) syncCharts();
     if (keys.includes("x")) { view.x = ctx.xaxis.setMode(view.x); redrawAll(); }
     if (keys.includes("log") || keys.includes("smooth")) redrawAll();
-    if (keys.includes("range")) charts.forEach((ch) => ch.setRange());
+    if (keys.includes("range")) { charts.forEach((ch) => ch.setRange()); router.setRange(); }
     showControls();
   });
 

@@ -75,7 +75,9 @@ window.Obs = window.Obs || {};
       for (const name of old) if (!keep.has(name)) store.release(name, view);
       this.layerSelect.set(layer);
       this.plot.dataset.layer = layer;
+      this.zoom = null;
       this.reset();
+      if (this.ctx.view.range) this.setRange(); // the new layer's window of the zoomed range
     }
 
     reset() { this.full = true; this.dirty = true; this.ctx.schedule(); }
@@ -84,7 +86,7 @@ window.Obs = window.Obs || {};
       this.dirty = true;
       const row = this.experts.indexOf(s);
       if (!this.full && row >= 0) {
-        for (let i = 0; i < add.x.length; i++) this.put(row, add.x[i], add.y[i]);
+        for (let i = 0; i < add.x.length; i++) if (this.inView(add.x[i])) this.put(row, add.x[i], add.y[i]);
         for (let i = 0; i < add.nfx.length; i++) this.nf.push([add.nfx[i], this.rows[row], add.nfk[i]]);
         if (this.hi - this.lo + 1 > MAX_COLS) { this.full = true; this.shrink = true; }
       }
@@ -100,12 +102,46 @@ window.Obs = window.Obs || {};
       if (k > this.hi) this.hi = k;
     }
 
+    // The dashboard's visible range changed (any chart's zoom, the step fields, the URL): read each expert's and
+    // line's window at the panel's resolution (debounced, stale reads cancelled), then re-bin over that window
+    // only; back to the whole run when the range is cleared.
+    setRange() {
+      clearTimeout(this.zoomTimer);
+      if (this.abort) { this.abort.abort(); this.abort = null; }
+      const range = this.ctx.view.range;
+      if (!range || this.layer === null) { this.zoom = null; this.reset(); return; }
+      this.zoomTimer = setTimeout(() => this.fetchZoom(range), 16);
+    }
+
+    async fetchZoom(range) {
+      const ac = this.abort = new AbortController(), store = this.ctx.store, [a, b] = range;
+      const read = (s, pts) => store.window(s.name, a, b, pts, ac.signal);
+      try {
+        const got = await Promise.all([...this.experts.map((s) => read(s, MAX_COLS)),
+                                       ...this.lines.map((s) => read(s, LINE_POINTS))]);
+        if (ac !== this.abort) return;
+        const empty = {steps: [], values: [], nfSteps: [], nfKinds: [], nfTotal: 0, bucketSteps: 1};
+        const ws = got.map((w) => w || empty);
+        this.zoom = {range: [a, b], experts: ws.slice(0, this.experts.length), lines: ws.slice(this.experts.length)};
+      } catch (e) {
+        if (e.name === "AbortError") return;
+        console.warn("router heatmap zoom failed:", e); // drawn from the held history instead
+        this.zoom = null;
+      }
+      this.abort = null;
+      this.reset();
+    }
+
+    inView(step) { return !this.zoom || (step >= this.zoom.range[0] && step <= this.zoom.range[1]); }
+
     // Bin every held point again: after a history load, a rewind, a new expert, or too many columns.
     rebuild() {
       let lo = Infinity, hi = -Infinity, bucket = 1;
-      for (const s of this.experts) {
-        if (s.steps.length) { lo = Math.min(lo, s.steps[0]); hi = Math.max(hi, s.steps[s.steps.length - 1]); }
-        if (s.nfSteps.length) { lo = Math.min(lo, s.nfSteps[0]); hi = Math.max(hi, s.nfSteps[s.nfSteps.length - 1]); }
+      const src = this.zoom ? this.zoom.experts : this.experts;
+      if (this.zoom) [lo, hi] = this.zoom.range; // the zoomed window, edge to edge
+      for (const s of src) {
+        if (!this.zoom && s.steps.length) { lo = Math.min(lo, s.steps[0]); hi = Math.max(hi, s.steps[s.steps.length - 1]); }
+        if (!this.zoom && s.nfSteps.length) { lo = Math.min(lo, s.nfSteps[0]); hi = Math.max(hi, s.nfSteps[s.nfSteps.length - 1]); }
         bucket = Math.max(bucket, s.bucketSteps || 1);
       }
       const span = hi >= lo ? hi - lo + 1 : 1;
@@ -116,8 +152,8 @@ window.Obs = window.Obs || {};
       this.cols = new Map();
       this.lo = Infinity; this.hi = -Infinity;
       this.nf = [];
-      this.experts.forEach((s, row) => {
-        for (let i = 0; i < s.steps.length; i++) this.put(row, s.steps[i], s.values[i]);
+      src.forEach((s, row) => {
+        for (let i = 0; i < s.steps.length; i++) if (this.inView(s.steps[i])) this.put(row, s.steps[i], s.values[i]);
         for (let i = 0; i < s.nfSteps.length; i++) this.nf.push([s.nfSteps[i], this.rows[row], s.nfKinds[i]]);
       });
       this.full = false;
@@ -139,6 +175,14 @@ window.Obs = window.Obs || {};
       if (this.full) this.rebuild();
       Plotly.react(this.plot, this.traces(), this.layout(), Obs.plotConfig());
       Obs.toolbarA11y(this.plot, "Router heatmap tools");
+      if (!this.relayoutBound && this.plot.on) { // a drag-zoom on the heatmap zooms the whole dashboard
+        this.relayoutBound = true;
+        this.plot.on("plotly_relayout", (ev) => {
+          if (ev["xaxis.autorange"]) return this.ctx.zoomTo(null);
+          const r = ev["xaxis.range"] || ("xaxis.range[0]" in ev ? [ev["xaxis.range[0]"], ev["xaxis.range[1]"]] : null);
+          if (r) this.ctx.zoomTo([r[0], r[1]]);
+        });
+      }
       this.summarise();
       if (this.section.querySelector(".table-alt").open) this.renderTable();
     }
@@ -153,7 +197,7 @@ window.Obs = window.Obs || {};
       this.missing = 0;
       const holes = z.map((row) => row.map((v) => (v === null ? (this.missing++, 1) : null)));
       const bin = W > 1 ? "steps %{x} ± " + (W / 2) + " (max in bin)" : "step %{x}";
-      const [mml, ovf] = this.lines;
+      const [mml, ovf] = this.zoom ? this.zoom.lines.map((w, i) => ({...w, name: this.lines[i].name})) : this.lines;
       const lineMarks = (s, axisY) => ({x: s.nfSteps.slice(), y: s.nfSteps.map(() => 1), text: s.nfKinds.slice(),
         type: "scatter", mode: "markers", yaxis: axisY, showlegend: false, marker: {color: t.red, symbol: "x", size: 8},
         hovertemplate: s.name.split("/").pop() + " step %{x}: %{text}<extra></extra>"});
@@ -185,11 +229,13 @@ window.Obs = window.Obs || {};
       const t = Obs.theme();
       const ax = {gridcolor: t.grid, zerolinecolor: t.grid, automargin: true, tickfont: {color: t.muted}};
       return {
-        margin: {l: 55, r: 60, t: 8, b: 30}, hovermode: "closest", uirevision: "layer-" + this.layer,
+        margin: {l: 55, r: 60, t: 8, b: 30}, hovermode: "closest", uirevision: "layer-" + this.layer + (this.zoom ? "-" + this.zoom.range.join("-") : ""),
         paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: t.fg},
         dragmode: Obs.coarsePointer() ? false : "zoom",
         showlegend: true, legend: {orientation: "h", x: 0, y: -0.2, yanchor: "top", font: {size: 10}},
-        xaxis: {...ax, title: {text: "step"}, anchor: "y2"},
+        xaxis: {...ax, title: {text: "step"}, anchor: "y2",
+                ...(this.zoom ? {range: [this.zoom.range[0] - 0.5, this.zoom.range[1] + 0.5], autorange: false}
+                              : {autorange: true})},
         yaxis: {...ax, domain: [0.4, 1], title: {text: "expert"}, dtick: this.rows.length <= 32 ? 1 : undefined,
                 tickfont: {size: 9, color: t.muted}},
         yaxis2: {...ax, domain: [0, 0.3], title: {text: "max/mean", font: {size: 10}}, rangemode: "tozero"},

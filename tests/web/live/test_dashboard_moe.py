@@ -155,3 +155,15 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
                            f"h.z0[0] === {_load(2, 0, 0)} && h.cols === {HISTORY + 5}; }}", timeout=30_000)
     assert errors == []
     servers.stop_ingest()
+
+    # The heatmap follows the dashboard's zoom: only the window's columns, read from the API; back out, the run.
+    page.evaluate("() => Obs.zoomTo(10, 19)")
+    page.wait_for_function(f"() => {{ const h = ({HEAT_JS})(); return h && h.x[0] === 10 && h.cols === 10; }}",
+                           timeout=30_000)
+    heat = page.evaluate(HEAT_JS)
+    assert heat["x"] == list(range(10, 20)) and heat["z0"] == [_load(2, e, 10) for e in range(EXPERTS)]  # layer 2, picked above
+    assert page.evaluate("() => document.getElementById('router-heatmap').layout.xaxis.range") == [9.5, 19.5]
+    page.evaluate("() => Obs.zoomTo(null)")
+    page.wait_for_function(f"() => {{ const h = ({HEAT_JS})(); return h && h.cols === {HISTORY + 5}; }}",
+                           timeout=30_000)
+    assert not errors
