@@ -96,6 +96,7 @@ class Feed:
         self.last_flush = float("-inf")
         self.timer: asyncio.TimerHandle | None = None
         self.seqs: dict[str, int] = {}  # publisher id -> last sequence number seen
+        self.owner: str | None = None  # the ingest (publisher id) whose ordered updates this feed relays
         self.channel: str | None = None
         self.reader: asyncio.Task | None = None
         self.ready: asyncio.Future | None = None
@@ -144,6 +145,14 @@ class Feed:
             if last is not None and seq != last + 1:
                 self.resync(f"missed {seq - last - 1} update(s)")
                 return
+            if msg.get("ordered") and src != self.owner:
+                # Another ingest took the run's stream over (a kill, a lease lost while Redis was down). What the
+                # old owner committed but could not push (Redis away) is invisible to the sequence check, which is
+                # per publisher: every socket resumes, and the backfill fills whatever hole there is.
+                first, self.owner = self.owner is None, src
+                if not first:
+                    self.resync("the run's ingest changed hands")
+                    return
         now = time.time()
         stats.relayed(now, msg.get("sent"), msg.get("payload", {}).get("t"))
         self.queue.append(frame_of(self.run_id, msg.get("payload") or {}))

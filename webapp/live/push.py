@@ -44,7 +44,8 @@ class LivePublisher:
     def send(self, run_id: str, payload: dict) -> None:
         if self.layer is None:
             return
-        fut = asyncio.run_coroutine_threadsafe(self.layer.group_send(*_group_message(run_id, payload)), self.loop)
+        fut = asyncio.run_coroutine_threadsafe(self.layer.group_send(*_group_message(run_id, payload, ordered=True)),
+                                               self.loop)
         self.inflight.add(fut)
         fut.add_done_callback(self._done)
 
@@ -125,9 +126,13 @@ _seq: defaultdict[str, itertools.count] = defaultdict(lambda: itertools.count(1)
 _seq_lock = threading.Lock()
 
 
-def _group_message(run_id: str, body: dict) -> tuple[str, dict]:
-    """(group, message) for the run's watchers; each web process's hub (webapp.live.hub) receives the message."""
+def _group_message(run_id: str, body: dict, ordered: bool = False) -> tuple[str, dict]:
+    """(group, message) for the run's watchers; each web process's hub (webapp.live.hub) receives the message.
+    ordered: sent by the ingest that owns the run's stream (LivePublisher), whose messages carry the run's data in
+    order; a hub that sees a new ordered publisher knows the run changed hands (webapp.live.hub.Feed.receive)."""
     with _seq_lock:
         seq = next(_seq[run_id])
-    return contract.live_group(run_id), {"type": MESSAGE_TYPE, "run_id": run_id, "payload": body, "src": _SRC,
-                                         "seq": seq, "sent": time.time()}
+    msg = {"type": MESSAGE_TYPE, "run_id": run_id, "payload": body, "src": _SRC, "seq": seq, "sent": time.time()}
+    if ordered:
+        msg["ordered"] = True
+    return contract.live_group(run_id), msg

@@ -135,3 +135,23 @@ async def test_identical_backfills_arriving_together_share_a_read_but_never_a_st
     assert await first == "answer 1"
     assert [await t for t in later] == ["answer 2"] * 3  # one more read for all three
     assert len(reads) == 2
+
+
+async def test_a_new_ingest_owning_the_run_makes_every_socket_resume_but_a_one_off_push_does_not():
+    """Ingest A committed steps 3-4 while Redis was away (their pushes lost, the entries acknowledged), then lost
+    its lease; ingest B's first update (its own sequence starts at 1) cannot show the hole by sequence: the change
+    of owner itself sends every socket through resume. A one-off push (a Celery task's push_now) is not ordered
+    and changes nothing."""
+    feed = hubmod.Feed(FakeHub(), "r1")
+    boxes, sent, closed = await _boxes(feed, [None])
+    feed.receive({**_update(1, loss=1.0), "src": "a", "seq": 1, "ordered": True})
+    feed.receive({**_update(2, loss=1.0), "src": "a", "seq": 2, "ordered": True})
+    feed.receive({**_update(2, loss=1.0), "src": "celery", "seq": 1})
+    await _settle()
+    assert closed == [] and sum(t.count('"steps":[2]') for t in sent[0]) == 2
+    feed.receive({**_update(5, loss=1.0), "src": "b", "seq": 1, "ordered": True})
+    await _settle()
+    assert closed == [(0, protocol.CLOSE_RESYNC)]
+    assert not any('"steps":[5]' in t for t in sent[0])
+    for b in boxes:
+        b.stop()
