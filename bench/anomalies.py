@@ -5,8 +5,11 @@
 The built-in set is synthetic events injected at known steps into real-shaped curves (power-law loss with noise
 and benign bumps, per-domain and eval losses, grad and update norms following the LR schedule, throughput with
 compile and checkpoint blips, MoE drop fraction, per-expert loads and router biases), one event per run, plus
-clean runs that must raise nothing. `--curve` adds recorded curves (read by the scanner's CSV reader, fed the
-same way) with a labels file: a JSON list of {"kind", "start_step", "end_step", "also": [kinds], "run"?};
+clean runs that must raise nothing. Recorded curves are added (read by the scanner's CSV reader, fed the same way):
+by default every bench/data/anomalies/*.csv.gz beside its .labels.json (the real demo trainer, recorded by
+bench/anomaly_curves.py), or those named with `--curve`; a recorded run without labels is a clean run, and
+"recorded_clean" counts its alarms per kind and severity (a clean demo run must raise no warning or critical).
+A labels file is a JSON list of {"kind", "start_step", "end_step", "also": [kinds], "run"?};
 "also" names kinds the event legitimately causes too (a loss spike moves the grad norm), which then count
 neither as false alarms nor towards recall. Deterministic: fixed seeds. Benchmark, not a test.
 """
@@ -29,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from observatory import contract  # noqa: E402
 from observatory.anomalies import M_LOSS_SCALE, Monitor  # noqa: E402
 from observatory.anomalies.model import OPENED, AnomalyLog  # noqa: E402
-from observatory.anomalies.scan import parse_maps, read_rows, scan_rows  # noqa: E402
+from observatory.anomalies.scan import open_text, parse_maps, read_rows, scan_rows  # noqa: E402
 
+DATA = Path(__file__).resolve().parent / "data" / "anomalies"
 DOMAINS = ("web", "code", "math", "books")
 LAYERS, EXPERTS = 2, 8
 TOKENS_PER_STEP = 2048
@@ -404,7 +408,7 @@ def external(curves: list[list[str]], mapping: dict) -> list[tuple[str, list[dic
     out = []
     for csv_path, labels_path in curves:
         labels = json.loads(Path(labels_path).read_text())
-        with open(csv_path, newline="", encoding="utf-8") as f:
+        with open_text(csv_path) as f:
             rows = list(read_rows(f, mapping))
         trace = []
         scan_rows(rows, trace=trace)
@@ -414,6 +418,46 @@ def external(curves: list[list[str]], mapping: dict) -> list[tuple[str, list[dic
             labs = [lab for lab in labels if lab.get("run") in (None, run)]
             steps = sum(1 for r, *_ in rows if r == run)
             out.append((f"{csv_path}:{run}", dets, labs, steps))
+    return out
+
+
+def false_alarms(table: dict, clean: list[tuple[str, list[dict], list[dict], int]]) -> None:
+    """Adds to each kind's row its alarms per 10k steps on the clean runs (synthetic and recorded): all of them,
+    and those of warning or critical severity."""
+    steps = sum(n for *_, n in clean)
+    every, loud = defaultdict(int), defaultdict(int)
+    for _, dets, _, _ in clean:
+        for d in dets:
+            every[d["kind"]] += 1
+            loud[d["kind"]] += d["severity"] != "info"
+    for kind in set(table) | set(every):
+        row = table.setdefault(kind, {"labels": 0, "recall": None, "detections": 0, "precision": None,
+                                      "median_delay_steps": None})
+        row["false_alarms_per_10k"] = round(every[kind] * 10_000 / steps, 2)
+        row["false_alarms_per_10k_warning_up"] = round(loud[kind] * 10_000 / steps, 2)
+
+
+def default_curves() -> list[list[str]]:
+    pairs = [(c, c.with_name(c.name.removesuffix(".csv.gz") + ".labels.json")) for c in sorted(DATA.glob("*.csv.gz"))]
+    return [[str(c), str(lab)] for c, lab in pairs if lab.exists()]
+
+
+def recorded_clean(ext: list[tuple[str, list[dict], list[dict], int]]) -> dict:
+    """Per recorded run without labels: its alarms per kind and severity, per 10k steps, and the count of
+    warnings and criticals (each one a false alarm)."""
+    out = {}
+    for name, dets, labels, steps in ext:
+        if labels:
+            continue
+        counts = defaultdict(int)
+        for d in dets:
+            counts[f"{d['kind']} {d['severity']}"] += 1
+        out[Path(name.rsplit(":", 1)[0]).name] = {
+            "steps": steps, "alarms": dict(sorted(counts.items())),
+            "per_10k_steps": {k: round(v * 10_000 / steps, 1) for k, v in sorted(counts.items())},
+            "warning_or_critical": sum(1 for d in dets if d["severity"] != "info"),
+            "examples": [f"{d['kind']} {d['severity']}: {d['explanation']}" for d in dets
+                         if d["severity"] != "info"][:5]}
     return out
 
 
@@ -427,24 +471,29 @@ def main() -> int:
     injected, clean = build_set()
     inj = [(name, detections(run_live(c)), with_gap_times(c, c.labels), c.n // c.every) for name, c in injected]
     cln = [(name, detections(run_live(c)), [], c.n // c.every) for name, c in clean]
-    ext = external(args.curve, parse_maps(args.map)) if args.curve else []
+    ext = external(args.curve or default_curves(), parse_maps(args.map))
     report = {"per_kind": evaluate(inj + cln + ext), "clean": clean_alarms(cln),
+              "recorded_per_kind": evaluate(ext), "recorded_clean": recorded_clean(ext),
               "missed": [f"{name}: {lab['kind']} at {lab['start_step']}" for name, dets, labels, _ in inj + ext
                          for lab, hs in zip(labels, match(dets, labels)[0]) if not hs],
               "unexplained": [f"{name}: {d['kind']} {d['explanation']}" for name, dets, labels, _ in inj + ext
                               for d, ok in zip(dets, match(dets, labels)[1]) if not ok][:20],
               "runs": {"injected": len(inj), "clean": len(cln), "external": len(ext)},
               "cost": cost(), "wall_s": None}
+    false_alarms(report["per_kind"], cln + [r for r in ext if not r[2]])
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{'kind':22} {'labels':>6} {'recall':>7} {'dets':>5} {'precision':>9} {'delay':>6}")
-    for kind, r in report["per_kind"].items():
+    print(f"{'kind':22} {'labels':>6} {'recall':>7} {'dets':>5} {'precision':>9} {'delay':>6} {'FA/10k':>7} "
+          f"{'warn+':>6}")
+    for kind, r in sorted(report["per_kind"].items()):
         print(f"{kind:22} {r['labels']:6} {r['recall'] if r['recall'] is not None else '-':>7} {r['detections']:5} "
               f"{r['precision'] if r['precision'] is not None else '-':>9} "
-              f"{r['median_delay_steps'] if r['median_delay_steps'] is not None else '-':>6}")
-    print(json.dumps({k: report[k] for k in ("clean", "missed", "unexplained", "cost", "wall_s")}, indent=2))
+              f"{r['median_delay_steps'] if r['median_delay_steps'] is not None else '-':>6} "
+              f"{r['false_alarms_per_10k']:7} {r['false_alarms_per_10k_warning_up']:6}")
+    print(json.dumps({k: report[k] for k in ("clean", "recorded_clean", "missed", "unexplained", "cost", "wall_s")},
+                     indent=2))
     return 0
 
 

@@ -1,24 +1,24 @@
-"""Record demo-trainer curves with faults injected through its `inject-fault` command, as labelled CSVs for
-bench/anomalies.py (`--curve CSV LABELS.json`).
+"""Record demo-trainer curves with faults injected through its `inject-fault` command, as labelled, gzipped CSVs
+for bench/anomalies.py (which reads every bench/data/anomalies/*.csv.gz by default).
 
-    .venv/bin/python bench/anomaly_curves.py [--only clean,lr-spike,nan,stall]   # record (slow)
-    .venv/bin/python bench/anomaly_curves.py --evaluate                          # the table, as JSON
+    nice -n 10 .venv/bin/python bench/anomaly_curves.py [--only clean,faults]   # record (slow: minutes per run)
+    .venv/bin/python bench/anomaly_curves.py --evaluate                          # = bench/anomalies.py --json
 
-Each scenario runs `python -m training run --config training/configs/demo.toml` (the demo model; --set makes the
-batch smaller so that it runs in minutes on two cores, and sizes the token budget so that the LR schedule is the
-demo's), sends `python -m training control RUN inject-fault ...` at chosen steps, then writes the columns the
-detectors read (plus step and time) to bench/data/anomalies/demo-<scenario>.csv and its labels, derived from what
-the trainer recorded: the steps with `fault/active` set (lr-spike, nan), the gap between two steps (stall).
-Starts a private redis-server for the trainer's telemetry and command channel. Slow: a benchmark input maker.
-`--evaluate` runs bench/anomalies.py --json with every recorded curve and adds, per kind and severity, the alarms
-the detectors raise on the recorded clean run(s) per 10k steps (bench/anomalies.py counts those for its
-synthetic clean runs only).
+Each scenario runs the real demo, `python -m training run --config training/configs/demo.toml` (no overrides but
+a private checkpoint dir), for a fixed number of steps. `clean` runs with `--no-redis` (nothing to steer);
+`faults` publishes to a private redis-server and sends `python -m training control RUN inject-fault ...` at
+chosen steps, as an operator would. The columns the detectors read (plus step and time) go to
+bench/data/anomalies/demo-<scenario>.csv.gz, and its labels, derived from what the trainer recorded, to
+demo-<scenario>.labels.json: the steps with `fault/active` set (lr-spike, nan: the injected faults in order), the
+longest gap between two steps after the stall was sent (stall).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import io
 import json
 import os
 import subprocess
@@ -36,31 +36,28 @@ from observatory.anomalies.routing import watched  # noqa: E402
 from private_redis import private_redis  # noqa: E402
 
 OUT = ROOT / "bench" / "data" / "anomalies"
-# The demo's shape (4 layers, 16 routed experts, top 4: the same ~235 metrics a step) made cheap enough for two
-# shared cores: half the batch, and (SMALL) half the width. The token budget keeps the demo's 62.5k-step schedule.
-FAST = ["train.batch_size=8", "train.token_budget=32000000"]
-SMALL = ["model.d_model=64", "model.d_ff=128"]
-# scenario -> (steps, [(at step, fault words)], extra --set overrides)
+# scenario -> (steps, [(after step, fault words)]); one run carries every fault, far enough apart to recover
 SCENARIOS = {
-    "clean": (2000, [], SMALL),
-    "lr-spike": (560, [(250, ["lr-spike", "3", "factor=30"]), (420, ["lr-spike", "2", "factor=10"])], SMALL),
-    "nan": (420, [(260, ["nan", "2"])], []),
-    "stall": (330, [(240, ["stall", "seconds=60"])], SMALL),
+    "clean": (2000, []),
+    "faults": (760, [(250, ["lr-spike", "3", "factor=30"]), (400, ["lr-spike", "2", "factor=10"]),
+                     (540, ["nan", "2"]), (640, ["stall", "seconds=60"])]),
 }
 # What an injected fault legitimately causes besides its own kind (bench/anomalies.py's "also").
 LR_ALSO = ["update_norm_spike", "grad_norm_spike", "grad_norm_high", "loss_spike", "drop_surge", "hot_expert",
            "dead_expert", "nonfinite"]
 NAN_ALSO = ["overflow", "loss_spike", "grad_norm_spike", "update_norm_spike"]
+# Host readings kept as context (whether other processes compete for the CPU), whether or not a detector reads them.
+HOST = {contract.HW_CPU_PERCENT, contract.HW_PROCESS_CPU, contract.HW_LOAD1}
 
 
-def record(name: str, steps: int, faults, sets: list[str], redis_url: str, workdir: Path) -> list[dict]:
+def record(name: str, steps: int, faults, redis_url: str | None, workdir: Path) -> list[dict]:
     run_id = f"anomaly-{name}-{int(time.time())}"
     jsonl = workdir / f"{name}.jsonl"
     env = {**os.environ, "REDIS_URL": redis_url,
            contract.CONTROL_KEY_ENV: os.environ.get(contract.CONTROL_KEY_ENV, "anomaly-curves-control-key-0123")}
     cmd = [sys.executable, "-m", "training", "run", "--config", "training/configs/demo.toml", "--run-id", run_id,
            "--steps", str(steps), "--fresh", "--metrics-jsonl", str(jsonl),
-           "--set", f'checkpoint.dir="{workdir / "ckpt"}"', *[a for s in FAST + sets for a in ("--set", s)]]
+           "--set", f'checkpoint.dir="{workdir / name}"', *([] if faults else ["--no-redis"])]
     trainer = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     pending = list(faults)
     try:
@@ -78,7 +75,8 @@ def record(name: str, steps: int, faults, sets: list[str], redis_url: str, workd
         if trainer.poll() is None:
             trainer.terminate()
             trainer.wait(30)
-        cleanup(redis_url, run_id)
+        if faults:
+            cleanup(redis_url, run_id)
     return [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
 
 
@@ -106,17 +104,19 @@ def cleanup(redis_url: str, run_id: str) -> None:
     r.srem(contract.RUNS_KEY, run_id)
 
 
-def write(name: str, records: list[dict]) -> tuple[int, list[dict]]:
-    """The CSV (step, time, every column a detector reads) and the labels; returns (rows, labels)."""
+def write(name: str, records: list[dict], faults) -> tuple[int, list[dict]]:
+    """The gzipped CSV (step, time, every column a detector reads) and the labels; returns (rows, labels)."""
     metrics = [r for r in records if r["kind"] == "metrics"]
-    cols = sorted({k for r in metrics for k in r["values"] if watched(k)})
-    with open(OUT / f"demo-{name}.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(["step", "time", *cols])
-        for r in metrics:
-            v = r["values"]
-            w.writerow([r["step"], f"{r['t']:.3f}", *(_fmt(v[c]) if c in v else "" for c in cols)])
-    labels = labels_of(name, metrics)
+    labels = labels_of(metrics, faults)  # first: a run whose faults did not show writes nothing
+    cols = sorted({k for r in metrics for k in r["values"] if watched(k) or k in HOST})
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["step", "time", *cols])
+    for r in metrics:
+        v = r["values"]
+        w.writerow([r["step"], f"{r['t']:.3f}", *(_fmt(v[c]) if c in v else "" for c in cols)])
+    with open(OUT / f"demo-{name}.csv.gz", "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+        gz.write(buf.getvalue().encode())
     (OUT / f"demo-{name}.labels.json").write_text(json.dumps(labels, indent=1) + "\n")
     return len(metrics), labels
 
@@ -125,23 +125,29 @@ def _fmt(x: float) -> str:
     return repr(x) if x != x or x in (float("inf"), float("-inf")) else f"{x:.6g}"
 
 
-def labels_of(name: str, metrics: list[dict]) -> list[dict]:
+def labels_of(metrics: list[dict], faults) -> list[dict]:
+    """Labels from what the trainer recorded: the runs of `fault/active` steps belong to the lr-spike and nan
+    faults in the order they were sent; a stall is the longest gap between two steps after it was sent."""
     out = []
-    if name in ("lr-spike", "nan"):
-        active = [r["step"] for r in metrics if r["values"].get(contract.M_FAULT_ACTIVE) == 1.0]
-        for start, end in _runs(active):
-            if name == "lr-spike":  # the update jumps at once; the loss answers over the next steps
-                out.append({"kind": "update_norm_spike", "start_step": start, "end_step": end,
-                            "also": [k for k in LR_ALSO if k != "update_norm_spike"]})
-                out.append({"kind": "loss_spike", "start_step": start, "end_step": end + 30,
-                            "also": [k for k in LR_ALSO if k != "loss_spike"]})
-            else:
-                out.append({"kind": "nonfinite", "start_step": start, "end_step": end, "also": NAN_ALSO})
-    elif name == "stall":
-        gaps = [(b["t"] - a["t"], a["step"], b["step"]) for a, b in zip(metrics, metrics[1:])]
-        _, before, after = max(gaps)
-        out.append({"kind": "stall", "start_step": before, "end_step": after, "also": []})
-    return out
+    active = [r["step"] for r in metrics if r["values"].get(contract.M_FAULT_ACTIVE) == 1.0]
+    stepped = [words[0] for _, words in faults if words[0] in ("lr-spike", "nan")]
+    runs = _runs(active)
+    if len(runs) != len(stepped):
+        raise SystemExit(f"{len(stepped)} step faults sent but {len(runs)} runs of {contract.M_FAULT_ACTIVE} seen")
+    for fault, (start, end) in zip(stepped, runs):
+        if fault == "lr-spike":  # the update jumps at once; the loss answers over the next steps
+            out.append({"kind": "update_norm_spike", "start_step": start, "end_step": end,
+                        "also": [k for k in LR_ALSO if k != "update_norm_spike"]})
+            out.append({"kind": "loss_spike", "start_step": start, "end_step": end + 30,
+                        "also": [k for k in LR_ALSO if k != "loss_spike"]})
+        else:
+            out.append({"kind": "nonfinite", "start_step": start, "end_step": end, "also": NAN_ALSO})
+    for at, words in faults:
+        if words[0] == "stall":
+            gaps = [(b["t"] - a["t"], a["step"], b["step"]) for a, b in zip(metrics, metrics[1:]) if a["step"] >= at]
+            _, before, after = max(gaps)
+            out.append({"kind": "stall", "start_step": before, "end_step": after, "also": []})
+    return sorted(out, key=lambda lab: lab["start_step"])
 
 
 def _runs(steps: list[int]) -> list[tuple[int, int]]:
@@ -154,53 +160,35 @@ def _runs(steps: list[int]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in out]
 
 
-def evaluate() -> dict:
-    """bench/anomalies.py's report with the recorded curves, plus the recorded clean runs' alarms per kind."""
-    from collections import Counter
-
-    from observatory.anomalies.scan import scan_file
-
-    curves = sorted(OUT.glob("demo-*.csv"))
-    cmd = [sys.executable, str(ROOT / "bench" / "anomalies.py"), "--json"]
-    for c in curves:
-        cmd += ["--curve", str(c), str(c.with_suffix("").with_suffix(".labels.json"))]
-    report = json.loads(subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
-    import anomalies as bench  # bench/anomalies.py: the same matching, on the recorded curves alone
-
-    recorded = bench.external([[str(c), str(c.with_suffix("").with_suffix(".labels.json"))] for c in curves], {})
-    report["recorded_per_kind"] = bench.evaluate(recorded)
-    report["recorded_unexplained"] = dict(Counter(
-        f"{d['kind']} {d['severity']}" for _, dets, labels, _ in recorded
-        for d, ok in zip(dets, bench.match(dets, labels)[1]) if not ok))
-    clean = {}
-    for c in curves:
-        if json.loads(c.with_suffix("").with_suffix(".labels.json").read_text()):
-            continue  # has injected events: not a clean run
-        with open(c) as f:
-            steps = sum(1 for _ in f) - 1
-        counts = Counter((a.kind, a.severity) for _, a in scan_file(str(c)))
-        clean[c.name] = {"steps": steps, "per_10k_steps": {f"{k} {s}": round(n * 10_000 / steps, 1)
-                                                          for (k, s), n in sorted(counts.items())},
-                         "warning_or_critical": sum(n for (_, s), n in counts.items() if s != "info")}
-    report["recorded_clean"] = clean
-    return report
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
     ap.add_argument("--evaluate", action="store_true", help="print the evaluation with the recorded curves")
+    ap.add_argument("--convert", nargs=2, metavar=("SCENARIO", "JSONL"),
+                    help="write the CSV and labels from a trainer's --metrics-jsonl (e.g. a run cut short)")
     args = ap.parse_args()
     if args.evaluate:
-        print(json.dumps(evaluate(), indent=2))
+        return subprocess.run([sys.executable, str(ROOT / "bench" / "anomalies.py"), "--json"], cwd=ROOT).returncode
+    if args.convert:
+        name, path = args.convert
+        records = []
+        for line in Path(path).read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:  # the line being written when the run was cut
+                continue
+        last = max(r["step"] for r in records if r["kind"] == "metrics")
+        faults = [f for f in SCENARIOS[name][1] if f[0] + 5 < last]  # those sent before the cut
+        n, labels = write(name, records, faults)
+        print(json.dumps({"scenario": name, "rows": n, "last_step": last, "labels": labels}))
         return 0
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="anomaly-curves-") as tmp, private_redis() as redis_url:
         for name in args.only.split(","):
-            steps, faults, sets = SCENARIOS[name]
+            steps, faults = SCENARIOS[name]
             t0 = time.monotonic()
-            n, labels = write(name, record(name, steps, faults, sets, redis_url, Path(tmp)))
-            print(json.dumps({"scenario": name, "set": FAST + sets, "rows": n, "labels": labels,
+            n, labels = write(name, record(name, steps, faults, redis_url, Path(tmp)), faults)
+            print(json.dumps({"scenario": name, "rows": n, "labels": labels,
                               "minutes": round((time.monotonic() - t0) / 60, 1)}))
     return 0
 

@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Find training anomalies in logged metrics.")
     sub = ap.add_subparsers(dest="command", required=True)
     sc = sub.add_parser("scan", help="scan a CSV of metrics; prints one JSON object per anomaly")
-    sc.add_argument("file", help="CSV with a step column and metric columns")
+    sc.add_argument("file", help="CSV with a step column and metric columns (.gz: gzip-compressed)")
     sc.add_argument("--map", action="append", default=[], metavar="COLUMN=METRIC",
                     help="read COLUMN as METRIC (a contract name, or step/run/time); repeatable")
     args = ap.parse_args(argv)

@@ -27,8 +27,10 @@ class ExpertLoadDetector(SeriesDetector):
     hot_close: float = 1.8  # ...and below which it has cooled down (hysteresis against flapping)
     dead: float = 0.1  # the same for a dead (starved) expert
     dead_close: float = 0.25
-    sustain: int = 20  # consecutive points out of band before it opens: routing is noisy step to step
-    warmup: int = 20  # points before it may open (the router starts unbalanced and the bias needs a while)
+    sustain: int = 50  # consecutive points out of band before it opens: routing is noisy step to step, and an
+    #                    expert the bias is still pulling back in lasts tens of steps
+    warmup: int = 300  # points before it may open: the router starts unbalanced and aux-loss-free balancing
+    #                    (the demo's bias rate 1e-2) takes a few hundred steps to even the load out
     crit_hot: float = 6.0
 
     def fresh(self) -> dict:

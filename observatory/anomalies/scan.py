@@ -4,12 +4,14 @@ The file has a `step` column and metric columns named by the contract (`train/lo
 `COLUMN=METRIC` mappings; other columns are ignored. A `run` column splits the file into independent runs; a
 `timestamp`/`_timestamp`/`time`/`wall_time` column (seconds) enables stall detection. An empty cell is a missing
 value (sparse logging); `nan`, `inf`, `-inf` are non-finite values. A step lower than the previous one of its run
-is a rewind (a resume from a checkpoint): anomalies found on the superseded points are dropped.
+is a rewind (a resume from a checkpoint): anomalies found on the superseded points are dropped. A file whose name
+ends in `.gz` is read as gzip.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
@@ -125,12 +127,19 @@ def scan_rows(rows: Iterable[Row], config: Config | None = None,
     return [(run, a) for run, (_, log, _) in monitors.items() for a in log.anomalies()]
 
 
+def open_text(path: str):
+    """A CSV file for reading as text; gzip-compressed when its name ends in `.gz`."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", newline="", encoding="utf-8")
+    return open(path, newline="", encoding="utf-8")
+
+
 def scan_file(path: str, mapping: Mapping[str, str] | None = None,
               config: Config | None = None) -> list[tuple[str | None, Anomaly]]:
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open_text(path) as f:
             return scan_rows(read_rows(f, mapping, config), config)
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip: BadGzipFile is an OSError, truncation EOFError
         raise ScanError(f"cannot read {path}: {e}") from None
 
 

@@ -79,7 +79,8 @@ def test_restoring_a_snapshot_then_re_delivering_steps_already_seen_duplicates_n
 
 def test_unwatched_names_cost_one_lookup_and_keep_no_state():
     mon = Monitor()
-    mon.observe(0, {"hw/cpu_percent": 5.0, "mixture/weight/web": 0.2, contract.M_LOSS: 3.0, f"{HIST}/0": 1.0})
+    # (hw/cpu_percent is read: it tells the step-time detectors whether other processes take the CPU)
+    mon.observe(0, {"hw/load1": 5.0, "mixture/weight/web": 0.2, contract.M_LOSS: 3.0, f"{HIST}/0": 1.0})
     keys = sorted(mon.snapshot()["states"])
     assert keys == ["expert_load train/router/layer_0/routing_hist", "loss_spike train/loss"]
 

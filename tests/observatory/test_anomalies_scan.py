@@ -158,3 +158,20 @@ def test_the_module_runs_as_a_command(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == f"scan: {path}: no 'step' column (columns: loss)"
+
+
+def test_a_gzipped_csv_reads_as_the_plain_one_and_a_broken_one_exits_2(tmp_path, capsys):
+    import gzip
+
+    plain = write_csv(tmp_path / "m.csv", curve_rows())
+    packed = tmp_path / "m.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    code, from_plain, _ = scan(capsys, plain)
+    code_gz, from_gz, err = scan(capsys, packed)
+    assert code == code_gz == 0 and err == "" and from_gz == from_plain and from_plain
+    (tmp_path / "cut.csv.gz").write_bytes(packed.read_bytes()[:200])
+    code, _, err = scan(capsys, tmp_path / "cut.csv.gz")
+    assert code == 2 and "cannot read" in err and err.count("\n") == 1
+    (tmp_path / "not.csv.gz").write_bytes(plain.read_bytes())
+    code, _, err = scan(capsys, tmp_path / "not.csv.gz")
+    assert code == 2 and "cannot read" in err

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from observatory.anomalies.scan import read_rows
+from observatory.anomalies.scan import open_text, read_rows
 
 from ..servers import ROOT
 from . import curves
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DEMO_NAN = ROOT / "bench" / "data" / "anomalies" / "demo-nan.csv"  # the demo trainer, a NaN injected (bench data)
+DEMO_NAN = ROOT / "bench" / "data" / "anomalies" / "v1-nan.csv.gz"  # the demo trainer, a NaN injected (bench data)
 
 
 def scan_cli(path: Path) -> list[tuple]:
@@ -38,7 +38,7 @@ def test_a_synthetic_curve_gives_the_same_log_both_ways(trainer, live_ingest, ru
 
 def test_a_recorded_demo_run_gives_the_same_log_both_ways(trainer, live_ingest, run_id):
     """~235 metrics a step from the real trainer (a NaN injected at step 265), steps and times as recorded."""
-    with open(DEMO_NAN, newline="") as f:
+    with open_text(DEMO_NAN) as f:
         rows = list(read_rows(f))
     curves.publish(trainer, [(step, values, t) for _, step, values, t in rows])
     live_ingest.drain()
