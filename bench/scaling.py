@@ -1,11 +1,19 @@
-"""Scaling-law fits: wall time per law, and the pruned multi-start against the full grid. Prints one JSON object.
+"""Scaling-law fits: wall time per law, the pruned multi-start against the full grid, and the forecast error of
+the largest run from the smaller ones on real ladders. Prints one JSON object.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py [--bootstrap 200] [--rungs 24] [--full-grid]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py --json [--bootstrap 200] [--rungs 24] [--full-grid]
+        [--ladder var/ladder/demo-ladder/rungs.csv] [--public-only]
 
 Synthetic ladders (Chinchilla with Besiroglu et al.'s estimates, 0.3% noise; the Marin compute law; the
 over-trained form with γ = 0.03). For each law: seconds for one fit with `--bootstrap` resamples and its
 held-out error. With --full-grid, also refines every point of Chinchilla's 4500-point grid (seconds) and reports
 how far the default 64-start optimum is from it (relative objective; 0 means the same optimum).
+
+Real ladders ("public"): the 245 Chinchilla runs (bench/data/scaling/README.md) and, when present, the demo
+ladder's rungs.csv (`python -m training ladder --config training/configs/ladder.toml` writes it). For each law:
+fit on every run but the largest-compute one (ties included), predict it, and report the relative error
+|L̂/L − 1| ("largest"); likewise with the largest quarter held out ("largest_quarter", mean error). None where the
+rows left are fewer than the law's parameters.
 """
 
 from __future__ import annotations
@@ -20,7 +28,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from observatory.scaling import CHINCHILLA, COMPUTE, OVERTRAINED, Points, fit_law  # noqa: E402
+from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, fit_law  # noqa: E402
+from observatory.scaling.fit import holdout_mask  # noqa: E402
+from observatory.scaling.cli import read_rungs  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "scaling"
+CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
+CHINCHILLA_URL = ("https://github.com/epoch-research/analyzing-chinchilla/blob/"
+                  "92258837425e1b5f2851d624287f0120583a3d0e/data/svg_extracted_data.csv")
 from observatory.scaling.solver import best_grid_starts, solve  # noqa: E402
 
 TRUTHS = {
@@ -30,12 +45,59 @@ TRUTHS = {
 }
 
 
+def forecast_errors(points: Points, loss: np.ndarray) -> dict:
+    """Per law that the columns allow: the largest run (and the largest quarter) forecast from the rest."""
+    out = {}
+    for name, law in LAWS.items():
+        if not points.has(law.needs):
+            continue
+        row = {}
+        for label, k in (("largest", 1), ("largest_quarter", max(1, len(loss) // 4))):
+            held = holdout_mask(points, k)
+            if (~held).sum() < law.n_params:
+                row[label] = None
+                continue
+            t0 = time.perf_counter()
+            # _holdout_error given: skip fit_law's own held-out refit (this loop is the held-out evaluation)
+            f = fit_law(law, points.take(~held), loss[~held], bootstrap=0, _holdout_error=-1.0)
+            pred = f.predict(points.take(held))
+            row[label] = {"held_out": int(held.sum()), "fitted_on": int((~held).sum()),
+                          "mean_abs_rel_error": float(np.mean(np.abs(pred / loss[held] - 1))),
+                          "seconds": round(time.perf_counter() - t0, 3)}
+            if k == 1:
+                row[label].update(actual=loss[held].tolist(), predicted=pred.tolist(), params=f.params)
+        out[name] = row
+    return out
+
+
+def public(ladder_csv: Path | None) -> dict:
+    out = {}
+    cols = read_rungs(str(CHINCHILLA_CSV), {"N": "Model Size", "C": "Training FLOP", "L": "loss"})
+    pts = Points.of(N=cols["N"], D=cols["C"] / (6 * cols["N"]), C=cols["C"])
+    out["chinchilla_hoffmann2022"] = {"source": CHINCHILLA_URL, "rows": len(pts), "laws": forecast_errors(pts,
+                                                                                                         cols["L"])}
+    if ladder_csv is not None and ladder_csv.exists():
+        cols = read_rungs(str(ladder_csv), {})
+        pts = Points.of(N=cols["N"], D=cols["D"], C=cols["C"])
+        out["demo_ladder"] = {"source": str(ladder_csv), "rows": len(pts), "N": cols["N"].tolist(),
+                              "D": cols["D"].tolist(), "C": cols["C"].tolist(), "loss": cols["L"].tolist(),
+                              "laws": forecast_errors(pts, cols["L"])}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--rungs", type=int, default=24, help="rungs: sizes × 4 tokens-per-parameter ratios")
     ap.add_argument("--full-grid", action="store_true")
+    ap.add_argument("--ladder", type=Path, default=Path("var/ladder/demo-ladder/rungs.csv"),
+                    help="a ladder's rungs.csv (python -m training ladder writes one); skipped when absent")
+    ap.add_argument("--public-only", action="store_true", help="only the real ladders (no synthetic timings)")
     args = ap.parse_args()
+    if args.public_only:
+        print(json.dumps({"public": public(args.ladder)}, indent=1))
+        return
     sizes = max(2, args.rungs // 4)
     N = np.repeat(np.geomspace(3e7, 3e9, sizes), 4)
     pts = Points.of(N=N, D=N * np.tile([10.0, 40.0, 160.0, 640.0], sizes))
@@ -55,6 +117,7 @@ def main() -> None:
             _, pruned = solve(law, X, y, best_grid_starts(law, X, y, 64))
             out["full_grid"] = {"starts": len(law.grid_points()), "seconds": round(seconds, 3),
                                 "pruned_minus_full_relative": float(pruned.min() / full.min() - 1)}
+    out["public"] = public(args.ladder)
     print(json.dumps(out, indent=1))
 
 

@@ -184,15 +184,21 @@ class Checkpoints:
         return out["state"], meta
 
     def set_aside_after(self, step: int) -> list[int]:
-        """Move checkpoints newer than `step` into `abandoned-<time>/` (a rollback's discarded branch)."""
+        """Move checkpoints newer than `step` into `abandoned-<time>/` (a rollback's discarded branch).
+
+        In a multi-process job every process calls this at the same boundary: process 0 moves the directories
+        (shared storage), the others wait for it, then every process re-reads the directory."""
+        from training import distributed
+
         self._mngr.wait_until_finished()
         newer = [s for s in self.steps() if s > step]
-        if not newer:
-            return []
-        dest = self.directory / f"abandoned-{int(time.time() * 1000)}"
-        dest.mkdir(parents=True)
+        if newer and jax.process_index() == 0:
+            dest = self.directory / f"abandoned-{int(time.time() * 1000)}"
+            dest.mkdir(parents=True)
+            for s in newer:
+                shutil.move(str(self.directory / str(s)), str(dest / str(s)))
+        distributed.barrier(f"set-aside-after-{step}")
         for s in newer:
-            shutil.move(str(self.directory / str(s)), str(dest / str(s)))
             self._info.pop(s, None)  # the new branch may reuse the step number
         self._mngr.reload()
         return newer

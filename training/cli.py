@@ -1,8 +1,11 @@
 """Command line: `python -m training run ...` trains; `python -m training control ...` steers a running run;
-`python -m training list-checkpoints RUN` shows what a rollback can go back to.
+`python -m training list-checkpoints RUN` shows what a rollback can go back to; `python -m training ladder
+--config LADDER.toml` runs a scaling ladder and pre-registers a forecast (training/ladder_run.py).
 
 Exit statuses: run -> 0 stopped cleanly, 1 failed, 2 config error; control -> 0 applied, 1 rejected, 3 no ack;
-list-checkpoints -> 0 listed, 1 no list published for that run, 3 Redis unreachable.
+list-checkpoints -> 0 listed, 1 no list published for that run, 3 Redis unreachable; data prepare -> 0 written,
+2 config error;
+ladder -> 0 registered, 1 a rung or the fit failed, 2 config error, 130 interrupted (rerun to continue).
 """
 
 from __future__ import annotations
@@ -51,6 +54,21 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--redis-url", default=None)
     c.add_argument("--id", dest="cmd_id", default=None,
                    help="command id; reuse it to retry safely (a command id is never applied twice)")
+    lad = sub.add_parser("ladder", help="run a scaling ladder's rungs, fit, and pre-register the target's forecast")
+    lad.add_argument("--config", required=True, help="ladder TOML, e.g. training/configs/ladder.toml")
+    lad.add_argument("--refit", action="store_true", help="fit and register again even if a registration exists")
+    lad.add_argument("--redis-url", default=None, help="passed to every rung's trainer")
+    lad.add_argument("--no-redis", action="store_true", help="rungs do not publish to Redis")
+    dp = sub.add_parser("data", help="data tools (`data prepare`: the sources as tokenized, shuffled shards)")
+    dsub = dp.add_subparsers(dest="data_cmd", required=True)
+    pp = dsub.add_parser("prepare", help="tokenize the config's domains into shuffled shards + index.json "
+                                         "(train from them with --set data.prepared=DIR)")
+    pp.add_argument("--config", required=True, help="TOML run config, e.g. training/configs/demo.toml")
+    pp.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override one config value, as for `run`; repeatable")
+    pp.add_argument("--out", help="output directory (default: data.prepared, else var/data/<run.name>)")
+    pp.add_argument("--shard-tokens", type=int, default=1 << 20, help="token ids per shard file (default 1Mi)")
+    pp.add_argument("--shuffle-seed", type=int, default=0, help="seed of the document order in the shards")
     lc = sub.add_parser("list-checkpoints", help="the run's checkpoints (as its trainer last published them)")
     lc.add_argument("run_id")
     lc.add_argument("--redis-url", default=None)
@@ -89,9 +107,14 @@ def control_key() -> bytes | None:
     return key
 
 
+_FROM_CONFIG = object()
+
+
 def build_trainer(cfg: RunConfig, run_id: str, *, redis_url: str | None, fresh: bool = False,
-                  metrics_jsonl: str | None = None):
-    """The Trainer with the sinks and the command channel its config asks for (redis_url None: neither)."""
+                  metrics_jsonl: str | None = None, registration=_FROM_CONFIG):
+    """The Trainer with the sinks and the command channel its config asks for (redis_url None: neither).
+    `registration`: the verified forecast registration (training.experiment), by default loaded and checked
+    from the config's experiment.forecast (ConfigError: late, foreign or edited)."""
     # Imported here: `python -m training control` should not pay for importing JAX.
     from training import distributed
     from training.control import ControlChannel
@@ -99,6 +122,10 @@ def build_trainer(cfg: RunConfig, run_id: str, *, redis_url: str | None, fresh: 
     from training.sinks import CompositeSink, JsonlSink, WandbSink
     from training.train import Trainer
 
+    if registration is _FROM_CONFIG:
+        from training.experiment import load_registration
+
+        registration = load_registration(cfg, run_id, fresh=fresh)
     leader = distributed.is_leader()  # in a multi-process job only process 0 publishes and reads commands
     url = redis_url if cfg.sinks.redis and leader else None
     sinks = [RedisSink(url, run_id)] if url else []
@@ -109,7 +136,7 @@ def build_trainer(cfg: RunConfig, run_id: str, *, redis_url: str | None, fresh: 
         sinks.append(WandbSink(s.wandb_project, run_id, cfg.to_dict(), dir=s.wandb_dir, name=cfg.run.name,
                                mode=s.wandb))
     control = ControlChannel(url, run_id, control_key()) if url else None
-    return Trainer(cfg, run_id, CompositeSink(sinks), control=control, fresh=fresh)
+    return Trainer(cfg, run_id, CompositeSink(sinks), control=control, fresh=fresh, registration=registration)
 
 
 def install_signal_handlers(trainer) -> None:
@@ -141,10 +168,15 @@ def cmd_run(ns) -> int:
         if not contract.RUN_ID_RE.match(run_id):
             raise ConfigError("run-id", f"{run_id!r} must be 1-64 letters, digits or '_.-'")
         redis_url = None if ns.no_redis else (ns.redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL)
+        # Before JAX is imported: a late, foreign or edited forecast is refused at once (exit 2).
+        from training.experiment import load_registration
+
+        registration = load_registration(cfg, run_id, fresh=ns.fresh)
         from training import distributed
 
         distributed.initialize(cfg.distributed)  # before anything touches a device
-        trainer = build_trainer(cfg, run_id, redis_url=redis_url, fresh=ns.fresh, metrics_jsonl=ns.metrics_jsonl)
+        trainer = build_trainer(cfg, run_id, redis_url=redis_url, fresh=ns.fresh, metrics_jsonl=ns.metrics_jsonl,
+                                registration=registration)
         install_signal_handlers(trainer)
         return trainer.run()
     except ConfigError as e:
@@ -234,6 +266,21 @@ def cmd_list_checkpoints(ns) -> int:
     return 0
 
 
+def cmd_ladder(ns) -> int:
+    from training import ladder_run  # no JAX here: every rung trains in its own `python -m training run`
+
+    configure_logging()
+    args = (["--no-redis"] if ns.no_redis else []) + (["--redis-url", ns.redis_url] if ns.redis_url else [])
+    return ladder_run.main(ns.config, args, refit=ns.refit)
+
+
+def cmd_data(ns) -> int:
+    from training import prepare  # no JAX: tokenizing and writing shards is numpy and HF tokenizers
+
+    return prepare.main(ns)
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
-    return {"run": cmd_run, "control": cmd_control, "list-checkpoints": cmd_list_checkpoints}[ns.cmd](ns)
+    return {"run": cmd_run, "control": cmd_control, "ladder": cmd_ladder,
+            "list-checkpoints": cmd_list_checkpoints, "data": cmd_data}[ns.cmd](ns)

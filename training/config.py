@@ -3,23 +3,26 @@
 Every field has a default, a one-line comment and, where a value can be wrong, a check. Checks run whenever a
 section is built (from a file, from a `--set` override, or directly in code), so an invalid section cannot
 exist. A bad key or value raises ConfigError(<dotted key>, <message>); the command line prints it as
-`config error: <key>: <message>` and exits 2.
+`config error: <key>: <message>` and exits 2. The machinery (fields with checks, the Section base, TOML
+coercion, `--set` parsing) is training.config_fields; the sections and loading are here.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import re
 import tomllib
-import types
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
+from training.config_fields import (Check, Section, _jsonable, at_least, between, nonneg, nonneg_int, one_of,
+                                    parse_override, positive, positive_int, setting)
 from training.errors import ConfigError
+
+__all__ = ["Check", "ConfigError", "Section", "at_least", "between", "nonneg", "nonneg_int", "one_of",
+           "parse_override", "positive", "positive_int", "setting"]  # re-exported from training.config_fields
 
 # Built-in text domains: the first four come from pinned packages (the same on every machine); python_stdlib is
 # the interpreter's library (differs between Python versions), an option only.
@@ -29,44 +32,8 @@ DOMAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # becomes pa
 DTYPES = ("float32", "bfloat16")
 COMPUTE_ONLY = ("attention", "remat")  # model keys left out of the checkpoint fingerprint
 
-# A check returns None when the value is fine, else a message, or (sub-key, message) for a part of the value.
-Check = Callable[[Any], "str | tuple[str, str] | None"]
-
-
-def setting(default: Any, check: Check | None = None) -> Any:
-    """A config field: its default and its check."""
-    if isinstance(default, dict):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata={"check": check})
-    return field(default=default, metadata={"check": check})
-
 
 # ---------------------------------------------------------------------------------------------- checks
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def at_least(lo, message: str | None = None) -> Check:
-    return lambda v: None if v >= lo else (message or f"must be >= {lo}")
-
-
-def between(lo, hi, message: str, *, open_hi: bool = False) -> Check:
-    return lambda v: None if lo <= v and (v < hi if open_hi else v <= hi) else message
-
-
-def one_of(*choices: str, what: str) -> Check:
-    return lambda v: None if v in choices else f"unknown {what} {v!r} ({', '.join(choices)})"
-
-
-positive_int = at_least(1, "must be a positive integer")
-nonneg_int = at_least(0, "must be an integer >= 0")
-positive = (lambda v: None if v > 0 else "must be > 0")
-nonneg = at_least(0)
-
-
 def _run_name(v: str):
     if v and len(v) <= 64 and v[0].isalnum() and all(c.isalnum() or c in "_.-" for c in v):
         return None
@@ -111,71 +78,6 @@ def _mixture(v: dict):
 
 
 # ---------------------------------------------------------------------------------------------- sections
-class Section:
-    """Base of every section: builds from a dict, runs the field checks, then the cross-field `check()`."""
-
-    KEY: ClassVar[str] = ""  # dotted key of the section, e.g. "model.moe"
-
-    def __post_init__(self):
-        for f in dataclasses.fields(self):
-            check, value = f.metadata.get("check"), getattr(self, f.name)
-            problem = check(value) if check is not None and value is not None else None
-            if problem:
-                sub, message = problem if isinstance(problem, tuple) else ("", problem)
-                raise ConfigError(".".join(p for p in (self.KEY, f.name, sub) if p), message)
-        self.check()
-
-    def check(self) -> None:
-        """Rules between fields; raises ConfigError."""
-
-    @classmethod
-    def from_dict(cls, raw: Any, key: str | None = None):
-        """Build from a parsed TOML table, rejecting unknown keys and wrongly typed values."""
-        key = cls.KEY if key is None else key
-        if not isinstance(raw, dict):
-            raise ConfigError(key, "must be a table")
-        hints = typing.get_type_hints(cls)
-        names = [f.name for f in dataclasses.fields(cls)]
-        kwargs = {}
-        for k, v in raw.items():
-            sub = f"{key}.{k}" if key else k
-            if k not in names:
-                raise ConfigError(sub, f"unknown {'key' if key else 'table'} (known: {', '.join(names)})")
-            kwargs[k] = _coerce(v, hints[k], sub)
-        return cls(**kwargs)
-
-
-def _coerce(v: Any, hint: Any, key: str) -> Any:
-    """A TOML value to the field's type (int -> float, list -> tuple, "none" -> None for optional fields)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):  # `X | None`: TOML has no null, so "none" spells it
-        inner = next(a for a in args if a is not type(None))
-        if v is None or (isinstance(v, str) and v.lower() == "none"):
-            return None
-        return _coerce(v, inner, key)
-    if isinstance(hint, type) and issubclass(hint, Section):
-        return hint.from_dict(v, key)
-    if hint is bool and not isinstance(v, bool):
-        raise ConfigError(key, f"must be true or false, got {v!r}")
-    if hint is int and not _is_int(v):
-        raise ConfigError(key, f"must be an integer, got {v!r}")
-    if hint is float:
-        if not _is_num(v):
-            raise ConfigError(key, f"must be a number, got {v!r}")
-        return float(v)
-    if hint is str and not isinstance(v, str):
-        raise ConfigError(key, f"must be a string, got {v!r}")
-    if origin is tuple:
-        if not isinstance(v, (list, tuple)):
-            raise ConfigError(key, f"must be a list, got {v!r}")
-        return tuple(_coerce(x, args[0], f"{key}[{i}]") for i, x in enumerate(v))
-    if origin is dict:
-        if not isinstance(v, dict):
-            raise ConfigError(key, f"must be a table, got {v!r}")
-        return {str(k): _coerce(x, args[1], f"{key}.{k}") for k, x in v.items()}
-    return v
-
-
 @dataclass(frozen=True)
 class RunSection(Section):
     KEY: ClassVar[str] = "run"
@@ -225,6 +127,10 @@ class DataSection(Section):
     # "byte": UTF-8 bytes (vocab 256); "bpe": byte-level BPE of model.vocab_size ids trained on the run's corpus
     tokenizer: str = setting("byte", one_of("byte", "bpe", what="tokenizer"))
     allow_changed_data: bool = False  # resume even when a domain's text hash differs from the checkpoint's
+    text_field: str = setting("text", lambda v: None if v else "must name a field")  # JSONL field / Parquet column
+    # Directory written by `python -m training data prepare`: train from its token shards ("" = read and tokenize
+    # the sources at every start). Its domains and tokenizer kind must be this section's.
+    prepared: str = ""
 
     @property
     def domain_names(self) -> list[str]:
@@ -353,6 +259,17 @@ class DistributedSection(Section):
 
 
 @dataclass(frozen=True)
+class ExperimentSection(Section):
+    KEY: ClassVar[str] = "experiment"
+    name: str = ""  # the experiment this run tests (published with the run; "" = none)
+    goal: str = ""  # what the experiment is for, in a sentence
+    hypothesis: str = ""  # what it expects to see
+    # A pre-registration (python -m training ladder writes one): refused unless it verifies, was made for this
+    # config (training.experiment.config_hash) and run id, and before the run's first start; "" = no forecast.
+    forecast: str = ""
+
+
+@dataclass(frozen=True)
 class RunConfig(Section):
     run: RunSection = RunSection()  # [run]
     model: ModelConfig = ModelConfig()  # [model] and [model.moe]
@@ -362,6 +279,7 @@ class RunConfig(Section):
     sinks: SinksSection = SinksSection()  # [sinks]
     mesh: MeshSection = MeshSection()  # [mesh]: not in the fingerprint, so a run may resume on another mesh
     distributed: DistributedSection = DistributedSection()  # [distributed]: multi-host jobs
+    experiment: ExperimentSection = ExperimentSection()  # [experiment]: not in the config hash (training.experiment)
 
     def check(self) -> None:
         if self.data.tokenizer == "byte" and self.model.vocab_size < 256:
@@ -382,31 +300,14 @@ class RunConfig(Section):
         d = self.to_dict()
         for how in COMPUTE_ONLY:  # how the step computes, not what the state is: free to change on resume
             d["model"].pop(how)
-        return {"model": d["model"], "data.tokenizer": d["data"]["tokenizer"], "data.stages": d["data"]["stages"],
-                "data.domains": self.data.domain_names}
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
+        out = {"model": d["model"], "data.tokenizer": d["data"]["tokenizer"], "data.stages": d["data"]["stages"],
+               "data.domains": self.data.domain_names}
+        if self.data.prepared:  # the shard loader's position is another state than the in-memory sampler's
+            out["data.loader"] = "prepared shards"
+        return out
 
 
 # ---------------------------------------------------------------------------------------------- loading
-def parse_override(text: str) -> tuple[str, Any]:
-    """`section.key=value` (the value a TOML scalar or array; a bare word is a string) -> (dotted key, value)."""
-    key, sep, value = text.partition("=")
-    key = key.strip()
-    if not sep or "." not in key:
-        raise ConfigError(key or text, "an override is section.key=value, e.g. train.lr=3e-4")
-    try:
-        return key, tomllib.loads(f"v = {value.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        return key, value.strip()
-
-
 def from_dict(raw: dict, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Validate a parsed TOML document. `overrides` maps dotted keys (e.g. "model.moe.top_k") to values."""
     raw = copy.deepcopy(raw)

@@ -78,10 +78,8 @@ class MixtureSampler:
         self.stage_fractions = list(data.stage_fractions)
         self._stage_weights = np.stack([_weights_vector(w, self.domain_names, f"data.mixture.{s}")
                                         for s, w in zip(data.stages, stage_weights(data, self.domain_names))])
-        self._all = np.concatenate([d.tokens for d in self.domains])
-        self._base = np.cumsum([0] + [d.tokens.size for d in self.domains[:-1]]).astype(np.int64)
-        self._windows = np.array([d.tokens.size - seq_len for d in self.domains], dtype=np.int64)
         self._window = np.arange(seq_len + 1, dtype=np.int64)
+        self._init_streams()
         self.batch_index = 0
         self.tokens_seen = 0
         self.set_token_budget(token_budget)
@@ -107,9 +105,15 @@ class MixtureSampler:
         s = self.stage
         return self._override[s] if self._has_override[s] else self._stage_weights[s]
 
-    def next_batch(self) -> Batch:
-        stage, w = self.stage, self._current_weights()
-        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, self.batch_index])))
+    def _init_streams(self) -> None:
+        """Where rows come from: here every domain's tokens in memory, one uniform random window per row."""
+        self._all = np.concatenate([d.tokens for d in self.domains])
+        self._base = np.cumsum([0] + [d.tokens.size for d in self.domains[:-1]]).astype(np.int64)
+        self._windows = np.array([d.tokens.size - self.seq_len for d in self.domains], dtype=np.int64)
+
+    def _draw_domains(self, index: int, w: np.ndarray) -> tuple[np.ndarray, np.random.Generator]:
+        """Batch `index`'s row domains under weights `w`, and the RNG (drawn on) that chose them."""
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, index])))
         # searchsorted on the cumulative weights + random(): stable across numpy versions, unlike choice().
         cum = np.cumsum(w)
         ids = np.minimum(np.searchsorted(cum, rng.random(self.batch_size) * cum[-1], side="right"), len(w) - 1)
@@ -117,9 +121,17 @@ class MixtureSampler:
             bad = w[ids] == 0
             ids[bad] = np.minimum(np.searchsorted(cum, rng.random(int(bad.sum())) * cum[-1], side="right"),
                                   len(w) - 1)
+        return ids, rng
+
+    def _rows(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """[batch, seq_len + 1] int32 token windows, row i from domain ids[i]."""
         starts = self._base[ids] + (rng.random(self.batch_size) * self._windows[ids]).astype(np.int64)
-        tokens = self._all[starts[:, None] + self._window].astype(np.int32)
-        batch = Batch(tokens, ids.astype(np.int32), stage, self.batch_index)
+        return self._all[starts[:, None] + self._window].astype(np.int32)
+
+    def next_batch(self) -> Batch:
+        stage, w = self.stage, self._current_weights()
+        ids, rng = self._draw_domains(self.batch_index, w)
+        batch = Batch(self._rows(ids, rng), ids.astype(np.int32), stage, self.batch_index)
         self.batch_index += 1
         self.tokens_seen += self.tokens_per_batch
         np.add.at(self.domain_tokens, ids, self.seq_len)
@@ -202,6 +214,7 @@ class MixtureSampler:
 def build_sampler(cfg: DataSection, seq_len: int, batch_size: int, seed: int, token_budget: int, *,
                   vocab_size: int = 256, tokenizer_file: Path | None = None, may_train: bool = True) -> MixtureSampler:
     """Load and tokenize the domains and build the sampler; `manifest()["load_seconds"]` says how long it took.
+    (With `data.prepared` the trainer calls training.shards.load_prepared instead.)
 
     BPE: the run's tokenizer is `tokenizer_file` when it exists (a resume), else trained here on the domains'
     training parts (when `may_train`) and saved there."""

@@ -121,6 +121,10 @@ _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", 
 SOURCE_PACKAGES = ("Django", "numpy", "jax", "optax", "orbax-checkpoint", "celery", "redis", "channels", "daphne",
                    "psutil")
 REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements.txt"
+# Files a binary wheel generates for its platform: numpy's build configuration (compiler, CPU, OS) and its licence
+# file, which lists the native libraries bundled in that wheel (OpenBLAS .so on Linux, others on macOS/Windows).
+# They differ between platforms at the same pinned version, so they are left out.
+_PLATFORM_FILES = {"numpy": ("numpy/__config__.py", ".dist-info/licenses/LICENSE.txt")}
 
 
 @functools.lru_cache(maxsize=1)
@@ -172,7 +176,7 @@ def _dist_files(kind: str) -> list[tuple[str, str]]:
                 keep = in_info and any(k in name.upper() for k in ("LICEN", "COPYING"))
             else:
                 keep = not in_info and rel.endswith((".rst", ".txt", ".md"))
-            if keep:
+            if keep and not rel.endswith(_PLATFORM_FILES.get(dist.metadata["Name"].lower(), ())):
                 out.append((f"{dist.metadata['Name']}=={dist.version}/{rel}", str(f.locate())))
     return sorted(out, key=lambda x: hashlib.sha1(x[0].encode()).hexdigest())  # a byte cap samples every package
 
@@ -231,7 +235,7 @@ def _python_stdlib(c: _Collector) -> None:
     c.source("python_source", f"{root}/**/*.py (no tests, no site-packages)", _read_all(files, c.cap))
 
 
-def _user_corpus(c: _Collector, name: str, directory: str, skipped: list[str]) -> None:
+def _user_corpus(c: _Collector, name: str, directory: str, skipped: list[str], field: str = "text") -> None:
     root = Path(directory)
     if not root.is_dir():
         raise ConfigError(f"data.corpora.{name}", f"{directory} is not a directory")
@@ -240,25 +244,26 @@ def _user_corpus(c: _Collector, name: str, directory: str, skipped: list[str]) -
         raise ConfigError(f"data.corpora.{name}", f"no .txt, .jsonl or .parquet files under {directory}")
     by_kind = {k: [p for p in files if p.suffix == k] for k in (".txt", ".jsonl", ".parquet")}
     c.source("txt", f"{root}/**/*.txt", _read_all([str(p) for p in by_kind[".txt"]], c.cap))
-    c.source("jsonl", f"{root}/**/*.jsonl (field 'text')", _jsonl_texts(by_kind[".jsonl"], skipped))
+    c.source("jsonl", f"{root}/**/*.jsonl (field {field!r})", _jsonl_texts(by_kind[".jsonl"], skipped, field))
     if by_kind[".parquet"]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            skipped.append(f"{len(by_kind['.parquet'])} .parquet files under {root}: pyarrow is not installed")
-        else:
-            c.source("parquet", f"{root}/**/*.parquet (column 'text')", _parquet_texts(pq, by_kind[".parquet"]))
+            raise ConfigError(f"data.corpora.{name}", f"{len(by_kind['.parquet'])} .parquet files under {root} need "
+                                                      f"pyarrow (pip install -r {REQUIREMENTS.name})") from None
+        c.source("parquet", f"{root}/**/*.parquet (column {field!r})",
+                 _parquet_texts(pq, by_kind[".parquet"], name, field, skipped))
     if not c.docs:
         raise ConfigError(f"data.corpora.{name}", f"no readable text under {directory}")
 
 
-def _jsonl_texts(paths: list[Path], skipped: list[str]) -> Iterator[bytes]:
+def _jsonl_texts(paths: list[Path], skipped: list[str], field: str = "text") -> Iterator[bytes]:
     for p in paths:
         bad = 0
         with open(p, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
-                    text = json.loads(line)["text"]
+                    text = json.loads(line)[field]
                     if not isinstance(text, str):
                         raise TypeError
                 except (ValueError, KeyError, TypeError):
@@ -266,15 +271,29 @@ def _jsonl_texts(paths: list[Path], skipped: list[str]) -> Iterator[bytes]:
                     continue
                 yield text.encode("utf-8")
         if bad:
-            skipped.append(f"{p}: {bad} lines without a string 'text' field")
+            skipped.append(f"{p}: {bad} lines without a string {field!r} field")
 
 
-def _parquet_texts(pq, paths: list[Path]) -> Iterator[bytes]:
+def _parquet_texts(pq, paths: list[Path], name: str, field: str, skipped: list[str]) -> Iterator[bytes]:
+    import pyarrow as pa
+
     for p in paths:
-        for batch in pq.ParquetFile(p).iter_batches(columns=["text"], batch_size=1024):  # lazily: stops at cap
+        try:
+            f = pq.ParquetFile(p)
+        except (pa.ArrowException, OSError) as e:
+            raise ConfigError(f"data.corpora.{name}", f"{p} is not a readable Parquet file: {e}") from None
+        if field not in f.schema_arrow.names:
+            raise ConfigError(f"data.corpora.{name}", f"{p} has no column {field!r} (columns: "
+                                                      f"{', '.join(f.schema_arrow.names)}; set data.text_field)")
+        bad = 0
+        for batch in f.iter_batches(columns=[field], batch_size=1024):  # lazily: stops at the cap
             for text in batch.column(0).to_pylist():
                 if isinstance(text, str):
                     yield text.encode("utf-8")
+                else:
+                    bad += 1
+        if bad:
+            skipped.append(f"{p}: {bad} rows whose {field!r} is not a string")
 
 
 def load_domains(cfg: DataSection, tokenizer=None) -> list[Domain]:
@@ -304,7 +323,7 @@ def collect_domains(cfg: DataSection) -> list[RawDomain]:
         domains.append(_finish(name, c, builtin=True, skipped=[]))
     for name in sorted(cfg.corpora):
         c, skipped = _Collector(cfg.max_bytes_per_domain), []
-        _user_corpus(c, name, cfg.corpora[name], skipped)
+        _user_corpus(c, name, cfg.corpora[name], skipped, cfg.text_field)
         domains.append(_finish(name, c, builtin=False, skipped=skipped))
     if not domains:
         raise ConfigError("data.builtin_domains", "no domains configured")

@@ -22,10 +22,15 @@ class ByteTokenizer:
     """UTF-8 bytes as tokens; NUL (stripped from text on load) separates documents."""
 
     name, vocab_size, separator_id = "byte-utf8", 256, SEPARATOR_ID
+    sha256 = hashlib.sha256(b"byte-utf8/256/sep0").hexdigest()[:16]  # names it in a prepared data set's hashes
 
     def encode_docs(self, docs: Sequence[bytes]) -> np.ndarray:
         sep = bytes([SEPARATOR_ID])
         return np.frombuffer(sep.join(docs) + sep, dtype=np.uint8)
+
+    def encode_each(self, docs: Sequence[bytes]) -> list[np.ndarray]:
+        """One id array per document, each ending with the separator."""
+        return [np.frombuffer(d + bytes([SEPARATOR_ID]), dtype=np.uint8) for d in docs]
 
     def describe(self) -> dict:
         return {"name": self.name, "vocab_size": self.vocab_size, "separator_id": self.separator_id}
@@ -65,14 +70,18 @@ class BpeTokenizer:
         tmp.write_text(self.json)
         tmp.replace(path)  # never a half-written tokenizer for a resume to read
 
+    @property
+    def dtype(self):
+        return np.uint16 if self.vocab_size <= 1 << 16 else np.uint32
+
     def encode_docs(self, docs: Sequence[bytes]) -> np.ndarray:
-        dtype = np.uint16 if self.vocab_size <= 1 << 16 else np.uint32
+        parts = self.encode_each(docs)
+        return np.concatenate(parts) if parts else np.zeros(0, self.dtype)
+
+    def encode_each(self, docs: Sequence[bytes]) -> list[np.ndarray]:
+        """One id array per document, each ending with the separator."""
         encs = self._tok.encode_batch([d.decode("utf-8", errors="replace") for d in docs], add_special_tokens=False)
-        parts = []
-        for e in encs:
-            parts.append(np.asarray(e.ids, dtype=dtype))
-            parts.append(np.asarray([SEPARATOR_ID], dtype=dtype))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype)
+        return [np.asarray(e.ids + [SEPARATOR_ID], dtype=self.dtype) for e in encs]
 
     def decode(self, ids) -> str:
         return self._tok.decode([int(i) for i in ids])

@@ -23,6 +23,7 @@ import numpy as np
 from observatory import contract
 from training import checkpoint as ckpt_lib
 from training import distributed
+from training import experiment as experiment_lib
 from training import mesh as mesh_lib
 from training import step as step_lib
 from training.commands import apply_commands
@@ -37,6 +38,7 @@ from training.run_state import RunState
 from training.runlock import lock_run
 from training.sampler import build_sampler
 from training.schedule import Schedule
+from training.shards import load_prepared
 from training.sinks import Sink
 from training.telemetry import HardwareMonitor, StepTimer, peak_flops
 
@@ -55,8 +57,10 @@ class Trainer:
     """One run of the config. `run()` trains until done and returns the exit status (0 stopped, 1 failed)."""
 
     def __init__(self, cfg: RunConfig, run_id: str, sink: Sink, *, control: ControlChannel | None = None,
-                 fresh: bool = False):
+                 fresh: bool = False, registration: dict | None = None):
         self.cfg, self.run_id, self.sink, self.control, self.fresh = cfg, run_id, sink, control, fresh
+        self.registration = registration  # a verified forecast registration (training.experiment), published
+        self.started_at = time.time()  # the run's first start (an earlier one is read back at setup)
         enable_compilation_cache(cfg.run.compile_cache)
         self.tokens_per_step = cfg.train.batch_size * cfg.model.seq_len
         self.state = RunState()
@@ -111,9 +115,11 @@ class Trainer:
             self._lock = lock_run(ck_dir)
             if self.fresh and (moved := ckpt_lib.set_aside_run(ck_dir)):
                 log.info("[%s] --fresh: previous checkpoints moved to %s", self.run_id, moved)
+            self.started_at = experiment_lib.mark_started(ck_dir, self.run_id, self.started_at)
         # A BPE tokenizer lives beside the checkpoints: process 0 trains it on a fresh run, the others load it.
-        build = partial(build_sampler, cfg.data, cfg.model.seq_len, cfg.train.batch_size, cfg.run.seed,
-                        cfg.train.token_budget, vocab_size=cfg.model.vocab_size,
+        # With data.prepared: the token shards of `python -m training data prepare` (training.shards).
+        build = partial(load_prepared if cfg.data.prepared else build_sampler, cfg.data, cfg.model.seq_len,
+                        cfg.train.batch_size, cfg.run.seed, cfg.train.token_budget, vocab_size=cfg.model.vocab_size,
                         tokenizer_file=ck_dir / "tokenizer.json")
         self.sampler = build(may_train=True) if leader else None
         distributed.barrier("run-directory-ready")
@@ -140,6 +146,8 @@ class Trainer:
         if latest is not None:
             self.restore(latest)
             self.event("resumed", {"from_checkpoint": latest, "directory": str(store.directory)})
+        if self.registration is not None:  # on every (re)start, at the current step, before any training step
+            self.event("forecast", self.registration)
         if self.control is not None:
             lost = self.control.forget_unsaved(s.applied_ids) if latest is not None else []
             if lost:
@@ -155,10 +163,13 @@ class Trainer:
         """Refuse to resume on text that changed since the checkpoint: the stream would not be the one trained on."""
         changed = [f"{d}: checkpoint {h}, now {self.data_hashes[d]}" for d, h in saved.items()
                    if d in self.data_hashes and self.data_hashes[d] != h]
-        if changed and not self.cfg.data.allow_changed_data:
-            raise TrainingFailed("the text of data domains changed since the checkpoint (sha256 " + "; ".join(changed)
-                                 + "); resuming would train on a different stream. Restore the data, or set "
-                                   f"data.allow_changed_data=true to continue anyway -- {KEEP_OLD}")
+        if changed and not self.cfg.data.allow_changed_data:  # a config error: exit 2, like a bad key
+            raise ConfigError("data.allow_changed_data",
+                              "the data of domain(s) " + ", ".join(d for d, h in saved.items() if d in self.data_hashes
+                                                                   and self.data_hashes[d] != h)
+                              + " changed since the checkpoint (sha256 " + "; ".join(changed) + "); resuming would "
+                              "train on a different stream. Restore the data, or set data.allow_changed_data=true "
+                              f"to continue anyway -- {KEEP_OLD}")
         if changed:
             log.warning("[%s] data changed since the checkpoint, continuing (allow_changed_data): %s", self.run_id,
                         "; ".join(changed))
@@ -210,7 +221,8 @@ class Trainer:
             return {"step": s.step, "skipped": "already saved at this step"}
         self.phase("checkpointing", why)
         meta = {"run_id": self.run_id, "tokens": self.sampler.tokens_seen, "fingerprint": self.cfg.fingerprint(),
-                "config": self.cfg.to_dict(), "data_hashes": self.data_hashes, **s.meta()}
+                "config": self.cfg.to_dict(), "data_hashes": self.data_hashes, "started_at": self.started_at,
+                **s.meta()}
         info = self.checkpointer.save(s.step, self._ckpt_tree(), meta, why, wait)
         self.phase("paused" if s.paused else "training")
         self.interrupted()
@@ -342,9 +354,13 @@ class Trainer:
         A ConfigError found only at start-up (a corpus directory, a data domain) is published, then raised.
         """
         cfg = self.cfg
+        exp = cfg.experiment
+        experiment = {"name": exp.name, "goal": exp.goal, "hypothesis": exp.hypothesis,
+                      "forecast_sha256": self.registration["sha256"] if self.registration else None}
         self.sink.record("run", {"t": time.time(), "name": cfg.run.name, "run_id": self.run_id,
                                  "config": cfg.to_dict(), "started_at": time.time(), "pid": os.getpid(),
-                                 "counts": counts(cfg.model)})
+                                 "counts": counts(cfg.model),
+                                 **({"experiment": experiment} if exp.name or self.registration else {})})
         self.phase("starting")
         self.heartbeat.start()
         self.hardware.start()

@@ -48,7 +48,7 @@ MAX_STEP = 2**62  # fits a signed 64-bit column on every database, with room for
 KINDS = ("run", "metrics", "event", "state", "heartbeat", "rewind", "manifest")
 STATES = ("starting", "compiling", "training", "paused", "checkpointing", "stopped", "failed")
 EVENT_NAMES = ("compiled", "resumed", "checkpoint_saved", "checkpoint_written", "command", "lr_multiplier",
-               "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back")
+               "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back", "forecast")
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,199}$")

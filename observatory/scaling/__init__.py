@@ -6,6 +6,7 @@ Pure (numpy only). N is ACTIVE parameters (MoE: per token), D tokens, C ≈ 6·N
     solver    the Huber objective of Besiroglu et al. 2024 and its multi-start minimiser
     fit       `fit` / `fit_law` → `Fit` (params, bands, predictions, held-out error), `auto`
     forecast  `make_forecast` → `Forecast` (frozen, content-hashed record for the hero run)
+    registration  the pre-registration record (forecast + experiment + rung runs + target config hash), hashed
     cli       python -m observatory.scaling fit|forecast FILE.csv ...
 """
 

@@ -53,7 +53,7 @@ def test_resume_refuses_when_a_domains_text_changed_unless_allowed(tmp_path, tin
     assert p.returncode == 0, p.stderr[-2000:]
     (corpus / "a.txt").write_text("alpha beta gamma epsilon " * 400)
     p = trainer_cli.run(cfg, "--steps", "4", "--run-id", "hashes", "--no-redis")
-    assert p.returncode == 1 and "mine: checkpoint" in p.stdout + p.stderr
+    assert p.returncode == 2 and "mine: checkpoint" in p.stdout + p.stderr  # a config error
     assert "data.allow_changed_data=true" in p.stdout + p.stderr
     p = trainer_cli.run(cfg, "--steps", "4", "--run-id", "hashes", "--no-redis", "--set",
                         "data.allow_changed_data=true")

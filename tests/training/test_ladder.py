@@ -1,0 +1,202 @@
+"""The ladder runner and pre-registration on the trainer side: config hash, late/foreign forecasts refused, the
+`forecast` event on every (re)start, and a real tiny ladder that survives a SIGKILL mid-rung."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from observatory import contract
+from observatory.scaling import Points, fit_law, make_forecast
+from observatory.scaling import registration as reg_lib
+from training.config import load
+from training.experiment import config_hash
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def registration_for(cfg, created_at: float, run_id: str = "tiny", **target) -> dict:
+    c = np.geomspace(1e9, 3e10, 4)
+    fc = make_forecast(fit_law("compute", Points.of(C=c), 1.5 + 30 * c ** -0.1, bootstrap=0), 3e4, 1e6, points=8)
+    return reg_lib.make_registration(
+        fc, experiment={"name": "exp", "goal": "g", "hypothesis": "h"}, rung_runs=["r1", "r2"],
+        target={"config_hash": config_hash(cfg), "run_id": run_id, "N": 3e4, "D": 1e6, **target},
+        created_at=created_at)
+
+
+def write(path: Path, record: dict) -> Path:
+    path.write_text(reg_lib.to_json(record))
+    return path
+
+
+def test_the_config_hash_ignores_identity_and_experiment_but_not_what_is_trained(tiny):
+    base = tiny.load()
+    same = [tiny.load(run={"name": "other", "steps": 7}, experiment={"name": "x", "forecast": "f.json"},
+                      checkpoint={"every_steps": 3}, sinks={"heartbeat_s": 1.0}, train={"eval_every": 5})]
+    for cfg in same:
+        assert config_hash(cfg) == config_hash(base)
+    for changed in ({"model": {"d_model": 64}}, {"train": {"token_budget": 2_000_000}}, {"train": {"lr": 1e-3}},
+                    {"run": {"seed": 4}}, {"data": {"tokenizer": "bpe", "max_bytes_per_domain": 100_000},
+                                           "model": {"vocab_size": 512}}):
+        assert config_hash(tiny.load(**changed)) != config_hash(base), changed
+
+
+def _refused(trainer_cli, config: Path, *args: str) -> str:
+    out = trainer_cli.run(config, "--no-redis", *args, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    return out.stderr
+
+
+def test_the_trainer_refuses_a_foreign_an_edited_and_a_missing_registration(tmp_path, tiny, trainer_cli):
+    other = registration_for(tiny.load(model={"d_model": 64}), time.time() - 60)
+    path = write(tmp_path / "other.json", other)
+    err = _refused(trainer_cli, tiny(experiment={"forecast": str(path)}))
+    assert "config error: experiment.forecast" in err and "registered for another config" in err
+    edited = json.loads(json.dumps(registration_for(tiny.load(), time.time() - 60)))
+    edited["forecast"]["hero"]["loss"] -= 0.1
+    path = write(tmp_path / "edited.json", edited)
+    err = _refused(trainer_cli, tiny(experiment={"forecast": str(path)}))
+    assert "experiment.forecast" in err and "hash mismatch" in err
+    err = _refused(trainer_cli, tiny(experiment={"forecast": str(tmp_path / "absent.json")}))
+    assert "no such file" in err
+    path = write(tmp_path / "named.json", registration_for(tiny.load(), time.time() - 60, run_id="someone-else"))
+    err = _refused(trainer_cli, tiny(experiment={"forecast": str(path)}))
+    assert "registered for run 'someone-else', not 'tiny'" in err
+
+
+@pytest.mark.slow
+def test_a_registration_made_after_the_run_started_is_refused_even_on_resume(tmp_path, tiny, start_trainer,
+                                                                            trainer_cli, run_id):
+    cfg_path = tiny()
+    bg = start_trainer(load(cfg_path), run_id, None)
+    bg.wait_step(2)
+    bg.stop()
+    late = write(tmp_path / "late.json", registration_for(load(cfg_path), time.time(), run_id))
+    with_forecast = tiny(experiment={"forecast": str(late)})
+    err = _refused(trainer_cli, with_forecast, "--run-id", run_id)
+    assert "after run" in err and "first start" in err and "must be made before the run starts" in err
+    # The same registration is fine for a run that starts after it (here: --fresh starts the run over).
+    out = trainer_cli.run(with_forecast, "--no-redis", "--run-id", run_id, "--fresh", "--steps", "1", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_the_forecast_event_is_published_on_every_start_to_redis_and_jsonl(tmp_path, tiny, start_trainer, jsonl,
+                                                                           stream, redis_url, redis_client, run_id):
+    record = registration_for(tiny.load(), time.time() - 1, run_id)
+    cfg = tiny.load(experiment={"name": "exp", "forecast": str(write(tmp_path / "reg.json", record))})
+    out = tmp_path / "m.jsonl"
+    for steps in (3, 6):  # a first start, then a resume from the checkpoint the stop saved
+        bg = start_trainer(cfg, run_id, redis_url, out)
+        bg.wait_step(steps)
+        bg.stop()
+    recs = jsonl(out)
+    events = [r for r in recs if r["kind"] == "event" and r["name"] == "forecast"]
+    assert [e["payload"] for e in events] == [record, record]
+    first_metrics = next(i for i, r in enumerate(recs) if r["kind"] == "metrics")
+    assert recs.index(events[0]) < first_metrics and events[0]["step"] == 0
+    resumed = next(r for r in recs if r["kind"] == "event" and r["name"] == "resumed")
+    assert events[1]["step"] == resumed["payload"]["from_checkpoint"] > 0
+    assert [r["experiment"] for r in recs if r["kind"] == "run"] == \
+        [{"name": "exp", "goal": "", "hypothesis": "", "forecast_sha256": record["sha256"]}] * 2
+    msgs = [m for m in stream(redis_client, run_id) if m.kind == "event" and m.data["name"] == "forecast"]
+    assert [m.data["payload"] for m in msgs] == [record, record]
+    assert reg_lib.verify(msgs[0].data["payload"])["sha256"] == record["sha256"]
+
+
+# ---------------------------------------------------------------------------------------------- the ladder
+RUNGS = [("d8", {"model.mlp": "dense", "model.d_model": 8, "model.n_layers": 1, "model.d_ff": 16}, 3_000),
+         ("d16", {"model.mlp": "dense", "model.d_model": 16, "model.n_layers": 1, "model.d_ff": 32}, 5_000),
+         ("m16", {"model.mlp": "moe", "model.d_model": 16, "model.n_layers": 2, "model.d_ff": 32}, 12_000),
+         ("d24", {"model.mlp": "dense", "model.d_model": 24, "model.n_layers": 2, "model.d_ff": 48}, 12_000)]
+
+
+def ladder_toml(tmp_path: Path, base: Path, target: Path, name: str) -> Path:
+    lines = ["[ladder]", f'name = "{name}"', f'base = "{base}"', f'target = "{target}"', 'law = "compute"',
+             "eval_points = 2", "bootstrap = 20", f'dir = "{tmp_path / "ladder"}"',
+             "[ladder.set]", '"checkpoint.every_steps" = 50', '"model.n_heads" = 2', '"model.n_kv_heads" = 1']
+    for rung, sets, tokens in RUNGS:
+        inline = ", ".join(f'"{k}" = {json.dumps(v)}' for k, v in sets.items())
+        lines += ["[[ladder.rung]]", f'name = "{rung}"', f"tokens = {tokens}", f"set = {{ {inline} }}"]
+    path = tmp_path / "ladder.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def ladder_cmd(config: Path) -> list[str]:
+    return [sys.executable, "-m", "training", "ladder", "--config", str(config), "--no-redis"]
+
+
+def metrics_steps(path: Path) -> int:
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if line.startswith('{"kind":"metrics"'))
+
+
+@pytest.mark.slow
+def test_a_killed_ladder_continues_with_its_rung_and_registers_the_forecast(tmp_path, tiny, until, jsonl, run_id):
+    name = f"lad{run_id[-8:]}"
+    target = tiny("target.toml", run={"name": "hero"}, train={"token_budget": 40_000})
+    config = ladder_toml(tmp_path, tiny("base.toml"), target, name)
+    out_dir = tmp_path / "ladder"
+    victim = out_dir / f"{name}-m16.jsonl"  # the third rung: killed once it has published steps
+    proc = subprocess.Popen(ladder_cmd(config), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        until(lambda: metrics_steps(victim) >= 2 or proc.poll() is not None, 900, "the third rung to train")
+        assert proc.poll() is None, proc.stdout.read()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    before = json.loads((out_dir / "state.json").read_text())["rungs"]
+    assert sorted(before) == [f"{name}-d16", f"{name}-d8"]  # two rungs finished, the third not
+    assert not (out_dir / "registration.json").exists()
+
+    again = subprocess.run(ladder_cmd(config), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout + again.stderr
+    state = json.loads((out_dir / "state.json").read_text())["rungs"]
+    ids = [f"{name}-{r}" for r, _, _ in RUNGS]
+    assert sorted(state) == sorted(ids) and {k: before[k] for k in before} == {k: state[k] for k in before}
+    m16 = jsonl(victim)
+    runs = [r["run_id"] for r in m16 if r["kind"] == "run"]
+    assert runs == [f"{name}-m16"] * 2  # the same run, started twice
+    resumed = [r for r in m16 if r["kind"] == "event" and r["name"] == "resumed"]
+    assert len(resumed) == 1 and resumed[0]["payload"]["from_checkpoint"] > 0
+    for (rung, _, tokens), rid in zip(RUNGS, ids):
+        assert state[rid]["tokens"] >= tokens and state[rid]["source"].startswith("eval/loss at step")
+        assert state[rid]["loss"] > 0
+
+    record = reg_lib.from_json((out_dir / "registration.json").read_text())
+    assert record["rung_runs"] == ids
+    assert record["target"]["config_hash"] == config_hash(load(target)) and record["target"]["run_id"] == "hero"
+    assert record["forecast"]["law"] == "compute"
+    assert record["forecast"]["rungs"]["loss"] == pytest.approx([state[rid]["loss"] for rid in ids], rel=1e-10)
+    assert record["sha256"] in again.stdout
+    rungs_csv = (out_dir / "rungs.csv").read_text().splitlines()
+    assert rungs_csv[0].startswith("run_id,N,D,C,L") and len(rungs_csv) == 5
+    # Finished: running it again keeps the registration (a registration is made once).
+    kept = subprocess.run(ladder_cmd(config), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert kept.returncode == 0 and "kept" in kept.stdout
+    assert reg_lib.from_json((out_dir / "registration.json").read_text()) == record
+
+
+def test_a_bad_ladder_config_exits_2_naming_the_key(tmp_path, tiny):
+    config = ladder_toml(tmp_path, tiny("base.toml"), tiny("target.toml"), "badlad")
+    text = config.read_text().replace('law = "compute"', 'law = "chinchilla"')  # 5 parameters, 4 rungs
+    config.write_text(text)
+    out = subprocess.run(ladder_cmd(config), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "config error: ladder.law" in out.stderr
+    config.write_text(text.replace('law = "chinchilla"', 'law = "compute"').replace("tokens = 12000", "tokens = 100"))
+    out = subprocess.run(ladder_cmd(config), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "config error: ladder.rung" in out.stderr and "compute must grow" in out.stderr
