@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 
-from django.http import JsonResponse
+from django.http import HttpResponseNotModified, JsonResponse
+
+HISTORY_MAX_AGE_S = 600  # how long a CDN or browser may serve a finished run's history window unasked
 
 
 class ApiError(Exception):
@@ -56,3 +59,15 @@ def json_body(request, max_bytes: int) -> dict:
     if not isinstance(data, dict):
         raise ApiError(400, "body must be a JSON object")
     return data
+
+
+def cached(request, resp, immutable: bool):
+    """A strong ETag (hash of the body) on a GET answer; 304 when If-None-Match holds it. `immutable` (history
+    that can no longer change): `public, max-age`, so a CDN serves it; otherwise `no-cache` (revalidate)."""
+    etag = '"' + hashlib.blake2b(resp.content, digest_size=16).hexdigest() + '"'
+    cache = f"public, max-age={HISTORY_MAX_AGE_S}" if immutable else "no-cache"
+    tags = [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]
+    if etag in tags or "*" in tags:
+        resp = HttpResponseNotModified()
+    resp["ETag"], resp["Cache-Control"] = etag, cache
+    return resp

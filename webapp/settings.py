@@ -168,15 +168,18 @@ INSTALLED_APPS = [
     "webapp.runs",
     "webapp.metrics",
     "webapp.anomalies",
+    "webapp.experiments",
     "webapp.annotations",
     "webapp.control",
     "webapp.ops",
     "webapp.live",
+    "webapp.publicapi",  # last: exports, the OpenAPI schema and docs, the /api/ envelope
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
+    "webapp.publicapi.middleware.ApiMiddleware",  # /api/v1/ paths, API-Version header, one error shape
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

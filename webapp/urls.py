@@ -9,8 +9,10 @@ urlpatterns = [
     path("", include("webapp.runs.urls")),
     path("", include("webapp.metrics.urls")),
     path("", include("webapp.anomalies.urls")),
+    path("", include("webapp.experiments.urls")),
     path("", include("webapp.annotations.urls")),
     path("", include("webapp.control.urls")),
     path("", include("webapp.ops.urls")),
+    path("", include("webapp.publicapi.urls")),
     path("admin/", admin.site.urls),
 ]

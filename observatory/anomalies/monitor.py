@@ -4,6 +4,7 @@
     events = m.observe(step, values, t=msg_t)     # every metrics message, in step order
     events += m.tick(now, since_step_s=hb["since_step_s"], heartbeat_age_s=age, phase=hb["phase"])
     superseded = m.rewind(to_step)                 # on a `rewind` message
+    m.set_forecast(m.forecast_band(registration))  # a verified pre-registered forecast: forecast_deviation
     blob = m.snapshot(); m2 = Monitor(); m2.restore(blob)   # json.dumps(blob) round-trips exactly
 
 Events are (action, anomaly, at) with action opened/updated/closed/superseded; upsert on `anomaly.key`.
@@ -33,12 +34,14 @@ class Monitor:
         self._detectors: dict[str, object] = {}  # state key -> detector
         self._nonfinite = self.config.nonfinite
         self._stall = self.config.stall
+        self._forecast = self.config.forecast
         self._reset()
 
     def _reset(self) -> None:
         self._states: dict[str, dict] = {}
         self._nf_state = self._nonfinite.init()
         self._stall_state = self._stall.init()
+        self._fc_state = self._forecast.init()
         self._closed: list[dict] = []
 
     # ------------------------------------------------------------------------------------------ feeding
@@ -78,6 +81,9 @@ class Monitor:
         if t is not None:
             self._stall_state, ev = self._stall.update(self._stall_state, step, t)
             events += ev
+        if self._fc_state["band"] is not None:
+            self._fc_state, ev = self._forecast.update(self._fc_state, step, values)
+            events += ev
         if events:
             self._remember(events)
         return events
@@ -90,6 +96,19 @@ class Monitor:
         if events:
             self._remember(events)
         return events
+
+    def forecast_band(self, registration: dict) -> dict:
+        """The compact band of a verified registration (observatory.scaling.registration); ValueError if unusable."""
+        return self._forecast.band_of(registration)
+
+    def set_forecast(self, band: dict | None) -> None:
+        """Watch the live loss against this band (None: stop); the same forecast again changes nothing."""
+        self._fc_state = self._forecast.set_band(self._fc_state, band)
+
+    @property
+    def forecast_sha(self) -> str | None:
+        band = self._fc_state["band"]
+        return band["sha"] if band else None
 
     def _compile(self, name: str) -> tuple:
         route = []
@@ -118,6 +137,8 @@ class Monitor:
                 out += [anomaly(det.kind, det.metric, ep) for ep in _episodes(st)]
         out += [anomaly(self._nonfinite.kind, "", ep) for ep in _episodes(self._nf_state)]
         out += [anomaly(self._stall.kind, self._stall.metric, ep) for ep in _episodes(self._stall_state)]
+        fc = self._forecast.open_anomaly(self._fc_state)
+        out += [fc] if fc else []
         return sorted(out, key=lambda a: (a.start_step, a.kind, a.metric))
 
     # ------------------------------------------------------------------------------------------ rewind
@@ -141,6 +162,8 @@ class Monitor:
         gone += g
         self._stall_state, g = self._stall.rewind(self._stall_state, to_step)
         gone += g
+        self._fc_state, g = self._forecast.rewind(self._fc_state, to_step)
+        gone += g
         keep = []
         for d in self._closed:
             (gone.append(Anomaly.from_dict(d)) if d["start_step"] > to_step else keep.append(d))
@@ -152,7 +175,7 @@ class Monitor:
         """All state as plain JSON-able data (no NaN/Inf): store it anywhere, restore it in a new process.
         It shares the (never mutated) state dicts with the Monitor: serialize it, do not edit it."""
         return {"v": SNAPSHOT_VERSION, "states": dict(self._states), "nonfinite": self._nf_state,
-                "stall": self._stall_state, "closed": list(self._closed)}
+                "stall": self._stall_state, "forecast": self._fc_state, "closed": list(self._closed)}
 
     def restore(self, snap: Mapping) -> "Monitor":
         """Replace all state with a snapshot's (detectors are re-created from the config on the next step)."""
@@ -161,6 +184,7 @@ class Monitor:
         self._reset()
         self._states = dict(snap["states"])
         self._nf_state, self._stall_state = snap["nonfinite"], snap["stall"]
+        self._fc_state = snap.get("forecast") or self._forecast.init()  # (snapshots from before it: none)
         self._closed = list(snap["closed"])
         self._routes.clear()
         self._detectors.clear()

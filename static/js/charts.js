@@ -3,7 +3,8 @@
 // Zoom is real (zoom.js): a zoomed chart draws its window's finer points between the coarse history on either
 // side, live points still join, and the y axis fits the visible window.
 // Trace order (tests and feature modules rely on it): lines 0..n-1, non-finite marks n..2n-1, impossible-value
-// marks 2n..3n-1, smoothed lines 3n..4n-1 (only while smoothing is on; the raw lines then stay faint behind).
+// marks 2n..3n-1, smoothed lines 3n..4n-1 (only while smoothing is on; the raw lines then stay faint behind), then
+// the traces of feature modules (Obs.setTraces: forecast.js's band).
 // Non-finite points are red ✕ at the top of the chart; values no hardware can produce (page bounds: MFU above
 // 100%) are amber ▲ there, never part of the line; both are counted in the chart's note, nothing is dropped.
 "use strict";
@@ -205,7 +206,7 @@ window.Obs = window.Obs || {};
                        line: {width: 1.8, color: color(it.index), dash: it.secondary ? "dot" : "solid"}});
         }
       }
-      return [...lines, ...marks, ...oob, ...smooth];
+      return [...lines, ...marks, ...oob, ...smooth, ...Obs.tracesFor(this)]; // then feature modules' (plotkit.js)
     }
 
     layout(traces) {
@@ -402,4 +403,5 @@ window.Obs = window.Obs || {};
 
   Obs.LineChart = LineChart;
   Obs.PALETTE = PALETTE;
+  Obs.color = color; // the i-th line colour in the current theme (compare.js: one per run)
 })(window.Obs);

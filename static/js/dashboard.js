@@ -7,6 +7,7 @@
 // Extension points for feature modules loaded before this file (anomalies.js, annotations.js, …):
 //   Obs.frameHandlers[type] = (frame, ctx) => {}   live frames of your own type
 //   Obs.onStart.push((ctx, page) => {})            once the run's history is in
+//   Obs.onEvents.push((events, ctx) => {})         the run's events as they arrive (history, live, backfill)
 //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, onClick?}])   marks on every line chart
 //   Obs.toast(text, level)                          a transient notice
 //   Obs.zoomTo(fromStep, toStep) / Obs.zoomTo(null) zoom every chart to steps (null: the whole run)
@@ -206,6 +207,7 @@
 
   function addEvents(list) {
     events.add(list);
+    for (const fn of Obs.onEvents || []) { try { fn(list, ctx); } catch (e) { console.error("event hook failed:", e); } }
     for (const ev of list) { // a restart's "starting" comes at step 0, before it restores: no anchor
       if (ev.t && ev.step !== null && !(ev.kind === "state" && ev.name === "starting")) {
         ctx.xaxis.anchor(ev.step, Date.parse(ev.t) / 1000);

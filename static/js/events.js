@@ -105,6 +105,9 @@ window.Obs = window.Obs || {};
       } else if (ev.name === "compiled") {
         out.text = "Compiled" + (typeof p.seconds === "number" ? ` in ${p.seconds.toFixed(1)} s` : "") +
           (p.devices ? ` on ${p.devices}` : "");
+      } else if (ev.name === "forecast") { // static/js/forecast.js draws it; the experiment page verifies it
+        out.text = `Pre-registered forecast: ${(p.experiment || {}).name || "unnamed experiment"} (sha256 ` +
+          `${String(p.sha256 || "").slice(0, 12)}…)`;
       } else if (p.detail) {
         out.text = `${ev.name} — ${p.detail}`;
       }

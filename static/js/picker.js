@@ -9,14 +9,15 @@ window.Obs = window.Obs || {};
   const MAX_SHOWN = 400; // options rendered for a broad search; the count says how many more match
 
   class Picker {
-    // registry: Obs.Registry; isShown(name): a chart for it exists; onAdd(name).
-    constructor(registry, isShown, onAdd) {
-      this.registry = registry; this.isShown = isShown; this.onAdd = onAdd;
+    // registry: Obs.Registry (or anything with info(name) -> {name, title, group}); isShown(name): a chart for it
+    // exists; onAdd(name). opts: {prefix: element ids <prefix>-search/-picker/-add/-count, noun: what it counts}.
+    constructor(registry, isShown, onAdd, {prefix = "metric", noun = "series"} = {}) {
+      this.registry = registry; this.isShown = isShown; this.onAdd = onAdd; this.noun = noun;
       this.names = new Set();
-      this.search = document.getElementById("metric-search");
-      this.select = document.getElementById("metric-picker");
-      this.button = document.getElementById("metric-add");
-      this.count = document.getElementById("metric-count");
+      this.search = document.getElementById(prefix + "-search");
+      this.select = document.getElementById(prefix + "-picker");
+      this.button = document.getElementById(prefix + "-add");
+      this.count = document.getElementById(prefix + "-count");
       this.timer = null;
       this.search.addEventListener("input", () => this.render());
       this.search.addEventListener("keydown", (ev) => {
@@ -78,8 +79,8 @@ window.Obs = window.Obs || {};
         const first = [...this.select.options].find((o) => !o.disabled);
         this.select.value = first ? first.value : "";
       }
-      this.count.textContent = words.length ? `${matched} of ${this.names.size} series match`
-        : `${this.names.size} series`;
+      this.count.textContent = words.length ? `${matched} of ${this.names.size} ${this.noun} match`
+        : `${this.names.size} ${this.noun}`;
       this.sync();
     }
   }

@@ -152,6 +152,18 @@ window.Obs = window.Obs || {};
   Obs.overlayClicked = (id) => {
     overlaySources.forEach((list) => list.forEach((o) => { if (o.id === id && o.onClick) o.onClick(o); }));
   };
+  // Extra traces, drawn after a chart's own (whose order is kept): Obs.setTraces(source, (chart) => [trace, ...]
+  // or null); then ctx.schedule(). forecast.js draws a forecast band and reference runs this way.
+  const traceSources = new Map();
+  Obs.setTraces = (source, fn) => {
+    traceSources.set(source, fn);
+    charts.forEach((ch) => { ch.full = true; ch.dirty = true; });
+  };
+  Obs.tracesFor = (chart) => {
+    const out = [];
+    traceSources.forEach((fn) => { try { out.push(...(fn(chart) || [])); } catch (e) { console.error("traces:", e); } });
+    return out;
+  };
   Obs.registerChart = (chart) => charts.add(chart);
   Obs.unregisterChart = (chart) => charts.delete(chart);
 })(window.Obs);

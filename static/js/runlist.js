@@ -21,6 +21,13 @@
   function newRow(run) {
     const tr = document.createElement("tr");
     tr.dataset.run = run.id;
+    const pick = document.createElement("td"), box = document.createElement("input"); // "Compare selected"
+    pick.className = "pick";
+    Object.assign(box, {type: "checkbox", name: "runs", value: run.id});
+    box.setAttribute("form", "compare-form");
+    box.setAttribute("aria-label", `compare ${run.name || run.id} (${run.id})`);
+    pick.append(box);
+    tr.append(pick);
     const th = document.createElement("th");
     th.scope = "row";
     const a = document.createElement("a");

@@ -46,11 +46,13 @@ window.Obs = window.Obs || {};
 
   class View {
     // defaults: chart ids in order. The URL wins over localStorage; the range is only ever in the URL.
-    constructor(defaults) {
+    // storageKey: where the layout is remembered (null: nowhere, the URL alone holds the view — compare.js).
+    constructor(defaults, storageKey = STORAGE_KEY) {
       this.defaults = defaults.slice();
       this.listeners = [];
+      this.storageKey = storageKey;
       let saved = {};
-      try { saved = JSON.parse(localStorage.getItem(STORAGE_KEY) || "{}") || {}; } catch (e) { saved = {}; }
+      try { saved = storageKey ? JSON.parse(localStorage.getItem(storageKey) || "{}") || {} : {}; } catch (e) { saved = {}; }
       const q = new URLSearchParams(location.search);
       const list = (k) => q.getAll(k).filter(Boolean);
       this.charts = list("chart").length ? list("chart") : (Array.isArray(saved.charts) ? saved.charts : defaults.slice());
@@ -93,8 +95,9 @@ window.Obs = window.Obs || {};
 
     save() {
       history.replaceState(history.state, "", this.url());
+      if (!this.storageKey) return;
       try {
-        localStorage.setItem(STORAGE_KEY, JSON.stringify({charts: this.charts, x: this.x, log: [...this.log],
+        localStorage.setItem(this.storageKey, JSON.stringify({charts: this.charts, x: this.x, log: [...this.log],
                                                           smooth: this.smooth}));
       } catch (e) { /* private mode: the URL still holds the view */ }
     }

@@ -48,19 +48,26 @@
       if (!range) return;
       this.fetching = true;
       const ac = this.abort = new AbortController();
-      const a = Math.max(0, Math.floor(range[0])), b = Math.max(0, Math.ceil(range[1])), pts = this.resolution();
-      const need = this.coarse();
+      const pts = this.resolution(), need = this.coarse();
       try {
-        const got = await Promise.all(need.map((it) => this.ctx.store.window(it.name, a, b, pts, ac.signal)));
+        const got = await Promise.all(need.map((it) => this.readWindow(it, range, pts, ac.signal)));
         if (ac !== this.abort) return;
         this.items.forEach((it) => { it.zoom = null; });
-        need.forEach((it, i) => { if (got[i]) it.zoom = {...got[i], from: a, to: b}; });
+        need.forEach((it, i) => { if (got[i]) it.zoom = got[i]; });
       } catch (e) {
         if (e.name === "AbortError") return;
         console.warn("zoom of", this.id, "failed:", e); // drawn from the coarse history instead
       }
       this.abort = null; this.fetching = false;
       this.full = true; this.dirty = true; this.ctx.schedule();
+    },
+
+    // One item's finer points over the view's range (steps; a compare chart maps its x units to each run's
+    // steps): the window with its step bounds {…, from, to}, or null.
+    async readWindow(it, range, pts, signal) {
+      const a = Math.max(0, Math.floor(range[0])), b = Math.max(0, Math.ceil(range[1]));
+      const w = await this.ctx.store.window(it.name, a, b, pts, signal);
+      return w && {...w, from: a, to: b};
     },
   });
 })(window.Obs);

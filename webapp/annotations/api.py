@@ -21,6 +21,7 @@ from webapp.annotations.access import (Viewer, annotation_record, annotation_rec
                                        my_reactions, own, reply_records)
 from webapp.annotations.models import REACTIONS, TAGS, Annotation, Revision
 from webapp.api import ApiError, int_param
+from webapp.pagination import page
 from webapp.runs.api import get_run
 
 LIST_LIMIT = 2000  # annotations per answer, in step order; narrow the window with start/end for more
@@ -49,11 +50,12 @@ def run_annotations(request, run_id: str):
     fmt = request.GET.get("format", "json")
     if fmt not in ("json", "grafana"):
         raise ApiError(400, "format must be json or grafana", parameter="format")
-    items = [a for a in qs[:LIST_LIMIT] if tag is None or tag in a.tags]
+    rows, nxt = page(request, qs, ["step_start", "id"], LIST_LIMIT, LIST_LIMIT)
+    items = [a for a in rows if tag is None or tag in a.tags]
     if fmt == "grafana":
         return JsonResponse(grafana.export([a for a in items if a.public], request), safe=False)
     return JsonResponse({"run": run.id, "annotations": annotation_records(items, viewer.moderate),
-                         "truncated": len(items) == LIST_LIMIT, "viewer": viewer.as_json(), "tags": list(TAGS),
+                         "truncated": nxt is not None, "next": nxt, "viewer": viewer.as_json(), "tags": list(TAGS),
                          "reactions": REACTIONS, "limits": validation.LIMITS})
 
 

@@ -12,6 +12,7 @@ from webapp.accounts.permissions import api_requires, can, public
 from webapp.anomalies import filters
 from webapp.anomalies.models import Anomaly, TriageError
 from webapp.api import ApiError, api_view
+from webapp.pagination import page
 from webapp.runs.api import get_run
 
 TRIAGE = "anomaly.acknowledge"
@@ -27,8 +28,9 @@ def anomaly_list(request, run_id: str):
     except filters.FilterError as e:
         raise ApiError(400, str(e)) from None
     who = can(request.user, TRIAGE)
-    rows = [a.as_json(who) for a in filters.select(run.id, f)]
-    return JsonResponse({"run_id": run.id, "count": len(rows), "anomalies": rows,
+    items, nxt = page(request, filters.query(run.id, f), ["-start_step", "-id"], 0, 0, limit_param=f["limit"])
+    rows = [a.as_json(who) for a in items]
+    return JsonResponse({"run_id": run.id, "count": len(rows), "anomalies": rows, "next": nxt,
                          "filters": {k: f[k] for k in ("kind", "severity", "status", "superseded")}})
 
 

@@ -12,6 +12,10 @@ continues, and a save is conditional on that version (a conflict reloads and fee
 
 Order inside a batch: rewinds first, then the points step by step (as the browser applies them). Points a batch
 itself superseded never reach the detectors: RunChanges no longer holds them.
+
+Forecasts: a batch holding a run's `forecast` event (webapp.runs.forecast) gives the Monitor that forecast's band
+before its points, when the registration verifies (an unverified one is ignored); a Monitor loaded without one
+takes the run's latest verified forecast from the database. It then raises `forecast_deviation`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from webapp.anomalies import store
 from webapp.anomalies.models import DetectorState
 from webapp.metrics.changes import RunChanges
 from webapp.metrics.models import Point
-from webapp.runs.models import Run
+from webapp.runs import forecast as forecast_lib
+from webapp.runs.models import Run, RunEvent
 
 log = logging.getLogger("observatory.anomalies")
 CACHE_RUNS = 256  # Monitors kept in memory (one per run being written); others reload from their snapshot
@@ -68,7 +73,7 @@ class Detection:
         t0 = time.perf_counter()
         frames = []
         for run_id, ch in changes.items():
-            if ch.points or ch.rewinds:
+            if ch.points or ch.rewinds or _forecast_events(ch):
                 frame = self._batch(run_id, ch)
                 if frame:
                     frames.append((run_id, frame))
@@ -87,8 +92,11 @@ class Detection:
         steps = sorted(by_step)
         rewinds = [rw["to_step"] for rw in ch.rewinds]
         now = time.time()  # a step's own time when the batch carries it; else when ingest stored it
+        forecasts = [r for r in (_registration(run_id, i) for i in _forecast_events(ch)) if r is not None]
 
         def feed(mon: Monitor) -> list:
+            for record in forecasts:
+                _set_forecast(mon, run_id, record)
             events = []
             for to_step in rewinds:
                 events += mon.rewind(to_step)
@@ -209,6 +217,10 @@ class Detection:
             except (ValueError, KeyError, TypeError) as e:  # a snapshot of an older detector version
                 log.warning("run %s: detector state not usable (%s); starting afresh", run_id, e)
                 mon, last = Monitor(), None
+        if mon.forecast_sha is None:  # a forecast published in an earlier batch, or before the snapshot
+            reg = forecast_lib.latest(run_id)
+            if reg is not None and reg.verified:
+                _set_forecast(mon, run_id, reg.record)
         entry = Entry(version, mon, last, time.monotonic())
         top = first if first is not None else (Run.objects.filter(pk=run_id).values_list("last_step", flat=True)
                                                .first())
@@ -252,6 +264,27 @@ class Detection:
             entry.version += 1
         entry.saved_at, entry.unsaved = time.monotonic(), 0
         self.stats["saves"] += 1
+
+
+def _forecast_events(ch: RunChanges) -> list[int]:
+    return [e["id"] for e in ch.events if e.get("kind") == RunEvent.KIND_EVENT
+            and e.get("name") == forecast_lib.EVENT_NAME]
+
+
+def _registration(run_id: str, event_id: int) -> dict | None:
+    """The verified record of a forecast event (read unredacted from the database), else None."""
+    ev = RunEvent.objects.filter(pk=event_id, run_id=run_id).first()
+    reg = forecast_lib.of_event(ev) if ev is not None else None
+    if reg is not None and not reg.verified:
+        log.warning("run %s: forecast event %s not used: %s", run_id, event_id, reg.problem)
+    return reg.record if reg is not None and reg.verified else None
+
+
+def _set_forecast(mon: Monitor, run_id: str, record: dict) -> None:
+    try:
+        mon.set_forecast(mon.forecast_band(record))
+    except ValueError as e:
+        log.warning("run %s: forecast not usable by the detector: %s", run_id, e)
 
 
 def _row(run_id: str) -> tuple[int | None, int | None]:

@@ -41,10 +41,15 @@ def parse(params) -> dict:
 
 def select(run_id: str, f: dict):
     """The matching anomalies, newest episode first (index anomaly_run_start); superseded ones only if asked."""
+    return query(run_id, f)[:f["limit"]]
+
+
+def query(run_id: str, f: dict):
+    """select() before its limit (the API pages through it)."""
     qs = Anomaly.objects.filter(run_id=run_id)
     if not f["superseded"]:
         qs = qs.filter(superseded=False)
     for field in ("kind", "severity", "status"):
         if f[field]:
             qs = qs.filter(**{field: f[field]})
-    return qs.select_related("acknowledged_by", "resolved_by")[:f["limit"]]
+    return qs.select_related("acknowledged_by", "resolved_by")

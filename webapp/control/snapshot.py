@@ -14,7 +14,7 @@ from webapp.control import channel, plan
 from webapp.control.models import OperatorCommand
 from webapp.metrics.models import Point
 from webapp.redis import get_redis
-from webapp.runs.models import Run, RunEvent, json_clean
+from webapp.runs.models import IMPORTED_SOURCES, Run, RunEvent, json_clean
 
 MAX_RUNS = 50
 MAX_COMMANDS = 100
@@ -24,8 +24,8 @@ WEIGHT_PREFIX = contract.mixture_weight("")
 
 
 def controllable_runs():
-    """Runs a trainer could be listening for (imported W&B runs have no control stream), newest first."""
-    return Run.objects.exclude(source="wandb").order_by("-updated_at")[:MAX_RUNS]
+    """Runs a trainer could be listening for (imported runs have no control stream), newest first."""
+    return Run.objects.exclude(source__in=IMPORTED_SOURCES).order_by("-updated_at")[:MAX_RUNS]
 
 
 def latest_values(run_ids: list[str]) -> dict[str, dict[str, float | None]]:

@@ -3,10 +3,11 @@
 from django.http import JsonResponse
 
 from webapp.accounts.permissions import public
-from webapp.api import ApiError, api_view, int_param
+from webapp.api import ApiError, api_view, cached, int_param
 from webapp.metrics import queries
 from webapp.metrics.models import Series
 from webapp.runs.api import get_run
+from webapp.runs.models import ENDED_STATES
 
 MAX_STEP = 2**62
 
@@ -32,5 +33,8 @@ def metric_series(request, run_id: str, name: str):
     if series is None:
         raise ApiError(404, f"metric {name!r} not found in run {run.id!r}")
     win = queries.window(series, start, end, points)
-    return JsonResponse({"run_id": run.id, "metric": name, "points": points, "first_step": series.first_step,
+    resp = JsonResponse({"run_id": run.id, "metric": name, "points": points, "first_step": series.first_step,
                          "last_step": series.last_step, **win.as_json()})
+    # A finished run's history can no longer change (no more points, no rewind): cacheable by anyone. A live
+    # run's window may still grow or be superseded by a rollback: revalidate every time.
+    return cached(request, resp, immutable=run.state in ENDED_STATES)

@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from observatory import contract
-from webapp.metrics.apply import apply_messages
+from webapp.metrics import imports
 from webapp.runs.models import Run
 
 SOURCE = "wandb"
 _BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_./:-]")
-_APPLY_POINTS = 20_000  # points per apply_messages call: bounded memory, few block rewrites
 _PER_RECORD = 1000  # metrics per message: 1000 names of <= 200 characters stay under contract.MAX_PAYLOAD_BYTES
 
 
@@ -88,16 +87,11 @@ def plan(data: dict, run_id: str, name: str | None = None) -> Import:
     return out
 
 
-def write(imp: Import) -> Run:
-    """Replace any previous import of the run with this one, in one transaction."""
+def write(imp: Import, owner=None) -> Run:
+    """Replace any previous import of the run with this one, in one transaction; the run is claimed for `owner`
+    (a user, or None: nobody's), so no other HTTP write token can append to it."""
     with transaction.atomic():
         Run.objects.filter(pk=imp.run_id, source=SOURCE).delete()
-        chunk, size = [], 0
-        for msg in imp.messages:
-            chunk.append(("", msg))
-            size += len(msg.data.get("values", ()))
-            if size >= _APPLY_POINTS:
-                apply_messages(chunk, source=SOURCE)
-                chunk, size = [], 0
-        apply_messages(chunk, source=SOURCE)
+        imports.claim(imp.run_id, owner)
+        imports.apply_chunked(imp.messages, SOURCE)
     return Run.objects.get(pk=imp.run_id)

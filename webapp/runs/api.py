@@ -3,7 +3,8 @@
 from django.http import JsonResponse
 
 from webapp.accounts.permissions import can, public
-from webapp.api import ApiError, api_view, int_param
+from webapp.api import ApiError, api_view
+from webapp.pagination import page
 from webapp.runs.models import Run
 
 
@@ -17,8 +18,9 @@ def get_run(run_id: str) -> Run:
 @public
 @api_view
 def runs(request):
-    limit = int_param(request, "limit", 200, lo=1, hi=1000)
-    return JsonResponse({"runs": [r.summary() for r in Run.objects.for_list()[:limit]]})
+    """Newest activity first; `?limit=` (default 200) and `?cursor=` from the previous answer's `next`."""
+    rows, nxt = page(request, Run.objects.all(), ["-updated_at", "-id"], 200, 1000)
+    return JsonResponse({"runs": [r.summary() for r in rows], "next": nxt})
 
 
 @public

@@ -13,6 +13,7 @@ from webapp.runs.redact import one_line_reason, redact
 
 STATE_CHOICES = [(s, s) for s in ("unknown", *contract.STATES)]
 ENDED_STATES = ("stopped", "failed")
+IMPORTED_SOURCES = ("wandb", "tensorboard")  # Run.source of runs written by an importer, not a live producer
 
 
 class Health(models.TextChoices):
@@ -53,7 +54,7 @@ class RunQuerySet(models.QuerySet):
 
     def watched(self):
         """Runs whose liveness matters: not ended on purpose, and not already marked ended."""
-        return self.exclude(state__in=ENDED_STATES).exclude(source="wandb")
+        return self.exclude(state__in=ENDED_STATES).exclude(source__in=IMPORTED_SOURCES)
 
     def refresh_health(self, client, now: dt.datetime, lost_after_s: float) -> list["Run"]:
         """Recompute health for watched runs from their heartbeat keys (one pipelined EXISTS each); save and
@@ -95,7 +96,7 @@ class Run(models.Model):
     heartbeat = models.JSONField(default=dict, blank=True)  # the latest heartbeat's data (tokens, eta_s, ...)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    source = models.CharField(max_length=16, default="stream")  # "stream" (live trainer) or "wandb" (imported)
+    source = models.CharField(max_length=16, default="stream")  # "stream" (live) or one of IMPORTED_SOURCES
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

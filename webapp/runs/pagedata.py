@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from observatory import contract
-from webapp.runs.models import ENDED_STATES, Run, RunEvent
+from webapp.runs.models import ENDED_STATES, IMPORTED_SOURCES, Run, RunEvent
 
 # The dashboard's default line charts (a chart's id is its first metric; the page's URL names charts by id).
 # `metrics` are always drawn; `optional` ones join as extra traces once the run has them; `extra_prefix`: every
@@ -36,7 +36,7 @@ def peak_info(run: Run) -> dict:
         flops = _num(train.get("peak_flops"))
         source = "config" if flops else source
     known = bool(flops) and not any(g in source.lower() for g in _GUESSED)
-    if run.source == "wandb":
+    if run.source in IMPORTED_SOURCES:
         known, source = True, source or "computed by the original logger"
     fpt = _num(payload.get("flops_per_token"))
     return {"known": known, "flops": flops, "source": source, "flops_per_token": fpt}

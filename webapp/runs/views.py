@@ -6,7 +6,7 @@ from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public
-from webapp.runs import pagedata
+from webapp.runs import forecast, pagedata
 from webapp.runs.models import Run
 
 LIST_LIMIT = 500
@@ -41,6 +41,7 @@ def dashboard(request, run_id: str):
                  "registry": contract.registry(),
                  "time_anchors": pagedata.time_anchors(run), "rewinds": pagedata.rewinds(run),
                  "tokens_metric": contract.M_TOTAL_TOKENS,
+                 "forecast": forecast.published(run.id),  # static/js/forecast.js reads /api/runs/<id>/forecast/
                  # "train/router/layer_{layer}/{name}"; expert e of routing_hist is "<...>/routing_hist/{e}"
                  "router_metric": contract.ROUTER_METRIC,
                  "mixture": {"stage": contract.M_MIX_STAGE, "weight_prefix": contract.mixture_weight("")}},

@@ -33,6 +33,15 @@ CELLS = [
     ("runs.view", "get", f"/runs/{RUN}/", None, False),
     ("runs.view", "get", "/api/runs/", None, True),
     ("runs.view", "get", f"/api/runs/{RUN}/", None, True),
+    ("runs.view", "get", f"/api/runs/{RUN}/events/", None, True),
+    ("runs.view", "get", f"/api/v1/runs/{RUN}/export.csv", None, True),
+    ("runs.view", "get", f"/api/v1/runs/{RUN}/export.json", None, True),
+    ("runs.view", "get", f"/api/v1/runs/{RUN}/export.parquet", None, True),
+    ("runs.view", "get", f"/api/v1/runs/{RUN}/records.json", None, True),
+    ("runs.view", "get", "/api/schema/", None, True),
+    ("runs.view", "get", "/api/docs/", None, False),
+    ("runs.view", "get", f"/compare/?runs={RUN}", None, False),
+    ("runs.view", "get", f"/api/compare/?runs={RUN}", None, True),
     ("account.auth", "get", "/accounts/login/", None, False),
     ("account.auth", "get", "/accounts/signup/", None, False),
     ("account.profile", "get", "/accounts/profile/", None, False),
@@ -49,6 +58,9 @@ CELLS = [
     ("runs.view", "get", "/metrics", None, True),
     ("runs.view", "get", f"/runs/{RUN}/anomalies/", None, False),
     ("runs.view", "get", f"/api/runs/{RUN}/anomalies/", None, True),
+    ("runs.view", "get", "/experiments/", None, False),
+    ("runs.view", "get", "/experiments/matrix-exp/", None, False),
+    ("runs.view", "get", f"/api/runs/{RUN}/forecast/", None, True),
     ("anomaly.acknowledge", "post", f"/runs/{RUN}/anomalies/{ANOMALY}/triage/", lambda: {"action": "acknowledge"},
      False),
     ("anomaly.acknowledge", "post", f"/api/runs/{RUN}/anomalies/{ANOMALY}/",
@@ -78,6 +90,10 @@ def world(db, settings, redis_client):
     Anomaly.objects.create(id=ANOMALY, run_id=RUN, key="loss_spike train/loss 10", kind="loss_spike",
                            metric="train/loss", start_step=10, peak_step=10, detected_step=10, severity="critical",
                            score=2.0, explanation="loss 6 at step 10 is 2× its running level 3")
+    from webapp.runs.models import RunEvent
+
+    RunEvent.objects.create(run_id=RUN, kind="event", name="forecast", step=0, entry_id="",  # (unverified: a stub)
+                            payload={"experiment": {"name": "matrix-exp", "goal": "", "hypothesis": ""}})
     from ..annotations.conftest import matrix_annotation
 
     matrix_annotation(RUN, ANNOTATION)

@@ -1,0 +1,259 @@
+// The compare page: the runs of the URL (runs=a,b,c) read once from /api/compare/ (their series, x axes), one
+// Obs.CompareChart per metric with one line per run, in the run's colour. Everything the visitor changes — runs,
+// charts, x axis (step, tokens, wall time since each run's start), smoothing, log x, log y per chart, the zoomed
+// range — goes through Obs.CompareView, which rewrites the URL (history.replaceState): a reload or a shared link
+// shows the same view. No live socket: the history as it was when the page (or the run set) was loaded.
+"use strict";
+
+(function () {
+  const Obs = window.Obs;
+  const page = JSON.parse(document.getElementById("page-data").textContent);
+  const $ = (id) => document.getElementById(id);
+  const registry = new Obs.Registry(page.registry);
+  const view = new Obs.CompareView(page.default_charts);
+  const lines = new Map(); // run id -> Obs.RunLine
+  const charts = new Map(); // metric -> Obs.CompareChart
+  const listed = new Map(); // run id -> its summary from /api/runs/ (the run picker)
+  let order = []; // the RunLines compared, in the URL's order (colours follow it)
+  let redrawQueued = false, loadGen = 0, keepStatus = false, smoothTimer = null;
+  // Written by an importer (W&B, TensorBoard, ...) rather than streamed live: any source but "stream".
+  Obs.imported = (source) => !!source && source !== "stream";
+
+  const axis = { // the shared x axis: the view's range is already in its units
+    get mode() { return view.x; },
+    toX: (xs) => xs.slice(), toStep: (x) => x, axisType: () => "linear",
+    title: () => ({step: "step", tokens: "tokens trained", time: "wall time since each run's start"})[view.x],
+  };
+  const ctx = {runs: () => order, view, xaxis: axis, registry, bounds: {}, rewinds: [], schedule, chartAction,
+               zoomTo, zoomDrawn: () => {}};
+
+  function schedule() {
+    if (redrawQueued) return;
+    redrawQueued = true;
+    requestAnimationFrame(() => {
+      redrawQueued = false;
+      charts.forEach((ch) => { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } });
+    });
+  }
+
+  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; ch.liveOnly = false; }); schedule(); }
+
+  const status = (text) => { $("compare-status").textContent = text || ""; };
+  const announce = (text) => { const el = $("announce"); el.textContent = ""; setTimeout(() => { el.textContent = text; }, 50); };
+
+  // ------------------------------------------------------------------------------------------ runs
+  async function loadRuns() {
+    const gen = ++loadGen, ids = view.runs.slice();
+    let got = [];
+    if (ids.length) {
+      try {
+        const r = await fetch("/api/compare/?runs=" + ids.map(encodeURIComponent).join(","));
+        const body = await r.json().catch(() => ({}));
+        if (gen !== loadGen) return;
+        if (r.status === 404 && Array.isArray(body.missing)) { // left out, and said so
+          status(`No such run: ${body.missing.join(", ")}.`);
+          keepStatus = true; // (the load of the others must not clear it)
+          view.set({runs: ids.filter((id) => !body.missing.includes(id))});
+          return;
+        }
+        if (!r.ok) { status(body.error || `The runs could not be read (HTTP ${r.status}).`); return; }
+        got = body.runs;
+        if (!keepStatus) status("");
+        keepStatus = false;
+      } catch (e) {
+        if (gen === loadGen) status("The runs could not be read: " + e.message);
+        return;
+      }
+    }
+    const names = new Map(); // a name two runs share: label them by id too
+    got.forEach((info) => names.set(info.name, (names.get(info.name) || 0) + 1));
+    order = got.map((info, i) => {
+      let line = lines.get(info.id);
+      if (line) line.update(info);
+      else lines.set(info.id, line = new Obs.RunLine(info, page.tokens_metric, onAxis));
+      line.index = i;
+      line.label = names.get(info.name) > 1 && info.name !== info.id ? `${info.name} (${info.id})` : info.name || info.id;
+      return line;
+    });
+    for (const id of [...lines.keys()]) if (!order.some((l) => l.id === id)) lines.delete(id);
+    if (order.length && !order.some((l) => l.supports(view.x))) view.x = "step"; // (no runs: kept until they come)
+    order.forEach((l) => l.setMode(view.x));
+    metricPicker.names = new Set(got.flatMap((info) => info.metrics.map((m) => m.name)));
+    metricPicker.render();
+    renderChips();
+    runPicker.render();
+    if (!charts.size && view.charts.length) syncCharts();
+    else charts.forEach((ch) => ch.syncRuns());
+    view.save();
+    showControls();
+    $("charts").dataset.runs = order.map((l) => l.id).join(",");
+  }
+
+  // A run's token count came in: in tokens mode its lines move (and a zoomed window maps to other steps).
+  function onAxis() {
+    if (view.x !== "tokens") return;
+    redrawAll();
+    if (view.range) charts.forEach((ch) => ch.setRange());
+  }
+
+  function addRun(id) {
+    if (view.runs.includes(id)) return;
+    if (view.runs.length >= page.max_runs) { Obs.toast(`At most ${page.max_runs} runs compare at once.`, "warning"); return; }
+    view.set({runs: [...view.runs, id]});
+    announce(`Run ${(listed.get(id) || {}).name || id} added`);
+  }
+
+  function renderChips() {
+    const ul = $("run-chips");
+    ul.replaceChildren(...order.map((line) => {
+      const li = document.createElement("li"), el = (tag, cls, text) => {
+        const e = document.createElement(tag); if (cls) e.className = cls; if (text) e.textContent = text; li.append(e); return e;
+      };
+      li.className = "run-chip"; li.dataset.run = line.id;
+      const sw = el("span", "swatch");
+      sw.setAttribute("aria-hidden", "true");
+      sw.style.background = Obs.color(line.index);
+      const a = el("a", "", line.label);
+      a.href = "/runs/" + encodeURIComponent(line.id) + "/";
+      if (line.label !== line.id) el("span", "muted run-id", line.id);
+      el("span", "badge state-" + line.info.state, line.info.state);
+      if (Obs.imported(line.info.source)) el("span", "badge", "imported");
+      const rm = el("button", "remove", "✕");
+      rm.type = "button";
+      rm.setAttribute("aria-label", `Remove ${line.label} from the comparison`);
+      rm.title = rm.getAttribute("aria-label");
+      rm.addEventListener("click", () => {
+        view.set({runs: view.runs.filter((id) => id !== line.id)});
+        $("run-search").focus();
+        announce(`Run ${line.label} removed`);
+      });
+      return li;
+    }));
+    $("runs-empty").hidden = order.length > 0 || view.runs.length > 0;
+  }
+
+  // The run picker: every run the site has (name, id, state, imported), searchable; the chosen ones disabled.
+  const runPicker = new Obs.Picker({info: (id) => {
+    const r = listed.get(id) || {name: id, state: "", source: ""};
+    return {name: id, title: [r.name || id, r.state, Obs.imported(r.source) ? "imported" : ""].filter(Boolean).join(" · "),
+            group: Obs.imported(r.source) ? "Imported" : "Streamed"};
+  }}, (id) => view.runs.includes(id), addRun, {prefix: "run", noun: "runs"});
+
+  async function listRuns() {
+    try {
+      const r = await fetch("/api/runs/?limit=1000");
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      for (const run of (await r.json()).runs) listed.set(run.id, run);
+      runPicker.discover([...listed.keys()]);
+    } catch (e) {
+      console.warn("run list:", e);
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------ charts
+  const metricPicker = new Obs.Picker(registry, (name) => charts.has(name), (name) => {
+    view.set({charts: [...view.charts.filter((c) => c !== name), name]});
+    charts.get(name)?.box.scrollIntoView({block: "nearest"});
+  });
+
+  function syncCharts() {
+    for (const [id, ch] of charts) {
+      if (view.charts.includes(id)) continue;
+      ch.destroy(); charts.delete(id);
+    }
+    for (const id of view.charts) {
+      let ch = charts.get(id);
+      if (!ch) charts.set(id, ch = new Obs.CompareChart(ctx, id, $("charts")));
+      $("charts").appendChild(ch.box); // in view order
+    }
+    $("charts-empty").hidden = view.charts.length > 0;
+    metricPicker.render();
+    schedule();
+  }
+
+  function chartAction(id, action) {
+    const list = view.charts.slice(), i = list.indexOf(id);
+    if (i < 0) return;
+    if (action === "remove") list.splice(i, 1);
+    else {
+      const j = action === "up" ? i - 1 : i + 1;
+      if (j < 0 || j >= list.length) return;
+      [list[i], list[j]] = [list[j], list[i]];
+    }
+    view.set({charts: list});
+    const ch = charts.get(id), btn = ch && ch.box.querySelector(action === "up" ? ".up" : ".down");
+    if (btn) btn.focus(); else $("metric-search").focus();
+    announce(action === "remove" ? `Chart ${registry.info(id).title} removed` : `Chart moved ${action}`);
+  }
+
+  // A visible x range (the axis's units; null: everything), from a chart, the range fields or the URL.
+  function zoomTo(range) {
+    if (range) {
+      range = [Math.max(0, Math.floor(Math.min(range[0], range[1]))), Math.ceil(Math.max(range[0], range[1]))];
+      if (range[1] <= range[0]) range[1] = range[0] + 1;
+    }
+    const cur = view.range;
+    if ((!range && !cur) || (range && cur && range[0] === cur[0] && range[1] === cur[1])) return;
+    view.set({range});
+  }
+
+  // ------------------------------------------------------------------------------------------ controls
+  function showControls() {
+    const can = (mode) => order.some((l) => l.supports(mode));
+    document.querySelectorAll("#x-mode button").forEach((b) => {
+      b.setAttribute("aria-pressed", String(b.value === view.x));
+      b.disabled = order.length > 0 && !can(b.value);
+      b.title = b.disabled ? (b.value === "tokens" ? "no run here publishes a token count" : "no run here has timestamps") : "";
+    });
+    $("logx").setAttribute("aria-pressed", String(view.logx));
+    if (!smoothTimer) { // (not while the slider is being moved: its value is about to be the view's)
+      $("smooth").value = view.smooth;
+      $("smooth-out").textContent = view.smooth > 0 ? view.smooth.toFixed(2) : "off";
+    }
+    $("range-from").value = view.range ? view.range[0] : "";
+    $("range-to").value = view.range ? view.range[1] : "";
+    $("range-unit").textContent = {step: "steps", tokens: "tokens", time: "seconds since each start"}[view.x];
+    $("range-reset").disabled = !view.range;
+  }
+
+  view.onChange((keys) => {
+    if (keys.includes("runs")) { loadRuns(); runPicker.render(); }
+    if (keys.includes("charts")) syncCharts();
+    if (keys.includes("x")) { order.forEach((l) => l.setMode(view.x)); redrawAll(); }
+    if (keys.includes("logx")) charts.forEach((ch) => { ch.rangeRev++; }); // a new axis type: Plotly re-ranges
+    if (["log", "smooth", "logx"].some((k) => keys.includes(k))) redrawAll();
+    if (keys.includes("range")) charts.forEach((ch) => ch.setRange());
+    showControls();
+  });
+
+  function wireControls() {
+    document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click", () => {
+      if (b.value !== view.x) view.set({x: b.value, range: null}); // a range in steps means nothing in tokens
+    }));
+    $("logx").addEventListener("click", () => view.toggleLogX());
+    $("smooth").addEventListener("input", () => {
+      const v = +$("smooth").value;
+      $("smooth-out").textContent = v > 0 ? v.toFixed(2) : "off";
+      clearTimeout(smoothTimer); // dragging the slider redraws once it rests
+      smoothTimer = setTimeout(() => { smoothTimer = null; view.set({smooth: v}); }, 120);
+    });
+    $("range-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const a = parseFloat($("range-from").value), b = parseFloat($("range-to").value);
+      if (Number.isFinite(a) && Number.isFinite(b) && b > a) zoomTo([a, b]);
+      else Obs.toast("Enter where the view starts and ends, the end after the start.", "warning");
+    });
+    $("range-reset").addEventListener("click", () => zoomTo(null));
+    $("copy-link").addEventListener("click", async () => {
+      const url = location.origin + view.url();
+      try { await navigator.clipboard.writeText(url); Obs.toast("Link to this view copied.", "info"); }
+      catch (e) { window.prompt("Copy this link:", url); }
+    });
+    document.addEventListener("obs-theme", () => { renderChips(); redrawAll(); });
+  }
+
+  wireControls();
+  showControls();
+  listRuns();
+  loadRuns().then(() => { if (!charts.size) syncCharts(); });
+})();

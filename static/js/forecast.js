@@ -1,0 +1,199 @@
+// The run's pre-registered loss forecast on the dashboard (webapp/experiments; docs/SCALING.md "On the dashboard").
+// When the run published one (GET /api/runs/<id>/forecast/, 404 otherwise), the loss charts (train/loss, eval/loss)
+// draw its band — the frozen curve's low/high filled, the forecast itself dashed — and the ladder's rung runs as
+// faint lines, all placed by tokens (the forecast is a curve over tokens; on the step and wall-time axes tokens
+// become steps at this run's tokens per step: batch × sequence length from its config, else its token count).
+// A panel compares the forecast final loss with a live extrapolation: the forecast curve scaled by the ratio of the
+// live loss (eval/loss when the run has it, else the smoothed train/loss) to the forecast at the same tokens. The
+// curve is a final-loss envelope, so while the learning rate still decays that ratio, and the extrapolation, run
+// high: the panel says so. An unverified registration is drawn dashed and labelled, never as a trusted forecast.
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const SOURCE = "forecast";
+  const CHARTS = new Set(["train/loss", "eval/loss"]);
+  const TRAIN = "train/loss", EVAL = "eval/loss";
+  const SMOOTH = 0.9; // EMA retention of the live train loss for the extrapolation (the dashboard's smoothing scale)
+  const BAND = {fill: "rgba(46,125,50,0.16)", line: "#2e7d32", bad: "rgba(229,57,53,0.14)", badLine: "#c62828"};
+  const F = {data: null, ctx: null, page: null, rungs: new Map(), panel: null, timer: null, tokens: null, live: new Map()};
+
+  const fmt = (v, d = 4) => (Number.isFinite(v) ? Number(v).toPrecision(d).replace(/\.?0+(e|$)/, "$1") : "–");
+  const tokensFmt = (v) => (Number.isFinite(v) ? Number(v).toExponential(2).replace("e+", "e") : "–");
+
+  function interpLog(xs, ys, x) { // linear in log tokens, flat beyond the ends (as Forecast.at)
+    if (x <= xs[0]) return ys[0];
+    if (x >= xs[xs.length - 1]) return ys[ys.length - 1];
+    const j = Obs.lowerBound(xs, x), a = Math.log(xs[j - 1]), b = Math.log(xs[j]);
+    const w = b > a ? (Math.log(x) - a) / (b - a) : 1;
+    return ys[j - 1] + w * (ys[j] - ys[j - 1]);
+  }
+
+  // This run's tokens per step: the config's, else the slope of its token-count series.
+  function tps() {
+    if (F.data.tokens_per_step) return F.data.tokens_per_step;
+    const s = F.tokens;
+    if (s && s.steps.length && s.steps[s.steps.length - 1] > 0) return s.values[s.values.length - 1] / s.steps[s.steps.length - 1];
+    return null;
+  }
+
+  // tokens -> the chart's x (null when the run's tokens per step is unknown and the axis is not tokens)
+  function xOf(tokens) {
+    const xa = F.ctx.xaxis;
+    if (xa.mode === "tokens") return tokens.slice();
+    const k = tps();
+    return k ? xa.toX(tokens.map((t) => t / k)) : null;
+  }
+
+  function liveMax(chart) {
+    let hi = -Infinity;
+    for (const it of chart.items) for (const v of (it.series && it.series.values) || []) if (v > hi) hi = v;
+    return hi;
+  }
+
+  function traces(chart) {
+    if (!F.data || !CHARTS.has(chart.id)) return null;
+    const reg = F.data.registration, c = reg.forecast && reg.forecast.curve;
+    if (!c || !Array.isArray(c.tokens)) return null;
+    const ok = F.data.verified, hero = reg.forecast.hero || {};
+    const high = c.high || c.loss, low = c.low || c.loss;
+    // the law diverges as tokens → 0: draw the curve where it is no higher than the chart's own data reaches
+    const cap = Math.max(liveMax(chart), hero.high || hero.loss || 0) * 1.1;
+    const keep = c.tokens.map((_, i) => high[i] <= cap);
+    const pick = (arr) => arr.filter((_, i) => keep[i]);
+    const tokens = pick(c.tokens), x = xOf(tokens);
+    if (!x || !tokens.length) return null;
+    const label = ok ? "forecast" : "forecast (UNVERIFIED)";
+    const hover = "%{y:.4~g} at %{customdata:.3~s} tokens";
+    const out = [
+      {x, y: pick(low), customdata: tokens, type: "scatter", mode: "lines", name: label + " low", yaxis: "y",
+       showlegend: false, hoverinfo: "skip", line: {width: 0, color: ok ? BAND.line : BAND.badLine}, meta: "forecast-low"},
+      {x: x.slice(), y: pick(high), customdata: tokens, type: "scatter", mode: "lines", name: label + " band",
+       yaxis: "y", fill: "tonexty", fillcolor: ok ? BAND.fill : BAND.bad, showlegend: false, hovertemplate: "high " + hover,
+       line: {width: 0, color: ok ? BAND.line : BAND.badLine}, meta: "forecast-high"},
+      {x: x.slice(), y: pick(c.loss), customdata: tokens, type: "scatter", mode: "lines", name: label, yaxis: "y",
+       showlegend: true, hovertemplate: hover, meta: "forecast",
+       line: {width: 1.3, dash: ok ? "dash" : "dot", color: ok ? BAND.line : BAND.badLine}},
+    ];
+    for (const r of F.data.rungs) {
+      const d = F.rungs.get(r.id + " " + chart.id);
+      if (!d || !d.steps.length) continue;
+      const rx = xOf(d.steps.map((s) => s * r.tokens_per_step));
+      if (!rx) continue;
+      out.push({x: rx, y: d.values.slice(), type: "scatter", mode: "lines", name: "rung " + r.name, yaxis: "y",
+                opacity: 0.35, showlegend: false, hovertemplate: "rung " + r.name + ": %{y:.4~g}", meta: "rung",
+                line: {width: 1, color: Obs.theme().muted}});
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------------------------------- the panel
+  function live() { // [tokens, loss, source] of the newest live loss, or null
+    const ev = F.live.get(EVAL), tr = F.live.get(TRAIN), k = tps();
+    if (!k) return null;
+    if (ev && ev.steps.length) {
+      const i = ev.steps.length - 1;
+      return [ev.steps[i] * k, ev.values[i], "eval loss"];
+    }
+    if (tr && tr.steps.length) {
+      const y = Obs.ema(tr.values, SMOOTH).y;
+      return [tr.steps[tr.steps.length - 1] * k, y[y.length - 1], "smoothed train loss"];
+    }
+    return null;
+  }
+
+  function renderPanel() {
+    F.timer = null;
+    const reg = F.data.registration, fc = reg.forecast || {}, hero = fc.hero || {}, c = fc.curve || {};
+    const q = (s) => F.panel.querySelector(s);
+    const band = Number.isFinite(hero.low) ? ` [${fmt(hero.low)}, ${fmt(hero.high)}]` : "";
+    let extra = "–", how = "waiting for live points";
+    const now = live();
+    if (now && Array.isArray(c.tokens) && now[0] >= c.tokens[0]) {
+      const [t, y, src] = now, at = interpLog(c.tokens, c.loss, t);
+      extra = fmt(hero.loss * y / at);
+      how = `the forecast curve scaled by the ${src} ${fmt(y)} over the forecast ${fmt(at)} at ${tokensFmt(t)} ` +
+            `tokens; it runs high until the learning rate has decayed`;
+    }
+    q(".fc-forecast").textContent = fmt(hero.loss) + band;
+    q(".fc-live").textContent = extra;
+    q(".fc-how").textContent = how;
+  }
+
+  function schedulePanel() { if (F.panel && !F.timer) F.timer = setTimeout(renderPanel, 300); }
+
+  function buildPanel() {
+    const d = F.data, reg = d.registration, exp = reg.experiment || {};
+    const box = document.createElement("section");
+    box.className = "panel forecast";
+    box.id = "forecast-panel";
+    box.setAttribute("aria-labelledby", "forecast-title");
+    box.innerHTML = '<h2 id="forecast-title">Pre-registered forecast <a class="fc-exp"></a> <span class="badge fc-badge"></span></h2>' +
+      '<p class="fc-final">final loss: forecast <b class="fc-forecast"></b> vs live extrapolation <b class="fc-live"></b> ' +
+      '<span class="muted fc-how"></span></p><p class="muted fc-meta"></p>';
+    const q = (s) => box.querySelector(s);
+    q(".fc-exp").textContent = exp.name || d.run_id;
+    q(".fc-exp").href = d.experiment_url;
+    q(".fc-badge").textContent = d.verified ? "verified" : "unverified";
+    if (!d.verified) { q(".fc-badge").classList.add("sev-warning"); q(".fc-badge").title = d.problem || ""; }
+    const created = Number.isFinite(reg.created_at) ? new Date(reg.created_at * 1000).toISOString().replace(".000", "") : "?";
+    q(".fc-meta").textContent = `${(reg.forecast || {}).law || "?"} law · sha256 ${String(reg.sha256 || "").slice(0, 16)}… · ` +
+      `registered ${created}` + (d.registered_before_start ? `, before step 0 of ${d.run_id}` :
+        d.registered_before_start === false ? `, AFTER ${d.run_id} first started: not a pre-registration` : "") +
+      ` · ${d.rungs.length} rung run(s) drawn faint`;
+    const charts = document.getElementById("charts");
+    charts.parentNode.insertBefore(box, charts);
+    F.panel = box;
+  }
+
+  async function loadRung(r, metric) { // only series the rung has (the API lists them): no 404 in the console
+    const key = r.id + " " + metric;
+    if (F.rungs.has(key) || !CHARTS.has(metric) || !r.tokens_per_step) return;
+    F.rungs.set(key, null);
+    const resp = await fetch("/api/runs/" + encodeURIComponent(r.id) + "/metrics/" + encodeURI(metric) + "/?points=500");
+    if (!resp.ok) return; // a rung without this series: nothing to draw
+    const body = await resp.json();
+    const steps = [], values = [];
+    body.steps.forEach((s, i) => { if (body.values[i] !== null) { steps.push(s); values.push(body.values[i]); } });
+    F.rungs.set(key, {steps, values});
+    Obs.setTraces(SOURCE, traces);
+    F.ctx.schedule();
+  }
+
+  // (Re)load the run's forecast: at start when the page says it has one, and when a `forecast` event arrives live
+  // (the trainer publishes it at every start: the first one, or a new forecast, draws without a reload).
+  async function load(ctx, page) {
+    const resp = await fetch("/api/runs/" + encodeURIComponent(page.run_id) + "/forecast/");
+    if (!resp.ok) { console.warn("forecast:", resp.status); return; }
+    const data = await resp.json();
+    if (F.data && F.data.registration.sha256 === data.registration.sha256 && F.data.verified === data.verified) return;
+    F.data = data;
+    if (!F.live.size) {
+      const watcher = {reset: schedulePanel, added: schedulePanel}; // the panel's own view of the live series
+      for (const name of [TRAIN, EVAL]) F.live.set(name, ctx.store.want(name, watcher, {points: 1000}));
+    }
+    if (!F.data.tokens_per_step && !F.tokens) {
+      F.tokens = ctx.store.want(page.tokens_metric, {reset: () => { Obs.setTraces(SOURCE, traces); ctx.schedule(); },
+                                                     added: schedulePanel}, {points: 1000});
+    }
+    if (F.panel) F.panel.remove();
+    buildPanel();
+    renderPanel();
+    Obs.setTraces(SOURCE, traces);
+    ctx.schedule();
+    for (const r of F.data.rungs) for (const m of r.series || []) loadRung(r, m).catch((e) => console.warn("rung:", e));
+  }
+
+  Obs.onStart = Obs.onStart || [];
+  Obs.onStart.push((ctx, page) => {
+    F.ctx = ctx; F.page = page;
+    if (page.forecast) load(ctx, page); // (none: the page says so, and no 404 lands in the console)
+  });
+  Obs.onEvents = Obs.onEvents || [];
+  Obs.onEvents.push((list) => {
+    if (!F.page) return; // the page's own history: onStart reads it
+    const fresh = list.filter((e) => e.kind === "event" && e.name === "forecast");
+    if (fresh.some((e) => !F.data || (e.payload || {}).sha256 !== F.data.registration.sha256)) load(F.ctx, F.page);
+  });
+})(window.Obs);

@@ -1,0 +1,56 @@
+"""A large series exports in bounded memory: the peak of the Python heap (tracemalloc) and of Arrow's memory
+pool while streaming 500k points (OBS_EXPORT_TEST_POINTS) stays at about one keyset page (10k points), a small
+fraction of the rows' size: the series is never loaded whole. Throughput is bench/export.py's business."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+
+import pyarrow as pa
+import pytest
+
+from webapp.metrics import bulk, storage
+from webapp.metrics.models import Point, Series
+from webapp.runs.models import Run
+
+N = int(os.environ.get("OBS_EXPORT_TEST_POINTS", 500_000))
+
+
+def _load() -> None:
+    """N raw points written with the bulk writer (no pyramid: full-resolution exports read raw points only)."""
+    run = Run.objects.create(id="export-big", name="big", state="stopped")
+    s = Series.objects.create(run=run, name="train/loss")
+    for lo in range(0, N, 100_000):
+        bulk.insert(Point._meta.db_table, storage.POINT_COLS,
+                    [(s.id, i, 1.0 + (i % 1000) * 1e-3, 0) for i in range(lo, min(N, lo + 100_000))])
+    Series.objects.filter(pk=s.pk).update(count=N, first_step=0, last_step=N - 1)
+
+
+def _stream(client, url: str) -> tuple[int, int, int]:
+    """(bytes streamed, peak Python heap growth, peak Arrow pool growth) while consuming the answer."""
+    pool = pa.default_memory_pool()
+    arrow_before = pool.bytes_allocated()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        resp = client.get(url)
+        assert resp.status_code == 200 and resp.streaming
+        size = sum(len(chunk) for chunk in resp.streaming_content)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return size, peak, pool.max_memory() - arrow_before
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_large_series_exports_in_bounded_memory(client):
+    _load()
+    rows_in_memory = N * 136  # the rows as Python (step, value) tuples: tuple 56 + int 32 + float 24 + list slot
+    for fmt in ("csv", "parquet"):
+        size, peak, arrow_peak = _stream(client, f"/api/v1/runs/export-big/export.{fmt}")
+        assert size > (20 * N if fmt == "csv" else 1000)
+        assert peak < 16 * 2**20, f"{fmt}: Python heap grew by {peak / 2**20:.1f} MiB"  # ~one page, whatever N is
+        assert peak < rows_in_memory / 5, f"{fmt}: {peak / 2**20:.1f} MiB"
+        assert arrow_peak < 64 * 2**20, f"{fmt}: Arrow pool peaked at {arrow_peak / 2**20:.1f} MiB"

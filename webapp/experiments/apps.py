@@ -1,0 +1,11 @@
+"""The experiments app: runs as stated experiments, their pre-registered loss forecasts, public pages and JSON."""
+
+from django.apps import AppConfig
+
+
+class ExperimentsConfig(AppConfig):
+    """Reads the `forecast` events ingest stores (webapp.runs.forecast): no models of its own."""
+
+    name = "webapp.experiments"
+    label = "experiments"
+    verbose_name = "Experiments"
