@@ -124,3 +124,24 @@ def test_web_pods_are_probed_on_healthz_and_the_ingress_reaches_the_web_service(
     assert backend["name"] == "web"
     redis = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "redis")
     assert "--appendonly" in redis["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def test_the_multihost_recipes_set_what_the_trainer_reads():
+    """deploy/multihost: the indexed Job and the shell recipe give every process the coordinator, the process count
+    and its own index under the names training/distributed.py reads, and pod 0 is reachable where they point."""
+    src = (ROOT / "training" / "distributed.py").read_text()
+    names = re.search(r'ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID = "(\w+)", "(\w+)", "(\w+)"', src).groups()
+    service, job = list(yaml.safe_load_all((DEPLOY / "multihost" / "hero-job.yaml").read_text()))
+    assert job["kind"] == "Job" and job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"]
+    pod = job["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert set(names) <= set(env)
+    assert env[names[1]]["value"] == str(job["spec"]["completions"])
+    assert "job-completion-index" in env[names[2]]["valueFrom"]["fieldRef"]["fieldPath"]
+    host, port = env[names[0]]["value"].split(":")
+    assert host == f"{job['metadata']['name']}-0.{pod['subdomain']}" and pod["subdomain"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None" and int(port) in [p["port"] for p in service["spec"]["ports"]]
+    assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    shell = (DEPLOY / "multihost" / "run-hosts.sh").read_text()
+    assert all(f'{n}="$' in shell for n in names)
