@@ -80,6 +80,13 @@ CELLS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    """Four personas are made for each of the ~300 cells: a cheap hasher keeps PBKDF2 from dominating the run (no
+    cell logs in with a password: force_login)."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def world(db, settings, redis_client):
     settings.OBS_CONTROL_KEY = b"m" * 32
