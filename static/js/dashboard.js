@@ -97,14 +97,8 @@
   }
 
   function chartAction(id, action) {
-    const list = view.charts.slice(), i = list.indexOf(id);
-    if (i < 0) return;
-    if (action === "remove") list.splice(i, 1);
-    else {
-      const j = action === "up" ? i - 1 : i + 1;
-      if (j < 0 || j >= list.length) return;
-      [list[i], list[j]] = [list[j], list[i]];
-    }
+    const list = Obs.reorder(view.charts, id, action);
+    if (!list) return;
     view.set({charts: list});
     const ch = charts.get(id), btn = ch && ch.box.querySelector(action === "up" ? ".up" : ".down");
     if (btn) btn.focus(); // the moved chart keeps the keyboard's place
