@@ -106,7 +106,9 @@ class QueuedPublisher:
                 self._drop(kind)
                 return False
             limit = self.max_queue + (_CONTROL_HEADROOM if kind in _CONTROL_KINDS else 0)
-            if len(self._q) >= limit:
+            # the batch the writer holds counts too: the bound is on everything not yet written, so it does not
+            # depend on whether the writer happened to be mid-attempt when the caller published
+            if len(self._q) + self._inflight >= limit:
                 self._drop(kind)
                 return False
             self._q.append((kind, data))
