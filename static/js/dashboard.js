@@ -270,10 +270,13 @@
 
   // ------------------------------------------------------------------------------------------ start
   async function start() {
+    // The page carries the run, its metric list and the default charts' first windows (one round trip less);
+    // without them (an older server) they are read from the API.
     const [detail, list] = await Promise.all([
-      fetch(apiBase + "/").then((r) => r.json()),
-      fetch(apiBase + "/metrics/").then((r) => r.json()),
+      page.detail || fetch(apiBase + "/").then((r) => r.json()),
+      page.metrics ? {metrics: page.metrics} : fetch(apiBase + "/metrics/").then((r) => r.json()),
     ]);
+    store.seed(page.initial_windows);
     showRun(detail);
     addEvents(detail.events || []);
     events.lastId = Math.max(events.lastId, detail.last_event_id || 0);

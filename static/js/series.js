@@ -30,6 +30,7 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
 };
 
 (function (Obs) {
+  const WINDOW_BATCH = 32; // series per GET <run>/windows/ (the API's limit)
   const DEFAULT_CAP = 50000; // points held per series; past this it reloads its downsampled history
 
   // An API window ({steps, values, nonfinite, ...}) split into finite points and non-finite marks.
@@ -80,7 +81,12 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       this.map = new Map();
       this.meta = new Map(); // name -> {last_step, count} from the metric list (used by tail loads)
       this.exists = null; // Set of the run's series names once the metric list is in (null: assume all exist)
+      this.seeded = new Map(); // name -> a whole-run window the page came with (used once, by the first load)
     }
+
+    // Windows inlined into the page ({name: API window}): a first load at no more points than one holds uses it
+    // instead of reading the API (webapp/metrics/firstpaint.py).
+    seed(windows) { for (const [name, w] of Object.entries(windows || {})) this.seeded.set(name, w); }
 
     get(name) { return this.map.get(name); }
     has(name) { return this.map.has(name); }
@@ -131,6 +137,13 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       if (this.exists && !this.exists.has(s.name)) { s.waiting = true; s.loaded = true; return; }
       s.loading = true; s.waiting = false;
       const gen = ++s.gen;
+      const seeded = this.seeded.get(s.name);
+      if (seeded && !s.tail && s.points <= seeded.points) {
+        this.seeded.delete(s.name);
+        await null; // as asynchronous as a read: the caller finishes setting up first
+        if (gen === s.gen && this.map.get(s.name) === s) this.setHistory(s, seeded);
+        return;
+      }
       let query = "points=" + (s.tail ? 10 : s.points);
       const meta = this.meta.get(s.name);
       if (s.tail && meta && meta.last_step !== null && meta.last_step !== undefined) query += "&start=" + meta.last_step;
@@ -148,13 +161,45 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       }
     }
 
-    // One step window of a series at `points` resolution (a zoomed chart's view); `signal` cancels it.
-    async window(name, start, end, points, signal) {
+    // One step window of a series at `points` resolution (a zoomed chart's view); `signal` cancels it. Windows
+    // asked for together (a zoom: every chart at once) with the same bounds go in one request
+    // (GET <run>/windows/?series=a,b,...); a cancelled caller stops waiting, the others still get theirs.
+    window(name, start, end, points, signal) {
       const q = `start=${Math.max(0, Math.floor(start))}&end=${Math.max(0, Math.ceil(end))}&points=${points}`;
-      const r = await fetch(this.url(name, q), {signal});
-      if (r.status === 404) return null;
-      if (!r.ok) throw new Error("HTTP " + r.status);
-      return parseWindow(await r.json());
+      this.batches = this.batches || new Map();
+      let batch = this.batches.get(q);
+      if (!batch) {
+        batch = {names: new Map()};
+        this.batches.set(q, batch);
+        // a macrotask, not a microtask: each chart's zoom read runs from its own (debounce) timer, all queued
+        // before this one, so every chart of a zoom has asked by the time it runs
+        setTimeout(() => { this.batches.delete(q); this.readBatch(q, batch); }, 0);
+      }
+      return new Promise((resolve, reject) => {
+        if (signal) {
+          if (signal.aborted) { reject(new DOMException("aborted", "AbortError")); return; }
+          signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError")), {once: true});
+        }
+        if (!batch.names.has(name)) batch.names.set(name, []);
+        batch.names.get(name).push({resolve, reject});
+      });
+    }
+
+    async readBatch(q, batch) {
+      const names = [...batch.names.keys()];
+      const fail = (e) => batch.names.forEach((ws) => ws.forEach((w) => w.reject(e)));
+      for (let i = 0; i < names.length; i += WINDOW_BATCH) { // the API takes at most 32 series a request
+        const part = names.slice(i, i + WINDOW_BATCH);
+        try {
+          const r = await fetch(`${this.apiBase}/windows/?${q}&series=${part.map(encodeURIComponent).join(",")}`);
+          if (!r.ok) throw new Error("HTTP " + r.status);
+          const got = (await r.json()).windows;
+          for (const n of part) {
+            const w = got[n] ? parseWindow(got[n]) : null;
+            batch.names.get(n).forEach((waiter) => waiter.resolve(w));
+          }
+        } catch (e) { fail(e); return; }
+      }
     }
 
     setHistory(s, data) {

@@ -5,7 +5,7 @@
 "use strict";
 
 (function (Obs) {
-  const ZOOM_DEBOUNCE_MS = 16; // a burst of relayouts (zoom buttons, every chart relayouted at once) reads once
+  const ZOOM_DEBOUNCE_MS = 0; // a burst of relayouts in one task (every chart relayouted at once) reads once
 
   Object.assign(Obs.LineChart.prototype, {
     // A relayout of this chart: a drag-zoom, a pan, the toolbar, a double-click (autorange: the whole run).

@@ -6,3 +6,10 @@ class MetricsConfig(AppConfig):
 
     name = "webapp.metrics"
     label = "metrics"
+
+    def ready(self):
+        from webapp.metrics import firstpaint
+        from webapp.runs import pagedata
+
+        if firstpaint.add_initial not in pagedata.PAGE_EXTRAS:
+            pagedata.PAGE_EXTRAS.append(firstpaint.add_initial)

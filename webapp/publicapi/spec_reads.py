@@ -51,6 +51,15 @@ PATHS = {
              "bucket_steps": {"type": "integer"}, "start": NULLABLE_INT, "end": NULLABLE_INT}),
         params=[RUN_ID, SERIES_NAME, *STEPS, POINTS], description=CACHE_NOTE,
         extra_ok={304: obj()})},
+    "/runs/{run_id}/windows/": {"get": op(
+        "The same step window of several series at once (what a zoom reads)", "series", obj(
+            {"run_id": {"type": "string"}, "points": {"type": "integer"},
+             "windows": {"type": "object", "additionalProperties": {"type": ["object", "null"]},
+                         "description": "series name -> the window /metrics/{name}/ answers (null: no such series)"}}),
+        params=[RUN_ID, {**query("series", {"type": "string", "minLength": 1},
+                                 "series names, comma-separated or repeated (at most 32)", example="train/loss"),
+                         "required": True}, *STEPS, POINTS],
+        description=CACHE_NOTE, extra_ok={304: obj()})},
     "/runs/{run_id}/anomalies/": {"get": op("A run's anomaly log, newest episode first (paginated)", "anomalies",
         obj({"run_id": {"type": "string"}, "count": {"type": "integer"}, "anomalies": array(ref("Anomaly")),
              "next": NEXT, "filters": {"type": "object"}}),

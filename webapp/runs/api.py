@@ -27,7 +27,11 @@ def runs(request):
 @api_view
 def run_detail(request, run_id: str):
     """Public; operators (`run.failure_detail`) also get host paths and the full failure text."""
-    run = get_run(run_id)
+    return JsonResponse(detail_payload(request, get_run(run_id)))
+
+
+def detail_payload(request, run: Run) -> dict:
+    """The body of GET /api/runs/<id>/ for this request's user (also inlined into the dashboard page)."""
     full = can(request.user, "run.failure_detail")
     events = [e.as_dict(full) for e in reversed(run.events.order_by("-id")[:200])]
-    return JsonResponse({**run.detail(full), "events": events, "full_detail": full})
+    return {**run.detail(full), "events": events, "full_detail": full}

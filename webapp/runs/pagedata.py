@@ -19,6 +19,9 @@ DASHBOARD_CHARTS = (
      "secondary": [contract.M_MFU], "topic": "throughput"},
     {"title": "Token drop", "metrics": [contract.M_DROP], "topic": "token_drop"},
 )
+# Contributions to the dashboard's page data from apps later in the chain (this app cannot import them): each is
+# called as fn(request, run, page) and adds its keys to `page` (webapp/metrics/firstpaint.py: the first windows).
+PAGE_EXTRAS: list = []
 MAX_ANCHORS = 1000  # (step, time) pairs for the wall-time axis; more are thinned evenly
 # A peak FLOP/s that is a guess (the trainer's CPU assumption) makes MFU meaningless.
 _GUESSED = ("cpu", "guess", "assum", "unknown")

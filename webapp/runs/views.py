@@ -6,7 +6,7 @@ from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public
-from webapp.runs import forecast, pagedata
+from webapp.runs import api, forecast, pagedata
 from webapp.runs.models import Run
 
 LIST_LIMIT = 500
@@ -30,19 +30,24 @@ def run_list(request):
 def dashboard(request, run_id: str):
     run = get_object_or_404(Run, pk=run_id)
     peak = pagedata.peak_info(run)
+    page = {"run_id": run.id, "default_metrics": list(contract.DEFAULT_DASHBOARD_METRICS),
+            "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S,
+            "charts": pagedata.charts(peak),
+            "peak": peak, "bounds": pagedata.bounds(peak),
+            "registry": contract.registry(),
+            "time_anchors": pagedata.time_anchors(run), "rewinds": pagedata.rewinds(run),
+            "tokens_metric": contract.M_TOTAL_TOKENS,
+            "forecast": forecast.published(run.id),  # static/js/forecast.js reads /api/runs/<id>/forecast/
+            # "train/router/layer_{layer}/{name}"; expert e of routing_hist is "<...>/routing_hist/{e}"
+            "router_metric": contract.ROUTER_METRIC,
+            "mixture": {"stage": contract.M_MIX_STAGE, "weight_prefix": contract.mixture_weight("")},
+            # what the page would otherwise ask /api/runs/<id>/ for first: one round trip less to first paint
+            "detail": api.detail_payload(request, run)}
+    for extra in pagedata.PAGE_EXTRAS:
+        extra(request, run, page)
     return render(request, "runs/dashboard.html", {
         "run": run,
         "started": pagedata.first_started(run),
         "progress": pagedata.progress(run), "glossary": contract.GLOSSARY,
-        "page": {"run_id": run.id, "default_metrics": list(contract.DEFAULT_DASHBOARD_METRICS),
-                 "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S,
-                 "charts": pagedata.charts(peak),
-                 "peak": peak, "bounds": pagedata.bounds(peak),
-                 "registry": contract.registry(),
-                 "time_anchors": pagedata.time_anchors(run), "rewinds": pagedata.rewinds(run),
-                 "tokens_metric": contract.M_TOTAL_TOKENS,
-                 "forecast": forecast.published(run.id),  # static/js/forecast.js reads /api/runs/<id>/forecast/
-                 # "train/router/layer_{layer}/{name}"; expert e of routing_hist is "<...>/routing_hist/{e}"
-                 "router_metric": contract.ROUTER_METRIC,
-                 "mixture": {"stage": contract.M_MIX_STAGE, "weight_prefix": contract.mixture_weight("")}},
+        "page": page,
     })

@@ -45,9 +45,14 @@ def test_zoom_reads_every_raw_step_of_a_20_step_window_and_the_spike_survives_zo
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    api = []
+    page.on("request", lambda r: "/api/" in r.url and api.append(urlparse(r.url)))
     page.goto(f"{web.url}/runs/long/")
     page.wait_for_function(f"() => {{ const t = ({TRACE})(); return t && t.x.length > 100; }}", timeout=30_000)
     full = page.evaluate(TRACE)
+    # the page came with the run, its metric list and the default charts' whole-run windows: none read again
+    assert not [u.path for u in api if u.path.rstrip("/").endswith(("/runs/long", "/metrics", "/train/loss",
+                                                                        "/optim/learning_rate"))]
     assert len(full["x"]) < 5000, "the whole run is drawn downsampled"
     assert (SPIKE, SPIKE_VALUE) in window(full, SPIKE, SPIKE), "the one-step spike is kept at full zoom"
 
@@ -73,6 +78,9 @@ def test_zoom_reads_every_raw_step_of_a_20_step_window_and_the_spike_survives_zo
     page.press("#range-to", "Enter")
     page.wait_for_function(f"() => {{ const t = ({TRACE})(); return t && t.x.filter((x) => x >= {a} && x <= {b})"
                            f".length === 20; }}", timeout=30_000)
+    # that zoom read both charts' series in one request
+    reads = [parse_qs(u.query) for u in api if u.path.endswith("/windows/") and parse_qs(u.query)["start"] == [str(a)]]
+    assert len(reads) == 1 and set(reads[0]["series"][0].split(",")) == {contract.M_LOSS, contract.M_LR}
     zoomed = page.evaluate(TRACE)
     api = web.api(f"/api/runs/long/metrics/{contract.M_LOSS}/?start={a}&end={b}&points=100")
     assert api["exact"] and api["steps"] == list(range(a, b + 1))

@@ -1,0 +1,74 @@
+"""Several series' windows at once (GET /api/runs/<id>/windows/, what a zoom reads), and the first windows the
+dashboard page carries (webapp/metrics/firstpaint.py): both are exactly what the one-series API answers."""
+
+import json
+import re
+
+import pytest
+from django.db import transaction
+
+from observatory import contract
+from webapp.metrics import firstpaint, storage
+from webapp.metrics.models import Series
+from webapp.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+DOMAIN = contract.domain_loss("code")
+
+
+@pytest.fixture
+def run():
+    run = Run.objects.create(id="w1", name="windows", state="training", last_step=4999)
+    for k, name in enumerate((contract.M_LOSS, contract.M_LR, DOMAIN, "eval/loss")):
+        s = Series.objects.create(run=run, name=name)
+        with transaction.atomic():
+            storage.bulk_load(s.id, [(i, (k + 1) * 1000.0 / (i + 1) + (50.0 if i == 3210 else 0.0))
+                                     for i in range(5000)])
+    return run
+
+
+def one(client, name, query):
+    return client.get(f"/api/runs/w1/metrics/{name}/?{query}").json()
+
+
+def test_a_batch_answers_each_series_as_its_own_endpoint_and_null_for_a_missing_one(client, run):
+    query = "start=1000&end=4000&points=200"
+    body = client.get(f"/api/runs/w1/windows/?series={contract.M_LOSS},{contract.M_LR}&series=no/such&{query}")
+    assert body.status_code == 200 and body["ETag"]
+    wins = body.json()["windows"]
+    assert list(wins) == [contract.M_LOSS, contract.M_LR, "no/such"]
+    assert wins["no/such"] is None
+    for name in (contract.M_LOSS, contract.M_LR):
+        assert wins[name] == one(client, name, query)
+        assert 3210 in wins[name]["steps"]  # the spike survives the downsampling
+
+
+@pytest.mark.parametrize("query,param", [("", "series"), ("series=,", "series"),
+                                         ("series=" + ",".join(f"m{i}" for i in range(33)), "series"),
+                                         ("series=train/loss&points=5", "points"),
+                                         ("series=train/loss&start=9&end=3", "end")])
+def test_a_bad_batch_is_a_400_naming_the_parameter(client, run, query, param):
+    resp = client.get(f"/api/runs/w1/windows/?{query}")
+    assert resp.status_code == 400 and resp.json()["parameter"] == param
+
+
+def test_the_batch_of_an_unknown_run_is_a_404(client, run):
+    assert client.get("/api/runs/nope/windows/?series=train/loss").status_code == 404
+
+
+def test_the_dashboard_carries_its_first_windows_the_run_and_its_metric_list(client, run):
+    html = client.get("/runs/w1/").content.decode()
+    page = json.loads(re.search(r'<script id="page-data" type="application/json">(.*?)</script>', html, re.S)[1])
+    # every series a default chart draws (the loss chart's per-domain losses too), none it does not (eval/loss)
+    assert set(page["initial_windows"]) == {contract.M_LOSS, contract.M_LR, DOMAIN}
+    for name, win in page["initial_windows"].items():
+        assert win == one(client, name, f"points={firstpaint.INITIAL_POINTS}")
+    assert page["metrics"] == client.get("/api/runs/w1/metrics/").json()["metrics"]
+    detail = client.get("/api/runs/w1/").json()
+    assert page["detail"] == detail
+
+
+def test_wanted_keeps_chart_order_and_only_one_segment_domain_losses():
+    charts = [{"metrics": ["a"], "optional": ["b"], "extra_prefix": "loss/"}, {"metrics": ["c"]}]
+    names = ["c", "loss/x", "loss/x/y", "b", "a", "z"]
+    assert firstpaint.wanted(charts, names) == ["a", "b", "loss/x", "c"]
