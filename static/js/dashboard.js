@@ -25,6 +25,7 @@
   const views = new Set();
   const charts = new Map(); // chart id -> LineChart
   let redrawQueued = false, manifestFetches = 0, manifestInflight = false, started = false, firstPaint = false;
+  let smoothTimer = null; // the smoothing slider is being moved (its value not yet the view's)
   let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null;
 
   const registry = new Obs.Registry(page.registry);
@@ -144,8 +145,10 @@
       b.disabled = !avail[b.value];
       b.title = avail[b.value] ? "" : b.value === "tokens" ? "this run publishes no token count" : "not enough timestamps";
     });
-    $("smooth").value = view.smooth;
-    $("smooth-out").textContent = view.smooth > 0 ? view.smooth.toFixed(2) : "off";
+    if (!smoothTimer) { // (not while the slider is being moved: its value is about to be the view's)
+      $("smooth").value = view.smooth;
+      $("smooth-out").textContent = view.smooth > 0 ? view.smooth.toFixed(2) : "off";
+    }
     $("range-from").value = view.range ? view.range[0] : "";
     $("range-to").value = view.range ? view.range[1] : "";
     $("range-reset").disabled = !view.range;
@@ -162,11 +165,10 @@
   function wireControls() {
     if (window.matchMedia("(max-width: 600px)").matches && !view.range) $("view-controls").open = false; // charts first
     document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click", () => view.set({x: b.value})));
-    let smoothTimer = null;
     $("smooth").addEventListener("input", () => {
       $("smooth-out").textContent = (+$("smooth").value) > 0 ? (+$("smooth").value).toFixed(2) : "off";
       clearTimeout(smoothTimer); // dragging the slider redraws once it rests
-      smoothTimer = setTimeout(() => view.set({smooth: +$("smooth").value}), 120);
+      smoothTimer = setTimeout(() => { smoothTimer = null; view.set({smooth: +$("smooth").value}); }, 120);
     });
     $("range-form").addEventListener("submit", (ev) => {
       ev.preventDefault();
