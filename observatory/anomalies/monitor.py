@@ -16,6 +16,7 @@ from typing import Mapping
 
 from observatory.anomalies.model import CLOSED, SUPERSEDED, Anomaly, Event, anomaly
 from observatory.anomalies.routing import Config, plan
+from observatory.anomalies.shift import TIME
 
 SNAPSHOT_VERSION = 1
 
@@ -72,7 +73,10 @@ class Monitor:
                     groups.setdefault(key, {})[sub] = v
         if groups:
             for key, vec in groups.items():
-                states[key], ev = self._detectors[key].update(states[key], step, vec)
+                det = self._detectors[key]
+                if t is not None and getattr(det, "host", False):
+                    vec[TIME] = t  # a host-aware shift must also last long enough in wall time
+                states[key], ev = det.update(states[key], step, vec)
                 if ev:
                     events += ev
         if bad or self._nf_state["eps"]:

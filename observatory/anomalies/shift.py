@@ -11,6 +11,11 @@ for the CPU: the trainer is slower for a reason outside the run (on a shared CPU
 someone's test suite), and the shift is reported as `info`, with the share in its explanation. A shift with the
 trainer's share intact (a slow accelerator, a slower data path, a regression in the step) keeps its warning or
 critical.
+
+The group may also carry the step's wall time ("t", from the Monitor): then a shift must last `min_s` seconds as
+well as `sustain` points before it opens. With steps of seconds (a real run) the points decide; with the demo's
+~0.3 s steps five points are under two seconds, and a hiccup that short (a checkpoint write, the data stage
+switching, the interpreter's garbage collector) is not a slowdown anyone acts on.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 from observatory.anomalies.base import NO_EVENTS, SeriesDetector, robust_ema
 from observatory.anomalies.model import CRITICAL, INFO, WARNING, close_ep, fmt, open_ep, peak_ep
 
-VALUE, HOST_CPU, PROC_CPU = "x", "cpu", "proc"  # the members of a host-aware detector's group
+VALUE, HOST_CPU, PROC_CPU, TIME = "x", "cpu", "proc", "t"  # the members of a host-aware detector's group
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class ShiftDetector(SeriesDetector):
     saturated: float = 90.0  # or the host's CPU this busy (%) while the trainer holds less than one core's worth
     #                          of it (proc/cpu < 1: less than 1/cores of the busy CPU): contended from the start
     alpha_share: float = 0.05  # EMA weight of the usual share, per hardware reading outside a shift
+    min_s: float = 5.0  # wall time a shift must also last before it opens (when the group carries "t")
 
     def fresh(self) -> dict:
         return {"n": 0, "buf": [], "base": None, "nb": 0, "dev": 0.0, "streak": 0, "since": None,
@@ -56,9 +62,9 @@ class ShiftDetector(SeriesDetector):
 
     def _update_host(self, state: dict, step: int, group: dict):
         cpu, proc = group.get(HOST_CPU), group.get(PROC_CPU)
-        x = group.get(VALUE)
+        x, t = group.get(VALUE), group.get(TIME)
         if cpu is None or proc is None or cpu <= 0:
-            return self._update(state, step, x) if x is not None else (state, NO_EVENTS)
+            return self._update(state, step, x, t) if x is not None else (state, NO_EVENTS)
         st = {**state, "share": proc / cpu, "cpu": cpu}
         calm = st["ep"] is None and not st["streak"]
         if calm:  # the usual share is learned outside shifts only, as the baseline is
@@ -70,7 +76,7 @@ class ShiftDetector(SeriesDetector):
             st["low"] = low if st.get("low") is None else min(st["low"], low)
         elif calm:
             st["low"] = None
-        return self._update(st, step, x) if x is not None else (st, NO_EVENTS)
+        return self._update(st, step, x, t) if x is not None else (st, NO_EVENTS)
 
     def _contended(self, st: dict) -> bool:
         sb, share = st.get("share_base"), st.get("share")
@@ -79,7 +85,7 @@ class ShiftDetector(SeriesDetector):
         return (sb is not None and share < self.contention * sb) or (st.get("cpu", 0.0) >= self.saturated
                                                                       and share < 1.0)
 
-    def _update(self, state: dict, step: int, x: float):
+    def _update(self, state: dict, step: int, x: float, t: float | None = None):
         st = self.advance(state, step)
         if st is None:
             return state, NO_EVENTS
@@ -116,7 +122,9 @@ class ShiftDetector(SeriesDetector):
             streak = st["streak"] = st["streak"] + 1
             if streak == 1:
                 st["since"] = buf[len(buf) // 2][0]  # the smoothed value crosses about half a window late
-            if streak >= self.sustain:
+                st["since_t"] = t
+            long_enough = t is None or st.get("since_t") is None or t - st["since_t"] >= self.min_s
+            if streak >= self.sustain and long_enough:
                 host = st.get("busy", False)
                 st["ep"], events = open_ep(self.kind, self.metric, step, st["since"], shift, self._sev(shift, host),
                                            self._why(y, base, shift, streak, st["since"], st if host else None),

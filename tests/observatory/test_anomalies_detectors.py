@@ -395,6 +395,36 @@ def test_a_slowdown_with_the_trainers_cpu_share_intact_stays_critical():
     assert all(a.severity == "critical" and "compete" not in a.explanation for a in found)
 
 
+def _hiccup(n: int, at: int, length: int, step_s: float = 0.35, seed: int = 0) -> list[tuple[int, dict, float]]:
+    """The demo's speed (~0.35 s steps, the trainer holding its CPU share) with steps [at, at + length) 40%
+    slower: (step, values, wall time)."""
+    rnd, t, out = random.Random(seed), 1.7e9, []
+    for s in range(n):
+        dt = step_s * (1.4 if at <= s < at + length else 1.0) * (1 + rnd.gauss(0, 0.02))
+        t += dt
+        v = {contract.M_STEP_TIME: dt, contract.M_TOKENS_PER_S: 1024 / dt}
+        if s % 3 == 0:
+            v.update({contract.HW_CPU_PERCENT: 91.0, contract.HW_PROCESS_CPU: 180.0 * (1 + rnd.gauss(0, 0.02))})
+        out.append((s, v, t))
+    return out
+
+
+def test_a_slowdown_of_a_few_seconds_is_a_hiccup_and_one_that_lasts_is_a_shift():
+    def found(rows):
+        mon = Monitor()
+        return opened([e for s, v, t in rows for e in mon.observe(s, v, t)])
+
+    # 8 slow steps: past `sustain` points, but under 3 s of wall time (a checkpoint write, a stage switch)
+    assert found(_hiccup(800, 500, 8)) == []
+    # the same 8 steps without wall times: the points alone decide, as before
+    assert {a.kind for a in opened(feed(Monitor(), [(s, v) for s, v, _ in _hiccup(800, 500, 8)]))} == {
+        "step_time_rise", "throughput_drop"}
+    # 60 slow steps (~29 s): a slowdown, opened once it has lasted min_s, dated from where it began
+    long = found(_hiccup(800, 500, 60))
+    assert {a.kind for a in long} == {"step_time_rise", "throughput_drop"}
+    assert all(a.severity == "critical" and 498 <= a.start_step <= 504 for a in long)
+
+
 # ---------------------------------------------------------------------------------------------- expert warmup
 def test_an_unbalanced_router_early_in_training_raises_nothing():
     rows = _moe(1200, seed=3)

@@ -1,0 +1,255 @@
+"""Synthetic labelled curves for bench/anomalies.py: real-shaped runs with one injected event each, and clean runs.
+
+Curves: power-law loss with noise and benign bumps, per-domain and eval losses, grad and update norms following the
+LR schedule, throughput with compile and checkpoint blips, MoE drop fraction, per-expert loads and router biases.
+Each injector (loss_spike, grad_spike, slowdown, stall, expert, ...) changes a Curves in place and appends its
+label ({"kind", "start_step", "end_step", "also"}); build_set() is the fixed-seed set the benchmark reports on.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from observatory import contract  # noqa: E402
+from observatory.anomalies import M_LOSS_SCALE  # noqa: E402
+
+DOMAINS = ("web", "code", "math", "books")
+LAYERS, EXPERTS = 2, 8
+TOKENS_PER_STEP = 2048
+TICK_S = 5.0  # the live timer: during a gap between steps the bench ticks this often
+
+
+# ---------------------------------------------------------------------------------------------- curves
+class Curves:
+    """One run's metric arrays (NaN = non-finite, `present` masks = not logged) and its wall clock."""
+
+    def __init__(self, seed: int, n: int, every: int = 1, loss_scale: bool = False, noise: float = 1.0):
+        self.rng = rng = np.random.default_rng(seed)
+        self.n, self.every, self.labels = n, every, []
+        s = np.arange(n, dtype=float)
+        bumps = np.ones(n)
+        for c in rng.uniform(0, n, size=max(1, n // 800)):  # benign: a data shard that is a bit harder
+            bumps *= 1 + rng.uniform(0.015, 0.03) * np.exp(-0.5 * ((s - c) / rng.uniform(20, 60)) ** 2)
+        self.loss = (1.8 + 9.0 * (1 + s / 50) ** -0.5) * bumps * (1 + 0.01 * noise * rng.standard_normal(n))
+        self.aux = 0.01 + 0.001 * rng.standard_normal(n)
+        self.dom = {d: self.loss * f * (1 + 0.03 * noise * rng.standard_normal(n))
+                    for d, f in zip(DOMAINS, (0.95, 0.9, 1.1, 1.2))}
+        self.dom_present = {d: rng.random(n) < 0.8 for d in DOMAINS}
+        warm = max(1, n // 100)
+        self.lr = 3e-3 * np.minimum(1, (s + 1) / warm) * np.where(s < warm, 1, 1 - 0.95 * (s - warm) / max(1, n - warm))
+        self.update = self.lr / 3e-3 * 0.8 * (1 + 0.05 * noise * rng.standard_normal(n))
+        self.grad = (0.25 + 1.5 * np.exp(-s / 80) + 5e-5 * s) * np.exp(0.15 * noise * rng.standard_normal(n))
+        self.finite = np.ones(n)
+        self.tokens = 12_600 * (1 + 0.015 * noise * rng.standard_normal(n))
+        blip = np.ones(n)
+        blip[:2] = 0.05  # compilation
+        blip[499::500] = 0.4  # a checkpoint every 500 steps
+        self.tokens *= blip
+        self.drop = np.clip((0.05 + 0.2 * np.exp(-s / 300)) * (1 + 0.1 * noise * rng.standard_normal(n)), 0, 1)
+        imbalance = rng.normal(0, 0.4, size=(LAYERS, EXPERTS))
+        self.share = np.exp(imbalance[:, None, :] * np.exp(-s / 150)[None, :, None]
+                            + 0.1 * noise * rng.standard_normal((LAYERS, n, EXPERTS)))
+        target = rng.normal(0, 0.3, size=(LAYERS, EXPERTS))
+        target -= target.mean(axis=1, keepdims=True)
+        self.bias = target[:, None, :] * (1 - np.exp(-s / 150))[None, :, None] + 0.003 * noise * rng.standard_normal(
+            (LAYERS, n, EXPERTS))
+        self.loss_scale = self._loss_scale(n) if loss_scale else None
+        self.gaps = np.zeros(n)  # extra seconds before step i (stalls)
+        self.hb_dead = np.zeros(n, bool)  # no heartbeat during the gap before step i
+
+    def _loss_scale(self, n: int) -> np.ndarray:
+        out, scale, good = np.empty(n), 2.0 ** 16, 0
+        for i in range(n):
+            if self.rng.random() < 1 / 700:  # an isolated overflow: halve, as fp16 training does
+                scale, good = scale / 2, 0
+            elif good >= 1000:
+                scale, good = scale * 2, 0
+            good += 1
+            out[i] = scale
+        return out
+
+    def label(self, kind: str, start: int, end: int, *also: str) -> None:
+        self.labels.append({"kind": kind, "start_step": int(start), "end_step": int(end), "also": list(also)})
+
+    def steps(self):
+        """(step, values, t, heartbeat dead during the gap before it) for every logged step."""
+        step_time = TOKENS_PER_STEP / self.tokens
+        t = 1.7e9 + np.cumsum(step_time + self.gaps)
+        for i in range(0, self.n, self.every):
+            v = {contract.M_LOSS: self.loss[i], contract.M_CE: self.loss[i] - self.aux[i],
+                 contract.M_AUX: self.aux[i], contract.M_GRAD_NORM: self.grad[i],
+                 contract.M_UPDATE_NORM: self.update[i], contract.M_LR: self.lr[i], contract.M_FINITE: self.finite[i],
+                 contract.M_TOKENS_PER_S: self.tokens[i], contract.M_MFU: self.tokens[i] * 3.1e-6,
+                 contract.M_STEP_TIME: step_time[i], contract.M_DROP: self.drop[i]}
+            for d in DOMAINS:
+                if self.dom_present[d][i]:
+                    v[contract.domain_loss(d)] = self.dom[d][i]
+            if i and i % 100 == 0:
+                v[contract.M_EVAL_LOSS] = self.loss[i] * 1.04
+            for layer in range(LAYERS):
+                loads = self.share[layer, i] / self.share[layer, i].sum() * TOKENS_PER_STEP * 2
+                hist, bias = contract.router_metric(layer, "routing_hist"), contract.router_metric(layer, "router_bias")
+                for e in range(EXPERTS):
+                    v[f"{hist}/{e}"] = float(round(loads[e]))
+                    v[f"{bias}/{e}"] = self.bias[layer, i, e]
+            if self.loss_scale is not None:
+                v[M_LOSS_SCALE] = self.loss_scale[i]
+            yield i, {k: float(x) for k, x in v.items()}, float(t[i]), bool(self.hb_dead[i])
+
+
+# ---------------------------------------------------------------------------------------------- events
+def _at(c: Curves, lo: int, hi: int) -> int:
+    s = int(c.rng.integers(lo, hi))
+    return s - s % c.every
+
+
+def loss_spike(c: Curves, size: float, width: int) -> None:
+    s0 = _at(c, 600, c.n - 300)
+    sl = slice(s0, s0 + width * c.every)
+    for arr in (c.loss, *c.dom.values()):
+        arr[sl] *= 1 + size
+    c.grad[sl] *= 1 + 2 * size
+    c.label("loss_spike", s0, s0 + width * c.every - 1, "grad_norm_spike", "update_norm_spike")
+
+
+def domain_spike(c: Curves, size: float) -> None:
+    """One data domain's loss jumps (a bad shard of that domain); the total barely moves."""
+    s0, d = _at(c, 600, c.n - 300), DOMAINS[int(c.rng.integers(len(DOMAINS)))]
+    c.dom[d][s0:s0 + 3] *= 1 + size
+    c.dom_present[d][s0:s0 + 3] = True
+    c.label("loss_spike", s0, s0 + 2)
+
+
+def divergence(c: Curves) -> None:
+    """An LR spike: the update norm jumps at once, the loss climbs for a while, then recovers."""
+    s0, d = _at(c, 600, c.n - 300), 30
+    k = np.arange(d)
+    c.update[s0:s0 + d] *= 8
+    for arr in (c.loss, *c.dom.values()):
+        arr[s0:s0 + d] *= 1 + 0.02 * k + 0.002 * k ** 2
+        arr[s0 + d:s0 + d + 60] *= 1 + 3.3 * np.exp(-np.arange(60) / 10) * 0.3
+    c.grad[s0:s0 + d] *= 1 + 0.2 * k
+    c.label("update_norm_spike", s0, s0 + d - 1, "loss_spike", "grad_norm_spike")
+    c.label("loss_spike", s0, s0 + d + 30, "update_norm_spike", "grad_norm_spike")
+
+
+def grad_spike(c: Curves, size: float) -> None:
+    s0 = _at(c, 600, c.n - 300)
+    c.grad[s0:s0 + 2] *= size
+    c.label("grad_norm_spike", s0, s0 + 1)
+
+
+def update_then_loss(c: Curves, size: float) -> None:
+    """An update-norm spike that a loss spike follows a few steps later."""
+    s0 = _at(c, 600, c.n - 300)
+    c.update[s0:s0 + 2] *= size
+    c.loss[s0 + 3:s0 + 6] *= 1.2
+    c.label("update_norm_spike", s0, s0 + 1, "loss_spike")
+    c.label("loss_spike", s0 + 3, s0 + 5, "update_norm_spike")
+
+
+def grad_high(c: Curves, level: float) -> None:
+    s0 = _at(c, 800, c.n - 300)
+    c.grad[s0:s0 + 150] = level * np.exp(0.1 * c.rng.standard_normal(len(c.grad[s0:s0 + 150])))
+    c.label("grad_norm_high", s0, s0 + 149, "grad_norm_spike")
+
+
+def nonfinite(c: Curves, width: int) -> None:
+    s0 = _at(c, 600, c.n - 300)
+    for arr in (c.loss, c.grad, c.update, *c.dom.values()):
+        arr[s0:s0 + width] = np.nan
+    c.finite[s0:s0 + width] = 0
+    c.label("nonfinite", s0, s0 + width - 1, "overflow")
+
+
+def skipped(c: Curves, width: int) -> None:
+    s0 = _at(c, 600, c.n - 300)
+    c.finite[s0:s0 + width] = 0
+    c.label("overflow", s0, s0 + width - 1)
+
+
+def scale_collapse(c: Curves, halvings: int) -> None:
+    s0 = _at(c, 600, c.n - 300)
+    for k in range(halvings):
+        c.loss_scale[s0 + 3 * k:] /= 2
+    c.label("overflow", s0, s0 + 3 * halvings)
+
+
+def slowdown(c: Curves, size: float) -> None:
+    s0 = _at(c, 600, c.n - 400)
+    c.tokens[s0:s0 + 200] *= 1 - size
+    c.label("throughput_drop", s0, s0 + 199, "step_time_rise")
+    c.label("step_time_rise", s0, s0 + 199, "throughput_drop")
+
+
+def stall(c: Curves, gap: float, heartbeat: bool = True) -> None:
+    s0 = _at(c, 600, c.n - 300)
+    c.gaps[s0] = gap
+    if heartbeat:
+        c.label("stall", s0 - 1, s0)
+    else:
+        c.hb_dead[s0] = True
+        c.label("heartbeat_lost", s0 - 1, s0, "stall")
+
+
+def expert(c: Curves, factor: float) -> None:
+    s0, layer, e = _at(c, 600, c.n - 400), int(c.rng.integers(LAYERS)), int(c.rng.integers(EXPERTS))
+    c.share[layer, s0:s0 + 200, e] *= factor
+    c.label("hot_expert" if factor > 1 else "dead_expert", s0, s0 + 199)
+
+
+def bias_runaway(c: Curves, rate: float) -> None:
+    s0, layer, e = _at(c, 500, c.n - 1200), int(c.rng.integers(LAYERS)), int(c.rng.integers(EXPERTS))
+    c.bias[layer, s0:, e] += rate * np.arange(c.n - s0)
+    c.label("router_bias_runaway", s0, c.n - 1)
+
+
+def drop_surge(c: Curves, factor: float) -> None:
+    s0 = _at(c, 600, c.n - 300)
+    c.drop[s0:s0 + 60] = np.clip(c.drop[s0:s0 + 60] * factor, 0, 1)
+    c.label("drop_surge", s0, s0 + 59)
+
+
+def build_set() -> tuple[list[tuple[str, Curves]], list[tuple[str, Curves]]]:
+    """(injected runs, clean runs), each (name, curves); seeds are fixed so the table is reproducible."""
+    plans = []
+    for i, (size, width) in enumerate([(0.08, 1), (0.15, 1), (0.3, 1), (1.0, 1), (0.2, 3), (0.5, 5)]):
+        plans.append((f"loss_spike-{size}x{width}", lambda c, a=size, w=width: loss_spike(c, a, w), {}))
+    plans += [(f"loss_spike_sparse-{a}", lambda c, a=a: loss_spike(c, a, 1), {"every": 10}) for a in (0.15, 0.3)]
+    plans += [(f"loss_spike_noisy-{a}", lambda c, a=a: loss_spike(c, a, 1), {"noise": 2}) for a in (0.15, 0.3)]
+    plans += [(f"domain_spike-{a}", lambda c, a=a: domain_spike(c, a), {}) for a in (0.3, 0.6)]
+    plans += [(f"divergence-{i}", divergence, {}) for i in range(3)]
+    plans += [(f"grad_spike-{m}", lambda c, m=m: grad_spike(c, m), {}) for m in (3, 5, 10)]
+    plans += [(f"update_then_loss-{m}", lambda c, m=m: update_then_loss(c, m), {}) for m in (3, 5)]
+    plans += [(f"grad_high-{x}", lambda c, x=x: grad_high(c, x), {}) for x in (4.5, 6.0)]
+    plans += [(f"nonfinite-{w}", lambda c, w=w: nonfinite(c, w), {}) for w in (1, 3)]
+    plans += [(f"nonfinite_sparse-{w}", lambda c, w=w: nonfinite(c, w), {"every": 10}) for w in (1,)]
+    plans += [(f"skipped-{w}", lambda c, w=w: skipped(c, w), {}) for w in (1, 4)]
+    plans += [(f"scale_collapse-{h}", lambda c, h=h: scale_collapse(c, h), {"loss_scale": True}) for h in (3, 6)]
+    plans += [(f"slowdown-{m}", lambda c, m=m: slowdown(c, m), {}) for m in (0.05, 0.08, 0.12, 0.2)]
+    plans += [(f"slowdown_noisy-{m}", lambda c, m=m: slowdown(c, m), {"noise": 2}) for m in (0.05, 0.1)]
+    plans += [(f"stall-{g}", lambda c, g=g: stall(c, g), {}) for g in (60, 300, 1800)]
+    plans += [(f"heartbeat_lost-{g}", lambda c, g=g: stall(c, g, heartbeat=False), {}) for g in (120, 600)]
+    plans += [(f"hot_expert-{f}", lambda c, f=f: expert(c, f), {}) for f in (4, 6, 10)]
+    plans += [(f"dead_expert-{f}", lambda c, f=f: expert(c, f), {}) for f in (0.02, 0.05)]
+    plans += [(f"bias_runaway-{r}", lambda c, r=r: bias_runaway(c, r), {"n": 2500}) for r in (0.001, 0.003)]
+    plans += [(f"drop_surge-{f}", lambda c, f=f: drop_surge(c, f), {}) for f in (2.5, 4.0)]
+    plans += [(f"noisy-{k}", f, {"noise": 2}) for k, f in (("hot_expert", lambda c: expert(c, 6)),
+                                                          ("grad_spike", lambda c: grad_spike(c, 5)),
+                                                          ("drop_surge", lambda c: drop_surge(c, 3)))]
+    injected = []
+    for seed, (name, inject, opts) in enumerate(plans):
+        c = Curves(1000 + seed, opts.get("n", 1500), opts.get("every", 1), opts.get("loss_scale", False),
+                   opts.get("noise", 1.0))
+        inject(c)
+        injected.append((name, c))
+    clean = [(f"clean-{i}", Curves(7 + i, 4000, every, loss_scale, noise))
+             for i, (every, loss_scale, noise) in enumerate([(1, False, 1), (1, True, 1), (1, False, 1),
+                                                              (10, False, 1), (1, True, 1), (1, False, 2),
+                                                              (10, False, 2)])]
+    return injected, clean
