@@ -1,10 +1,13 @@
-"""deploy/compose.yaml, deploy/k8s/*.yaml and deploy/Dockerfile, checked without a container runtime or a cluster
-(none is installable where this was written): YAML parse, a small schema of what each must hold, and cross
-references (services, selectors, probes, the web server's flags)."""
+"""deploy/compose.yaml, deploy/k8s/*.yaml and deploy/Dockerfile, checked without a running container engine or a
+cluster (neither can run here, and no base image can be pulled): Compose's own config check (Debian's docker-compose,
+which .ci/run installs), YAML parse, a small schema of what each must hold, and cross references (services,
+selectors, probes, the web server's flags)."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
 
 import yaml
@@ -42,6 +45,18 @@ def test_compose_has_every_process_of_the_product_with_known_keys():
     assert services["web"]["deploy"]["replicas"] >= 2 and services["ingest"]["deploy"]["replicas"] == 2
     assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
     assert services["proxy"]["depends_on"]["web"]["condition"] == "service_healthy"
+
+
+def test_compose_passes_composes_own_config_check():
+    exe = shutil.which("docker-compose")
+    assert exe, "Debian's docker-compose is needed here (.ci/run installs it)"
+    out = subprocess.run([exe, "-f", str(DEPLOY / "compose.yaml"), "config", "--services"], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert set(out.stdout.split()) == set(_compose()["services"])
+    env = dict(line.split("=", 1) for line in (DEPLOY / ".env").read_text().splitlines()
+               if line and not line.startswith("#"))
+    assert env["COMPOSE_PROJECT_NAME"] == "observatory"  # volumes observatory_pgdata etc., not deploy_*
 
 
 def test_compose_builds_the_dockerfile_and_redis_persists():
