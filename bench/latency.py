@@ -8,7 +8,8 @@ Chromium page on the run's dashboard (Playwright). Each step carries the demo tr
 (~240 series, bench/fanout.py's names) unless `--width 2` (loss and LR only). The page's WebSocket frames
 (coalesced batches included) are timestamped in the browser (Date.now(), same host clock as the publisher), and
 each step's latency is (arrival of the step in the page) − (time `Publisher.metrics` was called for it);
-`ingest_*` is the part up to ingest's push (a listener on the run's channel-layer group).
+`ingest_*` is the part up to ingest's push (a listener on the run's channel-layer group); `relay_mean_ms` (ingest's
+push → the web process's fan-out) and `publish_to_fanout_mean_ms` come from the web server's /metrics histograms.
 Uses Redis db 14 and a throw-away SQLite file, so it never touches a developer's runs.
 """
 
@@ -55,6 +56,24 @@ window.WebSocket = function(url, protocols) {
 window.WebSocket.prototype = _WS.prototype;
 Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
 """
+
+
+def prometheus_means(url: str) -> dict[str, float]:
+    """{histogram name: mean in ms} from a Prometheus exposition (its _sum / _count)."""
+    try:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+    except Exception:
+        return {}
+    sums, counts = {}, {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.split("{")[0].split(" ")[0], line.rsplit(" ", 1)[1]
+        if name.endswith("_sum"):
+            sums[name[:-4]] = sums.get(name[:-4], 0.0) + float(value)
+        elif name.endswith("_count"):
+            counts[name[:-6]] = counts.get(name[:-6], 0.0) + float(value)
+    return {k: round(1000 * sums[k] / counts[k], 1) for k in sums if counts.get(k)}
 
 
 def free_port() -> int:
@@ -147,6 +166,7 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
                 pass
             frames = page.evaluate("() => window.__obsFrames")
             browser.close()
+        server_stats = prometheus_means(f"{base}/metrics")
     finally:
         pub.close()
         for pr in procs:
@@ -166,6 +186,9 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
     ing = [tap.pushed[s] * 1000.0 - sent[s] for s in sent if s in tap.pushed]
     return {"steps_sent": len(sent), "steps_received": len(lat), "rate_per_s": rate, "width": len(names),
             "server": server,
+            # means from the web server's /metrics histograms: ingest's push -> fan-out, publish -> fan-out
+            "relay_mean_ms": server_stats.get("observatory_live_relay_delay_seconds"),
+            "publish_to_fanout_mean_ms": server_stats.get("observatory_live_push_delay_seconds"),
             "ingest_p50_ms": round(pct(ing, 50), 1) if ing else None,
             "ingest_p99_ms": round(pct(ing, 99), 1) if ing else None,
             "p50_ms": round(pct(lat, 50), 1) if lat else None, "p99_ms": round(pct(lat, 99), 1) if lat else None,

@@ -333,23 +333,29 @@ window.Obs = window.Obs || {};
         const traces = this.traces();
         Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
         this.lastFull = now;
-      } else {
+      } else { // live points: one extendTraces per kind of trace, so the chart redraws once (not once per trace)
+        const lines = {x: [], y: [], idx: []}, marks = {x: [], y: [], text: [], idx: []};
+        const add = (g, idx, x, y, text) => {
+          g.idx.push(idx); g.x.push(x); g.y.push(y);
+          if (text) g.text.push(text);
+        };
         this.items.forEach((it, i) => {
           const pend = it.pending;
           if (!pend) return;
           const xa = this.ctx.xaxis, p = this.split(it.name, pend.x, pend.y);
-          if (p.x.length) Plotly.extendTraces(this.plot, {x: [xa.toX(p.x)], y: [p.y]}, [i]);
-          if (pend.nfx.length) Plotly.extendTraces(this.plot, {x: [xa.toX(pend.nfx)], y: [pend.nfx.map(() => 1)],
-                                                               text: [pend.nfk]}, [n + i]);
+          if (p.x.length) add(lines, i, xa.toX(p.x), p.y);
+          if (pend.nfx.length) add(marks, n + i, xa.toX(pend.nfx), pend.nfx.map(() => 1), pend.nfk);
           if (p.ox.length) {
-            Plotly.extendTraces(this.plot, {x: [xa.toX(p.ox)], y: [p.ox.map(() => 1)], text: [p.oy.map(Obs.fmt)]}, [2 * n + i]);
+            add(marks, 2 * n + i, xa.toX(p.ox), p.ox.map(() => 1), p.oy.map(Obs.fmt));
             this.oobTotal += p.ox.length;
           }
           if (smooth && p.x.length && it.ema) {
             it.ema = Obs.ema(p.y, this.ctx.view.smooth, it.ema);
-            Plotly.extendTraces(this.plot, {x: [xa.toX(p.x)], y: [it.ema.y]}, [3 * n + i]);
+            add(lines, 3 * n + i, xa.toX(p.x), it.ema.y);
           }
         });
+        if (lines.idx.length) Plotly.extendTraces(this.plot, {x: lines.x, y: lines.y}, lines.idx);
+        if (marks.idx.length) Plotly.extendTraces(this.plot, {x: marks.x, y: marks.y, text: marks.text}, marks.idx);
       }
       this.full = false; this.liveOnly = false;
       this.items.forEach((it) => { it.pending = null; });

@@ -32,23 +32,29 @@ class LiveIngest:
         self.hook_s = 0.0  # time spent in later apps' hooks and timers (anomaly detection), for stats and benches
 
     def _committed(self, changes) -> None:
-        """A batch committed: later apps' hooks (metrics.changes.on_commit_hooks) first, then the coalesced push."""
-        self._run_hooks(hooks.on_commit_hooks, changes)
+        """A batch committed: later apps' hooks (metrics.changes.on_commit_hooks) first, then the coalesced push.
+        A run that a hook has a frame for (an anomaly) gets its points pushed now, then the frame: the points come
+        first (the marker has its point to sit on), and both reach a web process together, one flush instead of
+        the second waiting out the hub's minimum interval (webapp.live.hub)."""
+        frames = self._run_hooks(hooks.on_commit_hooks, changes)
         self.buffer.add(changes)
+        if frames:
+            self.buffer.flush_runs({run_id for run_id, _ in frames})
+            for run_id, frame in frames:
+                self.send(run_id, frame)
 
-    def _run_hooks(self, fns, arg) -> None:
+    def _run_hooks(self, fns, arg) -> list[tuple[str, dict]]:
         t0 = time.perf_counter()
+        out = []
         for fn in fns:
             try:
-                frames = list(fn(arg) or ())
+                out += list(fn(arg) or ())
             except (OperationalError, InterfaceError, ProgrammingError):
                 raise  # the database is away: ingest retries the batch (nothing was acknowledged)
             except Exception:  # a feature's bug must not stop ingestion
                 log.exception("ingest hook %s failed", getattr(fn, "__qualname__", fn))
-                continue
-            for run_id, frame in frames:
-                self.send(run_id, frame)  # at once: feature frames are rare and wanted within a second
         self.hook_s += time.perf_counter() - t0
+        return out
 
     def step(self, block_ms: int) -> int:
         """One ingest iteration, blocking no longer than the next push is due; then push what is due."""
@@ -60,7 +66,8 @@ class LiveIngest:
         self.flush()
         if time.monotonic() >= self.next_timer:  # feature timers run even when nothing arrives (stall checks)
             self.next_timer = time.monotonic() + hooks.TIMER_EVERY_S
-            self._run_hooks(hooks.timers, time.time())
+            for run_id, frame in self._run_hooks(hooks.timers, time.time()):
+                self.send(run_id, frame)  # at once: feature frames are rare and wanted within a second
         return n
 
     def drain(self) -> int:

@@ -103,10 +103,16 @@ class LiveBuffer:
 
     def flush_due(self, now: float | None = None, force: bool = False) -> int:
         now = time.monotonic() if now is None else now
+        due = [r for r in self.pending if force or now - self.last_push.get(r, -1e9) >= self.interval]
+        return self.flush_runs(due, now)
+
+    def flush_runs(self, run_ids, now: float | None = None) -> int:
+        """Push these runs' pending changes now, whatever the interval (a feature frame about them follows)."""
+        now = time.monotonic() if now is None else now
         sent = 0
-        for run_id in list(self.pending):
-            if force or now - self.last_push.get(run_id, -1e9) >= self.interval:
-                changes = self.pending.pop(run_id)
+        for run_id in run_ids:
+            changes = self.pending.pop(run_id, None)
+            if changes is not None:
                 self.last_push[run_id] = now
                 self.send(run_id, update_body(changes))
                 sent += 1

@@ -55,6 +55,31 @@ def test_batches_between_two_pushes_coalesce_rewind_first(trainer, redis_client,
     assert body["new_series"] == ["loss"]
 
 
+def test_a_batch_with_an_anomaly_pushes_its_points_at_once_and_before_the_frame(trainer, redis_client, run_id):
+    """The anomaly frame and the points it sits on leave ingest together, points first, whatever the coalescing
+    interval (else a web process's minimum interval held the second back: bench/latency.py's 50 ms)."""
+    from webapp.live.pipeline import LiveIngest
+
+    pushed = []
+    ing = LiveIngest(redis_client, lambda run, body: pushed.append(body), interval=3600.0)
+    for step in range(10):
+        trainer.metrics(step, **{contract.M_LOSS: 5.0 - step * 0.1})
+    ing.ingestor.drain()
+    ing.flush()  # the first push of a run is due at once
+    assert len(pushed) == 1
+    trainer.metrics(10, **{contract.M_LOSS: 4.0})
+    ing.ingestor.drain()
+    ing.flush()
+    assert len(pushed) == 1  # an ordinary batch waits out the interval
+    trainer.metrics(11, **{contract.M_LOSS: float("nan")})
+    ing.ingestor.drain()
+    assert [b.get("type", "update") for b in pushed[1:]] == ["update", "anomaly"]  # not waiting for flush()
+    assert pushed[1]["series"][contract.M_LOSS]["steps"] == [10, 11]
+    assert pushed[2]["anomalies"][0]["kind"] == "nonfinite"
+    ing.flush()
+    assert len(pushed) == 3
+
+
 def test_the_ingest_command_processes_once_and_exits(trainer, run_id):
     trainer.send("run", name="cmd", config={})
     trainer.metrics(0, loss=1.0)
