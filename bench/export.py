@@ -20,6 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+# production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
+os.environ.setdefault("OBS_DEBUG", "0")
+os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only")
 
 import django  # noqa: E402
 
