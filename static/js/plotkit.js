@@ -108,6 +108,18 @@ window.Obs = window.Obs || {};
     return d ? `${d} d ${h} h` : h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
   };
 
+  // The "time left" of a run (header and run list): the latest heartbeat's estimate while it trains and its trainer
+  // is heard from (a lost or ended trainer's estimate is stale: none); once ended, how it ended ("finished" only
+  // when it trained its whole token budget, else "stopped").
+  Obs.timeLeft = (run, frac, eta) => {
+    if (run.state === "failed") return "failed";
+    if (run.state === "stopped") return frac !== null && frac >= 0.999 ? "finished" : "stopped";
+    if (!Obs.heard(run) || run.state !== "training" || eta === null) return "–";
+    return "≈ " + Obs.duration(eta);
+  };
+  // Whether the run's trainer is still heard from (its rate and estimate mean something).
+  Obs.heard = (run) => run.health !== "lost" && run.health !== "ended" && run.state !== "stopped" && run.state !== "failed";
+
   // The data-table alternative: rows = steps (ascending), one column per series; at most `max` rows, evenly
   // thinned, with a caption that says so.
   Obs.renderTable = (box, caption, columns, max) => {

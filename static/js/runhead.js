@@ -5,7 +5,6 @@
 window.Obs = window.Obs || {};
 
 (function (Obs) {
-  const ENDED = new Set(["stopped", "failed"]);
   const $ = (id) => document.getElementById(id);
   const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
 
@@ -35,7 +34,7 @@ window.Obs = window.Obs || {};
     tick() {
       $("stat-heartbeat").textContent = this.heartbeatAt
         ? Obs.duration((Date.now() - this.heartbeatAt.getTime()) / 1000) + " ago" : "–";
-      const p = this.progress || {}, ended = this.run && ENDED.has(this.run.state);
+      const p = this.progress || {};
       const tokens = num(p.tokens), budget = num(p.token_budget);
       const frac = tokens !== null && budget ? Math.min(1, tokens / budget) : null;
       const bar = $("run-progress");
@@ -46,15 +45,14 @@ window.Obs = window.Obs || {};
         bar.textContent = bar.value + "%";
         $("stat-tokens").textContent = `${Obs.count(tokens)} of ${Obs.count(budget)} (${(100 * frac).toFixed(1)}%)`;
       }
-      const sps = num(p.steps_per_s);
-      $("stat-rate").textContent = ended ? "–" : sps === null || sps <= 0 ? "–" : sps >= 10 ? sps.toFixed(0) + " steps/s"
+      const sps = num(p.steps_per_s), heard = this.run && Obs.heard(this.run);
+      $("stat-rate").textContent = !heard ? "–" : sps === null || sps <= 0 ? "–" : sps >= 10 ? sps.toFixed(0) + " steps/s"
         : sps.toFixed(2) + " steps/s";
       let eta = num(p.eta_s);
       if (eta !== null && this.progressAt && this.run && this.run.state === "training") {
         eta = Math.max(0, eta - (Date.now() - this.progressAt) / 1000);
       }
-      $("stat-eta").textContent = ended ? (this.run.state === "stopped" ? "finished" : "failed")
-        : eta === null ? "–" : "≈ " + Obs.duration(eta);
+      $("stat-eta").textContent = this.run ? Obs.timeLeft(this.run, frac, eta) : "–";
       const stage = this.stage();
       $("stat-stage").textContent = stage || "–";
     }

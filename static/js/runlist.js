@@ -6,7 +6,6 @@
 (function () {
   const Obs = window.Obs;
   const page = JSON.parse(document.getElementById("page-data").textContent);
-  const ENDED = new Set(["stopped", "failed"]);
   const body = document.querySelector("#runs tbody");
   let failures = 0;
 
@@ -62,8 +61,7 @@
     }
     c.progress.querySelector(".pct").textContent = frac === null ? "–" : Math.round(frac * 100) + "%";
     const eta = num(p.eta_s);
-    c.eta.textContent = ENDED.has(run.state) ? (run.state === "stopped" ? "finished" : "failed")
-      : eta === null || run.state !== "training" ? "–" : "≈ " + Obs.duration(eta);
+    c.eta.textContent = Obs.timeLeft(run, frac, eta);
     const t = c.updated.querySelector("time");
     if (run.updated_at && t) {
       t.dateTime = run.updated_at;

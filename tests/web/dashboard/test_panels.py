@@ -117,3 +117,31 @@ def test_the_run_list_updates_without_a_reload(live_env, web, new_page):
     assert page.inner_text(f"{row} .pct") == "75%" and "2 min" in page.inner_text(f"{row} .eta")
     page.wait_for_selector("tr[data-run=newcomer]", timeout=20_000)
     assert page.evaluate("() => window.__sameDocument") is True
+
+
+def test_time_left_is_the_estimate_only_while_the_trainer_is_heard_from(live_env, web, new_page):
+    from webapp.runs.models import Run
+
+    hb = {"tokens": 500, "token_budget": 1000, "eta_s": 125.0, "steps_per_s": 2.0}
+    Run.objects.create(id="heard", name="heard", state="training", health="alive", last_step=10, heartbeat=hb)
+    Run.objects.create(id="silent", name="silent", state="training", health="lost", last_step=10, heartbeat=hb)
+    Run.objects.create(id="halted", name="halted", state="stopped", health="ended", last_step=10, heartbeat=hb)
+    Run.objects.create(id="done", name="done", state="stopped", health="ended", last_step=20,
+                       heartbeat={**hb, "tokens": 1000, "eta_s": 0.0})
+    Run.objects.create(id="crashed", name="crashed", state="failed", health="ended", last_step=10, heartbeat=hb)
+    page = new_page(viewport={"width": 1400, "height": 900})
+    page.goto(web.url + "/")
+    page.wait_for_function("() => document.querySelector('tr[data-run=done] .pct').textContent === '100%'",
+                           timeout=20_000)
+    eta = {r: page.inner_text(f"tr[data-run={r}] .eta") for r in ("heard", "silent", "halted", "done", "crashed")}
+    assert eta["heard"].startswith("≈ 2 min")
+    assert eta["silent"] == "–", "a lost trainer's estimate is stale"
+    assert (eta["halted"], eta["done"], eta["crashed"]) == ("stopped", "finished", "failed")
+
+    page.goto(web.url + "/runs/silent/")
+    page.wait_for_function("() => document.getElementById('stat-tokens').textContent.includes('of')", timeout=20_000)
+    assert page.inner_text("#stat-rate") == "–" and page.inner_text("#stat-eta") == "–"
+    page.goto(web.url + "/runs/heard/")
+    page.wait_for_function("() => document.getElementById('stat-rate').textContent === '2.00 steps/s'",
+                           timeout=20_000)
+    assert page.inner_text("#stat-eta").startswith("≈ 2 min")
