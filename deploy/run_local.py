@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import ipaddress
 import os
 import shutil
 import signal
@@ -36,6 +37,16 @@ def redis_reachable(url: str) -> bool:
             s.sendall(b"PING\r\n")
             return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
     except OSError:
+        return False
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address reaches this machine only ("localhost", 127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
         return False
 
 
@@ -175,6 +186,11 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=int(os.environ.get("OBS_PORT", "8000")))
     ap.add_argument("--config", default=os.environ.get("OBS_TRAIN_CONFIG", "training/configs/demo.toml"))
     args = ap.parse_args()
+    if not is_loopback(args.host) and "OBS_DEBUG" not in os.environ:
+        # make run is the local mode: Django's debug pages (tracebacks, settings, URL lists) over plain HTTP.
+        log(f"--host {args.host}: make run serves this machine only (debug pages, plain HTTP). To serve others, "
+            "use deploy/ (a TLS proxy, a secret key, debug off); to accept debug pages here, set OBS_DEBUG=1")
+        return 2
 
     sup = Supervisor()
     stop_requested: list[int] = []

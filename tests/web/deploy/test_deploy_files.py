@@ -5,6 +5,7 @@ selectors, probes, the web server's flags)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import yaml
 from ..servers import ROOT
 
 sys.path.insert(0, str(ROOT / "deploy"))
-from run_local import UVICORN_FLAGS  # noqa: E402
+from run_local import UVICORN_FLAGS, is_loopback  # noqa: E402
 
 DEPLOY = ROOT / "deploy"
 COMPOSE_KEYS = {"image", "build", "command", "environment", "volumes", "ports", "expose", "depends_on", "deploy",
@@ -160,3 +161,17 @@ def test_the_multihost_recipes_set_what_the_trainer_reads():
     assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
     shell = (DEPLOY / "multihost" / "run-hosts.sh").read_text()
     assert all(f'{n}="$' in shell for n in names)
+
+
+def test_make_run_refuses_to_serve_debug_pages_beyond_this_machine(tmp_path):
+    """make run is the local mode (Django debug pages over plain HTTP): bound to another address it stops at once,
+    exit 2, naming the flag and the way out, before starting anything."""
+    env = {k: v for k, v in os.environ.items() if k != "OBS_DEBUG"}
+    out = subprocess.run([sys.executable, "deploy/run_local.py", "--host", "0.0.0.0", "--port", "1"], cwd=ROOT,
+                         env={**env, "OBS_DATA_DIR": str(tmp_path)}, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr + out.stdout
+    said = out.stdout + out.stderr
+    assert "--host 0.0.0.0" in said and "OBS_DEBUG=1" in said and "deploy/" in said
+    assert not list(tmp_path.iterdir()), "nothing started, nothing written"
+    assert all(map(is_loopback, ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2")))
+    assert not any(map(is_loopback, ("0.0.0.0", "192.168.1.4", "::", "example.org")))
