@@ -75,6 +75,16 @@ def test_mfu_is_hidden_when_the_peak_is_a_guess_and_shown_when_known(client, run
                                      "flops_per_token": 1e9})
     page = page_data(client.get("/runs/r1/").content.decode())
     assert contract.M_MFU in page["charts"][3]["optional"]
+    # the trainer's own CPU measurement (training.telemetry.peak_flops) is a peak, not a guess
+    RunEvent.objects.create(run=run, kind="event", name="compiled", step=0,
+                            payload={"peak_flops": 2.1e11, "flops_per_token": 1e6,
+                                     "peak_flops_source": "cpu: measured 512x512 fp32 matmul"})
+    page = page_data(client.get("/runs/r1/").content.decode())
+    assert page["peak"]["known"] and contract.M_MFU in page["charts"][3]["optional"]
+    RunEvent.objects.create(run=run, kind="event", name="compiled", step=0,
+                            payload={"peak_flops": 989e12, "peak_flops_source": "H100 dense bf16 x 1",
+                                     "flops_per_token": 1e9})
+    page = page_data(client.get("/runs/r1/").content.decode())
     # values no hardware can reach are flagged, never drawn as part of the line
     assert page["bounds"][contract.M_MFU]["max"] == 1.0
     assert page["bounds"][contract.M_TOKENS_PER_S]["max"] == pytest.approx(989e12 / 1e9)
