@@ -185,7 +185,7 @@ window.Obs = window.Obs || {};
         const d = this.data(it), p = this.split(it.name, d.steps, d.values);
         const unit = this.ctx.registry.info(it.name).unit, label = this.label(it.name);
         const X = xa.toX(p.x), yaxis = it.secondary ? "y3" : "y";
-        const hover = "%{y:.5~g}" + (unit && unit !== "fraction" ? " " + unit : "");
+        const hover = unit === "fraction" ? "%{y:.2~%}" : "%{y:.5~g}" + (unit ? " " + unit : "");
         lines.push({x: X, y: p.y, type: "scatter", mode: "lines", name: label, yaxis, legendgroup: it.name,
                     showlegend: multi && !sm, opacity: sm > 0 ? 0.28 : 1, hovertemplate: hover,
                     line: {width: it === this.items[0] ? 1.5 : 1.1, color: color(it.index), dash: it.secondary ? "dot" : "solid"}});
@@ -229,9 +229,10 @@ window.Obs = window.Obs || {};
                    yaxis2: {overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true}};
       if (range) { lay.xaxis.range = range; lay.xaxis.autorange = false; } else lay.xaxis.autorange = true;
       if (sec) {
-        const names = this.items.filter((it) => it.secondary).map((it) => this.label(it.name));
+        const second = this.items.filter((it) => it.secondary), names = second.map((it) => this.label(it.name));
+        const fractions = second.every((it) => this.ctx.registry.info(it.name).unit === "fraction"); // MFU: 21%
         lay.yaxis3 = {...axis, overlaying: "y", side: "right", exponentformat: "e", showgrid: false,
-                      title: {text: names.join(", "), font: {size: 10}}};
+                      title: {text: names.join(", "), font: {size: 10}}, ...(fractions ? {tickformat: ".1~%"} : {})};
       }
       if (traces) { // the y axes fit what is visible, not the whole run (and a flat line is not drawn at 0)
         this.flat = false;
