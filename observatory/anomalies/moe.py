@@ -104,7 +104,9 @@ class RouterBiasDetector(SeriesDetector):
     runaway one (an expert that gets no tokens whatever its bias) keeps moving at the update rate for ever. So,
     at every window's end, over the last `rises` window-to-window moves: one sign, each at least `outlier` times
     the layer's median move (the whole layer moving together is the early phase, not a runaway), and the latest
-    at least `keep_pace` of the first (not levelling off), adding up to a real change of the bias (`grow`).
+    at least `keep_pace` of the first (not levelling off), adding up to a real change of the bias (`grow`), and
+    away from zero (|bias| larger at the end: an expert that was overloaded early and whose bias climbs back from far
+    below zero to level off above it is balancing, not running away — a demo run did exactly that over 300 steps).
     """
 
     kind: str = "router_bias_runaway"
@@ -151,6 +153,7 @@ class RouterBiasDetector(SeriesDetector):
             sign = 1.0 if moves[0] > 0 else -1.0
             alone = all(m * sign > self.outlier * t for m, t in zip(moves, typical))
             if (alone and abs(moves[-1]) >= self.keep_pace * abs(moves[0])
+                    and abs(vec[e]) > abs(hist[0][1][e])  # away from zero: a bias coming back is balancing
                     and abs(sum(moves)) >= self.grow * max(abs(hist[0][1][e]), median_bias)):
                 eps[str(e)], ev = open_ep(self.kind, self.metric, step, hist[0][0], abs(vec[e]), WARNING,
                                           self._why(e, hist, hist[0][0]), metric=f"{self.metric}/{e}", sign=sign)

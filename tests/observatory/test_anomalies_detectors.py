@@ -268,6 +268,21 @@ def test_hot_and_dead_experts_drop_surges_and_a_runaway_bias_are_found():
                      ("drop_surge", contract.M_DROP), ("router_bias_runaway", f"{bias0}/2")}
 
 
+def test_a_bias_climbing_back_through_zero_is_balancing_not_a_runaway():
+    """What a demo run's layer-3 expert 12 did: pushed to -1.85 by step 240 (overloaded early), then climbing at a
+    steady pace to +0.44 by step 540 and levelling off there. Its neighbours barely moved."""
+    rows = _moe(1200, seed=3)
+    bias0 = contract.router_metric(0, "router_bias")
+    for s in range(1200):
+        down, up = min(s, 240) / 240, min(max(s - 240, 0), 300) / 300
+        rows[s][f"{bias0}/4"] += -1.85 * down + 2.3 * up
+    assert [a for a in opened(feed(Monitor(), enumerate(rows))) if a.kind == "router_bias_runaway"] == []
+    for s in range(700, 1200):  # the same expert then running away (away from zero) is still found
+        rows[s][f"{bias0}/4"] += 0.004 * (s - 700)
+    found = [(a.kind, a.metric) for a in opened(feed(Monitor(), enumerate(rows)))]
+    assert ("router_bias_runaway", f"{bias0}/4") in found
+
+
 def test_an_expert_load_episode_starts_where_the_imbalance_started():
     det = ExpertLoadDetector(metric=contract.router_metric(0, "routing_hist"), sustain=5, warmup=0)
     st, events = det.init(), []
