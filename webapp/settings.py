@@ -11,7 +11,7 @@ Variables (see the README's configuration table):
     OBS_LOG_LEVEL        default INFO
     OBS_LOG_FORMAT       plain (default) or json: one JSON object per log line
     OBS_STATIC_ROOT      where collectstatic puts files, default OBS_DATA_DIR/static
-    OBS_METRICS_TOKEN    when set, GET /metrics wants Authorization: Bearer <it>
+    OBS_METRICS_TOKEN    (or OBS_METRICS_TOKEN_FILE) a scrape token: GET /metrics answers operators and it only
     OBS_PUBLIC_URL       default http://127.0.0.1:8000: the site's address in anomaly notifications' links
 """
 
@@ -299,6 +299,8 @@ CELERY_BEAT_SCHEDULE = {
 OBS_LOST_AFTER_S = 300  # a run silent this long after its heartbeat expired is "lost" rather than "stale"
 OBS_ANOMALY_WATCH_S = 86_400  # ingest's stall/heartbeat timer watches runs that changed within this window
 OBS_PUBLIC_URL = env_str("OBS_PUBLIC_URL", "http://127.0.0.1:8000")  # links in anomaly notifications
+# GET /metrics: operators (session) or `Authorization: Bearer <this>` (Prometheus' scrape); nobody else.
+OBS_METRICS_TOKEN = env_secret("OBS_METRICS_TOKEN")
 
 LOGGING = {
     "version": 1,

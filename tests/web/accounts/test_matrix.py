@@ -55,7 +55,7 @@ CELLS = [
     ("runs.view", "get", f"/api/runs/{RUN}/interventions/", None, True),
     ("run.publish", "post", "/accounts/tokens/", lambda: {"label": "matrix", "scope": "matrix-*"}, False),
     ("runs.view", "get", "/healthz", None, True),
-    ("runs.view", "get", "/metrics", None, True),
+    ("ops.metrics", "get", "/metrics", None, True),
     ("runs.view", "get", f"/runs/{RUN}/anomalies/", None, False),
     ("runs.view", "get", f"/api/runs/{RUN}/anomalies/", None, True),
     ("runs.view", "get", "/experiments/", None, False),
