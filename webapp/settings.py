@@ -180,6 +180,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "webapp.publicapi.middleware.ApiMiddleware",  # /api/v1/ paths, API-Version header, one error shape
+    "webapp.limits.RequestLimitsMiddleware",  # too many fields -> 400, too big a body -> 413, in every mode
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -301,6 +302,10 @@ OBS_ANOMALY_WATCH_S = 86_400  # ingest's stall/heartbeat timer watches runs that
 OBS_PUBLIC_URL = env_str("OBS_PUBLIC_URL", "http://127.0.0.1:8000")  # links in anomaly notifications
 # GET /metrics: operators (session) or `Authorization: Bearer <this>` (Prometheus' scrape); nobody else.
 OBS_METRICS_TOKEN = env_secret("OBS_METRICS_TOKEN")
+# A request's headers (webapp.serving) and its body (webapp.limits.BodyLimits) must arrive within these, or the
+# connection is closed (408): a client declaring a large Content-Length and sending little holds nothing for long.
+OBS_HEADER_TIMEOUT_S = env_int("OBS_HEADER_TIMEOUT_S", 10)
+OBS_BODY_TIMEOUT_S = env_int("OBS_BODY_TIMEOUT_S", 30)
 
 LOGGING = {
     "version": 1,
