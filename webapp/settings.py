@@ -13,6 +13,7 @@ Variables (see the README's configuration table):
     OBS_STATIC_ROOT      where collectstatic puts files, default OBS_DATA_DIR/static
     OBS_METRICS_TOKEN    (or OBS_METRICS_TOKEN_FILE) a scrape token: GET /metrics answers operators and it only
     OBS_PUBLIC_URL       default http://127.0.0.1:8000: the site's address in anomaly notifications' links
+    OBS_HEADER_TIMEOUT_S, OBS_BODY_TIMEOUT_S  default 10, 30: slower request headers / bodies get 408 and a close
 """
 
 from __future__ import annotations
