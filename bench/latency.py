@@ -58,10 +58,14 @@ Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
 """
 
 
+SCRAPE_TOKEN = "latency-bench-scrape"  # /metrics answers operators and this token only
+
+
 def prometheus_means(url: str) -> dict[str, float]:
     """{histogram name: mean in ms} from a Prometheus exposition (its _sum / _count)."""
     try:
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"})
+        text = urllib.request.urlopen(req, timeout=5).read().decode()
     except Exception:
         return {}
     sums, counts = {}, {}
@@ -114,7 +118,8 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
     port = free_port()
     env = {**os.environ, "REDIS_URL": redis_url, "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3",
            "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "latency-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0",
-           "OBS_DATA_DIR": tmp, "PYTHONUNBUFFERED": "1", "OBS_LOG_LEVEL": "WARNING"}
+           "OBS_DATA_DIR": tmp, "PYTHONUNBUFFERED": "1", "OBS_LOG_LEVEL": "WARNING",
+           "OBS_METRICS_TOKEN": SCRAPE_TOKEN}
     py = sys.executable
     subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
                    stdout=subprocess.DEVNULL)

@@ -106,7 +106,10 @@ class Supervisor:
 # The web server: uvicorn (uvloop, httptools, sans-I/O websockets) without per-message deflate, so that a live frame
 # encoded once per run is written as is to every viewer (bench/fanout.py measured it against daphne, which still
 # works: OBS_WEB_SERVER=daphne). The Dockerfile and deploy/compose.yaml use the same flags.
-UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--ws", "websockets-sansio",
+# `--http webapp.serving:HttpProtocol` is uvicorn's httptools protocol with a header timeout (OBS_HEADER_TIMEOUT_S;
+# the body's is webapp.limits'); `--timeout-keep-alive` closes idle kept-alive connections.
+UVICORN_FLAGS = ["--loop", "uvloop", "--http", "webapp.serving:HttpProtocol", "--timeout-keep-alive", "5",
+                 "--ws", "websockets-sansio",
                  "--ws-per-message-deflate", "false", "--ws-max-size", str(2**20), "--lifespan", "off",
                  "--backlog", "4096", "--no-access-log", "--log-level", "warning"]
 

@@ -18,10 +18,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from webapp.live.auth import SessionAuth  # noqa: E402 (channels.auth.AuthMiddlewareStack when a session exists)
+from webapp.limits import BodyLimits  # noqa: E402
 from webapp.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter({
-    "http": django_http,
+    "http": BodyLimits(django_http),  # a body over the size limit or slower than OBS_BODY_TIMEOUT_S: refused
     # Browsers always send Origin; the validator rejects cross-site pages (and clients without Origin).
     "websocket": AllowedHostsOriginValidator(SessionAuth(URLRouter(websocket_urlpatterns))),
 })

@@ -11,8 +11,9 @@ Variables (see the README's configuration table):
     OBS_LOG_LEVEL        default INFO
     OBS_LOG_FORMAT       plain (default) or json: one JSON object per log line
     OBS_STATIC_ROOT      where collectstatic puts files, default OBS_DATA_DIR/static
-    OBS_METRICS_TOKEN    when set, GET /metrics wants Authorization: Bearer <it>
+    OBS_METRICS_TOKEN    (or OBS_METRICS_TOKEN_FILE) a scrape token: GET /metrics answers operators and it only
     OBS_PUBLIC_URL       default http://127.0.0.1:8000: the site's address in anomaly notifications' links
+    OBS_HEADER_TIMEOUT_S, OBS_BODY_TIMEOUT_S  default 10, 30: slower request headers / bodies get 408 and a close
 """
 
 from __future__ import annotations
@@ -180,6 +181,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "webapp.publicapi.middleware.ApiMiddleware",  # /api/v1/ paths, API-Version header, one error shape
+    "webapp.limits.RequestLimitsMiddleware",  # too many fields -> 400, too big a body -> 413, in every mode
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -299,6 +301,12 @@ CELERY_BEAT_SCHEDULE = {
 OBS_LOST_AFTER_S = 300  # a run silent this long after its heartbeat expired is "lost" rather than "stale"
 OBS_ANOMALY_WATCH_S = 86_400  # ingest's stall/heartbeat timer watches runs that changed within this window
 OBS_PUBLIC_URL = env_str("OBS_PUBLIC_URL", "http://127.0.0.1:8000")  # links in anomaly notifications
+# GET /metrics: operators (session) or `Authorization: Bearer <this>` (Prometheus' scrape); nobody else.
+OBS_METRICS_TOKEN = env_secret("OBS_METRICS_TOKEN")
+# A request's headers (webapp.serving) and its body (webapp.limits.BodyLimits) must arrive within these, or the
+# connection is closed (408): a client declaring a large Content-Length and sending little holds nothing for long.
+OBS_HEADER_TIMEOUT_S = env_int("OBS_HEADER_TIMEOUT_S", 10)
+OBS_BODY_TIMEOUT_S = env_int("OBS_BODY_TIMEOUT_S", 30)
 
 LOGGING = {
     "version": 1,

@@ -27,6 +27,7 @@ MATRIX: dict[str, frozenset[str]] = {
     "account.auth": EVERYONE,  # sign up, confirm, log in and out, password reset
     "account.profile": SIGNED_IN,  # see and edit one's own profile
     "run.failure_detail": frozenset({OPERATOR}),  # the full failure text (tracebacks, host paths)
+    "ops.metrics": frozenset({OPERATOR}),  # GET /metrics with a session (a scrape uses OBS_METRICS_TOKEN instead)
     "run.command": frozenset({OPERATOR}),  # send pause, checkpoint, rollback, ... and read the command log
     "run.publish": SIGNED_IN,  # make write tokens, and publish telemetry with them to the runs in their scope
     "anomaly.acknowledge": frozenset({OPERATOR}),  # acknowledge, explain or dismiss (false alarm) an anomaly

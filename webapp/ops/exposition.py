@@ -3,6 +3,8 @@ collectors that later apps (webapp.live) add their in-process numbers to. Ops it
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -11,6 +13,9 @@ from typing import Callable, Iterable
 # ingest command writes it). Processes coordinate only through Redis keys.
 INGEST_STATS_PREFIX = "obs:ingest:stats:"
 INGEST_STATS_TTL_S = 60
+# Labels whose values name a process (an ingest consumer is "ingest-<hostname>-<pid>" by default): /metrics shows
+# a replica id in their place, never a host name or a pid.
+PROCESS_LABELS = ("consumer",)
 
 
 @dataclass
@@ -37,6 +42,20 @@ def histogram(name: str, help: str, buckets: Iterable[float], counts: list[int],
 
 
 collectors: list[Callable[[], Iterable[Family]]] = []  # in-process numbers of later apps
+
+
+def replica_id(name: str, key: str) -> str:
+    """A stable, opaque id for a process name: the same name gives the same id, the id gives nothing away."""
+    return "r" + hmac.new(key.encode(), name.encode(), hashlib.sha256).hexdigest()[:10]
+
+
+def without_process_names(families: Iterable[Family], key: str) -> list[Family]:
+    """The families with every PROCESS_LABELS value replaced by its replica id."""
+    out = list(families)
+    for fam in out:
+        fam.samples = [(suffix, {k: replica_id(str(v), key) if k in PROCESS_LABELS else v
+                                 for k, v in labels.items()}, value) for suffix, labels, value in fam.samples]
+    return out
 
 
 def _escape(v: str) -> str:

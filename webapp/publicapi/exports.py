@@ -8,6 +8,10 @@ sink that hands its bytes on and forgets them), so memory stays bounded by one c
 `points=N` instead exports the same min/max downsampled view the charts read (webapp.metrics.queries.window):
 at most N points per series, every spike kept.
 
+One request exports at most MAX_POINTS points. A longer full-resolution range is cut at a step chosen so that no
+series can exceed its share (each has at most one point per step, and no more than its count), and the answer
+says where the rest starts: `Link: <...start=N>; rel="next"` and `Export-Next-Start: N` (JSON: `"next"`).
+
 Non-finite values: Parquet stores them as IEEE floats. CSV and JSON write the strings `NaN`, `Infinity` and
 `-Infinity` (what JavaScript prints; Python's float(), pandas and Number() read them back).
 """
@@ -20,7 +24,7 @@ import json
 import math
 
 from django.db import connection
-from django.http import StreamingHttpResponse
+from django.http import QueryDict, StreamingHttpResponse
 
 from observatory.downsample import FINITE, NAN, POSINF
 from webapp.api import ApiError, int_param
@@ -28,6 +32,7 @@ from webapp.metrics import queries
 from webapp.metrics.models import Point, Series
 
 CHUNK = 10_000  # rows per keyset page (and per Parquet row group)
+MAX_POINTS = 1_000_000  # points per export request (all series together); the rest is the next page
 MAX_STEP = 2**62
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json",
                  "parquet": "application/vnd.apache.parquet"}
@@ -74,6 +79,18 @@ def _downsampled(series: Series, start: int, end: int, points: int):
         yield rows[i:i + CHUNK]
 
 
+def _longest_span(counts: list[int], budget: int) -> int:
+    """The most steps a page may span so that sum(min(count, span)) <= budget (0 if even one step would not)."""
+    lo, hi = 0, budget
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(c, mid) for c in counts) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class Plan:
     """What one export request asks for, validated: the run, its series, the step range, the resolution."""
 
@@ -92,6 +109,37 @@ class Plan:
             raise ApiError(404, f"no series {', '.join(map(repr, missing))} in run {run.id!r}", parameter="series",
                            missing=missing)
         self.series = [every[n] for n in dict.fromkeys(wanted)] if wanted else list(every.values())
+        self.next_start = self._bound()
+        self.next = self._next_url(request)  # the rest of the range asked for, or None
+
+    def _bound(self) -> int | None:
+        """Cut the range so that the answer holds at most MAX_POINTS points; the next page's start, or None."""
+        if self.points is not None:
+            if self.points * len(self.series) > MAX_POINTS:
+                raise ApiError(400, f"points x series must be at most {MAX_POINTS}: ask for fewer series "
+                                    "(series=a,b)", parameter="points")
+            return None
+        live = [s for s in self.series if s.first_step is not None and s.first_step <= self.end
+                and s.last_step >= self.start]
+        if sum(s.count for s in live) <= MAX_POINTS:
+            return None
+        span = _longest_span([s.count for s in live], MAX_POINTS)
+        if span == 0:
+            raise ApiError(400, f"more than {MAX_POINTS} series: ask for fewer (series=a,b)", parameter="series")
+        first = max(self.start, min(s.first_step for s in live))
+        last = min(self.end, max(s.last_step for s in live))
+        if first + span - 1 >= last:
+            return None
+        self.start, self.end = first, first + span - 1
+        return self.end + 1
+
+    def _next_url(self, request) -> str | None:
+        if self.next_start is None:
+            return None
+        params = QueryDict(mutable=True)
+        params.update(request.GET)
+        params["start"] = str(self.next_start)
+        return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
 
     def chunks(self):
         """(series name, [(step, value), ...]) pages, series by series."""
@@ -119,7 +167,7 @@ def csv_stream(plan: Plan):
 
 def json_stream(plan: Plan):
     head = {"run_id": plan.run.id, "resolution": "full" if plan.points is None else "downsampled",
-            "points": plan.points, "start": plan.start, "end": plan.end}
+            "points": plan.points, "start": plan.start, "end": plan.end, "next": plan.next}
     yield (json.dumps(head)[:-1] + ', "series": [').encode()
     current, first_row = None, True
     for name, rows in plan.chunks():
@@ -185,4 +233,8 @@ def response(plan: Plan, fmt: str) -> StreamingHttpResponse:
     kind = "full" if plan.points is None else f"{plan.points}pts"
     resp["Content-Disposition"] = f'attachment; filename="{plan.run.id}-{kind}.{fmt}"'
     resp["Cache-Control"] = "no-cache"
+    resp["Export-Max-Points"] = str(MAX_POINTS)
+    if plan.next is not None:  # the range was cut: the rest starts at this step
+        resp["Link"] = f'<{plan.next}>; rel="next"'
+        resp["Export-Next-Start"] = str(plan.next_start)
     return resp

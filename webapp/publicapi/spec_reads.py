@@ -78,14 +78,17 @@ PATHS = {
     "/runs/{run_id}/records.json": {"get": op(
         "Export a run's record, events, anomalies and annotations (streamed JSON)", "exports", obj(
             {"run": {"type": "object"}, "events": array(ref("Event")), "anomalies": array(ref("Anomaly")),
-             "annotations": array({"type": "object"})}), params=[RUN_ID], errors=(404,))},
+             "annotations": array({"type": "object"})}), params=[RUN_ID], errors=(404, 429))},
     "/schema/": {"get": op("This OpenAPI document", "meta", obj({"openapi": {"type": "string"}}), errors=())},
     "/docs/": {"get": op("The browsable API reference (HTML)", "meta", content={"text/html": {"schema": {
         "type": "string"}}}, errors=())},
 }
 
 _EXPORT_DOC = ("Rows (series, step, value) in step order, series by series; streamed with bounded memory "
-               "(keyset reads of 10k points). Full resolution unless `points` is given. " + NONFINITE)
+               "(keyset reads of 10k points). Full resolution unless `points` is given. " + NONFINITE +
+               " At most 1,000,000 points per request: a longer range is cut, and `Link: <...>; rel=\"next\"` "
+               "(JSON: `next`) and `Export-Next-Start` give the rest. 60 export requests a minute per user or "
+               "address (429 past it).")
 for _fmt, _media, _schema in (
         ("csv", "text/csv", {"type": "string"}),
         ("json", "application/json", obj({"run_id": {"type": "string"}, "resolution": {"type": "string"},
@@ -94,4 +97,4 @@ for _fmt, _media, _schema in (
         ("parquet", "application/vnd.apache.parquet", {"type": "string", "format": "binary"})):
     PATHS[f"/runs/{{run_id}}/export.{_fmt}"] = {"get": op(
         f"Export series as {_fmt.upper()}", "exports", params=[RUN_ID, SERIES_PARAM, *STEPS, POINTS],
-        description=_EXPORT_DOC, content={_media: {"schema": _schema}})}
+        description=_EXPORT_DOC, content={_media: {"schema": _schema}}, errors=(400, 404, 429))}

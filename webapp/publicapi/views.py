@@ -8,6 +8,7 @@ import json
 from django.http import JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
+from django_ratelimit.decorators import ratelimit
 
 from webapp.accounts.permissions import can, public
 from webapp.annotations.access import Viewer, annotation_records
@@ -19,9 +20,11 @@ from webapp.runs.api import get_run
 from webapp.runs.models import RunEvent
 
 RECORD_CHUNK = 500  # events / anomalies / annotations per query of the records export
+EXPORT_RATE = "60/m"  # export requests per user (or address), all exports together; past it: 429
 
 
 @public
+@ratelimit(key="user_or_ip", rate=EXPORT_RATE, block=True, group="exports")
 @api_view
 def export_series(request, run_id: str, fmt: str):
     run = get_run(run_id)
@@ -75,6 +78,7 @@ def _records(request, run):
 
 
 @public
+@ratelimit(key="user_or_ip", rate=EXPORT_RATE, block=True, group="exports")
 @api_view
 def export_records(request, run_id: str):
     """{"run", "full_detail", "events", "anomalies", "annotations"}: everything but the series, streamed."""

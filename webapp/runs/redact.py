@@ -1,8 +1,8 @@
-"""What the public may see of a run: no host paths, no tracebacks. Operators get the full record.
+"""What the public may see of a run: no host paths, host names, pids or tracebacks. Operators get the full record.
 
-A trainer's config, manifest, events and failure text carry host details (checkpoint directories, corpus
-paths, stack traces). Public answers replace every absolute path by its last component and cut a failure to
-its one-line reason.
+A trainer's config, manifest, heartbeats, events and failure text carry host details (checkpoint directories,
+corpus paths, its pid, stack traces). Public answers replace every absolute path by its last component, drop
+every HOST_KEYS entry and cut a failure to its one-line reason.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import re
 # An absolute POSIX path, a home-relative path or a Windows drive path, inside any text.
 _ABS_PATH = re.compile(r"(?<![\w.:/-])(?:~/|/(?=[\w.@+-])|[A-Za-z]:\\)[^\s'\"(),;\[\]{}<>]*")
 MAX_REASON = 300
+HOST_KEYS = frozenset({"pid", "ppid", "host", "hostname", "node"})  # keys whose values identify the machine
 
 
 def _short(match: re.Match) -> str:
@@ -25,11 +26,12 @@ def redact_text(text: str) -> str:
 
 
 def redact(obj):
-    """A copy of a JSON-like value with host paths removed from every string (keys included)."""
+    """A copy of a JSON-like value with host paths removed from every string (keys included) and no HOST_KEYS."""
     if isinstance(obj, str):
         return redact_text(obj)
     if isinstance(obj, dict):
-        return {redact_text(k) if isinstance(k, str) else k: redact(v) for k, v in obj.items()}
+        return {redact_text(k) if isinstance(k, str) else k: redact(v) for k, v in obj.items()
+                if not (isinstance(k, str) and k.lower() in HOST_KEYS)}
     if isinstance(obj, list):
         return [redact(v) for v in obj]
     return obj

@@ -36,19 +36,23 @@ def test_healthz_is_503_when_redis_is_down(client, db, settings):
 
 
 def test_metrics_exposes_ingest_lag_dead_letters_ingest_counters_and_websocket_numbers(client, db, redis_client,
-                                                                                       trainer, ingestor):
+                                                                                       trainer, ingestor, settings):
+    from webapp.ops.exposition import replica_id
+
+    settings.OBS_METRICS_TOKEN = "scrape-token"
     trainer.metrics(0, loss=1.0)
     ingestor.drain()
     trainer.metrics(1, loss=1.0)
     trainer.metrics(2, loss=1.0)  # two entries not yet read
     redis_client.hincrby(contract.DEADLETTER_COUNT_KEY, "bad_json", 3)
     StatsReporter(redis_client, "ingest-a").maybe_report({"points": 1234, "entries": 56, "note": "x"})
-    resp = client.get("/metrics")
+    resp = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token")
     assert resp.status_code == 200 and resp["Content-Type"].startswith("text/plain; version=0.0.4")
     text = resp.content.decode()
     assert f'observatory_ingest_lag_entries{{run="{trainer.run_id}"}} 2' in text
     assert 'observatory_deadletters_total{reason="bad_json"} 3' in text
-    assert 'observatory_ingest_points_total{consumer="ingest-a"} 1234.0' in text
+    replica = replica_id("ingest-a", settings.SECRET_KEY)  # a process is named by its replica id only
+    assert f'observatory_ingest_points_total{{consumer="{replica}"}} 1234.0' in text
     assert "observatory_redis_up 1" in text and "observatory_database_up 1" in text
     for family in ("observatory_ws_clients", "observatory_ws_frames_sent_total",
                    "observatory_live_push_delay_seconds_bucket", "observatory_live_relay_delay_seconds_count"):
@@ -58,8 +62,8 @@ def test_metrics_exposes_ingest_lag_dead_letters_ingest_counters_and_websocket_n
             float(line.rsplit(" ", 1)[1].replace("+Inf", "inf").replace("NaN", "nan"))
 
 
-def test_metrics_wants_the_bearer_token_when_one_is_configured(client, db, redis_client, monkeypatch):
-    monkeypatch.setenv("OBS_METRICS_TOKEN", "s3cret-token")
+def test_metrics_wants_the_bearer_token_when_one_is_configured(client, db, redis_client, settings):
+    settings.OBS_METRICS_TOKEN = "s3cret-token"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-token").status_code == 200

@@ -28,7 +28,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 flags = json.loads(sys.argv[1])
 import uvicorn.config as uc
 for table, key in ((uc.LOOP_FACTORIES, "--loop"), (uc.HTTP_PROTOCOLS, "--http"), (uc.WS_PROTOCOLS, "--ws")):
-    target = table[flags[key]]
+    target = table.get(flags[key], flags[key])  # (uvicorn also takes an import string: --http webapp.serving:…)
     importlib.import_module(target.split(":")[0])
 import django
 django.setup()
