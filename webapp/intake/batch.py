@@ -6,6 +6,7 @@ import json
 
 from observatory import contract
 from observatory.streams import add_telemetry
+from observatory.streams.trim import maybe_trim
 from webapp.api import ApiError
 
 
@@ -42,7 +43,9 @@ def read_entries(request, run_id: str) -> list[dict[str, str]]:
 
 
 def write_entries(client, run_id: str, entries: list[dict[str, str]]) -> None:
-    """All entries onto the run's stream in one MULTI/EXEC, the way a Redis producer writes them."""
+    """All entries onto the run's stream in one MULTI/EXEC, the way a Redis producer writes them; then the stream's
+    caps, when no producer of the run applied them within contract.TRIM_EVERY_S."""
     pipe = client.pipeline(transaction=True)
     add_telemetry(pipe, run_id, entries)
     pipe.execute()
+    maybe_trim(client, run_id)
