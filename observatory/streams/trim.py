@@ -80,7 +80,8 @@ def trim_telemetry(client: redis_lib.Redis, run_id: str, cap: int | None = None,
     return {"lost": lost, "acknowledged": acked, "length": length}
 
 
-def maybe_trim(client: redis_lib.Redis, run_id: str, cap: int | None = None, hard_cap: int | None = None) -> dict | None:
+def maybe_trim(client: redis_lib.Redis, run_id: str, cap: int | None = None,
+               hard_cap: int | None = None) -> dict | None:
     """trim_telemetry when no producer of the run did within contract.TRIM_EVERY_S (None when not due)."""
     every_ms = int(contract.TRIM_EVERY_S * 1000)
     if every_ms > 0 and not client.set(contract.telemetry_trim_key(run_id), "1", nx=True, px=every_ms):
