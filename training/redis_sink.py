@@ -51,5 +51,5 @@ class RedisSink(Sink):
         # With Redis gone there is nothing to wait for: do not hold up the process exit.
         self.publisher.close(timeout_s if self.publisher.stats()["connected"] else min(timeout_s, 0.5))
         st = self.publisher.stats()
-        log.info("[%s] publisher: %d published, %d dropped, %d reconnects", self.run_id, st["published"],
-                 st["dropped"], st["reconnects"])
+        log.info("[%s] publisher: %d published, %d dropped, %d trimmed unread, %d reconnects", self.run_id,
+                 st["published"], st["dropped"], st.get("trimmed", 0), st["reconnects"])

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 __all__ = ["PREFIX", "RUNS_KEY", "DEADLETTER_STREAM", "DEADLETTER_COUNT_KEY", "INGEST_GROUP", "TRAINER_GROUP",
-           "STREAM_MAXLEN", "HEARTBEAT_TTL_S", "telemetry_stream", "control_stream", "ack_stream",
+           "STREAM_MAXLEN", "STREAM_HARD_MAXLEN", "TRIM_EVERY_S", "TELEMETRY_LOST_EVENT", "HEARTBEAT_TTL_S",
+           "telemetry_stream", "telemetry_lost_key", "telemetry_trim_key", "control_stream", "ack_stream",
            "applied_commands_key", "checkpoints_key", "heartbeat_key", "live_group"]
 
 PREFIX = "obs"
@@ -12,12 +13,29 @@ DEADLETTER_STREAM = f"{PREFIX}:deadletter"  # malformed entries: {stream, id, re
 DEADLETTER_COUNT_KEY = f"{PREFIX}:deadletter:count"  # HASH reason-class -> count
 INGEST_GROUP = "ingest"  # consumer group of `manage.py ingest` on every telemetry stream
 TRAINER_GROUP = "trainer"  # consumer group of the trainer on its control stream
-STREAM_MAXLEN = 1_000_000  # approximate MAXLEN on telemetry streams (ingest keeps the durable copy)
+# Telemetry stream caps (observatory.streams.trim): past STREAM_MAXLEN entries, what every consumer group has
+# acknowledged is trimmed (a stream no group reads is cut to STREAM_MAXLEN); entries not yet acknowledged are kept up
+# to STREAM_HARD_MAXLEN, past which the oldest are trimmed, counted in telemetry_lost_key and announced on the stream.
+STREAM_MAXLEN = 1_000_000
+STREAM_HARD_MAXLEN = 2_000_000
+TRIM_EVERY_S = 1.0  # producers check the caps this often (not on every XADD)
+TELEMETRY_LOST_EVENT = "telemetry_lost"  # the `event` a trim or drop of unread entries puts on the run's stream
 HEARTBEAT_TTL_S = 30
 
 
 def telemetry_stream(run_id: str) -> str:
     return f"{PREFIX}:run:{run_id}:telemetry"
+
+
+def telemetry_lost_key(run_id: str) -> str:
+    """A HASH counting the run's telemetry entries lost before ingest read them: "trimmed" (past the stream's cap),
+    "dropped" (a publisher's full queue, or still queued at its close)."""
+    return f"{PREFIX}:run:{run_id}:telemetry:lost"
+
+
+def telemetry_trim_key(run_id: str) -> str:
+    """A STRING with a TTL of TRIM_EVERY_S: set by whichever producer checks the run's stream caps next."""
+    return f"{PREFIX}:run:{run_id}:telemetry:trim"
 
 
 def control_stream(run_id: str) -> str:

@@ -33,13 +33,15 @@ from typing import Any, Mapping
 
 __all__ = ["SCHEMA_VERSION", "SUPPORTED_VERSIONS", "MAX_PAYLOAD_BYTES", "MAX_METRICS_PER_RECORD", "MAX_NAME_LEN",
            "MAX_DEPTH", "MAX_STEP", "KINDS", "STATES", "EVENT_NAMES", "RUN_ID_RE", "METRIC_NAME_RE",
-           "ContractError", "Message", "encode", "metrics_fields", "decode", "deadletter_fields"]
+           "ContractError", "Message", "encode", "metrics_fields", "decode", "deadletter_fields",
+           "DEADLETTER_RAW_BYTES"]
 
 SCHEMA_VERSION = "1"
 SUPPORTED_VERSIONS = frozenset({"1"})
 
 # Largest accepted `data` payload. A metrics record with a few hundred router numbers is ~20 KB.
 MAX_PAYLOAD_BYTES = 256 * 1024
+DEADLETTER_RAW_BYTES = 64 * 1024  # of a refused entry's fields kept in its dead letter
 MAX_METRICS_PER_RECORD = 4096
 MAX_NAME_LEN = 200
 MAX_DEPTH = 32  # nesting of `data`: deeper payloads would blow the stack of whatever walks them later
@@ -48,7 +50,8 @@ MAX_STEP = 2**62  # fits a signed 64-bit column on every database, with room for
 KINDS = ("run", "metrics", "event", "state", "heartbeat", "rewind", "manifest")
 STATES = ("starting", "compiling", "training", "paused", "checkpointing", "stopped", "failed")
 EVENT_NAMES = ("compiled", "resumed", "checkpoint_saved", "checkpoint_written", "command", "lr_multiplier",
-               "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back", "forecast")
+               "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back", "forecast",
+               "telemetry_lost")
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,199}$")
@@ -235,13 +238,19 @@ _VALIDATORS = {"run": _v_run, "metrics": _v_metrics, "event": _v_event, "state":
                "heartbeat": _v_heartbeat, "rewind": _v_rewind, "manifest": _v_manifest}
 
 
-def deadletter_fields(stream: str, entry_id: str, reason: str, raw: Mapping[Any, Any]) -> dict[str, str]:
-    """What ingest writes to DEADLETTER_STREAM for an entry it cannot accept (raw kept, truncated)."""
+def deadletter_fields(stream: str, entry_id: str, reason: str, raw: Mapping[Any, Any],
+                      error: str = "") -> dict[str, str]:
+    """What ingest writes to DEADLETTER_STREAM for an entry it cannot accept, whatever the reason: the entry's
+    fields as JSON ("raw"; their repr when undecodable), at most DEADLETTER_RAW_BYTES of it ("truncated": "1" when
+    cut, "bytes": the whole size), and the error that refused it."""
     try:
         raw_text = _dumps({_text(k): _text(v) for k, v in raw.items()})
     except Exception:  # undecodable bytes: keep a repr so nothing is silently lost
         raw_text = repr(dict(raw))
-    return {"stream": stream, "id": entry_id, "reason": reason, "raw": raw_text[:MAX_PAYLOAD_BYTES],
-            "t": repr(time.time())}
+    data = raw_text.encode("utf-8", "backslashreplace")
+    kept = data[:DEADLETTER_RAW_BYTES].decode("utf-8", "ignore")  # (a character cut in two is left out)
+    return {"stream": stream, "id": entry_id, "reason": reason, "raw": kept,
+            "truncated": "1" if len(data) > DEADLETTER_RAW_BYTES else "0", "bytes": str(len(data)),
+            "error": error[:1000], "t": repr(time.time())}
 
 

@@ -4,8 +4,10 @@
 with `observatory.contract` (invalid ones are dropped and counted), and hands them to `_write`. When the
 transport is slow or gone it keeps the queue (bounded; what does not fit is dropped and counted), retries with
 capped exponential backoff and flushes the backlog in order. `Publisher` writes to Redis: pipelined XADD batches
-(no transaction, approximate MAXLEN), the run kept in `contract.RUNS_KEY`, heartbeats mirrored into
-`contract.heartbeat_key(run)` with a TTL — `add_telemetry`, which the web's HTTP intake uses too.
+(no transaction, no MAXLEN), the run kept in `contract.RUNS_KEY`, heartbeats mirrored into
+`contract.heartbeat_key(run)` with a TTL — `add_telemetry`, which the web's HTTP intake uses too. Every
+`trim_every_s` it applies the stream's caps (`observatory.streams.trim`: only what ingest acknowledged is trimmed,
+unread losses are counted); the entries its queue dropped are counted in Redis with its next write.
 
 Nothing Redis has not confirmed is forgotten: a batch whose pipeline did not return stays queued and is counted in
 `stats()["unconfirmed"]` until a retry is confirmed; before that retry the stream is checked, so a batch Redis did
@@ -28,6 +30,7 @@ from redis.retry import Retry
 
 from observatory import contract
 from observatory.streams.consumer import connect, text
+from observatory.streams.trim import loss_event, trim_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +43,14 @@ _CONTROL_HEADROOM = 1000
 def add_telemetry(pipe, run_id: str, entries: Iterable[Mapping[str, str]], *,
                   heartbeat_ttl_s: int = contract.HEARTBEAT_TTL_S, register: bool = True) -> int:
     """Queue on a Redis pipeline what every producer writes for encoded telemetry entries: SADD the run to
-    RUNS_KEY (unless `register` is False), XADD each entry (approximate MAXLEN), and SET the heartbeat key with a
-    TTL for each heartbeat. The caller executes the pipeline. Returns the number of entries."""
+    RUNS_KEY (unless `register` is False), XADD each entry, and SET the heartbeat key with a TTL for each heartbeat.
+    The caller executes the pipeline, and applies the stream's caps now and then (observatory.streams.trim).
+    Returns the number of entries."""
     if register:
         pipe.sadd(contract.RUNS_KEY, run_id)
     stream, n = contract.telemetry_stream(run_id), 0
     for fields in entries:
-        pipe.xadd(stream, fields, maxlen=contract.STREAM_MAXLEN, approximate=True)
+        pipe.xadd(stream, fields)
         if fields["kind"] == "heartbeat":
             pipe.set(contract.heartbeat_key(run_id), fields["data"], ex=heartbeat_ttl_s)
         n += 1
@@ -280,15 +284,25 @@ def _entry_id(raw) -> tuple[int, int]:
 class Publisher(QueuedPublisher):
     """Writes one run's telemetry stream to Redis. `retain_s`: how long confirmed entries are kept for
     re-sending after a Redis restart that lost them (Redis with `appendfsync everysec` may lose about the last
-    second on a machine crash); `retain_max` bounds how many."""
+    second on a machine crash); `retain_max` bounds how many. `cap`, `hard_cap`, `trim_every_s`: the stream's caps
+    and how often they are applied (default: contract.STREAM_MAXLEN, STREAM_HARD_MAXLEN, TRIM_EVERY_S)."""
 
     transport = "Redis"
 
     def __init__(self, redis_url: str, run_id: str, max_queue: int = 20_000, batch: int = 100,
                  flush_interval_s: float = 0.05, socket_timeout_s: float = 2.0, max_backoff_s: float = 2.0,
                  heartbeat_ttl_s: int = contract.HEARTBEAT_TTL_S, client_factory=None, retain_s: float = 3.0,
-                 retain_max: int = 5000):
+                 retain_max: int = 5000, cap: int | None = None, hard_cap: int | None = None,
+                 trim_every_s: float | None = None):
         self.stream = contract.telemetry_stream(run_id)
+        self._cap = contract.STREAM_MAXLEN if cap is None else int(cap)
+        self._hard_cap = contract.STREAM_HARD_MAXLEN if hard_cap is None else int(hard_cap)
+        if not 0 < self._cap <= self._hard_cap:
+            raise ValueError(f"stream caps must be 0 < cap <= hard_cap (got {self._cap}, {self._hard_cap})")
+        self._trim_every = contract.TRIM_EVERY_S if trim_every_s is None else float(trim_every_s)
+        self._next_trim = 0.0  # monotonic time of the next cap check
+        self._reported_drops = 0  # drops already counted in contract.telemetry_lost_key
+        self._last_step = 0  # the newest metrics step encoded (for loss announcements)
         self._hb_ttl = int(heartbeat_ttl_s)
         self._client_factory = client_factory or (lambda: connect(
             redis_url, socket_timeout_s, health_check_interval=0, retry=Retry(NoBackoff(), 0),
@@ -335,7 +349,9 @@ class Publisher(QueuedPublisher):
         register = not self._registered
         pipe = self._client.pipeline(transaction=False)
         add_telemetry(pipe, self.run_id, entries, heartbeat_ttl_s=self._hb_ttl, register=register)
+        drops = self._report_drops(pipe)  # (after the entries: their replies keep their indices)
         replies = pipe.execute()
+        self._reported_drops += drops
         self._registered, self._suspect = True, False
         self._connected_now()
         if resend:  # their old ids are gone with the lost suffix; they are remembered under their new ones
@@ -346,6 +362,39 @@ class Publisher(QueuedPublisher):
             self._error("resent", f"Redis had lost {len(resend)} confirmed entries: written again", len(resend))
             log.warning("publisher %s: Redis had lost %d confirmed entries; written again", self.run_id, len(resend))
         self._published(valid)  # every valid message of the batch is in Redis now (written now, or applied before)
+        self._maybe_trim()
+
+    def _report_drops(self, pipe) -> int:
+        """Count the drops not yet counted in Redis, and announce them on the stream; returns how many."""
+        with self._cv:
+            dropped = self._stats["dropped"]
+        n = dropped - self._reported_drops
+        if n > 0:
+            pipe.hincrby(contract.telemetry_lost_key(self.run_id), "dropped", n)
+            pipe.xadd(self.stream, loss_event(self.run_id, "dropped", n, dropped, self._last_step,
+                                              "the publisher's queue was full (Redis slow or away)"))
+        return max(0, n)
+
+    def _encode_metrics(self, data) -> dict:
+        fields = super()._encode_metrics(data)
+        self._last_step = max(self._last_step, data["step"])
+        return fields
+
+    def _maybe_trim(self) -> None:
+        """Apply the stream's caps when due. A failure is logged and counted, never retried as a write."""
+        now = time.monotonic()
+        if now < self._next_trim:
+            return
+        self._next_trim = now + self._trim_every
+        try:
+            out = trim_telemetry(self._client, self.run_id, self._cap, self._hard_cap, self._last_step)
+        except redis_lib.RedisError as e:
+            self._error("trim_errors", f"stream cap check failed: {e}")
+            return
+        if out["lost"]:
+            self._error("trimmed", f"{out['lost']} unread entries trimmed past the stream's hard cap", out["lost"])
+            log.error("publisher %s: %d unread entries trimmed from %s (ingest is %d behind)", self.run_id,
+                      out["lost"], self.stream, out["length"])
 
     def _reconcile(self, entries: list[dict]) -> tuple[list[dict], list[dict]]:
         """After a failure: (what to write now, the lost confirmed entries it starts with).

@@ -95,7 +95,7 @@ def test_it_keeps_nan_and_inf_as_real_values(redis_url, redis_client, run_id):
     pub.close()
 
 
-def test_it_pipelines_thousands_in_order_with_approximate_maxlen(redis_url, redis_client, run_id):
+def test_it_pipelines_thousands_in_order(redis_url, redis_client, run_id):
     pub = Publisher(redis_url, run_id, batch=100)
     t0 = time.perf_counter()
     for step in range(3000):
@@ -153,6 +153,20 @@ def test_it_flushes_the_backlog_when_redis_appears_later(private_redis):
     st = pub.stats()
     assert st["published"] == 60 and st["dropped"] == 0 and st["reconnects"] >= 1
     assert client.sismember(contract.RUNS_KEY, "late-run")
+    pub.close()
+
+
+def test_its_drops_are_counted_in_redis_and_announced_once_redis_is_back(private_redis):
+    pub = Publisher(private_redis.url, "drop-run", max_queue=20, max_backoff_s=0.2)
+    assert sum(pub.metrics(step, {contract.M_LOSS: 1.0}) for step in range(50)) == 20  # Redis is away
+    client = private_redis.start()
+    assert pub.flush(10)
+    assert client.hgetall(contract.telemetry_lost_key("drop-run")) == {b"dropped": b"30"}
+    *metrics, event = _entries(client, "drop-run")
+    assert [m.data["step"] for m in metrics] == list(range(20))
+    assert event.kind == "event" and event.data["name"] == contract.TELEMETRY_LOST_EVENT
+    assert event.data["payload"]["how"] == "dropped" and event.data["payload"]["lost"] == 30
+    assert pub.flush(5) and client.hgetall(contract.telemetry_lost_key("drop-run")) == {b"dropped": b"30"}  # once
     pub.close()
 
 

@@ -12,11 +12,14 @@ class AnomaliesConfig(AppConfig):
     verbose_name = "Anomaly log"
 
     def ready(self):
+        from webapp.anomalies import lost
         from webapp.anomalies.detect import DETECTION
         from webapp.metrics import changes
 
         # ingest (live.LiveIngest) calls these; registered once per process even if ready() runs twice
         if DETECTION.committed not in changes.on_commit_hooks:
             changes.on_commit_hooks.append(DETECTION.committed)
+        if lost.committed not in changes.on_commit_hooks:  # telemetry lost before ingest read it
+            changes.on_commit_hooks.append(lost.committed)
         if DETECTION.tick not in changes.timers:
             changes.timers.append(DETECTION.tick)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
+
+import redis
 
 from observatory import contract
 from observatory.streams import add_telemetry
+from observatory.streams.trim import maybe_trim
 from webapp.api import ApiError
+
+log = logging.getLogger("observatory.intake")
 
 
 def read_entries(request, run_id: str) -> list[dict[str, str]]:
@@ -42,7 +48,12 @@ def read_entries(request, run_id: str) -> list[dict[str, str]]:
 
 
 def write_entries(client, run_id: str, entries: list[dict[str, str]]) -> None:
-    """All entries onto the run's stream in one MULTI/EXEC, the way a Redis producer writes them."""
+    """All entries onto the run's stream in one MULTI/EXEC, the way a Redis producer writes them; then the stream's
+    caps, when no producer of the run applied them within contract.TRIM_EVERY_S."""
     pipe = client.pipeline(transaction=True)
     add_telemetry(pipe, run_id, entries)
     pipe.execute()
+    try:
+        maybe_trim(client, run_id)
+    except redis.RedisError as e:  # the entries are written: a later request applies the caps
+        log.warning("run %s: stream cap check failed: %s", run_id, e)

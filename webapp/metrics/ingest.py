@@ -15,8 +15,10 @@ Any number of ingest processes share the work, each stream owned by one of them 
     changes nothing.
 Streams are found in `obs:runs` and, every SCAN_EVERY_S, by scanning for telemetry stream keys (a run that never
 announced itself). A stream or group that vanished (a Redis restart without persistence, a DEL) is re-created
-where it is next met. Malformed entries go to contract.DEADLETTER_STREAM with a reason, are counted in
-DEADLETTER_COUNT_KEY, and ACKed; the entries of a stream whose name holds no valid run id are deleted after that.
+where it is next met. Malformed entries, and entries the database refused (db_rejected) or ingest failed on
+(internal), go to contract.DEADLETTER_STREAM with a reason and their fields (the first contract.DEADLETTER_RAW_BYTES),
+are counted in DEADLETTER_COUNT_KEY, and ACKed; the entries of a stream whose name holds no valid run id are deleted
+after that.
 """
 
 from __future__ import annotations
@@ -232,7 +234,8 @@ class Ingestor:
         """Validate, write, dead-letter, then ACK one batch. Raises on database trouble (nothing ACKed).
         Entries of a stream whose lease passed to another consumer meanwhile are left to that consumer."""
         good: list[tuple[str, str, contract.Message]] = []
-        bad: list[tuple[str, str, str, dict]] = []
+        bad: list[tuple[str, str, str, str]] = []  # (stream, entry id, reason, error)
+        raw: dict[tuple[str, str], dict] = {}  # (stream, entry id) -> fields, for dead letters
         acks: dict[str, list[str]] = {}
         for stream, entries in batch:
             run_id = self.streams.get(stream) or run_of(stream) or stream[len(_HEAD):-len(_TAIL)]
@@ -241,20 +244,22 @@ class Ingestor:
                 if not fields:  # trimmed or deleted while pending: nothing left to apply
                     self.stats["vanished"] += 1
                     continue
+                raw[stream, entry_id] = fields
                 try:
                     good.append((stream, entry_id, contract.decode(fields, expect_run=run_id)))
                 except contract.ContractError as e:
-                    bad.append((stream, entry_id, e.reason, fields))
+                    bad.append((stream, entry_id, e.reason, str(e)))
                 except Exception as e:  # a validator bug must not kill ingest either
-                    bad.append((stream, entry_id, "internal", fields))
+                    bad.append((stream, entry_id, "internal", f"{type(e).__name__}: {e}"))
                     log.exception("decode crashed on %s %s: %s", stream, entry_id, e)
         bad.extend(self._write(good))
         bad = [b for b in bad if b[0] in self.streams]
         acks = {s: ids for s, ids in acks.items() if s in self.streams}
         if bad:
             pipe = self.r.pipeline(transaction=False)
-            for stream, entry_id, reason, fields in bad:
-                pipe.xadd(contract.DEADLETTER_STREAM, contract.deadletter_fields(stream, entry_id, reason, fields),
+            for stream, entry_id, reason, error in bad:
+                pipe.xadd(contract.DEADLETTER_STREAM,
+                          contract.deadletter_fields(stream, entry_id, reason, raw[stream, entry_id], error),
                           maxlen=DEADLETTER_MAXLEN, approximate=True)
                 pipe.hincrby(contract.DEADLETTER_COUNT_KEY, reason, 1)
                 log.warning("dead-lettered %s %s: %s", stream, entry_id, reason)
@@ -285,7 +290,7 @@ class Ingestor:
                 pipe.xdel(stream, *ids)
         pipe.execute()
 
-    def _write(self, good) -> list[tuple[str, str, str, dict]]:
+    def _write(self, good) -> list[tuple[str, str, str, str]]:
         """Apply messages in one transaction. If that fails for a reason other than the database being
         unreachable or unmigrated, apply them one by one and return the ones that still fail, for the dead-letter
         stream: one poisonous entry must neither block its stream nor take the batch down with it."""
@@ -305,11 +310,10 @@ class Ingestor:
             except _RETRY:
                 raise
             except Exception as e:
-                stream, entry_id, msg = item
+                stream, entry_id, _ = item
                 reason = "db_rejected" if isinstance(e, DatabaseError) else "internal"
                 log.exception("entry %s %s rejected: %s", stream, entry_id, e)
-                rejected.append((stream, entry_id, reason, {"v": msg.v, "kind": msg.kind, "run": msg.run,
-                                                            "error": f"{type(e).__name__}: {e}"[:500]}))
+                rejected.append((stream, entry_id, reason, f"{type(e).__name__}: {e}"))
         return rejected
 
     def _apply(self, items) -> None:

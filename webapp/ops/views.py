@@ -34,10 +34,11 @@ def healthz(request):
     r = probes.client()
     try:
         rd = probes.check_redis(r)
+        lag = probes.lag_health(r) if rd is None else "unknown (no Redis)"
     finally:
         r.close()
     body = {"status": "ok" if db is None and rd is None else "unavailable",
-            "database": _public_error("database", db), "redis": _public_error("redis", rd),
+            "database": _public_error("database", db), "redis": _public_error("redis", rd), "ingest_lag": lag,
             "uptime_s": round(time.time() - STARTED, 1)}
     return JsonResponse(body, status=200 if body["status"] == "ok" else 503)
 

@@ -152,3 +152,19 @@ def test_it_answers_503_when_redis_is_unreachable(publisher_token, settings):
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     resp = _post(secret, "alice-1", [_metrics(0, 1.0)])
     assert resp.status_code == 503 and "retry" in resp.json()["error"]
+
+
+def test_it_keeps_the_stream_caps_counting_unread_entries_it_trims(publisher_token, redis_client, monkeypatch):
+    monkeypatch.setattr(contract, "STREAM_MAXLEN", 50)
+    monkeypatch.setattr(contract, "STREAM_HARD_MAXLEN", 100)
+    monkeypatch.setattr(contract, "TRIM_EVERY_S", 0.0)
+    _, secret = publisher_token("alice")
+    stream = contract.telemetry_stream("alice-capped")
+    redis_client.xgroup_create(stream, contract.INGEST_GROUP, id="0", mkstream=True)  # ingest, never reading
+    for batch in range(4):
+        resp = _post(secret, "alice-capped", [_metrics(batch * 60 + i, 1.0) for i in range(60)])
+        assert resp.status_code == 202, resp.content
+    lost = int(redis_client.hget(contract.telemetry_lost_key("alice-capped"), "trimmed"))
+    assert redis_client.xlen(stream) <= 101
+    assert lost == redis_client.xinfo_stream(stream)["entries-added"] - redis_client.xlen(stream)
+    assert _stream(redis_client, "alice-capped")[-1].data["name"] == contract.TELEMETRY_LOST_EVENT
