@@ -83,10 +83,11 @@ def profile(request):
         form.save()
         messages.success(request, "Profile saved.")
         return redirect("account-profile")
-    return _profile_page(request, form=form)
+    return profile_page(request, form=form)
 
 
-def _profile_page(request, status: int = 200, **context):
+def profile_page(request, status: int = 200, **context):
+    """The profile page; webapp.intake.views.token_create renders it too (a new token's secret, a refused form)."""
     user = request.user
     prof = Profile.of(user)
     may_publish = can(user, "run.publish")
@@ -95,20 +96,6 @@ def _profile_page(request, status: int = 200, **context):
         "form": ProfileForm(instance=prof), "profile": prof, "roles": sorted(roles.roles_of(user)),
         "may_publish": may_publish, "tokens": user.write_tokens.all()[:50] if may_publish else [],
         "token_form": WriteTokenForm(initial={"scope": f"{prefix}-*" if prefix else ""}), **context}, status=status)
-
-
-@requires("run.publish")
-@require_http_methods(["POST"])
-@ratelimit(key="user_or_ip", rate=WRITE_RATE, block=True)
-def token_create(request):
-    """Make a write token; the page shows its secret this once (only its hash is kept)."""
-    form = WriteTokenForm(request.POST)
-    if not form.is_valid():
-        return _profile_page(request, status=400, token_form=form)
-    token, secret = WriteToken.issue(request.user, form.cleaned_data["label"], form.cleaned_data["scope"])
-    resp = _profile_page(request, status=201, new_token=token, new_secret=secret)
-    resp["Cache-Control"] = "no-store"  # the one page that holds the secret must not be cached anywhere
-    return resp
 
 
 @requires("account.profile")

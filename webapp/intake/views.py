@@ -1,4 +1,5 @@
-"""POST /api/runs/<run id>/telemetry/: a training loop without Redis access publishes through the site."""
+"""POST /api/runs/<run id>/telemetry/: a training loop without Redis access publishes through the site; and
+POST /accounts/tokens/: making the write tokens it publishes with, scoped only to runs their user may write."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from django.views.decorators.http import require_POST
 from django_ratelimit.decorators import ratelimit
 
 from observatory import contract
-from webapp.accounts.permissions import bearer_secret, token_requires
+from webapp.accounts.forms import WriteTokenForm
+from webapp.accounts.models import WriteToken
+from webapp.accounts.permissions import bearer_secret, requires, token_requires
+from webapp.accounts.views import WRITE_RATE, profile_page
 from webapp.api import ApiError
 from webapp.intake.batch import read_entries, write_entries
 from webapp.intake.models import RunClaim
@@ -28,6 +32,14 @@ def _rate_key(group, request) -> str:
     return "ip:" + request.META.get("REMOTE_ADDR", "")
 
 
+def _published(client, run_id: str) -> bool:
+    """Whether a producer already wrote the run into Redis (in the run set, or its stream exists)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.sismember(contract.RUNS_KEY, run_id)
+    pipe.exists(contract.telemetry_stream(run_id))
+    return any(pipe.execute())
+
+
 @csrf_exempt  # a bearer-token API: no cookies, so nothing for a forged cross-site request to ride on
 @require_POST
 @ratelimit(key=_rate_key, rate=lambda group, request: INTAKE_RATE, block=True)
@@ -36,8 +48,7 @@ def telemetry(request, run_id: str):
     try:
         entries = read_entries(request, run_id)
         client = get_redis()
-        if not RunClaim.may_write(run_id, request.user,
-                                  lambda: bool(client.sismember(contract.RUNS_KEY, run_id))):
+        if not RunClaim.may_write(run_id, request.user, lambda: _published(client, run_id)):
             raise ApiError(403, f"run {run_id!r} belongs to another publisher: choose another run id")
         if entries:
             write_entries(client, run_id, entries)
@@ -46,3 +57,22 @@ def telemetry(request, run_id: str):
     except redis.RedisError:
         return JsonResponse({"error": "the telemetry store is unavailable; retry later"}, status=503)
     return JsonResponse({"run_id": run_id, "accepted": len(entries)}, status=202)
+
+
+@requires("run.publish")
+@require_POST
+@ratelimit(key="user_or_ip", rate=WRITE_RATE, block=True)
+def token_create(request):
+    """Make a write token; the page shows its secret this once (only its hash is kept). A scope naming a run
+    someone else owns (the trainer's, another user's, an import) is refused with the form."""
+    form = WriteTokenForm(request.POST)
+    if form.is_valid():
+        refused = RunClaim.refusal(request.user, form.cleaned_data["scope"])
+        if refused:
+            form.add_error("scope", refused)
+    if not form.is_valid():
+        return profile_page(request, status=400, token_form=form)
+    token, secret = WriteToken.issue(request.user, form.cleaned_data["label"], form.cleaned_data["scope"])
+    resp = profile_page(request, status=201, new_token=token, new_secret=secret)
+    resp["Cache-Control"] = "no-store"  # the one page that holds the secret must not be cached anywhere
+    return resp
