@@ -14,6 +14,7 @@ urlpatterns = [
     path("accounts/signup/", views.signup, name="account-signup"),
     path("accounts/confirm/<str:uidb64>/<str:token>/", views.confirm, name="account-confirm"),
     path("accounts/profile/", views.profile, name="account-profile"),
+    path("accounts/tokens/", views.token_create, name="account-token-create"),
     path("accounts/tokens/<int:token_id>/revoke/", views.token_revoke, name="account-token-revoke"),
     path("accounts/login/", _auth(views.RateLimitedLoginView), name="login"),
     path("accounts/logout/", _auth(auth_views.LogoutView), name="logout"),

@@ -83,11 +83,10 @@ def profile(request):
         form.save()
         messages.success(request, "Profile saved.")
         return redirect("account-profile")
-    return profile_page(request, form=form)
+    return _profile_page(request, form=form)
 
 
-def profile_page(request, status: int = 200, **context):
-    """The profile page; webapp.intake.views.token_create renders it too (a new token's secret, a refused form)."""
+def _profile_page(request, status: int = 200, **context):
     user = request.user
     prof = Profile.of(user)
     may_publish = can(user, "run.publish")
@@ -96,6 +95,24 @@ def profile_page(request, status: int = 200, **context):
         "form": ProfileForm(instance=prof), "profile": prof, "roles": sorted(roles.roles_of(user)),
         "may_publish": may_publish, "tokens": user.write_tokens.all()[:50] if may_publish else [],
         "token_form": WriteTokenForm(initial={"scope": f"{prefix}-*" if prefix else ""}), **context}, status=status)
+
+
+@requires("run.publish")
+@require_http_methods(["POST"])
+@ratelimit(key="user_or_ip", rate=WRITE_RATE, block=True)
+def token_create(request):
+    """Make a write token; the page shows its secret this once (only its hash is kept)."""
+    form = WriteTokenForm(request.POST)
+    if not form.is_valid():
+        return _profile_page(request, status=400, token_form=form)
+    try:
+        token, secret = WriteToken.issue(request.user, form.cleaned_data["label"], form.cleaned_data["scope"])
+    except ValueError as e:  # a run someone else owns (the trainer's, another user's)
+        form.add_error("scope", str(e))
+        return _profile_page(request, status=400, token_form=form)
+    resp = _profile_page(request, status=201, new_token=token, new_secret=secret)
+    resp["Cache-Control"] = "no-store"  # the one page that holds the secret must not be cached anywhere
+    return resp
 
 
 @requires("account.profile")

@@ -1,5 +1,4 @@
-"""POST /api/runs/<run id>/telemetry/: a training loop without Redis access publishes through the site; and
-POST /accounts/tokens/: making the write tokens it publishes with, scoped only to runs their user may write."""
+"""POST /api/runs/<run id>/telemetry/: a training loop without Redis access publishes through the site."""
 
 from __future__ import annotations
 
@@ -12,10 +11,7 @@ from django.views.decorators.http import require_POST
 from django_ratelimit.decorators import ratelimit
 
 from observatory import contract
-from webapp.accounts.forms import WriteTokenForm
-from webapp.accounts.models import WriteToken
-from webapp.accounts.permissions import bearer_secret, requires, token_requires
-from webapp.accounts.views import WRITE_RATE, profile_page
+from webapp.accounts.permissions import bearer_secret, token_requires
 from webapp.api import ApiError
 from webapp.intake.batch import read_entries, write_entries
 from webapp.intake.models import RunClaim
@@ -57,22 +53,3 @@ def telemetry(request, run_id: str):
     except redis.RedisError:
         return JsonResponse({"error": "the telemetry store is unavailable; retry later"}, status=503)
     return JsonResponse({"run_id": run_id, "accepted": len(entries)}, status=202)
-
-
-@requires("run.publish")
-@require_POST
-@ratelimit(key="user_or_ip", rate=WRITE_RATE, block=True)
-def token_create(request):
-    """Make a write token; the page shows its secret this once (only its hash is kept). A scope naming a run
-    someone else owns (the trainer's, another user's, an import) is refused with the form."""
-    form = WriteTokenForm(request.POST)
-    if form.is_valid():
-        refused = RunClaim.refusal(request.user, form.cleaned_data["scope"])
-        if refused:
-            form.add_error("scope", refused)
-    if not form.is_valid():
-        return profile_page(request, status=400, token_form=form)
-    token, secret = WriteToken.issue(request.user, form.cleaned_data["label"], form.cleaned_data["scope"])
-    resp = profile_page(request, status=201, new_token=token, new_secret=secret)
-    resp["Cache-Control"] = "no-store"  # the one page that holds the secret must not be cached anywhere
-    return resp

@@ -64,6 +64,8 @@ def test_a_trainer_run_stays_the_trainers_when_redis_loses_its_run_set(trainer_r
     resp = _signed_in(mallory).post("/accounts/tokens/", {"label": "take over", "scope": f"mallory-*, {RUN}"})
     assert resp.status_code == 400 and f"{RUN} is the trainer's run" in html.unescape(resp.content.decode())
     assert WriteToken.objects.filter(user=mallory).count() == 1  # only the fixture's
+    with pytest.raises(ValueError, match="trainer's run"):  # nor from a shell: issue() itself refuses
+        WriteToken.issue(mallory, "shell", [RUN])
 
     resp = _post(secret, RUN)  # a token scoped by prefix reaches the id: the claim still refuses it
     assert resp.status_code == 403 and "another publisher" in resp.json()["error"]
