@@ -300,6 +300,7 @@ CELERY_BEAT_SCHEDULE = {
 # ---------------------------------------------------------------------------------------------- observatory
 OBS_LOST_AFTER_S = 300  # a run silent this long after its heartbeat expired is "lost" rather than "stale"
 OBS_ANOMALY_WATCH_S = 86_400  # ingest's stall/heartbeat timer watches runs that changed within this window
+OBS_OPERATOR_RECHECK_S = 5  # the operator socket re-reads its user's role this often: a demoted operator is closed
 OBS_PUBLIC_URL = env_str("OBS_PUBLIC_URL", "http://127.0.0.1:8000")  # links in anomaly notifications
 # GET /metrics: operators (session) or `Authorization: Bearer <this>` (Prometheus' scrape); nobody else.
 OBS_METRICS_TOKEN = env_secret("OBS_METRICS_TOKEN")

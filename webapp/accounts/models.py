@@ -34,6 +34,11 @@ class Profile(models.Model):
         return profile
 
 
+# (user, scope) -> why `user` may not hold a token with this scope, or None. Later apps add theirs in their
+# AppConfig.ready (webapp.intake: only runs the user owns, or new ids); WriteToken.issue consults every one.
+SCOPE_CHECKS: list = []
+
+
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -79,10 +84,15 @@ class WriteToken(models.Model):
 
     @classmethod
     def issue(cls, user, label: str, scope: list[str]) -> tuple["WriteToken", str]:
-        """A new token and its secret (the only time the secret exists outside the caller's hands)."""
+        """A new token and its secret (the only time the secret exists outside the caller's hands). ValueError
+        if the scope is malformed or names a run the user may not write (SCOPE_CHECKS)."""
+        scope = cls.parse_scope(scope)
+        for check in SCOPE_CHECKS:
+            refused = check(user, scope)
+            if refused:
+                raise ValueError(refused)
         secret = contract.INTAKE_TOKEN_PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, label=label, secret_hash=_hash(secret), hint=secret[:8],
-                                   scope=cls.parse_scope(scope))
+        token = cls.objects.create(user=user, label=label, secret_hash=_hash(secret), hint=secret[:8], scope=scope)
         return token, secret
 
     @classmethod

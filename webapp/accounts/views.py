@@ -105,7 +105,11 @@ def token_create(request):
     form = WriteTokenForm(request.POST)
     if not form.is_valid():
         return _profile_page(request, status=400, token_form=form)
-    token, secret = WriteToken.issue(request.user, form.cleaned_data["label"], form.cleaned_data["scope"])
+    try:
+        token, secret = WriteToken.issue(request.user, form.cleaned_data["label"], form.cleaned_data["scope"])
+    except ValueError as e:  # a run someone else owns (the trainer's, another user's)
+        form.add_error("scope", str(e))
+        return _profile_page(request, status=400, token_form=form)
     resp = _profile_page(request, status=201, new_token=token, new_secret=secret)
     resp["Cache-Control"] = "no-store"  # the one page that holds the secret must not be cached anywhere
     return resp

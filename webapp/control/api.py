@@ -15,7 +15,7 @@ from django_ratelimit.decorators import ratelimit
 from observatory import contract
 from webapp.accounts.permissions import api_requires, public
 from webapp.api import ApiError, api_view, int_param, json_body
-from webapp.control import channel, plan, snapshot
+from webapp.control import channel, outcomes, plan, snapshot
 from webapp.control.models import OperatorCommand
 from webapp.runs.api import get_run
 from webapp.runs.models import Run
@@ -154,7 +154,5 @@ def plan_preview(request, run_id: str):
 def interventions(request, run_id: str):
     """Public: the run's applied (and undone) commands with their reasons; names only where operators opted in."""
     run = get_run(run_id)
-    channel.sync([run.id])  # nobody may be watching the operator panel: bring the outcomes up to date here
-    rows = (OperatorCommand.objects.filter(run=run, status="applied").select_related("user__profile")
-            .order_by("created_at")[:1000])
+    rows = outcomes.applied(run.id)  # nobody may be watching the operator panel: as they stand now, never written
     return JsonResponse({"run_id": run.id, "interventions": [c.as_json(public=True) for c in rows]})

@@ -7,7 +7,8 @@ process share rebuilds that are less than a tick old. Frames (server -> client):
     {"type": "snapshot", "runs": [...], "commands": [...]}   on connect and on every change
     {"type": "pong"}                                         the answer to {"type": "ping"}
 Client -> server: {"type": "ping"}, {"type": "refresh"} (rebuild now, e.g. right after sending a command).
-Close code 4403: not an operator.
+Close code 4403: not an operator, at connect or later: the role is re-read from the database every
+settings.OBS_OPERATOR_RECHECK_S, so an operator demoted (role revoked, deactivated, superuser removed) is closed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.urls import re_path
 
 from observatory import contract
@@ -37,6 +39,13 @@ _lock: asyncio.Lock | None = None
 
 @database_sync_to_async
 def _allowed(user) -> bool:
+    return user is not None and can(user, "run.command")
+
+
+@database_sync_to_async
+def _still_allowed(user_pk) -> bool:
+    """The role as the database says now (a fresh user object: roles are cached on the one the socket holds)."""
+    user = get_user_model().objects.filter(pk=user_pk).first()
     return user is not None and can(user, "run.command")
 
 
@@ -62,6 +71,8 @@ class OperateConsumer(AsyncWebsocketConsumer):
         if not await _allowed(self.scope.get("user")):
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        self.user_pk = self.scope["user"].pk
+        self.recheck_at = time.monotonic() + settings.OBS_OPERATOR_RECHECK_S
         self.wake = asyncio.Event()
         self.task = asyncio.create_task(self._loop())
 
@@ -93,6 +104,9 @@ class OperateConsumer(AsyncWebsocketConsumer):
         try:
             while True:
                 try:
+                    if not await self._still_operator():
+                        await self.close(code=CLOSE_FORBIDDEN)
+                        return
                     text = await _build(self.force)
                 except Exception as e:  # Redis or the database away: say nothing new, try again shortly
                     log.warning("operate snapshot failed: %s: %s", type(e).__name__, e)
@@ -106,6 +120,14 @@ class OperateConsumer(AsyncWebsocketConsumer):
                 self.force = await self._changed(r, cursors)
         finally:
             await r.aclose()
+
+    async def _still_operator(self) -> bool:
+        """False once the user is no longer an operator; the database is asked every OBS_OPERATOR_RECHECK_S."""
+        if time.monotonic() < self.recheck_at:
+            return True
+        allowed = await _still_allowed(self.user_pk)
+        self.recheck_at = time.monotonic() + settings.OBS_OPERATOR_RECHECK_S
+        return allowed
 
     async def _changed(self, r, cursors: dict[str, str]) -> bool:
         """Wait up to a tick for an ack or a command on any listed run (True: rebuild now), or a client refresh."""

@@ -1,4 +1,5 @@
-"""Pages: the operator panel (/operate/, operators only) and a run's public command log (/runs/<id>/log/)."""
+"""Pages: the operator panel (/operate/, operators only) and a run's public command log (/runs/<id>/log/), which
+reads the commands' outcomes as they stand without writing (webapp.control.outcomes)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public, requires
-from webapp.control import channel, snapshot
-from webapp.control.models import ACK_TIMEOUT_S, OperatorCommand
+from webapp.control import outcomes, snapshot
+from webapp.control.models import ACK_TIMEOUT_S
 from webapp.runs.models import Run
 
 
@@ -36,7 +37,6 @@ def operate(request):
 @require_GET
 def command_log(request, run_id: str):
     run = get_object_or_404(Run, pk=run_id)
-    channel.sync([run.id])
-    rows = OperatorCommand.objects.filter(run=run).select_related("user__profile")[:1000]
-    commands = [{**c.as_json(public=True), "when": c.created_at.strftime("%Y-%m-%d %H:%M:%S")} for c in rows]
+    commands = [{**c.as_json(public=True), "when": c.created_at.strftime("%Y-%m-%d %H:%M:%S")}
+                for c in outcomes.log(run.id)]
     return render(request, "control/log.html", {"run": run, "commands": commands})

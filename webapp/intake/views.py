@@ -28,6 +28,14 @@ def _rate_key(group, request) -> str:
     return "ip:" + request.META.get("REMOTE_ADDR", "")
 
 
+def _published(client, run_id: str) -> bool:
+    """Whether a producer already wrote the run into Redis (in the run set, or its stream exists)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.sismember(contract.RUNS_KEY, run_id)
+    pipe.exists(contract.telemetry_stream(run_id))
+    return any(pipe.execute())
+
+
 @csrf_exempt  # a bearer-token API: no cookies, so nothing for a forged cross-site request to ride on
 @require_POST
 @ratelimit(key=_rate_key, rate=lambda group, request: INTAKE_RATE, block=True)
@@ -36,8 +44,7 @@ def telemetry(request, run_id: str):
     try:
         entries = read_entries(request, run_id)
         client = get_redis()
-        if not RunClaim.may_write(run_id, request.user,
-                                  lambda: bool(client.sismember(contract.RUNS_KEY, run_id))):
+        if not RunClaim.may_write(run_id, request.user, lambda: _published(client, run_id)):
             raise ApiError(403, f"run {run_id!r} belongs to another publisher: choose another run id")
         if entries:
             write_entries(client, run_id, entries)

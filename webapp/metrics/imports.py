@@ -26,8 +26,11 @@ def owner_user(username: str | None):
 
 
 def claim_blocks(run_id: str, owner) -> str | None:
-    """Why an import may not write `run_id` because of its claim (an HTTP publisher's run), else None."""
+    """Why an import may not write `run_id` because of its claim (a trainer's or an HTTP publisher's run), else
+    None."""
     claim = RunClaim.objects.filter(pk=run_id).select_related("user").first()
+    if claim is not None and claim.kind == RunClaim.TRAINER:
+        return f"run id {run_id!r} is a trainer's run"
     if claim is None or claim.user_id is None or (owner is not None and claim.user_id == owner.pk):
         return None
     return f"run id {run_id!r} is claimed by the HTTP publisher {claim.user.username!r}"
@@ -37,7 +40,7 @@ def claim(run_id: str, owner) -> None:
     """The imported run is `owner`'s (given) or stays whose it was (nobody's if new). Inside the import's atomic()."""
     existing = RunClaim.objects.select_for_update().filter(pk=run_id).first()
     if existing is None:
-        RunClaim.objects.create(run_id=run_id, user=owner)
+        RunClaim.objects.create(run_id=run_id, user=owner, kind=RunClaim.IMPORT)
     elif owner is not None and existing.user_id != owner.pk:
         existing.user = owner
         existing.save(update_fields=["user"])

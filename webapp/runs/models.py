@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from observatory import contract
+from webapp.intake.models import RunClaim
 from webapp.runs.redact import one_line_reason, redact
 
 STATE_CHOICES = [(s, s) for s in ("unknown", *contract.STATES)]
@@ -49,8 +50,13 @@ class RunQuerySet(models.QuerySet):
         return self.order_by("-updated_at")
 
     def for_ingest(self, run_id: str) -> "Run":
-        """The run a telemetry batch belongs to, created on its first message."""
-        return self.filter(pk=run_id).first() or self.create(id=run_id, name=run_id)
+        """The run a telemetry batch belongs to, created on its first message and then claimed for the trainer
+        unless it has an owner already (an HTTP publisher's run, an import: they claim before they write)."""
+        run = self.filter(pk=run_id).first()
+        if run is None:
+            run = self.create(id=run_id, name=run_id)
+            RunClaim.for_trainer(run_id)
+        return run
 
     def watched(self):
         """Runs whose liveness matters: not ended on purpose, and not already marked ended."""

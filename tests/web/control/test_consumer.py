@@ -82,3 +82,34 @@ async def test_two_operators_see_each_others_commands_as_they_are_sent(run, redi
         assert frame["commands"][0]["user"] == "ana" and frame["commands"][0]["reason"] == "before the big change"
     for comm in sockets:
         await comm.disconnect()
+
+
+def _demote(user, how: str) -> None:
+    from webapp.accounts import roles
+
+    if how == "role revoked":
+        roles.revoke(user, roles.OPERATOR)
+    elif how == "deactivated":
+        user.is_active = False
+        user.save(update_fields=["is_active"])
+    else:  # a superuser counts as an operator only while staff and superuser
+        user.is_staff = user.is_superuser = False
+        user.save(update_fields=["is_staff", "is_superuser"])
+
+
+@pytest.mark.parametrize("how", ["role revoked", "deactivated", "superuser removed"])
+async def test_a_demoted_operator_is_closed_with_the_code_the_page_knows(run, settings, how):
+    settings.OBS_OPERATOR_RECHECK_S = 0.2
+    user = await database_sync_to_async(make_user)("olga", *(() if how == "superuser removed" else ("operator",)))
+    if how == "superuser removed":
+        user.is_staff = user.is_superuser = True
+        await database_sync_to_async(user.save)()
+    comm = await _connect(user)
+    assert json.loads(await comm.receive_from(timeout=10))["type"] == "snapshot"
+    await database_sync_to_async(_demote)(user, how)
+    while True:  # snapshots may still come until the next re-check; the receive timeout bounds a failure
+        out = await comm.receive_output(timeout=10)
+        if out["type"] == "websocket.close":
+            break
+        assert out["type"] == "websocket.send"
+    assert out == {"type": "websocket.close", "code": CLOSE_FORBIDDEN}
