@@ -160,8 +160,9 @@ def test_it_keeps_the_stream_caps_counting_unread_entries_it_trims(publisher_tok
     monkeypatch.setattr(contract, "TRIM_EVERY_S", 0.0)
     _, secret = publisher_token("alice")
     stream = contract.telemetry_stream("alice-capped")
-    redis_client.xgroup_create(stream, contract.INGEST_GROUP, id="0", mkstream=True)  # ingest, never reading
-    for batch in range(4):
+    assert _post(secret, "alice-capped", [_metrics(0, 1.0)]).status_code == 202  # claims the run
+    redis_client.xgroup_create(stream, contract.INGEST_GROUP, id="0")  # ingest, never reading
+    for batch in range(1, 5):
         resp = _post(secret, "alice-capped", [_metrics(batch * 60 + i, 1.0) for i in range(60)])
         assert resp.status_code == 202, resp.content
     lost = int(redis_client.hget(contract.telemetry_lost_key("alice-capped"), "trimmed"))
