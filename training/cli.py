@@ -53,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the applied/rejected ack")
     c.add_argument("--redis-url", default=None)
     c.add_argument("--id", dest="cmd_id", default=None,
-                   help="command id; reuse it to retry safely (a command id is never applied twice)")
+                   help="command id; reuse it to retry safely (a command id is never applied twice). An id the "
+                        "trainer rejected, or a rollback or restart undid, is refused: send it again without --id "
+                        "(a fresh id)")
     lad = sub.add_parser("ladder", help="run a scaling ladder's rungs, fit, and pre-register the target's forecast")
     lad.add_argument("--config", required=True, help="ladder TOML, e.g. training/configs/ladder.toml")
     lad.add_argument("--refit", action="store_true", help="fit and register again even if a registration exists")

@@ -5,8 +5,9 @@ Each handler `(cmd, state, ctx) -> detail` returns the ack's detail or raises Co
 that reason while the run carries on. `ctx` is what a handler may touch besides the state (the Trainer).
 A destructive command (contract.COMMAND_SPECS) is preceded by a checkpoint of the state it is about to end or
 discard, once its own checks passed. A rollback undoes the commands applied after the checkpoint it restores
-(except pause/resume/stop, whose effect is on the loop, not the state): their ids stop counting as applied and
-a `commands_rolled_back` event lists them.
+(except pause/resume/stop, whose effect is on the loop, not the state): their ids are remembered as undone (a
+replay of one is refused: it goes again under a new id) and a `commands_rolled_back` event lists them. A command the
+reader refused on arrival (`cmd.refused`: stale, or issued in the future) is remembered as rejected, never applied.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from training.config import RunConfig
 from training.control import ControlChannel
 from training.errors import CommandError, ConfigError, TrainingFailed
 from training.heartbeat import Progress
-from training.run_state import RunState
+from training.run_state import RunState, seen_in_meta
 from training.sampler import MixtureSampler
 from training.schedule import Schedule
 
@@ -47,10 +48,15 @@ class Context(Protocol):
 
 def apply_commands(cmds: list[Command], state: RunState, ctx: Context, channel: ControlChannel) -> None:
     for cmd in cmds:
-        if cmd.id in state.applied_ids:  # restored from a checkpoint's list after the reader saw it
-            channel.applied(cmd, "duplicate id: already applied, not applied again", state.step)
+        known = state.commands.get(cmd.id)
+        if known is not None:  # restored from a checkpoint's memory after the reader saw it
+            channel.repeated(cmd, known, state.step)
             continue
-        state.applied_ids.add(cmd.id)  # before applying: a stop/checkpoint saves the id with the state
+        if cmd.refused:
+            state.remember(cmd, "rejected", cmd.refused)
+            channel.rejected(cmd, cmd.refused, state.step)
+            continue
+        state.remember(cmd, "applied")  # before applying: a stop/checkpoint saves the id with the state
         try:
             handler = HANDLERS.get(cmd.name)
             if handler is None:  # the contract knows a command this trainer does not
@@ -61,7 +67,7 @@ def apply_commands(cmds: list[Command], state: RunState, ctx: Context, channel: 
                 ctx.save_checkpoint(f"before {cmd.name} {cmd.id}", wait=True)
             detail = handler(cmd, state, ctx)
         except (CommandError, ConfigError, ValueError) as e:
-            state.applied_ids.discard(cmd.id)
+            state.remember(cmd, "rejected", str(e))
             channel.rejected(cmd, str(e), state.step)
             continue
         channel.applied(cmd, detail, state.step)
@@ -117,7 +123,7 @@ def rollback(cmd: Command, s: RunState, ctx: Context) -> str:
     ctx.checkpointer.poll(block=True)
     target = rollback_target(cmd, s, ctx)
     try:
-        saved_ids = set(store.read_meta(target).get("applied_ids", []))
+        saved = seen_in_meta(store.read_meta(target))
     except Exception as e:
         raise CommandError(f"cannot roll back: {e}") from None
     before = set(s.applied_ids)
@@ -131,12 +137,14 @@ def rollback(cmd: Command, s: RunState, ctx: Context) -> str:
     aside = store.set_aside_after(target)
     s.last_published = target
     ctx.rewind(from_step, target)
+    saved_ids = {i for i, r in saved.items() if r["outcome"] == "applied"}
+    undone = sorted(i for i in before - saved_ids - {cmd.id}
+                    if s.commands[i].get("command") not in NOT_UNDONE_BY_ROLLBACK)
+    for i in undone:
+        s.commands[i] = {**s.commands[i], "outcome": "undone", "by": cmd.id, "step": target}
     channel = getattr(ctx, "control", None)
-    names = channel.applied_names if channel is not None else {}
-    undone = sorted(i for i in before - saved_ids - {cmd.id} if names.get(i) not in NOT_UNDONE_BY_ROLLBACK)
-    s.applied_ids.difference_update(undone)
     if channel is not None:
-        channel.forget(undone)
+        channel.remember({i: s.commands[i] for i in undone})
     ctx.event("rollback", {"from_step": from_step, "to_step": target, "asked_step": asked, "skip_batches": skip,
                            "set_aside": aside, "undone": undone})
     if undone:

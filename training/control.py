@@ -3,16 +3,16 @@
 A reader thread reads the run's control stream through `observatory.streams.StreamConsumer` (group
 `contract.TRAINER_GROUP`: its own unacknowledged entries first, then new ones), rejects malformed commands at
 once, answers `accepted` for the rest and queues them; the loop takes them at step boundaries (`poll()`, or
-`wait()` while paused), applies them and calls `applied()` / `rejected()`. Ids of applied commands are remembered
-in a Redis set (and in checkpoints), so a repeated id is acknowledged but never applied twice. Redis trouble never
-reaches the loop: failed writes are logged and dropped.
+`wait()` while paused), applies them and calls `applied()` / `rejected()`. Every id answered is remembered with its
+outcome (run_state.seen_record) here, in a Redis hash and in checkpoints: a repeat of a queued or applied id is
+acknowledged but never applied twice; a replay of a rejected or undone id is refused, as is a command issued
+outside contract.check_fresh's window. Redis trouble never reaches the loop: failed writes are logged and dropped.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import threading
 import time
@@ -20,6 +20,7 @@ import time
 from observatory import contract
 from observatory.contract import Command, CommandError
 from observatory.streams import Backoff, StreamConsumer, connect, text
+from training.run_state import merge_seen, prune_seen, seen_record
 
 log = logging.getLogger(__name__)
 
@@ -34,51 +35,58 @@ class ControlChannel:
         self.run_id = run_id
         self.control_key = control_key  # only commands signed with it are executed (contract.verify_command)
         self.stream, self.acks = contract.control_stream(run_id), contract.ack_stream(run_id)
-        self.applied_key = contract.applied_commands_key(run_id)
+        self.seen_key = contract.seen_commands_key(run_id)
         self.consumer = consumer
         self._url = redis_url
         self._block_ms = block_ms
         self._q: queue.Queue[Command] = queue.Queue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self.applied_ids: set[str] = set()
-        self.applied_names: dict[str, str] = {}  # id -> command, for the ids applied by this process
+        self.seen: dict[str, dict] = {}  # id -> seen_record, for every id answered (pruned: run_state.prune_seen)
         self._pending_ids: set[str] = set()  # accepted and queued, not yet applied or rejected
         self._writer = connect(redis_url, timeout=1.0)
         self._thread = threading.Thread(target=self._run, name=f"control-{run_id}", daemon=True)
-        self.started_at = time.time()
 
-    def start(self, applied_ids: set[str]) -> "ControlChannel":
-        """Start reading; `applied_ids` are the ids the restored checkpoint remembers."""
-        self.applied_ids |= applied_ids
-        self.started_at = time.time()
-        self._thread.start()
-        return self
-
-    def forget_unsaved(self, saved_ids: set[str]) -> list[str]:
-        """After a resume: ids in the Redis applied set but not in the checkpoint were applied after it, and their
-        effect died with the process. Forget them (resending the same id applies it again) and return them."""
-        try:
-            lost = sorted({text(m) for m in self._writer.smembers(self.applied_key)} - saved_ids)
-            if lost:
-                self._writer.srem(self.applied_key, *lost)
-            return lost
-        except Exception as e:  # Redis is optional for training; the checkpoint's list still guards the ids
-            log.warning("control %s: could not reconcile applied command ids: %s", self.run_id, e)
-            return []
-
-    def forget(self, ids: list[str]) -> None:
-        """A rollback undid these commands: their ids no longer count as applied (resending one applies it)."""
-        if not ids:
-            return
+    def start(self, known: dict[str, dict], resumed_step: int | None) -> tuple[dict[str, dict], list[str]]:
+        """Start reading, remembering `known` (the restored checkpoint's memory) and what Redis holds. After a resume,
+        ids Redis holds as applied but the checkpoint does not were applied after it and their effect died with the
+        process: they count as undone. Returns (the merged memory, those ids)."""
+        stored = self._load()
+        lost = sorted(i for i, r in stored.items() if r["outcome"] == "applied" and i not in known) \
+            if resumed_step is not None else []
+        for i in lost:
+            stored[i] = {**stored[i], "outcome": "undone", "by": "restart", "step": resumed_step}
+        merged = prune_seen(merge_seen(known, stored), time.time())
         with self._lock:
-            self.applied_ids.difference_update(ids)
-            for i in ids:
-                self.applied_names.pop(i, None)
+            self.seen = dict(merged)
+        self._store(merged, replace=True)
+        self._thread.start()
+        return merged, lost
+
+    def remember(self, records: dict[str, dict]) -> None:
+        """Outcomes decided by the loop itself (a rollback's undone ids)."""
+        with self._lock:
+            self.seen.update(records)
+        self._store(records)
+
+    def _load(self) -> dict[str, dict]:
         try:
-            self._writer.srem(self.applied_key, *ids)
-        except Exception as e:  # the checkpoint's list (without them) still guards a restart
-            log.warning("control %s: could not forget undone command ids: %s", self.run_id, e)
+            raw = self._writer.hgetall(self.seen_key)
+            return {text(k): json.loads(v) for k, v in raw.items()}
+        except Exception as e:  # Redis is optional for training; the checkpoint's memory still guards the ids
+            log.warning("control %s: could not read the command ids seen: %s", self.run_id, e)
+            return {}
+
+    def _store(self, records: dict[str, dict], replace: bool = False) -> None:
+        try:
+            pipe = self._writer.pipeline(transaction=False)
+            if replace:
+                pipe.delete(self.seen_key)
+            if records:
+                pipe.hset(self.seen_key, mapping={i: json.dumps(r) for i, r in records.items()})
+            pipe.execute()
+        except Exception as e:  # the checkpoint's memory still guards a restart
+            log.warning("control %s: could not store the command ids seen: %s", self.run_id, e)
 
     def publish_checkpoints(self, entries: list[dict]) -> None:
         """The checkpoint list operators pick a rollback target from (contract.checkpoints_key)."""
@@ -116,22 +124,31 @@ class ControlChannel:
         return [first] + self.poll()
 
     def applied(self, cmd: Command, detail: str = "", step: int | None = None) -> None:
-        with self._lock:
-            self.applied_ids.add(cmd.id)
-            self.applied_names[cmd.id] = cmd.name
-            self._pending_ids.discard(cmd.id)
-        self._finish(cmd, "applied", detail, step, remember=True)
+        self._finish(cmd, seen_record(cmd, "applied"), "applied", detail, step)
 
     def rejected(self, cmd: Command, detail: str, step: int | None = None) -> None:
+        self._finish(cmd, seen_record(cmd, "rejected", detail), "rejected", detail, step)
+
+    def repeated(self, cmd: Command, rec: dict, step: int | None = None) -> None:
+        """A command whose id the loop's state already answered: acked by that outcome, nothing remembered anew."""
+        status, detail = answer_repeat(cmd.id, rec)
+        self._finish(cmd, None, status, detail, step)
+
+    def _finish(self, cmd: Command, rec: dict | None, status: str, detail: str, step) -> None:
+        pruned: set[str] = set()
         with self._lock:
             self._pending_ids.discard(cmd.id)
-        self._finish(cmd, "rejected", detail, step, remember=False)
-
-    def _finish(self, cmd: Command, status: str, detail: str, step, remember: bool) -> None:
+            if rec is not None:
+                self.seen[cmd.id] = rec
+                pruned = set(self.seen) - set(prune_seen(self.seen, time.time()))
+                for i in pruned:
+                    del self.seen[i]
         try:
             pipe = self._writer.pipeline(transaction=False)
-            if remember:
-                pipe.sadd(self.applied_key, cmd.id)
+            if rec is not None:
+                pipe.hset(self.seen_key, cmd.id, json.dumps(rec))
+            if pruned:
+                pipe.hdel(self.seen_key, *pruned)
             pipe.xadd(self.acks, contract.ack_fields(cmd.id, status, detail[:1000], step), maxlen=ACKS_MAXLEN,
                       approximate=True)
             if cmd.entry_id:
@@ -180,28 +197,25 @@ class ControlChannel:
             return
         cmd.entry_id = entry_id
         with self._lock:
-            seen = cmd.id in self.applied_ids or cmd.id in self._pending_ids
-        if seen or reader.client.sismember(self.applied_key, cmd.id):
-            with self._lock:
-                queued = cmd.id in self._pending_ids
-                if not queued:
-                    self.applied_ids.add(cmd.id)
-            self._ack(reader, cmd.id, "accepted" if queued else "applied",
-                      "duplicate id: " + ("already queued" if queued else "already applied, not applied again"),
-                      entry_id)
+            queued = cmd.id in self._pending_ids
+            rec = self.seen.get(cmd.id)
+        if queued or rec is not None:
+            status, detail = ("accepted", "duplicate id: already queued") if queued else answer_repeat(cmd.id, rec)
+            self._ack(reader, cmd.id, status, detail, entry_id)
             return
-        if cmd.t and cmd.t < self.started_at - contract.STALE_AFTER_S:
-            self._ack(reader, cmd.id, "rejected", f"stale: sent {time.time() - cmd.t:.0f} s ago while no "
-                                                  "trainer was listening", entry_id)
-            return
+        try:
+            contract.check_fresh(cmd.t, time.time())
+        except CommandError as e:  # the loop records the refusal (a replay of it is then refused by id)
+            cmd.refused = str(e)
         with self._lock:
             self._pending_ids.add(cmd.id)
-        try:
-            reader.client.xadd(self.acks, contract.ack_fields(
-                cmd.id, "accepted", f"queued for the next step boundary (pid {os.getpid()})"),
-                maxlen=ACKS_MAXLEN, approximate=True)
-        except Exception as e:
-            log.warning("control %s: could not send accepted ack: %s", self.run_id, e)
+        if not cmd.refused:
+            try:
+                reader.client.xadd(self.acks, contract.ack_fields(
+                    cmd.id, "accepted", "queued for the next step boundary"),
+                    maxlen=ACKS_MAXLEN, approximate=True)
+            except Exception as e:
+                log.warning("control %s: could not send accepted ack: %s", self.run_id, e)
         self._q.put(cmd)
 
     def _ack(self, reader: StreamConsumer, cmd_id: str, status: str, detail: str, entry_id: str) -> None:
@@ -210,6 +224,17 @@ class ControlChannel:
                   approximate=True)
         pipe.xack(self.stream, contract.TRAINER_GROUP, entry_id)
         pipe.execute()
+
+
+def answer_repeat(cmd_id: str, rec: dict) -> tuple[str, str]:
+    """The ack (status, detail) for an id already answered with `rec`: a duplicate, or a refused replay."""
+    if rec["outcome"] == "applied":
+        return "applied", "duplicate id: already applied, not applied again"
+    if rec["outcome"] == "rejected":
+        return "rejected", f"replayed: id {cmd_id} was already rejected: {rec.get('detail', '')}"
+    by = rec.get("by", "")
+    how = (f"a restart from the checkpoint at step {rec.get('step')}" if by == "restart" else f"rollback {by}")
+    return "rejected", f"id {cmd_id} was undone by {how}; send it again with a new id"
 
 
 def _close(reader: StreamConsumer | None) -> None:

@@ -123,3 +123,6 @@ class Followers:
 
     def rejected(self, cmd: Command, reason: str, step: int) -> None:
         pass
+
+    def repeated(self, cmd: Command, rec: dict, step: int) -> None:
+        pass

@@ -149,11 +149,10 @@ class Trainer:
         if self.registration is not None:  # on every (re)start, at the current step, before any training step
             self.event("forecast", self.registration)
         if self.control is not None:
-            lost = self.control.forget_unsaved(s.applied_ids) if latest is not None else []
+            s.commands, lost = self.control.start(s.commands, latest)
             if lost:
-                self.event("commands_rolled_back", {"ids": lost, "resumed_step": latest,
-                                                    "detail": "applied after the last checkpoint; resend to apply"})
-            self.control.start(s.applied_ids)
+                self.event("commands_rolled_back", {"ids": lost, "resumed_step": latest, "detail": "applied after "
+                                                    "the last checkpoint; send it again with a new id to apply it"})
         if published is not None or latest is not None:
             self.rewind(max(published or 0, s.step), s.step)
         self.eval_batches = {d: mesh_lib.put(b, self.batch_sh[2]) for d, b in

@@ -4,11 +4,16 @@ The trainer, the CLI and the web validate commands with this one module, so a co
 command the trainer accepts. Structure only: checks that need the trainer's state (is it paused? does that
 checkpoint exist?) happen when the trainer applies the command, and are answered with a `rejected` ack.
 
-A command travels as one entry on `control_stream(run)` (fields v, id, command, args (JSON), reason, user, t);
-the trainer reads it through consumer group TRAINER_GROUP and acks each on `ack_stream(run)`: `accepted` on
-receipt, then `applied` or `rejected` with a reason. A repeated command id is acked `applied` with detail
-"duplicate id: ... not applied again"; entries older than STALE_AFTER_S when first read are rejected as stale.
-Applied ids are kept in `applied_commands_key(run)` and in checkpoints.
+A command travels as one entry on `control_stream(run)` (fields v, id, command, args (JSON), reason, user, t, nonce,
+sig); the trainer reads it through consumer group TRAINER_GROUP and acks each on `ack_stream(run)`: `accepted` on
+receipt, then `applied` or `rejected` with a reason. Every sender builds entries with `command_fields`: `t` is the
+issue time and `nonce` 128 random bits, both signed.
+
+No replays: the trainer refuses a command issued more than STALE_AFTER_S before it reads it, or more than
+MAX_CLOCK_SKEW_S after it (by the trainer's clock), and answers every id it has seen by what became of it: a
+repeat of a queued or applied id is acked as a duplicate and never applied twice; an id once rejected, or undone
+by a rollback or a restart, is refused (send it again with a new id). It remembers ids with their outcome in its
+checkpoints and in `seen_commands_key(run)`.
 
 Commands carry identity: the sender signs the entry with the run's control key (HMAC-SHA256 over the run id and
 every field, `sig`), shared by the web tier, the CLI and the trainer through OBS_CONTROL_KEY or
@@ -23,20 +28,23 @@ import hmac
 import json
 import math
 import os
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from observatory.contract.messages import SCHEMA_VERSION, SUPPORTED_VERSIONS, _dumps
 
-__all__ = ["ACK_STATUSES", "FAULTS", "STALE_AFTER_S", "MAX_FAULT_STEPS", "MAX_COMMAND_ID_LEN", "CommandError",
-           "ArgSpec", "CommandSpec", "COMMAND_SPECS", "COMMANDS", "Command", "validate_command", "parse_command",
-           "command_args_from_words", "command_fields", "ack_fields", "CONTROL_KEY_ENV", "SIGNED_FIELDS",
-           "load_control_key", "command_signature", "sign_command", "verify_command"]
+__all__ = ["ACK_STATUSES", "FAULTS", "STALE_AFTER_S", "MAX_CLOCK_SKEW_S", "MAX_FAULT_STEPS", "MAX_COMMAND_ID_LEN",
+           "CommandError", "ArgSpec", "CommandSpec", "COMMAND_SPECS", "COMMANDS", "Command", "validate_command",
+           "parse_command", "command_args_from_words", "check_fresh", "command_fields", "ack_fields",
+           "CONTROL_KEY_ENV", "SIGNED_FIELDS", "load_control_key", "command_signature", "sign_command",
+           "verify_command"]
 
 ACK_STATUSES = ("accepted", "applied", "rejected")
 FAULTS = ("lr-spike", "nan", "stall")
-STALE_AFTER_S = 600  # a command older than this when first seen was sent while no trainer listened: rejected
+STALE_AFTER_S = 600  # a command issued longer ago than this when the trainer reads it is refused
+MAX_CLOCK_SKEW_S = 30  # how far a sender's clock may run ahead of the trainer's: later issue times are refused
 MAX_FAULT_STEPS = 1000
 MAX_COMMAND_ID_LEN = 200
 
@@ -101,7 +109,9 @@ class Command:
     reason: str = ""
     user: str = ""
     t: float = 0.0
+    nonce: str = ""
     entry_id: str = ""
+    refused: str = ""  # set by the reader: refused on arrival, the loop records and acks it (never applied)
     extra: dict = field(default_factory=dict)
 
 
@@ -184,12 +194,26 @@ def parse_command(fields: Mapping[Any, Any]) -> Command:
     except (ValueError, RecursionError) as e:
         raise CommandError(f"args is not JSON: {str(e)[:100]}") from None
     try:
-        t = float(f.get("t") or 0)
+        t = float(f.get("t") or "nan")
     except ValueError:
-        t = 0.0
+        t = math.nan
+    if not math.isfinite(t):
+        raise CommandError("missing or bad issue time (t): send commands built by contract.command_fields")
+    if not f.get("nonce"):
+        raise CommandError("missing nonce: send commands built by contract.command_fields")
     name = f.get("command", "")
     return Command(id=cmd_id, name=name, args=validate_command(name, args), reason=f.get("reason", ""),
-                   user=f.get("user", ""), t=t)
+                   user=f.get("user", ""), t=t, nonce=f["nonce"])
+
+
+def check_fresh(t: float, now: float) -> None:
+    """CommandError unless issue time `t` lies within [now - STALE_AFTER_S, now + MAX_CLOCK_SKEW_S]."""
+    if now - t > STALE_AFTER_S:
+        raise CommandError(f"stale: issued {now - t:.0f} s ago (more than {STALE_AFTER_S} s); "
+                           "send it again with a new id")
+    if t - now > MAX_CLOCK_SKEW_S:
+        raise CommandError(f"issued {t - now:.0f} s in the future (more than the {MAX_CLOCK_SKEW_S} s of clock skew "
+                           "allowed): check the sender's clock, then send it again with a new id")
 
 
 def _word(text: str) -> Any:
@@ -222,7 +246,7 @@ def command_args_from_words(name: str, words: list[str]) -> dict:
 
 
 CONTROL_KEY_ENV = "OBS_CONTROL_KEY"
-SIGNED_FIELDS = ("v", "id", "command", "args", "reason", "user", "t")
+SIGNED_FIELDS = ("v", "id", "command", "args", "reason", "user", "t", "nonce")
 
 
 def load_control_key(environ: Mapping[str, str] | None = None) -> bytes | None:
@@ -269,9 +293,9 @@ def verify_command(run_id: str, fields: Mapping[Any, Any], key: bytes | None) ->
 
 def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = None, reason: str = "",
                    user: str = "") -> dict[str, str]:
-    """One entry on control_stream(run)."""
+    """One entry on control_stream(run), issued now with a fresh nonce (sign it with `sign_command`)."""
     return {"v": SCHEMA_VERSION, "id": cmd_id, "command": command, "args": _dumps(dict(args or {})),
-            "reason": reason, "user": user, "t": repr(time.time())}
+            "reason": reason, "user": user, "t": repr(time.time()), "nonce": secrets.token_hex(16)}
 
 
 def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = None) -> dict[str, str]:

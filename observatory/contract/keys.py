@@ -5,7 +5,7 @@ from __future__ import annotations
 __all__ = ["PREFIX", "RUNS_KEY", "DEADLETTER_STREAM", "DEADLETTER_COUNT_KEY", "INGEST_GROUP", "TRAINER_GROUP",
            "STREAM_MAXLEN", "STREAM_HARD_MAXLEN", "TRIM_EVERY_S", "TELEMETRY_LOST_EVENT", "HEARTBEAT_TTL_S",
            "telemetry_stream", "telemetry_lost_key", "telemetry_trim_key", "control_stream", "ack_stream",
-           "applied_commands_key", "checkpoints_key", "heartbeat_key", "live_group"]
+           "seen_commands_key", "checkpoints_key", "heartbeat_key", "live_group"]
 
 PREFIX = "obs"
 RUNS_KEY = f"{PREFIX}:runs"  # SET of run ids that have ever published
@@ -46,9 +46,10 @@ def ack_stream(run_id: str) -> str:
     return f"{PREFIX}:run:{run_id}:acks"
 
 
-def applied_commands_key(run_id: str) -> str:
-    """SET of command ids the run has applied: a repeated id is acknowledged, never applied twice."""
-    return f"{PREFIX}:run:{run_id}:control:applied"
+def seen_commands_key(run_id: str) -> str:
+    """HASH command id -> JSON {"outcome": applied|rejected|undone, "t", "command", "detail", "by"}: every id the
+    trainer has answered, so a repeat is never applied twice and a replay of a rejected or undone one is refused."""
+    return f"{PREFIX}:run:{run_id}:control:seen"
 
 
 def checkpoints_key(run_id: str) -> str:

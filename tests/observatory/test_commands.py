@@ -104,3 +104,28 @@ def test_signed_commands_verify_and_forgeries_say_why(tmp_path):
     assert contract.load_control_key({}) is None
     with pytest.raises(ValueError, match="shorter"):
         contract.load_control_key({"OBS_CONTROL_KEY": "short"})
+
+
+def test_every_command_carries_an_issue_time_and_a_nonce_under_its_signature():
+    key = b"k" * 32
+    a, b = (contract.command_fields("c-1", "pause", reason="look") for _ in range(2))
+    assert {"t", "nonce"} <= set(contract.SIGNED_FIELDS)
+    assert len(a["nonce"]) == 32 and a["nonce"] != b["nonce"]  # 128 random bits each time
+    signed = contract.sign_command("run-a", a, key)
+    for changed in ({"nonce": b["nonce"]}, {"t": repr(float(a["t"]) + 1)}):
+        with pytest.raises(CommandError, match="bad signature"):
+            contract.verify_command("run-a", {**signed, **changed}, key)
+    for missing, why in (("t", "issue time"), ("nonce", "nonce")):
+        with pytest.raises(CommandError, match=why):
+            parse_command({k: v for k, v in a.items() if k != missing})
+    assert parse_command(a).nonce == a["nonce"]
+
+
+def test_freshness_is_measured_against_now_with_a_stated_clock_skew():
+    now = 1_000_000.0
+    contract.check_fresh(now - contract.STALE_AFTER_S, now)
+    contract.check_fresh(now + contract.MAX_CLOCK_SKEW_S, now)
+    with pytest.raises(CommandError, match=r"^stale: issued 601 s ago \(more than 600 s\)"):
+        contract.check_fresh(now - contract.STALE_AFTER_S - 1, now)
+    with pytest.raises(CommandError, match=r"issued 31 s in the future"):
+        contract.check_fresh(now + contract.MAX_CLOCK_SKEW_S + 1, now)

@@ -143,10 +143,12 @@ def test_rollback_between_checkpoints_undoes_later_commands_and_lists_checkpoint
     assert undone and undone[-1]["by"] == rb
     assert set(undone[-1]["ids"]) == {lr_id, manual["id"]}  # pause and resume act on the loop: not undone
     assert lr_id not in t.state.applied_ids
-    assert not redis_client.sismember(contract.applied_commands_key(run_id), lr_id)
+    assert json.loads(redis_client.hget(contract.seen_commands_key(run_id), lr_id))["outcome"] == "undone"
     assert until(lambda: op.listing()[-1]["step"] == 10, 30, "the list after the rollback")
-    # its id no longer counts as applied: sent again, it applies again
+    # its id is spent: sent again it is refused, and a new id applies it
     again = op.do("set-lr-multiplier", {"value": 0.5}, cmd_id=lr_id, n=2)
-    assert again["status"] == "applied" and "duplicate" not in again["detail"] and t.schedule.multiplier == 0.5
+    assert again["status"] == "rejected" and f"undone by rollback {rb}" in again["detail"]
+    assert t.schedule.multiplier == 1.0
+    assert op.do("set-lr-multiplier", {"value": 0.5})["status"] == "applied" and t.schedule.multiplier == 0.5
     ack = op.do("rollback", {"step": 10_000})
     assert ack["status"] == "rejected" and "no checkpoint at step 10000" in ack["detail"]

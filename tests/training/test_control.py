@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import math
+import time
 import uuid
 
 import pytest
@@ -35,6 +37,26 @@ class Operator:
 
     def do(self, command: str, args=None, **kw) -> dict:
         return self.wait_ack(self.send(command, args, **kw))
+
+    def entry(self, cmd_id: str) -> dict:
+        """The signed fields of a command as they went on the control stream (what an attacker can capture)."""
+        stream = self.client.xrange(contract.control_stream(self.run_id))
+        return next(f for _, f in stream if f[b"id"] == cmd_id.encode())
+
+    def replay(self, fields: dict) -> dict:
+        """Put captured fields on the control stream again, unchanged, and return the trainer's new final ack."""
+        cmd_id = fields[b"id"].decode()
+        n = len([a for a in self.acks(cmd_id) if a["status"] in ("applied", "rejected")])
+        self.client.xadd(contract.control_stream(self.run_id), fields)
+        return self.until(lambda: (a := [a for a in self.acks(cmd_id) if a["status"] in ("applied", "rejected")])
+                          and len(a) > n and a, 120, f"the ack of the replayed {cmd_id}")[-1]
+
+    def signed(self, command: str, args=None, issued_at: float | None = None) -> dict:
+        """A correctly signed entry for a new id, issued at `issued_at` (the sender's clock)."""
+        fields = {**contract.command_fields("t-" + uuid.uuid4().hex, command, args, "test", "tester"),
+                  "t": repr(issued_at)}
+        key = contract.load_control_key()
+        return {k.encode(): v.encode() for k, v in contract.sign_command(self.run_id, fields, key).items()}
 
     def stream(self) -> list[contract.Message]:
         return self.read_stream(self.client, self.run_id)
@@ -68,6 +90,7 @@ def test_pause_holds_the_step_while_the_heartbeat_keeps_beating(tiny, start_trai
     ack = op.wait_ack(cid)
     assert ack["status"] == "applied" and "paused at step" in ack["detail"]
     assert [a["status"] for a in op.acks(cid)] == ["accepted", "applied"]
+    assert str(os.getpid()) not in op.acks(cid)[0]["detail"]  # acks are public (the run's log): no trainer pid
     held = bg.trainer.state.step
     n_hb = len([m for m in op.stream() if m.kind == "heartbeat"])
     hbs = until(lambda: (h := [m.data for m in op.stream() if m.kind == "heartbeat"][n_hb:]) and len(h) >= 2 and h,
@@ -92,11 +115,72 @@ def test_a_repeated_command_id_is_applied_once(tiny, start_trainer, op, until, r
     until(lambda: len([a for a in op.acks(cid) if a["status"] == "applied"]) >= 2, 60, "the duplicate's ack")
     assert "duplicate id" in op.acks(cid)[-1]["detail"]
     assert bg.trainer.schedule.multiplier == 0.5
-    assert redis_client.sismember(contract.applied_commands_key(run_id), cid)
+    assert json.loads(redis_client.hget(contract.seen_commands_key(run_id), cid))["outcome"] == "applied"
     bg.wait_step(bg.trainer.state.step + 2)
     bg.stop()
     assert [c["payload"]["id"] for c in op.events("command")] == [cid]
     assert op.metrics()[-1]["values"][contract.M_LR_MULT] == 0.5
+
+
+def test_replayed_commands_are_refused_with_a_reason_and_a_restart_remembers_them(tiny, start_trainer, op, until,
+                                                                                  redis_url, redis_client, run_id):
+    # Whoever can write to Redis can capture a signed entry and add it again, unchanged: each kind is refused.
+    cfg = tiny.load(checkpoint={"keep_last": 1000})
+    started = time.time()
+    bg = start_trainer(cfg, run_id, redis_url)
+    t = bg.trainer
+    bg.wait_step(2)
+    rejected = op.send("resume")
+    assert op.wait_ack(rejected)["detail"] == "not paused"
+    assert op.do("pause")["status"] == "applied"
+    assert op.do("checkpoint")["status"] == "applied"
+    undone = op.send("set-lr-multiplier", {"value": 0.5})
+    assert op.wait_ack(undone)["status"] == "applied"
+    rb = op.send("rollback", {"step": t.state.step}, reason="undo the LR change")
+    assert op.wait_ack(rb)["status"] == "applied" and t.schedule.multiplier == 1.0
+    applied = op.send("set-lr-multiplier", {"value": 0.25})
+    assert op.wait_ack(applied)["status"] == "applied"
+    captured = {cid: op.entry(cid) for cid in (rejected, undone, applied)}
+
+    def refuses_every_replay():
+        for fields, status, detail in [
+                (captured[rejected], "rejected", f"replayed: id {rejected} was already rejected: not paused"),
+                (captured[undone], "rejected", f"id {undone} was undone by rollback {rb}; send it again with a new id"),
+                (captured[applied], "applied", "duplicate id: already applied, not applied again")]:
+            ack = op.replay(fields)
+            assert ack["status"] == status and ack["detail"] == detail, ack
+        assert t.state.paused and t.schedule.multiplier == 0.25  # nothing changed
+        assert [e["payload"]["id"] for e in op.events("command")].count(applied) == 1
+
+    refuses_every_replay()
+    # Freshness is measured against now, not against when the trainer started (which was before `started`).
+    assert time.time() - started > 1
+    old = op.signed("set-lr-multiplier", {"value": 4.0}, time.time() - contract.STALE_AFTER_S - 1)
+    ack = op.replay(old)
+    assert ack["status"] == "rejected" and ack["detail"].startswith("stale: issued 60"), ack
+    ahead = op.signed("resume", issued_at=time.time() + contract.MAX_CLOCK_SKEW_S + 60)
+    ack = op.replay(ahead)
+    assert ack["status"] == "rejected" and "in the future" in ack["detail"], ack
+    assert t.state.paused and t.schedule.multiplier == 0.25
+    assert op.replay(ahead)["detail"].startswith("replayed: ")  # refused once, refused for good
+
+    # A restart from the checkpoint alone (Redis's copy deleted) remembers every id and what became of it.
+    assert op.do("resume")["status"] == "applied"
+    bg.wait_step(t.state.step + 2)  # the final checkpoint comes at a step of its own
+    t.request_stop("test")
+    assert bg.join() == 0
+    redis_client.delete(contract.seen_commands_key(run_id))
+    bg = start_trainer(cfg, run_id, redis_url)
+    t = bg.trainer
+    bg.wait_step(t.state.step + 1)
+    assert op.do("pause")["status"] == "applied"
+    refuses_every_replay()
+    assert op.replay(ahead)["detail"].startswith("replayed: ")
+    seen = {k.decode(): json.loads(v) for k, v in redis_client.hgetall(contract.seen_commands_key(run_id)).items()}
+    assert seen[rejected]["outcome"] == "rejected" and seen[undone]["outcome"] == "undone"
+    assert seen[applied]["outcome"] == "applied" and seen[undone]["by"] == rb
+    # the undone command goes again under a new id
+    assert op.do("set-lr-multiplier", {"value": 0.5})["status"] == "applied" and t.schedule.multiplier == 0.5
 
 
 def test_bad_commands_are_rejected_with_a_reason_and_training_goes_on(tiny, start_trainer, op, redis_url,
@@ -229,7 +313,7 @@ def test_stop_checkpoints_and_exits_0_and_a_restart_remembers_applied_ids(tiny, 
     stopped_at = bg.trainer.state.step
     assert bg.trainer.checkpointer.store.steps()[-1] == stopped_at
     assert [m.data["state"] for m in op.stream() if m.kind == "state"][-1] == "stopped"
-    redis_client.delete(contract.applied_commands_key(run_id))  # only the checkpoint remembers it now
+    redis_client.delete(contract.seen_commands_key(run_id))  # only the checkpoint remembers it now
     bg = start_trainer(cfg, run_id, redis_url)
     bg.wait_step(stopped_at + 1)
     op.send("stop", cmd_id=cid)
@@ -262,8 +346,8 @@ def test_the_control_cli_waits_for_the_ack_and_sets_its_exit_status(tiny, start_
     assert cmd["payload"]["reason"] == "calmer" and cmd["payload"]["command"] == "set-lr-multiplier"
 
 
-def test_commands_applied_after_the_last_checkpoint_are_forgotten_on_resume(tiny, start_trainer, op, until,
-                                                                           redis_url, redis_client, run_id):
+def test_commands_applied_after_the_last_checkpoint_are_undone_on_resume(tiny, start_trainer, op, until, redis_url,
+                                                                         redis_client, run_id):
     cfg = tiny.load()
     bg = start_trainer(cfg, run_id, redis_url)
     bg.wait_step(2)
@@ -271,12 +355,20 @@ def test_commands_applied_after_the_last_checkpoint_are_forgotten_on_resume(tiny
     assert op.wait_ack(kept)["status"] == "applied"
     bg.trainer.request_stop("test")  # the final checkpoint holds `kept`
     assert bg.join() == 0
-    # As if the process had applied one more command and then died before its next checkpoint.
-    redis_client.sadd(contract.applied_commands_key(run_id), "lost-1")
+    # As if the process had applied one more command and rejected another, then died before its next checkpoint:
+    # only Redis knows them.
+    seen = contract.seen_commands_key(run_id)
+    now = time.time()
+    redis_client.hset(seen, "lost-1", json.dumps({"outcome": "applied", "t": now, "command": "set-lr-multiplier"}))
+    redis_client.hset(seen, "refused-1", json.dumps({"outcome": "rejected", "t": now, "command": "resume",
+                                                     "detail": "not paused"}))
     start_trainer(cfg, run_id, redis_url)
     rolled = until(lambda: op.events("commands_rolled_back"), 120, "a commands_rolled_back event")
-    assert rolled[0]["payload"]["ids"] == ["lost-1"]
-    applied = {m.decode() for m in redis_client.smembers(contract.applied_commands_key(run_id))}
-    assert kept in applied and "lost-1" not in applied
+    assert rolled[0]["payload"]["ids"] == ["lost-1"] and "with a new id" in rolled[0]["payload"]["detail"]
+    outcomes = {k.decode(): json.loads(v)["outcome"] for k, v in redis_client.hgetall(seen).items()}
+    assert outcomes == {kept: "applied", "lost-1": "undone", "refused-1": "rejected"}
     ack = op.do("set-lr-multiplier", {"value": 0.25}, cmd_id="lost-1")
-    assert ack["status"] == "applied" and "duplicate" not in ack["detail"]
+    assert ack["status"] == "rejected" and ack["detail"].startswith("id lost-1 was undone by a restart"), ack
+    ack = op.do("resume", cmd_id="refused-1")
+    assert ack["detail"] == "replayed: id refused-1 was already rejected: not paused", ack
+    assert op.do("set-lr-multiplier", {"value": 0.25})["status"] == "applied"

@@ -9,6 +9,7 @@ import uuid
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.http import JsonResponse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from django_ratelimit.decorators import ratelimit
 
@@ -89,7 +90,7 @@ def _send_new(request, run: Run, body: dict) -> JsonResponse:
 
 def _retry(existing: OperatorCommand, run: Run, body: dict, args: dict) -> JsonResponse:
     """The same id again: never a second command. An unanswered one is put on the stream again (the trainer
-    applies an id once); an answered one is returned as it is."""
+    applies an id once) while it is within the trainer's window; an answered one is returned as it is."""
     if existing.run_id != run.id or existing.name != body["command"] or existing.args != args:
         raise ApiError(409, "this id belongs to a different command")
     if existing.undone_at is not None:
@@ -97,6 +98,11 @@ def _retry(existing: OperatorCommand, run: Run, body: dict, args: dict) -> JsonR
                             "send it again as a new command", command=existing.as_json())
     if existing.final:
         return JsonResponse(existing.as_json(), status=200)
+    age = (timezone.now() - existing.created_at).total_seconds()
+    if age > contract.STALE_AFTER_S:  # the trainer refuses it as stale, or may no longer remember its id
+        raise ApiError(409, f"this command was sent {age:.0f} s ago, more than the trainer's "
+                            f"{contract.STALE_AFTER_S} s window; send it again as a new command",
+                       command=existing.as_json())
     try:
         channel.send(existing)
     except Exception as e:

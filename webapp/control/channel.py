@@ -23,6 +23,7 @@ from webapp.runs.models import RunEvent
 CONTROL_MAXLEN = 10_000
 IMPORT_SCAN = 50  # newest control-stream entries looked at for commands sent from elsewhere
 ACK_SCAN = 2000  # acks read per run and sync at most
+OPEN = ("sent", "accepted")  # a record moves only forward from these; applied and rejected are final
 
 
 class NoControlKey(RuntimeError):
@@ -91,13 +92,13 @@ def _apply_acks(open_cmds: list[OperatorCommand], acks: list) -> None:
         status = f.get("status", "")
         if cmd is None or status not in order or _entry_key(text(eid)) <= _entry_key(cmd.sent_entry or "0-0"):
             continue
-        if order[status] <= order[cmd.status]:
+        if cmd.final or order[status] <= order[cmd.status]:  # the first final ack is what the trainer did
             continue
         cmd.status, cmd.detail = status, f.get("detail", "")[:2000]
         step = f.get("step", "")
         cmd.step = int(step) if step.isdigit() else cmd.step
         # only forward: a slower replica applying an older ack must not move the record back
-        OperatorCommand.objects.filter(pk=cmd.pk, status__in=[s for s in order if order[s] < order[status]]) \
+        OperatorCommand.objects.filter(pk=cmd.pk, status__in=[s for s in OPEN if order[s] < order[status]]) \
             .update(status=status, detail=cmd.detail, step=cmd.step, updated_at=timezone.now())
 
 
@@ -126,7 +127,7 @@ def sync(run_ids: list[str]) -> None:
     for run_id in run_ids:
         pipe.xrevrange(contract.control_stream(run_id), count=IMPORT_SCAN)
     _import_foreign(run_ids, pipe.execute())
-    open_cmds = list(OperatorCommand.objects.filter(run_id__in=run_ids, status__in=("sent", "accepted")))
+    open_cmds = list(OperatorCommand.objects.filter(run_id__in=run_ids, status__in=OPEN))
     by_run: dict[str, list[OperatorCommand]] = {}
     for c in open_cmds:
         by_run.setdefault(c.run_id, []).append(c)

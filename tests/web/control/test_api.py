@@ -78,6 +78,35 @@ def test_a_retry_reuses_the_id_and_is_never_a_second_command(operator, run, fake
     assert len(fake_trainer.sent()) == 2
 
 
+def test_a_retry_past_the_trainers_window_must_be_a_new_command(operator, run, fake_trainer):
+    body = dict(id="late-0000001", command="pause", reason="look")
+    assert post(operator, **body).status_code == 202
+    first = fake_trainer.sent()[0]
+    assert first["nonce"] and contract.parse_command(first).t > 0  # signed issue time and nonce
+    OperatorCommand.objects.filter(pk="late-0000001").update(
+        created_at=timezone.now() - dt.timedelta(seconds=contract.STALE_AFTER_S + 5))
+    resp = post(operator, **body)  # the trainer may no longer remember the id: it could apply it twice
+    assert resp.status_code == 409 and "send it again as a new command" in resp.json()["error"]
+    assert len(fake_trainer.sent()) == 1
+
+
+def test_a_refused_replay_never_changes_what_the_log_says_the_trainer_did(operator, run, fake_trainer):
+    post(operator, id="once-0000001", command="set-lr-multiplier", args={"value": 0.5}, reason="calmer")
+    post(operator, id="nope-0000001", command="resume", reason="go on")
+    # Read in one sync: the answers, then the trainer's refusals of replayed copies of both entries.
+    fake_trainer.ack("once-0000001", "accepted")
+    fake_trainer.ack("once-0000001", "applied", "LR multiplier 1 -> 0.5", 41)
+    fake_trainer.ack("nope-0000001", "rejected", "not paused", 41)
+    fake_trainer.ack("once-0000001", "rejected", "id once-0000001 was undone by rollback rb-1; send it again "
+                                                 "with a new id", 42)
+    fake_trainer.ack("nope-0000001", "applied", "duplicate id: already applied, not applied again", 42)
+    got = outcomes(operator)
+    assert got["once-0000001"]["outcome"] == "applied" and got["once-0000001"]["detail"] == "LR multiplier 1 -> 0.5"
+    assert got["nope-0000001"]["outcome"] == "rejected" and got["nope-0000001"]["detail"] == "not paused"
+    page = operator.get(f"/runs/{RUN}/log/").content.decode()
+    assert 'id="log-nope-0000001" data-outcome="rejected"' in page
+
+
 def test_outcomes_follow_the_acks_and_only_acks_after_the_send_count(operator, run, fake_trainer):
     fake_trainer.ack("old-00000001", "rejected", "an ack from before this command was sent")
     post(operator, id="old-00000001", command="checkpoint", reason="save")
