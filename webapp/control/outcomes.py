@@ -84,7 +84,7 @@ def _follow_acks(r, run_id: str, open_cmds: list[OperatorCommand]) -> None:
         cmd, status = by_id.get(f.get("id", "")), f.get("status", "")
         if cmd is None or status not in _ORDER or _entry_key(text(eid)) <= _entry_key(cmd.sent_entry or "0-0"):
             continue
-        if _ORDER[status] > _ORDER[cmd.status]:
+        if not cmd.final and _ORDER[status] > _ORDER[cmd.status]:  # the first final ack is what happened
             step = f.get("step", "")
             cmd.status, cmd.detail = status, f.get("detail", "")[:2000]
             cmd.step = int(step) if step.isdigit() else cmd.step

@@ -71,3 +71,10 @@ def test_the_operator_panel_still_records_what_it_sees(outcomes_only_redis_knows
 @pytest.mark.parametrize("path", PUBLIC_PAGES)
 def test_no_public_page_of_a_run_writes(outcomes_only_redis_knows, path):
     assert _writes(Client(), path) == []
+
+
+def test_a_refused_replay_does_not_change_what_the_public_log_shows(outcomes_only_redis_knows, fake_trainer):
+    fake_trainer.ack("pub-0000001", "rejected", "replayed: id pub-0000001 was already applied", 41)
+    got = {c["id"]: c for c in Client().get(f"/api/runs/{RUN}/interventions/").json()["interventions"]}
+    assert got["pub-0000001"]["outcome"] == "applied" and got["pub-0000001"]["step"] == 40
+    assert "already applied" not in Client().get(f"/runs/{RUN}/log/").content.decode()
