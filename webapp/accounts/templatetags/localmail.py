@@ -1,4 +1,4 @@
-"""`{% local_mail_dir %}`: where a development site's mail is (Django's file backend), for the "check your email" pages."""
+"""`{% local_mail_dir %}`: where a development site writes its mail (file backend), for "check your email" pages."""
 
 from pathlib import Path
 
