@@ -1,10 +1,11 @@
 """Full-range series queries (the min/max pyramid) on the configured database. Prints one JSON object.
 
-    OBS_DEBUG=1 .venv/bin/python bench/query.py [--points-total N] [--points P ...] [--repeat R] [--keep]
+    .venv/bin/python bench/query.py [--points-total N] [--points P ...] [--repeat R] [--keep]
 
 Loads an N-point series with 5 one-step spikes into a throwaway run, times full-range and zoomed window queries,
 checks every spike is kept, then deletes the run. Benchmark, not a test: run it on the database you deploy on
-(SQLite file, or PostgreSQL via DATABASE_URL).
+(PostgreSQL via DATABASE_URL, migrated first); without DATABASE_URL on its own SQLite file under OBS_DATA_DIR
+(var/bench-query.sqlite3), migrated, and deleted afterwards unless --keep.
 """
 
 from __future__ import annotations
@@ -19,13 +20,23 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+# production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
+os.environ.setdefault("OBS_DEBUG", "0")
+if not os.environ.get("DJANGO_SECRET_KEY_FILE"):
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only")
+OWN_DB = (None if os.environ.get("DATABASE_URL")
+          else ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
+if OWN_DB is not None:
+    os.environ["DATABASE_URL"] = f"sqlite:///{OWN_DB}"
 
 import django  # noqa: E402
 
 django.setup()
 
+from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
 from observatory import contract  # noqa: E402
@@ -43,7 +54,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--keep", action="store_true", help="keep the loaded run (re-used by the next call)")
     args = ap.parse_args()
-    print(json.dumps(bench(args.points_total, args.points, args.repeat, args.keep), indent=2))
+    call_command("migrate", verbosity=0)
+    try:
+        print(json.dumps(bench(args.points_total, args.points, args.repeat, args.keep), indent=2))
+    finally:
+        if OWN_DB is not None and not args.keep:
+            connection.close()
+            for path in OWN_DB.parent.glob(OWN_DB.name + "*"):  # with its -wal and -shm files
+                path.unlink()
     return 0
 
 

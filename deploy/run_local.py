@@ -169,17 +169,27 @@ def choose_run_id(mode: str | None) -> str:
     return run_id
 
 
-def control_key_file() -> Path:
-    """The demo run's control key (web and trainer sign/verify operator commands with it), made once, 0600."""
+def key_file(name: str, var: Path = VAR) -> Path:
+    """A random key kept under var/ (made once, 0600): `control.key`, with which web and trainer sign and verify
+    operator commands, and `secret.key`, the development Django secret key that settings find when no
+    DJANGO_SECRET_KEY is set (so `manage.py grant ...` works after `make run` without OBS_DEBUG)."""
     import secrets
 
-    path = VAR / "control.key"
+    path = var / name
     if not path.exists():
-        VAR.mkdir(parents=True, exist_ok=True)
+        var.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_urlsafe(32) + "\n")
     return path
+
+
+def prepare_keys(env: dict[str, str], var: Path = VAR) -> None:
+    """The keys `make run` keeps under var/, unless the environment names its own."""
+    if not (env.get("OBS_CONTROL_KEY") or env.get("OBS_CONTROL_KEY_FILE")):
+        env["OBS_CONTROL_KEY_FILE"] = str(key_file("control.key", var))
+    if not (env.get("DJANGO_SECRET_KEY") or env.get("DJANGO_SECRET_KEY_FILE")):
+        key_file("secret.key", var)
 
 
 def main() -> int:
@@ -203,8 +213,7 @@ def main() -> int:
         env = dict(os.environ)
         env["REDIS_URL"] = find_or_start_redis(sup)
         env.setdefault("OBS_DEBUG", "1")
-        if not (env.get("OBS_CONTROL_KEY") or env.get("OBS_CONTROL_KEY_FILE")):
-            env["OBS_CONTROL_KEY_FILE"] = str(control_key_file())
+        prepare_keys(env)
         env["PYTHONUNBUFFERED"] = "1"
         log("applying database migrations...")
         subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,

@@ -2,7 +2,8 @@
 
 Variables (see the README's configuration table):
     OBS_DEBUG            bool, default off
-    DJANGO_SECRET_KEY    (or DJANGO_SECRET_KEY_FILE) required unless OBS_DEBUG is on or tests are running
+    DJANGO_SECRET_KEY    (or DJANGO_SECRET_KEY_FILE) required unless OBS_DEBUG is on, tests are running, or
+                         `make run` made OBS_DATA_DIR/secret.key
     OBS_ALLOWED_HOSTS    comma list, default "127.0.0.1,localhost"
     REDIS_URL            default redis://127.0.0.1:6379/0 (streams, channel layer, Celery broker)
     DATABASE_URL         postgres://user:pass@host:port/db or sqlite:///path; unset -> SQLite in OBS_DATA_DIR
@@ -84,6 +85,14 @@ def env_secret(name: str) -> str | None:
     return direct or None
 
 
+def dev_secret_key(path: Path) -> str | None:
+    """The development secret key `make run` keeps in the data folder, or None where it has made none."""
+    try:
+        return path.read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
 def database_from_url(url: str, data_dir: Path) -> dict:
     """DATABASE_URL -> a DATABASES entry. postgres[ql]://user:pass@host:port/name?opt=v or sqlite:///path."""
     u = urlparse(url)
@@ -137,7 +146,9 @@ if not DATA_DIR.is_absolute():
     DATA_DIR = BASE_DIR / DATA_DIR
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = env_secret("DJANGO_SECRET_KEY")
+# `make run` keeps a development key in OBS_DATA_DIR/secret.key (deploy/run_local.py), so that `manage.py ...` works
+# beside it without OBS_DEBUG; only that file, and a deployment (no such file) still refuses to start without a key.
+SECRET_KEY = env_secret("DJANGO_SECRET_KEY") or dev_secret_key(DATA_DIR / "secret.key")
 if not SECRET_KEY:
     if not (DEBUG or TESTING):
         raise ImproperlyConfigured("DJANGO_SECRET_KEY or DJANGO_SECRET_KEY_FILE must be set unless OBS_DEBUG=1")

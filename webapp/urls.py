@@ -1,7 +1,15 @@
 """Top-level URLs: pages and the public JSON API (WebSocket routes live in webapp.live.routing)."""
 
 from django.contrib import admin
+from django.shortcuts import redirect
+from django.templatetags.static import static
 from django.urls import include, path
+
+
+def favicon(request):
+    """Browsers ask for /favicon.ico when a page names no icon (the admin's pages name none)."""
+    return redirect(static("favicon.ico"))
+
 
 urlpatterns = [
     path("", include("webapp.accounts.urls")),
@@ -15,4 +23,5 @@ urlpatterns = [
     path("", include("webapp.ops.urls")),
     path("", include("webapp.publicapi.urls")),
     path("admin/", admin.site.urls),
+    path("favicon.ico", favicon),
 ]

@@ -11,7 +11,8 @@ Two transports, chosen by `url` (or OBS_URL, else REDIS_URL):
     https://...   the site's HTTP intake with a per-user write token (`token`, or OBS_TOKEN)
 Both are non-blocking: `log` appends to a bounded queue that a background thread delivers, retrying with
 backoff; what does not fit is dropped and counted (`run.stats()`). See docs/CLIENT.md.
-No JAX, no Django: the standard library and `redis`.
+No JAX, no Django: HTTP mode needs the standard library alone, Redis mode the `redis` package
+(`pip install 'observatory[redis]'`).
 """
 
 from __future__ import annotations
@@ -66,15 +67,25 @@ def init(name: str | None = None, config: Mapping[str, Any] | None = None, run_i
         publisher = HttpPublisher(url, token, run_id, max_queue=max_queue)
         mode, dashboard = "http", f"{url.rstrip('/')}/runs/{run_id}/"
     elif url.startswith(("redis://", "rediss://", "unix://")):
-        from observatory.streams import Publisher
-
-        publisher, mode, dashboard = Publisher(url, run_id, max_queue=max_queue), "redis", None
+        publisher, mode, dashboard = _redis_publisher()(url, run_id, max_queue=max_queue), "redis", None
     else:
         raise ValueError(f"url must be http(s):// (the site) or redis:// (the lab's Redis), got {url!r}")
     run = Run(publisher, name, config, heartbeat_s=heartbeat_s, mode=mode, dashboard_url=dashboard)
     if finish_at_exit:
         _at_exit.add(run)
     return run
+
+
+def _redis_publisher():
+    """The Redis transport's Publisher class; a clear error where the `redis` package is not installed."""
+    try:
+        from observatory.streams import Publisher
+    except ModuleNotFoundError as e:
+        if e.name != "redis":
+            raise
+        raise ModuleNotFoundError("Redis mode needs the redis package: pip install 'observatory[redis]' "
+                                  "(or stream over HTTP: url='https://your-site', token=...)", name="redis") from e
+    return Publisher
 
 
 class _AtExit:

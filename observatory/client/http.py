@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 
 from observatory import contract
-from observatory.streams import QueuedPublisher
+from observatory.streams.queued import QueuedPublisher
 
 log = logging.getLogger(__name__)
 

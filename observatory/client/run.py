@@ -18,7 +18,7 @@ import traceback
 from typing import Any, Mapping
 
 from observatory import contract
-from observatory.streams import QueuedPublisher
+from observatory.streams.queued import QueuedPublisher
 
 log = logging.getLogger(__name__)
 
