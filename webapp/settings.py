@@ -245,7 +245,8 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 # One client address for the lockout and every rate limit: REMOTE_ADDR, never a header (OBS_TRUSTED_PROXIES).
-AXES_CLIENT_IP_CALLABLE = RATELIMIT_IP_META_KEY = "webapp.accounts.client.client_address"
+# django-ratelimit reads it by default (and refuses an empty one); axes would ask django-ipware if installed.
+AXES_CLIENT_IP_CALLABLE = "webapp.accounts.client.client_address"
 RATELIMIT_VIEW = "webapp.accounts.views.rate_limited"  # 429, not django-ratelimit's default 403
 # Rate-limit counters must be shared by every web replica: Redis. Tests count in their own process memory.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"} if TESTING else {
