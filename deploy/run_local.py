@@ -114,11 +114,31 @@ UVICORN_FLAGS = ["--loop", "uvloop", "--http", "webapp.serving:HttpProtocol", "-
                  "--backlog", "4096", "--no-access-log", "--log-level", "warning"]
 
 
+def trusted_proxies(raw: str) -> list[str]:
+    """OBS_TRUSTED_PROXIES ("172.30.80.200,10.1.0.0/16") -> its networks; ValueError naming a bad entry."""
+    nets = []
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        try:
+            nets.append(str(ipaddress.ip_network(item)))
+        except ValueError as e:
+            raise ValueError(f"OBS_TRUSTED_PROXIES: {item!r} is not an address or network ({e}); name each proxy in "
+                             "front of the web server ('*' would let any client choose its own address)") from None
+    return nets
+
+
+def proxy_flags() -> list[str]:
+    """uvicorn reads X-Forwarded-For/-Proto only from OBS_TRUSTED_PROXIES, and from no one when it is unset (its own
+    default trusts 127.0.0.1, or FORWARDED_ALLOW_IPS: any local process could then choose its address)."""
+    nets = trusted_proxies(os.environ.get("OBS_TRUSTED_PROXIES", ""))
+    return ["--proxy-headers", "--forwarded-allow-ips", ",".join(nets)] if nets else ["--no-proxy-headers"]
+
+
 def web_command(host: str, port: int, server: str | None = None) -> list[str]:
     server = server or os.environ.get("OBS_WEB_SERVER", "uvicorn")
-    if server == "daphne":
+    if server == "daphne":  # (daphne reads no proxy header unless told to, and then from anyone: never here)
         return [PY, "-m", "daphne", "-b", host, "-p", str(port), "-v", "0", "webapp.asgi:application"]
-    return [PY, "-m", "uvicorn", *UVICORN_FLAGS, "--host", host, "--port", str(port), "webapp.asgi:application"]
+    return [PY, "-m", "uvicorn", *UVICORN_FLAGS, *proxy_flags(), "--host", host, "--port", str(port),
+            "webapp.asgi:application"]
 
 
 def find_or_start_redis(sup: Supervisor) -> str:
@@ -203,6 +223,11 @@ def main() -> int:
         # make run is the local mode: Django's debug pages (tracebacks, settings, URL lists) over plain HTTP.
         log(f"--host {args.host}: make run serves this machine only (debug pages, plain HTTP). To serve others, "
             "use deploy/ (a TLS proxy, a secret key, debug off); to accept debug pages here, set OBS_DEBUG=1")
+        return 2
+    try:
+        proxy_flags()
+    except ValueError as e:
+        log(str(e))
         return 2
 
     sup = Supervisor()

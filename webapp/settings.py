@@ -245,9 +245,21 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/"
 AXES_FAILURE_LIMIT = env_int("OBS_LOGIN_FAILURE_LIMIT", 5)  # failed log-ins per (username, address) ...
 AXES_COOLOFF_TIME = 0.25  # ... lock it out for 15 minutes
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Failed log-ins per username from all addresses together (many addresses guessing one account) lock it too, at a
+# higher limit and not at addresses it logged in from before (webapp.accounts.lockout). Failures while locked out
+# are not counted, so a lock ends 15 minutes after it began: holding an account needs that many fresh guesses.
+LOGIN_ACCOUNT_FAILURE_LIMIT = env_int("OBS_LOGIN_ACCOUNT_FAILURE_LIMIT", 20)
+if not 1 <= AXES_FAILURE_LIMIT <= LOGIN_ACCOUNT_FAILURE_LIMIT:
+    raise ImproperlyConfigured(f"OBS_LOGIN_FAILURE_LIMIT={AXES_FAILURE_LIMIT} must be at least 1 and at most "
+                               f"OBS_LOGIN_ACCOUNT_FAILURE_LIMIT={LOGIN_ACCOUNT_FAILURE_LIMIT}")
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username"]
+AXES_HANDLER = "webapp.accounts.lockout.AccountLockoutHandler"
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
+# One client address for the lockout and every rate limit: REMOTE_ADDR, never a header (OBS_TRUSTED_PROXIES).
+# django-ratelimit reads it by default (and refuses an empty one); axes would ask django-ipware if installed.
+AXES_CLIENT_IP_CALLABLE = "webapp.accounts.client.client_address"
 RATELIMIT_VIEW = "webapp.accounts.views.rate_limited"  # 429, not django-ratelimit's default 403
 # Rate-limit counters must be shared by every web replica: Redis. Tests count in their own process memory.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"} if TESTING else {
