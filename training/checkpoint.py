@@ -172,6 +172,12 @@ class Checkpoints:
             self._info.pop(s, None)
         return drop
 
+    def delete(self, step: int) -> None:
+        """Remove one checkpoint (to write that step again); waits for a write in flight first."""
+        self._mngr.wait_until_finished()
+        self._mngr.delete(step)
+        self._info.pop(step, None)
+
     def restore(self, step: int, abstract_state: Any, fingerprint: dict) -> tuple[Any, dict]:
         """Restore (state, meta) of `step` into the structure of `abstract_state` after a compatibility check."""
         meta = self.check_compatible(step, fingerprint)

@@ -40,7 +40,7 @@ class Context(Protocol):
 
     def phase(self, state: str, detail: str = "") -> None: ...  # publish a lifecycle state
     def event(self, name: str, payload: dict) -> None: ...
-    def save_checkpoint(self, why: str, wait: bool = False) -> dict: ...
+    def save_checkpoint(self, why: str, wait: bool = False, replace: bool = True) -> dict: ...
     def restore(self, step: int) -> None: ...  # raises TrainingFailed; assigns nothing unless all reads back
     def rewind(self, from_step: int, to_step: int) -> None: ...  # published points after to_step are superseded
     def interrupted(self) -> None: ...  # the next step interval is not a throughput sample
@@ -64,7 +64,9 @@ def apply_commands(cmds: list[Command], state: RunState, ctx: Context, channel: 
             spec = COMMAND_SPECS.get(cmd.name)
             if spec is not None and spec.destructive:
                 PRECHECKS.get(cmd.name, lambda *a: None)(cmd, state, ctx)
-                ctx.save_checkpoint(f"before {cmd.name} {cmd.id}", wait=True)
+                # a rollback may restore the checkpoint at this very step: the state it abandons is not written
+                # over it (the commands it undoes are recorded as undone)
+                ctx.save_checkpoint(f"before {cmd.name} {cmd.id}", wait=True, replace=cmd.name != "rollback")
             detail = handler(cmd, state, ctx)
         except (CommandError, ConfigError, ValueError) as e:
             state.remember(cmd, "rejected", str(e))

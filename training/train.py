@@ -9,6 +9,8 @@ hardware sampler run on their own threads. Side effects live here; `training.ste
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import os
@@ -64,6 +66,7 @@ class Trainer:
         enable_compilation_cache(cfg.run.compile_cache)
         self.tokens_per_step = cfg.train.batch_size * cfg.model.seq_len
         self.state = RunState()
+        self._saved_host: dict[int, str] = {}  # step -> _host_signature() of the checkpoint there, as saved/restored
         self.progress = Progress(cfg.train.token_budget, self.tokens_per_step)
         self.heartbeat = Heartbeat(self.progress, partial(sink.record, "heartbeat"), cfg.sinks.heartbeat_s)
         self.hardware = HardwareMonitor(interval_s=1.0)
@@ -173,6 +176,13 @@ class Trainer:
             log.warning("[%s] data changed since the checkpoint, continuing (allow_changed_data): %s", self.run_id,
                         "; ".join(changed))
 
+    def _host_signature(self) -> str:
+        """What a checkpoint holds besides the arrays of a step (sampler, schedule, run state): commands change it
+        between steps."""
+        blob = json.dumps(ckpt_lib.to_json([self.sampler.state_dict(), self.schedule.state_dict(),
+                                            self.state.meta(), self.sampler.tokens_seen]), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
     def _ckpt_tree(self) -> dict:
         return {"train": self.train_state, "sampler": _np_tree(self.sampler.state_dict()),
                 "schedule": _np_tree(self.schedule.state_dict())}
@@ -188,6 +198,7 @@ class Trainer:
         self.sampler.load_state_dict(tree["sampler"])
         self.schedule.load_state_dict(tree["schedule"])
         self.state.restore(meta)
+        self._saved_host = {step: self._host_signature()}
         self.progress.token_budget = int(self.sampler.token_budget)
         self.progress.stepped(self.state.step, self.sampler.tokens_seen)
         log.info("[%s] restored checkpoint step %d from %s", self.run_id, step, store.directory)
@@ -214,15 +225,24 @@ class Trainer:
         self.interrupted()
 
     # ------------------------------------------------------------------------------------------ hooks
-    def save_checkpoint(self, why: str, wait: bool = False) -> dict:
-        s = self.state
-        if s.step in self.checkpointer.store.steps():
-            return {"step": s.step, "skipped": "already saved at this step"}
+    def save_checkpoint(self, why: str, wait: bool = False, replace: bool = True) -> dict:
+        """Checkpoint the run at this step. One already there is written again if commands changed the run since
+        (unless `replace` is False: a rollback may be about to restore that very checkpoint)."""
+        s, store = self.state, self.checkpointer.store
+        signature = self._host_signature()
+        if s.step in store.steps():
+            if not replace or self._saved_host.get(s.step) == signature:
+                return {"step": s.step, "skipped": "already saved at this step"}
+            # commands changed the run at this step since its checkpoint (an LR multiplier, skipped batches, the
+            # command memory): that checkpoint no longer describes the run, so it is written again
+            self.checkpointer.poll(block=True)
+            store.delete(s.step)
         self.phase("checkpointing", why)
         meta = {"run_id": self.run_id, "tokens": self.sampler.tokens_seen, "fingerprint": self.cfg.fingerprint(),
                 "config": self.cfg.to_dict(), "data_hashes": self.data_hashes, "started_at": self.started_at,
                 **s.meta()}
         info = self.checkpointer.save(s.step, self._ckpt_tree(), meta, why, wait)
+        self._saved_host[s.step] = signature
         self.phase("paused" if s.paused else "training")
         self.interrupted()
         return info

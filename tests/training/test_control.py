@@ -183,6 +183,26 @@ def test_replayed_commands_are_refused_with_a_reason_and_a_restart_remembers_the
     assert op.do("set-lr-multiplier", {"value": 0.5})["status"] == "applied" and t.schedule.multiplier == 0.5
 
 
+def test_a_command_applied_after_a_checkpoint_at_the_same_step_survives_a_stop(tiny, start_trainer, op, redis_url,
+                                                                                run_id):
+    # pause, checkpoint, then change the LR and stop without another step: the stop's checkpoint must carry the
+    # change (it was skipped as "already saved at this step", and the restart trained at multiplier 1).
+    cfg = tiny.load()
+    bg = start_trainer(cfg, run_id, redis_url)
+    t = bg.trainer
+    bg.wait_step(2)
+    assert op.do("pause")["status"] == "applied"
+    assert op.do("checkpoint")["status"] == "applied"
+    assert op.do("set-lr-multiplier", {"value": 0.5})["status"] == "applied"
+    assert op.do("stop")["status"] == "applied"
+    assert bg.join() == 0
+    bg = start_trainer(cfg, run_id, redis_url)
+    bg.wait_step(bg.trainer.state.step + 1)
+    assert bg.trainer.schedule.multiplier == 0.5
+    bg.trainer.request_stop("test")
+    assert bg.join() == 0
+
+
 def test_bad_commands_are_rejected_with_a_reason_and_training_goes_on(tiny, start_trainer, op, redis_url,
                                                                       redis_client, run_id):
     bg = start_trainer(tiny.load(train={"allow_faults": False}), run_id, redis_url)
