@@ -4,8 +4,13 @@ from django.contrib import admin
 from django.shortcuts import redirect
 from django.templatetags.static import static
 from django.urls import include, path
+from django.views.decorators.http import require_GET
+
+from webapp.accounts.permissions import public
 
 
+@public
+@require_GET
 def favicon(request):
     """Browsers ask for /favicon.ico when a page names no icon (the admin's pages name none)."""
     return redirect(static("favicon.ico"))

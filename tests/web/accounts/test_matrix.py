@@ -291,6 +291,7 @@ ROUTE_METHODS = {
     "api/runs/<str:run_id>/plan/": {"GET": "run.command"},
     "api/runs/<str:run_id>/interventions/": R,
     "healthz": R,
+    "favicon.ico": R,
     "metrics": {"GET": "ops.metrics"},
     "api/schema/": R,
     "api/docs/": R,
