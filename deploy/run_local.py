@@ -181,6 +181,8 @@ http {{
 
     server {{  # nchan's publisher: this machine's relay and producers only, never the public
         listen 127.0.0.1:{pub_port};
+        client_max_body_size 4m;
+        client_body_buffer_size 4m;  # a frame stays in memory (nchan's workers may not write var/ as another user)
         location ~ "^/pub/runs/({_RUN_RE})$" {{
             allow 127.0.0.1;
             deny all;

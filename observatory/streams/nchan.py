@@ -45,7 +45,8 @@ class NchanPublisher:
                     raise PushError(f"nchan publisher at {self.host}:{self.port}: {e}") from None
                 continue
             if resp.status not in (200, 201, 202):
-                raise PushError(f"nchan publisher answered {resp.status}: {answer[:200]!r}")
+                raise PushError(f"nchan publisher answered {resp.status} to a {len(body)}-byte message for {run_id!r}: "
+                                f"{answer[:120]!r}")
             return _message_id(answer)
         raise AssertionError("unreachable")
 

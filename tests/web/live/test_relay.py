@@ -163,6 +163,18 @@ def test_a_reconnect_resumes_with_no_hole_and_no_duplicate(relay, nchan, trainer
     viewer.close()
 
 
+def test_a_full_width_frame_is_published(relay, nchan, trainer, run_id):
+    """The demo's ~240 series in one step: ~20 KB, past nginx's in-memory body buffer (a temp file that nchan's
+    worker could not write under a private var/ answered 400)."""
+    relay.discover()
+    viewer = nchan.viewer(run_id)
+    names = [f"train/router/layer_{i}/routing_hist/{e}" for i in range(16) for e in range(32)]
+    trainer.metrics_named(0, {n: 0.123456789 for n in names})
+    relay_all(relay, trainer)
+    viewer.read_until(lambda: len(viewer.points) == len(names), "the full-width step")
+    viewer.close()
+
+
 def test_a_restarted_relay_resumes_from_its_cursor(redis_client, nchan, trainer, run_id):
     first = Relay(redis_client, NchanPublisher(nchan.pub_url))
     first.discover()
