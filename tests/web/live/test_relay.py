@@ -28,17 +28,18 @@ FROM_START = "0:0"  # a last_event_id older than anything: nchan's whole buffer
 class Nchan:
     """nginx with nchan as `make run` configures it (no web server behind it here)."""
 
-    def __init__(self, var: Path):
-        self.port, self.pub_port = free_port(), free_port()
+    def __init__(self, var: Path, web_port: int | None = None, pub_port: int | None = None):
+        self.port, self.pub_port = free_port(), pub_port or free_port()
         (var / "nginx").mkdir(parents=True)
         (var / "logs").mkdir()
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", self.port, free_port(), self.pub_port))
+        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port or free_port(), self.pub_port))
         self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                                       str(var / "logs" / "nginx-error.log")], stderr=subprocess.PIPE)
         wait_port(self.port)
         wait_port(self.pub_port)
         self.pub_url = f"http://127.0.0.1:{self.pub_port}/pub/runs/"
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def viewer(self, run_id: str, last_id: str | None = None) -> Viewer:
         query = f"?last_event_id={last_id}" if last_id else ""
