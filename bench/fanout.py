@@ -2,6 +2,13 @@
 
     .venv/bin/python bench/fanout.py --viewers 1000 --seconds 30 --json [--replicas 2] [--server uvicorn]
     .venv/bin/python bench/fanout.py --viewers 1000 --soak --seconds 300 --json      # RSS over time
+    .venv/bin/python bench/fanout.py --tier hub,nchan --viewers 3000 --connect-rate 0 --json  # both tiers, a storm
+
+--tier hub,nchan measures each tier in turn in one run, on one publisher: the hub (viewers on the web server's
+/ws/runs/<id>/) and the push tier (nginx + nchan as `make run` configures it, fed by `manage.py relay`; viewers on
+/live/runs/<id>/, every series, no resume). Per tier: p50_ms, p99_ms, delivered_fraction, connected, server_cpu
+(the web replicas, or nginx), cpu_us_per_frame (that CPU per (viewer, step) delivered), connect_cpu_ms (its CPU
+while the viewers connected, per viewer), connect_s, viewer_procs_cpu, and ingest's, Redis's and the relay's CPU.
 
 It starts what it needs: a private redis-server, a throw-away SQLite database (or --database-url), `manage.py
 ingest`, R web replicas (daphne or uvicorn) and a publisher at the demo trainer's full width: by default a

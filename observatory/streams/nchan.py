@@ -28,8 +28,8 @@ class NchanPublisher:
         self.timeout = timeout
         self.local = threading.local()
 
-    def publish(self, run_id: str, text: str) -> str:
-        """The message's nchan id ("<time>:<n>"), or PushError."""
+    def publish(self, run_id: str, text: str) -> dict:
+        """nchan's answer, the channel's info ({"messages", "subscribers", "last_message_id"}), or PushError."""
         body = text.encode()
         for attempt in (0, 1):  # a kept-alive connection nginx closed meanwhile: one fresh try
             conn = self._conn()
@@ -47,7 +47,7 @@ class NchanPublisher:
             if resp.status not in (200, 201, 202):
                 raise PushError(f"nchan publisher answered {resp.status} to a {len(body)}-byte message for {run_id!r}: "
                                 f"{answer[:120]!r}")
-            return _message_id(answer)
+            return _channel_info(answer)
         raise AssertionError("unreachable")
 
     def _conn(self) -> http.client.HTTPConnection:
@@ -63,12 +63,13 @@ class NchanPublisher:
             self.local.conn = None
 
 
-def _message_id(answer: bytes) -> str:
-    """nchan's channel info (Accept: text/json) -> the last message id, "" when absent."""
+def _channel_info(answer: bytes) -> dict:
+    """nchan's channel info (Accept: text/json) -> a dict ({} when it is not JSON)."""
     try:
-        return str(json.loads(answer).get("last_message_id", ""))
+        info = json.loads(answer)
     except ValueError:
-        return ""
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 _shared: dict[str, NchanPublisher] = {}

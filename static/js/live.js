@@ -64,7 +64,9 @@ window.Obs = window.Obs || {};
       const want = new Set(names);
       for (const msg of this.recent) {
         if (msg.type !== "update") continue;
-        for (const rw of msg.rewinds || []) want.forEach((n) => { if (this.store.has(n)) this.store.rewindOne(this.store.get(n), rw.to_step); });
+        for (const rw of msg.rewinds || []) {
+          want.forEach((n) => { if (this.store.has(n)) this.store.rewindOne(this.store.get(n), rw.to_step); });
+        }
         for (const [name, s] of Object.entries(msg.series || {})) if (want.has(name)) this.store.apply(name, s);
       }
     }
@@ -83,7 +85,8 @@ window.Obs = window.Obs || {};
       const proto = location.protocol === "https:" ? "wss://" : "ws://";
       const run = encodeURIComponent(this.runId) + "/";
       if (!this.push) return proto + location.host + "/ws/runs/" + run;
-      return proto + location.host + this.push.path + run + "?last_event_id=" + encodeURIComponent(this.lastId || this.push.since);
+      const since = encodeURIComponent(this.lastId || this.push.since);
+      return proto + location.host + this.push.path + run + "?last_event_id=" + since;
     }
 
     connect() {

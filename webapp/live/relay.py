@@ -38,6 +38,11 @@ SINCE_MARGIN_S = 30  # a first subscription replays nchan's buffer from this lon
 FRESH_MAX = 10_000  # a run that appears while the relay runs is relayed from its first entry unless it has more
 
 
+STATS_KEY = f"{contract.PREFIX}:relay:stats"  # HASH the relay refreshes for /metrics (webapp.live.metrics)
+STATS_EVERY_S = 5.0
+STATS_TTL_S = 60
+
+
 def cursor_key(run_id: str) -> str:
     """A STRING: the last telemetry entry id the relay published for the run."""
     return f"{contract.PREFIX}:run:{run_id}:relay"
@@ -47,7 +52,8 @@ def add_page_data(request, run, page: dict) -> None:
     """Page-data contributor: `live_push` ({"path": where to subscribe, "since": a message id a little before this
     page's data was read}) when there is a push tier; the page then subscribes there instead of the hub."""
     if settings.OBS_LIVE_PUSH_URL:
-        page["live_push"] = {"path": settings.OBS_LIVE_SUBSCRIBE_PATH, "since": f"{int(time.time()) - SINCE_MARGIN_S}:0"}
+        since = f"{int(time.time()) - SINCE_MARGIN_S}:0"
+        page["live_push"] = {"path": settings.OBS_LIVE_SUBSCRIBE_PATH, "since": since}
 
 
 def update_frame(run_id: str, entries) -> dict | None:
@@ -64,6 +70,7 @@ def update_frame(run_id: str, entries) -> dict | None:
             step = msg.data["step"]
             for name, x in msg.data["values"].items():
                 ch.add_point(name, step, *classify(x))
+            ch.times[step] = msg.data["t"]
         elif msg.kind == "rewind":
             ch.rewind(msg.data["from_step"], msg.data["to_step"])
     ch.points = {name: pts for name, pts in ch.points.items() if pts}
@@ -71,7 +78,7 @@ def update_frame(run_id: str, entries) -> dict | None:
         return None
     body = protocol.update_body(ch)
     del body["events"]
-    return {"type": "update", "run_id": run_id, **body}
+    return {"type": "update", "run_id": run_id, **body}  # with "t", the newest step's publish time: pop it to send
 
 
 class Relay:
@@ -84,6 +91,9 @@ class Relay:
         self.next_discover = self.next_scan = 0.0
         self.scanned: set[str] = set()
         self.stats: Counter = Counter()
+        self.subscribers: dict[str, int] = {}  # run id -> nchan's count at our last publish
+        self.delays: list[float] = []  # publish by the trainer -> published to nchan, seconds, since the last report
+        self.next_report = 0.0
 
     def discover(self) -> None:
         found = {contract.telemetry_stream(r) for r in map(text, self.r.smembers(contract.RUNS_KEY))
@@ -122,11 +132,31 @@ class Relay:
             run_id = run_of(stream)
             frame = update_frame(run_id, entries)
             if frame is not None:
-                self.pub.publish(run_id, protocol.encode(frame))  # PushError: the cursor stays, we retry
+                t = frame.pop("t", None)
+                info = self.pub.publish(run_id, protocol.encode(frame))  # PushError: the cursor stays, we retry
                 self.stats["frames"] += 1
+                self.subscribers[run_id] = int(info.get("subscribers") or 0)
+                if t:
+                    self.delays.append(time.time() - t)
             last = text(entries[-1][0])
             self.r.set(cursor_key(run_id), last, ex=CURSOR_TTL_S)
             self.cursors[stream] = last
             n += len(entries)
         self.stats["entries"] += n
+        self.report()
         return n
+
+    def report(self) -> None:
+        """Every STATS_EVERY_S: counters, subscribers and the delays since the last report, into STATS_KEY."""
+        if time.monotonic() < self.next_report:
+            return
+        self.next_report = time.monotonic() + STATS_EVERY_S
+        delays, self.delays = sorted(self.delays), []
+        fields = {"frames": self.stats["frames"], "entries": self.stats["entries"],
+                  "subscribers": sum(self.subscribers.values()), "t": time.time(),
+                  "delay_p50_s": delays[len(delays) // 2] if delays else 0.0,
+                  "delay_max_s": delays[-1] if delays else 0.0}
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(STATS_KEY, mapping=fields)
+        pipe.expire(STATS_KEY, STATS_TTL_S)
+        pipe.execute()

@@ -18,7 +18,8 @@ LOSS = "chart-train-loss"
 # Every WebSocket the page opens, for the test to see its URL and to drop it.
 RECORD_SOCKETS = """(() => { const WS = window.WebSocket; window.__sockets = [];
   window.WebSocket = function (...a) { const ws = new WS(...a); window.__sockets.push(ws); return ws; };
-  window.WebSocket.prototype = WS.prototype; Object.assign(window.WebSocket, {OPEN: WS.OPEN, CLOSED: WS.CLOSED}); })();"""
+  window.WebSocket.prototype = WS.prototype;
+  Object.assign(window.WebSocket, {OPEN: WS.OPEN, CLOSED: WS.CLOSED}); })();"""
 
 
 @pytest.fixture

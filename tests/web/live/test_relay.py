@@ -240,3 +240,21 @@ def test_producers_frames_reach_the_channel_without_points(nchan, settings, run_
 def test_a_bad_publisher_url_is_refused_with_a_clear_error(url):
     with pytest.raises(ValueError, match="expected http://host:port/path/"):
         NchanPublisher(url)
+
+
+@pytest.mark.django_db
+def test_metrics_report_the_push_tier(relay, nchan, trainer, run_id, client, settings):
+    settings.OBS_LIVE_PUSH_URL = nchan.pub_url
+    settings.OBS_METRICS_TOKEN = "push-tier-scrape"
+    relay.discover()
+    viewers = [nchan.viewer(run_id) for _ in range(2)]
+    trainer.metrics(0, loss=1.0)
+    relay_all(relay, trainer)
+    relay.next_report = 0.0
+    relay.report()
+    body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer push-tier-scrape").content.decode()
+    assert "observatory_push_subscribers 2" in body
+    assert "observatory_push_frames_total 1" in body
+    assert 'observatory_push_delay_seconds{quantile="0.5"}' in body
+    for v in viewers:
+        v.close()
