@@ -6,7 +6,7 @@
 
 --tier hub,nchan measures each tier in turn in one run, on one publisher: the hub (viewers on the web server's
 /ws/runs/<id>/) and the push tier (nginx + nchan as `make run` configures it, fed by `manage.py relay`; viewers on
-/live/runs/<id>/, every series, no resume). Per tier: p50_ms, p99_ms, delivered_fraction, connected, server_cpu
+/live/runs/<id>/lite/, the default dashboard's series, or /live/runs/<id>/ with --subscribe all; no resume). Per tier: p50_ms, p99_ms, delivered_fraction, connected, server_cpu
 (the web replicas, or nginx), cpu_us_per_frame (that CPU per (viewer, step) delivered), connect_cpu_ms (its CPU
 while the viewers connected, per viewer), connect_s, viewer_procs_cpu, and ingest's, Redis's and the relay's CPU.
 
@@ -264,7 +264,8 @@ def run_bench(args) -> dict:
             others["relay"] = [psutil.Process(relay_proc.pid)]
         for tier in args.tiers:
             urls = ([f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports] if tier == "hub"
-                    else [f"ws://127.0.0.1:{nchan_port}/live/runs/{run_id}/"])
+                    else [f"ws://127.0.0.1:{nchan_port}/live/runs/{run_id}/"
+                          + ("lite/" if args.subscribe == "default" else "")])
             phases[tier] = phase(args, tier, urls, [psutil.Process(p.pid) for p in tier_procs[tier]], others,
                                  trainer, tap)
     finally:

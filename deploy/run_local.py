@@ -144,6 +144,7 @@ def web_command(host: str, port: int, server: str | None = None) -> list[str]:
 NCHAN_MODULE = Path(os.environ.get("OBS_NCHAN_MODULE", "/usr/lib/nginx/modules/ngx_nchan_module.so"))
 # A run id as a channel name (contract.RUN_ID_RE), in nchan's location regexes.
 _RUN_RE = "[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+# A run's channels: run/<id> (every series) and run/<id>/lite (the default dashboard's: webapp/live/relay.py).
 
 
 def push_tier_missing() -> str | None:
@@ -183,11 +184,11 @@ http {{
         listen 127.0.0.1:{pub_port};
         client_max_body_size 4m;
         client_body_buffer_size 4m;  # a frame stays in memory (nchan's workers may not write var/ as another user)
-        location ~ "^/pub/runs/({_RUN_RE})$" {{
+        location ~ "^/pub/runs/({_RUN_RE})(/lite)?$" {{
             allow 127.0.0.1;
             deny all;
             nchan_publisher http;
-            nchan_channel_id run/$1;
+            nchan_channel_id run/$1$2;
             nchan_message_buffer_length 3000;  # ten minutes at 5 steps/s: what a reconnect resumes from
             nchan_message_timeout 10m;
         }}
@@ -208,9 +209,9 @@ http {{
         proxy_set_header Connection $connection_upgrade;
         proxy_http_version 1.1;
 
-        location ~ "^/live/runs/({_RUN_RE})/$" {{  # public runs' live frames (webapp/live/relay.py)
+        location ~ "^/live/runs/({_RUN_RE})(/lite)?/$" {{  # public runs' live frames (webapp/live/relay.py)
             nchan_subscriber websocket;
-            nchan_channel_id run/$1;
+            nchan_channel_id run/$1$2;
             nchan_subscriber_first_message newest;  # earlier ones by ?last_event_id= (static/js/live.js)
             nchan_websocket_ping_interval 30;
         }}

@@ -10,6 +10,7 @@ import threading
 from urllib.parse import quote, urlparse
 
 TIMEOUT_S = 5.0
+CHANNELS = ("", "lite")  # a run's channels: every series, the default dashboard's
 
 
 class PushError(OSError):
@@ -17,8 +18,9 @@ class PushError(OSError):
 
 
 class NchanPublisher:
-    """publish(run_id, text): one message on the run's channel. `url` is the publisher location's base,
-    e.g. http://127.0.0.1:8101/pub/runs/ (the run id is appended); ValueError for anything else."""
+    """publish(run_id, text, channel): one message on one of the run's channels: "" (every series) or "lite" (the
+    default dashboard's series: webapp.live.relay.LITE). `url` is the publisher location's base, e.g.
+    http://127.0.0.1:8101/pub/runs/ (the run id and channel are appended); ValueError for anything else."""
 
     def __init__(self, url: str, timeout: float = TIMEOUT_S):
         u = urlparse(url)
@@ -28,13 +30,13 @@ class NchanPublisher:
         self.timeout = timeout
         self.local = threading.local()
 
-    def publish(self, run_id: str, text: str) -> dict:
+    def publish(self, run_id: str, text: str, channel: str = "") -> dict:
         """nchan's answer, the channel's info ({"messages", "subscribers", "last_message_id"}), or PushError."""
         body = text.encode()
         for attempt in (0, 1):  # a kept-alive connection nginx closed meanwhile: one fresh try
             conn = self._conn()
             try:
-                conn.request("POST", self.path + quote(run_id, safe=""), body,
+                conn.request("POST", self.path + quote(run_id, safe="") + (f"/{channel}" if channel else ""), body,
                              {"Content-Type": "application/json", "Accept": "text/json"})
                 resp = conn.getresponse()
                 answer = resp.read()
@@ -49,6 +51,11 @@ class NchanPublisher:
                                 f"{answer[:120]!r}")
             return _channel_info(answer)
         raise AssertionError("unreachable")
+
+    def publish_all(self, run_id: str, text: str) -> None:
+        """A frame every viewer of the run gets, whichever channel it watches (events, summaries, feature frames)."""
+        for channel in CHANNELS:
+            self.publish(run_id, text, channel)
 
     def _conn(self) -> http.client.HTTPConnection:
         conn = getattr(self.local, "conn", None)

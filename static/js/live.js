@@ -5,7 +5,8 @@
 // instead: no resume and no Django per connection. Each message carries nchan's id (subprotocol ws+meta.nchan); a
 // reconnect asks for what followed the last one (`last_event_id`, from nchan's buffer: no hole, no duplicate), the
 // first connect for what followed a moment before the page was made. Series whose history comes in later replay
-// the recent frames kept here (what nchan sent while their history was read).
+// the recent frames kept here (what nchan sent while their history was read). A page starts on the run's lite
+// channel (the default dashboard's series) and moves to the full one, from a moment before, once it wants another.
 "use strict";
 
 window.Obs = window.Obs || {};
@@ -34,13 +35,34 @@ window.Obs = window.Obs || {};
       this.status = status; // (text) -> shown in the header
       this.ws = null; this.attempts = 0; this.pending = new Set(); this.flushQueued = false;
       this.push = pushConfig(); this.lastId = null; this.recent = [];
+      this.lite = Boolean(this.push && this.push.lite); this.loadedAt = Date.now();
+    }
+
+    // Push tier: whether the lite channel carries series `name`.
+    isLite(name) {
+      const l = this.push.lite;
+      return l.names.includes(name) || l.prefixes.some((p) => name.startsWith(p));
+    }
+
+    // Push tier: a series outside the lite channel is wanted: the full channel from a moment ago (its ids are its
+    // own; the store drops what it holds, and the frames replayed since then are contiguous, rewinds included).
+    widen() {
+      this.lite = false;
+      const elapsed = (Date.now() - this.loadedAt) / 1000; // since: a margin before the page was made (server clock)
+      this.lastId = Math.floor(Number(this.push.since.split(":")[0]) + elapsed) + ":0";
+      const ws = this.ws;
+      if (ws) { ws.onclose = null; ws.close(); this.ws = null; this.connect(); }
     }
 
     open() { return this.ws && this.ws.readyState === WebSocket.OPEN; }
 
     // History for these series is in: subscribe them (with the next microtask's others).
     ready(names) {
-      if (this.push) { this.replay(names); return; }
+      if (this.push) {
+        if (this.lite && names.some((n) => !this.isLite(n))) this.widen();
+        this.replay(names);
+        return;
+      }
       if (!this.open()) return; // onopen resumes everything ready
       names.forEach((n) => this.pending.add(n));
       if (this.flushQueued) return;
@@ -83,7 +105,7 @@ window.Obs = window.Obs || {};
 
     url() {
       const proto = location.protocol === "https:" ? "wss://" : "ws://";
-      const run = encodeURIComponent(this.runId) + "/";
+      const run = encodeURIComponent(this.runId) + (this.lite ? "/lite/" : "/");
       if (!this.push) return proto + location.host + "/ws/runs/" + run;
       const since = encodeURIComponent(this.lastId || this.push.since);
       return proto + location.host + this.push.path + run + "?last_event_id=" + since;

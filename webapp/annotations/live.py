@@ -36,7 +36,7 @@ def send_now(run_id: str, frame: dict) -> None:
     payload = {"type": FRAME, "run_id": run_id, **frame}
     if settings.OBS_LIVE_PUSH_URL:  # the push tier's public channel (webapp.live.push.to_push_tier does the same)
         try:
-            nchan.shared(settings.OBS_LIVE_PUSH_URL).publish(run_id, json.dumps(payload, separators=(",", ":")))
+            nchan.shared(settings.OBS_LIVE_PUSH_URL).publish_all(run_id, json.dumps(payload, separators=(",", ":")))
         except nchan.PushError as e:
             log.warning("annotation push to the push tier for %s failed: %s", run_id, e)
     layer = get_channel_layer()

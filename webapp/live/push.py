@@ -162,7 +162,7 @@ def to_push_tier(run_id: str, body: dict, summaries: dict[str, float] | None = N
     if frame is None:
         return
     try:
-        nchan.shared(url).publish(run_id, encode(frame))
+        nchan.shared(url).publish_all(run_id, encode(frame))
     except nchan.PushError as e:
         log.warning("push tier: frame for run %s lost: %s", run_id, e)
 

@@ -43,6 +43,15 @@ STATS_EVERY_S = 5.0
 STATS_TTL_S = 60
 
 
+# The "lite" channel (run/<id>/lite): the series the default dashboard shows (its charts, the router panel's first
+# layer, the data panel: ~34 of the demo's ~240), so its many viewers get ~3 KB frames instead of ~20 KB. A page that
+# wants any other series watches the full channel (run/<id>) instead (static/js/live.js).
+LITE_NAMES = frozenset({"train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
+                        "throughput/tokens_per_second", "throughput/mfu", "moe/drop_fraction", "mixture/stage",
+                        "train/router/layer_0/max_mean_load", "train/router/layer_0/capacity_overflow_rate"})
+LITE_PREFIXES = ("train/loss/", "mixture/weight/", "train/router/layer_0/routing_hist/")
+
+
 def cursor_key(run_id: str) -> str:
     """A STRING: the last telemetry entry id the relay published for the run."""
     return f"{contract.PREFIX}:run:{run_id}:relay"
@@ -53,7 +62,8 @@ def add_page_data(request, run, page: dict) -> None:
     page's data was read}) when there is a push tier; the page then subscribes there instead of the hub."""
     if settings.OBS_LIVE_PUSH_URL:
         since = f"{int(time.time()) - SINCE_MARGIN_S}:0"
-        page["live_push"] = {"path": settings.OBS_LIVE_SUBSCRIBE_PATH, "since": since}
+        page["live_push"] = {"path": settings.OBS_LIVE_SUBSCRIBE_PATH, "since": since,
+                             "lite": {"names": sorted(LITE_NAMES), "prefixes": list(LITE_PREFIXES)}}
 
 
 def update_frame(run_id: str, entries) -> dict | None:
@@ -81,6 +91,14 @@ def update_frame(run_id: str, entries) -> dict | None:
     return {"type": "update", "run_id": run_id, **body}  # with "t", the newest step's publish time: pop it to send
 
 
+def lite_frame(frame: dict) -> dict | None:
+    """An update frame as the lite channel carries it: only LITE series (rewinds always); None if nothing is left."""
+    series = {n: s for n, s in frame["series"].items() if n in LITE_NAMES or n.startswith(LITE_PREFIXES)}
+    if not series and not frame["rewinds"]:
+        return None
+    return {**frame, "series": series}
+
+
 class Relay:
     """Reads every run's telemetry stream from its cursor and publishes what arrives. Call step() in a loop."""
 
@@ -91,7 +109,7 @@ class Relay:
         self.next_discover = self.next_scan = 0.0
         self.scanned: set[str] = set()
         self.stats: Counter = Counter()
-        self.subscribers: dict[str, int] = {}  # run id -> nchan's count at our last publish
+        self.subscribers: dict[tuple[str, str], int] = {}  # (run id, channel) -> nchan's count at our last publish
         self.delays: list[float] = []  # publish by the trainer -> published to nchan, seconds, since the last report
         self.next_report = 0.0
 
@@ -134,8 +152,12 @@ class Relay:
             if frame is not None:
                 t = frame.pop("t", None)
                 info = self.pub.publish(run_id, protocol.encode(frame))  # PushError: the cursor stays, we retry
+                self.subscribers[run_id, ""] = int(info.get("subscribers") or 0)
+                lite = lite_frame(frame)
+                if lite is not None:
+                    info = self.pub.publish(run_id, protocol.encode(lite), "lite")
+                    self.subscribers[run_id, "lite"] = int(info.get("subscribers") or 0)
                 self.stats["frames"] += 1
-                self.subscribers[run_id] = int(info.get("subscribers") or 0)
                 if t:
                     self.delays.append(time.time() - t)
             last = text(entries[-1][0])

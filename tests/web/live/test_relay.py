@@ -41,9 +41,10 @@ class Nchan:
         self.pub_url = f"http://127.0.0.1:{self.pub_port}/pub/runs/"
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def viewer(self, run_id: str, last_id: str | None = None) -> Viewer:
+    def viewer(self, run_id: str, last_id: str | None = None, channel: str = "") -> Viewer:
         query = f"?last_event_id={last_id}" if last_id else ""
-        return Viewer(connect(f"ws://127.0.0.1:{self.port}/live/runs/{run_id}/{query}",
+        path = f"{run_id}/{channel}/" if channel else f"{run_id}/"
+        return Viewer(connect(f"ws://127.0.0.1:{self.port}/live/runs/{path}{query}",
                               subprotocols=["ws+meta.nchan"]))
 
 
@@ -147,6 +148,23 @@ def test_a_rewind_cuts_what_storage_does_not_keep(relay, nchan, trainer, ingesto
     viewer.close()
 
 
+def test_the_lite_channel_carries_the_default_dashboards_series_and_every_rewind(relay, nchan, trainer, run_id):
+    relay.discover()
+    full, lite = nchan.viewer(run_id), nchan.viewer(run_id, channel="lite")
+    for step in range(6):
+        trainer.metrics_named(step, {"train/loss": 1.0, "train/loss/docs_text": 2.0, "time/step_s": 0.1})
+    trainer.send("rewind", from_step=5, to_step=3)
+    trainer.metrics_named(4, {"time/step_s": 0.2})  # a step with no lite series: its frame still cuts
+    relay_all(relay, trainer)
+    full.read_until(lambda: full.points.get("time/step_s", {}).get(4) == 0.2, "the full channel's step 4")
+    lite.read_until(lambda: any(f.get("rewinds") for f in lite.frames), "the rewind on the lite channel")
+    assert set(full.points) == {"train/loss", "train/loss/docs_text", "time/step_s"}
+    assert set(lite.points) == {"train/loss", "train/loss/docs_text"}
+    assert lite.points["train/loss"] == {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}  # cut at the rewind, as storage does
+    full.close()
+    lite.close()
+
+
 def test_a_reconnect_resumes_with_no_hole_and_no_duplicate(relay, nchan, trainer, run_id):
     relay.discover()
     viewer = nchan.viewer(run_id)
@@ -222,7 +240,7 @@ def test_producers_frames_reach_the_channel_without_points(nchan, settings, run_
     """Ingest's copy of an update carries what only storage knows (event ids, the summary), never points or
     rewinds (the relay sent those; a late rewind would cut newer points); feature frames go as they are."""
     settings.OBS_LIVE_PUSH_URL = nchan.pub_url
-    viewer = nchan.viewer(run_id, FROM_START)
+    viewer, lite = nchan.viewer(run_id, FROM_START), nchan.viewer(run_id, FROM_START, channel="lite")
     push.to_push_tier(run_id, {"series": {"loss": {"steps": [1], "values": [1.0], "nonfinite": []}},
                                "rewinds": [{"from_step": 3, "to_step": 0}], "events": [{"id": 7, "kind": "event"}],
                                "run": {"id": run_id}, "t": 1.0})
@@ -230,7 +248,8 @@ def test_producers_frames_reach_the_channel_without_points(nchan, settings, run_
                                "rewinds": [], "events": []})  # points only: nothing to publish
     push.to_push_tier(run_id, {"type": "anomaly", "run_id": run_id, "id": 3})
     viewer.read_until(lambda: len(viewer.frames) >= 2, "two frames")
-    assert viewer.frames == [{"type": "update", "run_id": run_id, "events": [{"id": 7, "kind": "event"}],
+    lite.read_until(lambda: len(lite.frames) >= 2, "two frames on the lite channel")
+    assert lite.frames == viewer.frames == [{"type": "update", "run_id": run_id, "events": [{"id": 7, "kind": "event"}],
                               "run": {"id": run_id}},
                              {"type": "anomaly", "run_id": run_id, "id": 3}]
     viewer.close()
@@ -253,7 +272,7 @@ def test_metrics_report_the_push_tier(relay, nchan, trainer, run_id, client, set
     relay.next_report = 0.0
     relay.report()
     body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer push-tier-scrape").content.decode()
-    assert "observatory_push_subscribers 2" in body
+    assert "observatory_push_subscribers 2" in body  # the two on the full channel (no lite series published)
     assert "observatory_push_frames_total 1" in body
     assert 'observatory_push_delay_seconds{quantile="0.5"}' in body
     for v in viewers:
