@@ -69,3 +69,24 @@ def test_live_updates_rewinds_and_a_reconnect_through_the_push_tier(trainer, pus
     wait_for(lambda: page.evaluate(trace_js(LOSS)) == list(range(30)), 10, "one point per step")
     values = page.evaluate(trace_js(LOSS, "y"))
     assert values[:16] == [3.0] * 16 and values[16:] == [2.0] * 14, "the points after the rewind are the new ones"
+
+
+def test_a_series_outside_the_lite_channel_moves_the_page_to_the_full_one(trainer, push_servers, new_page, run_id):
+    servers, nchan = push_servers
+    trainer.send("run", name="push tier, full channel", config={})
+    for step in range(10):
+        trainer.metrics_named(step, {contract.M_LOSS: 3.0, "time/step_s": 0.5})
+    wait_ingested(run_id, 9)
+    servers.wait_web()
+    page = new_page()
+    page.add_init_script(RECORD_SOCKETS)
+    page.goto(f"{nchan.url}/runs/{run_id}/?chart={contract.M_LOSS}&chart=time/step_s")
+    wait_trace(page, "chart-time-step-s", "x.length === 10")
+    for step in range(10, 20):
+        trainer.metrics_named(step, {contract.M_LOSS: 3.0, "time/step_s": 0.5})
+    wait_trace(page, "chart-time-step-s", "x.includes(19)")
+    wait_trace(page, LOSS, "x.includes(19)")
+    urls = page.evaluate("() => window.__sockets.map((s) => s.url)")
+    assert "/lite/" in urls[0] and "/lite/" not in urls[-1]  # lite first, then the full channel
+    assert page.evaluate(trace_js("chart-time-step-s")) == list(range(20))
+    assert page.evaluate(trace_js(LOSS)) == list(range(20))
