@@ -2,6 +2,13 @@
 
     .venv/bin/python bench/fanout.py --viewers 1000 --seconds 30 --json [--replicas 2] [--server uvicorn]
     .venv/bin/python bench/fanout.py --viewers 1000 --soak --seconds 300 --json      # RSS over time
+    .venv/bin/python bench/fanout.py --tier hub,nchan --viewers 3000 --connect-rate 0 --json  # both tiers, a storm
+
+--tier hub,nchan measures each tier in turn in one run, on one publisher: the hub (viewers on the web server's
+/ws/runs/<id>/) and the push tier (nginx + nchan as `make run` configures it, fed by `manage.py relay`; viewers on
+/live/runs/<id>/lite/, the default dashboard's series, or /live/runs/<id>/ with --subscribe all; no resume). Per tier: p50_ms, p99_ms, delivered_fraction, connected, server_cpu
+(the web replicas, or nginx), cpu_us_per_frame (that CPU per (viewer, step) delivered), connect_cpu_ms (its CPU
+while the viewers connected, per viewer), connect_s, viewer_procs_cpu, and ingest's, Redis's and the relay's CPU.
 
 It starts what it needs: a private redis-server, a throw-away SQLite database (or --database-url), `manage.py
 ingest`, R web replicas (daphne or uvicorn) and a publisher at the demo trainer's full width: by default a
@@ -44,7 +51,7 @@ from latency import free_port, pct, wait_http  # noqa: E402
 from observatory import contract  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "deploy"))
-from run_local import web_command  # noqa: E402
+from run_local import nchan_config, push_tier_missing, web_command  # noqa: E402
 
 DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
 LAYERS, EXPERTS = 4, 16
@@ -176,6 +183,22 @@ def publish_times(redis_url: str, run_id: str) -> dict[int, float]:
     return out
 
 
+def start_push_tier(tmp: str, env: dict, web_port: int) -> tuple[int, list[subprocess.Popen]]:
+    """nginx + nchan as `make run` configures it (deploy/run_local.py), in front of the first replica, and the relay;
+    returns (nginx's port, [nginx, relay]). env gains OBS_LIVE_PUSH_URL (ingest and web publish there too)."""
+    port, pub_port = free_port(), free_port()
+    var = Path(tmp)
+    (var / "nginx").mkdir(parents=True, exist_ok=True)
+    (var / "logs").mkdir(parents=True, exist_ok=True)
+    conf = var / "nginx" / "nginx.conf"
+    conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port))
+    env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
+    nginx = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
+                              str(var / "logs" / "nginx-error.log")])
+    relay = subprocess.Popen([sys.executable, "manage.py", "relay", "--block-ms", "100"], cwd=ROOT, env=env)
+    return port, [nginx, relay]
+
+
 def run_bench(args) -> dict:
     tmp = tempfile.mkdtemp(prefix="obs-fanout-")
     rport = free_port()
@@ -189,13 +212,23 @@ def run_bench(args) -> dict:
            "DJANGO_SECRET_KEY": "fanout-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0", "OBS_LOG_LEVEL": "WARNING"}
     py = sys.executable
     run_id = f"fanout-{int(time.time())}"
-    trainer = None
+    trainer = tap = None
     ports = [free_port() for _ in range(args.replicas)]
+    phases: dict[str, dict] = {}
+    tier_procs: dict[str, list[subprocess.Popen]] = {}
     try:
         subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
                        stdout=subprocess.DEVNULL)
+        nchan_port = None
+        if "nchan" in args.tiers:
+            nchan_port, push_procs = start_push_tier(tmp, env, ports[0])
+            procs += push_procs
+            tier_procs["nchan"] = push_procs[:1]
+            relay_proc = push_procs[1]
         procs.append(subprocess.Popen([py, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env))
+        ingest_proc = procs[-1]
         web = [subprocess.Popen(server_cmd(args.server, p), cwd=ROOT, env=env) for p in ports]
+        tier_procs["hub"] = web
         if args.profile:  # py-spy samples each replica until it exits; collapsed stacks in DIR/web-<i>.txt
             spies += [subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(w.pid), "--format", "raw", "--rate", "50",
                                         "--output", f"{args.profile}/web-{i}.txt"], stdout=subprocess.DEVNULL,
@@ -226,58 +259,18 @@ def run_bench(args) -> dict:
             raise RuntimeError("the run never reached the database")
         tap = PushTap(redis_url, run_id)
         tap.start()
-        resume = None
-        if args.subscribe == "default":
-            resume = {"type": "resume", "metrics": dashboard_subscription(demo_names())}
-        nw = args.workers or max(1, min(8, math.ceil(args.viewers / 400)))
-        per = [args.viewers // nw + (1 if i < args.viewers % nw else 0) for i in range(nw)]
-        urls = [f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports]
-        ctx = mp.get_context("spawn")
-        pipes, workers = [], []
-        for i, n in enumerate(per):
-            a, b = ctx.Pipe()
-            w = ctx.Process(target=worker, args=(urls[i % len(urls):] + urls[:i % len(urls)], "http://127.0.0.1",
-                                                 n, resume, args.ramp / nw, b), daemon=True)
-            w.start()
-            pipes.append(a)
-            workers.append(w)
-        ps_web = [psutil.Process(p.pid) for p in web]
-        cpu_ramp = cpu_s(ps_web)
-        connected = failed = 0
-        for a in pipes:
-            _, c, f = a.recv()
-            connected, failed = connected + c, failed + f
-        cpu_ramp = cpu_s(ps_web) - cpu_ramp  # handshakes, hellos, resumes and backfills (and live frames meanwhile)
-        ps_ingest = [psutil.Process(procs[0].pid)]
-        ps_redis = [psutil.Process(redis_proc.pid)]
-        ps_viewers = [psutil.Process(w.pid) for w in workers]
-        time.sleep(args.settle)  # backfills answered, first live frames flowing
-        t_start = time.time()
-        c0 = {k: cpu_s(v) for k, v in (("web", ps_web), ("ingest", ps_ingest), ("redis", ps_redis),
-                                       ("viewers", ps_viewers))}
-        rss_series = []
-        end = t_start + args.seconds
-        while time.time() < end:
-            rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_web)])
-            time.sleep(min(args.rss_every, max(0.0, end - time.time())))
-        wall = time.time() - t_start
-        c1 = {k: cpu_s(v) for k, v in (("web", ps_web), ("ingest", ps_ingest), ("redis", ps_redis),
-                                       ("viewers", ps_viewers))}
-        rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_web)])
-        # Listen on until ingest has pushed the window's last step (it may lag on a busy machine), then `tail` more:
-        # delivered counts what the fan-out dropped, the delays count how late it came.
-        last_step = trainer.step if isinstance(trainer, SyntheticTrainer) else None
-        deadline = time.time() + 30
-        while last_step is not None and last_step not in tap.pushed and time.time() < deadline:
-            time.sleep(0.1)
-        stop_at = time.time() + args.tail
-        for a in pipes:
-            a.send(("stop", stop_at))
-        results = [a.recv() for a in pipes]
-        for w in workers:
-            w.join(10)
-        t_end = t_start + args.seconds
+        others = {"ingest": [psutil.Process(ingest_proc.pid)], "redis": [psutil.Process(redis_proc.pid)]}
+        if nchan_port:
+            others["relay"] = [psutil.Process(relay_proc.pid)]
+        for tier in args.tiers:
+            urls = ([f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports] if tier == "hub"
+                    else [f"ws://127.0.0.1:{nchan_port}/live/runs/{run_id}/"
+                          + ("lite/" if args.subscribe == "default" else "")])
+            phases[tier] = phase(args, tier, urls, [psutil.Process(p.pid) for p in tier_procs[tier]], others,
+                                 trainer, tap)
     finally:
+        if tap is not None:
+            tap.stop.set()
         if trainer is not None:
             if isinstance(trainer, SyntheticTrainer):
                 trainer.stop.set()
@@ -302,11 +295,74 @@ def run_bench(args) -> dict:
         redis_proc.terminate()
         redis_proc.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
-    window = [s for s, t in times.items() if t_start <= t < t_end]
-    tap.stop.set()
+    tiers = {tier: summarize(args, tier, raw, times, tap) for tier, raw in phases.items()}
+    out = {"viewers": args.viewers, "connect_rate": args.ramp, "replicas": args.replicas, "server": args.server,
+           "subscribe": args.subscribe, "publisher": args.publisher, "machine_load1": round(os.getloadavg()[0], 2),
+           "tiers": tiers}
+    if "hub" in tiers and "nchan" in tiers and tiers["hub"]["cpu_us_per_frame"] and tiers["nchan"]["cpu_us_per_frame"]:
+        out["nchan_vs_hub_cpu_per_frame"] = round(tiers["nchan"]["cpu_us_per_frame"] /
+                                                  tiers["hub"]["cpu_us_per_frame"], 3)
+    return out
+
+
+def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, trainer, tap) -> dict:
+    """One tier's measurement: its viewers connect (at --connect-rate), settle, are measured over --seconds, then
+    stop. Returns the raw material summarize() turns into the tier's figures."""
+    resume = None
+    if args.subscribe == "default":
+        resume = {"type": "resume", "metrics": dashboard_subscription(demo_names())}
+    nw = args.workers or max(1, min(8, math.ceil(args.viewers / 400)))
+    per = [args.viewers // nw + (1 if i < args.viewers % nw else 0) for i in range(nw)]
+    ctx = mp.get_context("spawn")
+    pipes, workers = [], []
+    t_connect = time.time()
+    cpu_ramp = cpu_s(ps_server)
+    for i, n in enumerate(per):
+        a, b = ctx.Pipe()
+        w = ctx.Process(target=worker, args=(urls[i % len(urls):] + urls[:i % len(urls)], "http://127.0.0.1",
+                                             n, resume, args.ramp / nw, b, tier == "hub"), daemon=True)
+        w.start()
+        pipes.append(a)
+        workers.append(w)
+    connected = failed = 0
+    for a in pipes:
+        _, c, f = a.recv()
+        connected, failed = connected + c, failed + f
+    connect_s = time.time() - t_connect  # spawn to every viewer connected (or failed)
+    cpu_ramp = cpu_s(ps_server) - cpu_ramp  # handshakes, hellos, resumes and backfills (and live frames meanwhile)
+    groups = {"server": ps_server, **others, "viewers": [psutil.Process(w.pid) for w in workers]}
+    time.sleep(args.settle)  # backfills answered, first live frames flowing
+    t_start = time.time()
+    c0 = {k: cpu_s(v) for k, v in groups.items()}
+    rss_series = []
+    end = t_start + args.seconds
+    while time.time() < end:
+        rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])
+        time.sleep(min(args.rss_every, max(0.0, end - time.time())))
+    wall = time.time() - t_start
+    c1 = {k: cpu_s(v) for k, v in groups.items()}
+    rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])
+    # Listen on until ingest has pushed the window's last step (it may lag on a busy machine), then `tail` more:
+    # delivered counts what the fan-out dropped, the delays count how late it came.
+    last_step = trainer.step if isinstance(trainer, SyntheticTrainer) else None
+    deadline = time.time() + 30
+    while last_step is not None and last_step not in tap.pushed and time.time() < deadline:
+        time.sleep(0.1)
+    stop_at = time.time() + args.tail
+    for a in pipes:
+        a.send(("stop", stop_at))
+    results = [a.recv() for a in pipes]
+    for w in workers:
+        w.join(10)
+    return {"results": results, "t_start": t_start, "t_end": t_start + args.seconds, "wall": wall, "c0": c0,
+            "c1": c1, "cpu_ramp": cpu_ramp, "connect_s": connect_s, "rss": rss_series}
+
+
+def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
+    window = [s for s, t in times.items() if raw["t_start"] <= t < raw["t_end"]]
     delays, fan, got = [], [], 0
     state = {"connected": 0, "failed": 0, "dropped": 0, "errors": {}}
-    for _, recs, st in results:
+    for _, recs, st in raw["results"]:
         for k in ("connected", "failed", "dropped"):
             state[k] += st[k]
         for e, n in st["errors"].items():
@@ -320,26 +376,30 @@ def run_bench(args) -> dict:
                     if s in tap.pushed:
                         fan.append((rec[s] - tap.pushed[s]) * 1000)
     expected = len(window) * args.viewers
-    ingest = [(tap.pushed[s] - times[s]) * 1000 for s in window if s in tap.pushed]
-    out = {"viewers": args.viewers, "p50_ms": round(pct(delays, 50), 1) if delays else None,
+    wall, c0, c1 = raw["wall"], raw["c0"], raw["c1"]
+    cpu = {k: round((c1[k] - c0[k]) / wall, 3) for k in c0}
+    # frames a viewer got per step: one per step (the hub coalesces under load: then fewer, larger ones)
+    out = {"tier": tier, "viewers": args.viewers, "p50_ms": round(pct(delays, 50), 1) if delays else None,
            "p99_ms": round(pct(delays, 99), 1) if delays else None,
            "delivered_fraction": round(got / expected, 4) if expected else None,
-           "server_cpu": round((c1["web"] - c0["web"]) / wall, 3), "server_rss_mb": rss_series[-1][1],
-           "replicas": args.replicas, "server": args.server, "subscribe": args.subscribe,
-           "publisher": args.publisher, "steps_in_window": len(window), "seconds": round(wall, 1),
+           "server_cpu": cpu["server"], "server_rss_mb": raw["rss"][-1][1],
+           # server CPU per (viewer, step) delivered, in microseconds
+           "cpu_us_per_frame": round((c1["server"] - c0["server"]) * 1e6 / got, 2) if got else None,
+           "connect_cpu_ms": round(raw["cpu_ramp"] * 1000 / max(1, args.viewers), 2),
+           "connect_s": round(raw["connect_s"], 1),
+           "steps_in_window": len(window), "seconds": round(wall, 1),
            "max_ms": round(max(delays), 1) if delays else None,
-           # the two halves of the delay: publish -> ingest's push (ingest), push -> viewer (fan-out)
-           "ingest_p50_ms": round(pct(ingest, 50), 1) if ingest else None,
-           "ingest_p99_ms": round(pct(ingest, 99), 1) if ingest else None,
-           "fanout_p50_ms": round(pct(fan, 50), 1) if fan else None,
-           "fanout_p99_ms": round(pct(fan, 99), 1) if fan else None,
-           "connect_cpu_ms_per_viewer": round(cpu_ramp * 1000 / max(1, args.viewers), 2),
-           "ingest_cpu": round((c1["ingest"] - c0["ingest"]) / wall, 3),
-           "redis_cpu": round((c1["redis"] - c0["redis"]) / wall, 3),
-           "viewer_procs_cpu": round((c1["viewers"] - c0["viewers"]) / wall, 3),
-           "machine_load1": round(os.getloadavg()[0], 2), **state}
+           "viewer_procs_cpu": cpu["viewers"], "ingest_cpu": cpu["ingest"], "redis_cpu": cpu["redis"],
+           **({"relay_cpu": cpu["relay"]} if "relay" in cpu else {}), **state}
+    if tier == "hub":
+        # the two halves of the hub's delay: publish -> ingest's push (ingest), push -> viewer (fan-out)
+        ingest = [(tap.pushed[s] - times[s]) * 1000 for s in window if s in tap.pushed]
+        out.update({"ingest_p50_ms": round(pct(ingest, 50), 1) if ingest else None,
+                    "ingest_p99_ms": round(pct(ingest, 99), 1) if ingest else None,
+                    "fanout_p50_ms": round(pct(fan, 50), 1) if fan else None,
+                    "fanout_p99_ms": round(pct(fan, 99), 1) if fan else None})
     if args.soak:
-        out["rss_mb_over_time"] = rss_series
+        out["rss_mb_over_time"] = raw["rss"]
     return out
 
 
@@ -354,7 +414,10 @@ def main() -> int:
     ap.add_argument("--publisher", choices=("synthetic", "demo"), default="synthetic")
     ap.add_argument("--rate", type=float, default=5.0, help="synthetic steps per second (the demo's rate)")
     ap.add_argument("--workers", type=int, default=0, help="viewer processes (default: one per 400, at most 8)")
-    ap.add_argument("--ramp", type=float, default=250.0, help="new connections per second, in total")
+    ap.add_argument("--tier", default="hub", help="comma list of hub, nchan: measured one after the other in one run "
+                    "(same publisher, same box); nchan needs nginx-light + libnginx-mod-nchan")
+    ap.add_argument("--ramp", "--connect-rate", dest="ramp", type=float, default=250.0,
+                    help="new connections per second, in total (0: everyone at once, a reconnect storm)")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between the last connect and the window")
     ap.add_argument("--tail", type=float, default=3.0, help="seconds viewers keep listening after the window")
     ap.add_argument("--soak", action="store_true", help="also report the web tier's RSS over time")
@@ -363,6 +426,14 @@ def main() -> int:
     ap.add_argument("--profile", default="", help="directory: py-spy profiles of each web replica (collapsed stacks)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args()
+    args.tiers = [t.strip() for t in args.tier.split(",") if t.strip()]
+    bad = set(args.tiers) - {"hub", "nchan"}
+    if bad or not args.tiers:
+        ap.error(f"--tier: expected a comma list of hub, nchan (got {args.tier!r})")
+    if args.ramp < 0:
+        ap.error("--connect-rate must be >= 0")
+    if "nchan" in args.tiers and push_tier_missing():
+        ap.error(f"--tier nchan: {push_tier_missing()} (apt-get install -y nginx-light libnginx-mod-nchan)")
     if not args.json:
         print(f"fan-out: {args.viewers} viewers, {args.replicas} {args.server} replica(s), {args.seconds:.0f}s",
               file=sys.stderr)

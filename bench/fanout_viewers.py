@@ -13,17 +13,18 @@ import time
 LOSS_STEPS = re.compile(r'"train/loss":\{"steps":\[([0-9,]*)\]')
 
 
-async def _viewer(url: str, origin: str, resume: dict | None, rec: dict, state: dict) -> None:
+async def _viewer(url: str, origin: str, resume: dict | None, rec: dict, state: dict, hub: bool) -> None:
+    """hub: the web server's /ws/runs/ (a hello, then a resume); else nchan's /live/runs/ (frames only)."""
     import websockets
 
     try:
         async with websockets.connect(url, origin=origin, max_size=None, open_timeout=120,
                                       ping_interval=None, close_timeout=2) as ws:
-            hello = json.loads(await asyncio.wait_for(ws.recv(), 120))
+            hello = json.loads(await asyncio.wait_for(ws.recv(), 120)) if hub else {"type": "hello"}
             if hello.get("type") != "hello":
                 state["failed"] += 1
                 return
-            if resume is not None:
+            if hub and resume is not None:
                 last = (hello.get("run") or {}).get("last_step")
                 await ws.send(json.dumps({**resume, "after_step": last if isinstance(last, int) else -1}))
             state["connected"] += 1
@@ -48,13 +49,14 @@ async def _viewer(url: str, origin: str, resume: dict | None, rec: dict, state: 
 
 
 async def _main(urls: list[str], origin: str, count: int, resume: dict | None, ramp_per_s: float,
-                conn) -> tuple[list[dict], dict]:
+                conn, hub: bool) -> tuple[list[dict], dict]:
     recs = [dict() for _ in range(count)]
     state = {"connected": 0, "failed": 0, "dropped": 0, "errors": {}}
     tasks = []
     for i in range(count):
-        tasks.append(asyncio.create_task(_viewer(urls[i % len(urls)], origin, resume, recs[i], state)))
-        await asyncio.sleep(1 / ramp_per_s)
+        tasks.append(asyncio.create_task(_viewer(urls[i % len(urls)], origin, resume, recs[i], state, hub)))
+        if ramp_per_s > 0:  # 0: everyone at once (a reconnect storm)
+            await asyncio.sleep(1 / ramp_per_s)
     while state["connected"] + state["failed"] + state["dropped"] < count:
         await asyncio.sleep(0.1)
     conn.send(("ready", state["connected"], state["failed"]))
@@ -66,7 +68,8 @@ async def _main(urls: list[str], origin: str, count: int, resume: dict | None, r
     return recs, state
 
 
-def worker(urls: list[str], origin: str, count: int, resume: dict | None, ramp_per_s: float, conn) -> None:
+def worker(urls: list[str], origin: str, count: int, resume: dict | None, ramp_per_s: float, conn,
+           hub: bool = True) -> None:
     """Process entry point: open `count` viewers, say ("ready", connected, failed), take ("stop", unix time), run
     until then and send back what each viewer saw as ("done", [[(step, arrival)]], state)."""
     try:
@@ -74,6 +77,6 @@ def worker(urls: list[str], origin: str, count: int, resume: dict | None, ramp_p
         uvloop.install()
     except ImportError:
         pass
-    recs, state = asyncio.run(_main(urls, origin, count, resume, ramp_per_s, conn))
+    recs, state = asyncio.run(_main(urls, origin, count, resume, ramp_per_s, conn, hub))
     conn.send(("done", [list(r.items()) for r in recs], state))
     conn.close()

@@ -15,6 +15,8 @@ Variables (see the README's configuration table):
     OBS_METRICS_TOKEN    (or OBS_METRICS_TOKEN_FILE) a scrape token: GET /metrics answers operators and it only
     OBS_PUBLIC_URL       default http://127.0.0.1:8000: the site's address in anomaly notifications' links
     OBS_HEADER_TIMEOUT_S, OBS_BODY_TIMEOUT_S  default 10, 30: slower request headers / bodies get 408 and a close
+    OBS_LIVE_PUSH_URL    nchan's internal publisher (http://127.0.0.1:8101/pub/runs/); unset: live frames via the hub
+    OBS_LIVE_SUBSCRIBE_PATH  default /live/runs/: where dashboards subscribe to nchan (with OBS_LIVE_PUSH_URL)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from urllib.parse import parse_qsl, unquote, urlparse
 from django.core.exceptions import ImproperlyConfigured
 
 from observatory.contract import load_control_key
+from observatory.streams.nchan import NchanPublisher
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -310,6 +313,19 @@ CHANNEL_LAYERS = {"default": {
     "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
     "CONFIG": {"hosts": [REDIS_URL]},
 }}
+
+# The public live path on a push engine (nchan; docs/ARCHITECTURE.md "Live path"): the relay (`manage.py relay`) and
+# the frame producers POST to OBS_LIVE_PUSH_URL, nchan's internal-only publisher location; dashboards subscribe at
+# OBS_LIVE_SUBSCRIBE_PATH (same origin, through the nginx in front). Unset: the hub (webapp.live.hub) carries it all.
+OBS_LIVE_PUSH_URL = env_str("OBS_LIVE_PUSH_URL", "").strip() or None
+OBS_LIVE_SUBSCRIBE_PATH = env_str("OBS_LIVE_SUBSCRIBE_PATH", "/live/runs/")
+if OBS_LIVE_PUSH_URL:
+    try:
+        NchanPublisher(OBS_LIVE_PUSH_URL)
+    except ValueError as e:
+        raise ImproperlyConfigured(f"OBS_LIVE_PUSH_URL: {e}") from None
+if not (OBS_LIVE_SUBSCRIBE_PATH.startswith("/") and OBS_LIVE_SUBSCRIBE_PATH.endswith("/")):
+    raise ImproperlyConfigured(f"OBS_LIVE_SUBSCRIBE_PATH {OBS_LIVE_SUBSCRIBE_PATH!r} must start and end with '/'")
 
 # ---------------------------------------------------------------------------------------------- celery
 CELERY_BROKER_URL = REDIS_URL

@@ -1,12 +1,32 @@
 // The dashboard's live socket (/ws/runs/<id>/, webapp/live/protocol.py): connects, reconnects with backoff,
 // handles coalesced batches frame by frame, and sends "resume" for the series whose history is in — batched, so a
 // page revealing forty series sends one resume, not forty (the server rate-limits client messages).
+// With a push tier (page data `live_push`: nchan, webapp/live/relay.py) the same frames come from nchan's websocket
+// instead: no resume and no Django per connection. Each message carries nchan's id (subprotocol ws+meta.nchan); a
+// reconnect asks for what followed the last one (`last_event_id`, from nchan's buffer: no hole, no duplicate), the
+// first connect for what followed a moment before the page was made. Series whose history comes in later replay
+// the recent frames kept here (what nchan sent while their history was read). A page starts on the run's lite
+// channel (the default dashboard's series) and moves to the full one, from a moment before, once it wants another.
 "use strict";
 
 window.Obs = window.Obs || {};
 
 (function (Obs) {
   const RESUME_CHUNK = 200; // protocol.MAX_RESUME_METRICS is 256
+  const RECENT = 300; // push tier: frames kept for series whose history arrives later (a minute at 5 steps/s)
+
+  function pushConfig() {
+    const el = document.getElementById("page-data");
+    try { return (el && JSON.parse(el.textContent).live_push) || null; } catch (e) { return null; }
+  }
+
+  // A ws+meta.nchan message -> {id, data}: "id: <id>\ncontent-type: ...\n\n<data>".
+  function nchanMessage(text) {
+    const cut = text.indexOf("\n\n");
+    const head = cut < 0 ? "" : text.slice(0, cut);
+    const id = /^id: (.*)$/m.exec(head);
+    return {id: id ? id[1] : null, data: cut < 0 ? text : text.slice(cut + 2)};
+  }
 
   class LiveSocket {
     // store: Obs.Store; lastEvent(): the last event id the page holds; handle(frame): one server frame.
@@ -14,12 +34,35 @@ window.Obs = window.Obs || {};
       this.runId = runId; this.store = store; this.lastEvent = lastEvent; this.handle = handle;
       this.status = status; // (text) -> shown in the header
       this.ws = null; this.attempts = 0; this.pending = new Set(); this.flushQueued = false;
+      this.push = pushConfig(); this.lastId = null; this.recent = [];
+      this.lite = Boolean(this.push && this.push.lite); this.loadedAt = Date.now();
+    }
+
+    // Push tier: whether the lite channel carries series `name`.
+    isLite(name) {
+      const l = this.push.lite;
+      return l.names.includes(name) || l.prefixes.some((p) => name.startsWith(p));
+    }
+
+    // Push tier: a series outside the lite channel is wanted: the full channel from a moment ago (its ids are its
+    // own; the store drops what it holds, and the frames replayed since then are contiguous, rewinds included).
+    widen() {
+      this.lite = false;
+      const elapsed = (Date.now() - this.loadedAt) / 1000; // since: a margin before the page was made (server clock)
+      this.lastId = Math.floor(Number(this.push.since.split(":")[0]) + elapsed) + ":0";
+      const ws = this.ws;
+      if (ws) { ws.onclose = null; ws.close(); this.ws = null; this.connect(); }
     }
 
     open() { return this.ws && this.ws.readyState === WebSocket.OPEN; }
 
     // History for these series is in: subscribe them (with the next microtask's others).
     ready(names) {
+      if (this.push) {
+        if (this.lite && names.some((n) => !this.isLite(n))) this.widen();
+        this.replay(names);
+        return;
+      }
       if (!this.open()) return; // onopen resumes everything ready
       names.forEach((n) => this.pending.add(n));
       if (this.flushQueued) return;
@@ -38,19 +81,50 @@ window.Obs = window.Obs || {};
       }
     }
 
-    connect() {
+    // Push tier: the recent frames' points and rewinds again, for these series only (the store drops what it holds).
+    replay(names) {
+      const want = new Set(names);
+      for (const msg of this.recent) {
+        if (msg.type !== "update") continue;
+        for (const rw of msg.rewinds || []) {
+          want.forEach((n) => { if (this.store.has(n)) this.store.rewindOne(this.store.get(n), rw.to_step); });
+        }
+        for (const [name, s] of Object.entries(msg.series || {})) if (want.has(name)) this.store.apply(name, s);
+      }
+    }
+
+    receive(text) {
+      const msg = JSON.parse(text);
+      const frames = Array.isArray(msg) ? msg : [msg]; // a coalesced batch: its frames in order
+      if (this.push) {
+        this.recent.push(...frames);
+        if (this.recent.length > RECENT) this.recent.splice(0, this.recent.length - RECENT);
+      }
+      frames.forEach(this.handle);
+    }
+
+    url() {
       const proto = location.protocol === "https:" ? "wss://" : "ws://";
-      const ws = this.ws = new WebSocket(proto + location.host + "/ws/runs/" + encodeURIComponent(this.runId) + "/");
+      const run = encodeURIComponent(this.runId) + (this.lite ? "/lite/" : "/");
+      if (!this.push) return proto + location.host + "/ws/runs/" + run;
+      const since = encodeURIComponent(this.lastId || this.push.since);
+      return proto + location.host + this.push.path + run + "?last_event_id=" + since;
+    }
+
+    connect() {
+      const ws = this.ws = this.push ? new WebSocket(this.url(), "ws+meta.nchan") : new WebSocket(this.url());
       ws.onopen = () => {
         this.attempts = 0;
         this.status("live");
+        if (this.push) return; // nchan replays from last_event_id: nothing to ask for
         const ready = this.store.ready();
         if (ready.length) this.resume(ready);
       };
       ws.onmessage = (ev) => {
-        const msg = JSON.parse(ev.data);
-        if (Array.isArray(msg)) msg.forEach(this.handle); // a coalesced batch: its frames in order
-        else this.handle(msg);
+        if (!this.push) { this.receive(ev.data); return; }
+        const m = nchanMessage(ev.data);
+        if (m.id) this.lastId = m.id;
+        if (m.data) this.receive(m.data);
       };
       ws.onclose = (ev) => {
         this.ws = null;

@@ -11,13 +11,16 @@ RunConsumer to hold both sides to it.
 
 from __future__ import annotations
 
+import json
 import logging
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
 
 from observatory import contract
+from observatory.streams import nchan
 
 log = logging.getLogger("observatory.annotations")
 FRAME = "annotation"
@@ -30,10 +33,16 @@ def push(run_id: str, frame: dict) -> None:
 
 
 def send_now(run_id: str, frame: dict) -> None:
+    payload = {"type": FRAME, "run_id": run_id, **frame}
+    if settings.OBS_LIVE_PUSH_URL:  # the push tier's public channel (webapp.live.push.to_push_tier does the same)
+        try:
+            nchan.shared(settings.OBS_LIVE_PUSH_URL).publish_all(run_id, json.dumps(payload, separators=(",", ":")))
+        except nchan.PushError as e:
+            log.warning("annotation push to the push tier for %s failed: %s", run_id, e)
     layer = get_channel_layer()
     if layer is None:
         return
-    message = {"type": GROUP_MESSAGE, "run_id": run_id, "payload": {"type": FRAME, "run_id": run_id, **frame}}
+    message = {"type": GROUP_MESSAGE, "run_id": run_id, "payload": payload}
     try:
         async_to_sync(layer.group_send)(contract.live_group(run_id), message)
     except Exception as e:  # the write stands; viewers see it on their next load

@@ -2,8 +2,34 @@
 
 from __future__ import annotations
 
+import redis
+from django.conf import settings
+
 from webapp.live import stats
+from webapp.live.relay import STATS_KEY
 from webapp.ops.exposition import Family, histogram
+
+
+def push_tier() -> list[Family]:
+    """The relay's numbers (webapp.live.relay.Relay.report) when a push tier is configured; none if it is silent."""
+    if not settings.OBS_LIVE_PUSH_URL:
+        return []
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0)
+        h = {k.decode(): float(v) for k, v in client.hgetall(STATS_KEY).items()}
+        client.close()
+    except (redis.RedisError, ValueError):
+        return []
+    if not h:
+        return []
+    return [
+        Family("observatory_push_subscribers", "gauge", "viewers on the push tier's channels (nchan's count)")
+        .add(h.get("subscribers", 0)),
+        Family("observatory_push_frames_total", "counter", "frames the relay published").add(h.get("frames", 0)),
+        Family("observatory_push_delay_seconds", "gauge", "a step's publish by the trainer -> the relay's publish "
+               "to nchan, over the relay's last 5 s").add(h.get("delay_p50_s", 0), quantile="0.5")
+        .add(h.get("delay_max_s", 0), quantile="1"),
+    ]
 
 
 def collect() -> list[Family]:
@@ -27,4 +53,5 @@ def collect() -> list[Family]:
                   stats.BUCKETS, stats.relay_delay.counts, stats.relay_delay.total, stats.relay_delay.sum),
         histogram("observatory_live_push_delay_seconds", "the step's publish by the trainer -> this process's fan-out",
                   stats.BUCKETS, stats.push_delay.counts, stats.push_delay.total, stats.push_delay.sum),
+        *push_tier(),
     ]

@@ -22,9 +22,11 @@ from concurrent.futures import Future
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from observatory import contract
-from webapp.live.protocol import update_body
+from observatory.streams import nchan
+from webapp.live.protocol import encode, update_body
 from webapp.metrics.changes import RunChanges
 
 log = logging.getLogger("observatory.live")
@@ -40,8 +42,10 @@ class LivePublisher:
         self.thread = threading.Thread(target=self.loop.run_forever, name="live-publisher", daemon=True)
         self.thread.start()
         self.inflight: set[Future] = set()
+        self.summaries: dict[str, float] = {}  # run id -> when the push tier last got a summary-only frame
 
     def send(self, run_id: str, payload: dict) -> None:
+        to_push_tier(run_id, payload, self.summaries)
         if self.layer is None:
             return
         fut = asyncio.run_coroutine_threadsafe(self.layer.group_send(*_group_message(run_id, payload, ordered=True)),
@@ -122,9 +126,45 @@ class LiveBuffer:
 
 def push_now(run_id: str, changes: RunChanges) -> None:
     """One-off push from sync code that is not ingest (e.g. a Celery task noticing a dead run)."""
+    to_push_tier(run_id, update_body(changes))
     layer = get_channel_layer()
     if layer is not None:
         async_to_sync(layer.group_send)(*_group_message(run_id, update_body(changes)))
+
+
+SUMMARY_EVERY_S = 1.0  # a frame that carries only the run's summary (ingest has one per batch) goes this often
+
+
+def push_tier_frame(run_id: str, body: dict, summaries: dict[str, float] | None = None) -> dict | None:
+    """What the push tier gets of a frame body sent to the hub: a feature frame as it is; of an update, only what
+    the relay (webapp.live.relay) cannot know from the stream: events (with their ids), the run's summary, new
+    series. Never its points or rewinds: the relay sent those already, and a late rewind would cut newer points."""
+    frame = {k: v for k, v in body.items() if k != "t"}
+    if "type" in frame:
+        return frame
+    out = {"type": "update", "run_id": run_id}
+    out.update({k: frame[k] for k in ("events", "run", "new_series") if frame.get(k)})
+    if "events" not in out and "new_series" not in out:
+        if "run" not in out or summaries is None:
+            return out if "run" in out else None
+        now = time.monotonic()
+        if now - summaries.get(run_id, float("-inf")) < SUMMARY_EVERY_S:
+            return None
+        summaries[run_id] = now
+    return out
+
+
+def to_push_tier(run_id: str, body: dict, summaries: dict[str, float] | None = None) -> None:
+    """Publish push_tier_frame(...) to the run's nchan channel when there is a push tier (OBS_LIVE_PUSH_URL). A
+    failure is logged: the hub and the HTTP API still carry it."""
+    url = settings.OBS_LIVE_PUSH_URL
+    frame = push_tier_frame(run_id, body, summaries) if url else None
+    if frame is None:
+        return
+    try:
+        nchan.shared(url).publish_all(run_id, encode(frame))
+    except nchan.PushError as e:
+        log.warning("push tier: frame for run %s lost: %s", run_id, e)
 
 
 _SRC = uuid.uuid4().hex[:12]  # this process, as a publisher

@@ -19,7 +19,7 @@ import websockets
 from ..servers import ROOT, free_port, stop, wait_port
 
 sys.path.insert(0, str(ROOT / "deploy"))
-from run_local import web_command  # noqa: E402
+from run_local import NCHAN_MODULE, web_command  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,9 +69,11 @@ def _nginx_conf(tmp_path, ports: list[int]) -> tuple[str, int]:
     conf = conf.replace("/var/cache/nginx/static", str(tmp_path / "cache"))
     port = free_port()
     conf = conf.replace("listen 80;", f"listen 127.0.0.1:{port};")
+    conf = conf.replace("listen 8081;", f"listen 127.0.0.1:{free_port()};")  # the push tier's publisher
     main = tmp_path / "nginx.conf"
     user = "user root root;\n" if os.geteuid() == 0 else ""  # workers must reach pytest's private tmp dir
-    main.write_text(f"{user}daemon off; pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log;\n"
+    main.write_text(f"load_module {NCHAN_MODULE};\n"  # as Debian's modules-enabled/ loads it in the proxy image
+                    f"{user}daemon off; pid {tmp_path}/nginx.pid; error_log {tmp_path}/error.log;\n"
                     f"events {{}}\nhttp {{ access_log off; client_body_temp_path {tmp_path}/body;\n"
                     f"proxy_temp_path {tmp_path}/proxy;\n{conf}\n}}\n")
     return str(main), port

@@ -1,0 +1,279 @@
+"""The push tier: the relay (webapp.live.relay) from real Redis streams to a real nginx + nchan (deploy/run_local.py's
+generated config), and viewers on nchan's websocket as static/js/live.js subscribes (ws+meta.nchan, last_event_id)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from websockets.sync.client import connect
+
+from observatory import contract
+from observatory.streams.nchan import NchanPublisher, PushError
+from tests.web.servers import free_port, stop, wait_for, wait_port
+from webapp.live import push
+from webapp.live.relay import Relay, cursor_key
+from webapp.metrics.models import Point
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "deploy"))
+from run_local import nchan_config, push_tier_missing  # noqa: E402
+
+FROM_START = "0:0"  # a last_event_id older than anything: nchan's whole buffer
+
+
+class Nchan:
+    """nginx with nchan as `make run` configures it (no web server behind it here)."""
+
+    def __init__(self, var: Path, web_port: int | None = None, pub_port: int | None = None):
+        self.port, self.pub_port = free_port(), pub_port or free_port()
+        (var / "nginx").mkdir(parents=True)
+        (var / "logs").mkdir()
+        conf = var / "nginx" / "nginx.conf"
+        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port or free_port(), self.pub_port))
+        self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
+                                      str(var / "logs" / "nginx-error.log")], stderr=subprocess.PIPE)
+        wait_port(self.port)
+        wait_port(self.pub_port)
+        self.pub_url = f"http://127.0.0.1:{self.pub_port}/pub/runs/"
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def viewer(self, run_id: str, last_id: str | None = None, channel: str = "") -> Viewer:
+        query = f"?last_event_id={last_id}" if last_id else ""
+        path = f"{run_id}/{channel}/" if channel else f"{run_id}/"
+        return Viewer(connect(f"ws://127.0.0.1:{self.port}/live/runs/{path}{query}",
+                              subprotocols=["ws+meta.nchan"]))
+
+
+class Viewer:
+    """A subscriber that applies frames as the dashboard does (rewinds first, then only steps after its last)."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.last_id = None
+        self.frames: list[dict] = []
+        self.points: dict[str, dict[int, float | None]] = {}
+        self.received: dict[str, list[int]] = {}  # every step delivered, in order, duplicates included
+
+    def read_until(self, condition, what: str, timeout: float = 20.0) -> None:
+        def one():
+            if condition():
+                return True
+            try:
+                text = self.ws.recv(timeout=0.2)
+            except TimeoutError:
+                return False
+            head, _, data = text.partition("\n\n")
+            self.last_id = head.split("\n")[0].removeprefix("id: ")
+            msg = json.loads(data)
+            for frame in msg if isinstance(msg, list) else [msg]:
+                self.apply(frame)
+            return condition()
+        wait_for(one, timeout, what, every=0)
+
+    def apply(self, frame: dict) -> None:
+        self.frames.append(frame)
+        if frame.get("type") != "update":
+            return
+        for rw in frame.get("rewinds", []):
+            for pts in self.points.values():
+                for step in [s for s in pts if s > rw["to_step"]]:
+                    del pts[step]
+        for name, s in frame.get("series", {}).items():
+            pts = self.points.setdefault(name, {})
+            self.received.setdefault(name, []).extend(s["steps"])
+            for step, value in zip(s["steps"], s["values"]):
+                if step > max(pts, default=-1):
+                    pts[step] = value
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+@pytest.fixture
+def nchan(tmp_path):
+    missing = push_tier_missing()
+    if missing:
+        pytest.skip(f"push tier not installed ({missing}): apt-get install -y nginx-light libnginx-mod-nchan")
+    n = Nchan(tmp_path)
+    yield n
+    stop(n.proc)
+
+
+@pytest.fixture
+def relay(redis_client, nchan):
+    return Relay(redis_client, NchanPublisher(nchan.pub_url))
+
+
+def relay_all(relay: Relay, trainer) -> None:
+    """Step the relay until it has published everything on the trainer's stream."""
+    last = trainer.r.xrevrange(trainer.stream, count=1)[0][0].decode()
+    wait_for(lambda: relay.step(50) >= 0 and relay.cursors.get(trainer.stream) == last, 20, "the relay to catch up")
+
+
+def test_a_viewer_gets_every_step_in_order(relay, nchan, trainer, run_id):
+    relay.discover()  # the run appears after the relay started: relayed from its first entry
+    viewer = nchan.viewer(run_id)
+    for step in range(30):
+        trainer.metrics(step, loss=1.0 / (step + 1), acc=step / 30)
+        if step % 7 == 0:
+            relay_all(relay, trainer)
+    relay_all(relay, trainer)
+    viewer.read_until(lambda: 29 in viewer.points.get("loss", {}), "step 29")
+    assert viewer.received["loss"] == list(range(30))  # every step once, in order
+    assert viewer.received["acc"] == list(range(30))
+    assert viewer.points["loss"][29] == pytest.approx(1 / 30)
+    viewer.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rewind_cuts_what_storage_does_not_keep(relay, nchan, trainer, ingestor, run_id):
+    relay.discover()
+    viewer = nchan.viewer(run_id)
+    for step in range(10):
+        trainer.metrics(step, loss=float(step))
+    relay_all(relay, trainer)  # the viewer shows steps 0-9 ...
+    trainer.send("rewind", from_step=9, to_step=5)  # ... then the run goes back to its step-5 checkpoint
+    for step in range(6, 12):
+        trainer.metrics(step, loss=100.0 + step)
+    relay_all(relay, trainer)
+    viewer.read_until(lambda: 11 in viewer.points.get("loss", {}), "the steps after the rewind")
+    ingestor.drain()
+    stored = dict(Point.objects.filter(series__run_id=run_id, series__name="loss").values_list("step", "value"))
+    assert viewer.points["loss"] == stored  # exactly what storage keeps: the old steps 6-9 are gone
+    assert viewer.points["loss"][7] == 107.0
+    viewer.close()
+
+
+def test_the_lite_channel_carries_the_default_dashboards_series_and_every_rewind(relay, nchan, trainer, run_id):
+    relay.discover()
+    full, lite = nchan.viewer(run_id), nchan.viewer(run_id, channel="lite")
+    for step in range(6):
+        trainer.metrics_named(step, {"train/loss": 1.0, "train/loss/docs_text": 2.0, "time/step_s": 0.1})
+    trainer.send("rewind", from_step=5, to_step=3)
+    trainer.metrics_named(4, {"time/step_s": 0.2})  # a step with no lite series: its frame still cuts
+    relay_all(relay, trainer)
+    full.read_until(lambda: full.points.get("time/step_s", {}).get(4) == 0.2, "the full channel's step 4")
+    lite.read_until(lambda: any(f.get("rewinds") for f in lite.frames), "the rewind on the lite channel")
+    assert set(full.points) == {"train/loss", "train/loss/docs_text", "time/step_s"}
+    assert set(lite.points) == {"train/loss", "train/loss/docs_text"}
+    assert lite.points["train/loss"] == {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}  # cut at the rewind, as storage does
+    full.close()
+    lite.close()
+
+
+def test_a_reconnect_resumes_with_no_hole_and_no_duplicate(relay, nchan, trainer, run_id):
+    relay.discover()
+    viewer = nchan.viewer(run_id)
+    for step in range(5):
+        trainer.metrics(step, loss=float(step))
+        relay_all(relay, trainer)
+    viewer.read_until(lambda: 4 in viewer.points.get("loss", {}), "step 4")
+    viewer.ws.close()  # the viewer's connection drops; the run goes on
+    for step in range(5, 12):
+        trainer.metrics(step, loss=float(step))
+        relay_all(relay, trainer)
+    viewer.ws = nchan.viewer(run_id, viewer.last_id).ws  # as live.js reconnects: after the last id it has
+    viewer.read_until(lambda: 11 in viewer.points["loss"], "step 11 after the reconnect")
+    assert viewer.received["loss"] == list(range(12))
+    viewer.close()
+
+
+def test_a_full_width_frame_is_published(relay, nchan, trainer, run_id):
+    """The demo's ~240 series in one step: ~20 KB, past nginx's in-memory body buffer (a temp file that nchan's
+    worker could not write under a private var/ answered 400)."""
+    relay.discover()
+    viewer = nchan.viewer(run_id)
+    names = [f"train/router/layer_{i}/routing_hist/{e}" for i in range(16) for e in range(32)]
+    trainer.metrics_named(0, {n: 0.123456789 for n in names})
+    relay_all(relay, trainer)
+    viewer.read_until(lambda: len(viewer.points) == len(names), "the full-width step")
+    viewer.close()
+
+
+def test_a_restarted_relay_resumes_from_its_cursor(redis_client, nchan, trainer, run_id):
+    first = Relay(redis_client, NchanPublisher(nchan.pub_url))
+    first.discover()
+    viewer = nchan.viewer(run_id, FROM_START)
+    for step in range(4):
+        trainer.metrics(step, loss=float(step))
+    relay_all(first, trainer)
+    assert redis_client.get(cursor_key(run_id)).decode() == first.cursors[trainer.stream]
+    for step in range(4, 9):  # written while no relay runs
+        trainer.metrics(step, loss=float(step))
+    second = Relay(redis_client, NchanPublisher(nchan.pub_url))
+    relay_all(second, trainer)
+    viewer.read_until(lambda: 8 in viewer.points.get("loss", {}), "step 8")
+    assert viewer.received["loss"] == list(range(9))
+    viewer.close()
+
+
+def test_nothing_but_public_points_and_rewinds_leaves_the_stream(relay, nchan, trainer, redis_client, run_id):
+    """Operator material (commands and their acks on the control streams, a failure's full detail) never reaches
+    the public channel: the relay reads telemetry only, and of it only points and rewinds; refused entries too."""
+    relay.discover()
+    secret = "Traceback-/home/operator/secret.py"
+    redis_client.xadd(contract.control_stream(run_id), {"command": json.dumps({"op": "pause", "note": secret})})
+    redis_client.xadd(contract.ack_stream(run_id), {"ack": secret})
+    trainer.send("state", state="failed", step=1, detail=secret)
+    trainer.send("event", name="note", step=1, payload={"text": secret})
+    trainer.raw({"v": "1", "run": run_id, "kind": "metrics", "data": json.dumps({"bad": secret})})  # refused
+    trainer.metrics(2, loss=0.5)
+    relay_all(relay, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
+    viewer.read_until(lambda: 2 in viewer.points.get("loss", {}), "step 2")
+    assert secret not in json.dumps(viewer.frames)
+    assert [f["type"] for f in viewer.frames] == ["update"]
+    viewer.close()
+
+
+def test_the_publisher_is_not_reachable_from_the_public_port(nchan, run_id):
+    bad = NchanPublisher(f"http://127.0.0.1:{nchan.port}/pub/runs/")
+    with pytest.raises(PushError):
+        bad.publish(run_id, '{"type":"update","run_id":"forged"}')
+
+
+def test_producers_frames_reach_the_channel_without_points(nchan, settings, run_id):
+    """Ingest's copy of an update carries what only storage knows (event ids, the summary), never points or
+    rewinds (the relay sent those; a late rewind would cut newer points); feature frames go as they are."""
+    settings.OBS_LIVE_PUSH_URL = nchan.pub_url
+    viewer, lite = nchan.viewer(run_id, FROM_START), nchan.viewer(run_id, FROM_START, channel="lite")
+    push.to_push_tier(run_id, {"series": {"loss": {"steps": [1], "values": [1.0], "nonfinite": []}},
+                               "rewinds": [{"from_step": 3, "to_step": 0}], "events": [{"id": 7, "kind": "event"}],
+                               "run": {"id": run_id}, "t": 1.0})
+    push.to_push_tier(run_id, {"series": {"loss": {"steps": [2], "values": [2.0], "nonfinite": []}},
+                               "rewinds": [], "events": []})  # points only: nothing to publish
+    push.to_push_tier(run_id, {"type": "anomaly", "run_id": run_id, "id": 3})
+    viewer.read_until(lambda: len(viewer.frames) >= 2, "two frames")
+    lite.read_until(lambda: len(lite.frames) >= 2, "two frames on the lite channel")
+    assert lite.frames == viewer.frames == [{"type": "update", "run_id": run_id, "events": [{"id": 7, "kind": "event"}],
+                              "run": {"id": run_id}},
+                             {"type": "anomaly", "run_id": run_id, "id": 3}]
+    viewer.close()
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/pub/", "http://127.0.0.1:8101/pub", "127.0.0.1:8101/pub/"])
+def test_a_bad_publisher_url_is_refused_with_a_clear_error(url):
+    with pytest.raises(ValueError, match="expected http://host:port/path/"):
+        NchanPublisher(url)
+
+
+@pytest.mark.django_db
+def test_metrics_report_the_push_tier(relay, nchan, trainer, run_id, client, settings):
+    settings.OBS_LIVE_PUSH_URL = nchan.pub_url
+    settings.OBS_METRICS_TOKEN = "push-tier-scrape"
+    relay.discover()
+    viewers = [nchan.viewer(run_id) for _ in range(2)]
+    trainer.metrics(0, loss=1.0)
+    relay_all(relay, trainer)
+    relay.next_report = 0.0
+    relay.report()
+    body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer push-tier-scrape").content.decode()
+    assert "observatory_push_subscribers 2" in body  # the two on the full channel (no lite series published)
+    assert "observatory_push_frames_total 1" in body
+    assert 'observatory_push_delay_seconds{quantile="0.5"}' in body
+    for v in viewers:
+        v.close()
