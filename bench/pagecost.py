@@ -46,20 +46,34 @@ class Cdp:
 
 
 def profile_summary(profile: dict, top: int = 12) -> dict:
-    """Self time (ms) by script file and by the hottest functions of a CDP CPU profile."""
+    """Self time (ms) by script file and by the hottest functions of a CDP CPU profile, and time by the page's
+    own function (static/js/) nearest each sample: who asked for it."""
     nodes = {n["id"]: n for n in profile["nodes"]}
+    parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
+
+    def caller(nid: int) -> str:
+        while nid is not None:
+            cf = nodes[nid]["callFrame"]
+            if "/static/js/" in cf.get("url", ""):
+                return f"{cf.get('functionName') or '(anonymous)'} {cf['url'].rsplit('/', 1)[-1]}:{cf['lineNumber'] + 1}"
+            nid = parent.get(nid)
+        return "(not the page's code)"
+
     self_us: dict[int, float] = defaultdict(float)
     for node, dt in zip(profile.get("samples", []), profile.get("timeDeltas", [])):
         self_us[node] += dt
     by_file: dict[str, float] = defaultdict(float)
     by_fn: dict[str, float] = defaultdict(float)
+    by_caller: dict[str, float] = defaultdict(float)
     for nid, us in self_us.items():
+        if nodes[nid]["callFrame"].get("functionName") != "(idle)":
+            by_caller[caller(nid)] += us / 1000
         cf = nodes[nid]["callFrame"]
         url = cf.get("url", "").rsplit("/", 1)[-1] or "(" + (cf.get("functionName") or "native") + ")"
         by_file[url] += us / 1000
         by_fn[f"{cf.get('functionName') or '(anonymous)'} {url}:{cf.get('lineNumber', 0) + 1}"] += us / 1000
     rank = lambda d: {k: round(v, 1) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]}  # noqa: E731
-    return {"by_script_ms": rank(by_file), "top_functions_ms": rank(by_fn)}
+    return {"by_script_ms": rank(by_file), "top_functions_ms": rank(by_fn), "by_page_function_ms": rank(by_caller)}
 
 
 TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "blink.user_timing", "v8", "disabled-by-default-devtools.timeline"]

@@ -12,7 +12,9 @@ from .conftest import OVERFLOW_JS, apply, axe_violations, demo_messages
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SIZES = [(390, 844), (1400, 900)]
+# (the router panel, below the charts, draws once on screen: each poll brings it there)
 DRAWN = "() => document.querySelectorAll('#charts .chart .plot .main-svg').length >= 5 && " \
+        "(document.getElementById('router-panel').scrollIntoView(), true) && " \
         "!!document.querySelector('#router-heatmap .main-svg') && document.querySelectorAll('#events li').length > 3"
 
 
@@ -127,7 +129,9 @@ def test_the_url_holds_smoothing_log_axes_and_the_x_axis(runs, web, new_page):
     assert raw["opacity"] < 0.5 and smooth["mode"] == "lines" and "smoothed" in smooth["name"]
     assert smooth["y"][0] == pytest.approx(raw["y"][0]), "debiased: the first point is not pulled towards 0"
     assert smooth["y"][-1] > raw["y"][-1], "a falling curve's average lags behind it"
-    assert c["layout"]["yaxis"]["type"] == "log" and c["layout"]["hovermode"] == "x unified"
+    assert c["layout"]["yaxis"]["type"] == "log" and c["layout"]["hovermode"] is False  # no hover until pointed at
+    page.hover("#chart-train-loss .nsewdrag")
+    page.wait_for_function("() => document.getElementById('chart-train-loss').layout.hovermode === 'x unified'")
     assert c["layout"]["xaxis"]["title"]["text"] == "tokens trained"
     assert raw["x"][:3] == [1024, 2048, 3072]  # throughput/total_tokens at steps 0, 1, 2
     assert page.get_attribute('.chart[data-metric="train/loss"] .tool.log', "aria-pressed") == "true"
