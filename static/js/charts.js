@@ -55,10 +55,7 @@ window.Obs = window.Obs || {};
       this.build(parent);
       this.width = this.plot.clientWidth || 600;
       for (const name of spec.metrics) this.addTrace(name); // history requests first: they overlap the drawing
-      // An empty chart at once: feature modules may relayout or hook any chart on the page right away.
-      Plotly.newPlot(this.plot, [], this.layout(), Obs.plotConfig());
-      this.plot.on("plotly_clickannotation", (ev) => Obs.overlayClicked(ev.annotation && ev.annotation.overlayId));
-      this.plot.on("plotly_relayout", (ev) => this.relayouted(ev));
+      // No empty plot first (a whole Plotly render each): the chart's first redraw creates it, once on screen.
       if (window.ResizeObserver) new ResizeObserver(() => { this.width = this.plot.clientWidth || this.width; }).observe(this.plot);
       if (window.IntersectionObserver) {
         new IntersectionObserver((entries) => {
@@ -361,6 +358,7 @@ window.Obs = window.Obs || {};
       if (this.full) {
         const traces = this.traces();
         Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
+        if (!this.lastFull) this.bind();
         this.lastFull = now;
       } // (otherwise appendLive has drawn the live points)
       this.full = false; this.liveOnly = false;
@@ -369,6 +367,11 @@ window.Obs = window.Obs || {};
       this.note();
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
       if (this.box.querySelector(".table-alt").open && now - (this.tableAt || 0) > 1000) this.renderTable();
+    }
+
+    bind() { // the plot's own events, once Plotly has made it
+      this.plot.on("plotly_clickannotation", (ev) => Obs.overlayClicked(ev.annotation && ev.annotation.overlayId));
+      this.plot.on("plotly_relayout", (ev) => this.relayouted(ev));
     }
 
     // Live points onto the drawn lines, when every one falls inside the drawn axes of a linear chart with no marks

@@ -12,9 +12,11 @@ from .conftest import OVERFLOW_JS, apply, axe_violations, demo_messages
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SIZES = [(390, 844), (1400, 900)]
-# (the router panel, below the charts, draws once on screen: each poll brings it there)
-DRAWN = "() => document.querySelectorAll('#charts .chart .plot .main-svg').length >= 5 && " \
-        "(document.getElementById('router-panel').scrollIntoView(), true) && " \
+# A chart or panel draws once on screen: each poll brings the next one not yet drawn there, as a reader scrolls.
+SCROLL_TO_UNDRAWN = "(() => { const next = [...document.querySelectorAll('#charts .chart, #router-panel')].find(" \
+                    "(el) => !el.hidden && !el.querySelector('.main-svg')); if (next) next.scrollIntoView(); " \
+                    "return true; })()"
+DRAWN = f"() => {SCROLL_TO_UNDRAWN} && document.querySelectorAll('#charts .chart .plot .main-svg').length >= 5 && " \
         "!!document.querySelector('#router-heatmap .main-svg') && document.querySelectorAll('#events li').length > 3"
 
 
