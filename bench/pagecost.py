@@ -55,7 +55,8 @@ def profile_summary(profile: dict, top: int = 12) -> dict:
         while nid is not None:
             cf = nodes[nid]["callFrame"]
             if "/static/js/" in cf.get("url", ""):
-                return f"{cf.get('functionName') or '(anonymous)'} {cf['url'].rsplit('/', 1)[-1]}:{cf['lineNumber'] + 1}"
+                name = cf.get("functionName") or "(anonymous)"
+                return f"{name} {cf['url'].rsplit('/', 1)[-1]}:{cf['lineNumber'] + 1}"
             nid = parent.get(nid)
         return "(not the page's code)"
 
@@ -93,7 +94,8 @@ def trace_tasks(trace: bytes, mark_prefix: str = "obs-") -> tuple[list[tuple[flo
     main = (mains & mark_threads) or mains  # the page's renderer (it made the marks)
     on_main = sorted((e for e in events if (e.get("pid"), e.get("tid")) in main and e.get("ph") == "X"
                       and "dur" in e), key=lambda e: (e["ts"], -e["dur"]))
-    tasks = [(e["ts"] / 1000, e["dur"] / 1000) for e in on_main if e["name"] in ("RunTask", "ThreadControllerImpl::RunTask")]
+    top = ("RunTask", "ThreadControllerImpl::RunTask")
+    tasks = [(e["ts"] / 1000, e["dur"] / 1000) for e in on_main if e["name"] in top]
     selfs: dict[str, float] = defaultdict(float)
     stack: list[list] = []  # [end, name, children's time, duration]
     for e in on_main:

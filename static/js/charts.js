@@ -233,7 +233,8 @@ window.Obs = window.Obs || {};
                     tickfont: {color: t.muted, size: 11}, uirevision: this.rangeRev};
       const lay = {margin: this.margins(traces, sec, multi, xa.mode === "time"), showlegend: !!multi,
                    legend: {orientation: "h", x: 0, y: multi ? this.legendY() : 1, yanchor: "bottom", font: {size: 10}},
-                   hovermode: this.pointer ? "x unified" : false, uirevision: "keep", dragmode: Obs.coarsePointer() ? false : "zoom",
+                   hovermode: this.pointer ? "x unified" : false, uirevision: "keep",
+                   dragmode: Obs.coarsePointer() ? false : "zoom",
                    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: t.fg},
                    hoverlabel: {bgcolor: t.card, font: {color: t.fg}},
                    xaxis: {...axis, title: {text: xa.title(), font: {size: 11, color: t.muted}}, type: xa.axisType(),
@@ -249,7 +250,6 @@ window.Obs = window.Obs || {};
                       title: {text: names.join(", "), font: {size: 10}}, ...(fractions ? {tickformat: ".1~%"} : {})};
       }
       if (traces) { // the y axes fit what is visible, not the whole run (and a flat line is not drawn at 0)
-        this.flat = false;
         this.fitY(lay.yaxis, traces, "y", range, log);
         if (lay.yaxis3) this.fitY(lay.yaxis3, traces, "y3", range, false);
       }
@@ -299,12 +299,12 @@ window.Obs = window.Obs || {};
         }
       }
       if (!(hi >= lo)) return;
-      if (!range && !this.live && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return; // Plotly's autorange does well
+      // Plotly's autorange does well, but for a live chart (its range keeps room for the next points)
+      if (!range && !this.live && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return;
       if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
       const pad = (hi - lo) * 0.06 || (log ? 0.3 : Math.abs(hi) * 0.5) || 1;
       axis.range = [lo - pad, hi + pad];
       axis.autorange = false;
-      if (!range) this.flat = true;
     }
 
     headroom(axis, traces) { // a live chart's x axis: the run so far and room for the next points past it

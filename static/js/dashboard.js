@@ -65,8 +65,9 @@
         }
       }
       nonfiniteNote();
-      if (!firstPaint && started && [...charts.values()].every((ch) => ch.observed && (!ch.visible || (!ch.dirty && ch.items.every(
-        (it) => it.series && (it.series.loaded || it.series.waiting) && !it.series.loading))))) {
+      const drawn = (ch) => !ch.dirty && ch.items.every(
+        (it) => it.series && (it.series.loaded || it.series.waiting) && !it.series.loading);
+      if (!firstPaint && started && [...charts.values()].every((ch) => ch.observed && (!ch.visible || drawn(ch)))) {
         firstPaint = true;
         performance.mark("obs-first-paint");
       }
