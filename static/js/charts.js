@@ -46,7 +46,7 @@ window.Obs = window.Obs || {};
       this.secondary = new Set(spec.secondary || []);
       this.optional = new Set(spec.optional || []);
       this.items = []; // {name, series, color, secondary, pending, zoom, ema}
-      this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null;
+      this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null; this.remark = false;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
       this.pointer = false; // a pointer is over the plot: hover on, every redraw through Plotly
@@ -348,6 +348,7 @@ window.Obs = window.Obs || {};
       const now = performance.now();
       const smooth = this.ctx.view.smooth > 0;
       if (!this.full && smooth && this.items.some((it) => !it.ema)) this.full = true;
+      if (this.remark && !this.lastFull) this.full = true;
       if (!this.full && !this.appendLive()) { this.full = true; this.liveOnly = true; }
       if (this.full && !this.forced() && now - this.lastFull < LIVE_REDRAW_MS && this.liveOnly) {
         if (!this.timer) this.timer = setTimeout(() => { this.timer = null; this.ctx.schedule(); },
@@ -360,8 +361,13 @@ window.Obs = window.Obs || {};
         Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
         if (!this.lastFull) this.bind();
         this.lastFull = now;
+      } else if (this.remark) { // new marks only: the drawn traces as they are, no new arrays to prepare
+        const lay = this.layout(this.plot.data);
+        if (this.appended) lay.datarevision = this.lastFull + performance.now(); // (appended in place: recompute)
+        Plotly.react(this.plot, this.plot.data, lay, Obs.plotConfig());
       } // (otherwise appendLive has drawn the live points)
-      this.full = false; this.liveOnly = false;
+      this.appended = !this.full && !this.remark && (this.appended || this.items.some((it) => it.pending));
+      this.full = false; this.liveOnly = false; this.remark = false;
       this.items.forEach((it) => { it.pending = null; });
       Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
       this.note();

@@ -185,8 +185,8 @@ window.Obs = window.Obs || {};
     const before = same ? null : new Map([...charts].map((ch) => [ch, key(Obs.overlaysFor(ch))]));
     overlaySources.set(source, list || []); // (fresh onClick closures either way)
     if (same) return; // the same marks: nothing to redraw
-    charts.forEach((ch) => { // only the charts whose marks changed (an anomaly of one series redraws its charts)
-      if (before.get(ch) !== key(Obs.overlaysFor(ch))) { ch.full = true; ch.dirty = true; }
+    charts.forEach((ch) => { // only the charts whose marks changed, and only their layout (their lines stay)
+      if (before.get(ch) !== key(Obs.overlaysFor(ch))) { ch.remark = true; ch.dirty = true; }
     });
   };
   Obs.overlaysFor = (chart) => {
