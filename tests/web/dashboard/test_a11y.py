@@ -124,8 +124,8 @@ def test_the_url_holds_smoothing_log_axes_and_the_x_axis(runs, web, new_page):
     loss = "() => { const d = document.getElementById('chart-train-loss'); return d && d.data && d.data.length ? " \
            "{n: d.data.length, layout: d.layout, data: d.data.map((t) => ({x: Array.from(t.x), y: Array.from(t.y), " \
            "mode: t.mode, opacity: t.opacity, name: t.name}))} : null; }"
-    page.wait_for_function(f"() => {{ const c = ({loss})(); return c && c.n === 12 && c.data[0].x.length === 60; }}",
-                           timeout=30_000)
+    page.wait_for_function(f"() => {{ const c = ({loss})(); return c && c.n === 12 && c.data[0].x.length === 60 && "
+                           "c.data[0].x[0] === 1024; }", timeout=30_000)  # (drawn on the tokens axis once it is in)
     c = page.evaluate(loss)
     raw, smooth = c["data"][0], c["data"][9]  # 3 lines, 3 non-finite, 3 impossible, then the smoothed lines
     assert raw["opacity"] < 0.5 and smooth["mode"] == "lines" and "smoothed" in smooth["name"]
