@@ -234,6 +234,12 @@ if SERVE_STATIC:  # WhiteNoise: cache headers and compressed variants, no extra 
     MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
     WHITENOISE_USE_FINDERS = True  # static/ straight from the source tree until collectstatic has run
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # (WhiteNoise warns about a missing one)
+# collectstatic (the image runs it) writes content-hashed, gzipped copies and a manifest; pages without debug then
+# name the hashed files, which WhiteNoise serves compressed and immutable for a year. A checkout that has not
+# collected (or debug) names the source files.
+if "collectstatic" in sys.argv or (STATIC_ROOT / "staticfiles.json").exists():
+    STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+                "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
 
 # ---------------------------------------------------------------------------------------------- accounts
 AUTH_PASSWORD_VALIDATORS = [

@@ -7,6 +7,10 @@
 // the traces of feature modules (Obs.setTraces: forecast.js's band).
 // Non-finite points are red ✕ at the top of the chart; values no hardware can produce (page bounds: MFU above
 // 100%) are amber ▲ there, never part of the line; both are counted in the chart's note, nothing is dropped.
+// Drawing is only for what is seen: a chart off screen draws nothing until it is scrolled into view (then all it
+// missed at once). Live points that fall inside a live chart's axes (drawn with some headroom) are appended to its
+// drawn lines without a Plotly redraw; hover is computed only once a pointer is over the chart; a line longer than
+// four points a pixel is drawn at its min and max per pixel (spikes kept, as the server's pyramid does).
 "use strict";
 
 window.Obs = window.Obs || {};
@@ -18,6 +22,8 @@ window.Obs = window.Obs || {};
                         "#d8f5a2", "#91a7ff"];
   const color = (i) => (document.documentElement.dataset.theme === "dark" ? PALETTE_DARK : PALETTE)[i % PALETTE.length];
   const LIVE_REDRAW_MS = 250; // a zoomed or smoothed chart redraws fully for live points at most 4×/s
+  const LIVE_HEADROOM = 0.04; // a live chart's axes reach this fraction of their span past the data
+  const PENDING_MAX = 2000; // live points held for an undrawn chart before it redraws fully instead
   const TABLE_ROWS = 1000;
   const EMPTY = {steps: [], values: [], nfSteps: [], nfKinds: []};
 
@@ -40,23 +46,28 @@ window.Obs = window.Obs || {};
       this.secondary = new Set(spec.secondary || []);
       this.optional = new Set(spec.optional || []);
       this.items = []; // {name, series, color, secondary, pending, zoom, ema}
-      this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null;
-      this.rangeRev = 0; this.visible = true; this.stale = false; this.abort = null; this.zoomPending = false;
+      this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null; this.remark = false;
+      this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
+      this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
+      this.pointer = false; // a pointer is over the plot: hover on, every redraw through Plotly
+      this.live = false; // live points have arrived: the axes keep headroom for the next ones
       this.info = ctx.registry.info(this.id);
       this.build(parent);
       this.width = this.plot.clientWidth || 600;
       for (const name of spec.metrics) this.addTrace(name); // history requests first: they overlap the drawing
-      // An empty chart at once: feature modules may relayout or hook any chart on the page right away.
-      Plotly.newPlot(this.plot, [], this.layout(), Obs.plotConfig());
-      this.plot.on("plotly_clickannotation", (ev) => Obs.overlayClicked(ev.annotation && ev.annotation.overlayId));
-      this.plot.on("plotly_relayout", (ev) => this.relayouted(ev));
+      // No empty plot first (a whole Plotly render each): the chart's first redraw creates it, once on screen.
       if (window.ResizeObserver) new ResizeObserver(() => { this.width = this.plot.clientWidth || this.width; }).observe(this.plot);
       if (window.IntersectionObserver) {
         new IntersectionObserver((entries) => {
-          this.visible = entries[entries.length - 1].isIntersecting;
+          this.visible = entries[entries.length - 1].isIntersecting; this.observed = true;
           if (this.visible && this.stale) this.setRange();
+          else this.ctx.schedule(); // catch up on what came while off screen (and first paint counts it)
         }, {rootMargin: "100px"}).observe(this.box);
       }
+      this.plot.addEventListener("pointerenter", () => {
+        this.pointer = true; this.full = true; this.dirty = true; this.ctx.schedule();
+      });
+      this.plot.addEventListener("pointerleave", () => { this.pointer = false; });
     }
 
     build(parent) {
@@ -144,13 +155,14 @@ window.Obs = window.Obs || {};
     }
 
     added(s, add) {
-      this.dirty = true;
+      this.dirty = true; this.live = true;
       if (this.full) { this.ctx.schedule(); return; } // the next full redraw reads them
-      if (this.ctx.view.range || this.flat) { this.full = true; this.liveOnly = true; this.ctx.schedule(); return; }
+      if (this.ctx.view.range) { this.full = true; this.liveOnly = true; this.ctx.schedule(); return; }
       const it = this.items.find((i) => i.series === s);
       if (!it) return;
       const p = it.pending || (it.pending = {x: [], y: [], nfx: [], nfk: []});
       p.x.push(...add.x); p.y.push(...add.y); p.nfx.push(...add.nfx); p.nfk.push(...add.nfk);
+      if (p.x.length + p.nfx.length > PENDING_MAX) { this.full = true; this.liveOnly = true; } // (a hidden tab)
       this.ctx.schedule();
     }
 
@@ -183,6 +195,7 @@ window.Obs = window.Obs || {};
       this.oobTotal = 0; this.nonPositive = 0;
       for (const it of this.items) {
         const d = this.data(it), p = this.split(it.name, d.steps, d.values);
+        if (p.x.length > 4 * this.resolution()) [p.x, p.y] = Obs.minmax(p.x, p.y, this.resolution());
         const unit = this.ctx.registry.info(it.name).unit, label = this.label(it.name);
         const X = xa.toX(p.x), yaxis = it.secondary ? "y3" : "y";
         const hover = unit === "fraction" ? "%{y:.2~%}" : "%{y:.5~g}" + (unit ? " " + unit : "");
@@ -220,7 +233,8 @@ window.Obs = window.Obs || {};
                     tickfont: {color: t.muted, size: 11}, uirevision: this.rangeRev};
       const lay = {margin: this.margins(traces, sec, multi, xa.mode === "time"), showlegend: !!multi,
                    legend: {orientation: "h", x: 0, y: multi ? this.legendY() : 1, yanchor: "bottom", font: {size: 10}},
-                   hovermode: "x unified", uirevision: "keep", dragmode: Obs.coarsePointer() ? false : "zoom",
+                   hovermode: this.pointer ? "x unified" : false, uirevision: "keep",
+                   dragmode: Obs.coarsePointer() ? false : "zoom",
                    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: t.fg},
                    hoverlabel: {bgcolor: t.card, font: {color: t.fg}},
                    xaxis: {...axis, title: {text: xa.title(), font: {size: 11, color: t.muted}}, type: xa.axisType(),
@@ -228,6 +242,7 @@ window.Obs = window.Obs || {};
                    yaxis: {...axis, type: log ? "log" : "linear", exponentformat: "e"},
                    yaxis2: {overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true}};
       if (range) { lay.xaxis.range = range; lay.xaxis.autorange = false; } else lay.xaxis.autorange = true;
+      if (!range && traces && this.live && xa.mode !== "time") this.headroom(lay.xaxis, traces);
       if (sec) {
         const second = this.items.filter((it) => it.secondary), names = second.map((it) => this.label(it.name));
         const fractions = second.every((it) => this.ctx.registry.info(it.name).unit === "fraction"); // MFU: 21%
@@ -235,7 +250,6 @@ window.Obs = window.Obs || {};
                       title: {text: names.join(", "), font: {size: 10}}, ...(fractions ? {tickformat: ".1~%"} : {})};
       }
       if (traces) { // the y axes fit what is visible, not the whole run (and a flat line is not drawn at 0)
-        this.flat = false;
         this.fitY(lay.yaxis, traces, "y", range, log);
         if (lay.yaxis3) this.fitY(lay.yaxis3, traces, "y3", range, false);
       }
@@ -285,12 +299,23 @@ window.Obs = window.Obs || {};
         }
       }
       if (!(hi >= lo)) return;
-      if (!range && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return; // Plotly's autorange does well
+      // Plotly's autorange does well, but for a live chart (its range keeps room for the next points)
+      if (!range && !this.live && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return;
       if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
       const pad = (hi - lo) * 0.06 || (log ? 0.3 : Math.abs(hi) * 0.5) || 1;
       axis.range = [lo - pad, hi + pad];
       axis.autorange = false;
-      if (!range) this.flat = true; // a fixed range: live points redraw fully, or they could fall outside it
+    }
+
+    headroom(axis, traces) { // a live chart's x axis: the run so far and room for the next points past it
+      let lo = Infinity, hi = -Infinity;
+      for (const tr of traces) {
+        if (tr.mode !== "lines" || !tr.x.length) continue;
+        lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
+      }
+      if (!(hi > lo)) return;
+      axis.range = [lo, hi + (hi - lo) * LIVE_HEADROOM];
+      axis.autorange = false;
     }
 
     marks(lay, t) { // rewinds and feature overlays (anomalies, annotations, interventions): Obs.setOverlays
@@ -318,52 +343,70 @@ window.Obs = window.Obs || {};
 
     // ---------------------------------------------------------------------------------------- drawing
     redraw() {
-      if (!this.dirty) return;
+      if (!this.dirty || !this.visible) return; // off screen: drawn once scrolled into view
       if (!this.lastFull && this.items.some((it) => it.series && it.series.loading)) return; // its reset() calls
       const now = performance.now();
       const smooth = this.ctx.view.smooth > 0;
       if (!this.full && smooth && this.items.some((it) => !it.ema)) this.full = true;
+      if (this.remark && !this.lastFull) this.full = true;
+      if (!this.full && !this.appendLive()) { this.full = true; this.liveOnly = true; }
       if (this.full && !this.forced() && now - this.lastFull < LIVE_REDRAW_MS && this.liveOnly) {
         if (!this.timer) this.timer = setTimeout(() => { this.timer = null; this.ctx.schedule(); },
                                                  LIVE_REDRAW_MS - (now - this.lastFull));
         return;
       }
       this.dirty = false;
-      const n = this.items.length;
       if (this.full) {
         const traces = this.traces();
         Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
+        if (!this.lastFull) this.bind();
         this.lastFull = now;
-      } else { // live points: one extendTraces per kind of trace, so the chart redraws once (not once per trace)
-        const lines = {x: [], y: [], idx: []}, marks = {x: [], y: [], text: [], idx: []};
-        const add = (g, idx, x, y, text) => {
-          g.idx.push(idx); g.x.push(x); g.y.push(y);
-          if (text) g.text.push(text);
-        };
-        this.items.forEach((it, i) => {
-          const pend = it.pending;
-          if (!pend) return;
-          const xa = this.ctx.xaxis, p = this.split(it.name, pend.x, pend.y);
-          if (p.x.length) add(lines, i, xa.toX(p.x), p.y);
-          if (pend.nfx.length) add(marks, n + i, xa.toX(pend.nfx), pend.nfx.map(() => 1), pend.nfk);
-          if (p.ox.length) {
-            add(marks, 2 * n + i, xa.toX(p.ox), p.ox.map(() => 1), p.oy.map(Obs.fmt));
-            this.oobTotal += p.ox.length;
-          }
-          if (smooth && p.x.length && it.ema) {
-            it.ema = Obs.ema(p.y, this.ctx.view.smooth, it.ema);
-            add(lines, 3 * n + i, xa.toX(p.x), it.ema.y);
-          }
-        });
-        if (lines.idx.length) Plotly.extendTraces(this.plot, {x: lines.x, y: lines.y}, lines.idx);
-        if (marks.idx.length) Plotly.extendTraces(this.plot, {x: marks.x, y: marks.y, text: marks.text}, marks.idx);
-      }
-      this.full = false; this.liveOnly = false;
+      } else if (this.remark) { // new marks only: the drawn traces as they are, no new arrays to prepare
+        const lay = this.layout(this.plot.data);
+        if (this.appended) lay.datarevision = this.lastFull + performance.now(); // (appended in place: recompute)
+        Plotly.react(this.plot, this.plot.data, lay, Obs.plotConfig());
+      } // (otherwise appendLive has drawn the live points)
+      this.appended = !this.full && !this.remark && (this.appended || this.items.some((it) => it.pending));
+      this.full = false; this.liveOnly = false; this.remark = false;
       this.items.forEach((it) => { it.pending = null; });
       Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
       this.note();
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
       if (this.box.querySelector(".table-alt").open && now - (this.tableAt || 0) > 1000) this.renderTable();
+    }
+
+    bind() { // the plot's own events, once Plotly has made it
+      this.plot.on("plotly_clickannotation", (ev) => Obs.overlayClicked(ev.annotation && ev.annotation.overlayId));
+      this.plot.on("plotly_relayout", (ev) => this.relayouted(ev));
+    }
+
+    // Live points onto the drawn lines, when every one falls inside the drawn axes of a linear chart with no marks
+    // to add, no smoothing and no pointer over it (hover reads Plotly's own copy): true once drawn. The trace's
+    // arrays take them too, so the next full redraw (and anyone reading the chart) has every point.
+    appendLive() {
+      const gd = this.plot, fl = gd._fullLayout, todo = [];
+      if (this.pointer || this.ctx.view.smooth > 0 || !fl || !fl.xaxis || !gd._fullData || !this.lastFull) return false;
+      const xa = fl.xaxis, within = (v, r) => v >= Math.min(r[0], r[1]) && v <= Math.max(r[0], r[1]);
+      if (xa.type !== "linear") return false;
+      for (const it of this.items) {
+        const pend = it.pending;
+        if (!pend) continue;
+        const p = this.split(it.name, pend.x, pend.y), ya = it.secondary ? fl.yaxis3 : fl.yaxis;
+        if (pend.nfx.length || p.ox.length || !ya || ya.type !== "linear") return false;
+        const X = this.ctx.xaxis.toX(p.x), tr = gd._fullData[it.index];
+        if (!X.every((x) => within(x, xa.range)) || !p.y.every((y) => within(y, ya.range))) return false;
+        const path = tr && gd.querySelector(".trace" + tr.uid + " .js-line");
+        if (!path || !path.getAttribute("d")) return false;
+        todo.push({i: it.index, X, Y: p.y, path, ya});
+      }
+      for (const {i, X, Y, path, ya} of todo) {
+        let d = "";
+        for (let k = 0; k < X.length; k++) d += "L" + xa.c2p(X[k]).toFixed(2) + "," + ya.c2p(Y[k]).toFixed(2);
+        path.setAttribute("d", path.getAttribute("d") + d);
+        const tr = gd.data[i];
+        for (let k = 0; k < X.length; k++) { tr.x.push(X[k]); tr.y.push(Y[k]); }
+      }
+      return true;
     }
 
     forced() { return (this.zoomPending && !this.fetching) || !this.lastFull; }

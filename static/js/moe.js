@@ -35,6 +35,13 @@ window.Obs = window.Obs || {};
       this.note = document.getElementById("router-note");
       this.layerSelect = Obs.onCommit(this.select, (v) => this.setLayer(+v));
       this.section.querySelector(".table-alt").addEventListener("toggle", () => this.renderTable());
+      this.visible = !window.IntersectionObserver; // drawn only on screen (caught up when scrolled into view)
+      if (window.IntersectionObserver) {
+        new IntersectionObserver((entries) => {
+          this.visible = entries[entries.length - 1].isIntersecting;
+          if (this.visible && this.dirty) this.ctx.schedule();
+        }, {rootMargin: "100px"}).observe(this.section);
+      }
     }
 
     // A series name the run has: routing_hist/<e> of some layer reveals that layer and expert.
@@ -160,7 +167,7 @@ window.Obs = window.Obs || {};
     }
 
     redraw() {
-      if (!this.dirty || this.layer === null) return;
+      if (!this.dirty || this.layer === null || !this.visible) return;
       if ([...this.experts, ...this.lines].some((s) => s.loading)) { // one draw once the layer's history is in
         this.note.textContent = "loading layer " + this.layer + "…";
         return; // the last load's reset() schedules the redraw

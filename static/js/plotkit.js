@@ -80,6 +80,25 @@ window.Obs = window.Obs || {};
 
   // Debiased exponential moving average (TensorBoard's): the early points are not dragged towards zero.
   // Returns {y, last, n} so that live points can continue it.
+  // A line of sorted x at most ~2 points a bucket: each of `buckets` equal x spans keeps its min and its max, in x
+  // order (a one-point spike survives), as the server's pyramid downsamples. Returns [x, y].
+  Obs.minmax = (x, y, buckets) => {
+    const n = x.length, X = [], Y = [];
+    if (n < 3) return [x.slice(), y.slice()];
+    const x0 = x[0], w = (x[n - 1] - x0) / buckets || 1;
+    for (let i = 0; i < n;) {
+      const b = Math.floor((x[i] - x0) / w);
+      let lo = i, hi = i, j = i;
+      for (; j < n && Math.floor((x[j] - x0) / w) === b; j++) {
+        if (y[j] < y[lo]) lo = j;
+        if (y[j] > y[hi]) hi = j;
+      }
+      for (const k of lo === hi ? [lo] : [Math.min(lo, hi), Math.max(lo, hi)]) { X.push(x[k]); Y.push(y[k]); }
+      i = j;
+    }
+    return [X, Y];
+  };
+
   Obs.ema = (values, w, state) => {
     let last = state ? state.last : 0, n = state ? state.n : 0;
     const y = new Array(values.length);
@@ -163,9 +182,12 @@ window.Obs = window.Obs || {};
   Obs.setOverlays = (source, list) => {
     const key = (l) => JSON.stringify(l || []); // functions drop out: same marks, same key
     const same = key(overlaySources.get(source)) === key(list); // (a first empty list changes nothing either)
+    const before = same ? null : new Map([...charts].map((ch) => [ch, key(Obs.overlaysFor(ch))]));
     overlaySources.set(source, list || []); // (fresh onClick closures either way)
     if (same) return; // the same marks: nothing to redraw
-    charts.forEach((ch) => { ch.full = true; ch.dirty = true; });
+    charts.forEach((ch) => { // only the charts whose marks changed, and only their layout (their lines stay)
+      if (before.get(ch) !== key(Obs.overlaysFor(ch))) { ch.remark = true; ch.dirty = true; }
+    });
   };
   Obs.overlaysFor = (chart) => {
     const names = new Set((chart.items || []).map((it) => it.name));

@@ -12,7 +12,11 @@ from .conftest import OVERFLOW_JS, apply, axe_violations, demo_messages
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SIZES = [(390, 844), (1400, 900)]
-DRAWN = "() => document.querySelectorAll('#charts .chart .plot .main-svg').length >= 5 && " \
+# A chart or panel draws once on screen: each poll brings the next one not yet drawn there, as a reader scrolls.
+SCROLL_TO_UNDRAWN = "(() => { const next = [...document.querySelectorAll('#charts .chart, #router-panel')].find(" \
+                    "(el) => !el.hidden && !el.querySelector('.main-svg')); if (next) next.scrollIntoView(); " \
+                    "return true; })()"
+DRAWN = f"() => {SCROLL_TO_UNDRAWN} && document.querySelectorAll('#charts .chart .plot .main-svg').length >= 5 && " \
         "!!document.querySelector('#router-heatmap .main-svg') && document.querySelectorAll('#events li').length > 3"
 
 
@@ -120,14 +124,16 @@ def test_the_url_holds_smoothing_log_axes_and_the_x_axis(runs, web, new_page):
     loss = "() => { const d = document.getElementById('chart-train-loss'); return d && d.data && d.data.length ? " \
            "{n: d.data.length, layout: d.layout, data: d.data.map((t) => ({x: Array.from(t.x), y: Array.from(t.y), " \
            "mode: t.mode, opacity: t.opacity, name: t.name}))} : null; }"
-    page.wait_for_function(f"() => {{ const c = ({loss})(); return c && c.n === 12 && c.data[0].x.length === 60; }}",
-                           timeout=30_000)
+    page.wait_for_function(f"() => {{ const c = ({loss})(); return c && c.n === 12 && c.data[0].x.length === 60 && "
+                           "c.data[0].x[0] === 1024; }", timeout=30_000)  # (drawn on the tokens axis once it is in)
     c = page.evaluate(loss)
     raw, smooth = c["data"][0], c["data"][9]  # 3 lines, 3 non-finite, 3 impossible, then the smoothed lines
     assert raw["opacity"] < 0.5 and smooth["mode"] == "lines" and "smoothed" in smooth["name"]
     assert smooth["y"][0] == pytest.approx(raw["y"][0]), "debiased: the first point is not pulled towards 0"
     assert smooth["y"][-1] > raw["y"][-1], "a falling curve's average lags behind it"
-    assert c["layout"]["yaxis"]["type"] == "log" and c["layout"]["hovermode"] == "x unified"
+    assert c["layout"]["yaxis"]["type"] == "log" and c["layout"]["hovermode"] is False  # no hover until pointed at
+    page.hover("#chart-train-loss .nsewdrag")
+    page.wait_for_function("() => document.getElementById('chart-train-loss').layout.hovermode === 'x unified'")
     assert c["layout"]["xaxis"]["title"]["text"] == "tokens trained"
     assert raw["x"][:3] == [1024, 2048, 3072]  # throughput/total_tokens at steps 0, 1, 2
     assert page.get_attribute('.chart[data-metric="train/loss"] .tool.log', "aria-pressed") == "true"

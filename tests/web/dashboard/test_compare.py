@@ -11,7 +11,7 @@ import pytest
 from observatory import contract as c
 
 from .conftest import OVERFLOW_JS, apply, axe_violations, demo_messages, seed_series
-from .test_a11y import shot
+from .test_a11y import SCROLL_TO_UNDRAWN, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 T = 1_767_225_600.0
@@ -182,7 +182,8 @@ def test_the_compare_page_fits_a_phone_and_passes_axe_light_and_dark(runs, web, 
     page, errors = open_page(new_page, 390, 844)
     page.goto(web.url + f"/compare/?runs={RESUMED},{RUNG},{IMPORTED}&chart={c.M_LOSS}&chart={c.M_GRAD_NORM}"
                         "&smooth=0.5")
-    page.wait_for_function("() => document.querySelectorAll('#charts .chart .plot .main-svg').length >= 2 && "
+    page.wait_for_function(f"() => {SCROLL_TO_UNDRAWN} && "
+                           "document.querySelectorAll('#charts .chart .plot .main-svg').length >= 2 && "
                            "document.getElementById('chart-train-loss').data.length >= 9")
     for theme in ("light", "dark"):
         if theme == "dark":

@@ -11,7 +11,8 @@ from .conftest import apply, demo_messages, in_thread, seed_series
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-HEAT = """() => { const d = document.getElementById('router-heatmap');
+HEAT = """() => { document.getElementById('router-panel').scrollIntoView();  // (it draws once on screen)
+  const d = document.getElementById('router-heatmap');
   if (!d || !d.data || !d.data.length) return null;
   const holes = d.data.find((t) => t.name === 'no data');
   return {cols: d.data[0].x.length, x: Array.from(d.data[0].x), holes: holes.z.map((r) => r.map((v) => v === 1)),

@@ -87,6 +87,8 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("request", lambda r: "/api/" in r.url and api_calls.append(r.url))
     page.goto(f"{servers.url}/runs/{run_id}/")
+    show = lambda sel: page.evaluate(f"() => document.querySelector({sel!r}).scrollIntoView()")  # noqa: E731
+    show("#router-panel")  # (a panel or chart draws once on screen)
 
     # Heatmap of layer 0: 16 expert rows x one column per step, cells = tokens per expert.
     page.wait_for_function(f"() => {{ const h = ({HEAT_JS})(); return h && h.cols === {HISTORY}; }}",
@@ -114,11 +116,13 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
     assert "20.0%" in licenses and "5.0%" in licenses  # pretrain and midtrain weights
 
     # Default charts: per-domain losses join the loss chart; the NaN loss is flagged, not hidden.
+    show("#chart-train-loss")
     page.wait_for_function("() => { const d = document.getElementById('chart-train-loss'); "
                            "return d && d.data && d.data.filter((t) => t.mode === 'lines').length === 6; }",
                            timeout=30_000)  # loss, CE, 4 domains
     for plot_id in ("chart-optim-learning-rate", "chart-grad-norm-total",
                     "chart-throughput-tokens-per-second", "chart-moe-drop-fraction"):
+        show("#" + plot_id)
         wait_trace(page, plot_id, f"x.length === {HISTORY}")  # each chart fills when its own history arrives
     wait_trace(page, "chart-throughput-tokens-per-second", "true", trace=1)
     assert page.evaluate("() => document.getElementById('chart-throughput-tokens-per-second')"
@@ -128,6 +132,7 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
     page.wait_for_function(SETTLED_JS, timeout=30_000)  # every resume answered, nothing loading
     api_calls.clear()
+    show("#router-panel")
 
     # Live: each new step adds a heatmap column; the stage switch shows in the data panel. No HTTP at all.
     publish = threading.Thread(target=lambda: [  # paced like a trainer: the heatmap is seen growing
@@ -142,6 +147,7 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
     assert heat["x"] == list(range(HISTORY + 5)) and heat["rows"] == EXPERTS
     page.wait_for_function("() => document.getElementById('data-stage').textContent.startsWith('midtrain')",
                            timeout=30_000)
+    show("#chart-train-loss")  # scrolled back into view, it draws what came while it was off screen
     wait_trace(page, "chart-train-loss", f"x.includes({HISTORY + 4})")
     assert len(page.evaluate(trace_js("chart-train-loss"))) == HISTORY + 5 - 1  # the NaN step: a marker, no point
     assert api_calls == []  # pushed over the WebSocket, not polled

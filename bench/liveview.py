@@ -1,0 +1,213 @@
+"""What a live view costs the page: main-thread time per live update and long tasks, at the demo's full width.
+
+    .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
+                                       [--profile] [--json]
+
+The real chain, as bench/latency.py runs it: the trainer's `Publisher` → Redis → `manage.py ingest` (subprocess)
+→ the web server `make run` starts (subprocess) → a real Chromium page on the run's dashboard (Playwright, 1400 ×
+900). The run first gets `--history` steps at once, then one full-width step (~240 series, bench/fanout.py's
+names) every 1/`--rate` s for `--seconds`, while Chromium traces the page. Reported:
+  update_main_ms   p50/p99/max of the page's main-thread time per live update: the top-level tasks of the
+                   renderer's main thread (script, style, layout, paint, GC) from one WebSocket message to the next
+  long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
+  main_thread_busy    the main thread's share of the live window
+  trace_self_ms       where the live window's main-thread time went (self time by trace event name)
+with the default charts open, or with `--charts N` charts (the defaults then more of the run's series).
+Uses Redis db 14 (flushed) and a throw-away SQLite file. Targets (issue 24): p99 <= 8 ms per update, no long task
+with the default charts, <= 1 a minute with 20.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from fanout import demo_names, server_cmd  # noqa: E402
+from latency import free_port, pct, wait_http  # noqa: E402
+from pagecost import LONG_TASKS_JS, Cdp, profile_summary, trace_tasks  # noqa: E402
+
+from observatory import contract  # noqa: E402
+from observatory.streams import Publisher  # noqa: E402
+
+MARK_JS = """
+(() => {
+  const _WS = window.WebSocket;
+  window.__obsFrames = 0;
+  window.WebSocket = function (url, protocols) {
+    const ws = protocols ? new _WS(url, protocols) : new _WS(url);
+    ws.addEventListener('message', () => { window.__obsFrames++; performance.mark('obs-live-frame'); });
+    return ws;
+  };
+  window.WebSocket.prototype = _WS.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+})();
+"""
+TRACE_CATEGORIES = ["toplevel", "blink.user_timing", "devtools.timeline"]
+
+
+def values(step: int, names: list[str]) -> dict[str, float]:
+    out = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
+    out[contract.M_LOSS] = 2.0 + 3.0 / (1 + step / 100) + 0.05 * ((step * 7919) % 13) / 13
+    return out
+
+
+def per_update(tasks: list[tuple[float, float]], marks: list[float], end: float) -> list[float]:
+    """Main-thread ms from each live message to the next (the last: to `end`), tasks by their start."""
+    bounds = marks + [end]
+    out = [0.0] * len(marks)
+    j = 0
+    for start, dur in sorted(tasks):
+        while j < len(marks) and start >= bounds[j + 1]:
+            j += 1
+        if j < len(marks) and start >= bounds[j]:
+            out[j] += dur
+    return out
+
+
+def chart_url(base: str, run_id: str, page, charts: int) -> str:
+    """The dashboard with `charts` charts: the defaults, then more of the run's series (the URL holds the view)."""
+    if not charts:
+        return f"{base}/runs/{run_id}/"
+    data = page.evaluate("() => JSON.parse(document.getElementById('page-data').textContent)")
+    ids = [c.get("id") or c["metrics"][0] for c in data["charts"]]
+    taken = {m for c in data["charts"] for m in c["metrics"] + c.get("optional", [])}
+    ids += [n for n in demo_names() if n not in taken and n not in ids][:max(0, charts - len(ids))]
+    return f"{base}/runs/{run_id}/?" + urllib.parse.urlencode([("chart", i) for i in ids[:charts]])
+
+
+def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import CHROMIUM_ARGS, chromium_path
+
+    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+    import redis
+
+    redis.Redis.from_url(redis_url).flushdb()
+    tmp = tempfile.mkdtemp(prefix="obs-liveview-")
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": redis_url, "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3",
+           "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "liveview-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0",
+           "OBS_DATA_DIR": tmp, "PYTHONUNBUFFERED": "1", "OBS_LOG_LEVEL": "WARNING"}
+    py = sys.executable
+    subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    procs = [subprocess.Popen(server_cmd("uvicorn", port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL),
+             subprocess.Popen([py, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env,
+                              stderr=subprocess.DEVNULL)]
+    names, run_id = demo_names(), f"liveview-{int(time.time())}"
+    pub = Publisher(redis_url, run_id)
+    base = f"http://127.0.0.1:{port}"
+    errors: list[str] = []
+    try:
+        pub.publish("run", {"t": time.time(), "name": "live view bench", "config": {}})
+        pub.publish("state", {"t": time.time(), "state": "training", "step": 0, "detail": ""})
+        for step in range(history):
+            pub.metrics(step, values(step, names))
+        pub.flush()
+        wait_http(f"{base}/api/runs/")
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:  # ingest has stored the history
+            try:
+                got = json.loads(urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2).read())
+                if got.get("last_step") == history - 1:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.5)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.add_init_script(LONG_TASKS_JS + MARK_JS)
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{base}/runs/{run_id}/")
+            url = chart_url(base, run_id, page, charts)
+            if charts:
+                page.goto(url)
+            cdp = Cdp(page, throttle)
+            page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                                   "window.__obsFrames > 0", timeout=60_000)
+            page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0", timeout=60_000)
+            open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
+            browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
+            if profile:
+                cdp.start_profile()
+            t_page = page.evaluate("() => performance.now()")
+            frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
+            t0 = time.monotonic()
+            n = int(seconds * rate)
+            for k in range(1, n + 1):
+                time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
+                pub.metrics(history + k - 1, values(history + k - 1, names))
+            page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
+                                   f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
+            wall = time.monotonic() - t0
+            main = cdp.main_thread_ms() - main0
+            long_tasks = [d for t, d in page.evaluate("() => window.__obsLong") if t >= t_page]
+            frames = page.evaluate("() => window.__obsFrames") - frames0
+            prof = profile_summary(cdp.stop_profile()) if profile else None
+            tasks, marks, selfs = trace_tasks(browser.stop_tracing(), "obs-live-frame")
+            browser.close()
+    finally:
+        pub.close()
+        for pr in procs:
+            pr.send_signal(signal.SIGTERM)
+        for pr in procs:
+            try:
+                pr.wait(10)
+            except subprocess.TimeoutExpired:
+                pr.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    stamps = [t for t, _ in marks]
+    end = (max(s + d for s, d in tasks) if tasks else stamps[-1]) if stamps else 0.0
+    upd = per_update(tasks, stamps, end)
+    r = lambda x: round(x, 2)  # noqa: E731
+    return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(names), "history_steps": history,
+            "charts_open": open_charts, "cpu_throttle": throttle, "updates": len(upd), "frames_counted": frames,
+            "update_main_ms": {"p50": r(pct(upd, 50)), "p99": r(pct(upd, 99)), "max": r(max(upd)),
+                               "mean": r(statistics.fmean(upd))} if upd else None,
+            "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
+            "main_thread_busy": r(main / (wall * 1000)),
+            "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()}, **({"profile": prof} if prof else {}),
+            "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
+    ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
+    ap.add_argument("--charts", type=int, default=0, help="charts open (0: the default charts)")
+    ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
+    ap.add_argument("--profile", action="store_true", help="add a sampling profile of the live window")
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    args = ap.parse_args()
+    if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
+        ap.error("--seconds and --rate must be positive, --history at least 1, --charts at least 0, "
+                 "--cpu-throttle at least 1")
+    if not args.json:
+        print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
+    out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile)
+    out["targets"] = {"update_main_p99_ms": 8, "long_tasks_per_min": 0 if not args.charts else 1}
+    print(json.dumps(out, indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

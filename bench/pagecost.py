@@ -1,0 +1,114 @@
+"""What a page costs its main thread, read from Chromium itself (bench/dashboard.py, bench/liveview.py).
+
+  LONG_TASKS_JS       an init script: the page's long tasks (> 50 ms, PerformanceObserver) into window.__obsLong
+  Cdp(page, throttle) a CDP session: CPU throttling (Emulation.setCPUThrottlingRate, 4 stands for a phone),
+                      main-thread busy time (Performance.getMetrics TaskDuration), a sampling profile
+  profile_summary()   a CPU profile's self time by script and by function: where the main thread went
+  trace_tasks()       the renderer main thread's top-level tasks and the page's user-timing marks, from a trace
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+LONG_TASKS_JS = """
+window.__obsLong = [];
+try {
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) window.__obsLong.push([e.startTime, e.duration]);
+  }).observe({type: 'longtask', buffered: true});
+} catch (e) {}
+"""
+
+
+class Cdp:
+    """A page's CDP session: throttling, main-thread time, profiling."""
+
+    def __init__(self, page, throttle: float = 1.0):
+        self.s = page.context.new_cdp_session(page)
+        self.s.send("Performance.enable")
+        if throttle != 1:
+            self.s.send("Emulation.setCPUThrottlingRate", {"rate": throttle})
+
+    def main_thread_ms(self) -> float:
+        """The renderer main thread's busy time so far (all tasks: script, style, layout, paint, GC)."""
+        got = {m["name"]: m["value"] for m in self.s.send("Performance.getMetrics")["metrics"]}
+        return got.get("TaskDuration", 0.0) * 1000
+
+    def start_profile(self) -> None:
+        self.s.send("Profiler.enable")
+        self.s.send("Profiler.setSamplingInterval", {"interval": 200})
+        self.s.send("Profiler.start")
+
+    def stop_profile(self) -> dict:
+        return self.s.send("Profiler.stop")["profile"]
+
+
+def profile_summary(profile: dict, top: int = 12) -> dict:
+    """Self time (ms) by script file and by the hottest functions of a CDP CPU profile, and time by the page's
+    own function (static/js/) nearest each sample: who asked for it."""
+    nodes = {n["id"]: n for n in profile["nodes"]}
+    parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
+
+    def caller(nid: int) -> str:
+        while nid is not None:
+            cf = nodes[nid]["callFrame"]
+            if "/static/js/" in cf.get("url", ""):
+                name = cf.get("functionName") or "(anonymous)"
+                return f"{name} {cf['url'].rsplit('/', 1)[-1]}:{cf['lineNumber'] + 1}"
+            nid = parent.get(nid)
+        return "(not the page's code)"
+
+    self_us: dict[int, float] = defaultdict(float)
+    for node, dt in zip(profile.get("samples", []), profile.get("timeDeltas", [])):
+        self_us[node] += dt
+    by_file: dict[str, float] = defaultdict(float)
+    by_fn: dict[str, float] = defaultdict(float)
+    by_caller: dict[str, float] = defaultdict(float)
+    for nid, us in self_us.items():
+        if nodes[nid]["callFrame"].get("functionName") != "(idle)":
+            by_caller[caller(nid)] += us / 1000
+        cf = nodes[nid]["callFrame"]
+        url = cf.get("url", "").rsplit("/", 1)[-1] or "(" + (cf.get("functionName") or "native") + ")"
+        by_file[url] += us / 1000
+        by_fn[f"{cf.get('functionName') or '(anonymous)'} {url}:{cf.get('lineNumber', 0) + 1}"] += us / 1000
+    rank = lambda d: {k: round(v, 1) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]}  # noqa: E731
+    return {"by_script_ms": rank(by_file), "top_functions_ms": rank(by_fn), "by_page_function_ms": rank(by_caller)}
+
+
+TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "blink.user_timing", "v8", "disabled-by-default-devtools.timeline"]
+
+
+def trace_tasks(trace: bytes, mark_prefix: str = "obs-") -> tuple[list[tuple[float, float]], list[tuple[float, str]],
+                                                                  dict[str, float]]:
+    """From a Chromium trace: the page's main-thread top-level tasks [(start ms, duration ms)], its user-timing
+    marks starting with `mark_prefix` [(ms, name)] (same clock) and the main thread's self time by event name."""
+    events = json.loads(trace)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    mains = {(e["pid"], e["tid"]) for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"].get("name") == "CrRendererMain"}
+    marks = [(e["ts"] / 1000, e["name"]) for e in events
+             if e.get("name", "").startswith(mark_prefix) and "user_timing" in e.get("cat", "")]
+    mark_threads = {(e["pid"], e["tid"]) for e in events if e.get("name", "").startswith(mark_prefix)}
+    main = (mains & mark_threads) or mains  # the page's renderer (it made the marks)
+    on_main = sorted((e for e in events if (e.get("pid"), e.get("tid")) in main and e.get("ph") == "X"
+                      and "dur" in e), key=lambda e: (e["ts"], -e["dur"]))
+    top = ("RunTask", "ThreadControllerImpl::RunTask")
+    tasks = [(e["ts"] / 1000, e["dur"] / 1000) for e in on_main if e["name"] in top]
+    selfs: dict[str, float] = defaultdict(float)
+    stack: list[list] = []  # [end, name, children's time, duration]
+    for e in on_main:
+        start, end = e["ts"], e["ts"] + e["dur"]
+        while stack and stack[-1][0] <= start:
+            done = stack.pop()
+            selfs[done[1]] += (done[3] - done[2]) / 1000
+        if stack:
+            stack[-1][2] += e["dur"]
+        stack.append([end, e["name"], 0, e["dur"]])
+    for done in stack:
+        selfs[done[1]] += (done[3] - done[2]) / 1000
+    for name in ("RunTask", "ThreadControllerImpl::RunTask"):  # task time no finer event names
+        if name in selfs:
+            selfs["(task, unattributed)"] = selfs.get("(task, unattributed)", 0.0) + selfs.pop(name)
+    return tasks, sorted(marks), dict(sorted(selfs.items(), key=lambda kv: -kv[1])[:15])

@@ -1,0 +1,42 @@
+"""Draw only what is seen: a chart below the fold draws nothing while live points arrive (the charts in view draw
+them), and once scrolled into view it draws every point that came while it was off screen, each once."""
+
+import pytest
+
+from observatory import contract
+
+from ..servers import trace_js, wait_ingested, wait_trace
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LOSS, BELOW = "chart-train-loss", "chart-grad-norm-total"
+
+
+def test_a_chart_scrolled_into_view_draws_what_arrived_while_it_was_off_screen(trainer, servers, new_page, run_id):
+    def step(s):
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.01 * s, contract.M_GRAD_NORM: 1.0 + 0.01 * s})
+
+    trainer.send("run", name="off screen", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for s in range(5):
+        step(s)
+    wait_ingested(run_id, 4)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1000, "height": 560})  # the first row of charts only
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    wait_trace(page, LOSS, "x.length === 5")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+    below = page.evaluate(f"() => document.getElementById('{BELOW}').getBoundingClientRect().top")
+    assert below > 560 + 100, "the grad-norm chart starts below the fold"
+
+    for s in range(5, 40):
+        step(s)
+    wait_trace(page, LOSS, "x.includes(39)")  # the charts in view have drawn step 39: a redraw has happened
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    drawn = page.evaluate(trace_js(BELOW)) or []
+    assert 39 not in drawn, "a chart off screen draws nothing"
+
+    page.evaluate(f"() => document.getElementById('{BELOW}').scrollIntoView()")
+    wait_trace(page, BELOW, "x.includes(39)")
+    assert page.evaluate(trace_js(BELOW)) == list(range(40))
+    assert page.evaluate(trace_js(BELOW, "y"))[-1] == pytest.approx(1.39)
