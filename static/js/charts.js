@@ -65,7 +65,11 @@ window.Obs = window.Obs || {};
         }, {rootMargin: "100px"}).observe(this.box);
       }
       this.plot.addEventListener("pointerenter", () => {
-        this.pointer = true; this.full = true; this.dirty = true; this.ctx.schedule();
+        // Hover on at once, without redrawing (a redraw here re-made the marks' labels under a click in flight);
+        // a full redraw only where live points were appended in place, which Plotly's hover copy lacks.
+        this.pointer = true;
+        if (this.lastFull) Plotly.relayout(this.plot, {hovermode: "x unified"});
+        if (this.appended) { this.full = true; this.dirty = true; this.ctx.schedule(); }
       });
       this.plot.addEventListener("pointerleave", () => { this.pointer = false; });
     }
