@@ -36,7 +36,8 @@ def poison_trigger():
                         "BEGIN SELECT RAISE(ABORT, 'poison refused'); END")
         else:
             cur.execute("CREATE FUNCTION reject_poison() RETURNS trigger AS $$ BEGIN IF NEW.name = 'poison' THEN "
-                        "RAISE EXCEPTION 'poison refused'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql")
+                        "RAISE EXCEPTION 'poison refused' USING ERRCODE = 'check_violation'; END IF; "  # a constraint's
+                        "RETURN NEW; END $$ LANGUAGE plpgsql")
             cur.execute(f"CREATE TRIGGER reject_poison BEFORE INSERT ON {table} FOR EACH ROW "
                         "EXECUTE FUNCTION reject_poison()")
     yield
