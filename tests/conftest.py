@@ -108,3 +108,13 @@ def chromium_path() -> str | None:
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def caps(monkeypatch):
+    """Telemetry stream caps scaled by 1/1000, checked after every write (observatory.streams.trim)."""
+    from observatory import contract
+
+    monkeypatch.setattr(contract, "STREAM_MAXLEN", 1000)
+    monkeypatch.setattr(contract, "STREAM_HARD_MAXLEN", 2000)
+    monkeypatch.setattr(contract, "TRIM_EVERY_S", 0.0)

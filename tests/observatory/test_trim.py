@@ -12,14 +12,6 @@ from observatory.streams import Publisher, StreamConsumer, ensure_group
 from observatory.streams.trim import maybe_trim, trim_telemetry
 
 
-@pytest.fixture
-def caps(monkeypatch):
-    """Small caps (the defaults scaled by 1/1000), and a cap check after every write."""
-    monkeypatch.setattr(contract, "STREAM_MAXLEN", 1000)
-    monkeypatch.setattr(contract, "STREAM_HARD_MAXLEN", 2000)
-    monkeypatch.setattr(contract, "TRIM_EVERY_S", 0.0)
-
-
 def _publish(pub, steps):
     for step in steps:
         pub.metrics(step, {contract.M_LOSS: float(step)})

@@ -13,13 +13,6 @@ from webapp.ops import exposition, probes
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def caps(monkeypatch):
-    monkeypatch.setattr(contract, "STREAM_MAXLEN", 1000)
-    monkeypatch.setattr(contract, "STREAM_HARD_MAXLEN", 2000)
-    monkeypatch.setattr(contract, "TRIM_EVERY_S", 0.0)
-
-
 def _publish(pub, steps):
     for step in steps:
         pub.metrics(step, {contract.M_LOSS: 1.0})
