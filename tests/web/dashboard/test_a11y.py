@@ -41,7 +41,7 @@ def test_no_overflow_and_no_serious_axe_violation(runs, web, new_page, width, he
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
 
-    page.goto(web.url + "/")
+    page.goto(web.url + "/runs/")
     page.wait_for_selector("tr[data-run='demo-a']")
     layout = page.evaluate(OVERFLOW_JS)
     assert layout["bad"] == [] and layout["scrollWidth"] <= width, layout
