@@ -56,14 +56,14 @@ def anomalies(limit: int) -> list[dict]:
 
 def annotations(limit: int) -> list[dict]:
     rows = (Annotation.objects.public().select_related("run").order_by("-created_at")
-            .annotate(replies=Count("replies", filter=Q(replies__hidden=False, replies__deleted_at__isnull=True)))
+            .annotate(n_replies=Count("replies", filter=Q(replies__hidden=False, replies__deleted_at__isnull=True)))
             [:limit])
     out = []
     for n in rows:
         lo, hi = _window(n.step_start, n.step_end)
         out.append({"kind": "annotation", "id": str(n.id), "run_id": n.run_id, "run_name": n.run.name or n.run_id,
                     "step": n.step_start, "from": lo, "to": hi, "title": n.title, "detail": _cut(n.body),
-                    "count": n.replies, "t": _iso(n.created_at),
+                    "count": n.n_replies, "t": _iso(n.created_at),
                     "url": chart_url(n.run_id, lo, hi, annotation=n.id)})
     return out
 
