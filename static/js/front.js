@@ -18,9 +18,10 @@ window.Obs = window.Obs || {};
   }
 
   // ------------------------------------------------------------------------------------------- the chart
-  let drawQueued = false;
+  let drawQueued = false, revision = 0;
   function draw() {
     drawQueued = false;
+    revision++; // the line's arrays grow in place: Plotly.react redraws only for a new datarevision
     const box = el("front-chart");
     if (!box || !window.Plotly) return;
     const t = Obs.theme(), traces = [], b = chart.band;
@@ -33,10 +34,11 @@ window.Obs = window.Obs || {};
     }
     traces.push({x: line.steps, y: line.values, mode: "lines", line: {color: "#1a56b0", width: 1.6}, name: METRIC});
     const hi = Math.max(line.last, 1);
-    const layout = {margin: {l: 50, r: 10, t: 10, b: 36}, paper_bgcolor: t.card, plot_bgcolor: t.card,
-                    font: {color: t.fg}, showlegend: !!b, legend: {orientation: "h", y: -0.18},
+    const layout = {margin: {l: 50, r: 10, t: b ? 30 : 10, b: 44}, paper_bgcolor: t.card, plot_bgcolor: t.card,
+                    font: {color: t.fg}, showlegend: !!b,
+                    legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
                     xaxis: {title: {text: "step"}, gridcolor: t.grid, range: b ? undefined : [0, hi]},
-                    yaxis: {gridcolor: t.grid}, hovermode: "x"};
+                    yaxis: {gridcolor: t.grid}, hovermode: "x", datarevision: revision};
     Plotly.react(box, traces, layout, Obs.plotConfig());
     box.dataset.last = String(line.last);
   }

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+from html import unescape
+
 from django.db.models import Count, Q
+from django.utils.html import strip_tags
 from django.urls import reverse
 
 from webapp.annotations.models import Annotation
@@ -20,6 +23,11 @@ from webapp.runs.models import Run
 DETAIL_CHARS = 160
 INTERVENTION_RUNS = 5  # commands are read per run (acks from Redis): the runs most recently commanded
 CONTEXT_STEPS = 20  # a one-step moment's chart window: this much either side
+
+
+def plain(html: str) -> str:
+    """A sanitised post's HTML as one line of plain text (the page escapes it again)."""
+    return " ".join(unescape(strip_tags(html or "")).split())
 
 
 def _cut(text: str) -> str:
@@ -48,7 +56,7 @@ def anomalies(limit: int) -> list[dict]:
         lo, hi = a.zoom()
         out.append({"kind": "anomaly", "id": str(a.id), "run_id": a.run_id, "run_name": a.run.name or a.run_id,
                     "step": a.peak_step, "from": lo, "to": hi, "severity": a.severity,
-                    "title": a.kind.replace("_", " ") + (f" on {a.metric}" if a.metric else ""),
+                    "title": a.kind.replace("_", " ") + (f" on {a.metric}" if "/" in a.metric else ""),
                     "detail": _cut(a.explanation), "count": None, "t": _iso(a.created_at),
                     "url": chart_url(a.run_id, lo, hi, anomaly=a.id)})
     return out
@@ -62,7 +70,7 @@ def annotations(limit: int) -> list[dict]:
     for n in rows:
         lo, hi = _window(n.step_start, n.step_end)
         out.append({"kind": "annotation", "id": str(n.id), "run_id": n.run_id, "run_name": n.run.name or n.run_id,
-                    "step": n.step_start, "from": lo, "to": hi, "title": n.title, "detail": _cut(n.body),
+                    "step": n.step_start, "from": lo, "to": hi, "title": n.title, "detail": _cut(plain(n.body_html)),
                     "count": n.n_replies, "t": _iso(n.created_at),
                     "url": chart_url(n.run_id, lo, hi, annotation=n.id)})
     return out

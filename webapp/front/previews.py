@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
-
 from django.core.cache import cache
 from django.http import HttpResponse, HttpResponseNotModified
 from django.shortcuts import get_object_or_404
@@ -23,6 +21,7 @@ from observatory import contract
 from webapp.accounts.permissions import public
 from webapp.annotations.models import Annotation
 from webapp.front import render
+from webapp.front.moments import plain
 from webapp.metrics import queries
 from webapp.metrics.models import Series
 from webapp.runs.models import Run
@@ -37,7 +36,7 @@ DESCRIPTION_CHARS = 200
 def step_bucket(last_step: int | None) -> int:
     """last_step rounded down to a power-of-two width of ~1/64 of the run (1 below step 128)."""
     s = max(0, last_step or 0)
-    width = 1 << max(0, int(math.log2(max(1, s) / BUCKETS_PER_RUN))) if s >= BUCKETS_PER_RUN else 1
+    width = 1 << int(math.log2(s / BUCKETS_PER_RUN)) if s >= BUCKETS_PER_RUN else 1
     return s - s % width
 
 
@@ -100,9 +99,8 @@ def annotation_image(request, pk: int):
     return _answer(request, *_image(note.run, _loss(note.run), note))
 
 
-def _plain(markdown: str) -> str:
-    text = re.sub(r"[`*_#>\[\]()!|~-]+", " ", markdown or "")
-    text = " ".join(text.split())
+def _plain(html: str) -> str:
+    text = plain(html)
     return text if len(text) <= DESCRIPTION_CHARS else text[:DESCRIPTION_CHARS - 1] + "…"
 
 
@@ -119,7 +117,7 @@ def meta(request, run: Run) -> dict | None:
     name = run.name or run.id
     if note is not None:
         title = f"{note.title} · {name}"
-        desc = _plain(note.body) or f"A note on steps {note.step_start:,}–{note.step_end:,} of {name}."
+        desc = _plain(note.body_html) or f"A note on steps {note.step_start:,}–{note.step_end:,} of {name}."
         image = reverse("preview-annotation", args=[note.pk])
         page += f"?annotation={note.pk}"
     else:

@@ -46,6 +46,13 @@ def test_no_overflow_and_no_serious_axe_violation(runs, web, new_page, width, he
     layout = page.evaluate(OVERFLOW_JS)
     assert layout["bad"] == [] and layout["scrollWidth"] <= width, layout
     assert axe_violations(page) == []
+    shot(page, f"runs-{width}.png")
+
+    page.goto(web.url + "/")  # the front page: the featured run's chart, moments, experiments
+    page.wait_for_function("() => !!document.querySelector('#front-chart .main-svg')", timeout=30_000)
+    layout = page.evaluate(OVERFLOW_JS)
+    assert layout["bad"] == [] and layout["scrollWidth"] <= width, layout
+    assert axe_violations(page) == []
     shot(page, f"home-{width}.png")
 
     page.goto(web.url + "/runs/demo-a/")

@@ -75,10 +75,12 @@ def test_the_step_bucket_follows_every_step_early_and_doubles_as_the_run_grows()
 
 
 def test_an_annotation_link_previews_the_annotation_with_its_range(client, run):
-    note = Annotation.objects.create(run=run, title="the spike at 40", body="**data** loader restarted",
-                                     body_html="<p>x</p>", step_start=35, step_end=45)
-    t = tags(client.get(f"/runs/{RUN}/?annotation={note.pk}").content.decode())
-    assert t["og:title"].startswith("the spike at 40") and "data loader restarted" in t["og:description"]
+    note = Annotation.objects.create(run=run, title="the spike at 40", body="**data** loader restarted & more",
+                                     body_html="<p><strong>data</strong> loader restarted &amp; more</p>",
+                                     step_start=35, step_end=45)
+    html = client.get(f"/runs/{RUN}/?annotation={note.pk}").content.decode()
+    t = tags(html)
+    assert t["og:title"].startswith("the spike at 40") and t["og:description"] == "data loader restarted &amp; more"
     assert t["og:url"] == f"http://testserver/runs/{RUN}/?annotation={note.pk}"
     assert t["og:image"].startswith(f"http://testserver/annotations/{note.pk}/preview.png?v=")
     shaded = client.get(f"/annotations/{note.pk}/preview.png")
