@@ -40,6 +40,7 @@ window.Obs = window.Obs || {};
                     xaxis: {title: {text: "step"}, gridcolor: t.grid, range: b ? undefined : [0, hi]},
                     yaxis: {gridcolor: t.grid}, hovermode: "x", datarevision: revision};
     Plotly.react(box, traces, layout, Obs.plotConfig());
+    Obs.toolbarA11y(box, "Chart tools: training loss");
     box.dataset.last = String(line.last);
   }
   const redraw = () => { if (!drawQueued) { drawQueued = true; requestAnimationFrame(draw); } };
