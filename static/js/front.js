@@ -12,6 +12,8 @@ window.Obs = window.Obs || {};
   const METRIC = chart.metric || "train/loss";
   const el = (id) => document.getElementById(id);
   const line = {steps: [], values: [], last: -1};
+  let marks = page.moments || []; // this run's moments are marked on its chart
+  const MARK = {anomaly: "#c62828", annotation: "#1a56b0", intervention: "#6a1b9a"};
   if (chart.window) {
     line.steps = chart.window.steps.slice(); line.values = chart.window.values.slice();
     line.last = chart.window.last_step === null || chart.window.last_step === undefined ? -1 : chart.window.last_step;
@@ -38,7 +40,10 @@ window.Obs = window.Obs || {};
                     font: {color: t.fg}, showlegend: !!b,
                     legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
                     xaxis: {title: {text: "step"}, gridcolor: t.grid, range: b ? undefined : [0, hi]},
-                    yaxis: {gridcolor: t.grid}, hovermode: "x", datarevision: revision};
+                    yaxis: {gridcolor: t.grid}, hovermode: "x", datarevision: revision,
+                    shapes: marks.filter((m) => m.run_id === page.run_id && Number.isFinite(m.step)).map((m) => ({
+                      type: "line", xref: "x", yref: "paper", x0: m.step, x1: m.step, y0: 0, y1: 1,
+                      line: {color: MARK[m.kind] || t.muted, width: 1, dash: "dot"}}))};
     Plotly.react(box, traces, layout, Obs.plotConfig());
     Obs.toolbarA11y(box, "Chart tools: training loss");
     box.dataset.last = String(line.last);
@@ -126,6 +131,8 @@ window.Obs = window.Obs || {};
         if (!r.ok) return;
         const data = await r.json();
         showMoments(data.moments || []);
+        marks = data.moments || [];
+        redraw();
         showExperiments(data.experiments || []);
         if (data.featured && data.featured.id === page.run_id) showStatus(data.featured);
       } catch (e) { /* offline a moment: the next poll or frame tries again */ }

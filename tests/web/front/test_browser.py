@@ -76,6 +76,8 @@ def test_the_front_page_shows_the_run_advancing_and_new_moments_live(trainer, se
         item.wait_for(timeout=30_000)
         path, q = link_window(item.locator("a").get_attribute("href"))
         assert path == f"/runs/{run_id}/" and int(q["from"]) <= spike <= int(q["to"]) and "anomaly" in q
+        page.wait_for_function("() => (document.getElementById('front-chart').layout.shapes || [])"
+                               f".some((s) => s.x0 === {spike})", timeout=10_000)  # marked on the chart too
 
         # an annotation posted through the API by a member: its frame brings it in
         def post():
