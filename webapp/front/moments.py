@@ -50,7 +50,8 @@ def _iso(t) -> str | None:
 
 
 def anomalies(limit: int) -> list[dict]:
-    rows = Anomaly.objects.filter(superseded=False).select_related("run").order_by("-created_at")[:limit]
+    # newest first by primary key: ids follow creation, and the key's index serves it (no index on created_at)
+    rows = Anomaly.objects.filter(superseded=False).select_related("run").order_by("-id")[:limit]
     out = []
     for a in rows:
         lo, hi = a.zoom()
@@ -63,7 +64,7 @@ def anomalies(limit: int) -> list[dict]:
 
 
 def annotations(limit: int) -> list[dict]:
-    rows = (Annotation.objects.public().select_related("run").order_by("-created_at")
+    rows = (Annotation.objects.public().select_related("run").order_by("-id")  # as anomalies: the key's index
             .annotate(n_replies=Count("replies", filter=Q(replies__hidden=False, replies__deleted_at__isnull=True)))
             [:limit])
     out = []
@@ -77,6 +78,7 @@ def annotations(limit: int) -> list[dict]:
 
 
 def interventions(limit: int) -> list[dict]:
+    # commands are few (operators send them by hand): a scan by created_at across runs is cheap
     run_ids = list(OperatorCommand.objects.values_list("run_id", flat=True).order_by("-created_at").distinct()[:50])
     seen: list[str] = []
     for r in run_ids:  # distinct() over an ordered queryset repeats ids on some databases: keep the first of each
