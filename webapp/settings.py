@@ -188,7 +188,8 @@ INSTALLED_APPS = [
     "webapp.control",
     "webapp.ops",
     "webapp.live",
-    "webapp.publicapi",  # last: exports, the OpenAPI schema and docs, the /api/ envelope
+    "webapp.publicapi",  # exports, the OpenAPI schema and docs, the /api/ envelope
+    "webapp.front",  # last: the front page reads every app before it; link previews
 ]
 
 MIDDLEWARE = [

@@ -27,6 +27,7 @@ urlpatterns = [
     path("", include("webapp.control.urls")),
     path("", include("webapp.ops.urls")),
     path("", include("webapp.publicapi.urls")),
+    path("", include("webapp.front.urls")),
     path("admin/", admin.site.urls),
     path("favicon.ico", favicon),
 ]

@@ -22,6 +22,9 @@ DASHBOARD_CHARTS = (
 # Contributions to the dashboard's page data from apps later in the chain (this app cannot import them): each is
 # called as fn(request, run, page) and adds its keys to `page` (webapp/metrics/firstpaint.py: the first windows).
 PAGE_EXTRAS: list = []
+# Link-preview tags (Open Graph / Twitter card) for a run's page, from a later app (webapp/front/previews.py): each
+# is called as fn(request, run) and returns {property: content} or None; the first answer wins.
+PREVIEW_META: list = []
 MAX_ANCHORS = 1000  # (step, time) pairs for the wall-time axis; more are thinned evenly
 # A peak FLOP/s that is a guess (an assumed CPU rate, an unknown device) makes MFU meaningless. A measured one (the
 # trainer's best-of matmul on CPU, training.telemetry.peak_flops) is this machine's own figure, as bench/moe.py uses.
@@ -111,6 +114,15 @@ def rewinds(run: Run) -> list[dict]:
         if isinstance(a, int) and isinstance(b, int) and (a > b or (restarting and a == b)):  # a restart: marked
             out.append({"from_step": a, "to_step": b, "label": f"resumed at {b}" if restarting else f"↺ back to {b}"})
     return out
+
+
+def preview_meta(request, run: Run) -> list[tuple[str, str]]:
+    """The (property, content) pairs of the first PREVIEW_META contributor that answers, in its order."""
+    for fn in PREVIEW_META:
+        meta = fn(request, run)
+        if meta:
+            return list(meta.items())
+    return []
 
 
 def first_started(run: Run):

@@ -3,7 +3,7 @@ from django.urls import path
 from webapp.runs import api, views
 
 urlpatterns = [
-    path("", views.run_list, name="run-list"),
+    path("runs/", views.run_list, name="run-list"),  # `/` is the front page (webapp/front)
     path("runs/<str:run_id>/", views.dashboard, name="run-dashboard"),
     path("api/runs/", api.runs, name="api-runs"),
     path("api/runs/<str:run_id>/", api.run_detail, name="api-run"),

@@ -18,7 +18,7 @@ from ..accounts.conftest import make_user
 from .conftest import RUN
 
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
-PUBLIC_PAGES = ["/", "/api/runs/", f"/runs/{RUN}/", f"/api/runs/{RUN}/", f"/api/runs/{RUN}/events/",
+PUBLIC_PAGES = ["/", "/runs/", "/api/front/", "/api/runs/", f"/runs/{RUN}/", f"/api/runs/{RUN}/", f"/api/runs/{RUN}/events/",
                 f"/runs/{RUN}/log/", f"/api/runs/{RUN}/interventions/", f"/api/v1/runs/{RUN}/interventions/",
                 f"/runs/{RUN}/anomalies/", f"/api/runs/{RUN}/anomalies/", f"/api/runs/{RUN}/annotations/",
                 f"/compare/?runs={RUN}", "/experiments/"]
@@ -78,3 +78,12 @@ def test_a_refused_replay_does_not_change_what_the_public_log_shows(outcomes_onl
     got = {c["id"]: c for c in Client().get(f"/api/runs/{RUN}/interventions/").json()["interventions"]}
     assert got["pub-0000001"]["outcome"] == "applied" and got["pub-0000001"]["step"] == 40
     assert "already applied" not in Client().get(f"/runs/{RUN}/log/").content.decode()
+
+
+def test_the_front_page_tells_interventions_with_their_reasons_linking_to_their_step(outcomes_only_redis_knows):
+    got = {m["id"]: m for m in Client().get("/api/front/").json()["moments"] if m["kind"] == "intervention"}
+    assert set(got) == {"pub-0000001", "lr-00000001"}  # applied ones (undone too); the shell's is not acked
+    pause = got["pub-0000001"]
+    assert pause["detail"] == "look at the spike" and pause["step"] == 40 and pause["title"] == "pause"
+    assert pause["url"].startswith(f"/runs/{RUN}/?from=20&to=60")
+    assert got["lr-00000001"]["title"] == "set-lr-multiplier (undone)"

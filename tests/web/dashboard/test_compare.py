@@ -97,7 +97,7 @@ def open_page(new_page, width=1400, height=900):
 
 def test_a_compare_view_built_in_the_page_survives_a_reload(runs, web, new_page):
     page, errors = open_page(new_page)
-    page.goto(web.url + "/")
+    page.goto(web.url + "/runs/")
     page.check(f"tr[data-run='{RESUMED}'] input[type=checkbox]")
     page.check(f"tr[data-run='{RUNG}'] input[type=checkbox]")
     page.click("#compare-selected")

@@ -102,7 +102,7 @@ def test_the_run_list_updates_without_a_reload(live_env, web, new_page):
 
     Run.objects.create(id="listed", name="demo", state="compiling", health="alive", last_step=None)
     page = new_page(viewport={"width": 1400, "height": 900})
-    page.goto(web.url + "/")
+    page.goto(web.url + "/runs/")
     page.wait_for_selector("tr[data-run=listed]")
     page.evaluate("() => { window.__sameDocument = true; }")
 
@@ -131,7 +131,7 @@ def test_time_left_is_the_estimate_only_while_the_trainer_is_heard_from(live_env
                        heartbeat={**hb, "tokens": 1000, "eta_s": 0.0})
     Run.objects.create(id="crashed", name="crashed", state="failed", health="ended", last_step=10, heartbeat=hb)
     page = new_page(viewport={"width": 1400, "height": 900})
-    page.goto(web.url + "/")
+    page.goto(web.url + "/runs/")
     page.wait_for_function("() => document.querySelector('tr[data-run=done] .pct').textContent === '100%'",
                            timeout=20_000)
     eta = {r: page.inner_text(f"tr[data-run={r}] .eta") for r in ("heard", "silent", "halted", "done", "crashed")}

@@ -83,6 +83,6 @@ def test_the_page_is_public_with_no_inline_script(client, runs):
 
 
 def test_the_run_list_and_the_dashboard_link_to_it(client, runs):
-    html = client.get("/").content.decode()
+    html = client.get("/runs/").content.decode()
     assert 'action="/compare/"' in html and 'name="runs" value="rung-a" form="compare-form"' in html
     assert 'href="/compare/?runs=rung-a"' in client.get("/runs/rung-a/").content.decode()

@@ -1,0 +1,134 @@
+"""First paint of the front page: the landed `/` (the run table) against this checkout's `/` (the featured run's
+live chart, moments, experiments), both served in the same run from the same database. Prints one JSON object.
+
+    .venv/bin/python bench/frontpage.py [--json] [--base COMMIT] [--steps 200000] [--runs 20] [--repeat 7]
+
+The landed code is `git archive`d from --base (default: the merge base with `main`) into a temporary folder and
+served with the same venv (no migration differs); each page is opened `--repeat` times in a fresh Chromium context:
+  fcp_ms    first contentful paint (the paint timing entry)
+  ready_ms  the page's content in place: the landed page's table (DOMContentLoaded), ours once the loss chart has
+            drawn (its SVG) — what a visitor came to see
+The featured run's train/loss has `--steps` points (storage.bulk_load) plus an anomaly and an annotation; `--runs`
+more runs fill the table. Wall times on a shared machine: the 1-minute load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RUN_ID = "bench-front"
+
+
+def seed(steps: int, runs: int) -> None:
+    from django.db import transaction
+
+    from webapp.anomalies.models import Anomaly
+    from webapp.annotations.models import Annotation
+    from webapp.metrics import storage
+    from webapp.metrics.models import Series
+    from webapp.runs.models import Run
+
+    if Series.objects.filter(run_id=RUN_ID, name="train/loss", count=steps).exists():
+        return
+    Run.objects.filter(pk__startswith="bench-front").delete()
+    hb = {"tokens": steps * 4096, "token_budget": 2 * steps * 4096, "eta_s": 3600.0, "steps_per_s": 4.0}
+    run = Run.objects.create(id=RUN_ID, name="front-page benchmark", state="training", health="alive",
+                             last_step=steps - 1, heartbeat=hb)
+    s = Series.objects.create(run=run, name="train/loss")
+    with transaction.atomic():
+        storage.bulk_load(s.id, ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps)))
+    Anomaly.objects.create(run=run, key="loss_spike train/loss 77", kind="loss_spike", metric="train/loss",
+                           start_step=77, peak_step=77, detected_step=77, severity="warning", score=3.0,
+                           explanation="loss 9 at step 77 is 3x its running level")
+    Annotation.objects.create(run=run, title="spike at 77", body="a bad batch?", body_html="<p>a bad batch?</p>",
+                              step_start=70, step_end=80)
+    for i in range(runs):
+        Run.objects.create(id=f"bench-front-{i:03d}", name=f"other {i}", state="stopped", health="ended",
+                           last_step=1000 + i)
+
+
+def measure(url: str, ready_js: str, repeat: int) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import CHROMIUM_ARGS, chromium_path
+
+    fcp, ready, errors = [], [], []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        for _ in range(repeat):
+            ctx = browser.new_context(viewport={"width": 1440, "height": 900})
+            page = ctx.new_page()
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.goto(url)
+            page.wait_for_function(ready_js, timeout=60_000)
+            ready.append(page.evaluate("() => performance.now()"))
+            page.wait_for_function("() => performance.getEntriesByName('first-contentful-paint').length > 0")
+            fcp.append(page.evaluate("() => performance.getEntriesByName('first-contentful-paint')[0].startTime"))
+            ctx.close()
+        browser.close()
+    med = lambda xs: round(statistics.median(xs), 1)  # noqa: E731
+    return {"fcp_ms": med(fcp), "ready_ms": med(ready), "console_errors": errors[:5]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--base", default=None, help="the landed commit (default: merge-base HEAD main)")
+    ap.add_argument("--steps", type=int, default=200_000)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-front.sqlite3"))
+    args = ap.parse_args()
+    base = args.base or subprocess.check_output(["git", "merge-base", "HEAD", "main"], cwd=ROOT, text=True).strip()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1",
+           "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{args.db}",
+           "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")}
+    os.environ.update(env, PYTHONPATH=str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    seed(args.steps, args.runs)
+    sys.path.insert(0, str(ROOT / "deploy"))
+    from run_local import web_command
+
+    from tests.web.servers import free_port, wait_port
+
+    out = {"base": base[:12], "steps": args.steps, "runs": args.runs + 1, "repeat": args.repeat}
+    with tempfile.TemporaryDirectory() as landed:
+        archive = subprocess.run(["git", "archive", base], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", landed], input=archive, check=True)
+        sides = (("landed", Path(landed), "() => !!document.querySelector('#runs tbody tr')"),
+                 ("front", ROOT, "() => !!document.querySelector('#front-chart .main-svg') && "
+                                 "document.querySelectorAll('#moments li.moment').length >= 2"))
+        for name, tree, ready_js in sides:
+            port = free_port()
+            server = subprocess.Popen(web_command("127.0.0.1", port), cwd=tree, env={**env, "PYTHONPATH": str(tree)},
+                                      stdout=subprocess.DEVNULL)
+            try:
+                wait_port(port)
+                out[name] = measure(f"http://127.0.0.1:{port}/", ready_js, args.repeat)
+            finally:
+                server.terminate()
+                server.wait(10)
+    out["fcp_ratio_front_over_landed"] = round(out["front"]["fcp_ms"] / out["landed"]["fcp_ms"], 2)
+    out["ready_ratio_front_over_landed"] = round(out["front"]["ready_ms"] / out["landed"]["ready_ms"], 2)
+    out["load1"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out, indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""Link-preview image speed: a run page's og:image over HTTP, cached and cold. Prints one JSON object (--json: only it).
+
+    .venv/bin/python bench/ogimage.py [--json] [--steps 1000000] [--repeat 30] [--db PATH]
+
+Seeds a run whose train/loss has `--steps` points (webapp/metrics/storage.bulk_load, a throw-away SQLite file kept
+between calls), serves it with the web server `make run` uses (subprocess; the cache is its Redis cache, db 14),
+then asks GET /runs/<id>/preview.png:
+  cached_ms   the same image again (what a crawler or a chat app gets while the run is in the same step bucket)
+  cold_ms     after dropping the cached bytes: the loss window query + the Pillow render + the cache write
+  not_modified_ms  a revalidation with If-None-Match (304)
+and checks that the image follows the run: points past the next step bucket give a new ETag and new bytes.
+Timings are wall clock on this machine; the 1-minute load average is printed with them (a shared box inflates them).
+Target (issue 28): cached median <= 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+RUN_ID = "bench-ogimage"
+
+
+def seed(steps: int) -> None:
+    from django.db import transaction
+
+    from webapp.metrics import storage
+    from webapp.metrics.models import Series
+    from webapp.runs.models import Run
+
+    if Series.objects.filter(run_id=RUN_ID, name="train/loss", count=steps).exists():
+        return
+    Run.objects.filter(pk=RUN_ID).delete()
+    run = Run.objects.create(id=RUN_ID, name="og:image benchmark", state="training", last_step=steps - 1)
+    s = Series.objects.create(run=run, name="train/loss")
+    with transaction.atomic():
+        storage.bulk_load(s.id, ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500) + (5.0 if i == steps // 3 else 0.0))
+                                 for i in range(steps)))
+
+
+def extend(steps: int, more: int) -> None:
+    """Append `more` points through the ingest write path's storage (a run advancing)."""
+    from django.db import transaction
+
+    from webapp.metrics import storage
+    from webapp.metrics.models import Series
+    from webapp.runs.models import Run
+
+    s = Series.objects.get(run_id=RUN_ID, name="train/loss")
+    with transaction.atomic():
+        storage.bulk_load(s.id, ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps + more)))
+    Run.objects.filter(pk=RUN_ID).update(last_step=steps + more - 1)
+
+
+def get(url: str, headers: dict | None = None) -> tuple[float, int, str, bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            body = r.read()
+            status, etag = r.status, r.headers.get("ETag", "")
+    except urllib.error.HTTPError as e:  # 304 arrives as an HTTPError
+        body, status, etag = b"", e.code, e.headers.get("ETag", "")
+    return (time.perf_counter() - t0) * 1000, status, etag, body
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--steps", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-ogimage.sqlite3"))
+    args = ap.parse_args()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1",
+           "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{args.db}",
+           "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"), "PYTHONPATH": str(ROOT)}
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.core.cache import cache
+    from django.core.management import call_command
+
+    from webapp.front import previews
+    from webapp.metrics.models import Series
+    from webapp.runs.models import Run
+
+    call_command("migrate", verbosity=0)
+    t0 = time.perf_counter()
+    seed(args.steps)
+    seed_s = time.perf_counter() - t0
+
+    def drop_cached():
+        run = Run.objects.get(pk=RUN_ID)
+        cache.delete("ogimage:" + previews._key(run, Series.objects.get(run=run, name="train/loss"), None))
+
+    port = _free_port()
+    sys.path.insert(0, str(ROOT / "deploy"))
+    from run_local import web_command
+
+    server = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/runs/{RUN_ID}/preview.png"
+    try:
+        from tests.web.servers import wait_port
+
+        wait_port(port)
+        get(url)  # the server's first request imports and connects
+        cold, cached, revalidate = [], [], []
+        for _ in range(max(3, args.repeat // 5)):
+            drop_cached()
+            ms, status, etag, body = get(url)
+            assert status == 200 and body[:8] == b"\x89PNG\r\n\x1a\n", status
+            cold.append(ms)
+        for _ in range(args.repeat):
+            ms, status, etag2, body2 = get(url)
+            assert status == 200 and etag2 == etag and body2 == body
+            cached.append(ms)
+            ms, status, _, _ = get(url, {"If-None-Match": etag})
+            assert status == 304
+            revalidate.append(ms)
+        extend(args.steps, args.steps // 8 + 64)  # past the step bucket (~1/64 to 1/32 of the run wide)
+        _, status, etag3, body3 = get(url)
+        follows = status == 200 and etag3 != etag and body3 != body
+    finally:
+        server.terminate()
+        server.wait(10)
+        Run.objects.filter(pk=RUN_ID).delete()  # extended: the next call seeds afresh
+
+    med = lambda xs: round(statistics.median(xs), 2)  # noqa: E731
+    out = {"steps": args.steps, "repeat": args.repeat, "seed_s": round(seed_s, 1),
+           "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
+           "cached_ms": {"median": med(cached), "p90": round(sorted(cached)[int(0.9 * len(cached))], 2)},
+           "not_modified_ms": {"median": med(revalidate)},
+           "cold_ms": {"median": med(cold), "max": round(max(cold), 2), "n": len(cold)},
+           "png_bytes": len(body), "updates_as_run_advances": follows,
+           "load1": round(os.getloadavg()[0], 2), "target_cached_ms": 100}
+    print(json.dumps(out, indent=None if args.json else 2))
+    return 0 if follows else 1
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

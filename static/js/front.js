@@ -1,0 +1,178 @@
+// The front page: the featured run's loss drawn live with its frozen forecast band (the run's socket, live.js, as the
+// dashboard uses it: one series), its state and time left, and "what is happening" across runs. Moments come from
+// /api/front/ (webapp/runs/moments.py's sources): read again at once when the socket brings an anomaly or an
+// annotation, and every `poll_s` for the runs this page holds no socket for. Each moment links to its chart window.
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const page = JSON.parse(document.getElementById("page-data").textContent);
+  const chart = page.chart || {};
+  const METRIC = chart.metric || "train/loss";
+  const el = (id) => document.getElementById(id);
+  const line = {steps: [], values: [], last: -1};
+  let marks = page.moments || []; // this run's moments are marked on its chart
+  const MARK = {anomaly: "#c62828", annotation: "#1a56b0", intervention: "#6a1b9a"};
+  if (chart.window) {
+    line.steps = chart.window.steps.slice(); line.values = chart.window.values.slice();
+    line.last = chart.window.last_step === null || chart.window.last_step === undefined ? -1 : chart.window.last_step;
+  }
+
+  // ------------------------------------------------------------------------------------------- the chart
+  let drawQueued = false, revision = 0;
+  function draw() {
+    drawQueued = false;
+    revision++; // the line's arrays grow in place: Plotly.react redraws only for a new datarevision
+    const box = el("front-chart");
+    if (!box || !window.Plotly) return;
+    const t = Obs.theme(), traces = [], b = chart.band;
+    if (b) {
+      traces.push({x: b.steps, y: b.low, mode: "lines", line: {width: 0}, hoverinfo: "skip", showlegend: false});
+      traces.push({x: b.steps, y: b.high, mode: "lines", line: {width: 0}, fill: "tonexty",
+                   fillcolor: "rgba(46,125,50,0.16)", name: "forecast band", hoverinfo: "skip"});
+      traces.push({x: b.steps, y: b.loss, mode: "lines", line: {color: "#2e7d32", dash: "dash", width: 1.5},
+                   name: "forecast"});
+    }
+    traces.push({x: line.steps, y: line.values, mode: "lines", line: {color: "#1a56b0", width: 1.6}, name: METRIC});
+    const hi = Math.max(line.last, 1);
+    const layout = {margin: {l: 50, r: 10, t: b ? 30 : 10, b: 44}, paper_bgcolor: t.card, plot_bgcolor: t.card,
+                    font: {color: t.fg}, showlegend: !!b,
+                    legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
+                    xaxis: {title: {text: "step"}, gridcolor: t.grid, range: b ? undefined : [0, hi]},
+                    yaxis: {gridcolor: t.grid}, hovermode: "x", datarevision: revision,
+                    shapes: marks.filter((m) => m.run_id === page.run_id && Number.isFinite(m.step)).map((m) => ({
+                      type: "line", xref: "x", yref: "paper", x0: m.step, x1: m.step, y0: 0, y1: 1,
+                      line: {color: MARK[m.kind] || t.muted, width: 1, dash: "dot"}}))};
+    Plotly.react(box, traces, layout, Obs.plotConfig());
+    Obs.toolbarA11y(box, "Chart tools: training loss");
+    box.dataset.last = String(line.last);
+  }
+  const redraw = () => { if (!drawQueued) { drawQueued = true; requestAnimationFrame(draw); } };
+
+  // points of one SERIES (webapp/live/protocol.py) past what the line holds
+  function apply(s) {
+    const nonfinite = new Map((s.nonfinite || []).map(([st]) => [st, null]));
+    for (let i = 0; i < s.steps.length; i++) {
+      if (s.steps[i] <= line.last) continue;
+      line.steps.push(s.steps[i]); line.values.push(nonfinite.has(s.steps[i]) ? null : s.values[i]);
+      line.last = s.steps[i];
+    }
+  }
+  function rewind(to) {
+    let n = line.steps.length;
+    while (n && line.steps[n - 1] > to) n--;
+    line.steps.length = n; line.values.length = n;
+    line.last = n ? Math.min(line.last, to) : -1;
+  }
+
+  // ------------------------------------------------------------------------------------------- the header
+  function showStatus(run) {
+    if (!run || !el("featured-state")) return;
+    el("featured-state").textContent = run.state;
+    el("featured-health").textContent = run.health;
+    el("featured-step").textContent = run.last_step === null || run.last_step === undefined ? "–" : String(run.last_step);
+    const p = run.progress || {};
+    const frac = p.fraction !== undefined ? p.fraction
+      : (p.tokens !== null && p.token_budget ? Math.min(1, p.tokens / p.token_budget) : null);
+    if (frac !== null && frac !== undefined) el("featured-pct").textContent = Math.round(frac * 100) + "%";
+    el("featured-eta").textContent = Obs.timeLeft(run, frac === undefined ? null : frac,
+                                                  p.eta_s === undefined ? null : p.eta_s);
+  }
+
+  // ------------------------------------------------------------------------------------------- moments
+  function node(tag, attrs, text) {
+    const n = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) n.setAttribute(k, v);
+    if (text !== undefined) n.textContent = text; // user text is only ever text
+    return n;
+  }
+
+  function showMoments(list) {
+    const box = el("moments");
+    const items = list.map((m) => {
+      const li = node("li", {class: "moment moment-" + m.kind, "data-moment": m.kind + "-" + m.id});
+      li.append(node("span", {class: "badge"}, m.kind), " ", node("a", {href: m.url}, m.title), " ");
+      const replies = m.count === null || m.count === undefined ? "" : ` · ${m.count} repl${m.count === 1 ? "y" : "ies"}`;
+      li.append(node("span", {class: "muted"}, `${m.run_name} · step ${m.step}${replies}`));
+      if (m.detail) li.append(node("p", {class: "moment-detail"}, m.detail));
+      return li;
+    });
+    if (!items.length) return;
+    box.replaceChildren(...items);
+  }
+
+  function showExperiments(list) {
+    const box = el("experiments");
+    if (!box || !list.length) return;
+    box.replaceChildren(...list.map((e) => {
+      const li = node("li", {"data-experiment": e.name});
+      li.append(node("a", {href: e.url}, e.name), " ");
+      const who = node("span", {class: "muted"}, "run ");
+      who.append(node("a", {href: e.run_url}, e.run_name), ` · ${e.state}`);
+      li.append(who);
+      if (e.goal) li.append(node("p", {class: "moment-detail"}, e.goal));
+      const f = e.forecast || {};
+      const band = f.low !== null && f.low !== undefined ? ` (${f.low.toFixed(3)}–${f.high.toFixed(3)})` : "";
+      const stat = node("span", {class: "stat"}, "forecast final loss ");
+      stat.append(node("b", {}, f.loss === null || f.loss === undefined ? "–" : f.loss.toFixed(3)), band);
+      li.append(" ", stat);
+      if (!e.verified) li.append(" ", node("span", {class: "badge"}, "unverified"));
+      return li;
+    }));
+  }
+
+  let refreshing = null, again = false;
+  async function refresh() {
+    if (refreshing) { again = true; return; }
+    refreshing = (async () => {
+      try {
+        const r = await fetch("/api/front/", {headers: {Accept: "application/json"}});
+        if (!r.ok) return;
+        const data = await r.json();
+        showMoments(data.moments || []);
+        marks = data.moments || [];
+        redraw();
+        showExperiments(data.experiments || []);
+        if (data.featured && data.featured.id === page.run_id) showStatus(data.featured);
+      } catch (e) { /* offline a moment: the next poll or frame tries again */ }
+    })();
+    await refreshing;
+    refreshing = null;
+    if (again) { again = false; refresh(); }
+  }
+  let soon = null;
+  const refreshSoon = () => { clearTimeout(soon); soon = setTimeout(refresh, 150); };
+
+  // ------------------------------------------------------------------------------------------- live
+  function handle(f) {
+    if (f.type === "update" || f.type === "backfill") {
+      for (const rw of f.rewinds || []) rewind(rw.to_step);
+      if (f.series && f.series[METRIC]) apply(f.series[METRIC]);
+      if (f.run) showStatus(f.run);
+      redraw();
+    } else if (f.type === "hello") {
+      if (f.run) showStatus(f.run);
+    } else if (f.type === "anomaly" || f.type === "annotation") {
+      refreshSoon();
+    }
+  }
+
+  // What live.js asks of the dashboard's Obs.Store, for the one series drawn here.
+  const store = {
+    has: (n) => n === METRIC, ready: () => [METRIC],
+    get: () => ({last: line.last, loading: false, waiting: false}),
+    apply: (n, s) => { if (n === METRIC) { apply(s); redraw(); } },
+    rewindOne: (_entry, to) => { rewind(to); redraw(); },
+  };
+
+  if (page.run_id) {
+    showStatus(page.featured);
+    draw();
+    const sock = new Obs.LiveSocket(page.run_id, store, () => page.last_event_id || 0, handle,
+                                    (text) => { el("featured-conn").textContent = text; });
+    sock.connect();
+    if (sock.push) sock.replay([METRIC]);
+  }
+  setInterval(refresh, Math.max(2, page.poll_s || 10) * 1000);
+})(window.Obs);

@@ -1,0 +1,1 @@
+"""The front page and link previews."""

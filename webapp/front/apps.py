@@ -1,0 +1,18 @@
+from django.apps import AppConfig
+
+
+class FrontConfig(AppConfig):
+    """The front page (what is happening now, live) and link previews (Open Graph tags and their loss image)."""
+
+    name = "webapp.front"
+    label = "front"
+
+    def ready(self):
+        from webapp.front import moments as sources
+        from webapp.front import previews
+        from webapp.runs import moments, pagedata
+
+        for source in sources.SOURCES:
+            moments.register(source)
+        if previews.meta not in pagedata.PREVIEW_META:  # ready() may run twice
+            pagedata.PREVIEW_META.append(previews.meta)

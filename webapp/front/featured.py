@@ -1,0 +1,73 @@
+"""What the front page shows besides moments: the featured run (its loss, forecast band, state and ETA) and the
+experiments with their frozen forecasts."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from observatory import contract
+from webapp.metrics import api as metrics_api
+from webapp.metrics.models import Series
+from webapp.runs import forecast as forecast_lib
+from webapp.runs import pagedata
+from webapp.runs.models import ENDED_STATES, IMPORTED_SOURCES, Health, Run
+
+POINTS = 800  # the front chart is at most ~1,100 px wide: a bucket's min and max per ~1.4 px
+EXPERIMENTS = 6
+
+
+def featured_run() -> Run | None:
+    """The run a visitor should see first: a live one heard from (newest first), else the newest run."""
+    runs = Run.objects.for_list()
+    live = runs.exclude(state__in=ENDED_STATES).exclude(source__in=IMPORTED_SOURCES)
+    return (live.filter(health=Health.ALIVE).first() or live.first() or runs.first())
+
+
+def status(run: Run) -> dict:
+    """State, step, progress and ETA: what the featured run's header shows and /api/front/ refreshes."""
+    return {**run.summary(), "progress": pagedata.progress(run),
+            "url": reverse("run-dashboard", args=[run.id])}
+
+
+def band(run: Run, reg) -> dict | None:
+    """The verified frozen forecast as a band over this run's steps (tokens / tokens per step), or None."""
+    if reg is None or not reg.verified:
+        return None
+    curve = reg.forecast.get("curve")
+    tps = forecast_lib.tokens_per_step(run)
+    if not isinstance(curve, dict) or not tps:
+        return None
+    tokens, loss = curve.get("tokens"), curve.get("loss")
+    low, high = curve.get("low") or loss, curve.get("high") or loss
+    if not all(isinstance(x, list) and len(x) == len(tokens or []) for x in (loss, low, high)) or not tokens:
+        return None
+    return {"steps": [t / tps for t in tokens], "loss": loss, "low": low, "high": high,
+            "experiment_url": reverse("experiment-detail", args=[reg.name])}
+
+
+def chart(run: Run) -> dict:
+    """The featured run's loss window (whole run) and forecast band, for first paint without an API round trip."""
+    loss = Series.objects.filter(run=run, name=contract.M_LOSS).first()
+    window = metrics_api.series_window(run, loss, 0, metrics_api.MAX_STEP, POINTS) if loss else None
+    return {"metric": contract.M_LOSS, "window": window, "band": band(run, forecast_lib.latest(run.id))}
+
+
+def experiments() -> list[dict]:
+    """The newest experiments' registrations: goal, run, forecast final loss and its band."""
+    out = []
+    regs = forecast_lib.all_latest(limit=EXPERIMENTS)
+    runs = {r.id: r for r in Run.objects.filter(pk__in=[g.run_id for g in regs])}
+    for reg in regs:
+        hero = reg.forecast.get("hero") if isinstance(reg.forecast.get("hero"), dict) else {}
+        run = runs.get(reg.run_id)
+        out.append({"name": reg.name, "goal": reg.experiment["goal"], "hypothesis": reg.experiment["hypothesis"],
+                    "run_id": reg.run_id, "run_name": (run.name if run else "") or reg.run_id,
+                    "state": run.state if run else "unknown", "verified": reg.verified,
+                    "forecast": {k: _num(hero.get(k)) for k in ("loss", "low", "high")},
+                    "url": reverse("experiment-detail", args=[reg.name]),
+                    "run_url": reverse("run-dashboard", args=[reg.run_id])})
+    return out
+
+
+def _num(x):
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
