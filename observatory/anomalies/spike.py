@@ -112,7 +112,8 @@ class SpikeDetector(SeriesDetector):
             elif (self.drift_ratio and n >= self.warmup
                   and lx - st["slow"] >= max(math.log(self.drift_ratio), self.k_drift * spread)):
                 ref, how = math.exp(st["slow"]), "its slow running level"
-            if ref is None and self.burst_ratio and n < self.warmup and lx - lo >= math.log(self.burst_ratio):
+            if (ref is None and self.burst_ratio and n < self.warmup and lo is not None
+                    and lx - lo >= math.log(self.burst_ratio)):
                 ref, how = math.exp(lo), "the lowest value logged before it"
             climb = False
             if self.climb_ratio and n >= self.warmup and (ref is None or self.point_info):

@@ -109,3 +109,19 @@ def test_a_rise_in_progress_survives_a_snapshot_and_a_rewind_forgets_it():
     third = Monitor().restore(json.loads(json.dumps(first.snapshot(), allow_nan=False)))
     third.rewind(6905)  # the rises from 6910 on never happened; a fall follows, then one rise: nothing
     assert feed(third, [(6910, {contract.M_LOSS: 6.2}), (6920, {contract.M_LOSS: 6.9})]) == []
+
+
+def test_a_snapshot_taken_before_the_coarse_rules_existed_still_restores_and_runs():
+    from observatory.anomalies.routing import Config
+    from dataclasses import replace
+
+    for template, values in ((Config().grad, [0.2, 0.25, 3.0]), (Config().loss, [6.37, 6.60, 7.31, 9.12]),
+                             (Config().loss_scale, [65536.0, 8192.0])):
+        det = replace(template, metric="m")
+        st = det.init()
+        st, _ = det.update(st, 0, values[0])
+        for key in ("rise", "lo", "pts"):  # what an older snapshot lacks
+            st.pop(key, None)
+        for s, x in enumerate(values[1:], start=1):
+            st, _ = det.update(st, s * 10, x)
+        assert json.loads(json.dumps(st, allow_nan=False)) == st
