@@ -27,7 +27,9 @@ class SpikeDetector(SeriesDetector):
 
     The rise rule knows nothing of steps, only of logged points, so it reads a log written every k steps as it
     reads one written every step: `rise_n` rises in a row that add up to `rise_ratio` over the value before the
-    first one and, once the spread is known, `k_rise` spreads (the run's own noise). A divergence logged every 10
+    first one and `k_rise` times the median absolute change between logged points before the rises (the run's own
+    noise at its logging interval: the level's spread would not do, on a coarse log it still carries the early
+    fall long after; with fewer than `rise_noise_min` changes known, the ratio alone). A divergence logged every 10
     steps (6.37, 6.60, 7.31, 9.12) has each point under the prev rule's 25% and too few points for a level.
     The burst rule is for norms while their level is unknown (the first `warmup` points of a log, however late in
     training it begins): `burst_ratio` times the lowest value logged so far. With `sustain` = 2 (norms), a spike
@@ -63,14 +65,16 @@ class SpikeDetector(SeriesDetector):
     info_before: int = 0  # every finding before this step is info (early training's rough start, LR warmup)
     rise_n: int | None = 3  # this many logged rises in a row...; None: no rise rule
     rise_ratio: float = 1.25  # ...adding up to this many times the value before them...
-    k_rise: float = 8.0  # ...and this many spreads, once the spread is known
+    k_rise: float = 8.0  # ...and this many times the median |change| between logged points before them
+    rise_noise_n: int = 16  # changes kept for that median...
+    rise_noise_min: int = 5  # ...and how many it needs
     burst_ratio: float | None = None  # cold (n < warmup): this many times the lowest value so far; None: no rule
     sustain: int = 1  # a single point's finding is info until this many logged points stand >= warn x the
     #                   reference (norms: a one-point spike that decays at once is routine in healthy runs)
 
     def fresh(self) -> dict:
         return {"n": 0, "lvl": 0.0, "tr": 0.0, "dev": 0.0, "slow": 0.0, "prev": None, "pstep": None, "ring": [],
-                "lxs": [], "rise": None, "lo": None}  # rise: see _rise; lo: the lowest log value so far
+                "lxs": [], "rise": None, "lo": None, "dl": []}  # rise, dl: see _rise; lo: the lowest log value
 
     def update(self, state: dict, step: int, x: float):
         st = self.advance(state, step)
@@ -120,9 +124,8 @@ class SpikeDetector(SeriesDetector):
                 cref, chow = self._climb(st, lx)
                 if cref is not None:  # on a noisy series a climb outranks a single point (it is not quiet)
                     ref, how, climb = cref, chow, True
-            noise = self.k_rise * spread if n >= self.warmup else 0.0  # the run's own noise, once it is known
             if (not climb and (ref is None or self.point_info) and rise is not None
-                    and lx - rise[1] >= max(math.log(self.rise_ratio), noise)):
+                    and lx - rise[1] >= max(math.log(self.rise_ratio), self._rise_noise(st, rise[0]))):
                 ref, how, climb = math.exp(rise[1]), f"its value at step {rise[3]}, {rise[0]} rises in a row ago", True
             # once there is a level, the jump from the previous value must also leave the level behind: a rise
             # back from a low outlier (an easy batch) is not a spike, however far it is above that outlier
@@ -162,11 +165,12 @@ class SpikeDetector(SeriesDetector):
 
     def _rise(self, st: dict, step: int, lx: float, prev: float | None, pstep: int | None) -> list | None:
         """Counts logged rises in a row: [count, log value before the first, step of the first, step before it],
-        returned once there are `rise_n` of them (None before, or with no rise rule). Only points outside an
-        episode count."""
+        returned once there are `rise_n` of them (None before, or with no rise rule); keeps the last absolute
+        changes between logged points ("dl"). Only points outside an episode count."""
         if not self.rise_n or st["ep"] is not None or prev is None:
             st["rise"] = None
             return None
+        st["dl"] = (st.get("dl", []) + [abs(lx - math.log(prev))])[-(self.rise_noise_n + self.rise_n):]
         r = st.get("rise")
         if lx <= math.log(prev):
             st["rise"] = None
@@ -175,6 +179,13 @@ class SpikeDetector(SeriesDetector):
         else:
             st["rise"] = r = [r[0] + 1, *r[1:]]
         return r if r is not None and r[0] >= self.rise_n else None
+
+    def _rise_noise(self, st: dict, rises: int) -> float:
+        """k_rise × the median absolute change between logged points before the last `rises` (0: too few)."""
+        before = st.get("dl", [])[:-rises][-self.rise_noise_n:]
+        if len(before) < self.rise_noise_min:
+            return 0.0
+        return self.k_rise * sorted(before)[len(before) // 2]
 
     def _remember(self, st: dict, step: int, expect: float, spread: float, lx: float) -> None:
         if self.climb_ratio:  # what held before this point, and the point itself, for the climb rule
@@ -197,6 +208,7 @@ class SpikeDetector(SeriesDetector):
     def forget(self, st: dict, to_step: int) -> None:
         if st["pstep"] is not None and st["pstep"] > to_step:
             st["prev"] = st["pstep"] = None  # the prev rule waits for the next point
+            st["dl"] = []  # the changes between logged points are learned again from the surviving ones on
         if st.get("ring") and st["ring"][-1][0] > to_step:
             st["ring"], st["lxs"] = [], []  # the climb rule waits for a full ring of surviving points
         if st.get("rise") and st["rise"][2] > to_step:
