@@ -125,3 +125,13 @@ def test_a_snapshot_taken_before_the_coarse_rules_existed_still_restores_and_run
         for s, x in enumerate(values[1:], start=1):
             st, _ = det.update(st, s * 10, x)
         assert json.loads(json.dumps(st, allow_nan=False)) == st
+
+
+def test_the_public_log_of_that_divergence_is_found_at_the_same_logged_point():
+    from pathlib import Path
+
+    from observatory.anomalies.scan import scan_file
+
+    path = Path(__file__).resolve().parents[2] / "bench/data/anomalies/public/tr8-104B-exp2.csv"
+    [(_, a)] = [(r, a) for r, a in scan_file(str(path)) if a.kind == "loss_spike"]
+    assert (a.start_step, a.peak_step, a.severity) == (6910, 6940, "critical")
