@@ -170,7 +170,7 @@ class SpikeDetector(SeriesDetector):
         if not self.rise_n or st["ep"] is not None or prev is None:
             st["rise"] = None
             return None
-        st["dl"] = (st.get("dl", []) + [abs(lx - math.log(prev))])[-(self.rise_noise_n + self.rise_n):]
+        st["dl"] = (st.get("dl", []) + [round(abs(lx - math.log(prev)), 5)])[-(self.rise_noise_n + self.rise_n):]
         r = st.get("rise")
         if lx <= math.log(prev):
             st["rise"] = None
