@@ -119,14 +119,15 @@ class SpikeDetector(SeriesDetector):
             if (ref is None and self.burst_ratio and n < self.warmup and lo is not None
                     and lx - lo >= math.log(self.burst_ratio)):
                 ref, how = math.exp(lo), "the lowest value logged before it"
-            climb = False
+            climb = rose = False
             if self.climb_ratio and n >= self.warmup and (ref is None or self.point_info):
                 cref, chow = self._climb(st, lx)
                 if cref is not None:  # on a noisy series a climb outranks a single point (it is not quiet)
                     ref, how, climb = cref, chow, True
             if (not climb and (ref is None or self.point_info) and rise is not None
                     and lx - rise[1] >= max(math.log(self.rise_ratio), self._rise_noise(st, rise[0]))):
-                ref, how, climb = math.exp(rise[1]), f"its value at step {rise[3]}, {rise[0]} rises in a row ago", True
+                ref, how, climb = math.exp(rise[1]), f"its value before {rise[0]} rises in a row (step {rise[3]})", True
+                rose = True
             # once there is a level, the jump from the previous value must also leave the level behind: a rise
             # back from a low outlier (an easy batch) is not a spike, however far it is above that outlier
             if (self.prev_ratio and prev is not None and x >= prev * self.prev_ratio
@@ -138,7 +139,7 @@ class SpikeDetector(SeriesDetector):
                 score = x / ref
                 # the level freezes while the episode lasts, so a spike never teaches it its own height
                 start = step
-                if how.endswith("rises in a row ago"):  # it began with the first rising point
+                if rose:  # it began with the first rising point
                     start = rise[2]
                 elif climb:  # the climb began with the window's first point
                     start = st["ring"][1 - self.climb_win][0] if self.climb_win > 1 else step
