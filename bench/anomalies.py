@@ -1,6 +1,7 @@
 """Anomaly detectors on a labelled evaluation set: precision, recall and delay per kind, false alarms, cost.
 
     .venv/bin/python bench/anomalies.py [--json] [--curve CURVE.csv LABELS.json ...] [--map COLUMN=METRIC ...]
+                                        [--landed REF | --no-landed]
 
 The built-in set (bench/anomaly_synth.py) is synthetic events injected at known steps into real-shaped curves,
 one event per run, plus clean runs that must raise nothing. Recorded curves are added (read by the scanner's CSV reader, fed the same way):
@@ -10,6 +11,11 @@ bench/anomaly_curves.py), or those named with `--curve`; a recorded run without 
 A labels file is a JSON list of {"kind", "start_step", "end_step", "also": [kinds], "run"?};
 "also" names kinds the event legitimately causes too (a loss spike moves the grad norm), which then count
 neither as false alarms nor towards recall. Deterministic: fixed seeds. Benchmark, not a test.
+
+"public": the public incident logs of large open runs and the clean public curves (bench/data/anomalies/public,
+made by bench/anomaly_public.py): per source, each incident found or not, with its delay in logged points, the
+precision, and warnings on the clean curves. "landed": the same report for the detectors of git ref REF (default
+main), exported and run in a child process during the same run, and "vs_landed" the two side by side.
 """
 
 from __future__ import annotations
@@ -18,14 +24,19 @@ import argparse
 import json
 import math
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+# --core DIR: judge the `observatory` package found in DIR (another commit's detectors) instead of this checkout's
+_CORE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--core"), None)
+sys.path.insert(0, _CORE or str(ROOT))
 
 from observatory import contract  # noqa: E402
 from observatory.anomalies import Monitor  # noqa: E402
@@ -35,6 +46,7 @@ from observatory.anomalies.scan import open_text, parse_maps, read_rows, scan_ro
 from anomaly_synth import DOMAINS, EXPERTS, TICK_S, TOKENS_PER_STEP, Curves, build_set  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "anomalies"
+PUBLIC = DATA / "public"
 PRE, POST = 10, 120  # a detection matches a label if it opens within [start - PRE, end + POST]
 
 
@@ -226,11 +238,111 @@ def recorded_clean(ext: list[tuple[str, list[dict], list[dict], int]]) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- public logs
+def _delay_points(points: list[int], start: int, at: int) -> int:
+    """Logged points from the first one at or after `start` to the one at `at` (0: found on the first)."""
+    first = next((i for i, p in enumerate(points) if p >= start), len(points))
+    return max(0, points.index(at) - first) if at in points else max(0, sum(1 for p in points if start <= p < at))
+
+
+def public() -> dict:
+    """Every bench/data/anomalies/public/*.csv[.gz] beside its .labels.json, scanned as recorded curves are."""
+    sources, clean, runs = {}, {}, []
+    for path in sorted(PUBLIC.glob("*.csv*")):
+        labels_path = path.with_name(path.name.split(".csv")[0] + ".labels.json")
+        if not labels_path.exists():
+            continue
+        labels = json.loads(labels_path.read_text())
+        with open_text(path) as f:
+            rows = list(read_rows(f))
+        trace = []
+        scan_rows(rows, trace=trace)
+        dets = detections([(step, t, e) for _, step, t, e in trace])
+        points = [step for _, step, values, _ in rows if values]
+        name = path.name.split(".csv")[0]
+        runs.append((name, dets, labels, len(points)))
+        if not labels:
+            loud = [d for d in dets if d["severity"] != "info"]
+            clean[name] = {"points": len(points), "warning_or_critical": len(loud),
+                           "info": len(dets) - len(loud),
+                           "examples": [f"{d['kind']} {d['severity']}: {d['explanation']}" for d in loud][:5]}
+            continue
+        hits, explained = match(dets, labels)
+        found = []
+        for lab, hs in zip(labels, hits):
+            row = {"kind": lab["kind"], "start_step": lab["start_step"], "found": bool(hs)}
+            if hs:
+                first = min(hs, key=lambda d: d["at"])
+                row.update(at=first["at"], delay_points=_delay_points(points, lab["start_step"], first["at"]),
+                           severity=first["severity"])
+            # the first warning of any kind the incident explains (a grad-norm explosion before the loss spike)
+            kinds = {lab["kind"], *lab.get("also", ())}
+            alarms = [d for d in dets if d["kind"] in kinds and d["severity"] != "info"
+                      and match([d], [lab])[1][0]]
+            if alarms:
+                first = min(alarms, key=lambda d: d["at"])
+                row["first_alarm"] = {"kind": first["kind"], "at": first["at"],
+                                      "delay_points": _delay_points(points, lab["start_step"], first["at"])}
+            found.append(row)
+        sources[name] = {"points": len(points), "incidents": found, "detections": len(dets),
+                         "precision": round(sum(explained) / len(dets), 3) if dets else None,
+                         "unexplained": [f"{d['kind']} {d['severity']}: {d['explanation']}"
+                                         for d, ok in zip(dets, explained) if not ok]}
+    incidents = [i for src in sources.values() for i in src["incidents"]]
+    n_dets = sum(s["detections"] for s in sources.values())
+    n_true = sum(round((s["precision"] or 0) * s["detections"]) for s in sources.values())
+    delays = [i["delay_points"] for i in incidents if i["found"]]
+    return {"incidents": len(incidents), "found": sum(i["found"] for i in incidents),
+            "recall": round(sum(i["found"] for i in incidents) / len(incidents), 3) if incidents else None,
+            "precision": round(n_true / n_dets, 3) if n_dets else None,
+            "median_delay_points": statistics.median(delays) if delays else None,
+            "clean_warning_or_critical": sum(c["warning_or_critical"] for c in clean.values()),
+            "per_kind": evaluate([r for r in runs if r[2]]), "sources": sources, "clean": clean}
+
+
+def landed(ref: str) -> dict:
+    """This benchmark run on `ref`'s observatory package (git archive into a temporary directory), as JSON."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+                         capture_output=True, text=True)
+    if sha.returncode:
+        return {"ref": ref, "error": f"no such git ref: {ref}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha.stdout.strip(), "observatory"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        out = subprocess.run([sys.executable, __file__, "--json", "--no-landed", "--core", tmp],
+                             capture_output=True, text=True)
+    if out.returncode:
+        return {"ref": ref, "error": out.stderr.strip().splitlines()[-1:]}
+    return {"ref": ref, "commit": sha.stdout.strip()[:12], **json.loads(out.stdout)}
+
+
+def side_by_side(mine: dict, old: dict) -> dict:
+    """[landed, this checkout] for each kind's recall, precision and loud false alarms, and the public totals."""
+    out = {}
+    for kind in sorted(set(mine["per_kind"]) | set(old.get("per_kind", {}))):
+        a, b = old.get("per_kind", {}).get(kind, {}), mine["per_kind"].get(kind, {})
+        out[kind] = {k: [a.get(k), b.get(k)] for k in ("recall", "precision", "median_delay_steps",
+                                                         "false_alarms_per_10k_warning_up")}
+    pa, pb = old.get("public", {}), mine["public"]
+    out["public"] = {k: [pa.get(k), pb.get(k)] for k in ("recall", "precision", "median_delay_points",
+                                                         "clean_warning_or_critical")}
+    out["recorded_clean_warning_or_critical"] = [
+        sum(r["warning_or_critical"] for r in old.get("recorded_clean", {}).values()),
+        sum(r["warning_or_critical"] for r in mine["recorded_clean"].values())]
+    ca, cb = old.get("cost", {}).get("monitor_us_per_step"), mine["cost"]["monitor_us_per_step"]
+    out["monitor_us_per_step"] = [ca, cb, round(cb / ca, 2) if ca else None]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object (the default prints a table too)")
     ap.add_argument("--curve", nargs=2, action="append", default=[], metavar=("CSV", "LABELS"))
     ap.add_argument("--map", action="append", default=[], metavar="COLUMN=METRIC")
+    ap.add_argument("--landed", default="main", metavar="REF", help="git ref whose detectors to compare with")
+    ap.add_argument("--no-landed", action="store_true", help="no comparison with the landed detectors")
+    ap.add_argument("--core", metavar="DIR", help="judge the observatory package in DIR (used by --landed)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     injected, clean = build_set()
@@ -244,8 +356,12 @@ def main() -> int:
               "unexplained": [f"{name}: {d['kind']} {d['explanation']}" for name, dets, labels, _ in inj + ext
                               for d, ok in zip(dets, match(dets, labels)[1]) if not ok][:20],
               "runs": {"injected": len(inj), "clean": len(cln), "external": len(ext)},
-              "cost": cost(), "wall_s": None}
+              "public": public(), "cost": cost(), "wall_s": None}
     false_alarms(report["per_kind"], cln + [r for r in ext if not r[2]])
+    if not args.no_landed:
+        report["landed"] = landed(args.landed)
+        if "error" not in report["landed"]:
+            report["vs_landed"] = side_by_side(report, report["landed"])
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -259,6 +375,12 @@ def main() -> int:
               f"{r['false_alarms_per_10k']:7} {r['false_alarms_per_10k_warning_up']:6}")
     print(json.dumps({k: report[k] for k in ("clean", "recorded_clean", "missed", "unexplained", "cost", "wall_s")},
                      indent=2))
+    pub = report["public"]
+    print(f"public incidents: {pub['found']}/{pub['incidents']} found (recall {pub['recall']}), precision "
+          f"{pub['precision']}, median delay {pub['median_delay_points']} logged points; warnings on clean public "
+          f"curves: {pub['clean_warning_or_critical']}")
+    if "vs_landed" in report:
+        print(json.dumps({"vs_landed [landed, this]": report["vs_landed"]}, indent=1))
     return 0
 
 

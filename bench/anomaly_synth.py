@@ -138,6 +138,17 @@ def divergence(c: Curves) -> None:
     c.label("loss_spike", s0, s0 + d + 30, "update_norm_spike", "grad_norm_spike")
 
 
+def coarse_climb(c: Curves) -> None:
+    """A divergence over 4 logged points of a log written every k steps, each point < 1.25x the one before (the
+    shape of BLOOM tr8-104B's 6.37 -> 6.60 -> 7.31 -> 9.12 -> 10.24), then a plateau and the way back."""
+    s0, span = _at(c, 600, c.n - 12 * c.every), 4 * c.every
+    u = np.arange(3 * span) / c.every
+    f = np.where(u <= 4, 1 + 0.608 * (u / 4) ** 2, np.where(u <= 8, 1.608, 1 + 0.608 * np.clip(12 - u, 0, 4) / 4))
+    for arr in (c.loss, *c.dom.values()):
+        arr[s0:s0 + 3 * span] *= f[:len(arr[s0:s0 + 3 * span])]
+    c.label("loss_spike", s0 + c.every, s0 + 3 * span, "grad_norm_spike", "update_norm_spike")
+
+
 def grad_spike(c: Curves, size: float) -> None:
     s0 = _at(c, 600, c.n - 300)
     c.grad[s0:s0 + 2] *= size
@@ -242,6 +253,9 @@ def build_set() -> tuple[list[tuple[str, Curves]], list[tuple[str, Curves]]]:
     plans += [(f"noisy-{k}", f, {"noise": 2}) for k, f in (("hot_expert", lambda c: expert(c, 6)),
                                                           ("grad_spike", lambda c: grad_spike(c, 5)),
                                                           ("drop_surge", lambda c: drop_surge(c, 3)))]
+    # appended last, so the runs above keep their seeds
+    plans += [(f"coarse_climb-every{k}", coarse_climb, {"every": k, "noise": z, "n": 2500}) for k, z in ((10, 1), (50, 1),
+                                                                                            (10, 2))]
     injected = []
     for seed, (name, inject, opts) in enumerate(plans):
         c = Curves(1000 + seed, opts.get("n", 1500), opts.get("every", 1), opts.get("loss_scale", False),

@@ -8,6 +8,7 @@ base is in `base`, spikes in `spike`, level shifts in `shift`; all are importabl
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from observatory.anomalies.base import NO_EVENTS, SeriesDetector, robust_ema
@@ -96,16 +97,21 @@ class SkipDetector(SeriesDetector):
 
 @dataclass(frozen=True)
 class LossScaleDetector(SeriesDetector):
-    """A dynamic loss scale that keeps halving without growing back: repeated fp16 overflows."""
+    """A dynamic loss scale that keeps halving without growing back: repeated fp16 overflows.
+
+    Counts halvings, not logged falls: a log written every k steps can show 65536 -> 8192 between two points,
+    three overflows. The window is `within` steps, or `within_points` logged points when those span more (a
+    coarse log's few points must still see the falls together)."""
 
     kind: str = "overflow"
     metric: str = ""
-    halvings: int = 3  # falls without a rise in between before it opens...
+    halvings: int = 3  # halvings without a rise in between before it opens...
     within: int = 200  # ...all within this many steps (an isolated overflow every few thousand steps is normal)
+    within_points: int = 4  # ...or within this many logged points, when they span more steps
     fall: float = 0.75  # a value below fall × the previous one is a fall
 
     def fresh(self) -> dict:
-        return {"prev": None, "streak": 0, "since": None}  # streak: falls since `since`
+        return {"prev": None, "streak": 0, "since": None, "pts": 0}  # streak: halvings since `since`, pts later
 
     def update(self, state: dict, step: int, x: float):
         st = self.advance(state, step)
@@ -113,20 +119,24 @@ class LossScaleDetector(SeriesDetector):
             return state, NO_EVENTS
         prev, st["prev"] = st["prev"], x
         ep = st["ep"]
-        if prev is None:
+        if prev is None or x <= 0:
             return st, NO_EVENTS
         if x > prev:
-            st["streak"], st["since"], st["ep"] = 0, None, None
+            st["streak"], st["since"], st["ep"], st["pts"] = 0, None, None, 0
             return st, close_ep(self.kind, self.metric, ep, step) if ep is not None else NO_EVENTS
+        if st["since"] is not None:
+            st["pts"] = st.get("pts", 0) + 1
         if x >= prev * self.fall:
             return st, NO_EVENTS
-        if st["since"] is None or step - st["since"] > self.within and ep is None:
-            st["streak"], st["since"] = 0, step
-        falls = st["streak"] = st["streak"] + 1
+        if st["since"] is None or (ep is None and step - st["since"] > self.within
+                                   and st.get("pts", 0) > self.within_points):
+            st["streak"], st["since"], st["pts"] = 0, step, 0
+        halved = max(1, round(math.log2(prev / x)))
+        falls = st["streak"] = st["streak"] + halved
         if falls < self.halvings:
             return st, NO_EVENTS
         sev = CRITICAL if falls >= 2 * self.halvings else WARNING
-        why = f"{self.metric} fell {falls} times since step {st['since']} without growing back: now {fmt(x)}"
+        why = f"{self.metric} halved {falls} times since step {st['since']} without growing back: now {fmt(x)}"
         if ep is None:
             st["ep"], events = open_ep(self.kind, self.metric, step, st["since"], float(falls), sev, why)
         else:

@@ -37,16 +37,18 @@ class Config:
     loss: SpikeDetector = SpikeDetector(kind="loss_spike")
     # a per-domain loss (train/loss/<domain>) averages the few sequences of its domain in a batch: single points
     # jump by half now and then, so they are info; a climb over several points keeps its severity
-    domain_loss: SpikeDetector = SpikeDetector(kind="loss_spike", point_info=True)
+    # no rise rule there: three rises in a row are common in so few sequences (the total loss carries a divergence)
+    domain_loss: SpikeDetector = SpikeDetector(kind="loss_spike", point_info=True, rise_n=None)
     # norms are noisier than losses, and only big multiples matter: 2× the level at least, no prev/drift rule
-    # early training (LR warmup, the rough start) has grad-norm spikes of a few x that pass: info until step 500
+    # early training (LR warmup, the rough start) has grad-norm spikes of a few x that pass: info until step 500;
+    # a log too short for a level (a coarse log, a chronicle's few lines) still sees 10x its lowest value (burst)
     grad: SpikeDetector = SpikeDetector(kind="grad_norm_spike", alpha=0.05, k=6.0, min_ratio=2.0, prev_ratio=None,
                                         drift_ratio=None, climb_ratio=None, warmup=10, warn=2.0, crit=5.0,
-                                        info_before=500)
+                                        info_before=500, rise_n=None, burst_ratio=10.0, sustain=2)
     grad_high: ThresholdDetector = ThresholdDetector(kind="grad_norm_high")
     update: SpikeDetector = SpikeDetector(kind="update_norm_spike", alpha=0.05, k=6.0, min_ratio=2.0,
                                           prev_ratio=None, drift_ratio=None, climb_ratio=None, warmup=10, warn=2.0,
-                                          crit=5.0)
+                                          crit=5.0, rise_n=None)  # no burst: update norms grow with the LR warmup
     skipped: SkipDetector = SkipDetector(kind="overflow")
     loss_scale: LossScaleDetector = LossScaleDetector(kind="overflow")
     # host=True: a shift while other processes take the trainer's CPU is info (see observatory/anomalies/shift.py)

@@ -8,7 +8,7 @@ import math
 import random
 
 from observatory import contract
-from observatory.anomalies import M_LOSS_SCALE, Monitor
+from observatory.anomalies import M_LOSS_SCALE, AnomalyLog, Monitor
 from observatory.anomalies.detectors import ShiftDetector, SpikeDetector
 from observatory.anomalies.moe import ExpertLoadDetector
 from observatory.anomalies.stall import StallDetector
@@ -472,10 +472,26 @@ def test_a_per_domain_loss_climb_keeps_its_severity_while_its_single_point_spike
 
 def test_grad_norm_spikes_before_step_500_are_info_and_later_ones_warnings():
     rows = _norms(1200, seed=4)
-    rows[200][contract.M_GRAD_NORM] *= 3
-    rows[900][contract.M_GRAD_NORM] *= 3
-    found = [(a.start_step, a.severity) for a in opened(feed(Monitor(), enumerate(rows)), "grad_norm_spike")]
+    for s in (200, 201, 900, 901):  # each stays up for two logged points
+        rows[s][contract.M_GRAD_NORM] *= 3
+    log = AnomalyLog()
+    log.apply(feed(Monitor(), enumerate(rows)))
+    found = [(a.start_step, a.severity) for a in log.anomalies() if a.kind == "grad_norm_spike"]
     assert found == [(200, "info"), (900, "warning")]
+
+
+def test_a_one_point_grad_norm_spike_is_info_and_one_that_stays_up_takes_its_severity():
+    rows = _norms(1200, seed=4)
+    rows[700][contract.M_GRAD_NORM] *= 7  # back at the next point: llm.c GPT-2 124M had 7.5x at step 9025
+    rows[900][contract.M_GRAD_NORM] *= 6
+    rows[901][contract.M_GRAD_NORM] *= 6
+    events = feed(Monitor(), enumerate(rows))
+    log = AnomalyLog()
+    log.apply(events)
+    found = [(a.start_step, a.severity) for a in log.anomalies() if a.kind == "grad_norm_spike"]
+    assert found == [(700, "info"), (900, "critical")]
+    [up] = [e for e in events if e.action == "updated" and e.anomaly.start_step == 900]
+    assert up.at == 901
 
 
 def test_a_slowdown_on_a_host_saturated_by_others_from_the_start_is_info():

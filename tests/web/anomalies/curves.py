@@ -10,7 +10,7 @@ from observatory import contract
 
 SPIKES = (300, 520)  # loss spikes (x1.6: critical)
 NAN_AT = 420  # a non-finite loss and grad norm (critical)
-GRAD_SPIKE = 650  # grad norm x12 (critical)
+GRAD_SPIKE = 650  # grad norm x12 for one point (info: back at the next point)
 COLUMNS = (contract.M_LOSS, contract.domain_loss("web"), contract.M_GRAD_NORM, contract.M_TOKENS_PER_S,
            contract.M_FINITE)
 
