@@ -36,7 +36,7 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 def default_run_id(name: str) -> str:
     """`<name>-<8 hex>`, the name reduced to the characters a run id may hold."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-_.")[:55] or "run"
+    stem = re.sub(f"[^{contract.RUN_ID_CHARS}]+", "-", name).strip("-_.")[:55] or "run"
     return f"{stem}-{secrets.token_hex(4)}"
 
 

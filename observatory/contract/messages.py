@@ -18,6 +18,10 @@ Every telemetry stream entry is a flat Redis hash of four fields:
     rewind     {"t", "from_step", "to_step"}  points with step > to_step published before this are superseded
     manifest   {"t", "manifest": {...}}                               the data manifest, once per run
 
+A run id is 1-64 ASCII letters, digits or '_.-', starting with a letter or digit (RUN_ID_RE; RUN_ID_PATTERN is
+the same rule for JSON Schema, JavaScript and URL routes). The trainer's config, the CLI, the web and the importers
+check run ids with it and nothing else.
+
 Operator commands (the other direction) are specified in `observatory.contract.commands`.
 Browser-facing WebSocket frames are not part of this contract: see webapp/live/protocol.py.
 """
@@ -32,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 __all__ = ["SCHEMA_VERSION", "SUPPORTED_VERSIONS", "MAX_PAYLOAD_BYTES", "MAX_METRICS_PER_RECORD", "MAX_NAME_LEN",
-           "MAX_DEPTH", "MAX_STEP", "KINDS", "STATES", "EVENT_NAMES", "RUN_ID_RE", "METRIC_NAME_RE",
+           "MAX_DEPTH", "MAX_STEP", "KINDS", "STATES", "EVENT_NAMES", "RUN_ID_RE", "RUN_ID_PATTERN",
+           "RUN_ID_CHARS", "RUN_ID_MAX_LEN", "RUN_ID_RULE", "METRIC_NAME_RE",
            "ContractError", "Message", "encode", "metrics_fields", "decode", "deadletter_fields",
            "DEADLETTER_RAW_BYTES"]
 
@@ -53,7 +58,11 @@ EVENT_NAMES = ("compiled", "resumed", "checkpoint_saved", "checkpoint_written", 
                "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back", "forecast",
                "telemetry_lost")
 
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+RUN_ID_CHARS = "A-Za-z0-9_.-"  # a regex character-class body: what a run id may hold (sanitisers: [^...])
+RUN_ID_MAX_LEN = 64
+RUN_ID_PATTERN = rf"^[A-Za-z0-9][{RUN_ID_CHARS}]{{0,{RUN_ID_MAX_LEN - 1}}}$"  # JSON Schema / JS / URL routes
+RUN_ID_RE = re.compile(RUN_ID_PATTERN[:-1] + r"\Z")  # \Z: Python's $ would let a trailing newline through
+RUN_ID_RULE = f"1-{RUN_ID_MAX_LEN} ASCII letters, digits or '_.-', starting with a letter or digit"
 METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,199}$")
 
 

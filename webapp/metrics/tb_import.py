@@ -39,7 +39,7 @@ from webapp.runs.models import Run
 SOURCE = "tensorboard"
 WALL = "wall_time/"
 DEFAULT_PREFIX = "tb-"
-_BAD_RUN = re.compile(r"[^A-Za-z0-9_.-]+")
+_BAD_RUN = re.compile(f"[^{contract.RUN_ID_CHARS}]+")
 _BAD_NAME = re.compile(r"[^A-Za-z0-9_./:-]")
 _NAME_LEN = contract.MAX_NAME_LEN - len(WALL)  # room for the wall-time companion
 _PER_RECORD = 1000  # metrics per message, as the W&B import
