@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,16 @@ def test_the_patterns_served_to_json_schema_and_js_give_the_same_verdicts(run_id
                              text=True, check=True)
         assert json.loads(out.stdout) == [bool(rx.match(x)) for x in cases]
 
+
+
+def test_routing_and_the_forecast_script_spell_no_metric_name_of_their_own():
+    """Metric names come from the contract's registry (the script gets them in its page data)."""
+    from observatory.contract import metrics
+
+    names = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str) and "/" in v}
+    names |= {metrics.ROUTER_PREFIX, *metrics.ROUTER_VECTORS}
+    root = Path(__file__).resolve().parents[2]
+    for rel in ("observatory/anomalies/routing.py", "static/js/forecast.js"):
+        text = root.joinpath(rel).read_text()
+        copies = sorted(n for n in names if f'"{n}"' in text or f"'{n}'" in text)
+        assert not copies, f"{rel} spells {copies}: use observatory.contract's names"
