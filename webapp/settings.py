@@ -17,10 +17,15 @@ Variables (see the README's configuration table):
     OBS_HEADER_TIMEOUT_S, OBS_BODY_TIMEOUT_S  default 10, 30: slower request headers / bodies get 408 and a close
     OBS_LIVE_PUSH_URL    nchan's internal publisher (http://127.0.0.1:8101/pub/runs/); unset: live frames via the hub
     OBS_LIVE_SUBSCRIBE_PATH  default /live/runs/: where dashboards subscribe to nchan (with OBS_LIVE_PUSH_URL)
+    OBS_LIVE_MIN_INTERVAL_MS, OBS_LIVE_FRAME_BUDGET  default 50, 12000: the hub's least ms between two frames to a
+                         socket, and the frames/s one web process aims for (webapp.live.hub)
+    OBS_TESTING          bool, default off: test mode (the test suite's process sets it: tests/testmode.py); no
+                         secret key needed, caches in process memory, no HTTPS-only cookies
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -66,6 +71,19 @@ def env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+
+
+def env_float(name: str, default: float, lo: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        val = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(val) or val < lo:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a finite number >= {lo:g}")
+    return val
 
 
 def env_list(name: str, default: str) -> list[str]:
@@ -142,7 +160,7 @@ def _sqlite(path: Path, data_dir: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- core
-TESTING = "pytest" in sys.modules or sys.argv[1:2] == ["test"]
+TESTING = env_bool("OBS_TESTING", False)
 DEBUG = env_bool("OBS_DEBUG", False)
 DATA_DIR = Path(env_str("OBS_DATA_DIR", str(BASE_DIR / "var")))
 if not DATA_DIR.is_absolute():
@@ -332,6 +350,8 @@ if OBS_LIVE_PUSH_URL:
         raise ImproperlyConfigured(f"OBS_LIVE_PUSH_URL: {e}") from None
 if not (OBS_LIVE_SUBSCRIBE_PATH.startswith("/") and OBS_LIVE_SUBSCRIBE_PATH.endswith("/")):
     raise ImproperlyConfigured(f"OBS_LIVE_SUBSCRIBE_PATH {OBS_LIVE_SUBSCRIBE_PATH!r} must start and end with '/'")
+OBS_LIVE_MIN_INTERVAL_MS = env_float("OBS_LIVE_MIN_INTERVAL_MS", 50.0)  # the hub's pace (webapp.live.hub)
+OBS_LIVE_FRAME_BUDGET = env_float("OBS_LIVE_FRAME_BUDGET", 12000.0, lo=1.0)
 
 # ---------------------------------------------------------------------------------------------- celery
 CELERY_BROKER_URL = REDIS_URL
