@@ -1,32 +1,8 @@
-"""Operator commands on the wire: the command schema, its validation, and the command and ack entries.
+"""Operator commands on the wire: the command schema, its validation, signing, and the command and ack entries.
 
-The trainer, the CLI and the web validate commands with this one module, so a command the browser accepts is a
-command the trainer accepts. Structure only: checks that need the trainer's state (is it paused? does that
-checkpoint exist?) happen when the trainer applies the command, and are answered with a `rejected` ack.
-
-A command travels as one entry on `control_stream(run)` (fields v, id, command, args (JSON), reason, user, t, nonce,
-sig); the trainer reads it through consumer group TRAINER_GROUP and acks each on `ack_stream(run)`: `accepted` on
-receipt, then `applied` or `rejected` with a reason. Every sender builds entries with `command_fields`: `t` is the
-issue time and `nonce` 128 random bits, both signed.
-
-No replays: the trainer refuses a command issued more than STALE_AFTER_S before it reads it, or more than
-MAX_CLOCK_SKEW_S after it (by the trainer's clock), and answers every id it has seen by what became of it: a
-repeat of a queued or applied id is acked as a duplicate and never applied twice; an id once rejected, or undone
-by a rollback or a restart, is refused (send it again with a new id). It remembers ids with their outcome in its
-checkpoints and in `seen_commands_key(run)`.
-
-Commands carry identity: the sender signs the entry with the run's control key (HMAC-SHA256 over the run id and
-every field, `sig`), shared by the web tier, the CLI and the trainer through OBS_CONTROL_KEY or
-OBS_CONTROL_KEY_FILE. The trainer rejects unsigned or badly signed entries with an ack that says why, so being
-able to write to Redis is not enough to steer a run.
-
-Rules every sender and the trainer apply alike (the CLI, the web API, the operator panel and the trainer's config
-import them from here):
-    command id  COMMAND_ID_RULE: 8-200 ASCII letters, digits or '_.:-' (COMMAND_ID_RE); senders make ids unique
-                per run (the web: "web-" and 24 hex digits, the CLI: 32 hex digits)
-    mixture     MIXTURE_RULE: weights are relative, finite numbers >= 0 with at least one > 0; the trainer scales
-                them to sum to 1, so {"a": 1, "b": 3} and {"a": 0.25, "b": 0.75} are the same mixture
-                (`check_mixture`; the trainer's config checks its stage tables with it too)
+The trainer, the CLI and the web check commands with this module alone, including the shared rules: a command id
+is COMMAND_ID_RULE (COMMAND_ID_RE), a mixture is MIXTURE_RULE (`check_mixture`: relative weights, finite, >= 0, at
+least one > 0; the trainer scales them to sum to 1). Entries, replays and signatures: docs/PROTOCOL.md.
 """
 
 from __future__ import annotations

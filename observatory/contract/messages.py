@@ -1,29 +1,6 @@
-"""Telemetry messages on the wire: the schema of a stream entry, its encoding and its validation.
-
-Every telemetry stream entry is a flat Redis hash of four fields:
-
-    v     schema version, "1"
-    kind  one of KINDS
-    run   the run id (must equal the stream's run id)
-    data  a JSON object (NaN / Infinity tokens allowed: non-finite losses are real signals)
-
-`data` per kind (all times are Unix seconds, floats):
-
-    run        {"t", "name", "config": {...}, "started_at", "run_id", "pid", "counts"}   once per (re)start
-    metrics    {"t", "step": int >= 0, "values": {name: number}}       one per step; numbers may be NaN/±Inf
-    event      {"t", "step", "name": str, "payload": {...}}            name in EVENT_NAMES (others are allowed)
-    state      {"t", "state": one of STATES, "step", "detail": str}    lifecycle transitions
-    heartbeat  {"t", "phase": one of STATES, "step", "tokens", "token_budget", "eta_s" (null until a rate is
-                known), "steps_per_s", "since_step_s", "pid"}     every ~2 s, paused or not
-    rewind     {"t", "from_step", "to_step"}  points with step > to_step published before this are superseded
-    manifest   {"t", "manifest": {...}}                               the data manifest, once per run
-
-A run id is 1-64 ASCII letters, digits or '_.-', starting with a letter or digit (RUN_ID_RE; RUN_ID_PATTERN is
-the same rule for JSON Schema, JavaScript and URL routes). The trainer's config, the CLI, the web and the importers
-check run ids with it and nothing else.
-
-Operator commands (the other direction) are specified in `observatory.contract.commands`.
-Browser-facing WebSocket frames are not part of this contract: see webapp/live/protocol.py.
+"""Telemetry messages on the wire: the schema of a stream entry, its encoding and its validation, and the run-id
+rule (RUN_ID_RE: 1-64 ASCII letters, digits or '_.-', starting with a letter or digit; every part checks run ids
+with it). Fields, kinds and their `data`: docs/PROTOCOL.md "Telemetry entries".
 """
 
 from __future__ import annotations
