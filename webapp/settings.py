@@ -1,26 +1,5 @@
-"""Django settings: every knob comes from the environment, read here through typed helpers that fail loudly.
-
-Variables (see the README's configuration table):
-    OBS_DEBUG            bool, default off
-    DJANGO_SECRET_KEY    (or DJANGO_SECRET_KEY_FILE) required unless OBS_DEBUG is on, tests are running, or
-                         `make run` made OBS_DATA_DIR/secret.key
-    OBS_ALLOWED_HOSTS    comma list, default "127.0.0.1,localhost"
-    REDIS_URL            default redis://127.0.0.1:6379/0 (streams, channel layer, Celery broker)
-    DATABASE_URL         postgres://user:pass@host:port/db or sqlite:///path; unset -> SQLite in OBS_DATA_DIR
-    OBS_DATA_DIR         default var/ (SQLite file, Celery beat schedule, collected static)
-    OBS_SERVE_STATIC     bool, default on: the ASGI app serves /static/ itself via WhiteNoise (no CDN, no extra server)
-    OBS_LOG_LEVEL        default INFO
-    OBS_LOG_FORMAT       plain (default) or json: one JSON object per log line
-    OBS_STATIC_ROOT      where collectstatic puts files, default OBS_DATA_DIR/static
-    OBS_METRICS_TOKEN    (or OBS_METRICS_TOKEN_FILE) a scrape token: GET /metrics answers operators and it only
-    OBS_PUBLIC_URL       default http://127.0.0.1:8000: the site's address in anomaly notifications' links
-    OBS_HEADER_TIMEOUT_S, OBS_BODY_TIMEOUT_S  default 10, 30: slower request headers / bodies get 408 and a close
-    OBS_LIVE_PUSH_URL    nchan's internal publisher (http://127.0.0.1:8101/pub/runs/); unset: live frames via the hub
-    OBS_LIVE_SUBSCRIBE_PATH  default /live/runs/: where dashboards subscribe to nchan (with OBS_LIVE_PUSH_URL)
-    OBS_LIVE_MIN_INTERVAL_MS, OBS_LIVE_FRAME_BUDGET  default 50, 12000: the hub's least ms between two frames to a
-                         socket, and the frames/s one web process aims for (webapp.live.hub)
-    OBS_TESTING          bool, default off: test mode (the test suite's process sets it: tests/testmode.py); no
-                         secret key needed, caches in process memory, no HTTPS-only cookies
+"""Django settings: every knob comes from the environment, read here (and only here: tests/test_architecture.py)
+through typed helpers that fail loudly; secrets also as NAME_FILE. The variables: README "Configuration".
 """
 
 from __future__ import annotations
