@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 __all__ = ["SCHEMA_VERSION", "SUPPORTED_VERSIONS", "MAX_PAYLOAD_BYTES", "MAX_METRICS_PER_RECORD", "MAX_NAME_LEN",
            "MAX_DEPTH", "MAX_STEP", "KINDS", "STATES", "EVENT_NAMES", "RUN_ID_RE", "RUN_ID_PATTERN",
-           "RUN_ID_CHARS", "RUN_ID_MAX_LEN", "RUN_ID_RULE", "METRIC_NAME_RE",
+           "RUN_ID_CHARS", "RUN_ID_MAX_LEN", "RUN_ID_RULE", "METRIC_NAME_CHARS", "METRIC_NAME_RE",
            "ContractError", "Message", "encode", "metrics_fields", "decode", "deadletter_fields",
            "DEADLETTER_RAW_BYTES"]
 
@@ -40,7 +40,8 @@ RUN_ID_MAX_LEN = 64
 RUN_ID_PATTERN = rf"^[A-Za-z0-9][{RUN_ID_CHARS}]{{0,{RUN_ID_MAX_LEN - 1}}}$"  # JSON Schema / JS / URL routes
 RUN_ID_RE = re.compile(RUN_ID_PATTERN[:-1] + r"\Z")  # \Z: Python's $ would let a trailing newline through
 RUN_ID_RULE = f"1-{RUN_ID_MAX_LEN} ASCII letters, digits or '_.-', starting with a letter or digit"
-METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,199}$")
+METRIC_NAME_CHARS = "A-Za-z0-9_./:-"  # what a metric name may hold (the importers' sanitisers: [^...])
+METRIC_NAME_RE = re.compile(rf"^[A-Za-z0-9_][{METRIC_NAME_CHARS}]{{0,{MAX_NAME_LEN - 1}}}\Z")
 
 
 # ---------------------------------------------------------------------------------------------- errors

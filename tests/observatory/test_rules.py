@@ -85,3 +85,11 @@ def test_routing_and_the_forecast_script_spell_no_metric_name_of_their_own():
         text = root.joinpath(rel).read_text()
         copies = sorted(n for n in names if f'"{n}"' in text or f"'{n}'" in text)
         assert not copies, f"{rel} spells {copies}: use observatory.contract's names"
+
+
+def test_a_trailing_newline_is_no_part_of_a_run_id_or_a_metric_name():
+    with pytest.raises(contract.ContractError, match="bad_run"):
+        contract.decode(contract.metrics_fields("run\n", 1, {"loss": 1.0}))
+    with pytest.raises(contract.ContractError, match="bad_name"):
+        contract.decode(contract.metrics_fields("run", 1, {"train/loss\n": 1.0}))
+    assert contract.decode(contract.metrics_fields("run", 1, {"train/loss": 1.0})).data["values"] == {"train/loss": 1.0}
