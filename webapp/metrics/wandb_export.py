@@ -66,7 +66,7 @@ def export(run: Run, out_dir: str, project: str = "observatory",
            progress: Callable[[int], None] | None = None) -> dict:
     """Write the run as <out_dir>/wandb/offline-run-*/; {"path", "wandb_id", "steps", "points"}."""
     steps = points = 0
-    import wandb  # offline, silent, no git, no console capture: said in wandb.Settings, not os.environ
+    import wandb  # offline, silent, no git, no console capture: said in wandb.Settings, not the environment
 
     os.makedirs(out_dir, exist_ok=True)
     settings = wandb.Settings(console="off", silent=True, x_disable_stats=True, disable_git=True,
