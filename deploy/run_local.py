@@ -142,7 +142,8 @@ def web_command(host: str, port: int, server: str | None = None) -> list[str]:
 
 
 NCHAN_MODULE = Path(os.environ.get("OBS_NCHAN_MODULE", "/usr/lib/nginx/modules/ngx_nchan_module.so"))
-# A run id as a channel name (contract.RUN_ID_RE), in nchan's location regexes.
+# A run id as a channel name, in nchan's location regexes: contract.RUN_ID_PATTERN without its anchors (this
+# script runs without the repository on its path; tests/web/deploy/test_deploy_files.py holds the two equal).
 _RUN_RE = "[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 # A run's channels: run/<id> (every series) and run/<id>/lite (the default dashboard's: webapp/live/relay.py).
 

@@ -118,3 +118,30 @@ def caps(monkeypatch):
     monkeypatch.setattr(contract, "STREAM_MAXLEN", 1000)
     monkeypatch.setattr(contract, "STREAM_HARD_MAXLEN", 2000)
     monkeypatch.setattr(contract, "TRIM_EVERY_S", 0.0)
+
+
+# ---------------------------------------------------------------------------------------------- one rule, one place
+# Tricky inputs for the rules the trainer, the CLI, the web and the client share. The contract decides each verdict
+# (tests/observatory/test_rules.py pins them); every entry point's test checks it answers the same.
+RUN_ID_CASES = ("demo", "a.b_c-d", "A" * 64, "A" * 65, "", "-lead", ".hidden", "ünïcode", "١٢٣", "run\n", "has space",
+                "x/y")
+COMMAND_ID_CASES = ("cmd-0001", "web-" + "f" * 32, "a:b.c_d-e", "x" * 200, "x" * 201, "short-1", "", "has space",
+                    "ünïcode-id", "newline-1\n", "semi;colon-1")
+MIXTURE_CASES = ({"a": 0.7, "b": 0.3}, {"a": 1, "b": 2}, {"a": 0.5, "b": 0.4}, {"a": 1, "b": 0}, {"a": 0, "b": 0}, {},
+                 {"a": -0.1, "b": 1.1}, {"a": float("nan"), "b": 1}, {"a": float("inf")}, {"a": True}, {"a": "0.5"},
+                 {"a": 1e-9})
+
+
+@pytest.fixture(scope="session")
+def run_id_cases():
+    return RUN_ID_CASES
+
+
+@pytest.fixture(scope="session")
+def command_id_cases():
+    return COMMAND_ID_CASES
+
+
+@pytest.fixture(scope="session")
+def mixture_cases():
+    return MIXTURE_CASES

@@ -191,3 +191,43 @@ def imports_of_at(path: Path, root: Path) -> set[str]:
         return imports_of(path)
     finally:
         ROOT = saved
+
+
+# The two lines that must run before settings exist: they name the settings module.
+SETTINGS_BOOTSTRAP = {"webapp/asgi.py", "webapp/celery.py"}
+BOOTSTRAP_LINE = 'os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")'
+
+
+def environment_reads(path: Path) -> list[tuple[int, str]]:
+    """(line, source) of every use of os.environ / os.getenv / os.putenv, however imported."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    lines = path.read_text().splitlines()
+    names = {"environ", "getenv", "putenv", "unsetenv", "environb"}
+    out = []
+    for node in ast.walk(tree):
+        hit = (isinstance(node, ast.Attribute) and node.attr in names and isinstance(node.value, ast.Name)
+               and node.value.id == "os")
+        hit = hit or (isinstance(node, ast.ImportFrom) and node.module == "os"
+                      and any(a.name in names for a in node.names))
+        if hit:
+            out.append((node.lineno, lines[node.lineno - 1].strip()))
+    return out
+
+
+def test_the_web_reads_its_environment_in_settings_only():
+    offenders = []
+    for path in _files("webapp"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "webapp/settings.py":
+            continue
+        for line, src in environment_reads(path):
+            if not (rel in SETTINGS_BOOTSTRAP and src == BOOTSTRAP_LINE):
+                offenders.append(f"{rel}:{line}: {src}")
+    assert not offenders, "read it in webapp/settings.py (typed, with a _FILE form for secrets):\n" + "\n".join(
+        offenders)
+
+
+def test_the_environment_checker_sees_every_spelling(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import os\nfrom os import getenv\na = os.environ['X']\nb = os.getenv('Y')\n")
+    assert [n for n, _ in environment_reads(src)] == [2, 3, 4]

@@ -166,9 +166,9 @@ def cmd_run(ns) -> int:
         if ns.seed is not None:
             overrides["run.seed"] = ns.seed
         cfg = load(ns.config, overrides)
-        run_id = ns.run_id or cfg.run.name
+        run_id = cfg.run.name if ns.run_id is None else ns.run_id  # --run-id "" is refused, not the default
         if not contract.RUN_ID_RE.match(run_id):
-            raise ConfigError("run-id", f"{run_id!r} must be 1-64 letters, digits or '_.-'")
+            raise ConfigError("run-id", f"{run_id!r} must be {contract.RUN_ID_RULE}")
         redis_url = None if ns.no_redis else (ns.redis_url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL)
         # Before JAX is imported: a late, foreign or edited forecast is refused at once (exit 2).
         from training.experiment import load_registration
@@ -196,6 +196,8 @@ def cmd_control(ns) -> int:
     try:
         args = contract.command_args_from_words(ns.command, ns.args)
         args = contract.validate_command(ns.command, args)  # say what is wrong before sending anything
+        if ns.cmd_id is not None and not contract.COMMAND_ID_RE.match(ns.cmd_id):
+            raise CommandError(f"--id {ns.cmd_id!r} must be {contract.COMMAND_ID_RULE}")
         key = control_key()
     except (CommandError, ConfigError) as e:
         log.error("control: %s", e)

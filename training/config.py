@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from observatory import contract
 from training.config_fields import (Check, Section, _jsonable, at_least, between, nonneg, nonneg_int, one_of,
                                     parse_override, positive, positive_int, setting)
 from training.errors import ConfigError
@@ -35,9 +36,7 @@ COMPUTE_ONLY = ("attention", "remat")  # model keys left out of the checkpoint f
 
 # ---------------------------------------------------------------------------------------------- checks
 def _run_name(v: str):
-    if v and len(v) <= 64 and v[0].isalnum() and all(c.isalnum() or c in "_.-" for c in v):
-        return None
-    return "must be 1-64 letters, digits or '_.-', starting alphanumeric"
+    return None if contract.RUN_ID_RE.match(v) else f"must be {contract.RUN_ID_RULE}"
 
 
 def _distinct_names(v: tuple) -> str | None:
@@ -67,13 +66,10 @@ def _fractions(v: tuple) -> str | None:
 
 def _mixture(v: dict):
     for stage, weights in v.items():
-        if not weights:
-            return stage, "must be a table of domain = weight"
-        for dom, w in weights.items():
-            if w < 0:
-                return f"{stage}.{dom}", f"must be a number >= 0, got {w!r}"
-        if sum(weights.values()) <= 0:
-            return stage, "weights must not all be zero"
+        try:
+            contract.check_mixture(weights)  # the rule operators' set-mixture commands follow too
+        except contract.MixtureError as e:
+            return (f"{stage}.{e.domain}" if e.domain is not None else stage), str(e)
     return None
 
 

@@ -1,18 +1,6 @@
 """A run as a stated experiment: the config hash a forecast is registered against, the run's first start, and the
-check that refuses a late or foreign forecast.
-
-Config hash: SHA-256 of the canonical JSON (observatory.scaling.canonical_json) of the resolved config
-(`RunConfig.to_dict()`, defaults included) without the keys in HASH_EXCLUDED: the [experiment] section itself,
-the run's identity and length (run.name, run.steps: the forecast is a curve over tokens up to
-train.token_budget, which IS hashed), and what does not change what is trained (checkpointing, sinks, mesh,
-multi-host setup, compute-only model keys, eval cadence, fault injection permission, the MFU peak, where
-prepared token shards live: `data.prepared`, whose domains the trainer checks against the config). Everything
-else (model shape, optimiser, schedule, token budget, data, tokenizer, seed) is hashed.
-
-First start: the trainer writes `<checkpoint.dir>/<run id>/started.json` at the run's first start (kept across
-resumes, moved aside with the checkpoints by --fresh) and every checkpoint's meta carries `started_at`; the
-first start is the earliest of the two (for a run from before this file existed: its oldest checkpoint's
-saved_at). A run with neither starts now.
+check that refuses a late or foreign forecast. What is hashed and how the first start is found: docs/TRAINING.md
+"The config hash and the first start".
 """
 
 from __future__ import annotations

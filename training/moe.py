@@ -1,39 +1,7 @@
 """Mixture-of-Experts block: shared + routed SwiGLU experts, bias-balanced routing, capacity, EP all-to-all.
 
-Routing. Router logits are fp32. Each token picks its top_k experts on `logits + stop_gradient(bias)`; its
-combine weights are the sigmoid (or softmax) of the *unbiased* logits of the chosen experts, renormalised over
-the k. The bias is non-trainable model state moved by `update_bias` (aux-loss-free balancing); a Switch-style
-load-balancing loss and a logit z-loss are always computed and logged, and enter the loss times their coefs.
-
-Dispatch groups. The flattened token batch (batch-major, so a group is several whole sequences or a slice of
-one long sequence) is cut into consecutive groups of `group_size` tokens: a group is what one data shard holds
-and dispatches at once. Every (group, expert) pair owns C = ceil(capacity_factor * group_size * k / n_routed)
-slots. Assignments are ranked inside their (group, expert) in token order, so in standard mode whether a token
-is kept depends only on earlier tokens of its group (the LM stays causal even when it drops). A group of short
-sequences mixes many documents and loads the experts evenly; at a fixed token batch, longer contexts put
-fewer, more self-similar documents in each group, so the load inside a group is skewed and more assignments
-overflow.
-
-- `standard`: an assignment is kept iff its rank < C. Dropped assignments contribute nothing; the token still
-  gets the shared experts and the residual.
-- `pooled_wave`: each expert's capacity is pooled over every group of the batch, P = n_groups * C (the same
-  total compute as standard). The receiver fills it round-robin over source groups — rank 0 of every group,
-  then rank 1 of every group, ... — starting at a different source for each expert, so the same sender is not
-  always the one cut at the boundary. Wave 0 is the standard exchange (each source sends up to C per expert);
-  overflow then gets up to `waves` further waves of C slots per source and expert into capacity left free by
-  lightly loaded sources. An assignment is kept iff its rank < (waves + 1) * C and its position in that
-  round-robin order < P. The first-served source also rotates with the step and layer. Receivers compact what
-  arrived into P slots before the expert matmuls. pooled_wave is not causal when it drops: the fill level
-  depends on every group's counts, including later tokens' (like capacity dropping in any batch-pooled scheme).
-- capacity_factor None: dropless (C = group_size, every assignment kept; buffers are n_routed / top_k times the
-  assignments, so this is for tests and small runs).
-
-Expert parallelism. With a mesh ("data", "expert"), tokens are sharded over both axes (whole groups per
-device) and routed experts over "expert". Routing, ranks and keep decisions are computed in the global view (the
-pooled fill needs every group's per-expert counts, a tiny [n_groups, n_routed] array); the buffers then travel by
-`jax.lax.all_to_all` over "expert" inside `jax.shard_map`, the experts run, and a second all-to-all brings the
-outputs home. The decisions depend on group_size only, not on the device count, so 1, 2, 4 and 8 devices give
-the same result.
+Routing, dispatch groups, the standard and pooled-wave capacity modes and expert parallelism are explained in
+docs/TRAINING.md "The MoE block in detail".
 """
 
 from __future__ import annotations

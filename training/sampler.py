@@ -6,7 +6,6 @@ stage (pretrain 80%, midtrain 20% of the token budget by default) follows the to
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
@@ -40,14 +39,14 @@ def stage_weights(data: DataSection, domain_names: Sequence[str]) -> list[dict[s
 def _weights_vector(weights: Mapping[str, float], domain_names: Sequence[str], key: str) -> np.ndarray:
     if not isinstance(weights, Mapping):
         raise ConfigError(key, "must be a table of domain -> weight")
-    for name, w in weights.items():
+    for name in weights:
         if name not in domain_names:
             raise ConfigError(f"{key}.{name}", f"unknown domain (known: {', '.join(domain_names)})")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-            raise ConfigError(f"{key}.{name}", f"weight must be a finite number >= 0, got {w!r}")
-    vec = np.array([float(weights.get(d, 0.0)) for d in domain_names], dtype=np.float64)
-    if vec.sum() <= 0:
-        raise ConfigError(key, "at least one weight must be > 0")
+    try:
+        checked = contract.check_mixture(dict(weights))
+    except contract.MixtureError as e:
+        raise ConfigError(f"{key}.{e.domain}" if e.domain is not None else key, str(e)) from None
+    vec = np.array([checked.get(d, 0.0) for d in domain_names], dtype=np.float64)
     return vec / vec.sum()
 
 

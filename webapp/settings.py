@@ -1,26 +1,10 @@
-"""Django settings: every knob comes from the environment, read here through typed helpers that fail loudly.
-
-Variables (see the README's configuration table):
-    OBS_DEBUG            bool, default off
-    DJANGO_SECRET_KEY    (or DJANGO_SECRET_KEY_FILE) required unless OBS_DEBUG is on, tests are running, or
-                         `make run` made OBS_DATA_DIR/secret.key
-    OBS_ALLOWED_HOSTS    comma list, default "127.0.0.1,localhost"
-    REDIS_URL            default redis://127.0.0.1:6379/0 (streams, channel layer, Celery broker)
-    DATABASE_URL         postgres://user:pass@host:port/db or sqlite:///path; unset -> SQLite in OBS_DATA_DIR
-    OBS_DATA_DIR         default var/ (SQLite file, Celery beat schedule, collected static)
-    OBS_SERVE_STATIC     bool, default on: the ASGI app serves /static/ itself via WhiteNoise (no CDN, no extra server)
-    OBS_LOG_LEVEL        default INFO
-    OBS_LOG_FORMAT       plain (default) or json: one JSON object per log line
-    OBS_STATIC_ROOT      where collectstatic puts files, default OBS_DATA_DIR/static
-    OBS_METRICS_TOKEN    (or OBS_METRICS_TOKEN_FILE) a scrape token: GET /metrics answers operators and it only
-    OBS_PUBLIC_URL       default http://127.0.0.1:8000: the site's address in anomaly notifications' links
-    OBS_HEADER_TIMEOUT_S, OBS_BODY_TIMEOUT_S  default 10, 30: slower request headers / bodies get 408 and a close
-    OBS_LIVE_PUSH_URL    nchan's internal publisher (http://127.0.0.1:8101/pub/runs/); unset: live frames via the hub
-    OBS_LIVE_SUBSCRIBE_PATH  default /live/runs/: where dashboards subscribe to nchan (with OBS_LIVE_PUSH_URL)
+"""Django settings: every knob comes from the environment, read here (and only here: tests/test_architecture.py)
+through typed helpers that fail loudly; secrets also as NAME_FILE. The variables: README "Configuration".
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -66,6 +50,19 @@ def env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+
+
+def env_float(name: str, default: float, lo: float = 0.0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        val = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(val) or val < lo:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a finite number >= {lo:g}")
+    return val
 
 
 def env_list(name: str, default: str) -> list[str]:
@@ -142,7 +139,7 @@ def _sqlite(path: Path, data_dir: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- core
-TESTING = "pytest" in sys.modules or sys.argv[1:2] == ["test"]
+TESTING = env_bool("OBS_TESTING", False)
 DEBUG = env_bool("OBS_DEBUG", False)
 DATA_DIR = Path(env_str("OBS_DATA_DIR", str(BASE_DIR / "var")))
 if not DATA_DIR.is_absolute():
@@ -333,6 +330,8 @@ if OBS_LIVE_PUSH_URL:
         raise ImproperlyConfigured(f"OBS_LIVE_PUSH_URL: {e}") from None
 if not (OBS_LIVE_SUBSCRIBE_PATH.startswith("/") and OBS_LIVE_SUBSCRIBE_PATH.endswith("/")):
     raise ImproperlyConfigured(f"OBS_LIVE_SUBSCRIBE_PATH {OBS_LIVE_SUBSCRIBE_PATH!r} must start and end with '/'")
+OBS_LIVE_MIN_INTERVAL_MS = env_float("OBS_LIVE_MIN_INTERVAL_MS", 50.0)  # the hub's pace (webapp.live.hub)
+OBS_LIVE_FRAME_BUDGET = env_float("OBS_LIVE_FRAME_BUDGET", 12000.0, lo=1.0)
 
 # ---------------------------------------------------------------------------------------------- celery
 CELERY_BROKER_URL = REDIS_URL

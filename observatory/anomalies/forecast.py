@@ -1,24 +1,6 @@
 """`forecast_deviation`: the live loss leaves a pre-registered forecast's band (observatory.scaling registration).
-
-The forecast's curve is a *final-loss envelope*: at D' tokens it is the loss a run of D' tokens at the target's
-N is forecast to END at, L(N, D'). A live run with a decaying learning rate sits above it until its decay ends
-and meets it at D (the target's budget). So the live loss is not compared with the band from step 0. The rule:
-
-  - the loss compared is `eval/loss` (the held-out loss the ladder's rungs are scored on) once the run has
-    published one; until then the debiased EMA (weight `alpha` per new point) of `train/loss`. Each logged
-    point of the chosen series is one evaluation;
-  - nothing is judged before the run has trained `from_fraction` of D tokens (tokens from
-    `throughput/total_tokens` of the step, or the last tokens per step seen, times the step);
-  - from there the band's upper edge is widened for the schedule: high(t) · (1 + slack · (D − t) / (D − f·D)),
-    the widening shrinking linearly from `slack` (relative) at f·D to nothing at D; the lower edge is low(t)
-    (a decaying schedule only lifts the live loss, so below the band is a surprise at any point);
-  - `sustain` consecutive evaluations outside (all above, or all below) open one episode, starting at the first
-    of them; it is updated when it gets further out and closes on the first evaluation back inside.
-
-Score: how far outside, in units of the band's half width at that point (≥ `crit` is critical). A forecast
-without a bootstrap band gets ±`no_band_rel` of the forecast loss as its band. The band itself is passed in by
-`band_of(registration)`: the part of the curve from one point before f·D to D (a few hundred bytes in the
-snapshot). State is JSON-able; `update` never mutates the state it is given.
+The rule (which loss, from when, the widened band, episodes and score): docs/ANOMALIES.md "forecast_deviation in
+detail".
 """
 
 from __future__ import annotations

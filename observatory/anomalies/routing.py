@@ -27,7 +27,7 @@ LOSS_NAMES = frozenset({contract.M_LOSS, contract.M_CE, contract.M_EVAL_LOSS})
 LOSS_PREFIXES = (contract.domain_loss(""), contract.eval_domain_loss(""))  # train/loss/<domain>, eval/loss/<d>
 _HOST = {contract.HW_CPU_PERCENT: HOST_CPU, contract.HW_PROCESS_CPU: PROC_CPU}
 _VECTOR_RE = re.compile("^" + re.escape(contract.ROUTER_METRIC).replace(r"\{layer\}", r"(\d+)")
-                        .replace(r"\{name\}", "(routing_hist|router_bias)") + r"/(\d+)$")
+                        .replace(r"\{name\}", "(" + "|".join(contract.ROUTER_VECTORS) + ")") + r"/(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,11 @@ def plan(name: str, cfg: Config) -> tuple[tuple, ...]:
                 out.append((replace(template, metric=metric), _HOST[name]))
     elif name == contract.M_DROP:
         out.append((replace(cfg.drops, metric=name), None))
-    elif name.startswith("train/router/"):
+    elif name.startswith(contract.ROUTER_PREFIX):
         m = _VECTOR_RE.match(name)
         if m:
             layer, stat, expert = int(m.group(1)), m.group(2), int(m.group(3))
-            template = cfg.experts if stat == "routing_hist" else cfg.bias
+            template = cfg.experts if stat == contract.ROUTING_HIST else cfg.bias
             out.append((replace(template, metric=contract.router_metric(layer, stat), layer=layer), expert))
     for extra_name, template in cfg.extra:
         if extra_name == name:

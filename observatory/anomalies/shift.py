@@ -1,21 +1,6 @@
-"""Sustained level shifts of a smoothed series (throughput, step time, token drops) against a slow baseline.
-
-With `host=True` the detector also reads the host's CPU readings that the trainer publishes beside its step time
-(`hw/cpu_percent`, the host's use; `hw/process_cpu_percent`, the trainer's own, up to 100 per core): the routing
-groups them with the series' value into one dict per step, {"x": value, "cpu": ..., "proc": ...}, either part
-possibly missing (the hardware is sampled about once a second, steps come faster). Their ratio proc/cpu is the
-number of cores times the trainer's fraction of all CPU use on the host; it needs no core count to compare with
-itself. When it falls well below its usual value while the series shifts, or the host is saturated while the
-trainer holds less than one core's worth of it (proc/cpu < 1, contended from the start), other processes compete
-for the CPU: the trainer is slower for a reason outside the run (on a shared CPU host, such as the demo's,
-someone's test suite), and the shift is reported as `info`, with the share in its explanation. A shift with the
-trainer's share intact (a slow accelerator, a slower data path, a regression in the step) keeps its warning or
-critical.
-
-The group may also carry the step's wall time ("t", from the Monitor): then a shift must last `min_s` seconds as
-well as `sustain` points before it opens. With steps of seconds (a real run) the points decide; with the demo's
-~0.3 s steps five points are under two seconds, and a hiccup that short (a checkpoint write, the data stage
-switching, the interpreter's garbage collector) is not a slowdown anyone acts on.
+"""Sustained level shifts of a smoothed series (throughput, step time, token drops) against a slow baseline; with
+`host=True` a shift while other processes take the CPU is `info`. How: docs/ANOMALIES.md "Level shifts and the
+host's CPU".
 """
 
 from __future__ import annotations

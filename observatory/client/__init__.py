@@ -1,18 +1,5 @@
-"""The Observatory client: stream any Python training loop's metrics to the site.
-
-    import observatory.client as obs
-
-    with obs.init(name="my-exp", config={"lr": 3e-4}) as run:
-        for step in range(1000):
-            run.log({"train/loss": loss}, step=step)
-
-Two transports, chosen by `url` (or OBS_URL, else REDIS_URL):
-    redis://...   the lab's Redis, through the trainer's own `observatory.streams.Publisher`
-    https://...   the site's HTTP intake with a per-user write token (`token`, or OBS_TOKEN)
-Both are non-blocking: `log` appends to a bounded queue that a background thread delivers, retrying with
-backoff; what does not fit is dropped and counted (`run.stats()`). See docs/CLIENT.md.
-No JAX, no Django: HTTP mode needs the standard library alone, Redis mode the `redis` package
-(`pip install 'observatory[redis]'`).
+"""The Observatory client: stream any Python training loop's metrics to the site (`obs.init(...)` then
+`run.log(...)`), over Redis or the HTTP intake, never blocking the loop. Usage: docs/CLIENT.md.
 """
 
 from __future__ import annotations
@@ -36,7 +23,7 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 def default_run_id(name: str) -> str:
     """`<name>-<8 hex>`, the name reduced to the characters a run id may hold."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-_.")[:55] or "run"
+    stem = re.sub(f"[^{contract.RUN_ID_CHARS}]+", "-", name).strip("-_.")[:55] or "run"
     return f"{stem}-{secrets.token_hex(4)}"
 
 

@@ -1,24 +1,8 @@
-"""Operator commands on the wire: the command schema, its validation, and the command and ack entries.
+"""Operator commands on the wire: the command schema, its validation, signing, and the command and ack entries.
 
-The trainer, the CLI and the web validate commands with this one module, so a command the browser accepts is a
-command the trainer accepts. Structure only: checks that need the trainer's state (is it paused? does that
-checkpoint exist?) happen when the trainer applies the command, and are answered with a `rejected` ack.
-
-A command travels as one entry on `control_stream(run)` (fields v, id, command, args (JSON), reason, user, t, nonce,
-sig); the trainer reads it through consumer group TRAINER_GROUP and acks each on `ack_stream(run)`: `accepted` on
-receipt, then `applied` or `rejected` with a reason. Every sender builds entries with `command_fields`: `t` is the
-issue time and `nonce` 128 random bits, both signed.
-
-No replays: the trainer refuses a command issued more than STALE_AFTER_S before it reads it, or more than
-MAX_CLOCK_SKEW_S after it (by the trainer's clock), and answers every id it has seen by what became of it: a
-repeat of a queued or applied id is acked as a duplicate and never applied twice; an id once rejected, or undone
-by a rollback or a restart, is refused (send it again with a new id). It remembers ids with their outcome in its
-checkpoints and in `seen_commands_key(run)`.
-
-Commands carry identity: the sender signs the entry with the run's control key (HMAC-SHA256 over the run id and
-every field, `sig`), shared by the web tier, the CLI and the trainer through OBS_CONTROL_KEY or
-OBS_CONTROL_KEY_FILE. The trainer rejects unsigned or badly signed entries with an ack that says why, so being
-able to write to Redis is not enough to steer a run.
+The trainer, the CLI and the web check commands with this module alone, including the shared rules: a command id
+is COMMAND_ID_RULE (COMMAND_ID_RE), a mixture is MIXTURE_RULE (`check_mixture`: relative weights, finite, >= 0, at
+least one > 0; the trainer scales them to sum to 1). Entries, replays and signatures: docs/PROTOCOL.md.
 """
 
 from __future__ import annotations
@@ -28,6 +12,7 @@ import hmac
 import json
 import math
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -36,6 +21,7 @@ from typing import Any, Mapping
 from observatory.contract.messages import SCHEMA_VERSION, SUPPORTED_VERSIONS, _dumps
 
 __all__ = ["ACK_STATUSES", "FAULTS", "STALE_AFTER_S", "MAX_CLOCK_SKEW_S", "MAX_FAULT_STEPS", "MAX_COMMAND_ID_LEN",
+           "COMMAND_ID_PATTERN", "COMMAND_ID_RE", "COMMAND_ID_RULE", "MIXTURE_RULE", "MixtureError", "check_mixture",
            "CommandError", "ArgSpec", "CommandSpec", "COMMAND_SPECS", "COMMANDS", "Command", "validate_command",
            "parse_command", "command_args_from_words", "check_fresh", "command_fields", "ack_fields",
            "CONTROL_KEY_ENV", "SIGNED_FIELDS", "load_control_key", "command_signature", "sign_command",
@@ -47,6 +33,10 @@ STALE_AFTER_S = 600  # a command issued longer ago than this when the trainer re
 MAX_CLOCK_SKEW_S = 30  # how far a sender's clock may run ahead of the trainer's: later issue times are refused
 MAX_FAULT_STEPS = 1000
 MAX_COMMAND_ID_LEN = 200
+COMMAND_ID_PATTERN = rf"^[A-Za-z0-9_.:-]{{8,{MAX_COMMAND_ID_LEN}}}$"  # JSON Schema / JS
+COMMAND_ID_RE = re.compile(COMMAND_ID_PATTERN[:-1] + r"\Z")
+COMMAND_ID_RULE = f"8-{MAX_COMMAND_ID_LEN} ASCII letters, digits or '_.:-'"
+MIXTURE_RULE = "relative weights: finite numbers >= 0, at least one > 0 (the trainer scales them to sum to 1)"
 
 
 class CommandError(ValueError):
@@ -89,7 +79,7 @@ COMMAND_SPECS: dict[str, CommandSpec] = {s.name: s for s in (
     CommandSpec("set-token-budget", "Change the token budget and re-plan the LR decay and the data stages.",
                 (ArgSpec("tokens", "int", "new total token budget", lo=1),), positional=("tokens",)),
     CommandSpec("set-mixture", "Change the data mixture weights of the current stage.",
-                (ArgSpec("weights", "weights", "domain -> weight (>= 0, at least one > 0)"),)),
+                (ArgSpec("weights", "weights", MIXTURE_RULE, lo=0.0),)),
     CommandSpec("inject-fault", "Inject a fault for testing the observatory (only where the config allows it).",
                 (ArgSpec("fault", "choice", "which fault", choices=FAULTS),
                  ArgSpec("steps", "int", "steps it lasts", lo=1, hi=MAX_FAULT_STEPS, default=5),
@@ -133,13 +123,29 @@ def _float(spec: ArgSpec, v: Any) -> float:
 
 
 def _weights(spec: ArgSpec, w: Any) -> dict[str, float]:
+    return check_mixture(w)
+
+
+class MixtureError(CommandError):
+    """A mixture that breaks MIXTURE_RULE; `domain` names the bad weight (None: the table as a whole)."""
+
+    def __init__(self, message: str, domain: str | None = None):
+        super().__init__(message)
+        self.domain = domain
+
+
+def check_mixture(w: Any) -> dict[str, float]:
+    """MIXTURE_RULE: the weights as floats (not scaled), or MixtureError saying which weight breaks it."""
     if not isinstance(w, dict) or not w:
-        raise CommandError("weights must be a non-empty object of domain -> weight")
+        raise MixtureError("weights must be a non-empty object of domain -> weight")
     for k, v in w.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise CommandError(f"weight of {k!r} must be a number >= 0, got {v!r}")
-    if sum(w.values()) <= 0:
-        raise CommandError("at least one weight must be > 0")
+            raise MixtureError(f"weight of {k!r} must be a finite number >= 0, got {v!r}", str(k))
+    total = sum(w.values())
+    if total <= 0:
+        raise MixtureError("at least one weight must be > 0")
+    if not math.isfinite(total):
+        raise MixtureError("the weights' sum must be finite (they are relative: scale them down)")
     return {str(k): float(v) for k, v in w.items()}
 
 
@@ -185,8 +191,8 @@ def parse_command(fields: Mapping[Any, Any]) -> Command:
     """A control-stream entry (bytes or str) to a validated Command; CommandError says what is wrong."""
     f = {_str(k): _str(v) for k, v in fields.items()}
     cmd_id = f.get("id", "")
-    if not cmd_id or len(cmd_id) > MAX_COMMAND_ID_LEN:
-        raise CommandError("missing or oversized command id")
+    if not COMMAND_ID_RE.match(cmd_id):
+        raise CommandError(f"missing or bad command id: it must be {COMMAND_ID_RULE}")
     if f.get("v") not in SUPPORTED_VERSIONS:
         raise CommandError(f"unsupported schema version {f.get('v')!r}")
     try:

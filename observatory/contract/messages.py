@@ -1,25 +1,6 @@
-"""Telemetry messages on the wire: the schema of a stream entry, its encoding and its validation.
-
-Every telemetry stream entry is a flat Redis hash of four fields:
-
-    v     schema version, "1"
-    kind  one of KINDS
-    run   the run id (must equal the stream's run id)
-    data  a JSON object (NaN / Infinity tokens allowed: non-finite losses are real signals)
-
-`data` per kind (all times are Unix seconds, floats):
-
-    run        {"t", "name", "config": {...}, "started_at", "run_id", "pid", "counts"}   once per (re)start
-    metrics    {"t", "step": int >= 0, "values": {name: number}}       one per step; numbers may be NaN/±Inf
-    event      {"t", "step", "name": str, "payload": {...}}            name in EVENT_NAMES (others are allowed)
-    state      {"t", "state": one of STATES, "step", "detail": str}    lifecycle transitions
-    heartbeat  {"t", "phase": one of STATES, "step", "tokens", "token_budget", "eta_s" (null until a rate is
-                known), "steps_per_s", "since_step_s", "pid"}     every ~2 s, paused or not
-    rewind     {"t", "from_step", "to_step"}  points with step > to_step published before this are superseded
-    manifest   {"t", "manifest": {...}}                               the data manifest, once per run
-
-Operator commands (the other direction) are specified in `observatory.contract.commands`.
-Browser-facing WebSocket frames are not part of this contract: see webapp/live/protocol.py.
+"""Telemetry messages on the wire: the schema of a stream entry, its encoding and its validation, and the run-id
+rule (RUN_ID_RE: 1-64 ASCII letters, digits or '_.-', starting with a letter or digit; every part checks run ids
+with it). Fields, kinds and their `data`: docs/PROTOCOL.md "Telemetry entries".
 """
 
 from __future__ import annotations
@@ -32,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 __all__ = ["SCHEMA_VERSION", "SUPPORTED_VERSIONS", "MAX_PAYLOAD_BYTES", "MAX_METRICS_PER_RECORD", "MAX_NAME_LEN",
-           "MAX_DEPTH", "MAX_STEP", "KINDS", "STATES", "EVENT_NAMES", "RUN_ID_RE", "METRIC_NAME_RE",
+           "MAX_DEPTH", "MAX_STEP", "KINDS", "STATES", "EVENT_NAMES", "RUN_ID_RE", "RUN_ID_PATTERN",
+           "RUN_ID_CHARS", "RUN_ID_MAX_LEN", "RUN_ID_RULE", "METRIC_NAME_CHARS", "METRIC_NAME_RE",
            "ContractError", "Message", "encode", "metrics_fields", "decode", "deadletter_fields",
            "DEADLETTER_RAW_BYTES"]
 
@@ -53,8 +35,13 @@ EVENT_NAMES = ("compiled", "resumed", "checkpoint_saved", "checkpoint_written", 
                "lr_replan", "mixture_changed", "fault_injected", "rollback", "commands_rolled_back", "forecast",
                "telemetry_lost")
 
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-METRIC_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:-]{0,199}$")
+RUN_ID_CHARS = "A-Za-z0-9_.-"  # a regex character-class body: what a run id may hold (sanitisers: [^...])
+RUN_ID_MAX_LEN = 64
+RUN_ID_PATTERN = rf"^[A-Za-z0-9][{RUN_ID_CHARS}]{{0,{RUN_ID_MAX_LEN - 1}}}$"  # JSON Schema / JS / URL routes
+RUN_ID_RE = re.compile(RUN_ID_PATTERN[:-1] + r"\Z")  # \Z: Python's $ would let a trailing newline through
+RUN_ID_RULE = f"1-{RUN_ID_MAX_LEN} ASCII letters, digits or '_.-', starting with a letter or digit"
+METRIC_NAME_CHARS = "A-Za-z0-9_./:-"  # what a metric name may hold (the importers' sanitisers: [^...])
+METRIC_NAME_RE = re.compile(rf"^[A-Za-z0-9_][{METRIC_NAME_CHARS}]{{0,{MAX_NAME_LEN - 1}}}\Z")
 
 
 # ---------------------------------------------------------------------------------------------- errors

@@ -15,7 +15,8 @@ __all__ = ["MetricInfo", "M_LOSS", "M_CE", "M_AUX", "M_FINITE", "M_LR", "M_LR_MU
            "M_STEP_TIME", "M_DATA_TIME", "M_COMPUTE_TIME", "M_HOST_TIME", "M_DROP", "M_MIX_STAGE",
            "M_FAULT_ACTIVE", "M_PUBLISH_DROPPED", "M_PUBLISH_QUEUE", "M_EVAL_LOSS", "HW_CPU_PERCENT", "HW_LOAD1",
            "HW_HOST_MEM_USED", "HW_HOST_MEM_PERCENT", "HW_RSS", "HW_PROCESS_CPU", "HW_PROCESS_THREADS",
-           "ROUTER_METRIC", "ROUTER_STATS", "DEFAULT_DASHBOARD_METRICS", "router_metric", "domain_loss",
+           "ROUTER_METRIC", "ROUTER_PREFIX", "ROUTER_STATS", "ROUTER_VECTORS",
+           "ROUTING_HIST", "ROUTER_BIAS", "DEFAULT_DASHBOARD_METRICS", "router_metric", "domain_loss",
            "eval_domain_loss", "mixture_weight", "tokens_seen", "grad_norm", "param_norm", "gpu_metric",
            "event_metric", "describe", "M_LOSS_SCALE", "GROUPS", "GLOSSARY", "title", "group",
            "glossary_topic", "registry"]
@@ -59,10 +60,13 @@ HW_RSS = "hw/rss_bytes"
 HW_PROCESS_CPU = "hw/process_cpu_percent"
 HW_PROCESS_THREADS = "hw/process_threads"
 
-ROUTER_METRIC = "train/router/layer_{layer}/{name}"
-# Per-layer router statistics; routing_hist and router_bias are vectors, published per expert as `<name>/<e>`.
+ROUTER_PREFIX = "train/router/"  # every router series starts with it
+ROUTER_METRIC = ROUTER_PREFIX + "layer_{layer}/{name}"
+# Per-layer router statistics; the ROUTER_VECTORS are published per expert as `<name>/<e>`.
 ROUTER_STATS = ("routing_hist", "routing_entropy", "load_balancing_loss", "router_z_loss",
                 "capacity_overflow_rate", "max_mean_load", "router_bias")
+ROUTING_HIST, ROUTER_BIAS = "routing_hist", "router_bias"  # tokens per expert; the router's per-expert bias
+ROUTER_VECTORS = (ROUTING_HIST, ROUTER_BIAS)
 DEFAULT_DASHBOARD_METRICS = (M_LOSS, M_LR, M_GRAD_NORM, M_TOKENS_PER_S)
 
 

@@ -1,30 +1,6 @@
-"""The scaling-law forms: each is log L = logsumexp of terms that are linear in its (log-space) parameters.
-
-Writing every law as `log L = LSE_k (X θ)_k` with a constant design tensor X (rows × terms × parameters) is the
-parameterisation of Hoffmann et al. 2022 (Approach 3) and of the replication by Besiroglu et al. 2024
-("Chinchilla scaling: a replication attempt", arXiv:2404.10102): coefficients enter as logs (a = log A, ...),
-so they stay positive without constraints, and the gradient of every law is the same two lines (see fit.py).
-
-N is the number of ACTIVE parameters (for a Mixture-of-Experts model: the parameters one token passes
-through, not the total), D the number of training tokens, and C the training compute in FLOPs, C ≈ 6·N·D with
-that active N (Kaplan et al. 2020's 6ND; for MoE the FLOPs per token follow the active parameters).
-
-    chinchilla   L = E + A/N^α + B/D^β                     Hoffmann et al. 2022, Eq. 2
-    compute      L = E + A·C^−α                            the isoflop-ladder fit (e.g. 1.6 + 95.18·C^−0.0941)
-    overtrained  L = E + A/N^α + B/D^(β + γ·ln(N/N₀))         Chinchilla + an N×D interaction, after Li et al. 2025
-
-The over-trained form, for rungs far from 20 tokens per parameter (Marin's ladder sits at ~791). Chinchilla's
-form is separable: the data term B/D^β is the same for every model size. Li et al. 2025 ("Farseer: a refined
-scaling law in large language models", arXiv:2506.10972; ~1,000 runs) measure L(N, D) − L(N, λD) and find it a
-power law in D whose coefficient and exponent both depend on N, and that the separable form's extrapolation
-error grows away from the centre of the fitted range. Over-trained rungs are where that shows: with D/N spread
-over decades, the data term is seen over a long range at each N. We keep the first order of Farseer's N-dependent
-exponent in ln N — the data exponent is β at N₀ = 1e9 active parameters and changes by γ per e-fold of N —
-and hold its coefficient B constant, one parameter more than Chinchilla (Farseer's full law has nine). γ = 0 is
-Chinchilla exactly. It needs rungs at several D/N; on a ladder at one D/N (collinear log N, log D) neither it
-nor Chinchilla is identified, and the compute form is the one to use. (Gadre et al. 2024's over-training law,
-E + (a·M^η + b·M^−η)·C^−η with M = D/N, is Chinchilla with α = β; on our over-trained synthetic ladders it did
-not extrapolate better than Chinchilla itself, so it is not offered.)
+"""The scaling-law forms (chinchilla, compute, overtrained): each is log L = logsumexp of terms linear in its
+log-space parameters. Their parameterisation, N, D and C, and why the over-trained form: docs/SCALING.md "The law
+forms in detail".
 """
 
 from __future__ import annotations

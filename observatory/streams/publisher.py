@@ -1,19 +1,5 @@
-"""A non-blocking publisher for one run's telemetry: the training thread only appends to a bounded queue.
-
-`QueuedPublisher` (queued.py) is the transport-free part: a background thread takes queued messages in batches,
-encodes them with `observatory.contract` (invalid ones are dropped and counted), and hands them to `_write`. When the
-transport is slow or gone it keeps the queue (bounded; what does not fit is dropped and counted), retries with
-capped exponential backoff and flushes the backlog in order. `Publisher` writes to Redis: pipelined XADD batches
-(no transaction, no MAXLEN), the run kept in `contract.RUNS_KEY`, heartbeats mirrored into
-`contract.heartbeat_key(run)` with a TTL — `add_telemetry`, which the web's HTTP intake uses too. Every
-`trim_every_s` it applies the stream's caps (`observatory.streams.trim`: only what ingest acknowledged is trimmed,
-unread losses are counted); the entries its queue dropped are counted in Redis with its next write.
-
-Nothing Redis has not confirmed is forgotten: a batch whose pipeline did not return stays queued and is counted in
-`stats()["unconfirmed"]` until a retry is confirmed; before that retry the stream is checked, so a batch Redis did
-apply before the connection broke is not written twice. Confirmed entries are also kept for `retain_s` seconds:
-when Redis comes back without some of them (a restart that lost its latest writes) they are written again and
-counted in `stats()["resent"]`. Framework-free: imports neither Django nor JAX.
+"""A non-blocking publisher for one run's telemetry to Redis: the training thread only appends to a bounded queue
+(queued.py). Batching, caps, retries and what is never forgotten: docs/CLIENT.md "The publisher underneath".
 """
 
 from __future__ import annotations

@@ -13,8 +13,7 @@ window.Obs = window.Obs || {};
 
 (function (Obs) {
   const SOURCE = "forecast";
-  const CHARTS = new Set(["train/loss", "eval/loss"]);
-  const TRAIN = "train/loss", EVAL = "eval/loss";
+  let TRAIN = null, EVAL = null, CHARTS = new Set(); // the loss series it is drawn on: page.loss_metrics (contract)
   const SMOOTH = 0.9; // EMA retention of the live train loss for the extrapolation (the dashboard's smoothing scale)
   const BAND = {fill: "rgba(46,125,50,0.16)", line: "#2e7d32", bad: "rgba(229,57,53,0.14)", badLine: "#c62828"};
   const F = {data: null, ctx: null, page: null, rungs: new Map(), panel: null, timer: null, tokens: null, live: new Map()};
@@ -188,6 +187,8 @@ window.Obs = window.Obs || {};
   Obs.onStart = Obs.onStart || [];
   Obs.onStart.push((ctx, page) => {
     F.ctx = ctx; F.page = page;
+    ({train: TRAIN, eval: EVAL} = page.loss_metrics);
+    CHARTS = new Set([TRAIN, EVAL]);
     if (page.forecast) load(ctx, page); // (none: the page says so, and no 404 lands in the console)
   });
   Obs.onEvents = Obs.onEvents || [];

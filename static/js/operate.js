@@ -9,7 +9,8 @@
   const $ = (id) => document.getElementById(id);
   const specs = new Map(page.specs.map((s) => [s.name, s]));
   const OUTCOME_WORDS = {timeout: "no answer"};
-  const WEIGHT_TOLERANCE = 1e-6; // webapp/control/api.py WEIGHT_SUM_TOLERANCE
+  // the mixture rule as the contract states it (observatory/contract/commands.py MIXTURE_RULE): relative weights
+  const weightsArg = (specs.get("set-mixture") || {args: []}).args.find((a) => a.type === "weights") || {lo: 0};
   let snap = page.snapshot;
   let selected = page.select || null;
   let formFor = null; // "<run>/<command>" the form was built for
@@ -224,7 +225,7 @@
     const mix = run.mixture || {};
     const box = el("div", {class: "op-weights", id: "op-weights"});
     for (const d of mix.domains || []) {
-      const i = el("input", {type: "number", min: 0, max: 1, step: "0.01", id: "op-w-" + d, "data-domain": d,
+      const i = el("input", {type: "number", min: weightsArg.lo, step: "0.01", id: "op-w-" + d, "data-domain": d,
                              value: mix.weights && mix.weights[d] != null ? +mix.weights[d].toFixed(4) : 0});
       box.append(el("label", {class: "op-weight"}, el("span", {text: d}), i));
     }
@@ -236,7 +237,7 @@
     });
     box.append(el("p", {class: "muted", id: "op-weights-sum"}), norm);
     box.prepend(el("p", {class: "muted",
-                         text: `weights of the current stage (${mix.stage_name || "?"}); they must sum to 1`}));
+                         text: `weights of the current stage (${mix.stage_name || "?"}): ${weightsArg.help}`}));
     return box;
   }
 
@@ -297,9 +298,10 @@
       out.append(el("p", {text: `LR now ${sig(run.lr)} → ${sig(now * args.value)} (×${args.value} of the ` +
                                 `schedule).`}));
     } else if (name === "set-mixture") {
-      const total = Object.values(args.weights || {}).reduce((s, w) => s + w, 0);
-      const bad = Math.abs(total - 1) > WEIGHT_TOLERANCE;
-      $("op-weights-sum").textContent = `sum ${+total.toFixed(6)}` + (bad ? " — must be 1" : " ✓");
+      const ws = Object.entries(args.weights || {}), total = ws.reduce((s, [, w]) => s + w, 0);
+      $("op-weights-sum").textContent = total > 0 && ws.every(([, w]) => w >= weightsArg.lo)
+        ? "the trainer samples " + ws.map(([d, w]) => `${d} ${+(100 * w / total).toFixed(1)}%`).join(" · ")
+        : `not a mixture: ${weightsArg.help}`; // the server refuses it with the contract's own words
     } else if (name === "set-token-budget" && args.tokens) {
       clearTimeout(planTimer);
       planTimer = setTimeout(() => previewPlan(run, args.tokens), 250);
@@ -411,10 +413,6 @@
     if (spec.destructive && !$("op-confirm").checked) {
       $("op-error").textContent = `confirm the ${name} first`;
       return;
-    }
-    if (name === "set-mixture") {
-      const total = Object.values(args.weights).reduce((s, w) => s + w, 0);
-      if (Math.abs(total - 1) > WEIGHT_TOLERANCE) { $("op-error").textContent = "the weights must sum to 1"; return; }
     }
     // the id is made here, once: a retry of this request (network trouble) can never become a second command
     const id = "web-" + Array.from(crypto.getRandomValues(new Uint8Array(12)),

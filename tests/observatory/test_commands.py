@@ -59,9 +59,9 @@ def test_command_line_words_become_the_same_args():
 
 
 def test_a_command_entry_round_trips_and_bad_entries_say_why():
-    f = contract.command_fields("c-1", "set-lr-multiplier", {"value": 0.5}, reason="spike", user="ada")
+    f = contract.command_fields("cmd-0001", "set-lr-multiplier", {"value": 0.5}, reason="spike", user="ada")
     cmd = parse_command({k.encode(): v.encode() for k, v in f.items()})
-    assert (cmd.id, cmd.name, cmd.args, cmd.reason, cmd.user) == ("c-1", "set-lr-multiplier", {"value": 0.5},
+    assert (cmd.id, cmd.name, cmd.args, cmd.reason, cmd.user) == ("cmd-0001", "set-lr-multiplier", {"value": 0.5},
                                                                   "spike", "ada")
     with pytest.raises(CommandError, match="command id"):
         parse_command({**f, "id": ""})
@@ -87,7 +87,7 @@ def test_the_metric_registry_describes_what_the_trainer_publishes():
 
 def test_signed_commands_verify_and_forgeries_say_why(tmp_path):
     key = b"k" * 32
-    f = contract.sign_command("run-a", contract.command_fields("c-1", "pause", reason="look"), key)
+    f = contract.sign_command("run-a", contract.command_fields("cmd-0001", "pause", reason="look"), key)
     contract.verify_command("run-a", {k.encode(): v.encode() for k, v in f.items()}, key)
     for forged, why in [({**f, "sig": ""}, "unsigned"), ({**f, "reason": "other"}, "bad signature"),
                         ({**f, "command": "stop"}, "bad signature")]:
@@ -108,7 +108,7 @@ def test_signed_commands_verify_and_forgeries_say_why(tmp_path):
 
 def test_every_command_carries_an_issue_time_and_a_nonce_under_its_signature():
     key = b"k" * 32
-    a, b = (contract.command_fields("c-1", "pause", reason="look") for _ in range(2))
+    a, b = (contract.command_fields("cmd-0001", "pause", reason="look") for _ in range(2))
     assert {"t", "nonce"} <= set(contract.SIGNED_FIELDS)
     assert len(a["nonce"]) == 32 and a["nonce"] != b["nonce"]  # 128 random bits each time
     signed = contract.sign_command("run-a", a, key)

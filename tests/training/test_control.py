@@ -379,16 +379,16 @@ def test_commands_applied_after_the_last_checkpoint_are_undone_on_resume(tiny, s
     # only Redis knows them.
     seen = contract.seen_commands_key(run_id)
     now = time.time()
-    redis_client.hset(seen, "lost-1", json.dumps({"outcome": "applied", "t": now, "command": "set-lr-multiplier"}))
-    redis_client.hset(seen, "refused-1", json.dumps({"outcome": "rejected", "t": now, "command": "resume",
+    redis_client.hset(seen, "lost-0001", json.dumps({"outcome": "applied", "t": now, "command": "set-lr-multiplier"}))
+    redis_client.hset(seen, "refused-0001", json.dumps({"outcome": "rejected", "t": now, "command": "resume",
                                                      "detail": "not paused"}))
     start_trainer(cfg, run_id, redis_url)
     rolled = until(lambda: op.events("commands_rolled_back"), 120, "a commands_rolled_back event")
-    assert rolled[0]["payload"]["ids"] == ["lost-1"] and "with a new id" in rolled[0]["payload"]["detail"]
+    assert rolled[0]["payload"]["ids"] == ["lost-0001"] and "with a new id" in rolled[0]["payload"]["detail"]
     outcomes = {k.decode(): json.loads(v)["outcome"] for k, v in redis_client.hgetall(seen).items()}
-    assert outcomes == {kept: "applied", "lost-1": "undone", "refused-1": "rejected"}
-    ack = op.do("set-lr-multiplier", {"value": 0.25}, cmd_id="lost-1")
-    assert ack["status"] == "rejected" and ack["detail"].startswith("id lost-1 was undone by a restart"), ack
-    ack = op.do("resume", cmd_id="refused-1")
-    assert ack["detail"] == "replayed: id refused-1 was already rejected: not paused", ack
+    assert outcomes == {kept: "applied", "lost-0001": "undone", "refused-0001": "rejected"}
+    ack = op.do("set-lr-multiplier", {"value": 0.25}, cmd_id="lost-0001")
+    assert ack["status"] == "rejected" and ack["detail"].startswith("id lost-0001 was undone by a restart"), ack
+    ack = op.do("resume", cmd_id="refused-0001")
+    assert ack["detail"] == "replayed: id refused-0001 was already rejected: not paused", ack
     assert op.do("set-lr-multiplier", {"value": 0.25})["status"] == "applied"

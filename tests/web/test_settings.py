@@ -1,11 +1,17 @@
 """Settings helpers: DATABASE_URL parsing and typed environment variables that fail loudly."""
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from webapp import settings as s
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_postgres_url_becomes_a_postgresql_database():
@@ -39,3 +45,40 @@ def test_a_secret_can_come_from_a_file(monkeypatch, tmp_path):
     monkeypatch.setenv("OBS_TEST_SECRET", "also")
     with pytest.raises(ImproperlyConfigured, match="not both"):
         s.env_secret("OBS_TEST_SECRET")
+
+
+def test_a_bad_number_is_refused(monkeypatch):
+    monkeypatch.setenv("OBS_TEST_NUMBER", "fast")
+    with pytest.raises(ImproperlyConfigured, match="OBS_TEST_NUMBER"):
+        s.env_float("OBS_TEST_NUMBER", 1.0)
+    monkeypatch.setenv("OBS_TEST_NUMBER", "-5")
+    with pytest.raises(ImproperlyConfigured, match=">= 0"):
+        s.env_float("OBS_TEST_NUMBER", 1.0)
+    monkeypatch.setenv("OBS_TEST_NUMBER", "2.5")
+    assert s.env_float("OBS_TEST_NUMBER", 1.0) == 2.5
+
+
+def _settings_in_a_child(tmp_path, **env) -> dict:
+    """What webapp.settings says in a fresh process that has imported pytest, under this environment."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OBS_", "DJANGO_"))}
+    code = ("import json, pytest, django; from django.conf import settings; from webapp.live import hub; "
+            "print(json.dumps({'testing': settings.TESTING, 'interval': hub.MIN_INTERVAL_S, "
+            "'budget': hub.FRAME_BUDGET}))")
+    p = subprocess.run([sys.executable, "-c", "import django; django.setup(); " + code], cwd=ROOT, text=True,
+                       capture_output=True, timeout=120,
+                       env={**base, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1",
+                            "OBS_DATA_DIR": str(tmp_path), **env})
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_test_mode_is_a_setting_not_a_guess(tmp_path, settings):
+    assert settings.TESTING  # this process: tests/testmode.py set OBS_TESTING
+    assert "OBS_TESTING" not in os.environ  # ... and processes the tests start do not inherit it
+    assert _settings_in_a_child(tmp_path)["testing"] is False  # importing pytest does not make a test run
+    assert _settings_in_a_child(tmp_path, OBS_TESTING="1")["testing"] is True
+
+
+def test_the_live_hub_takes_its_pace_from_settings(tmp_path):
+    got = _settings_in_a_child(tmp_path, OBS_LIVE_MIN_INTERVAL_MS="700", OBS_LIVE_FRAME_BUDGET="500")
+    assert (got["interval"], got["budget"]) == (0.7, 500.0)

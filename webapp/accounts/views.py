@@ -21,6 +21,8 @@ from django.utils.http import urlsafe_base64_decode, urlsafe_base64_encode
 from django.views.decorators.http import require_http_methods
 from django_ratelimit.decorators import ratelimit
 
+from observatory import contract
+
 from webapp.accounts import roles
 from webapp.accounts.forms import ProfileForm, SignupForm, WriteTokenForm
 from webapp.accounts.models import Profile, WriteToken
@@ -90,7 +92,7 @@ def _profile_page(request, status: int = 200, **context):
     user = request.user
     prof = Profile.of(user)
     may_publish = can(user, "run.publish")
-    prefix = re.sub(r"[^A-Za-z0-9_.-]+", "-", user.get_username()).strip("-_.")
+    prefix = re.sub(f"[^{contract.RUN_ID_CHARS}]+", "-", user.get_username()).strip("-_.")
     return render(request, "accounts/profile.html", {
         "form": ProfileForm(instance=prof), "profile": prof, "roles": sorted(roles.roles_of(user)),
         "may_publish": may_publish, "tokens": user.write_tokens.all()[:50] if may_publish else [],

@@ -1,21 +1,6 @@
 """The detectors inside ingest: each committed batch's points go through the run's Monitor, the anomalies it finds
-are stored, and a frame is pushed to the run's dashboards; a timer checks stalls and lost heartbeats.
-
-Exactly once across restarts. The hook runs after the batch's commit and before its XACK. A batch that finds
-anomalies (or rewinds) saves the run's Monitor snapshot in the same transaction as those anomalies; a calm one
-only updates the Monitor in memory, and the snapshot is saved every SAVE_EVERY_S / SAVE_EVERY_STEPS (writing ~13 KB
-per batch would cost more than detecting). A Monitor restored from an older snapshot (a restart, another ingest
-process took the run over) is first fed the stored points it has not seen, from the database: what a crash lost
-is replayed, and what it had already seen is ignored (the Monitor is idempotent per series and step). Several
-ingest processes stay consistent: a cached Monitor is used only while the state row's version is the one it
-continues, and a save is conditional on that version (a conflict reloads and feeds the batch again).
-
-Order inside a batch: rewinds first, then the points step by step (as the browser applies them). Points a batch
-itself superseded never reach the detectors: RunChanges no longer holds them.
-
-Forecasts: a batch holding a run's `forecast` event (webapp.runs.forecast) gives the Monitor that forecast's band
-before its points, when the registration verifies (an unverified one is ignored); a Monitor loaded without one
-takes the run's latest verified forecast from the database. It then raises `forecast_deviation`.
+are stored, and a frame is pushed to the run's dashboards; a timer checks stalls and lost heartbeats. Exactly
+once across restarts, order in a batch, forecasts: docs/ANOMALIES.md "The detectors inside ingest".
 """
 
 from __future__ import annotations

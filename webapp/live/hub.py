@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from typing import Callable
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from observatory import contract
 from webapp.live import protocol, stats
 
 log = logging.getLogger("observatory.live")
 
-MIN_INTERVAL_S = float(os.environ.get("OBS_LIVE_MIN_INTERVAL_MS", "50")) / 1000
+MIN_INTERVAL_S = settings.OBS_LIVE_MIN_INTERVAL_MS / 1000
 # Frames per second one process aims to write in all: with more sockets the interval grows, so the frames per
 # socket drop (coalesced) instead of the process falling behind. bench/fanout.py measured the ceiling.
-FRAME_BUDGET = float(os.environ.get("OBS_LIVE_FRAME_BUDGET", "12000"))
+FRAME_BUDGET = settings.OBS_LIVE_FRAME_BUDGET
 MAX_VARIANTS = 64  # distinct subscriptions per run per process; past it a socket gets every series
 LINGER_S = 5.0  # keep a run's subscription this long after its last viewer left (reloads, reconnects)
 MAX_PENDING_BYTES = 16 * 2**20

@@ -1,55 +1,6 @@
-"""The browser-facing live protocol: what travels over /ws/runs/<id>/ and through the Channels group.
-
-Server -> client frames (JSON text):
-    {"type": "hello", "run": {run summary}, "limits": {LIMITS}}          once, after connect
-    {"type": "update", "run_id": id, "series": {name: SERIES}, "rewinds": [{"from_step", "to_step"}],
-     "events": [EVENT], "run": {run summary} | absent, "new_series": [name]}
-    {"type": "backfill", "run_id": id, "series": {name: SERIES}, "rewinds": [...], "events": [...],
-     "truncated": [name]}                                                the reply to "resume"
-    {"type": "pong"}
-    {"type": "error", "error": "what was wrong"}
-    [FRAME, FRAME, ...]   a coalesced batch: several frames above (or feature frames), in order, in one message
-  SERIES = {"steps": [int], "values": [number | null], "nonfinite": [[step, "NaN" | "Infinity" | "-Infinity"]]}
-  EVENT  = {"id", "kind": "event" | "state" | "rewind", "name", "step", "payload", "t"}
-  A client applies `rewinds` first (drop its points with step > to_step), then appends each series' points
-  whose step is greater than the last step it holds (so duplicates from resume + live overlap are dropped).
-  A client handles the frames of a batch one after the other, exactly as if they had come one by one.
-  Feature frames (other "type"s, pushed with push.LivePublisher.send / push_frame) reach every viewer unfiltered.
-  Annotations (webapp.annotations.live; sent after the write commits, as a `live.update` group message whose
-  payload carries its own type, because annotations precedes live in the web chain). Public content only:
-    {"type": "annotation", "run_id": id, "event": "upsert", "annotation": ANNOTATION}   created, edited, restored
-    {"type": "annotation", "run_id": id, "event": "remove", "id": aid, "reason": "hidden" | "deleted"}
-    {"type": "annotation", "run_id": id, "event": "reply", "annotation_id": aid, "reply": REPLY, "reply_count": n}
-    {"type": "annotation", "run_id": id, "event": "reply_remove", "annotation_id": aid, "id": rid,
-     "reason": "hidden" | "deleted", "reply_count": n}
-    {"type": "annotation", "run_id": id, "event": "reactions", "target": "annotation" | "reply", "id": n,
-     "annotation_id": aid, "reactions": {kind: count}}
-  ANNOTATION, REPLY: the records of GET /api/annotations/<aid>/ (webapp/annotations/api.py) as the public sees them.
-
-Fan-out (webapp.live.hub): each server process holds ONE channel-layer subscription per watched run, and encodes
-each update once per distinct subscription ("variant") rather than once per socket; all sockets of a variant share
-the same text. A process sends a socket at most one message per `hub.interval()`: more sockets, longer interval
-(frame budget), pending frames then travel as one batch. So every viewer gets every update, coalesced under load.
-
-Client -> server frames (JSON):
-    {"type": "resume", "metrics": [name, ...], "after_step": N, "after": {name: N}, "after_event": E}
-        subscribe to these series (updates carry only subscribed series once any resume was sent) and get
-        every stored point with step > after[name] (default after_step, default -1), plus events and rewinds
-        with id > after_event when given. More than BACKFILL_LIMIT points for a series, or more than
-        MAX_BACKFILL_POINTS for the whole resume -> the series is listed in "truncated" and the client should
-        reload it through the HTTP API.
-    {"type": "ping"}
-
-Limits (sent in "hello" as LIMITS; past one: an "error" frame, or a close as noted):
-    MAX_FRAME_BYTES      a client frame's size (larger: error frame; far larger: the server closes with 1009)
-    MAX_RESUME_METRICS   names in one resume
-    MAX_BACKFILL_POINTS  points one resume's backfill may carry in total
-    MAX_DEPTH            nesting of a client frame (deeper: error frame, never a 1011)
-    RATE_PER_S, RATE_BURST   client messages per second per socket (token bucket): past it, close 4429
-    MAX_PENDING_FRAMES   updates queued for a socket that does not read: past it, close 4008 (reconnect, resume)
-Close codes: 4403 not allowed to view runs, 4404 unknown run, 4429 too many messages, 4008 too slow to keep up,
-4012 the server missed an update (reconnect and resume: the backfill fills the hole), 1013 live updates
-unavailable right now (Redis down; reconnect later).
+"""The browser-facing live protocol: what travels over /ws/runs/<id>/ and through the Channels group — frame
+builders, the limits sent in "hello", and the close codes. Frames, limits and close codes are explained in
+docs/PROTOCOL.md "Browser live protocol".
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ answered with an HTTP 500 (Channels' router raises on an unmatched path)."""
 
 from django.urls import re_path
 
+from observatory import contract
+
 from webapp.control.consumers import websocket_urlpatterns as control_routes
 from webapp.live.consumers import RunConsumer
 
@@ -19,7 +21,7 @@ async def no_such_endpoint(scope, receive, send):
 
 
 websocket_urlpatterns = [
-    re_path(r"^ws/runs/(?P<run_id>[A-Za-z0-9][A-Za-z0-9_.-]{0,63})/$", RunConsumer.as_asgi()),
+    re_path(rf"^ws/runs/(?P<run_id>{contract.RUN_ID_PATTERN.strip('^$')})/$", RunConsumer.as_asgi()),
     *control_routes,  # the operator panel
     re_path(r"", no_such_endpoint),
 ]

@@ -1,24 +1,6 @@
 """The ingest loop: run telemetry streams (Redis, consumer group) -> database -> RunChanges for whoever listens.
-
-Any number of ingest processes share the work, each stream owned by one of them at a time (metrics.leases):
-  * a consumer takes its fair share of the streams (ceil(streams / live consumers)), hands back what exceeds it
-    when more consumers join, and renews its leases every lease_ms / 3 from a thread of its own (a long batch
-    does not lose them) for as long as its loop makes progress; a dead or stuck consumer's leases expire;
-  * taking a stream: bump the run's fence epoch in the database, (re)create the group if needed, and XAUTOCLAIM
-    every entry still pending in the group (delivered to the previous owner, never acknowledged) so that they are
-    read first, in stream order;
-  * reads check the lease atomically; writes are fenced by the epoch under a row lock (metrics.fence). So each
-    run's batches are applied in stream order by one writer at a time, and a rewind never deletes newer points;
-  * entries are XACKed only after the transaction holding their effects committed (with `defer_acks`, only once
-    the caller has also pushed those effects live, `ack()`: a consumer killed in between leaves them pending, and
-    whoever takes the stream over replays and pushes them); points are upserts and events are keyed, so a replay
-    changes nothing.
-Streams are found in `obs:runs` and, every SCAN_EVERY_S, by scanning for telemetry stream keys (a run that never
-announced itself). A stream or group that vanished (a Redis restart without persistence, a DEL) is re-created
-where it is next met. Malformed entries, and entries the database refused (db_rejected) or ingest failed on
-(internal), go to contract.DEADLETTER_STREAM with a reason and their fields (the first contract.DEADLETTER_RAW_BYTES),
-are counted in DEADLETTER_COUNT_KEY, and ACKed; the entries of a stream whose name holds no valid run id are deleted
-after that.
+Leases, fencing, replays and dead letters: docs/ARCHITECTURE.md "The ingest loop in detail" and "Ingest: replicas,
+leases, fencing, durability".
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """A TensorBoard logdir as Observatory runs, written through apply_messages (webapp.metrics.imports) like the W&B
-import and anything ingest reads: stored, summarised and served exactly as a live run.
-
-Names (documented in README and docs/CLIENT.md):
-  * run id: <prefix><run's path relative to the logdir> (the logdir's own name for event files directly in it),
-    every run of characters outside [A-Za-z0-9_.-] replaced by one "-", cut to 64 characters (a longer id keeps
-    55 and adds "-" and 8 hex digits of a hash of the path). An id taken by another run (a live one, another
-    import, another directory of this logdir) gets "-2", "-3", ...; a directory imported before (same absolute
-    path and prefix, recorded in the run's config under "tensorboard") keeps its id, so imports are repeatable.
-  * metric name: the tag with every character outside [A-Za-z0-9_./:-] replaced by "_", "_" put in front of a
-    tag that starts with ".", "/", ":" or "-", cut to 190 characters; tags that map to a name already taken (in
-    sorted tag order) get "_2", "_3", ...
-  * wall times: each tag's wall time per step is kept exactly as the series "wall_time/<metric name>" (Unix
-    seconds, as TensorBoard stores them), unless --no-wall-times.
-
-Repeatable: each series is compared with what is stored; only new or changed points are written (a second import
-of the same logdir writes nothing; one with events appended writes just those). Each run is one transaction.
+import and anything ingest reads. How run ids and metric names are made, and why a second import writes nothing:
+docs/CLIENT.md "TensorBoard import: names and repeats".
 """
 
 from __future__ import annotations
@@ -39,8 +25,8 @@ from webapp.runs.models import Run
 SOURCE = "tensorboard"
 WALL = "wall_time/"
 DEFAULT_PREFIX = "tb-"
-_BAD_RUN = re.compile(r"[^A-Za-z0-9_.-]+")
-_BAD_NAME = re.compile(r"[^A-Za-z0-9_./:-]")
+_BAD_RUN = re.compile(f"[^{contract.RUN_ID_CHARS}]+")
+_BAD_NAME = re.compile(f"[^{contract.METRIC_NAME_CHARS}]")
 _NAME_LEN = contract.MAX_NAME_LEN - len(WALL)  # room for the wall-time companion
 _PER_RECORD = 1000  # metrics per message, as the W&B import
 _WINDOW_POINTS = 20_000  # points per step window while building messages: bounded memory

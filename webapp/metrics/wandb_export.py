@@ -65,30 +65,23 @@ def rows(run: Run):
 def export(run: Run, out_dir: str, project: str = "observatory",
            progress: Callable[[int], None] | None = None) -> dict:
     """Write the run as <out_dir>/wandb/offline-run-*/; {"path", "wandb_id", "steps", "points"}."""
-    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DISABLE_GIT": "true", "WANDB_CONSOLE": "off"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     steps = points = 0
-    try:
-        import wandb
+    import wandb  # offline, silent, no git, no console capture: said in wandb.Settings, not the environment
 
-        os.makedirs(out_dir, exist_ok=True)
-        settings = wandb.Settings(console="off", silent=True, x_disable_stats=True, disable_git=True,
-                                  save_code=False)
-        wid = _BAD_WANDB_ID.sub("-", run.id)
-        wrun = wandb.init(mode="offline", dir=out_dir, project=project, id=wid, name=run.name or run.id,
-                          config={**(run.config or {}), "observatory_run_id": run.id}, settings=settings)
-        try:
-            path = os.path.dirname(wrun.dir) if wrun.dir else None
-            for step, values in rows(run):
-                wrun.log(values, step=step)
-                steps += 1
-                points += len(values)
-                if progress and steps % 10_000 == 0:
-                    progress(steps)
-        finally:
-            wrun.finish()
+    os.makedirs(out_dir, exist_ok=True)
+    settings = wandb.Settings(console="off", silent=True, x_disable_stats=True, disable_git=True,
+                              save_code=False)
+    wid = _BAD_WANDB_ID.sub("-", run.id)
+    wrun = wandb.init(mode="offline", dir=out_dir, project=project, id=wid, name=run.name or run.id,
+                      config={**(run.config or {}), "observatory_run_id": run.id}, settings=settings)
+    try:
+        path = os.path.dirname(wrun.dir) if wrun.dir else None
+        for step, values in rows(run):
+            wrun.log(values, step=step)
+            steps += 1
+            points += len(values)
+            if progress and steps % 10_000 == 0:
+                progress(steps)
     finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        wrun.finish()
     return {"path": path, "wandb_id": wid, "steps": steps, "points": points}

@@ -16,7 +16,7 @@ from webapp.metrics import imports
 from webapp.runs.models import Run
 
 SOURCE = "wandb"
-_BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_./:-]")
+_BAD_NAME_CHARS = re.compile(f"[^{contract.METRIC_NAME_CHARS}]")
 _PER_RECORD = 1000  # metrics per message: 1000 names of <= 200 characters stay under contract.MAX_PAYLOAD_BYTES
 
 

@@ -1,19 +1,5 @@
-"""Streamed exports of a run's series: CSV, JSON or Parquet, full resolution or downsampled.
-
-    GET /api/v1/runs/<id>/export.csv|json|parquet?series=a,b&points=N&start=&end=
-
-Full resolution reads each series by keyset pagination over the (series, step) primary key, CHUNK rows per
-query, and encodes each chunk as it arrives (Parquet: one row group per chunk, written by ParquetWriter into a
-sink that hands its bytes on and forgets them), so memory stays bounded by one chunk whatever the series' size.
-`points=N` instead exports the same min/max downsampled view the charts read (webapp.metrics.queries.window):
-at most N points per series, every spike kept.
-
-One request exports at most MAX_POINTS points. A longer full-resolution range is cut at a step chosen so that no
-series can exceed its share (each has at most one point per step, and no more than its count), and the answer
-says where the rest starts: `Link: <...start=N>; rel="next"` and `Export-Next-Start: N` (JSON: `"next"`).
-
-Non-finite values: Parquet stores them as IEEE floats. CSV and JSON write the strings `NaN`, `Infinity` and
-`-Infinity` (what JavaScript prints; Python's float(), pandas and Number() read them back).
+"""Streamed exports of a run's series: CSV, JSON or Parquet, full resolution or downsampled, memory bounded by one
+chunk. Paging past MAX_POINTS and non-finite values: docs/API.md "Exports in detail".
 """
 
 from __future__ import annotations

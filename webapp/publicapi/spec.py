@@ -7,6 +7,8 @@ types; extra keys allowed), which is what schemathesis checks the live answers a
 
 from __future__ import annotations
 
+from observatory import contract
+
 NULLABLE_INT = {"type": ["integer", "null"]}
 NULLABLE_STR = {"type": ["string", "null"]}
 NEXT = {"type": ["string", "null"], "description": "URL of the next page (same query, `cursor` set); null on the last"}
@@ -36,7 +38,7 @@ STATUS_TEXT = {200: "OK", 201: "Created", 202: "Accepted", 304: "Not modified (I
 
 # a path parameter every run route has, with an example the fuzz test's fixture creates
 RUN_ID = {"name": "run_id", "in": "path", "required": True, "example": "api-fuzz-run",
-          "schema": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"}}
+          "schema": {"type": "string", "pattern": contract.RUN_ID_PATTERN}}
 PK = {"name": "pk", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1,
                                                               "maximum": 2**62}}
 

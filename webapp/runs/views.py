@@ -38,6 +38,7 @@ def dashboard(request, run_id: str):
             "time_anchors": pagedata.time_anchors(run), "rewinds": pagedata.rewinds(run),
             "tokens_metric": contract.M_TOTAL_TOKENS,
             "forecast": forecast.published(run.id),  # static/js/forecast.js reads /api/runs/<id>/forecast/
+            "loss_metrics": {"train": contract.M_LOSS, "eval": contract.M_EVAL_LOSS},  # where forecast.js draws it
             # "train/router/layer_{layer}/{name}"; expert e of routing_hist is "<...>/routing_hist/{e}"
             "router_metric": contract.ROUTER_METRIC,
             "mixture": {"stage": contract.M_MIX_STAGE, "weight_prefix": contract.mixture_weight("")},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -42,7 +43,7 @@ def test_a_command_is_recorded_then_signed_onto_the_control_stream(operator, run
     ({"command": "pause"}, "reason is required"),
     ({"command": "stop", "reason": "done"}, "stop is destructive"),
     ({"command": "rollback", "args": {"step": 10}, "reason": "spike", "confirm": "yes"}, "rollback is destructive"),
-    ({"command": "set-mixture", "args": {"weights": {"code": 0.5, "prose": 0.4}}, "reason": "x"}, "must sum to 1"),
+    ({"command": "set-mixture", "args": {"weights": {"code": 0.5, "prose": -0.1}}, "reason": "x"}, "finite number >= 0"),
     ({"command": "set-mixture", "args": {"weights": {"code": 0.5, "poetry": 0.5}}, "reason": "x"}, "unknown domain"),
     ({"command": "inject-fault", "args": {"fault": "nan"}, "reason": "x"}, "fault injection is disabled"),
     ({"command": "set-lr-multiplier", "args": {"value": -1}, "reason": "x"}, "value must be a number"),
@@ -61,6 +62,24 @@ def test_confirmed_destructive_commands_and_allowed_faults_go_through(operator, 
     Run.objects.filter(pk=RUN).update(config={**run.config, "train": {**run.config["train"], "allow_faults": True}})
     assert post(operator, command="inject-fault", args={"fault": "nan", "steps": 2}, reason="demo").status_code == 202
     assert [e["command"] for e in fake_trainer.sent()] == ["rollback", "set-mixture", "inject-fault"]
+
+
+def test_the_api_gives_the_contracts_verdict_on_ids_and_mixtures(operator, run, fake_trainer, command_id_cases,
+                                                                 mixture_cases):
+    for cid in command_id_cases:
+        resp = post(operator, id=cid, command="pause", reason="rules")
+        assert resp.status_code == (202 if contract.COMMAND_ID_RE.match(cid) else 400), (repr(cid), resp.content)
+    for w in mixture_cases:
+        weights = {{"a": "code", "b": "prose"}[k]: v for k, v in w.items()}
+        resp = post(operator, command="set-mixture", args={"weights": weights}, reason="rules")
+        try:
+            contract.check_mixture(w)
+            ok = True
+        except contract.MixtureError:
+            ok = False
+        assert resp.status_code == (202 if ok else 400), (w, resp.content)
+    sent = [json.loads(e["args"])["weights"] for e in fake_trainer.sent() if e["command"] == "set-mixture"]
+    assert {"code": 0.5, "prose": 0.4} in sent  # relative weights go to the trainer as given: it scales them
 
 
 def test_a_retry_reuses_the_id_and_is_never_a_second_command(operator, run, fake_trainer):
@@ -185,6 +204,8 @@ def test_the_panel_renders_its_forms_from_the_contract_schema(operator, run):
     assert [s["name"] for s in page["specs"]] == list(contract.COMMAND_SPECS)
     rollback = next(s for s in page["specs"] if s["name"] == "rollback")
     assert rollback["destructive"] and [a["name"] for a in rollback["args"]] == ["step", "skip_batches"]
+    [weights] = next(s for s in page["specs"] if s["name"] == "set-mixture")["args"]
+    assert weights["help"] == contract.MIXTURE_RULE and weights["lo"] == 0  # the panel's rule, from the contract
     [row] = page["snapshot"]["runs"]
     assert row["id"] == RUN and row["mixture"]["domains"] == ["code", "prose"] and row["allow_faults"] is False
 
@@ -214,3 +235,8 @@ def test_a_replica_that_records_the_command_from_the_stream_first_does_not_lose_
     resp = post(operator, id="race-0000001", command="pause", reason="look")
     assert resp.status_code == 202 and resp.json()["user"] == "olga" and resp.json()["source"] == "web"
     assert OperatorCommand.objects.get(pk="race-0000001").user == operator.user
+
+
+def test_the_panel_script_copies_no_rule_of_its_own():
+    js = (Path(__file__).resolve().parents[3] / "static/js/operate.js").read_text()
+    assert "1e-6" not in js and "must sum to 1" not in js and "weightsArg" in js  # its rule: the served schema

@@ -204,3 +204,14 @@ def test_make_run_refuses_to_serve_debug_pages_beyond_this_machine(tmp_path):
     assert not list(tmp_path.iterdir()), "nothing started, nothing written"
     assert all(map(is_loopback, ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2")))
     assert not any(map(is_loopback, ("0.0.0.0", "192.168.1.4", "::", "example.org")))
+
+
+def test_the_push_tiers_run_id_pattern_is_the_contracts():
+    import run_local
+
+    from observatory import contract
+
+    assert f"^{run_local._RUN_RE}$" == contract.RUN_ID_PATTERN  # nchan's location regexes: a copy, held equal
+    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    found = re.findall(r'location ~ "\^/(?:pub|live)/runs/\((.+?)\)\(/lite\)', conf)
+    assert len(found) == 2 and {f"^{x}$" for x in found} == {contract.RUN_ID_PATTERN}

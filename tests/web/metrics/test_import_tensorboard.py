@@ -281,3 +281,13 @@ def test_the_command_exits_2_with_the_message(tmp_path):
     p = subprocess.run([sys.executable, "manage.py", "import_tensorboard", str(tmp_path / "missing")], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "no such directory" in p.stderr
+
+
+def test_a_run_prefix_gets_the_contracts_run_id_verdict(tmp_path, run_id_cases):
+    for prefix in run_id_cases:
+        if not prefix:
+            continue  # no prefix: the ids are the directories' names alone
+        with pytest.raises(CommandError) as e:  # a valid prefix gets as far as the (missing) log directory
+            _import(tmp_path / "nope", f"--run-prefix={prefix}")
+        refused = "--run-prefix" in str(e.value)
+        assert refused == (not contract.RUN_ID_RE.match(prefix)) != ("no such directory" in str(e.value)), prefix

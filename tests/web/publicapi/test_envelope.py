@@ -11,6 +11,7 @@ import pytest
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from observatory import contract
 from webapp.metrics import storage
 from webapp.metrics.models import Series
 from webapp.publicapi import openapi
@@ -147,3 +148,14 @@ def test_schema_and_docs_page_are_served(client):
     assert resp.status_code == 200 and resp.json()["openapi"].startswith("3.")
     page = client.get("/api/docs/")
     assert page.status_code == 200 and b"js/apidocs.js" in page.content and b"<script>" not in page.content
+
+
+def test_run_ids_in_the_schema_and_the_socket_routes_are_the_contracts(run_id_cases):
+    params = [p for ops in openapi.document()["paths"].values() for op in ops.values() for p in op["parameters"]
+              if p["name"] == "run_id"]
+    assert params and {p["schema"]["pattern"] for p in params} == {contract.RUN_ID_PATTERN}
+    from webapp.live.routing import websocket_urlpatterns
+
+    run_route = next(r for r in websocket_urlpatterns if "run_id" in r.pattern.regex.pattern)
+    for x in run_id_cases:
+        assert bool(run_route.pattern.regex.match(f"ws/runs/{x}/")) == bool(contract.RUN_ID_RE.match(x)), repr(x)

@@ -54,6 +54,7 @@ def test_the_dashboard_page_loads_vendored_plotly_and_no_cdn(client, run):
 
 def test_the_dashboard_names_charts_from_the_contract_registry(client, run):
     page = page_data(client.get("/runs/r1/").content.decode())
+    assert page["loss_metrics"] == {"train": contract.M_LOSS, "eval": contract.M_EVAL_LOSS}  # forecast.js's charts
     reg = page["registry"]
     assert reg["fixed"][contract.M_LOSS]["title"] == "Training loss"
     assert reg["fixed"][contract.M_LOSS]["unit"] == "nats"

@@ -11,6 +11,8 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from observatory import contract
+
 from webapp.metrics import imports, tb_file, tb_import
 
 
@@ -32,9 +34,8 @@ class Command(BaseCommand):
             owner = imports.owner_user(owner)
         except ValueError as e:
             raise CommandError(str(e), returncode=2) from None
-        if run_prefix and not all(c.isalnum() or c in "_.-" for c in run_prefix):
-            raise CommandError(f"--run-prefix {run_prefix!r}: use only letters, digits, '_', '.', '-'",
-                               returncode=2)
+        if run_prefix and not contract.RUN_ID_RE.match(run_prefix):  # the start of a run id
+            raise CommandError(f"--run-prefix {run_prefix!r}: must be {contract.RUN_ID_RULE}", returncode=2)
         try:
             runs = tb_file.find_runs(logdir)
         except tb_file.TBReadError as e:

@@ -12,7 +12,7 @@ from webapp.metrics import imports, wandb_import
 from webapp.metrics.wandb_file import WandbReadError, read_run
 from webapp.runs.models import Run
 
-_BAD_RUN_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+_BAD_RUN_CHARS = re.compile(f"[^{contract.RUN_ID_CHARS}]")
 
 
 class Command(BaseCommand):
@@ -36,7 +36,7 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read a W&B run at {path}: {e}", returncode=2) from None
         run_id = run_id or _BAD_RUN_CHARS.sub("-", f"wandb-{data['run_id'] or 'run'}")[:64]
         if not contract.RUN_ID_RE.match(run_id):
-            raise CommandError(f"--run-id {run_id!r} is not a valid run id ({contract.RUN_ID_RE.pattern})",
+            raise CommandError(f"--run-id {run_id!r} is not a valid run id ({contract.RUN_ID_RULE})",
                                returncode=2)
         if Run.objects.filter(pk=run_id).exclude(source=wandb_import.SOURCE).exists():
             raise CommandError(f"run {run_id!r} exists and was not imported from W&B; choose another --run-id",
