@@ -58,8 +58,8 @@ def forecast_errors(points: Points, loss: np.ndarray) -> dict:
                 row[label] = None
                 continue
             t0 = time.perf_counter()
-            # _holdout_error given: skip fit_law's own held-out refit (this loop is the held-out evaluation)
-            f = fit_law(law, points.take(~held), loss[~held], bootstrap=0, _holdout_error=-1.0)
+            # _held=None: skip fit_law's own held-out refit (this loop is the held-out evaluation)
+            f = fit_law(law, points.take(~held), loss[~held], bootstrap=0, _held=None)
             pred = f.predict(points.take(held))
             row[label] = {"held_out": int(held.sum()), "fitted_on": int((~held).sum()),
                           "mean_abs_rel_error": float(np.mean(np.abs(pred / loss[held] - 1))),
