@@ -1,15 +1,23 @@
 """Public scaling ladders with held-out larger runs (bench/data/ladders/README.md), and how a law forecasts them.
 
-Each ladder: rungs to fit on and held-out runs larger in compute than every rung. For each law (and `auto`):
+Each ladder: rungs to fit on and held-out larger runs (Gadre et al.'s 1.4B/6.9B models, 3.5–17× the largest
+rung's parameters; Chinchilla's largest-compute runs, C ≥ 2e21). For each law (and `auto`):
 fit on the rungs with bootstrap bands, predict the held-out runs, report the mean and max relative error
 |L̂/L − 1| and the band coverage (fraction of held-out runs whose loss lies in [low, high]). Uses only the
 `observatory.scaling` API that the landed code has too (`fit`, `Fit.predict`, `Fit.interval`), so the same
-function measures another checkout of the core (`bench/scaling.py --core PATH`).
+function measures another checkout of the core (`bench/scaling.py --compare REF`).
+
+    .venv/bin/python bench/scaling_ladders.py [--core DIR] [--bootstrap 200]   # one JSON object per ladder
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
+import json
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,3 +92,44 @@ def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "
             row["chosen"] = f.law.name
         out["laws"][law] = row
     return out
+
+
+def evaluate_all(scaling, bootstrap: int = 200, seed: int = 0) -> dict:
+    return {name: evaluate(scaling, name, bootstrap=bootstrap, seed=seed) for name in LADDERS}
+
+
+def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:
+    """The same evaluation of the core at git `ref` (e.g. the merge base), in a subprocess on its own checkout
+    of observatory/, so that both are measured in one run on the same machine."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", ref, "observatory"], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        out = subprocess.run([sys.executable, __file__, "--core", tmp, "--bootstrap", str(bootstrap),
+                              "--seed", str(seed)], capture_output=True, text=True, check=True, cwd=root)
+    return json.loads(out.stdout)
+
+
+def summary(ladders: dict, target_error: float = 0.03, target_coverage: float = 0.8) -> dict:
+    """Per ladder, the `auto` law's numbers; and how many ladders meet issue 27's bar (mean ≤ 3%, coverage ≥ 80%)."""
+    rows = {name: {k: r["laws"]["auto"][k] for k in ("chosen", "mean_rel_error", "max_rel_error", "coverage")}
+            for name, r in ladders.items()}
+    ok = [n for n, r in rows.items() if r["mean_rel_error"] <= target_error and r["coverage"] >= target_coverage]
+    return {"auto": rows, "ladders_meeting_target": ok, "target": {"mean_rel_error": target_error,
+                                                                    "coverage": target_coverage}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="evaluate a checkout of observatory/ on the public ladders (JSON)")
+    ap.add_argument("--core", type=Path, default=None, help="directory holding the observatory package to use")
+    ap.add_argument("--bootstrap", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    sys.path.insert(0, str(args.core or Path(__file__).resolve().parent.parent))
+    from observatory import scaling
+    print(json.dumps(evaluate_all(scaling, args.bootstrap, args.seed)))
+
+
+if __name__ == "__main__":
+    main()
