@@ -1,7 +1,10 @@
 """Fit a law to ladder rungs: best of many starts, rung-bootstrap bands, held-out error, and `auto`.
 
-Bands: resample the rungs with replacement, refit every resample (from the full fit's optimum and the full
-data's best grid points), take percentiles — of each parameter and of each prediction. Deterministic for a seed.
+Rungs weigh (C / C_max)^power in the objective (default 0.5; 0 is unweighted): a forecast extrapolates from the
+top of the ladder. Bands: resample the rungs with replacement, refit every resample (from the full fit's optimum
+and the full data's best grid points), take percentiles — of each parameter and of each prediction — then widen
+a prediction's band to at least L̂·(1 ± margin), the law's own held-out error (`Fit.margin`). Deterministic for a
+seed.
 
 Held-out error: hold out the largest-compute rungs (the k largest, default max(1, n // 4), ties in compute
 included), fit the rest, and report the mean relative error |L̂/L − 1| on the held-out ones. A forecast is an
@@ -95,7 +98,7 @@ class Fit:
         return {"law": self.law.name, "formula": self.law.formula, "params": self.params,
                 "bands": None if bands is None else {k: list(v) for k, v in bands.items()},
                 "predictions": [] if points is None else self.predictions(points),
-                "holdout_error": self.holdout_error, "holdout_rows": self.holdout_rows,
+                "holdout_error": self.holdout_error, "holdout_max": self.holdout_max, "holdout_rows": self.holdout_rows,
                 "candidates": self.candidates or None, "rows": len(self.loss), "bootstrap": len(self.boot),
                 "level": self.level, "seed": self.seed}
 

@@ -1,14 +1,15 @@
 """Minimise the Huber loss of log-loss residuals for an LSE law from many starts at once (numpy only).
 
 The objective is Besiroglu et al. 2024's (arXiv:2404.10102, after Hoffmann et al. 2022 Approach 3):
-Σ Huber_δ(log L̂ − log L) with δ = 1e-3, from many starts over a grid, best kept. They minimise it with L-BFGS;
-we use Levenberg–Marquardt on the iteratively reweighted (IRLS) Gauss–Newton model of the same objective,
+Σ w·Huber_δ(log L̂ − log L), from many starts over a grid, best kept; they take w = 1 and δ = 1e-3, our fits
+default to compute weights and δ = 1e-2 (fit.py; docs/SCALING.md, measured on public ladders). They minimise it
+with L-BFGS; we use Levenberg–Marquardt on the iteratively reweighted (IRLS) Gauss–Newton model of the same objective,
 vectorised over all starts (and over bootstrap resamples). Gauss–Newton steps are unaffected by the near
 collinearity of coefficients and exponents (ln N and ln D are ~20) that makes L-BFGS crawl for hundreds of
 iterations, and in numpy a loop over starts is what costs time, not the arithmetic. Besiroglu et al. traced the
 original fit's errors to L-BFGS stopping before convergence "due to a poor choice of loss scale"; our stopping
 tests are relative to the objective and the step, not to 1. A step is kept only if the true Huber objective
-falls, so this is a descent method on the published objective; tests/observatory/test_scaling_fit.py checks
+falls, so this is a descent method on the (weighted) objective; tests/observatory/test_scaling_fit.py checks
 that it ends where SciPy's L-BFGS-B does.
 """
 
@@ -20,7 +21,7 @@ from observatory.scaling.laws import Law, lse
 
 __all__ = ["HUBER_DELTA", "huber", "solve", "best_grid_starts"]
 
-HUBER_DELTA = 1e-2
+HUBER_DELTA = 1e-2   # at the ~1% scatter of real ladders' final losses (Besiroglu et al.: 1e-3)
 MAX_ITERS = 400
 
 
