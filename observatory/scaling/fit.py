@@ -130,17 +130,19 @@ def _best(law: Law, X, y, starts, delta, w=None) -> tuple[np.ndarray, np.ndarray
     return theta[int(np.argmin(f))], grid_starts
 
 
-def holdout_mask(points: Points, k: int | None = None) -> np.ndarray:
-    """The held-out rows: the k largest-compute rungs (default max(1, n // 4)), ties in compute included."""
+def holdout_mask(points: Points, k: int | None = None, by: str = "C") -> np.ndarray:
+    """The held-out rows: the k largest rungs in compute (by="C") or in active parameters (by="N"), default
+    k = max(1, n // 4), ties included."""
     n = len(points)
     k = max(1, n // 4) if k is None else max(1, k)
-    threshold = np.sort(points.C)[::-1][min(k, n) - 1]
-    return points.C >= threshold * (1 - 1e-9)
+    size = points.N if by == "N" else points.C
+    threshold = np.sort(size)[::-1][min(k, n) - 1]
+    return size >= threshold * (1 - 1e-9)
 
 
-def _holdout(law: Law, points: Points, y: np.ndarray, k, starts, delta, power) -> tuple | None:
+def _holdout(law: Law, points: Points, y: np.ndarray, k, starts, delta, power, by="C") -> tuple | None:
     """(mean, max |L̂/L − 1| on the held-out rungs, reach ln(C_max / C_max fitted)); None: too few rows left."""
-    held = holdout_mask(points, k)
+    held = holdout_mask(points, k, by)
     if (~held).sum() < law.n_params:
         return None
     train = points.take(~held)
@@ -151,10 +153,11 @@ def _holdout(law: Law, points: Points, y: np.ndarray, k, starts, delta, power) -
 
 def holdout_error(law: Law | str, points: Points, loss, *, k: int | None = None,
                   starts: int | None = DEFAULT_STARTS, delta: float = HUBER_DELTA,
-                  power: float = WEIGHT_POWER) -> float | None:
-    """Fit on all but the largest-compute rungs, predict those: mean |L̂/L − 1| (None: too few rows left)."""
+                  power: float = WEIGHT_POWER, by: str = "C") -> float | None:
+    """Fit on all but the largest rungs (in compute, or by="N" in parameters), predict those: mean |L̂/L − 1|
+    (None: too few rows left)."""
     law = get_law(law) if isinstance(law, str) else law
-    out = _holdout(law, points, np.log(_check(law, points, loss)), k, starts, delta, power)
+    out = _holdout(law, points, np.log(_check(law, points, loss)), k, starts, delta, power, by)
     return None if out is None else out[0]
 
 
@@ -198,19 +201,23 @@ def fit_law(law: Law | str, points: Points, loss, *, bootstrap: int = 200, seed:
 
 def fit(points: Points, loss, law: str = "auto", *, candidates: tuple[str, ...] | None = None, **kw) -> Fit:
     """Fit `law`; with law="auto", choose among the candidates (default: every law the columns allow) by
-    held-out error on the largest-compute rungs: the law with the fewest parameters whose error is within
-    AUTO_MARGIN of the lowest. A law with more parameters must extrapolate clearly better to be chosen: the
-    over-trained form nests Chinchilla, and on Chinchilla data it wins or loses by noise alone."""
+    held-out error: the law with the fewest parameters whose error is within AUTO_MARGIN of the lowest. A law
+    with more parameters must extrapolate clearly better to be chosen: the over-trained form nests Chinchilla,
+    and on Chinchilla data it wins or loses by noise alone. The held-out rungs are the largest models (by N)
+    when the rows have N — a forecast is for a larger model, and rungs large in compute only because they ran
+    long say little about that — else the largest in compute; `candidates` holds those errors. The chosen
+    fit's own `holdout_error` (and the band's margin) is always the largest-compute one."""
     if law != "auto":
         return fit_law(law, points, loss, **kw)
     names = candidates or tuple(name for name, lw in LAWS.items() if points.has(lw.needs))
+    by = "N" if points.N is not None else "C"
     held: dict[str, tuple | None] = {}
     for name in names:
         lw = get_law(name)
         fits = points.has(lw.needs) and len(points) >= lw.n_params
         held[name] = _holdout(lw, points, np.log(_check(lw, points, loss)), kw.get("holdout"),
                               kw.get("starts", DEFAULT_STARTS), kw.get("delta", HUBER_DELTA),
-                              kw.get("power", WEIGHT_POWER)) if fits else None
+                              kw.get("power", WEIGHT_POWER), by) if fits else None
     errors = {name: None if h is None else h[0] for name, h in held.items()}
     scored = [(get_law(name).n_params, e, name) for name, e in errors.items() if e is not None]
     if not scored:
@@ -218,4 +225,5 @@ def fit(points: Points, loss, law: str = "auto", *, candidates: tuple[str, ...] 
                          "rung(s) held out")
     lowest = min(e for _, e, _ in scored)
     chosen = min((p, e, name) for p, e, name in scored if e <= lowest * (1 + AUTO_MARGIN) + 1e-12)[2]
-    return replace(fit_law(chosen, points, loss, _held=held[chosen], **kw), candidates=errors)
+    return replace(fit_law(chosen, points, loss, _held=held[chosen] if by == "C" else False, **kw),
+                   candidates=errors)

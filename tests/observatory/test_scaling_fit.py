@@ -104,10 +104,12 @@ def test_auto_picks_the_generating_law():
     # A compute law seen through rungs at many D/N: L depends on N·D alone, which no separable form mimics.
     comp = fit(pts, sample(COMPUTE, MARIN, pts, 0.002), bootstrap=0)
     assert comp.law.name == "compute", comp.candidates
-    assert comp.holdout_error == comp.candidates["compute"]
+    assert comp.candidates["compute"] == holdout_error("compute", pts, comp.loss, by="N")     # largest models out
+    assert comp.holdout_error == holdout_error("compute", pts, comp.loss)                    # largest compute out
     # Compute-only rows leave one candidate.
     only = fit(Points.of(C=pts.C), sample(COMPUTE, MARIN, pts, 0.002), bootstrap=0)
     assert only.law.name == "compute" and set(only.candidates) == {"compute"}
+    assert only.holdout_error == only.candidates["compute"]
 
 
 def test_over_trained_form_beats_chinchilla_on_over_trained_rungs():
@@ -138,6 +140,9 @@ def test_holdout_is_the_largest_compute_rungs():
     pts = Points.of(C=[1e20, 5e20, 3e20, 9e20, 9e20, 2e20, 7e20, 4e20])
     assert holdout_mask(pts).tolist() == [False, False, False, True, True, False, False, False]  # k=2, ties in
     assert holdout_mask(pts, 3).tolist() == [False, False, False, True, True, False, True, False]
+    sized = Points.of(N=[1e8, 1e8, 4e8, 4e8, 1e9, 1e9, 2e8, 2e8], D=[1e12, 2e12, 1e10, 2e10, 1e10, 4e9, 1e9, 2e9])
+    assert holdout_mask(sized).tolist() == [True, True, False, False, False, False, False, False]
+    assert holdout_mask(sized, by="N").tolist() == [False, False, False, False, True, True, False, False]
     C = np.geomspace(5.5e19, 9.2e21, 4)
     four = fit_law("compute", Points.of(C=C), 1.6 + 95.18 * C**-0.0941, bootstrap=0)
     assert four.holdout_rows == 1 and four.holdout_error < 1e-6   # 3 rows left for 3 parameters: fitted
