@@ -3,7 +3,8 @@
 Each ladder: rungs to fit on and held-out larger runs (Gadre et al.'s 1.4B/6.9B models, 3.5–17× the largest
 rung's parameters; Chinchilla's largest-compute runs, C ≥ 2e21). For each law (and `auto`):
 fit on the rungs with bootstrap bands, predict the held-out runs, report the mean and max relative error
-|L̂/L − 1| and the band coverage (fraction of held-out runs whose loss lies in [low, high]). Uses only the
+|L̂/L − 1|, the band coverage (fraction of held-out runs whose loss lies in [low, high]) and the band's mean
+relative width. Uses only the
 `observatory.scaling` API that the landed code has too (`fit`, `Fit.predict`, `Fit.interval`), so the same
 function measures another checkout of the core (`bench/scaling.py --compare REF`).
 
@@ -86,6 +87,7 @@ def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "
         rel = np.abs(pred / truth - 1)
         row = {"mean_rel_error": float(rel.mean()), "max_rel_error": float(rel.max()),
                "coverage": float(np.mean((truth >= lo) & (truth <= hi))),
+               "band_width": float(np.mean((hi - lo) / pred)),   # mean (high − low) / L̂: what the coverage cost
                "actual": truth.tolist(), "predicted": pred.tolist(), "low": lo.tolist(), "high": hi.tolist(),
                "seconds": round(time.perf_counter() - t0, 2)}
         if law == "auto":
@@ -113,7 +115,8 @@ def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:
 
 def summary(ladders: dict, target_error: float = 0.03, target_coverage: float = 0.8) -> dict:
     """Per ladder, the `auto` law's numbers; and how many ladders meet issue 27's bar (mean ≤ 3%, coverage ≥ 80%)."""
-    rows = {name: {k: r["laws"]["auto"][k] for k in ("chosen", "mean_rel_error", "max_rel_error", "coverage")}
+    rows = {name: {k: r["laws"]["auto"].get(k) for k in ("chosen", "mean_rel_error", "max_rel_error", "coverage",
+                                                          "band_width")}
             for name, r in ladders.items()}
     ok = [n for n, r in rows.items() if r["mean_rel_error"] <= target_error and r["coverage"] >= target_coverage]
     return {"auto": rows, "ladders_meeting_target": ok, "target": {"mean_rel_error": target_error,

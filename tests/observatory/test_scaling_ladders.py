@@ -60,6 +60,7 @@ def test_the_evaluation_reports_error_and_coverage_per_law():
     row = out["laws"]["compute"]
     assert out["rungs"] == 32 and out["heldout"] == 3 and out["compute_ratio"] > 1
     assert 0 <= row["mean_rel_error"] <= row["max_rel_error"] < 0.2 and 0 <= row["coverage"] <= 1
+    assert row["band_width"] > 0
     assert len(row["predicted"]) == len(row["low"]) == len(row["high"]) == 3
     rel = np.abs(np.array(row["predicted"]) / np.array(row["actual"]) - 1)
     assert row["mean_rel_error"] == pytest.approx(rel.mean())
