@@ -2,7 +2,7 @@
 the largest run from the smaller ones on real ladders. Prints one JSON object.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py --json [--bootstrap 200] [--rungs 24] [--full-grid]
-        [--ladder var/ladder/demo-ladder/rungs.csv] [--public-only]
+        [--ladder var/ladder/demo-ladder/rungs.csv] [--public-only] [--ladders-bootstrap 200] [--compare REF]
 
 Synthetic ladders (Chinchilla with Besiroglu et al.'s estimates, 0.3% noise; the Marin compute law; the
 over-trained form with γ = 0.03). For each law: seconds for one fit with `--bootstrap` resamples and its
@@ -14,6 +14,12 @@ ladder's rungs.csv (`python -m training ladder --config training/configs/ladder.
 fit on every run but the largest-compute one (ties included), predict it, and report the relative error
 |L̂/L − 1| ("largest"); likewise with the largest quarter held out ("largest_quarter", mean error). None where the
 rows left are fewer than the law's parameters.
+
+Public ladders with held-out larger runs ("ladders", bench/scaling_ladders.py, bench/data/ladders/README.md):
+per ladder and law (and `auto`), the mean and max relative error on the held-out runs and the band coverage;
+"ladders_summary" gives `auto`'s numbers and the ladders meeting issue 27's bar (mean ≤ 3%, coverage ≥ 80%).
+With --compare REF (e.g. the merge base), the core at REF is measured the same way in the same run
+("ladders_landed", "ladders_landed_summary").
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, fit_law  # noqa: E402
 from observatory.scaling.fit import holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
+from bench import scaling_ladders  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "scaling"
 CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
@@ -58,8 +65,8 @@ def forecast_errors(points: Points, loss: np.ndarray) -> dict:
                 row[label] = None
                 continue
             t0 = time.perf_counter()
-            # _holdout_error given: skip fit_law's own held-out refit (this loop is the held-out evaluation)
-            f = fit_law(law, points.take(~held), loss[~held], bootstrap=0, _holdout_error=-1.0)
+            # _held=None: skip fit_law's own held-out refit (this loop is the held-out evaluation)
+            f = fit_law(law, points.take(~held), loss[~held], bootstrap=0, _held=None)
             pred = f.predict(points.take(held))
             row[label] = {"held_out": int(held.sum()), "fitted_on": int((~held).sum()),
                           "mean_abs_rel_error": float(np.mean(np.abs(pred / loss[held] - 1))),
@@ -94,9 +101,11 @@ def main() -> None:
     ap.add_argument("--ladder", type=Path, default=Path("var/ladder/demo-ladder/rungs.csv"),
                     help="a ladder's rungs.csv (python -m training ladder writes one); skipped when absent")
     ap.add_argument("--public-only", action="store_true", help="only the real ladders (no synthetic timings)")
+    ap.add_argument("--ladders-bootstrap", type=int, default=200, help="bootstrap fits per law on the public ladders")
+    ap.add_argument("--compare", metavar="REF", help="also measure the core at this git ref on the public ladders")
     args = ap.parse_args()
     if args.public_only:
-        print(json.dumps({"public": public(args.ladder)}, indent=1))
+        print(json.dumps({"public": public(args.ladder), **ladders(args)}, indent=1))
         return
     sizes = max(2, args.rungs // 4)
     N = np.repeat(np.geomspace(3e7, 3e9, sizes), 4)
@@ -118,7 +127,18 @@ def main() -> None:
             out["full_grid"] = {"starts": len(law.grid_points()), "seconds": round(seconds, 3),
                                 "pruned_minus_full_relative": float(pruned.min() / full.min() - 1)}
     out["public"] = public(args.ladder)
+    out.update(ladders(args))
     print(json.dumps(out, indent=1))
+
+
+def ladders(args) -> dict:
+    from observatory import scaling
+    out = {"ladders": scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap)}
+    out["ladders_summary"] = scaling_ladders.summary(out["ladders"])
+    if args.compare:
+        out["ladders_landed"] = scaling_ladders.landed(args.compare, args.ladders_bootstrap)
+        out["ladders_landed_summary"] = {"ref": args.compare, **scaling_ladders.summary(out["ladders_landed"])}
+    return out
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Command line: fit a scaling law to a CSV of rungs, print parameters, bands and predictions, or a forecast.
 
     python -m observatory.scaling fit FILE.csv --law chinchilla|compute|overtrained|auto \
-        --columns N=COL,D=COL,L=COL [--columns C=COL] [--predict N,D | N,D,C | C=FLOPS ...] [--json] \
+        --columns N=COL,D=COL,L=COL [--columns C=COL] [--predict N,D | N,D,C | C=FLOPS ...]... [--json] \
         [--seed S] [--bootstrap K] [--level 0.95] [--holdout K] [--starts S]
     python -m observatory.scaling forecast FILE.csv --hero N,D[,C] [--points 128] [--json] [the fit options]
 
@@ -9,7 +9,8 @@ Columns default to headers named N, D, C and L (or loss). N is ACTIVE parameters
 column when there is one, else 6·N·D; --predict N,D for it means C = 6·N·D, so when the C column counts FLOPs
 another way (attention, embeddings), give N,D,C counted the same way. A bad file (unreadable, missing
 column, a value that is not a positive number, fewer rows than the law has parameters) prints one line
-`error: ...` on stderr and exits 2.
+`error: ...` on stderr and exits 2. --predict and --columns accumulate when repeated (a role mapped to two
+columns is an error); any other option given twice is an ambiguous call: argparse's usage error, exit 2.
 """
 
 from __future__ import annotations
@@ -35,14 +36,30 @@ class UsageError(Exception):
 
 
 def parse_columns(specs: list[str]) -> dict[str, str]:
+    """Every --columns spec merged; a role mapped to two different columns is ambiguous (UsageError)."""
     out = {}
     for spec in specs:
         for part in filter(None, spec.split(",")):
             role, eq, col = part.partition("=")
-            if not eq or role.strip().upper() not in ROLES or not col.strip():
+            role, col = role.strip().upper(), col.strip()
+            if not eq or role not in ROLES or not col:
                 raise UsageError(f"--columns {part!r}: expected ROLE=COLUMN with ROLE one of {', '.join(ROLES)}")
-            out[role.strip().upper()] = col.strip()
+            if out.get(role, col) != col:
+                raise UsageError(f"--columns maps {role} twice ({out[role]!r} and {col!r}): give it once")
+            out[role] = col
     return out
+
+
+class _Once(argparse.Action):
+    """A single-valued option: giving it twice is an ambiguous call (exit 2), not a silent last-one-wins."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = namespace.__dict__.setdefault("_given", set())
+        if self.dest in seen:
+            parser.error(f"{option_string} given more than once ({getattr(namespace, self.dest)!r}, then "
+                         f"{values!r}): it takes one value")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)
 
 
 def _number(text: str | None, where: str, what: str) -> float:
@@ -165,28 +182,32 @@ def build_parser() -> argparse.ArgumentParser:
                         ("forecast", "freeze a fit as the hero run's forecast (content-hashed record)")):
         s = sub.add_parser(name, help=help_)
         s.add_argument("file", help="CSV with a header row, one row per rung")
-        s.add_argument("--law", choices=[*LAWS, "auto"], default="auto")
+        s.add_argument("--law", choices=[*LAWS, "auto"], default="auto", action=_Once)
         s.add_argument("--columns", action="append", default=[], metavar="ROLE=COL,...",
-                       help="map N, D, C, L to CSV columns (default: headers N, D, C, L or loss)")
+                       help="map N, D, C, L to CSV columns (default: headers N, D, C, L or loss); repeatable")
         s.add_argument("--json", action="store_true", help="print JSON instead of a table")
-        s.add_argument("--seed", type=int, default=0)
-        s.add_argument("--bootstrap", type=int, default=200, help="rung resamples for the bands (0: none)")
-        s.add_argument("--level", type=float, default=0.95, help="band coverage (default 0.95)")
-        s.add_argument("--holdout", type=int, default=None,
+        s.add_argument("--seed", type=int, default=0, action=_Once)
+        s.add_argument("--bootstrap", type=int, default=200, action=_Once,
+                       help="rung resamples for the bands (0: none)")
+        s.add_argument("--level", type=float, default=0.95, action=_Once, help="band coverage (default 0.95)")
+        s.add_argument("--holdout", type=int, default=None, action=_Once,
                        help="largest-compute rows held out for the held-out error (default max(1, rows // 4))")
-        s.add_argument("--starts", type=int, default=DEFAULT_STARTS, help="grid starts refined per fit")
+        s.add_argument("--starts", type=int, default=DEFAULT_STARTS, action=_Once,
+                       help="grid starts refined per fit")
         if name == "fit":
-            s.add_argument("--predict", nargs="+", default=[], metavar="N,D",
-                           help="N,D (C = 6ND), N,D,C, or C=FLOPS (compute law only)")
+            s.add_argument("--predict", nargs="+", action="extend", default=[], metavar="N,D",
+                           help="N,D (C = 6ND), N,D,C, or C=FLOPS (compute law only); repeatable")
         else:
-            s.add_argument("--hero", required=True, metavar="N,D[,C]",
+            s.add_argument("--hero", required=True, metavar="N,D[,C]", action=_Once,
                            help="the hero run: active params, tokens[, FLOPs as the rungs' C column counts them]")
-            s.add_argument("--points", type=int, default=128, help="points on the loss-over-tokens curve")
+            s.add_argument("--points", type=int, default=128, action=_Once,
+                           help="points on the loss-over-tokens curve")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    vars(args).pop("_given", None)
     try:
         if not 0 < args.level < 1 or args.bootstrap < 0 or (args.starts is not None and args.starts < 1):
             raise UsageError("--level must be in (0, 1), --bootstrap ≥ 0, --starts ≥ 1")

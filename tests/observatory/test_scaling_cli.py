@@ -118,3 +118,56 @@ def test_binary_file_is_refused(tmp_path, capsys):
     path.write_bytes(b"\xff\xfe\x00garbage\x00")
     code, _, err = run(capsys, "fit", path)
     assert code == 2 and err.startswith("error: ") and "not a readable CSV" in err
+
+
+def test_repeated_predict_accumulates(tmp_path, capsys):
+    """`--predict A --predict B` predicts A and B (it used to keep only B), in the order given."""
+    csv = write_ladder(tmp_path / "ladder.csv")
+    code, out, err = run(capsys, "fit", csv, "--law", "chinchilla", *COLS, "--bootstrap", "0", "--json",
+                         "--predict", "2.3e10,1.875e13", "--predict", "1e9,2e10", "3e9,6e10")
+    assert code == 0, err
+    assert [(p["N"], p["D"]) for p in json.loads(out)["predictions"]] == [(2.3e10, 1.875e13), (1e9, 2e10),
+                                                                          (3e9, 6e10)]
+
+
+def test_repeated_columns_accumulate(tmp_path, capsys):
+    csv = write_ladder(tmp_path / "ladder.csv")
+    code, out, err = run(capsys, "fit", csv, "--law", "chinchilla", "--columns", "N=active_params",
+                         "--columns", "D=tokens", "--columns", "L=final_loss", "--bootstrap", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["rows"] == 12
+
+
+@pytest.mark.parametrize("args,message", [
+    (["fit", "--law", "chinchilla", "--law", "compute"], "--law given more than once"),
+    (["fit", "--seed", "1", "--seed", "1"], "--seed given more than once"),
+    (["fit", "--bootstrap", "5", "--bootstrap", "10"], "--bootstrap given more than once"),
+    (["fit", "--level", "0.9", "--level", "0.5"], "--level given more than once"),
+    (["fit", "--holdout", "2", "--holdout", "3"], "--holdout given more than once"),
+    (["fit", "--starts", "2", "--starts", "3"], "--starts given more than once"),
+    (["forecast", "--hero", "2.3e10,1.875e13", "--hero", "1e9,2e10"], "--hero given more than once"),
+    (["forecast", "--hero", "2.3e10,1.875e13", "--points", "8", "--points", "9"], "--points given more than once"),
+])
+def test_an_ambiguous_call_exits_2_naming_the_option(tmp_path, capsys, args, message):
+    csv = write_ladder(tmp_path / "ladder.csv")
+    with pytest.raises(SystemExit) as exc:
+        main([args[0], str(csv), *args[1:]])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == ""
+    assert message in err, err
+
+
+@pytest.mark.parametrize("columns", [["--columns", "N=active_params", "--columns", "N=tokens"],
+                                     ["--columns", "L=final_loss,L=tokens"]])
+def test_a_role_mapped_twice_exits_2(tmp_path, capsys, columns):
+    csv = write_ladder(tmp_path / "ladder.csv")
+    code, out, err = run(capsys, "fit", csv, *columns, "--bootstrap", "0")
+    role = columns[-1][0]
+    assert code == 2 and out == "" and err.startswith(f"error: --columns maps {role} twice"), err
+
+
+def test_the_same_mapping_twice_is_not_ambiguous(tmp_path, capsys):
+    csv = write_ladder(tmp_path / "ladder.csv")
+    code, _, err = run(capsys, "fit", csv, *COLS, "--columns", "L=final_loss", "--law", "chinchilla",
+                       "--bootstrap", "0")
+    assert code == 0, err

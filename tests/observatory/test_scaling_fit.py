@@ -104,10 +104,12 @@ def test_auto_picks_the_generating_law():
     # A compute law seen through rungs at many D/N: L depends on N·D alone, which no separable form mimics.
     comp = fit(pts, sample(COMPUTE, MARIN, pts, 0.002), bootstrap=0)
     assert comp.law.name == "compute", comp.candidates
-    assert comp.holdout_error == comp.candidates["compute"]
+    assert comp.candidates["compute"] == holdout_error("compute", pts, comp.loss, by="N")     # largest models out
+    assert comp.holdout_error == holdout_error("compute", pts, comp.loss)                    # largest compute out
     # Compute-only rows leave one candidate.
     only = fit(Points.of(C=pts.C), sample(COMPUTE, MARIN, pts, 0.002), bootstrap=0)
     assert only.law.name == "compute" and set(only.candidates) == {"compute"}
+    assert only.holdout_error == only.candidates["compute"]
 
 
 def test_over_trained_form_beats_chinchilla_on_over_trained_rungs():
@@ -138,6 +140,9 @@ def test_holdout_is_the_largest_compute_rungs():
     pts = Points.of(C=[1e20, 5e20, 3e20, 9e20, 9e20, 2e20, 7e20, 4e20])
     assert holdout_mask(pts).tolist() == [False, False, False, True, True, False, False, False]  # k=2, ties in
     assert holdout_mask(pts, 3).tolist() == [False, False, False, True, True, False, True, False]
+    sized = Points.of(N=[1e8, 1e8, 4e8, 4e8, 1e9, 1e9, 2e8, 2e8], D=[1e12, 2e12, 1e10, 2e10, 1e10, 4e9, 1e9, 2e9])
+    assert holdout_mask(sized).tolist() == [True, True, False, False, False, False, False, False]
+    assert holdout_mask(sized, by="N").tolist() == [False, False, False, False, True, True, False, False]
     C = np.geomspace(5.5e19, 9.2e21, 4)
     four = fit_law("compute", Points.of(C=C), 1.6 + 95.18 * C**-0.0941, bootstrap=0)
     assert four.holdout_rows == 1 and four.holdout_error < 1e-6   # 3 rows left for 3 parameters: fitted
@@ -189,3 +194,46 @@ def test_solver_reaches_scipy_lbfgs_optimum_and_pruned_grid_matches_full():
     _, full = solve(COMPUTE, cX, cy, best_grid_starts(COMPUTE, cX, cy, None))
     _, pruned = solve(COMPUTE, cX, cy, best_grid_starts(COMPUTE, cX, cy, 64))
     assert pruned.min() <= full.min() * (1 + 1e-9)
+
+
+def bent_ladder():
+    """A compute ladder whose trend steepens at 1e19 FLOPs (α 0.0941 below, 0.12 above, continuous there): the
+    small rungs are off the regime that the large ones, and the forecast, live in."""
+    C = np.geomspace(1e17, 1e22, 16)
+
+    def law(c, a):
+        return 1.6 + 95.18 * 1e19 ** (a - 0.0941) * np.asarray(c) ** -a
+
+    return Points.of(C=C), np.where(C < 1e19, law(C, 0.0941), law(C, 0.12)), law(2.7e24, 0.12)
+
+
+def test_rungs_weigh_by_their_compute():
+    """Each rung's Huber term weighs (C/C_max)^0.5, so the trend near the top of the ladder, where the forecast
+    extrapolates from, is followed; power=0 is the unweighted objective of Besiroglu et al."""
+    pts, loss, truth = bent_ladder()
+    hero = Points.of(C=[2.7e24])
+    weighted = fit_law("compute", pts, loss, bootstrap=0)
+    plain = fit_law("compute", pts, loss, bootstrap=0, power=0)
+    e_w, e_p = (rel(f.predict(hero)[0], truth) for f in (weighted, plain))
+    assert e_w < 0.03 and e_w < e_p / 2, (e_w, e_p)
+    r = np.log(weighted.predict(pts)) - np.log(loss)
+    assert weighted.objective == pytest.approx(huber(r, HUBER_DELTA, np.sqrt(pts.C / pts.C.max())), rel=1e-12)
+    assert plain.objective == pytest.approx(huber(np.log(plain.predict(pts)) - np.log(loss)), rel=1e-12)
+
+
+def test_the_band_holds_the_laws_own_extrapolation_error():
+    """The bootstrap band sees only the rungs' scatter; a misspecified law misses by more. The band is widened
+    to at least L̂·(1 ± m), m the worst held-out error grown with the distance beyond the rungs in ln C."""
+    pts, loss, truth = bent_ladder()
+    hero = Points.of(C=[2.7e24])
+    f = fit_law("compute", pts, loss, bootstrap=40, seed=1)
+    lo, hi = f.interval(hero)
+    assert lo[0] <= truth <= hi[0], (lo, truth, hi)
+    assert np.quantile(f.law.predict(f.boot, hero), 0.975) < truth      # the bootstrap alone misses it
+    assert f.holdout_max >= f.holdout_error > 0 and f.holdout_reach > 0
+    m = f.holdout_max * max(1.0, np.log(2.7e24 / 1e22) / f.holdout_reach)
+    pred = f.predict(hero)[0]
+    assert lo[0] <= pred * (1 - m) * (1 + 1e-12) and hi[0] >= pred * (1 + m) * (1 - 1e-12)
+    inside = Points.of(C=[1e20])                           # within the rungs: at least the held-out error itself
+    lo_in, hi_in = f.interval(inside)
+    assert hi_in[0] / f.predict(inside)[0] - 1 >= f.holdout_max * (1 - 1e-12)

@@ -1,0 +1,138 @@
+"""Public scaling ladders with held-out larger runs (bench/data/ladders/README.md), and how a law forecasts them.
+
+Each ladder: rungs to fit on and held-out larger runs (Gadre et al.'s 1.4B/6.9B models, 3.5–17× the largest
+rung's parameters; Chinchilla's largest-compute runs, C ≥ 2e21). For each law (and `auto`):
+fit on the rungs with bootstrap bands, predict the held-out runs, report the mean and max relative error
+|L̂/L − 1|, the band coverage (fraction of held-out runs whose loss lies in [low, high]) and the band's mean
+relative width. Uses only the
+`observatory.scaling` API that the landed code has too (`fit`, `Fit.predict`, `Fit.interval`), so the same
+function measures another checkout of the core (`bench/scaling.py --compare REF`).
+
+    .venv/bin/python bench/scaling_ladders.py [--core DIR] [--bootstrap 200]   # one JSON object per ladder
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parent / "data"
+CHINCHILLA_HELDOUT_C = 2e21   # Hoffmann et al.'s largest isoFLOP profile (~3e21) and their 1.3e22 run
+
+LADDERS = {
+    # name: (file, columns, how the held-out runs are chosen)
+    "chinchilla_hoffmann2022": ("scaling/chinchilla_svg_extracted_data.csv",
+                                {"N": "Model Size", "C": "Training FLOP", "L": "loss"}, "C >= 2e21"),
+    "gadre2024_c4": ("ladders/gadre2024_c4.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
+    "gadre2024_rpj": ("ladders/gadre2024_rpj.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
+    "gadre2024_rw": ("ladders/gadre2024_rw.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
+}
+
+
+def load(name: str) -> dict:
+    """{"N", "D", "C", "L": arrays, "heldout": bool array, "file": path}; ValueError naming a bad row."""
+    rel, cols, rule = LADDERS[name]
+    path = DATA / rel
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    out = {}
+    for role, col in cols.items():
+        try:
+            out[role] = np.array([float(r[col]) for r in rows])
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"{path}: column {col!r}: {e}") from None
+        if not (np.all(np.isfinite(out[role])) and np.all(out[role] > 0)):
+            raise ValueError(f"{path}: column {col!r} holds a value that is not a positive number")
+    if "D" not in out:
+        out["D"] = out["C"] / (6 * out["N"])       # as Besiroglu et al. compute tokens from the figure's FLOPs
+    out.setdefault("C", 6 * out["N"] * out["D"])
+    if rule == "split":
+        splits = [r["split"] for r in rows]
+        if set(splits) - {"fit", "heldout"}:
+            raise ValueError(f"{path}: split must be fit or heldout")
+        out["heldout"] = np.array([s == "heldout" for s in splits])
+    else:
+        out["heldout"] = out["C"] >= CHINCHILLA_HELDOUT_C
+    if not out["heldout"].any() or out["heldout"].all():
+        raise ValueError(f"{path}: needs both fit and held-out rows")
+    out["file"] = str(path.relative_to(DATA.parent.parent))
+    return out
+
+
+def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "auto"), bootstrap: int = 200,
+             seed: int = 0) -> dict:
+    """Per law: held-out mean/max relative error, band coverage, and each held-out run's forecast."""
+    d = load(name)
+    h = d["heldout"]
+    fit_pts = scaling.Points.of(N=d["N"][~h], D=d["D"][~h], C=d["C"][~h])
+    held = scaling.Points.of(N=d["N"][h], D=d["D"][h], C=d["C"][h])
+    truth = d["L"][h]
+    out = {"file": d["file"], "rungs": int((~h).sum()), "heldout": int(h.sum()),
+           "compute_ratio": float(d["C"][h].max() / d["C"][~h].max()), "laws": {}}
+    for law in laws:
+        t0 = time.perf_counter()
+        f = scaling.fit(fit_pts, d["L"][~h], law, bootstrap=bootstrap, seed=seed)
+        pred = f.predict(held)
+        lo, hi = f.interval(held)
+        rel = np.abs(pred / truth - 1)
+        row = {"mean_rel_error": float(rel.mean()), "max_rel_error": float(rel.max()),
+               "coverage": float(np.mean((truth >= lo) & (truth <= hi))),
+               "band_width": float(np.mean((hi - lo) / pred)),   # mean (high − low) / L̂: what the coverage cost
+               "actual": truth.tolist(), "predicted": pred.tolist(), "low": lo.tolist(), "high": hi.tolist(),
+               "seconds": round(time.perf_counter() - t0, 2)}
+        if law == "auto":
+            row["chosen"] = f.law.name
+        out["laws"][law] = row
+    return out
+
+
+def evaluate_all(scaling, bootstrap: int = 200, seed: int = 0) -> dict:
+    return {name: evaluate(scaling, name, bootstrap=bootstrap, seed=seed) for name in LADDERS}
+
+
+def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:
+    """The same evaluation of the core at git `ref` (e.g. the merge base), in a subprocess on its own checkout
+    of observatory/, so that both are measured in one run on the same machine."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(root), "archive", ref, "observatory"], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        out = subprocess.run([sys.executable, __file__, "--core", tmp, "--bootstrap", str(bootstrap),
+                              "--seed", str(seed)], capture_output=True, text=True, check=True, cwd=root)
+    return json.loads(out.stdout)
+
+
+def summary(ladders: dict, target_error: float = 0.03, target_coverage: float = 0.8) -> dict:
+    """Per ladder, the `auto` law's numbers; and how many ladders meet issue 27's bar (mean ≤ 3%, coverage ≥ 80%)."""
+    rows = {name: {k: r["laws"]["auto"].get(k) for k in ("chosen", "mean_rel_error", "max_rel_error", "coverage",
+                                                          "band_width")}
+            for name, r in ladders.items()}
+    ok = [n for n, r in rows.items() if r["mean_rel_error"] <= target_error and r["coverage"] >= target_coverage]
+    return {"auto": rows, "ladders_meeting_target": ok, "target": {"mean_rel_error": target_error,
+                                                                    "coverage": target_coverage}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="evaluate a checkout of observatory/ on the public ladders (JSON)")
+    ap.add_argument("--core", type=Path, default=None, help="directory holding the observatory package to use")
+    ap.add_argument("--bootstrap", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    sys.path.insert(0, str(args.core or Path(__file__).resolve().parent.parent))
+    from observatory import scaling
+    print(json.dumps(evaluate_all(scaling, args.bootstrap, args.seed)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The public ladders of bench/data/ladders (bench/scaling_ladders.py): every file loads, parses and holds what
+its README says: rungs to fit and larger held-out runs, values as in the source files."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from observatory import scaling
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("scaling_ladders", ROOT / "bench" / "scaling_ladders.py")
+ladders = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ladders)
+
+
+@pytest.mark.parametrize("name", list(ladders.LADDERS))
+def test_every_ladder_loads_with_rungs_and_larger_held_out_runs(name):
+    d = ladders.load(name)
+    h = d["heldout"]
+    assert (~h).sum() >= 31 and 3 <= h.sum() <= 14
+    for k in ("N", "D", "C", "L"):
+        assert d[k].shape == h.shape and np.all(np.isfinite(d[k])) and np.all(d[k] > 0)
+    assert np.all((d["L"] > 1.5) & (d["L"] < 7))                         # nats per token
+    assert np.allclose(d["C"], 6 * d["N"] * d["D"], rtol=1e-9)
+    if name.startswith("gadre2024"):
+        assert d["N"][h].min() > 3 * d["N"][~h].max()                    # 1.4B and 6.9B vs at most 412M
+        assert sorted(set(d["N"][h])) == [1439795200, 6889410560]
+    else:
+        assert d["C"][h].min() > d["C"][~h].max()
+
+
+def test_values_are_the_source_files():
+    """Spot checks against mlfoundations/scaling exp_data/models/*.json (c4_val loss) and Epoch's CSV."""
+    rpj = ladders.load("gadre2024_rpj")
+    i = int(np.flatnonzero(rpj["N"] == 6889410560)[0])
+    assert rpj["D"][i] == 137788211200 and rpj["L"][i] == 2.424993099368689
+    c4 = ladders.load("gadre2024_c4")
+    assert (~c4["heldout"]).sum() == 31 and c4["L"][0] == 5.974923739894816   # d=96 at 0.25×, the first rung
+    chin = ladders.load("chinchilla_hoffmann2022")
+    assert len(chin["L"]) == 245 and chin["heldout"].sum() == 14
+
+
+def test_a_bad_ladder_file_is_refused_naming_the_column(tmp_path, monkeypatch):
+    (tmp_path / "ladders").mkdir()
+    (tmp_path / "ladders" / "gadre2024_c4.csv").write_text("run,N,D,multiplier,L,split\na,1e7,2e8,1,n/a,fit\n")
+    monkeypatch.setattr(ladders, "DATA", tmp_path)
+    with pytest.raises(ValueError, match="column 'L'"):
+        ladders.load("gadre2024_c4")
+    (tmp_path / "ladders" / "gadre2024_c4.csv").write_text("run,N,D,multiplier,L,split\na,1e7,2e8,1,3.2,train\n")
+    with pytest.raises(ValueError, match="split must be fit or heldout"):
+        ladders.load("gadre2024_c4")
+
+
+def test_the_evaluation_reports_error_and_coverage_per_law():
+    out = ladders.evaluate(scaling, "gadre2024_rw", laws=("compute",), bootstrap=8)
+    row = out["laws"]["compute"]
+    assert out["rungs"] == 32 and out["heldout"] == 3 and out["compute_ratio"] > 1
+    assert 0 <= row["mean_rel_error"] <= row["max_rel_error"] < 0.2 and 0 <= row["coverage"] <= 1
+    assert row["band_width"] > 0
+    assert len(row["predicted"]) == len(row["low"]) == len(row["high"]) == 3
+    rel = np.abs(np.array(row["predicted"]) / np.array(row["actual"]) - 1)
+    assert row["mean_rel_error"] == pytest.approx(rel.mean())
