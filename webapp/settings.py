@@ -17,6 +17,8 @@ Variables (see the README's configuration table):
     OBS_HEADER_TIMEOUT_S, OBS_BODY_TIMEOUT_S  default 10, 30: slower request headers / bodies get 408 and a close
     OBS_LIVE_PUSH_URL    nchan's internal publisher (http://127.0.0.1:8101/pub/runs/); unset: live frames via the hub
     OBS_LIVE_SUBSCRIBE_PATH  default /live/runs/: where dashboards subscribe to nchan (with OBS_LIVE_PUSH_URL)
+    OBS_EMBED_FRAME_ANCESTORS  comma list, default "*": who may frame /embed/ charts (CSP frame-ancestors sources);
+                         every other page refuses to be framed
 """
 
 from __future__ import annotations
@@ -188,6 +190,7 @@ INSTALLED_APPS = [
     "webapp.control",
     "webapp.ops",
     "webapp.live",
+    "webapp.reports",  # reports and embeds: they read every app above (live's subscription details included)
     "webapp.publicapi",  # last: exports, the OpenAPI schema and docs, the /api/ envelope
 ]
 
@@ -296,6 +299,10 @@ CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
     "object-src": ["'none'"], "base-uri": ["'self'"], "form-action": ["'self'"], "frame-ancestors": ["'none'"],
 }}
 X_FRAME_OPTIONS = "DENY"
+# The one exception: /embed/ pages (webapp/reports/embed.py) take these as frame-ancestors, without X-Frame-Options.
+OBS_EMBED_FRAME_ANCESTORS = env_list("OBS_EMBED_FRAME_ANCESTORS", "*")
+if any(s.strip("'") == "none" for s in OBS_EMBED_FRAME_ANCESTORS) and len(OBS_EMBED_FRAME_ANCESTORS) > 1:
+    raise ImproperlyConfigured("OBS_EMBED_FRAME_ANCESTORS: 'none' cannot be combined with other sources")
 SESSION_COOKIE_HTTPONLY = True
 if not (DEBUG or TESTING):  # (the test client speaks plain HTTP; a test runs `check --deploy` on these)
     # Production: HTTPS only. Behind a TLS-terminating proxy set OBS_BEHIND_TLS_PROXY=1 (X-Forwarded-Proto).
