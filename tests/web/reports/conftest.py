@@ -39,3 +39,19 @@ def body_for(world) -> str:
             f"{{{{chart run={RUN} series=train/loss steps=100..}}}}\n\n"
             f"{{{{annotation id={world['annotation'].id}}}}}\n"
             f"{{{{anomaly id={world['anomaly'].id}}}}}\n\nThe end.")
+
+
+def matrix_report(pk: int, run_id: str):
+    """For the matrix test's world: published report `pk` citing `run_id`, by its annotation's author (no persona)."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from webapp.reports import blocks
+    from webapp.reports.models import Report
+
+    body = f"matrix\n\n{{{{chart run={run_id} series=train/loss}}}}"
+    parts = blocks.parse(body)
+    report = Report.objects.create(pk=pk, author=get_user_model().objects.get(username="matrix-author"),
+                                   title="matrix", body=body, parts=parts, published_at=timezone.now())
+    report.runs.set(blocks.cited_runs(parts))
+    return report
