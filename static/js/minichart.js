@@ -114,10 +114,12 @@ window.Obs = window.Obs || {};
       return runs.get(run).store;
     };
     specs.forEach((spec) => spec.runs.forEach((run) => stores(run).widen(spec.series, spec.start, spec.end)));
+    const charts = [];
     document.querySelectorAll(".minichart[data-chart]").forEach((node) => {
       const spec = specs[Number(node.dataset.chart)];
-      if (spec) new MiniChart(node, spec, stores).draw();
+      if (spec) { const c = new MiniChart(node, spec, stores); charts.push(c); c.draw(); }
     });
+    window.addEventListener("resize", () => charts.forEach((c) => c.schedule()));
     runs.forEach((entry) => entry.live.connect());
   }
 

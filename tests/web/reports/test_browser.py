@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +22,7 @@ from ..servers import free_port, wait_ingested
 from .conftest import make_user
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+SHOTS = os.environ.get("OBS_SHOTS_DIR")  # set: screenshots of the report and the framing page are written there
 
 CHART = ".minichart[data-chart='0']"
 LAST_STEP_JS = "(n) => { const c = document.querySelector(\"" + CHART.replace('"', '\\"') + "\"); " \
@@ -43,6 +45,11 @@ def _open(new_page, url, session=None):
         page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": origin}])
     page.goto(url)
     return page
+
+
+def _shot(page, name):
+    if SHOTS:
+        page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=True)
 
 
 def _train(trainer, steps):
@@ -81,6 +88,7 @@ def test_a_member_publishes_a_report_whose_live_chart_advances_for_an_anonymous_
     reader.wait_for_function(LAST_STEP_JS, arg=39, timeout=30_000)  # live, no reload
     assert reader.evaluate("() => window.__sameDocument") is True
     assert reader.locator(f"{CHART} svg path").count() == 1
+    _shot(reader, "report-anonymous")
 
     mod = _open(new_page, report_url, moderator)
     mod.fill("#moderation-reason", "off-topic test")
@@ -118,6 +126,7 @@ def test_another_origin_frames_the_live_embed_and_the_dashboard_refuses_to_be_fr
         inner.wait_for_function(LAST_STEP_JS, arg=29, timeout=30_000)
         _train(trainer, range(30, 40))
         inner.wait_for_function(LAST_STEP_JS, arg=39, timeout=30_000)
+        _shot(page, "embed-on-another-origin")
         assert page.problems == [], page.problems
     finally:
         blog.shutdown()
