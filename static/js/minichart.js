@@ -88,8 +88,8 @@ window.Obs = window.Obs || {};
         last = Math.max(last, l.x[l.x.length - 1]); points += l.x.length;
       });
       if (this.spec.runs.length > 1) {
-        this.spec.runs.forEach((run, i) => svg.appendChild(el("text", {x: pad.l + 6, y: pad.t + 14 + 14 * i,
-          fill: COLORS[i % COLORS.length], class: "mc-legend"}, run)));
+        this.spec.runs.forEach((run, i) => svg.appendChild(el("text", {x: w - pad.r - 6, y: pad.t + 14 + 14 * i,
+          "text-anchor": "end", fill: COLORS[i % COLORS.length], class: "mc-legend"}, run)));
       }
       this.node.replaceChildren(svg);
       this.node.dataset.lastStep = String(last);

@@ -17,8 +17,10 @@ from webapp.runs.models import Run, RunEvent
 THREAD_SUMMARY = 3  # replies quoted under an annotation block (the latest ones); the rest are a link away
 
 
-def run_url(run_id: str, start: int | None = None, end: int | None = None, chart: str | None = None) -> str:
-    q = {}
+def run_url(run_id: str, start: int | None = None, end: int | None = None, chart: str | None = None,
+            annotation: int | None = None) -> str:
+    """The run's dashboard showing `chart` over [start, end] (and annotation's thread open)."""
+    q: dict = {"annotation": annotation} if annotation is not None else {}
     if chart:
         q["chart"] = chart
     if start is not None and end is not None and end > start:
@@ -49,7 +51,7 @@ def _annotation(p: dict) -> dict:
     replies = list(Reply.objects.public().filter(annotation=a).select_related("author").order_by("-id")
                    [:THREAD_SUMMARY])[::-1]
     return {**p, "record": annotation_record(a), "replies": replies,
-            "link": run_url(a.run_id, a.step_start, max(a.step_end, a.step_start + 1), a.metric or None)}
+            "link": run_url(a.run_id, a.step_start, max(a.step_end, a.step_start + 1), a.metric or None, a.id)}
 
 
 def _anomaly(p: dict) -> dict:
@@ -57,7 +59,8 @@ def _anomaly(p: dict) -> dict:
     if an is None:
         return {**p, "gone": True}
     lo, hi = an.zoom()
-    notes = list(Annotation.objects.public().filter(anomaly=an).order_by("id").values("id", "title")[:5])
+    notes = [{"title": n["title"], "link": run_url(an.run_id, annotation=n["id"])}
+             for n in Annotation.objects.public().filter(anomaly=an).order_by("id").values("id", "title")[:5]]
     return {**p, "record": an.as_json(), "notes": notes, "link": run_url(an.run_id, lo, hi, an.metric or None),
             "log": reverse("run-anomalies", args=[an.run_id])}
 

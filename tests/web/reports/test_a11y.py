@@ -3,6 +3,8 @@ no serious or critical axe-core violation, the charts drawn."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.utils import timezone
 
@@ -55,4 +57,7 @@ def test_report_and_embed_fit_and_pass_axe(report, web, new_page, width, height)
         layout = page.evaluate(OVERFLOW_JS)
         assert layout["bad"] == [] and layout["scrollWidth"] <= width, (url, layout)
         assert axe_violations(page) == [], url
+        if os.environ.get("OBS_SHOTS_DIR"):
+            name = url.strip("/").split("?")[0].replace("/", "-")
+            page.screenshot(path=os.path.join(os.environ["OBS_SHOTS_DIR"], f"{name}-{width}.png"), full_page=True)
     assert errors == []

@@ -60,6 +60,7 @@ def test_a_draft_is_its_authors_until_published(world, personas):
     page = personas["anonymous"].get(url).content.decode()
     assert "What happened at step 300" in page and "<strong>bold</strong>" in page and "<script>alert" not in page
     assert "spike at 300" in page and "shard 7 restarted" in page  # the annotation block with its thread summary
+    assert f"/runs/{RUN}/?annotation={world['annotation'].id}&amp;from=290&amp;to=310" in page  # opens the thread
     assert "loss 6 at step 301" in page  # the anomaly block
     assert 'class="minichart" data-chart="0"' in page
     assert "What happened" in personas["anonymous"].get("/reports/").content.decode()
