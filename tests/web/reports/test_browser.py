@@ -112,8 +112,9 @@ def test_another_origin_frames_the_live_embed_and_the_dashboard_refuses_to_be_fr
     _start_run(trainer, run_id, 29)
     servers.wait_web()
     embed = f"{servers.url}/embed/runs/{run_id}/chart/?series={contract.M_LOSS}&steps=0.."
-    (tmp_path / "blog.html").write_text(f'<!doctype html><title>a blog</title><link rel="icon" href="data:,"><h1>My post</h1>'
-                                        f'<iframe id="chart" src="{embed}" width="600" height="300"></iframe>')
+    (tmp_path / "blog.html").write_text('<!doctype html><title>a blog</title><link rel="icon" href="data:,">'
+                                        f'<h1>My post</h1><iframe id="chart" src="{embed}" width="600" '
+                                        'height="300"></iframe>')
     port = free_port()
     blog = ThreadingHTTPServer(("127.0.0.1", port), partial(_Quiet, directory=str(tmp_path)))
     threading.Thread(target=blog.serve_forever, daemon=True).start()
