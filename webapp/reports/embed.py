@@ -14,6 +14,7 @@ from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
 from django.http import JsonResponse, QueryDict
+from django.http.request import validate_host
 from django.shortcuts import get_object_or_404, render
 from django.urls import Resolver404, resolve, reverse
 from django.utils.html import escape
@@ -71,10 +72,12 @@ def embed_url(run_id: str, series: str, start, end) -> str:
     return reverse("embed-chart", args=[run_id]) + "?" + urlencode(q)
 
 
-def _target(url: str):
+def _target(request, url: str):
     """(run, series, start, end) that an oEmbed `url` of this site names; ApiError 404 for anything else."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.path:
+    host = (parts.hostname or "").lower()
+    ours = host == request.get_host().split(":")[0].lower() or validate_host(host, settings.ALLOWED_HOSTS)
+    if parts.scheme not in ("http", "https") or not parts.path or not ours:
         raise ApiError(404, "url is not a page of this site that can be embedded", parameter="url")
     try:
         match = resolve(parts.path)
@@ -105,7 +108,7 @@ def oembed(request):
     url = request.GET.get("url", "")
     if not url or len(url) > 2000:
         raise ApiError(400, "parameter 'url' is required", parameter="url")
-    run, series, start, end = _target(url)
+    run, series, start, end = _target(request, url)
     width = min(WIDTH, int_param(request, "maxwidth", WIDTH, lo=MIN_SIZE, hi=10_000))
     height = min(HEIGHT, int_param(request, "maxheight", HEIGHT, lo=MIN_SIZE, hi=10_000))
     src = request.build_absolute_uri(embed_url(run.id, series, start, end))

@@ -55,6 +55,7 @@ def test_oembed_answers_for_run_pages_and_embeds_of_this_site(world, client):
     again = client.get("/oembed", {"url": src}).json()
     assert again["html"] == data["html"].replace('width="400"', 'width="640"')
     assert client.get("/oembed", {"url": "http://testserver/reports/"}).status_code == 404
+    assert client.get("/oembed", {"url": f"https://elsewhere.example/runs/{RUN}/"}).status_code == 404
     assert client.get("/oembed", {"url": "http://testserver/runs/nope/"}).status_code == 404
     assert client.get("/oembed", {"url": f"http://testserver/runs/{RUN}/", "format": "xml"}).status_code == 501
     assert client.get("/oembed").status_code == 400
