@@ -265,7 +265,7 @@ def run_bench(args) -> dict:
         for tier in args.tiers:
             urls = ([f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports] if tier == "hub"
                     else [f"ws://127.0.0.1:{nchan_port}/live/runs/{run_id}/"
-                          + ("lite/" if args.subscribe == "default" else "")])
+                          + ("lite/" if args.subscribe in ("default", "embed") else "")])
             phases[tier] = phase(args, tier, urls, [psutil.Process(p.pid) for p in tier_procs[tier]], others,
                                  trainer, tap)
     finally:
@@ -311,6 +311,8 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
     resume = None
     if args.subscribe == "default":
         resume = {"type": "resume", "metrics": dashboard_subscription(demo_names())}
+    elif args.subscribe == "embed":  # an embed or a report's chart block (static/js/minichart.js): one series
+        resume = {"type": "resume", "metrics": [contract.M_LOSS]}
     nw = args.workers or max(1, min(8, math.ceil(args.viewers / 400)))
     per = [args.viewers // nw + (1 if i < args.viewers % nw else 0) for i in range(nw)]
     ctx = mp.get_context("spawn")
@@ -409,8 +411,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="measured window")
     ap.add_argument("--replicas", type=int, default=1, help="web server processes (viewers round-robin)")
     ap.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
-    ap.add_argument("--subscribe", choices=("default", "all"), default="default",
-                    help="default: the dashboard's default series (a browser); all: no resume, every series")
+    ap.add_argument("--subscribe", choices=("default", "all", "embed"), default="default",
+                    help="default: the dashboard's default series (a browser); all: no resume, every series; "
+                         "embed: one series (train/loss), what an embed or a report chart subscribes")
     ap.add_argument("--publisher", choices=("synthetic", "demo"), default="synthetic")
     ap.add_argument("--rate", type=float, default=5.0, help="synthetic steps per second (the demo's rate)")
     ap.add_argument("--workers", type=int, default=0, help="viewer processes (default: one per 400, at most 8)")

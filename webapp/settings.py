@@ -185,6 +185,7 @@ INSTALLED_APPS = [
     "webapp.control",
     "webapp.ops",
     "webapp.live",
+    "webapp.reports",  # reports and embeds: they read every app above (live's subscription details included)
     "webapp.publicapi",  # exports, the OpenAPI schema and docs, the /api/ envelope
     "webapp.front",  # last: the front page reads every app before it; link previews
 ]
@@ -294,6 +295,10 @@ CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
     "object-src": ["'none'"], "base-uri": ["'self'"], "form-action": ["'self'"], "frame-ancestors": ["'none'"],
 }}
 X_FRAME_OPTIONS = "DENY"
+# The one exception: /embed/ pages (webapp/reports/embed.py) take these as frame-ancestors, without X-Frame-Options.
+OBS_EMBED_FRAME_ANCESTORS = env_list("OBS_EMBED_FRAME_ANCESTORS", "*")
+if any(s.strip("'") == "none" for s in OBS_EMBED_FRAME_ANCESTORS) and len(OBS_EMBED_FRAME_ANCESTORS) > 1:
+    raise ImproperlyConfigured("OBS_EMBED_FRAME_ANCESTORS: 'none' cannot be combined with other sources")
 SESSION_COOKIE_HTTPONLY = True
 if not (DEBUG or TESTING):  # (the test client speaks plain HTTP; a test runs `check --deploy` on these)
     # Production: HTTPS only. Behind a TLS-terminating proxy set OBS_BEHIND_TLS_PROXY=1 (X-Forwarded-Proto).

@@ -26,6 +26,7 @@ urlpatterns = [
     path("", include("webapp.annotations.urls")),
     path("", include("webapp.control.urls")),
     path("", include("webapp.ops.urls")),
+    path("", include("webapp.reports.urls")),
     path("", include("webapp.publicapi.urls")),
     path("", include("webapp.front.urls")),
     path("admin/", admin.site.urls),

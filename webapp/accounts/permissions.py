@@ -35,6 +35,9 @@ MATRIX: dict[str, frozenset[str]] = {
     "annotation.edit_own": SIGNED_IN,  # edit (history kept) or delete one's own annotations and replies
     "annotation.react": SIGNED_IN,  # "+1", "explains it", ... on an annotation or a reply
     "annotation.moderate": frozenset({MODERATOR, OPERATOR}),  # hide / restore annotations and replies, with a reason
+    "report.create": SIGNED_IN,  # write a report (a draft until published)
+    "report.edit_own": SIGNED_IN,  # edit (history kept), publish or delete one's own reports
+    "report.moderate": frozenset({MODERATOR, OPERATOR}),  # hide / restore a report, with a reason
 }
 # The Django admin (/admin/) is outside the matrix: Django's own staff flag and model permissions guard it.
 

@@ -23,6 +23,7 @@ from .conftest import make_user
 RUN = "matrix-run"
 ANOMALY = 4242  # the anomaly `world` creates (triage cells)
 ANNOTATION = 4343  # the annotation `world` creates (thread cells), by a user who is no persona
+REPORT = 4545  # the published report `world` creates, by the same user
 _n = itertools.count()
 
 
@@ -84,6 +85,20 @@ CELLS = [
      True),
     ("annotation.moderate", "post", f"/api/annotations/{ANNOTATION}/moderation/",
      lambda: json.dumps({"action": "hide", "reason": "matrix test"}), True),
+    ("runs.view", "get", "/reports/", None, False),
+    ("runs.view", "get", f"/reports/{REPORT}/", None, False),
+    ("runs.view", "get", f"/reports/{REPORT}/history/", None, False),
+    ("runs.view", "get", f"/embed/runs/{RUN}/chart/?series=train/loss&steps=0..50", None, False),
+    ("runs.view", "get", f"/oembed?url=http://testserver/runs/{RUN}/&format=json", None, True),
+    ("runs.view", "get", "/api/reports/", None, True),
+    ("runs.view", "get", f"/api/reports/{REPORT}/", None, True),
+    ("runs.view", "get", f"/api/reports/{REPORT}/revisions/", None, True),
+    ("runs.view", "get", f"/api/runs/{RUN}/reports/", None, True),
+    ("report.create", "get", "/reports/new/", None, False),
+    ("report.create", "post", "/reports/new/",
+     lambda: {"title": "matrix", "body": f"{{{{chart run={RUN} series=train/loss}}}}", "action": "publish"}, False),
+    ("report.moderate", "post", f"/reports/{REPORT}/moderation/", lambda: {"action": "hide", "reason": "matrix"},
+     False),
 ]
 
 
@@ -111,6 +126,9 @@ def world(db, settings, redis_client):
     from ..annotations.conftest import matrix_annotation
 
     matrix_annotation(RUN, ANNOTATION)
+    from ..reports.conftest import matrix_report
+
+    matrix_report(REPORT, RUN)
 
 
 @pytest.mark.parametrize("persona", PERSONAS)
@@ -204,8 +222,32 @@ def test_annotation_edit_own_from_every_persona(world, personas, persona):
         assert client.delete(url).status_code == (200 if allowed else refused), url
 
 
+@pytest.mark.parametrize("persona", PERSONAS)
+def test_report_edit_own_from_every_persona(world, personas, persona):
+    """`report.edit_own`: each persona edits, publishes and deletes its own report; nobody edits another's."""
+    from django.contrib.auth import get_user_model
+
+    from webapp.reports.models import Report
+
+    client, allowed = personas[persona], persona in MATRIX["report.edit_own"]
+    user = get_user_model().objects.filter(username=f"{persona}-user").first()
+    mine = Report.objects.create(author=user, title="mine", body="b", parts=[]).id
+    refused = (302,) if persona == "anonymous" else (403,)
+    edit = {"title": "edited", "body": "text", "action": "draft"}
+    for pk, own in ((mine, True), (REPORT, False)):
+        code = client.post(f"/reports/{pk}/edit/", edit).status_code
+        assert code in ((302,) if allowed and own else refused), (pk, code)
+    assert client.post(f"/reports/{mine}/publish/").status_code in ((302,) if allowed else refused)
+    assert client.post(f"/reports/{REPORT}/delete/").status_code in refused
+    assert client.post(f"/reports/{mine}/delete/").status_code in ((302,) if allowed else refused)
+    if allowed:
+        assert Report.objects.get(pk=mine).title == "edited" and Report.objects.get(pk=mine).deleted_at is not None
+        location = client.post(f"/reports/{REPORT}/edit/", edit)
+        assert location.status_code == 403
+
+
 FIELD_CELLS = {"run.failure_detail"}  # tested above: a field of a public answer, not an endpoint
-OWN_CELLS = {"annotation.edit_own"}  # tested above: "own" differs per persona
+OWN_CELLS = {"annotation.edit_own", "report.edit_own"}  # tested above: "own" differs per persona
 
 
 def test_every_action_in_the_matrix_has_cells_in_this_test():
@@ -247,7 +289,7 @@ def test_session_posts_need_a_csrf_token(world, personas):
 # every persona here; the token side is test_run_publish_through_the_intake_from_every_persona).
 TOKEN = "token"
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-OWN_ACTIONS = {"annotation.edit_own"}  # allowed personas may still be refused (403) what is not theirs
+OWN_ACTIONS = {"annotation.edit_own", "report.edit_own"}  # allowed personas may still be refused (403) what is not theirs
 R, AUTH = {"GET": "runs.view"}, {"GET": "account.auth", "POST": "account.auth"}
 ROUTE_METHODS = {
     "accounts/signup/": AUTH,
@@ -308,13 +350,28 @@ ROUTE_METHODS = {
     "api/runs/<str:run_id>/export.json": R,
     "api/runs/<str:run_id>/export.parquet": R,
     "api/runs/<str:run_id>/records.json": R,
+    "reports/": R,
+    "reports/new/": {"GET": "report.create", "POST": "report.create"},
+    "reports/<int:pk>/": R,
+    "reports/<int:pk>/edit/": {"GET": "report.edit_own", "POST": "report.edit_own"},
+    "reports/<int:pk>/publish/": {"POST": "report.edit_own"},
+    "reports/<int:pk>/delete/": {"POST": "report.edit_own"},
+    "reports/<int:pk>/moderation/": {"POST": "report.moderate"},
+    "reports/<int:pk>/history/": R,
+    "embed/runs/<str:run_id>/chart/": R,
+    "oembed": R,
+    "api/reports/": R,
+    "api/reports/<int:pk>/": R,
+    "api/reports/<int:pk>/revisions/": R,
+    "api/runs/<str:run_id>/reports/": R,
 }
 REPLY = 4444  # a reply to ANNOTATION by its author (no persona)
 
 
 def _sample_url(route: str) -> str:
     """A concrete URL of a route pattern, naming the world's objects."""
-    pk = ANOMALY if "anomalies" in route else REPLY if route.startswith("api/replies/") else ANNOTATION
+    pk = (ANOMALY if "anomalies" in route else REPLY if route.startswith("api/replies/")
+          else REPORT if "reports/" in route else ANNOTATION)
     values = {"run_id": RUN, "pk": pk, "name": "matrix-exp" if route.startswith("experiments/") else "train/loss",
               "token_id": 999_999, "uidb64": "MQ", "token": "set-password"}
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(values[m.group(1)]), route)

@@ -1,0 +1,63 @@
+"""A report with every kind of block, and an embed, at phone and desktop widths: nothing wider than the viewport,
+no serious or critical axe-core violation, the charts drawn."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.utils import timezone
+
+from ..dashboard.conftest import OVERFLOW_JS, apply, axe_violations, demo_messages, web  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SIZES = [(390, 844), (1400, 900)]
+DRAWN = "() => [...document.querySelectorAll('.minichart')].every((c) => Number(c.dataset.points) > 0)"
+
+
+@pytest.fixture
+def report(live_env):
+    from django.contrib.auth import get_user_model
+
+    from webapp.annotations.models import Annotation, Reply
+    from webapp.anomalies.models import Anomaly
+    from webapp.reports import blocks
+    from webapp.reports.models import Report
+
+    apply("demo-a", demo_messages("demo-a"))
+    apply("demo-b", demo_messages("demo-b"))
+    user = get_user_model().objects.create_user("a11y-author", "a11y@example.org", "x" * 12)
+    ann = Annotation.objects.create(run_id="demo-a", author=user, title="a bump", body="b", body_html="<p>b</p>",
+                                    step_start=10, step_end=20)
+    Reply.objects.create(annotation=ann, author=user, body="seen", body_html="<p>seen</p>")
+    an = Anomaly.objects.create(run_id="demo-a", key="loss_spike train/loss 30", kind="loss_spike",
+                                metric="train/loss", start_step=30, peak_step=30, detected_step=31,
+                                severity="warning", score=2.0, explanation="loss 3 at step 30 is 1.5× its level")
+    body = ("# Findings\n\nA *short* write-up.\n\n{{chart run=demo-a series=train/loss steps=5..}}\n"
+            f"{{{{annotation id={ann.id}}}}}\n{{{{anomaly id={an.id}}}}}\n{{{{forecast run=demo-a}}}}\n"
+            "{{compare runs=demo-a,demo-b series=train/loss}}\n")
+    parts = blocks.parse(body)
+    r = Report.objects.create(author=user, title="Findings on demo-a", body=body, parts=parts,
+                              published_at=timezone.now())
+    r.runs.set(blocks.cited_runs(parts))
+    return r.id
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+def test_report_and_embed_fit_and_pass_axe(report, web, new_page, width, height):
+    page = new_page(viewport={"width": width, "height": height})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    for url in (f"/reports/{report}/", "/reports/", "/embed/runs/demo-a/chart/?series=train/loss"):
+        page.goto(web.url + url)
+        if "/reports/" != url:
+            page.wait_for_function(DRAWN, timeout=30_000)
+        layout = page.evaluate(OVERFLOW_JS)
+        assert layout["bad"] == [] and layout["scrollWidth"] <= width, (url, layout)
+        assert axe_violations(page) == [], url
+        if os.environ.get("OBS_SHOTS_DIR"):
+            name = url.strip("/").split("?")[0].replace("/", "-")
+            page.screenshot(path=os.path.join(os.environ["OBS_SHOTS_DIR"], f"{name}-{width}.png"), full_page=True)
+    assert errors == []
