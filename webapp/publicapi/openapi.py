@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from webapp.publicapi import spec_reads, spec_reports, spec_writes
+from webapp.publicapi import spec_front, spec_reads, spec_reports, spec_writes
 from webapp.publicapi.middleware import API_VERSION
 from webapp.publicapi.spec import obj
 
@@ -30,7 +30,7 @@ DESCRIPTION = """The public API of Observatory, a live training observatory (doc
 @functools.cache
 def document() -> dict:
     paths: dict = {}
-    for fragment in (spec_reads.PATHS, spec_writes.PATHS, spec_reports.PATHS):
+    for fragment in (spec_reads.PATHS, spec_writes.PATHS, spec_reports.PATHS, spec_front.PATHS):
         for path, ops in fragment.items():
             paths.setdefault(path, {}).update(ops)
     return {
