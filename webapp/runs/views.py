@@ -49,5 +49,5 @@ def dashboard(request, run_id: str):
         "run": run,
         "started": pagedata.first_started(run),
         "progress": pagedata.progress(run), "glossary": contract.GLOSSARY,
-        "page": page,
+        "page": page, "facts": pagedata.facts(page["detail"]),
     })
