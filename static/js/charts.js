@@ -109,6 +109,7 @@ window.Obs = window.Obs || {};
       act(".remove", "Remove the " + title + " chart", () => this.ctx.chartAction(this.id, "remove"));
       q(".table-alt").addEventListener("toggle", () => this.renderTable());
       this.box = box; this.title = title;
+      if (Obs.downloadMenu) Obs.downloadMenu(this, q(".chart-tools")); // (downloads.js)
       this.plot = q(".plot");
       this.plot.id = "chart-" + slug;
       parent.appendChild(box);
@@ -375,6 +376,7 @@ window.Obs = window.Obs || {};
       this.items.forEach((it) => { it.pending = null; });
       Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
       this.note();
+      if (Obs.downloadLinks) Obs.downloadLinks(this);
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
       if (this.box.querySelector(".table-alt").open && now - (this.tableAt || 0) > 1000) this.renderTable();
     }
