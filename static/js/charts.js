@@ -333,10 +333,10 @@ window.Obs = window.Obs || {};
       const rw = this.ctx.rewinds || [];
       lay.shapes = rw.map((r) => ({type: "line", xref: "x", yref: "paper", x0: x(r.to_step), x1: x(r.to_step),
                                    y0: 0, y1: 1, line: {color: t.muted, width: 1, dash: "dash"}}));
-      lay.annotations = rw.map((r) => ({xref: "x", yref: "paper", x: x(r.to_step), y: 1, yanchor: "bottom",
-                                        showarrow: false, font: {size: 9, color: t.muted},
-                                        text: r.label || `↺ ${r.from_step}→${r.to_step}`}));
-      const folding = [];
+      lay.annotations = [];
+      // a rewind's label (centred on its line) folds with close command and anomaly labels too
+      const folding = rw.map((r, i) => ({id: "rewind-" + i, x0: r.to_step, textColor: t.muted, anchor: "center",
+                                         label: r.label || `↺ ${r.from_step}→${r.to_step}`, collapse: true}));
       for (const o of Obs.overlaysFor(this)) {
         const band = o.x1 !== undefined && o.x1 !== o.x0;
         lay.shapes.push(band
@@ -360,8 +360,8 @@ window.Obs = window.Obs || {};
 
     markLabel(x, g) {
       const o = g[0], many = g.length > 1;
-      return {xref: "x", yref: "paper", x: x(o.x0), y: 1, yanchor: "bottom", xanchor: "left", showarrow: false,
-              font: {size: 9, color: o.textColor || "#8d4a00"}, text: Obs.groupLabel(g),
+      return {xref: "x", yref: "paper", x: x(o.x0), y: 1, yanchor: "bottom", xanchor: o.anchor || "left",
+              showarrow: false, font: {size: 9, color: o.textColor || "#8d4a00"}, text: Obs.groupLabel(g),
               hovertext: many || o.hover ? Obs.groupHover(g) : undefined, captureevents: many || !!o.onClick,
               overlayId: many ? this.groupId(g) : o.id};
     }

@@ -16,6 +16,17 @@ window.Obs = window.Obs || {};
     return `/api/v1/runs/${encodeURIComponent(runId)}/export.${fmt}?${q}`;
   };
 
+  // The open menu inside the viewport: under the summary's right edge (CSS), moved left or right as far as needed
+  // (a phone's tool bar may sit anywhere along the narrow chart head).
+  const fit = (menu) => {
+    menu.style.left = menu.style.right = "";
+    const r = menu.getBoundingClientRect(), vw = document.documentElement.clientWidth;
+    const left = Math.max(8, Math.min(r.left, vw - 8 - r.width));
+    if (left === r.left) return;
+    menu.style.left = (left - menu.parentElement.getBoundingClientRect().left) + "px";
+    menu.style.right = "auto";
+  };
+
   // The chart's download menu (a <details> in its tool bar): made once, by the chart's build().
   Obs.downloadMenu = (chart, tools) => {
     const det = document.createElement("details");
@@ -37,7 +48,7 @@ window.Obs = window.Obs || {};
     note.className = "muted download-note";
     menu.append(note);
     det.append(sum, menu);
-    det.addEventListener("toggle", () => Obs.downloadLinks(chart));
+    det.addEventListener("toggle", () => { Obs.downloadLinks(chart); if (det.open) fit(menu); });
     tools.prepend(det);
     const close = (ev) => {
       if (!det.isConnected) document.removeEventListener("click", close); // (the chart was removed)

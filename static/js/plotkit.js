@@ -203,17 +203,22 @@ window.Obs = window.Obs || {};
   // Labelled marks whose labels would overprint at the chart's current scale, in groups: sorted by pixel x, a mark
   // joins the group before it when it starts before that group's label ends (its first label's estimated width
   // at `charPx` a character, or the group's "+N" label's). px(step): the mark's x in pixels at the current zoom.
+  // A mark with anchor "center" has its label centred on it.
   Obs.labelGroups = (marks, px, charPx) => {
-    const sorted = marks.map((o) => ({o, at: px(o.x0)})).filter((m) => Number.isFinite(m.at))
-      .sort((a, b) => a.at - b.at);
+    const span = (o, text) => { // [left, right] of a label in pixels
+      const w = text.length * charPx + 8, at = px(o.x0);
+      return o.anchor === "center" ? [at - w / 2, at + w / 2] : [at, at + w];
+    };
+    const sorted = marks.map((o) => ({o, at: span(o, String(o.label))})).filter((m) => Number.isFinite(m.at[0]))
+      .sort((a, b) => a.at[0] - b.at[0]);
     const groups = [];
     let cur = null;
     for (const m of sorted) {
-      if (cur && m.at < cur.end) {
+      if (cur && m.at[0] < cur.end) {
         cur.marks.push(m.o);
-        cur.end = Math.max(cur.end, cur.at + Obs.groupLabel(cur.marks).length * charPx + 8);
+        cur.end = Math.max(cur.end, span(cur.marks[0], Obs.groupLabel(cur.marks))[1]); // (the label drawn)
       } else {
-        cur = {at: m.at, marks: [m.o], end: m.at + String(m.o.label).length * charPx + 8};
+        cur = {marks: [m.o], end: m.at[1]};
         groups.push(cur);
       }
     }

@@ -83,3 +83,19 @@ def test_each_chart_downloads_its_series_over_the_visible_steps(live_env, web, n
     assert len([r for r in everything if r["series"] == contract.M_LOSS]) == 60
     assert page.request.get(web.url + whole["records"]).json()["run"]["id"] == "dl"
     assert errors == []
+
+
+def test_on_a_phone_every_chart_menu_opens_inside_the_screen(live_env, web, new_page):
+    apply("dl-phone", demo_messages("dl-phone"))
+    page = new_page(viewport={"width": 390, "height": 844})
+    page.goto(f"{web.url}/runs/dl-phone/")
+    page.wait_for_function(f"() => ({LINKS})('{contract.M_LOSS}').csv", timeout=30_000)
+    for metric in (contract.M_LOSS, contract.M_LR, contract.M_GRAD_NORM):
+        chart = f'.chart[data-metric="{metric}"]'
+        page.locator(chart).scroll_into_view_if_needed()
+        page.click(f"{chart} details.download summary")
+        menu = f"document.querySelector('{chart} .download-menu').getBoundingClientRect()"
+        page.wait_for_function(f"() => {{ const r = {menu}; return r.width > 0 && r.left >= 0 && r.right <= 390; }}",
+                               timeout=5_000)  # (placed by the menu's toggle event)
+        page.click(f"{chart} h3")  # a click elsewhere closes it
+        assert not page.evaluate(f"() => document.querySelector('{chart} details.download').open")

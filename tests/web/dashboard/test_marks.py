@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 LOSS = "chart-train-loss"
 CLOSE = [20, 21, 22, 23, 24]
 LABELS = f"""() => (document.getElementById('{LOSS}').layout.annotations || [])
-  .filter((a) => a.overlayId && String(a.overlayId).match(/^(group:)?intervention-/))
+  .filter((a) => a.overlayId && /intervention-/.test(String(a.overlayId)))
   .map((a) => ({{text: a.text, hover: a.hovertext || '', id: String(a.overlayId)}}))"""
 # Every marker label drawn on the loss chart, as boxes on the screen.
 BOXES = f"""() => [...document.querySelectorAll('#{LOSS} .annotation')].map((e) => e.getBoundingClientRect())
