@@ -386,7 +386,7 @@ window.Obs = window.Obs || {};
       const steps = g.map((o) => o.x0), lo = Math.min(...steps), hi = Math.max(...steps);
       if (hi - lo < 1) { Obs.overlayClicked(g[0].id); return; } // (one step: zooming would not part them)
       const pad = Math.max(2, (hi - lo) * 0.5);
-      Obs.zoomTo(Math.max(0, lo - pad), hi + pad);
+      if (Obs.zoomTo) Obs.zoomTo(Math.max(0, lo - pad), hi + pad); // (the dashboard's)
     }
 
     // ---------------------------------------------------------------------------------------- drawing
