@@ -13,6 +13,8 @@
   let page = null, ctx = null, logUrl = "";
 
   const label = (a) => a.kind.replace(/_/g, " ");
+  const hover = (a) => `step ${a.start_step} · ${a.severity}: ${label(a)}` +
+    (a.explanation ? " — " + a.explanation : "");
 
   // The line chart showing a metric: the default charts' own and optional series, or a per-domain series under
   // a chart's prefix; anything else (router loads, step time, the heartbeat) is marked on the loss chart.
@@ -37,12 +39,14 @@
       const same = out.get(at);
       if (same) {
         if (!same.label.includes(label(a))) same.label += ", " + label(a);
+        same.hover.push(hover(a));
         if (a.severity === "critical") Object.assign(same, {color: closed ? c.band : c.line, textColor: c.text});
         if (closed && (same.x1 === undefined || a.end_step > same.x1)) same.x1 = a.end_step;
         continue;
       }
       out.set(at, {id: "anomaly-" + a.id, x0: a.start_step, x1: closed ? a.end_step : undefined, metric,
-                   label: "⚠ " + label(a), color: closed ? c.band : c.line, textColor: c.text,
+                   label: "⚠ " + label(a), hover: [hover(a)], color: closed ? c.band : c.line, textColor: c.text,
+                   collapse: true,
                    onClick: () => { location.href = logUrl + "#a-" + a.id; }});
     }
     return [...out.values()];

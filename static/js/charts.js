@@ -25,6 +25,8 @@ window.Obs = window.Obs || {};
   const LIVE_HEADROOM = 0.04; // a live chart's axes reach this fraction of their span past the data
   const PENDING_MAX = 2000; // live points held for an undrawn chart before it redraws fully instead
   const TABLE_ROWS = 1000;
+  const MODEBAR_PX = 200; // the width of the charts' mode bar (plotkit.js CONFIG), top right
+  const LABEL_CHAR_PX = 5.6; // a marker label's width per character (9 px font), to tell when two would overprint
   const EMPTY = {steps: [], values: [], nfSteps: [], nfKinds: []};
 
   const merge = (a, b, from, to) => { // a's points outside [from, to], b's inside
@@ -109,6 +111,7 @@ window.Obs = window.Obs || {};
       act(".remove", "Remove the " + title + " chart", () => this.ctx.chartAction(this.id, "remove"));
       q(".table-alt").addEventListener("toggle", () => this.renderTable());
       this.box = box; this.title = title;
+      if (Obs.downloadMenu) Obs.downloadMenu(this, q(".chart-tools")); // (downloads.js)
       this.plot = q(".plot");
       this.plot.id = "chart-" + slug;
       parent.appendChild(box);
@@ -257,7 +260,7 @@ window.Obs = window.Obs || {};
         this.fitY(lay.yaxis, traces, "y", range, log);
         if (lay.yaxis3) this.fitY(lay.yaxis3, traces, "y3", range, false);
       }
-      this.marks(lay, t);
+      this.marks(lay, t, traces);
       return lay;
     }
 
@@ -279,7 +282,10 @@ window.Obs = window.Obs || {};
       let top = this.labelled() ? 22 : 8; // marker labels (rewinds, overlays) sit just above the plot
       if (multi) {
         const width = this.items.reduce((a, it) => a + 44 + 6 * this.label(it.name).length, 0);
-        top += 20 * Math.ceil(width / Math.max(200, (this.width || 600) - 60));
+        const rows = Math.ceil(width / Math.max(200, (this.width || 600) - 60));
+        top += 20 * rows;
+        // the legend's first row reaching under the mode bar (top right; a phone's narrow chart): room above it
+        if (rows > 1 || px(chars("y")) + width > (this.width || 600) - MODEBAR_PX) top += 30;
       }
       return {l: px(chars("y")), r: sec ? px(chars("y3")) + 14 : 12, t: top, b: time ? 52 : 38};
     }
@@ -322,14 +328,15 @@ window.Obs = window.Obs || {};
       axis.autorange = false;
     }
 
-    marks(lay, t) { // rewinds and feature overlays (anomalies, annotations, interventions): Obs.setOverlays
+    marks(lay, t, traces) { // rewinds and feature overlays (anomalies, annotations, interventions): Obs.setOverlays
       const xa = this.ctx.xaxis, x = (step) => xa.toX([step])[0];
       const rw = this.ctx.rewinds || [];
       lay.shapes = rw.map((r) => ({type: "line", xref: "x", yref: "paper", x0: x(r.to_step), x1: x(r.to_step),
                                    y0: 0, y1: 1, line: {color: t.muted, width: 1, dash: "dash"}}));
-      lay.annotations = rw.map((r) => ({xref: "x", yref: "paper", x: x(r.to_step), y: 1, yanchor: "bottom",
-                                        showarrow: false, font: {size: 9, color: t.muted},
-                                        text: r.label || `↺ ${r.from_step}→${r.to_step}`}));
+      lay.annotations = [];
+      // a rewind's label (centred on its line) folds with close command and anomaly labels too
+      const folding = rw.map((r, i) => ({id: "rewind-" + i, x0: r.to_step, textColor: t.muted, anchor: "center",
+                                         label: r.label || `↺ ${r.from_step}→${r.to_step}`, collapse: true}));
       for (const o of Obs.overlaysFor(this)) {
         const band = o.x1 !== undefined && o.x1 !== o.x0;
         lay.shapes.push(band
@@ -337,12 +344,49 @@ window.Obs = window.Obs || {};
              fillcolor: o.color || "rgba(255,160,0,0.18)", line: {width: 0}}
           : {type: "line", xref: "x", yref: "paper", x0: x(o.x0), x1: x(o.x0), y0: 0, y1: 1,
              line: {color: o.color || "#ef6c00", width: 1.5}});
-        if (o.label) {
-          lay.annotations.push({xref: "x", yref: "paper", x: x(o.x0), y: 1, yanchor: "bottom", xanchor: "left",
-                                showarrow: false, font: {size: 9, color: o.textColor || "#8d4a00"}, text: o.label,
-                                captureevents: !!o.onClick, overlayId: o.id});
+        if (o.label && o.collapse) folding.push(o);
+        else if (o.label) lay.annotations.push(this.markLabel(x, [o]));
+      }
+      // close labels fold into one at this zoom (a click on it zooms in on them; its hover lists them all)
+      const px = this.pixels(lay, traces);
+      this.groups = new Map();
+      for (const g of Obs.labelGroups(folding, (step) => px(x(step)), LABEL_CHAR_PX)) {
+        lay.annotations.push(this.markLabel(x, g));
+        if (g.length > 1) this.groups.set(this.groupId(g), g);
+      }
+    }
+
+    groupId(g) { return "group:" + g.map((o) => o.id).join(","); }
+
+    markLabel(x, g) {
+      const o = g[0], many = g.length > 1;
+      return {xref: "x", yref: "paper", x: x(o.x0), y: 1, yanchor: "bottom", xanchor: o.anchor || "left",
+              showarrow: false, font: {size: 9, color: o.textColor || "#8d4a00"}, text: Obs.groupLabel(g),
+              hovertext: many || o.hover ? Obs.groupHover(g) : undefined, captureevents: many || !!o.onClick,
+              overlayId: many ? this.groupId(g) : o.id};
+    }
+
+    // x (axis units) -> pixels from the plot's left edge, for the x range this layout draws (its own, else what
+    // autorange will make of the lines).
+    pixels(lay, traces) {
+      let [lo, hi] = lay.xaxis.autorange === false && lay.xaxis.range ? lay.xaxis.range : [Infinity, -Infinity];
+      if (!(hi > lo)) {
+        for (const tr of traces || []) {
+          if (tr.mode !== "lines" || !tr.x || !tr.x.length) continue;
+          lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
         }
       }
+      const width = Math.max(50, (this.width || 600) - lay.margin.l - lay.margin.r);
+      return hi > lo ? (v) => (v - lo) / (hi - lo) * width : () => 0; // (no extent: every mark at one place)
+    }
+
+    clickedLabel(id) {
+      const g = this.groups && this.groups.get(id);
+      if (!g) { Obs.overlayClicked(id); return; }
+      const steps = g.map((o) => o.x0), lo = Math.min(...steps), hi = Math.max(...steps);
+      if (hi - lo < 1) { Obs.overlayClicked(g[0].id); return; } // (one step: zooming would not part them)
+      const pad = Math.max(2, (hi - lo) * 0.5);
+      if (Obs.zoomTo) Obs.zoomTo(Math.max(0, lo - pad), hi + pad); // (the dashboard's)
     }
 
     // ---------------------------------------------------------------------------------------- drawing
@@ -375,12 +419,13 @@ window.Obs = window.Obs || {};
       this.items.forEach((it) => { it.pending = null; });
       Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
       this.note();
+      if (Obs.downloadLinks) Obs.downloadLinks(this);
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
       if (this.box.querySelector(".table-alt").open && now - (this.tableAt || 0) > 1000) this.renderTable();
     }
 
     bind() { // the plot's own events, once Plotly has made it
-      this.plot.on("plotly_clickannotation", (ev) => Obs.overlayClicked(ev.annotation && ev.annotation.overlayId));
+      this.plot.on("plotly_clickannotation", (ev) => this.clickedLabel(ev.annotation && ev.annotation.overlayId));
       this.plot.on("plotly_relayout", (ev) => this.relayouted(ev));
     }
 

@@ -1,5 +1,6 @@
 // Operator interventions on the public dashboard: every applied command drawn as a marker at the step the trainer
-// applied it, labelled with its reason (and the operator's name where they opted in); undone ones in grey.
+// applied it, labelled with its reason (and the operator's name where they opted in); undone ones in grey. Labels
+// too close to read at the chart's zoom fold into one with a count (charts.js), each reason in full on hover.
 // Source: GET /api/runs/<id>/interventions/ (public). Drawn through Obs.setOverlays("interventions", ...).
 "use strict";
 
@@ -27,6 +28,7 @@ window.Obs = window.Obs || {};
       id: "intervention-" + group[0].id, x0: group[0].step, color: undone ? "#9e9e9e" : "#6a1b9a",
       textColor: undone ? "#757575" : "#4a148c",
       label: plain(short(text(group[0])) + (group.length > 1 ? ` +${group.length - 1}` : "")),
+      hover: group.map((c) => `step ${c.step} · ${plain(text(c))}`), collapse: true,
       onClick: () => group.forEach((c) => Obs.toast(plain(`${c.command} at step ${c.step}${who(c)}: ${c.reason}. ` +
         `Trainer: ${c.detail}` + (c.undone_by ? ` — ${c.undone_detail}` : "")), "info")),
     };

@@ -11,6 +11,7 @@
   const OUTCOME_WORDS = {timeout: "no answer"};
   // the mixture rule as the contract states it (observatory/contract/commands.py MIXTURE_RULE): relative weights
   const weightsArg = (specs.get("set-mixture") || {args: []}).args.find((a) => a.type === "weights") || {lo: 0};
+  const MODEBAR_PX = 230; // the width of Plotly's default mode bar, top right of the chart
   let snap = page.snapshot;
   let selected = page.select || null;
   let formFor = null; // "<run>/<command>" the form was built for
@@ -288,11 +289,16 @@
     const args = collectArgs(spec);
     if (name === "rollback" && args.step != null) {
       const to = args.step, from = run.step;
-      chart.preview = {band: [to, from]};
       const skip = args.skip_batches ? ` and skips ${args.skip_batches} batches` : "";
-      out.append(el("p", {text: `Restores the checkpoint at step ${to}${skip}: ` +
-        `steps ${to + 1}–${from} (${Math.max(0, from - to)} steps) are superseded, shaded on the chart; ` +
-        `the state at step ${from} is checkpointed first, and commands applied after step ${to} are undone.`}));
+      if (from > to) {
+        chart.preview = {band: [to, from]};
+        out.append(el("p", {text: `Restores the checkpoint at step ${to}${skip}: ` +
+          `steps ${to + 1}–${from} (${from - to} steps) are superseded, shaded on the chart; ` +
+          `the state at step ${from} is checkpointed first, and commands applied after step ${to} are undone.`}));
+      } else { // the newest checkpoint holds the trainer's step: going back to it abandons nothing
+        out.append(el("p", {text: `Restores the checkpoint at step ${to}${skip}: it holds the run's latest step, ` +
+          "so nothing is superseded and no command is undone."}));
+      }
     } else if (name === "set-lr-multiplier" && args.value != null && run.lr != null) {
       const now = run.lr_multiplier ? run.lr / run.lr_multiplier : run.lr;
       out.append(el("p", {text: `LR now ${sig(run.lr)} → ${sig(now * args.value)} (×${args.value} of the ` +
@@ -371,13 +377,21 @@
                    line: {color: "#6a1b9a", width: 1}}));
     const css = getComputedStyle(document.documentElement), v = (name) => css.getPropertyValue(name).trim();
     const axis = {gridcolor: v("--grid"), zerolinecolor: v("--line")};
-    const layout = {margin: {l: 50, r: 60, t: 28, b: 36}, uirevision: run.id, showlegend: true, shapes, annotations,
+    // The legend's rows sit above the plot; where they reach under the mode bar (top right, ~230 px: a phone),
+    // the legend moves down below it instead of under it.
+    const width = $("op-chart").clientWidth || 600;
+    const legendW = traces.reduce((a, t) => a + 44 + 6 * t.name.length, 0);
+    const rows = Math.max(1, Math.ceil(legendW / Math.max(200, width - 110)));
+    const top = 28 + 24 * (rows - 1) + (rows > 1 || 50 + legendW > width - MODEBAR_PX ? 36 : 0);
+    const layout = {margin: {l: 50, r: 60, t: top, b: 36}, uirevision: run.id, showlegend: true, shapes, annotations,
                     paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: v("--fg")},
                     legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
                     xaxis: {...axis, title: {text: "step"}},
                     yaxis: {...axis, title: {text: "loss"}},
-                    yaxis2: {overlaying: "y", side: "right", tickformat: ".2~e", showgrid: false, rangemode: "tozero",
-                             title: {text: "LR"}}};
+                    // its own round ticks (synced to the loss axis they were fractions of its range, one of them
+                    // float noise near 0: "9.53e−20"), formatted by Plotly, which rounds each to the tick spacing
+                    yaxis2: {overlaying: "y", side: "right", tickmode: "auto", exponentformat: "e", showgrid: false,
+                             rangemode: "tozero", title: {text: "LR"}}};
     Plotly.react($("op-chart"), traces, layout, {displaylogo: false, responsive: true});
     $("op-chart-note").textContent = s.loss ? `${num(s.loss.count)} steps stored`
       : chart.known && chart.known.run === run.id ? "no data yet" : "loading…";

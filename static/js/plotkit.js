@@ -174,7 +174,9 @@ window.Obs = window.Obs || {};
 
   // ------------------------------------------------------------------------------------------ overlays
   // Feature modules publish marks on the charts without touching chart code:
-  //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, textColor?, onClick?}]); then ctx.schedule().
+  //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, hover?, collapse?, color?, textColor?, onClick?}]);
+  //   then ctx.schedule(). `hover`: the full text (or lines) shown over the label; `collapse`: close labels of
+  //   such marks fold into one with a count at the chart's current zoom (Obs.labelGroups), every text in its hover.
   // x0/x1 are steps (charts convert them when the x axis shows tokens or time); `metric` limits a mark to the
   // charts that draw that series; x1 absent or equal to x0 draws a line.
   const overlaySources = new Map();
@@ -198,6 +200,39 @@ window.Obs = window.Obs || {};
   Obs.overlayClicked = (id) => {
     overlaySources.forEach((list) => list.forEach((o) => { if (o.id === id && o.onClick) o.onClick(o); }));
   };
+  // Labelled marks whose labels would overprint at the chart's current scale, in groups: sorted by pixel x, a mark
+  // joins the group before it when it starts before that group's label ends (its first label's estimated width
+  // at `charPx` a character, or the group's "+N" label's). px(step): the mark's x in pixels at the current zoom.
+  // A mark with anchor "center" has its label centred on it.
+  Obs.labelGroups = (marks, px, charPx) => {
+    const span = (o, text) => { // [left, right] of a label in pixels
+      const w = text.length * charPx + 8, at = px(o.x0);
+      return o.anchor === "center" ? [at - w / 2, at + w / 2] : [at, at + w];
+    };
+    const sorted = marks.map((o) => ({o, at: span(o, String(o.label))})).filter((m) => Number.isFinite(m.at[0]))
+      .sort((a, b) => a.at[0] - b.at[0]);
+    const groups = [];
+    let cur = null;
+    for (const m of sorted) {
+      if (cur && m.at[0] < cur.end) {
+        cur.marks.push(m.o);
+        cur.end = Math.max(cur.end, span(cur.marks[0], Obs.groupLabel(cur.marks))[1]); // (the label drawn)
+      } else {
+        cur = {marks: [m.o], end: m.at[1]};
+        groups.push(cur);
+      }
+    }
+    return groups.map((g) => g.marks);
+  };
+  // One label for a group: the first mark's, shortened, and how many more; its hover text lists every mark in full.
+  Obs.groupLabel = (marks) => {
+    if (marks.length === 1) return String(marks[0].label);
+    const first = String(marks[0].label);
+    return (first.length > 14 ? first.slice(0, 13) + "…" : first) + ` +${marks.length - 1}`;
+  };
+  const hoverSafe = (s) => String(s).replace(/[<>&]/g, " "); // Plotly reads tags in hover text
+  Obs.groupHover = (marks) => marks.flatMap((o) => [].concat(o.hover || o.label)).map(hoverSafe).join("<br>");
+
   // Extra traces, drawn after a chart's own (whose order is kept): Obs.setTraces(source, (chart) => [trace, ...]
   // or null); then ctx.schedule(). forecast.js draws a forecast band and reference runs this way.
   const traceSources = new Map();

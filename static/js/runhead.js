@@ -46,8 +46,10 @@ window.Obs = window.Obs || {};
         $("stat-tokens").textContent = `${Obs.count(tokens)} of ${Obs.count(budget)} (${(100 * frac).toFixed(1)}%)`;
       }
       const sps = num(p.steps_per_s), heard = this.run && Obs.heard(this.run);
-      $("stat-rate").textContent = !heard ? "–" : sps === null || sps <= 0 ? "–" : sps >= 10 ? sps.toFixed(0) + " steps/s"
-        : sps.toFixed(2) + " steps/s";
+      // a paused trainer's heartbeat still carries the rate it had before the pause: no speed to show
+      const paused = heard && (this.run.state === "paused" || this.run.phase === "paused");
+      $("stat-rate").textContent = !heard ? "–" : paused ? "paused" : sps === null || sps <= 0 ? "–"
+        : sps >= 10 ? sps.toFixed(0) + " steps/s" : sps.toFixed(2) + " steps/s";
       let eta = num(p.eta_s);
       if (eta !== null && this.progressAt && this.run && this.run.state === "training") {
         eta = Math.max(0, eta - (Date.now() - this.progressAt) / 1000);

@@ -13,10 +13,11 @@ from django.db import transaction
 
 from observatory import contract
 from webapp.metrics import imports
-from webapp.runs.models import Run
+from webapp.runs.models import Run, json_clean
 
 SOURCE = "wandb"
 _BAD_NAME_CHARS = re.compile(f"[^{contract.METRIC_NAME_CHARS}]")
+_SUMMARY_KEYS = 1000  # summary entries kept (W&B's own "_runtime", "_step"... are bookkeeping, not kept)
 _PER_RECORD = 1000  # metrics per message: 1000 names of <= 200 characters stay under contract.MAX_PAYLOAD_BYTES
 
 
@@ -38,10 +39,12 @@ class Import:
     points: int = 0
     nonfinite: int = 0
     last_step: int | None = None
+    summary: dict = field(default_factory=dict)
 
 
 def plan(data: dict, run_id: str, name: str | None = None) -> Import:
-    """read_run()'s output -> the messages a trainer would have sent: run, metrics per step, end state, an event."""
+    """read_run()'s output -> the messages a trainer would have sent (run, metrics per step, end state, an event)
+    and the run's summary, which no message carries: write() stores it beside them."""
     out = Import(run_id)
     names: dict[str, str | None] = {}
     by_step: dict[int, dict[str, float]] = defaultdict(dict)
@@ -62,6 +65,10 @@ def plan(data: dict, run_id: str, name: str | None = None) -> Import:
                     out.renamed[key] = names[key]
             if names[key] is not None:
                 by_step[step][names[key]] = value  # a resumed run's repeated step: the later value wins
+    summary = [(k, v) for k, v in data.get("summary", {}).items() if not k.startswith("_")]
+    if len(summary) > _SUMMARY_KEYS:
+        skipped.append(f"{len(summary) - _SUMMARY_KEYS} summary entries past the first {_SUMMARY_KEYS}")
+    out.summary = json_clean(dict(summary[:_SUMMARY_KEYS]))
     out.skipped = list(dict.fromkeys(skipped))
     out.series = len({n for values in by_step.values() for n in values})
     out.points = sum(len(values) for values in by_step.values())
@@ -94,4 +101,5 @@ def write(imp: Import, owner=None) -> Run:
         Run.objects.filter(pk=imp.run_id, source=SOURCE).delete()
         imports.claim(imp.run_id, owner)
         imports.apply_chunked(imp.messages, SOURCE)
+        Run.objects.filter(pk=imp.run_id).update(summary_values=imp.summary)
     return Run.objects.get(pk=imp.run_id)

@@ -37,7 +37,8 @@ PATHS = {
                                                                    *LIMIT_CURSOR], errors=(400,))},
     "/runs/{run_id}/": {"get": op("One run: its record and its latest 200 events", "runs", obj(
         {"id": {"type": "string"}, "events": array(ref("Event")), "full_detail": {"type": "boolean"},
-         "config": {}, "manifest": {}, "last_event_id": {"type": "integer"}}), params=[RUN_ID], errors=(404,))},
+         "config": {}, "summary": {}, "manifest": {}, "last_event_id": {"type": "integer"}}), params=[RUN_ID],
+        errors=(404,))},
     "/runs/{run_id}/events/": {"get": op("A run's event log, oldest first (paginated)", "runs", obj(
         {"run_id": {"type": "string"}, "events": array(ref("Event")), "next": NEXT}),
         params=[RUN_ID, int_query("limit", 1, 1000, "default 200"), *LIMIT_CURSOR])},

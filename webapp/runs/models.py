@@ -94,6 +94,8 @@ class Run(models.Model):
     name = models.CharField(max_length=200, blank=True)
     config = models.JSONField(default=dict, blank=True)
     manifest = models.JSONField(default=dict, blank=True)
+    # a run's closing values beside its series ({"best_loss": 0.19, ...}: W&B's run.summary, kept by its import)
+    summary_values = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=STATE_CHOICES, default="unknown")
     state_detail = models.TextField(blank=True)
     phase = models.CharField(max_length=16, blank=True)  # from the latest heartbeat
@@ -139,8 +141,8 @@ class Run(models.Model):
         """The run's record. Public (full=False): host paths redacted, a failure cut to its one-line reason."""
         last_event = self.events.order_by("-id").values_list("id", flat=True).first()
         out = {**self.summary(), "state_detail": self.state_detail, "heartbeat": self.heartbeat,
-               "config": self.config, "manifest": self.manifest, "last_event_id": last_event or 0,
-               "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S}
+               "config": self.config, "summary": self.summary_values, "manifest": self.manifest,
+               "last_event_id": last_event or 0, "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S}
         if full:
             return out
         return {**redact(out), "state_detail": one_line_reason(self.state_detail)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 from observatory import contract
@@ -145,3 +146,30 @@ def progress(run: Run) -> dict:
 
 def _num(v):
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+MAX_FACTS = 300  # rows per table of the run page's config/summary section; the API has every one
+MAX_FACT_CHARS = 200
+
+
+def _facts(obj, prefix: str = "") -> list[tuple[str, str]]:
+    """A nested JSON object as (dotted key, value text) rows: {"optimizer": {"name": "adamw"}} -> optimizer.name."""
+    rows: list[tuple[str, str]] = []
+    for key, value in (obj or {}).items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            rows.extend(_facts(value, name + "."))
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, allow_nan=True)
+        rows.append((name, text if len(text) <= MAX_FACT_CHARS else text[:MAX_FACT_CHARS - 1] + "…"))
+    return rows
+
+
+def facts(detail: dict) -> dict:
+    """The run page's "Config and summary" tables, from the (already redacted) detail the page is given."""
+    out = {}
+    for part in ("summary", "config"):
+        rows = _facts(detail.get(part))
+        out[part] = {"rows": rows[:MAX_FACTS], "more": max(0, len(rows) - MAX_FACTS)}
+    out["any"] = bool(out["summary"]["rows"] or out["config"]["rows"])
+    return out

@@ -50,5 +50,5 @@ def dashboard(request, run_id: str):
         "run": run,
         "started": pagedata.first_started(run),
         "progress": pagedata.progress(run), "glossary": contract.GLOSSARY,
-        "page": page, "preview_meta": pagedata.preview_meta(request, run),
+        "page": page, "preview_meta": pagedata.preview_meta(request, run), "facts": pagedata.facts(page["detail"]),
     })

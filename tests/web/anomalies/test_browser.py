@@ -63,9 +63,11 @@ def get_json(url: str):
 
 
 def marker_js(step: int) -> str:
-    """True once the loss chart carries a loss-spike marker at `step`."""
+    """True once the loss chart carries a loss-spike marker at `step` (its own label, or one line of the hover of
+    a label that close markers fold into)."""
     return ("() => { const d = document.getElementById('chart-train-loss'); return !!(d && d.layout && "
-            f"(d.layout.annotations || []).some((a) => a.x === {step} && a.text.includes('loss spike'))); }}")
+            f"(d.layout.annotations || []).some((a) => (a.x === {step} && a.text.includes('loss spike')) || "
+            f"/(^|<br>)step {step} · \\w+: loss spike/.test(a.hovertext || ''))); }}")
 
 
 def test_an_injected_lr_spike_shows_up_live_in_the_log_on_the_loss_chart_and_as_a_toast(servers, new_page, run_id,

@@ -28,11 +28,14 @@ def offline_run(tmp_path_factory):
     os.environ.update(env)
     try:
         run = wandb.init(mode="offline", dir=str(root), project="obs-test", name="tiny run",
-                         config={"lr": 0.003, "layers": 2}, settings=wandb.Settings(console="off"))
+                         config={"lr": 0.003, "layers": 2, "optimizer": {"name": "adamw", "beta2": 0.95}},
+                         settings=wandb.Settings(console="off"))
         for step in range(30):
             loss = math.nan if step == 17 else 5.0 / (step + 1)
             run.log({contract.M_LOSS: loss, contract.M_LR: 1e-3 * step, "eval loss": 1.0, "note": "text"},
                     step=step)
+        run.summary["best_loss"] = 0.1875  # what a script records beside its history
+        run.summary["best_step"] = 29
         run_id = run.id
         run.finish()
     finally:
@@ -83,3 +86,17 @@ def test_it_refuses_to_overwrite_a_live_run(offline_run):
     Run.objects.create(id="live-one")
     with pytest.raises(CommandError, match="not imported from W&B"):
         call_command("import_wandb", offline_run[0], "--run-id", "live-one")
+
+
+def test_the_summary_and_config_appear_on_the_run_page(offline_run, client):
+    path, wandb_id = offline_run
+    call_command("import_wandb", path, "--run-id", "summarised", stdout=io.StringIO())
+    detail = client.get("/api/runs/summarised/").json()
+    assert detail["summary"]["best_loss"] == 0.1875 and detail["summary"]["best_step"] == 29
+    assert detail["summary"]["train/loss"] == pytest.approx(5.0 / 30)  # W&B's own: the last value logged
+    assert not any(k.startswith("_") for k in detail["summary"]), "W&B's bookkeeping (_runtime...) is not shown"
+    page = client.get("/runs/summarised/").content.decode()
+    section = page.split('id="run-facts"')[1].split("</section>")[0]
+    for text in ("best_loss", "0.1875", "best_step", "optimizer.name", "adamw", "optimizer.beta2", "0.95", "lr",
+                 "0.003"):
+        assert f">{text}<" in section, text

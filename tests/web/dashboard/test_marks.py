@@ -1,0 +1,103 @@
+"""Marker labels stay readable: operator commands close together at the chart's zoom fold into one label with a
+count (every reason in its hover, a click zooms in on them), and no two labels overprint at any zoom; a paused run
+shows no speed; on a phone the mode bar does not sit over a chart's legend."""
+
+import pytest
+
+from .conftest import apply, demo_messages
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LOSS = "chart-train-loss"
+CLOSE = [20, 21, 22, 23, 24]
+LABELS = f"""() => (document.getElementById('{LOSS}').layout.annotations || [])
+  .filter((a) => a.overlayId && /intervention-/.test(String(a.overlayId)))
+  .map((a) => ({{text: a.text, hover: a.hovertext || '', id: String(a.overlayId)}}))"""
+# Every marker label drawn on the loss chart, as boxes on the screen.
+BOXES = f"""() => [...document.querySelectorAll('#{LOSS} .annotation')].map((e) => e.getBoundingClientRect())
+  .filter((r) => r.width > 0).map((r) => ({{x: r.x, y: r.y, w: r.width, h: r.height}}))"""
+BOX = """(sel) => { const e = document.querySelector(sel); if (!e) return null;
+  const r = e.getBoundingClientRect(); return r.width ? {x: r.x, y: r.y, w: r.width, h: r.height} : null; }"""
+
+
+def overlap(a, b) -> bool:
+    return a["x"] < b["x"] + b["w"] - 0.5 and b["x"] < a["x"] + a["w"] - 0.5 and \
+        a["y"] < b["y"] + b["h"] - 0.5 and b["y"] < a["y"] + a["h"] - 0.5
+
+
+def overprinting(boxes):
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if overlap(a, b)]
+
+
+@pytest.fixture
+def commands(live_env):
+    from webapp.control.models import OperatorCommand
+
+    apply("marks", demo_messages("marks"))
+    for i, step in enumerate(CLOSE + [55]):
+        OperatorCommand.objects.create(id=f"m{i}", run_id="marks", name="set-lr-multiplier", args={"value": 0.5},
+                                       reason=f"reason number {i}: the norm keeps climbing", status="applied",
+                                       step=step, detail=f"lr multiplier 0.5 at step {step}")
+
+
+def test_close_command_labels_fold_into_one_with_every_reason_on_hover(commands, web, new_page):
+    page = new_page(viewport={"width": 1440, "height": 900})
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{web.url}/runs/marks/?from=0&to=40")  # 40 steps: the five are a few pixels apart
+    page.wait_for_function(f"() => ({LABELS})().length > 0", timeout=30_000)
+    labels = page.evaluate(LABELS)
+    folded = [a for a in labels if a["id"].startswith("group:")]
+    assert len(folded) >= 1 and all("+" in a["text"] for a in folded)
+    hover = " ".join(a["hover"] for a in folded) + " ".join(a["hover"] for a in labels)
+    for i in range(len(CLOSE)):
+        assert f"reason number {i}: the norm keeps climbing" in hover, i
+    assert not overprinting(page.evaluate(BOXES)), "no two marker labels overprint"
+
+    # the full reasons on hover, as a viewer sees them
+    page.hover(f"#{LOSS} .annotation:has-text('+')")
+    page.wait_for_selector(f"#{LOSS} .hoverlayer .hovertext", timeout=10_000)
+    shown = page.text_content(f"#{LOSS} .hoverlayer")
+    assert "reason number 0" in shown and "reason number 1" in shown
+
+    # a click on the folded label zooms in on its markers, which part where there is room
+    close_labels = f"({LABELS})().filter((a) => /intervention-m[0-4]/.test(a.id)).length"
+    before = page.evaluate(f"() => {close_labels}")
+    page.click(f"#{LOSS} .annotation:has-text('+') >> nth=0")
+    page.wait_for_function(f"() => {close_labels} > {before}", timeout=30_000)
+    frm, to = (int(page.input_value(f"#range-{k}")) for k in ("from", "to"))
+    assert frm <= CLOSE[0] and to >= CLOSE[-1] and to - frm < 40, (frm, to)
+    assert not overprinting(page.evaluate(BOXES))
+
+    # zoomed out to the whole run, still nothing overprints; the far command keeps its own label
+    page.click("#range-reset")
+    page.wait_for_function(f"() => ({LABELS})().some((a) => a.text.includes('reason number 5'))", timeout=30_000)
+    assert not overprinting(page.evaluate(BOXES))
+    assert errors == []
+
+
+def test_a_paused_run_shows_no_speed(live_env, web, new_page):
+    from webapp.runs.models import Run
+
+    hb = {"tokens": 500, "token_budget": 1000, "eta_s": 125.0, "steps_per_s": 2.0, "step": 10}
+    Run.objects.create(id="resting", name="resting", state="paused", phase="paused", health="alive", last_step=10,
+                       heartbeat=hb)
+    page = new_page(viewport={"width": 1440, "height": 900})
+    page.goto(web.url + "/runs/resting/")
+    page.wait_for_function("() => document.getElementById('stat-tokens').textContent.includes('of')", timeout=20_000)
+    assert page.inner_text("#stat-rate") == "paused"
+    assert page.inner_text("#stat-eta") == "–"
+
+
+def test_on_a_phone_the_mode_bar_does_not_cover_the_legend(live_env, web, new_page):
+    apply("phone", demo_messages("phone"))
+    page = new_page(viewport={"width": 390, "height": 844})
+    page.goto(f"{web.url}/runs/phone/")
+    page.wait_for_function(f"() => {{ const d = document.getElementById('{LOSS}'); return d && d.data && "
+                           "d.data.filter((t) => t.showlegend).length === 3; }", timeout=30_000)
+    page.locator(f"#{LOSS}").scroll_into_view_if_needed()
+    page.hover(f"#{LOSS} .nsewdrag")  # the mode bar shows while the chart is hovered (tapped, on a phone)
+    page.wait_for_function(f"() => ({BOX})('#{LOSS} .modebar')", timeout=10_000)
+    bar, legend = page.evaluate(BOX, f"#{LOSS} .modebar"), page.evaluate(BOX, f"#{LOSS} .legend")
+    assert legend and not overlap(bar, legend), (bar, legend)
