@@ -22,7 +22,7 @@ import uuid
 
 from observatory import contract
 from training.config import RunConfig, load, parse_override
-from training.errors import CommandError, ConfigError
+from training.errors import CommandError, ConfigError, Interrupted
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -142,7 +142,9 @@ def build_trainer(cfg: RunConfig, run_id: str, *, redis_url: str | None, fresh: 
 
 
 def install_signal_handlers(trainer) -> None:
-    """SIGINT/SIGTERM: checkpoint at the next step boundary and exit 0; a signal 3 s later exits at once."""
+    """SIGINT/SIGTERM: checkpoint at the next step boundary and exit 0; a signal 3 s later exits at once. Before
+    the first step (starting, compiling) there is nothing new to checkpoint: it stops there and then (Interrupted,
+    raised in the main thread once the call in progress, e.g. the XLA compile, returns)."""
     first: list[float] = []
 
     def handler(signum, frame):
@@ -151,7 +153,10 @@ def install_signal_handlers(trainer) -> None:
             os._exit(130)
         if not first:
             first.append(time.monotonic())
-            trainer.request_stop(f"signal {signal.Signals(signum).name}")
+            why = f"signal {signal.Signals(signum).name}"
+            if trainer.before_first_step():
+                raise Interrupted(f"{why} before the first step")
+            trainer.request_stop(why)
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
@@ -180,7 +185,11 @@ def cmd_run(ns) -> int:
         trainer = build_trainer(cfg, run_id, redis_url=redis_url, fresh=ns.fresh, metrics_jsonl=ns.metrics_jsonl,
                                 registration=registration)
         install_signal_handlers(trainer)
-        return trainer.run()
+        try:
+            return trainer.run()
+        except Interrupted as e:  # before run() reached its own handling
+            log.info("[%s] stopped: %s", run_id, e)
+            return 0
     except ConfigError as e:
         log.error(e.line())
         return 2
