@@ -86,6 +86,10 @@ def public(ladder_csv: Path | None) -> dict:
 
 
 def main() -> None:
+    if "--demo" in sys.argv[1:]:  # the demo ladder run end to end: bench/scaling_demo.py
+        from scaling_demo import main as demo_main
+
+        sys.exit(demo_main([a for a in sys.argv[1:] if a != "--demo"]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--bootstrap", type=int, default=200)

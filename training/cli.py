@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     lad = sub.add_parser("ladder", help="run a scaling ladder's rungs, fit, and pre-register the target's forecast")
     lad.add_argument("--config", required=True, help="ladder TOML, e.g. training/configs/ladder.toml")
     lad.add_argument("--refit", action="store_true", help="fit and register again even if a registration exists")
+    lad.add_argument("--with-target", action="store_true",
+                     help="then train the target too (same progress line) and report its final loss vs the forecast")
     lad.add_argument("--redis-url", default=None, help="passed to every rung's trainer")
     lad.add_argument("--no-redis", action="store_true", help="rungs do not publish to Redis")
     dp = sub.add_parser("data", help="data tools (`data prepare`: the sources as tokenized, shuffled shards)")
@@ -282,7 +284,7 @@ def cmd_ladder(ns) -> int:
 
     configure_logging()
     args = (["--no-redis"] if ns.no_redis else []) + (["--redis-url", ns.redis_url] if ns.redis_url else [])
-    return ladder_run.main(ns.config, args, refit=ns.refit)
+    return ladder_run.main(ns.config, args, refit=ns.refit, with_target=ns.with_target)
 
 
 def cmd_data(ns) -> int:

@@ -180,6 +180,31 @@ def target_cfg(ladder: Ladder) -> RunConfig:
     return load(ladder.target)
 
 
+def target_rung(ladder: Ladder) -> Rung:
+    """The target planned like a rung (no overrides: its own config), for `ladder --with-target`."""
+    tcfg = target_cfg(ladder)
+    D = float(tcfg.train.token_budget)
+    steps = math.ceil(D / (tcfg.train.batch_size * tcfg.model.seq_len))
+    return Rung("target", ladder.target_run_id or tcfg.run.name, {}, float(counts(tcfg.model)["params_active"]), D,
+                training_flops(tcfg.model, D), steps)
+
+
+def held_to_forecast(record: dict, done: dict) -> dict:
+    """The target's final loss (`done`, as a rung's: final_loss) against its registered forecast."""
+    h = record["forecast"]["hero"]
+    actual = float(done["loss"])
+    return {"forecast": {"loss": h["loss"], "low": h["low"], "high": h["high"]}, "actual": actual,
+            "error": abs(h["loss"] / actual - 1), "source": done["source"], "registration_sha256": record["sha256"],
+            "inside_band": h["low"] is not None and h["low"] <= actual <= h["high"]}
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 def rung_digest(rung: Rung) -> str:
     """What identifies a rung's plan in the state file: a changed rung is not the one already trained."""
     return hashlib.sha256(json.dumps(rung.overrides, sort_keys=True).encode()).hexdigest()[:16]
