@@ -1,12 +1,13 @@
 """Seconds from launching the demo trainer to its first step, with a cold and then a warm compilation cache.
 
-    .venv/bin/python bench/first_step.py --json [--config training/configs/demo.toml] [--repeat 1]
+    .venv/bin/python bench/first_step.py --json [--config training/configs/demo.toml]
 
-Each start is a fresh `python -m training run` (a new run id, no Redis) in a temporary working directory that
-keeps one compilation cache across the starts: the first start compiles into an empty cache ("cold"), the later
-ones read it ("warm"), as `make run` does after its first start (var/jax-cache). Measured: launch to the first
-`metrics` record of the run's JSONL mirror, and the trainer's own phases (start-up until `compiling`, the compile
-until `training`); the trainer is stopped by SIGTERM once it has stepped. The load average is reported beside.
+Three starts of `python -m training run` (no Redis) in a temporary working directory that keeps one compilation
+cache across them, as `make run` keeps var/jax-cache: "cold_new" (an empty cache, a new run: its BPE tokenizer is
+trained), "warm_resumed" (the same run again, as `make run` continues it: tokenizer and checkpoint loaded) and
+"warm_new" (`make run RUN=new`). Measured: launch to the first `metrics` record of the run's JSONL mirror, the
+trainer's start-up (until `compiling`) and its compile; each start is stopped by SIGTERM once it has stepped.
+The load average is reported beside.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,11 +36,11 @@ def _records(path: Path) -> list[dict]:
     return out
 
 
-def one_start(config: Path, work: Path, i: int) -> dict:
+def one_start(config: Path, work: Path, i: int, run_id: str, fresh: bool) -> dict:
     jsonl = work / f"start{i}.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_COMPILATION_CACHE_DIR": str(work / "jax-cache")}
-    cmd = [sys.executable, "-m", "training", "run", "--config", str(config), "--run-id", f"first-step-{i}",
-           "--no-redis", "--fresh", "--metrics-jsonl", str(jsonl)]
+    cmd = [sys.executable, "-m", "training", "run", "--config", str(config), "--run-id", run_id,
+           "--no-redis", "--metrics-jsonl", str(jsonl), *(["--fresh"] if fresh else [])]
     t0 = time.monotonic()
     with open(work / f"start{i}.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -56,7 +56,7 @@ def one_start(config: Path, work: Path, i: int) -> dict:
         if proc.poll() is None:
             proc.kill()
     recs = _records(jsonl)
-    t = {r["state"]: r["t"] for r in reversed(recs) if r["kind"] == "state"}
+    t = {r["state"]: r["t"] for r in reversed(recs) if r["kind"] == "state"}  # each state's first time
     compiled = next(r["payload"]["seconds"] for r in recs if r["kind"] == "event" and r["name"] == "compiled")
     return {"first_step_s": round(first, 1), "setup_s": round(t["compiling"] - t["starting"], 1),
             "compile_s": round(compiled, 1)}
@@ -66,15 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/demo.toml")
-    ap.add_argument("--repeat", type=int, default=1, help="warm starts after the cold one (median reported)")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
+    config = args.config.resolve()
     with tempfile.TemporaryDirectory(prefix="first-step-") as tmp:
         work = Path(tmp)
-        cold = one_start(args.config.resolve(), work, 0)
-        warm = [one_start(args.config.resolve(), work, i + 1) for i in range(max(1, args.repeat))]
-    med = {k: statistics.median(w[k] for w in warm) for k in warm[0]}
-    print(json.dumps({"config": str(args.config), "cold": cold, "warm_median": med, "warm": warm,
+        out = {"cold_new": one_start(config, work, 0, "first-step-a", fresh=True),
+               "warm_resumed": one_start(config, work, 1, "first-step-a", fresh=False),
+               "warm_new": one_start(config, work, 2, "first-step-b", fresh=True)}
+    print(json.dumps({"config": str(args.config), **out,
                       "loadavg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)},
                       "cpus": os.cpu_count()}, indent=1))
     return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -29,13 +30,15 @@ sys.path.insert(0, str(ROOT))
 from training import ladder as lad  # noqa: E402  (no JAX: planning and reading metrics only)
 
 
-def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> float:
-    t0 = time.monotonic()
+def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and its children): the CPU time barely depends on the load."""
+    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log, "w") as out:
         rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
     if rc != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {rc}; see {log}")
-    return time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.monotonic() - t0, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = False) -> dict:
@@ -44,8 +47,8 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
     cache = work / "var" / "jax-cache" if cold else ROOT / "var" / "jax-cache"
     env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     load0, t0 = os.getloadavg(), time.time()
-    total_s = _run([sys.executable, "-m", "training", "ladder", "--config", str(config), "--with-target",
-                    *([] if redis else ["--no-redis"])], work, env, work / "ladder.log")
+    total_s, cpu_s = _run([sys.executable, "-m", "training", "ladder", "--config", str(config), "--with-target",
+                          *([] if redis else ["--no-redis"])], work, env, work / "ladder.log")
     cwd = Path.cwd()
     os.chdir(work)  # the ladder's dir and registration paths are relative to the working directory
     try:
@@ -63,7 +66,7 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
         "target": {"N": target.N, "D": target.D, "C": target.C, "steps": target.steps},
         "rung_span": rungs[-1].C / rungs[0].C, "target_over_largest_rung": target.C / rungs[-1].C,
         "seconds": {"ladder": round(target_t0 - t0, 1), "target": round(t0 + total_s - target_t0, 1),
-                    "total": round(total_s, 1)},
+                    "total": round(total_s, 1), "cpu_total": round(cpu_s, 1)},
         "compile_cache": "cold" if cold else "repository var/jax-cache (warm after a first run)",
         "loadavg_1m": {"start": round(load0[0], 2), "end": round(os.getloadavg()[0], 2)},
         "cpus": os.cpu_count(), "workdir": str(work),
