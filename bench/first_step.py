@@ -6,8 +6,9 @@ Three starts of `python -m training run` (no Redis) in a temporary working direc
 cache across them, as `make run` keeps var/jax-cache: "cold_new" (an empty cache, a new run: its BPE tokenizer is
 trained), "warm_resumed" (the same run again, as `make run` continues it: tokenizer and checkpoint loaded) and
 "warm_new" (`make run RUN=new`). Measured: launch to the first `metrics` record of the run's JSONL mirror, the
-trainer's start-up (until `compiling`) and its compile; each start is stopped by SIGTERM once it has stepped.
-The load average is reported beside.
+trainer's start-up (until `compiling`) and its compile, and the CPU seconds of the whole start (it is stopped by
+SIGTERM once it has stepped; that stop's checkpoint included), which depend little on the load. The load average
+is reported beside.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -41,7 +43,7 @@ def one_start(config: Path, work: Path, i: int, run_id: str, fresh: bool) -> dic
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_COMPILATION_CACHE_DIR": str(work / "jax-cache")}
     cmd = [sys.executable, "-m", "training", "run", "--config", str(config), "--run-id", run_id,
            "--no-redis", "--metrics-jsonl", str(jsonl), *(["--fresh"] if fresh else [])]
-    t0 = time.monotonic()
+    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(work / f"start{i}.log", "w") as log:
         proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -55,11 +57,13 @@ def one_start(config: Path, work: Path, i: int, run_id: str, fresh: bool) -> dic
     finally:
         if proc.poll() is None:
             proc.kill()
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the whole start, its stop (a checkpoint) included
     recs = _records(jsonl)
     t = {r["state"]: r["t"] for r in reversed(recs) if r["kind"] == "state"}  # each state's first time
     compiled = next(r["payload"]["seconds"] for r in recs if r["kind"] == "event" and r["name"] == "compiled")
     return {"first_step_s": round(first, 1), "setup_s": round(t["compiling"] - t["starting"], 1),
-            "compile_s": round(compiled, 1)}
+            "compile_s": round(compiled, 1),
+            "cpu_s_until_stopped": round(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
