@@ -6,7 +6,9 @@ state file <dir>/state.json records every finished rung (final loss, tokens, run
 is killed or interrupted continues, when run again, with the rung it was on, whose trainer resumes from its own
 checkpoint. A trainer dies with its ladder (PR_SET_PDEATHSIG: SIGTERM, so it checkpoints first); the rerun waits
 for the run's lock before starting it again. A finished ladder with a registration that verifies is not refitted
-unless asked (--refit): a registration is meant to be made once.
+unless asked (--refit): a registration is meant to be made once. With --with-target, the target run follows
+(its own config, the same progress line) and its final loss, read as a rung's, is held to the forecast:
+<dir>/target.json and a closing line with the error and whether it fell inside the band.
 
 Exit: 0 registered, 1 a rung or the fit failed, 2 a bad ladder config (or a rung's config error), 130 interrupted.
 """

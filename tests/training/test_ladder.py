@@ -20,6 +20,7 @@ from observatory.scaling import registration as reg_lib
 from training.config import load
 from training.experiment import config_hash
 from training.flops import counts
+from training.ladder import final_loss
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -190,6 +191,18 @@ def test_a_killed_ladder_continues_with_its_rung_and_registers_the_forecast(tmp_
     kept = subprocess.run(ladder_cmd(config), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert kept.returncode == 0 and "kept" in kept.stdout
     assert reg_lib.from_json((out_dir / "registration.json").read_text()) == record
+    # --with-target: the kept registration, then the target trained and held to it (rungs not retrained).
+    held = subprocess.run(ladder_cmd(config) + ["--with-target"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert held.returncode == 0, held.stdout + held.stderr
+    assert json.loads((out_dir / "state.json").read_text())["rungs"] == state
+    out = json.loads((out_dir / "target.json").read_text())
+    actual = final_loss(out_dir / "hero.jsonl")
+    h = record["forecast"]["hero"]
+    assert out["forecast"] == {"loss": h["loss"], "low": h["low"], "high": h["high"]}
+    assert out["actual"] == actual["loss"] and out["error"] == pytest.approx(abs(h["loss"] / actual["loss"] - 1))
+    assert out["registration_sha256"] == record["sha256"] and actual["tokens"] >= 40_000
+    assert "target hero: final loss" in held.stdout + held.stderr
 
 
 @pytest.mark.slow
