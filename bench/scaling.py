@@ -2,7 +2,7 @@
 the largest run from the smaller ones on real ladders. Prints one JSON object.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py --json [--bootstrap 200] [--rungs 24] [--full-grid]
-        [--ladder var/ladder/demo-ladder/rungs.csv] [--public-only] [--ladders-bootstrap 200] [--compare REF]
+        [--ladder var/ladder/demo-scaling/rungs.csv] [--public-only] [--ladders-bootstrap 200] [--compare REF]
 
 Synthetic ladders (Chinchilla with Besiroglu et al.'s estimates, 0.3% noise; the Marin compute law; the
 over-trained form with γ = 0.03). For each law: seconds for one fit with `--bootstrap` resamples and its
@@ -93,12 +93,16 @@ def public(ladder_csv: Path | None) -> dict:
 
 
 def main() -> None:
+    if "--demo" in sys.argv[1:]:  # the demo ladder run end to end: bench/scaling_demo.py
+        from scaling_demo import main as demo_main
+
+        sys.exit(demo_main([a for a in sys.argv[1:] if a != "--demo"]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--rungs", type=int, default=24, help="rungs: sizes × 4 tokens-per-parameter ratios")
     ap.add_argument("--full-grid", action="store_true")
-    ap.add_argument("--ladder", type=Path, default=Path("var/ladder/demo-ladder/rungs.csv"),
+    ap.add_argument("--ladder", type=Path, default=Path("var/ladder/demo-scaling/rungs.csv"),
                     help="a ladder's rungs.csv (python -m training ladder writes one); skipped when absent")
     ap.add_argument("--public-only", action="store_true", help="only the real ladders (no synthetic timings)")
     ap.add_argument("--ladders-bootstrap", type=int, default=200, help="bootstrap fits per law on the public ladders")

@@ -22,7 +22,7 @@ import uuid
 
 from observatory import contract
 from training.config import RunConfig, load, parse_override
-from training.errors import CommandError, ConfigError
+from training.errors import CommandError, ConfigError, Interrupted
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     lad = sub.add_parser("ladder", help="run a scaling ladder's rungs, fit, and pre-register the target's forecast")
     lad.add_argument("--config", required=True, help="ladder TOML, e.g. training/configs/ladder.toml")
     lad.add_argument("--refit", action="store_true", help="fit and register again even if a registration exists")
+    lad.add_argument("--with-target", action="store_true",
+                     help="then train the target too (same progress line) and report its final loss vs the forecast")
     lad.add_argument("--redis-url", default=None, help="passed to every rung's trainer")
     lad.add_argument("--no-redis", action="store_true", help="rungs do not publish to Redis")
     dp = sub.add_parser("data", help="data tools (`data prepare`: the sources as tokenized, shuffled shards)")
@@ -142,7 +144,9 @@ def build_trainer(cfg: RunConfig, run_id: str, *, redis_url: str | None, fresh: 
 
 
 def install_signal_handlers(trainer) -> None:
-    """SIGINT/SIGTERM: checkpoint at the next step boundary and exit 0; a signal 3 s later exits at once."""
+    """SIGINT/SIGTERM: checkpoint at the next step boundary and exit 0; a signal 3 s later exits at once. Before
+    the first step (starting, compiling) there is nothing new to checkpoint: it stops there and then (Interrupted,
+    raised in the main thread once the call in progress, e.g. the XLA compile, returns)."""
     first: list[float] = []
 
     def handler(signum, frame):
@@ -151,7 +155,10 @@ def install_signal_handlers(trainer) -> None:
             os._exit(130)
         if not first:
             first.append(time.monotonic())
-            trainer.request_stop(f"signal {signal.Signals(signum).name}")
+            why = f"signal {signal.Signals(signum).name}"
+            if trainer.before_first_step():
+                raise Interrupted(f"{why} before the first step")
+            trainer.request_stop(why)
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
@@ -180,7 +187,11 @@ def cmd_run(ns) -> int:
         trainer = build_trainer(cfg, run_id, redis_url=redis_url, fresh=ns.fresh, metrics_jsonl=ns.metrics_jsonl,
                                 registration=registration)
         install_signal_handlers(trainer)
-        return trainer.run()
+        try:
+            return trainer.run()
+        except Interrupted as e:  # before run() reached its own handling
+            log.info("[%s] stopped: %s", run_id, e)
+            return 0
     except ConfigError as e:
         log.error(e.line())
         return 2
@@ -275,7 +286,7 @@ def cmd_ladder(ns) -> int:
 
     configure_logging()
     args = (["--no-redis"] if ns.no_redis else []) + (["--redis-url", ns.redis_url] if ns.redis_url else [])
-    return ladder_run.main(ns.config, args, refit=ns.refit)
+    return ladder_run.main(ns.config, args, refit=ns.refit, with_target=ns.with_target)
 
 
 def cmd_data(ns) -> int:

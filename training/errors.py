@@ -2,11 +2,12 @@
 
 ConfigError -> `config error: <key>: <message>`, exit 2. TrainingFailed -> state `failed`, exit 1.
 CommandError (the contract's) -> a `rejected` ack; the run carries on. CheckpointError -> TrainingFailed at start.
+Interrupted -> state `stopped`, exit 0 (a signal before the first step: nothing new to checkpoint).
 """
 
 from observatory.contract import CommandError
 
-__all__ = ["CheckpointError", "CommandError", "ConfigError", "TrainingFailed"]
+__all__ = ["CheckpointError", "CommandError", "ConfigError", "Interrupted", "TrainingFailed"]
 
 
 class ConfigError(ValueError):
@@ -28,3 +29,8 @@ class TrainingFailed(RuntimeError):
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used: unreadable, or written by an incompatible config."""
+
+
+class Interrupted(BaseException):
+    """SIGINT/SIGTERM while the run starts or compiles: stop at once instead of after compiling. A BaseException
+    (like KeyboardInterrupt), so no `except Exception` on the way swallows it."""

@@ -34,6 +34,12 @@ def counts(cfg: ModelConfig) -> dict:
     return {"params_total": int(total), "params_active": int(active), "flops_per_token": float(flops)}
 
 
+def training_flops(cfg: ModelConfig, tokens: float) -> float:
+    """The one count of a run's training compute C: tokens × counts()["flops_per_token"]. A ladder's rungs and its
+    target are both counted here, so the law fitted on the rungs is read at the target on the same scale."""
+    return float(tokens) * counts(cfg)["flops_per_token"]
+
+
 def mfu(tokens_per_s: float, flops_per_token: float, peak_flops_per_s: float | None) -> float | None:
     """The one MFU: model FLOPs (counts()["flops_per_token"], attention included) per second / peak; None when
     the peak is unknown. The trainer's dashboard number and bench/moe.py both come from here."""

@@ -7,10 +7,11 @@ are relative to the ladder file; `dir` and `registration` to the working directo
 
 Per rung: N = active parameters (training.flops.counts: what a token passes through, embeddings included, MoE
 experts counted top_k), D = tokens_per_param·N rounded up to a whole number of `eval_points` evaluations, so the
-trainer evaluates at its very last step; C = D × the model's training FLOPs per token (attention included), and
-the target's C is counted the same way. A rung's final loss is `eval/loss` at its last step (the mean held-out
-loss over the data domains, the same held-out batches for every rung); with eval_points = 0 it is the mean
-`train/loss` of the last FINAL_TRAIN_STEPS steps. Both are read from the rung's `--metrics-jsonl` mirror.
+trainer evaluates at its very last step; C = D × the model's training FLOPs per token (attention included), by
+training.flops.training_flops, the one function that also counts the target's C. A rung's final loss is
+`eval/loss` at its last step (the mean held-out loss over the data domains, the same held-out batches for every
+rung); with eval_points = 0 it is the mean `train/loss` of the last FINAL_TRAIN_STEPS steps. Both are read from
+the rung's `--metrics-jsonl` mirror.
 Running the rungs is training.ladder_run's.
 """
 
@@ -31,7 +32,7 @@ from observatory.scaling import registration as reg_lib
 from training.config import RunConfig, load
 from training.errors import ConfigError
 from training.experiment import config_hash
-from training.flops import counts
+from training.flops import counts, training_flops
 
 FINAL_TRAIN_STEPS = 10
 LADDER_KEYS = {"name", "base", "target", "law", "tokens_per_param", "eval_points", "bootstrap", "seed", "dir",
@@ -162,9 +163,8 @@ def load_ladder(path: str | Path) -> Ladder:
         if eval_points:
             overrides["train.eval_every"] = steps // eval_points
         load(ladder.base, overrides)  # every rung's final config must validate now, not hours later
-        flops = counts(cfg.model)["flops_per_token"]
-        ladder.rungs.append(Rung(name, run_id, overrides, n, float(steps * per_step), flops * steps * per_step,
-                                 steps))
+        ladder.rungs.append(Rung(name, run_id, overrides, n, float(steps * per_step),
+                                 training_flops(cfg.model, steps * per_step), steps))
     for a, b in zip(ladder.rungs, ladder.rungs[1:]):
         if b.C <= a.C:
             raise ConfigError("ladder.rung", f"compute must grow from rung to rung: {b.name} ({b.C:.3g} FLOPs) "
@@ -178,6 +178,31 @@ def load_ladder(path: str | Path) -> Ladder:
 
 def target_cfg(ladder: Ladder) -> RunConfig:
     return load(ladder.target)
+
+
+def target_rung(ladder: Ladder) -> Rung:
+    """The target planned like a rung (no overrides: its own config), for `ladder --with-target`."""
+    tcfg = target_cfg(ladder)
+    D = float(tcfg.train.token_budget)
+    steps = math.ceil(D / (tcfg.train.batch_size * tcfg.model.seq_len))
+    return Rung("target", ladder.target_run_id or tcfg.run.name, {}, float(counts(tcfg.model)["params_active"]), D,
+                training_flops(tcfg.model, D), steps)
+
+
+def held_to_forecast(record: dict, done: dict) -> dict:
+    """The target's final loss (`done`, as a rung's: final_loss) against its registered forecast."""
+    h = record["forecast"]["hero"]
+    actual = float(done["loss"])
+    return {"forecast": {"loss": h["loss"], "low": h["low"], "high": h["high"]}, "actual": actual,
+            "error": abs(h["loss"] / actual - 1), "source": done["source"], "registration_sha256": record["sha256"],
+            "inside_band": h["low"] is not None and h["low"] <= actual <= h["high"]}
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 def rung_digest(rung: Rung) -> str:
@@ -255,7 +280,7 @@ def register(ladder: Ladder, state: dict, now: float | None = None) -> dict:
     tcfg = target_cfg(ladder)
     c = counts(tcfg.model)
     N, D = float(c["params_active"]), float(tcfg.train.token_budget)
-    fc = make_forecast(result, N, D, C=c["flops_per_token"] * D)
+    fc = make_forecast(result, N, D, C=training_flops(tcfg.model, D))
     exp = tcfg.experiment
     return reg_lib.make_registration(
         fc, experiment={"name": exp.name or tcfg.run.name, "goal": exp.goal, "hypothesis": exp.hypothesis},

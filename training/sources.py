@@ -163,9 +163,12 @@ def _pinned_dists() -> tuple:
 
 def _dist_files(kind: str) -> list[tuple[str, str]]:
     """(label, absolute path) of one kind of file in the pinned packages, in a fixed order independent of the host:
-    "py" sources (no tests), "license" files of the dist-info, "doc" text (.rst/.txt/.md outside the dist-info)."""
+    "py" sources (no tests), "license" files of the dist-info, "doc" text (.rst/.txt/.md outside the dist-info).
+    `dist.metadata` parses the METADATA file on every access: read once per package, not once per file."""
     out = []
     for dist in _pinned_dists():
+        name_ver = f"{dist.metadata['Name']}=={dist.version}"
+        platform_files = _PLATFORM_FILES.get(name_ver.split("==")[0].lower(), ())
         for f in dist.files or ():
             rel = str(f)
             in_info = ".dist-info/" in rel
@@ -176,8 +179,8 @@ def _dist_files(kind: str) -> list[tuple[str, str]]:
                 keep = in_info and any(k in name.upper() for k in ("LICEN", "COPYING"))
             else:
                 keep = not in_info and rel.endswith((".rst", ".txt", ".md"))
-            if keep and not rel.endswith(_PLATFORM_FILES.get(dist.metadata["Name"].lower(), ())):
-                out.append((f"{dist.metadata['Name']}=={dist.version}/{rel}", str(f.locate())))
+            if keep and not rel.endswith(platform_files):
+                out.append((f"{name_ver}/{rel}", str(f.locate())))
     return sorted(out, key=lambda x: hashlib.sha1(x[0].encode()).hexdigest())  # a byte cap samples every package
 
 

@@ -32,7 +32,7 @@ from training.commands import apply_commands
 from training.compile_cache import enable_compilation_cache
 from training.config import RunConfig
 from training.control import ControlChannel
-from training.errors import CheckpointError, ConfigError, TrainingFailed
+from training.errors import CheckpointError, ConfigError, Interrupted, TrainingFailed
 from training.flops import counts
 from training.heartbeat import Heartbeat, Progress
 from training.mesh import make_mesh
@@ -94,6 +94,10 @@ class Trainer:
         """The next step interval is not a throughput sample (after a pause, compile, save, eval or rollback)."""
         self.progress.reset_rate()
         self.state.restart_timer = True
+
+    def before_first_step(self) -> bool:
+        """Still starting or compiling, in a single-process run (a job's processes stop at an agreed step)."""
+        return self.progress.phase in ("starting", "compiling") and jax.process_count() == 1
 
     def request_stop(self, why: str) -> None:
         if jax.process_count() > 1:  # every process must stop at the same boundary: agreed there
@@ -388,6 +392,9 @@ class Trainer:
             self._compile()
             self.phase("training", f"step {self.state.step} of {self.schedule.total_steps} planned")
             self.phase("stopped", self._loop())
+            return 0
+        except Interrupted as e:  # a signal while starting or compiling (cli.install_signal_handlers)
+            self.phase("stopped", str(e))
             return 0
         except ConfigError as e:
             self.phase("failed", e.line())

@@ -28,6 +28,7 @@ window.Obs = window.Obs || {};
   const MODEBAR_PX = 200; // the width of the charts' mode bar (plotkit.js CONFIG), top right
   const LABEL_CHAR_PX = 5.6; // a marker label's width per character (9 px font), to tell when two would overprint
   const EMPTY = {steps: [], values: [], nfSteps: [], nfKinds: []};
+  const BUSY = {starting: "the run is starting… (data, model)", compiling: "compiling… the first step follows"};
 
   const merge = (a, b, from, to) => { // a's points outside [from, to], b's inside
     const i = Obs.lowerBound(a.steps, from), j = Obs.lowerBound(a.steps, to + 1);
@@ -471,7 +472,9 @@ window.Obs = window.Obs || {};
         (it) => this.ctx.bounds[it.name]).name] || {}).why + ")");
       if (this.nonPositive) parts.push(this.nonPositive + " values ≤ 0 not drawn on the log axis");
       if (this.spec.note) parts.push(this.spec.note);
-      if (!parts.length && waiting) parts.push("waiting for the run to publish it");
+      const busy = BUSY[this.ctx.runState]; // the trainer's state while it has no step yet (dashboard.js showRun)
+      if (!parts.length && busy && (waiting || empty)) parts.push(busy);
+      else if (!parts.length && waiting) parts.push("waiting for the run to publish it");
       else if (!parts.length && empty) parts.push("no data yet");
       const el = this.box.querySelector(".note");
       const text = parts.join(" · ");

@@ -255,6 +255,7 @@
   function showRun(run) {
     if (!run) return;
     header.show(run);
+    if (ctx.runState !== run.state) { ctx.runState = run.state; charts.forEach((ch) => ch.note()); } // "compiling…"
     if (run.last_heartbeat_at && run.last_step !== null) ctx.xaxis.anchor(run.last_step, Date.parse(run.last_heartbeat_at) / 1000);
   }
 

@@ -19,6 +19,8 @@ from observatory.scaling import Points, fit_law, make_forecast
 from observatory.scaling import registration as reg_lib
 from training.config import load
 from training.experiment import config_hash
+from training.flops import counts
+from training.ladder import final_loss
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,6 +191,70 @@ def test_a_killed_ladder_continues_with_its_rung_and_registers_the_forecast(tmp_
     kept = subprocess.run(ladder_cmd(config), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert kept.returncode == 0 and "kept" in kept.stdout
     assert reg_lib.from_json((out_dir / "registration.json").read_text()) == record
+    # --with-target: the kept registration, then the target trained and held to it (rungs not retrained).
+    held = subprocess.run(ladder_cmd(config) + ["--with-target"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert held.returncode == 0, held.stdout + held.stderr
+    assert json.loads((out_dir / "state.json").read_text())["rungs"] == state
+    out = json.loads((out_dir / "target.json").read_text())
+    actual = final_loss(out_dir / "hero.jsonl")
+    h = record["forecast"]["hero"]
+    assert out["forecast"] == {"loss": h["loss"], "low": h["low"], "high": h["high"]}
+    assert out["actual"] == actual["loss"] and out["error"] == pytest.approx(abs(h["loss"] / actual["loss"] - 1))
+    assert out["registration_sha256"] == record["sha256"] and actual["tokens"] >= 40_000
+    assert "target hero: final loss" in held.stdout + held.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_ladder_like_sigint_without_compiling_on(tmp_path, tiny, until, jsonl, run_id):
+    # `timeout` sends SIGTERM: the ladder stops as on Ctrl-C, and its trainer, still compiling, does not go on to
+    # train (and checkpoint) first. A cold compilation cache keeps the trainer compiling long enough to be caught.
+    name = f"term{run_id[-8:]}"
+    config = ladder_toml(tmp_path, tiny("base.toml"), tiny("target.toml"), name)
+    first = tmp_path / "ladder" / f"{name}-{RUNGS[0][0]}.jsonl"
+    out = tmp_path / "ladder.out"
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax-cache")}
+    states = lambda: [r["state"] for r in jsonl(first) if r["kind"] == "state"]  # noqa: E731
+    with open(out, "w") as f:
+        proc = subprocess.Popen(ladder_cmd(config), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
+    try:
+        until(lambda: proc.poll() is not None or (f"rung 1/{len(RUNGS)}" in out.read_text()
+                                                   and "compiling" in states()), 600, "progress, then a compile")
+        assert proc.poll() is None and "training" not in states(), out.read_text()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(300)  # (a guard against a hang only)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = out.read_text()
+    assert rc == 130 and "interrupted (SIGTERM)" in text, text
+    final = [r for r in jsonl(first) if r["kind"] == "state"][-1]
+    assert "training" not in states() and final["state"] == "stopped", states()
+    assert final["detail"] == "signal SIGTERM before the first step"
+    assert not [r for r in jsonl(first) if r["kind"] == "metrics"]
+
+
+def test_the_demo_ladder_spans_30x_in_compute_past_warm_up_and_its_target_is_within_10x_counted_alike():
+    from training.flops import training_flops
+    from training.ladder import load_ladder, target_cfg
+    from training.schedule import Schedule
+
+    ladder = load_ladder(ROOT / "training/configs/ladder.toml")
+    C = [r.C for r in ladder.rungs]
+    tcfg = target_cfg(ladder)
+    target_C = training_flops(tcfg.model, tcfg.train.token_budget)
+    assert C[-1] / C[0] >= 30 and C[-1] < target_C <= 10 * C[-1], (C, target_C)
+    for r in ladder.rungs:
+        cfg = load(ladder.base, r.overrides)
+        assert r.C == training_flops(cfg.model, r.D)  # the one count, for rungs and target alike
+        assert r.steps >= 150 and r.steps >= 20 * Schedule(cfg.train, r.steps).warmup_steps, r.name
+        assert cfg.model.mlp == tcfg.model.mlp and cfg.train.lr == tcfg.train.lr  # one family, one optimiser
+    # The target at the rungs' tokens per parameter, and its last evaluation at its last step (its final loss).
+    N = float(counts(tcfg.model)["params_active"])
+    assert tcfg.train.token_budget / N == pytest.approx(ladder.rungs[0].D / ladder.rungs[0].N, rel=0.02)
+    steps = tcfg.train.token_budget // (tcfg.train.batch_size * tcfg.model.seq_len)
+    assert steps % tcfg.train.eval_every == 0
 
 
 def test_a_bad_ladder_config_exits_2_naming_the_key(tmp_path, tiny):

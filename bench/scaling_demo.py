@@ -1,0 +1,97 @@
+"""The demo ladder held to its forecast: run the ladder, then its target, and compare. Prints one JSON object.
+
+    .venv/bin/python bench/scaling.py --demo --json [--config training/configs/ladder.toml] [--workdir DIR]
+        [--keep] [--cold] [--redis]
+
+Runs `python -m training ladder --with-target` (the rungs, the fit, then the target) in a fresh working
+directory (a temporary one unless --workdir: its var/ holds the ladder's state, checkpoints and registration), with
+the repository's persistent compilation cache (var/jax-cache; --cold: an empty one), and without Redis unless
+--redis. demo_error = |forecast / actual - 1| (the ladder's <dir>/target.json); the actual loss is read from
+the target's metrics exactly as a rung's final loss is (training.ladder.final_loss). Wall times are of this box,
+whatever else runs on it: the load average at the start and the end is reported beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from training import ladder as lad  # noqa: E402  (no JAX: planning and reading metrics only)
+
+
+def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the command and its children): the CPU time barely depends on the load."""
+    t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(log, "w") as out:
+        rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {rc}; see {log}")
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.monotonic() - t0, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = False) -> dict:
+    config = config.resolve()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cache = work / "var" / "jax-cache" if cold else ROOT / "var" / "jax-cache"
+    env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    load0, t0 = os.getloadavg(), time.time()
+    total_s, cpu_s = _run([sys.executable, "-m", "training", "ladder", "--config", str(config), "--with-target",
+                          *([] if redis else ["--no-redis"])], work, env, work / "ladder.log")
+    cwd = Path.cwd()
+    os.chdir(work)  # the ladder's dir and registration paths are relative to the working directory
+    try:
+        ladder = lad.load_ladder(config)
+        target = lad.target_rung(ladder)
+        held = json.loads((ladder.dir / "target.json").read_text())
+        target_t0 = json.loads(ladder.jsonl(target).read_text().splitlines()[0])["t"]  # its run record
+    finally:
+        os.chdir(cwd)
+    rungs = ladder.rungs
+    return {
+        "demo_forecast": held["forecast"], "demo_actual": held["actual"], "demo_error": held["error"],
+        "inside_band": held["inside_band"], "actual_source": held["source"],
+        "rungs": [{"name": r.name, "N": r.N, "D": r.D, "C": r.C, "steps": r.steps} for r in rungs],
+        "target": {"N": target.N, "D": target.D, "C": target.C, "steps": target.steps},
+        "rung_span": rungs[-1].C / rungs[0].C, "target_over_largest_rung": target.C / rungs[-1].C,
+        "seconds": {"ladder": round(target_t0 - t0, 1), "target": round(t0 + total_s - target_t0, 1),
+                    "total": round(total_s, 1), "cpu_total": round(cpu_s, 1)},
+        "compile_cache": "cold" if cold else "repository var/jax-cache (warm after a first run)",
+        "loadavg_1m": {"start": round(load0[0], 2), "end": round(os.getloadavg()[0], 2)},
+        "cpus": os.cpu_count(), "workdir": str(work),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/scaling.py --demo")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
+    ap.add_argument("--config", type=Path, default=ROOT / "training/configs/ladder.toml")
+    ap.add_argument("--workdir", type=Path, help="run here (kept); default: a temporary directory, removed after")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
+    ap.add_argument("--cold", action="store_true", help="an empty compilation cache instead of var/jax-cache")
+    ap.add_argument("--redis", action="store_true", help="publish the rungs and the target to Redis (the dashboard)")
+    args = ap.parse_args(argv)
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="demo-ladder-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        out = run_demo(args.config, work.resolve(), cold=args.cold, redis=args.redis)
+    finally:
+        if not (args.workdir or args.keep):
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
