@@ -13,7 +13,7 @@ from webapp.accounts.permissions import can, public, requires
 from webapp.annotations import validation as ann_validation
 from webapp.api import ApiError
 from webapp.live.relay import add_page_data as live_page_data
-from webapp.reports import blocks, display
+from webapp.reports import blocks, display, previews
 from webapp.reports.access import get_own, get_report, moderator
 from webapp.reports.models import Report, ReportRevision
 
@@ -50,10 +50,12 @@ def page_data(request, shown: list[dict]) -> dict:
 def report_detail(request, pk: int):
     report = get_report(request.user, pk)
     shown = display.blocks(report.parts)
+    runs = sorted(report.runs.all(), key=lambda r: r.id)
     return render(request, "reports/detail.html", {
         "report": report, "parts": shown, "page": page_data(request, shown),
         "mine": report.author_id is not None and report.author_id == request.user.pk,
-        "moderate": moderator(request.user), "cited": sorted(r.id for r in report.runs.all()),
+        "moderate": moderator(request.user), "cited": [r.id for r in runs],
+        "preview_meta": previews.meta(request, report, runs),
     })
 
 

@@ -3,6 +3,8 @@ edit history, moderation, the list, the run page's links, and the JSON API."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from webapp.reports import blocks
@@ -123,3 +125,16 @@ def test_a_hidden_annotation_leaves_the_report_that_quoted_it(world, personas):
     a.save()
     page = personas["anonymous"].get(f"/reports/{report.id}/").content.decode()
     assert "spike at 300" not in page and "[annotation no longer available]" in page
+
+
+def test_a_report_page_carries_its_own_preview_tags_over_its_runs_curve_image(world, personas):
+    _write(personas["member"], world, title="The spike at 300")
+    pk = Report.objects.get(title="The spike at 300").pk
+    html = personas["anonymous"].get(f"/reports/{pk}/").content.decode()
+    tags = dict(re.findall(r'<meta (?:property|name)="((?:og|twitter):[^"]+)" content="([^"]*)">', html))
+    assert tags["og:title"] == "The spike at 300" and tags["og:type"] == "article"
+    assert tags["og:url"] == f"http://testserver/reports/{pk}/" and tags["og:description"]
+    assert tags["og:image"].startswith(f"http://testserver/runs/{RUN}/preview.png?v=")
+    assert tags["twitter:card"] == "summary_large_image"
+    img = personas["anonymous"].get(tags["og:image"].removeprefix("http://testserver"))
+    assert img.status_code == 200 and img["Content-Type"] == "image/png"
