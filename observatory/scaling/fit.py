@@ -46,6 +46,7 @@ class Fit:
     candidates: dict = field(default_factory=dict)  # auto only: law name → its held-out error
     holdout_max: float | None = None     # the largest |L̂/L − 1| among those held-out rungs
     holdout_reach: float = 0.0           # ln(C_max / C_max of the rungs fitted) of that held-out fit
+    min_margin: float = 0.0              # a declared floor on the band's relative half-width (see margin())
 
     @property
     def params(self) -> dict[str, float]:
@@ -68,11 +69,14 @@ class Fit:
     def margin(self, points: Points) -> np.ndarray:
         """The relative error the law is expected to make at `points`: its worst held-out error, grown in
         proportion to how much further (in ln C) the points lie beyond the rungs than the held-out rungs lay
-        beyond the ones fitted without them. 0 where there was no held-out fit."""
+        beyond the ones fitted without them; never below `min_margin`, a floor the caller declares (a ladder of
+        a few rungs on a near-perfect power law measures ~0 held-out error, yet runs still differ by their seed and
+        schedule: docs/SCALING.md "Bands"). `min_margin` where there was no held-out fit."""
+        floor = np.full(len(points), self.min_margin)
         if self.holdout_max is None or self.holdout_reach <= 0:
-            return np.zeros(len(points))
+            return floor
         beyond = np.log(points.C / self.points.C.max())
-        return self.holdout_max * np.maximum(1.0, beyond / self.holdout_reach)
+        return np.maximum(floor, self.holdout_max * np.maximum(1.0, beyond / self.holdout_reach))
 
     def interval(self, points: Points) -> tuple[np.ndarray, np.ndarray] | None:
         """The band at `points` (None without bootstrap): the bootstrap fits' percentile band, widened to at
@@ -174,12 +178,15 @@ def _resamples(rng: np.random.Generator, n: int, K: int, need: int) -> np.ndarra
 
 def fit_law(law: Law | str, points: Points, loss, *, bootstrap: int = 200, seed: int = 0, level: float = 0.95,
             starts: int | None = DEFAULT_STARTS, holdout: int | None = None, delta: float = HUBER_DELTA,
-            power: float = WEIGHT_POWER, _held: tuple | None | bool = False) -> Fit:
+            power: float = WEIGHT_POWER, min_margin: float = 0.0, _held: tuple | None | bool = False) -> Fit:
     """Fit one law to all the rungs, with `bootstrap` rung resamples for the bands (0: no bands). Each rung's
-    Huber term weighs (C / C_max)^power (0: unweighted). `_held`: the held-out fit's result when the
+    Huber term weighs (C / C_max)^power (0: unweighted). `min_margin`: the bands' least relative half-width
+    (Fit.margin). `_held`: the held-out fit's result when the
     caller has it (auto), None to skip it, False (default) to run it."""
     law = get_law(law) if isinstance(law, str) else law
     loss = _check(law, points, loss)
+    if not 0.0 <= min_margin < 1.0:
+        raise ValueError("min_margin must be in [0, 1)")
     y, X = np.log(loss), law.design(points)
     w = compute_weights(points.C, power)
     theta, grid_starts = _best(law, X, y, starts, delta, w)
@@ -196,7 +203,8 @@ def fit_law(law: Law | str, points: Points, loss, *, bootstrap: int = 200, seed:
     return Fit(law=law, theta=theta, points=points, loss=loss, boot=boot, level=level, seed=seed,
                objective=float(huber(law.log_predict(theta, points) - y, delta, w)),
                holdout_error=None if ho is None else ho[0], holdout_max=None if ho is None else ho[1],
-               holdout_reach=0.0 if ho is None else ho[2], holdout_rows=int(holdout_mask(points, holdout).sum()))
+               holdout_reach=0.0 if ho is None else ho[2], holdout_rows=int(holdout_mask(points, holdout).sum()),
+               min_margin=float(min_margin))
 
 
 def fit(points: Points, loss, law: str = "auto", *, candidates: tuple[str, ...] | None = None, **kw) -> Fit:

@@ -237,3 +237,23 @@ def test_the_band_holds_the_laws_own_extrapolation_error():
     inside = Points.of(C=[1e20])                           # within the rungs: at least the held-out error itself
     lo_in, hi_in = f.interval(inside)
     assert hi_in[0] / f.predict(inside)[0] - 1 >= f.holdout_max * (1 - 1e-12)
+
+
+def test_a_declared_min_margin_floors_the_band_where_the_held_out_error_is_tiny():
+    """Rungs exactly on a power law: held-out error ~0, so the band is the bootstrap's sliver; a declared
+    min_margin widens it to at least L̂·(1 ± m), and never narrows a band that is wider already."""
+    C = np.geomspace(1e10, 5e11, 4)
+    loss = 0.01 + 20.0 * C ** -0.1
+    hero = Points.of(C=[1.5e12])
+    thin = fit_law("compute", Points.of(C=C), loss, bootstrap=20, seed=0)
+    floored = fit_law("compute", Points.of(C=C), loss, bootstrap=20, seed=0, min_margin=0.02)
+    pred = floored.predict(hero)[0]
+    lo, hi = thin.interval(hero)
+    assert hi[0] / pred - 1 < 0.005                      # the sliver a perfect ladder gives
+    lo2, hi2 = floored.interval(hero)
+    assert lo2[0] <= pred * 0.98 * (1 + 1e-12) and hi2[0] >= pred * 1.02 * (1 - 1e-12)
+    assert floored.predictions(hero)[0]["low"] == pytest.approx(lo2[0])
+    wide = fit_law("compute", Points.of(C=C), loss, bootstrap=20, seed=0, min_margin=0.3)
+    assert wide.interval(hero)[0][0] == pytest.approx(pred * 0.7)
+    with pytest.raises(ValueError, match="min_margin"):
+        fit_law("compute", Points.of(C=C), loss, bootstrap=0, min_margin=1.5)

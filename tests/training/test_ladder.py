@@ -266,3 +266,11 @@ def test_a_bad_ladder_config_exits_2_naming_the_key(tmp_path, tiny):
     config.write_text(text.replace('law = "chinchilla"', 'law = "compute"').replace("tokens = 12000", "tokens = 100"))
     out = subprocess.run(ladder_cmd(config), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "config error: ladder.rung" in out.stderr and "compute must grow" in out.stderr
+    config.write_text(text.replace('law = "chinchilla"', 'law = "compute"\nmin_margin = 0.7'))
+    out = subprocess.run(ladder_cmd(config), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "config error: ladder.min_margin" in out.stderr
+
+
+def test_the_demo_ladder_declares_its_band_floor():
+    from training.ladder import load_ladder
+    assert load_ladder(ROOT / "training/configs/ladder.toml").min_margin == pytest.approx(0.02)
