@@ -32,7 +32,7 @@ from django.test import RequestFactory  # noqa: E402
 
 from webapp.metrics import bulk, storage  # noqa: E402
 from webapp.metrics.models import Point, Series  # noqa: E402
-from webapp.publicapi import exports  # noqa: E402
+from webapp.transfer import exports  # noqa: E402
 from webapp.runs.models import Run  # noqa: E402
 
 BENCH_RUN = "bench-export"

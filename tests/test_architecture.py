@@ -31,8 +31,8 @@ IO_LIBS = {"redis", "wandb", "requests", "httpx", "urllib3", "aiohttp", "websock
 IO_SEAMS = ("observatory/streams/", "observatory/client")
 
 # The web chain: an app may import only apps listed before it. A new app must be added here (and to the docs).
-WEB_CHAIN = ("accounts", "intake", "runs", "metrics", "anomalies", "experiments", "annotations", "control", "ops", "live",
-             "reports", "publicapi", "front")
+WEB_CHAIN = ("accounts", "intake", "runs", "metrics", "transfer", "anomalies", "experiments", "annotations", "control",
+             "ops", "live", "reports", "publicapi", "front")
 
 
 def _modname(path: Path) -> str:

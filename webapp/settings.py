@@ -179,6 +179,7 @@ INSTALLED_APPS = [
     "webapp.intake",
     "webapp.runs",
     "webapp.metrics",
+    "webapp.transfer",  # imports and exports: W&B, TensorBoard, CSV/JSON/Parquet
     "webapp.anomalies",
     "webapp.experiments",
     "webapp.annotations",

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from training.sinks import CompositeSink, JsonlSink, Sink, WandbSink, resolve_wandb_mode
-from webapp.metrics.wandb_file import WandbReadError, read_run
+from webapp.transfer.wandb_file import WandbReadError, read_run
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
-"""Ingest wired to live pushes, what `manage.py ingest` runs: every batch metrics' Ingestor commits becomes
-coalesced pushes to the browsers watching its run (at most one per run per interval), after later apps' hooks
-(metrics.changes.on_commit_hooks, timers: anomaly detection) have seen it and pushed their frames. Entries are
-XACKed only once their run's changes were pushed: an ingest killed in between leaves them pending, and the ingest
-that takes its streams over replays and pushes them, so a live viewer misses nothing."""
+"""Ingest wired to live pushes, what `manage.py ingest` (webapp.metrics) runs: every batch metrics' Ingestor
+commits becomes coalesced pushes to the browsers watching its run (at most one per run per interval), after later
+apps' hooks (metrics.changes.on_commit_hooks, timers: anomaly detection) have seen it and pushed their frames.
+Entries are XACKed only once their run's changes were pushed: an ingest killed in between leaves them pending, and
+the ingest that takes its streams over replays and pushes them, so a live viewer misses nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import time
 import redis
 from django.db import InterfaceError, OperationalError, ProgrammingError
 
-from webapp.live.push import LiveBuffer
+from webapp.live.push import LiveBuffer, LivePublisher
+from webapp.live.reporting import StatsReporter
 from webapp.metrics import changes as hooks
 from webapp.metrics.ingest import Ingestor
 
@@ -89,3 +90,29 @@ class LiveIngest:
         self.ingestor.ack(except_runs=set(self.buffer.pending))  # what was pushed (or had nothing to push)
         self.ingestor.stats["pushes"] = self.buffer.pushes
         self.ingestor.stats["hook_ms"] = int(self.hook_s * 1000)
+
+
+class IngestProcess:
+    """What `manage.py ingest` runs (live registers it as metrics.changes.ingest_process): LiveIngest pushing
+    through a LivePublisher, its counters left in Redis for /metrics (webapp.live.reporting)."""
+
+    def __init__(self, client: redis.Redis, *, consumer: str, batch: int, interval: float, lease_ms: int):
+        self.publisher = LivePublisher()
+        self.live = LiveIngest(client, self.publisher.send, consumer=consumer, batch=batch, interval=interval,
+                               lease_ms=lease_ms)
+        self.reporter = StatsReporter(client, consumer)
+        self.stats = self.live.ingestor.stats
+
+    def step(self, block_ms: int) -> int:
+        n = self.live.step(block_ms)
+        self.reporter.maybe_report(self.stats)
+        return n
+
+    def drain(self) -> int:
+        return self.live.drain()
+
+    def close(self) -> None:
+        try:
+            self.live.close()
+        finally:
+            self.publisher.close()

@@ -1,15 +1,21 @@
-"""JSON API for series: GET /api/runs/<id>/metrics/, GET /api/runs/<id>/metrics/<name>/?start=&end=&points=, and
+"""JSON API for series: GET /api/runs/<id>/metrics/, GET /api/runs/<id>/metrics/<name>/?start=&end=&points=,
 GET /api/runs/<id>/windows/?series=a,b&start=&end=&points= (one step window of several series: a zoom reads every
-chart's series in one request)."""
+chart's series in one request), and GET /api/compare/?runs=a,b,c, the compare page's read (webapp.runs.compare).
+"""
+
+from collections import defaultdict
 
 from django.http import JsonResponse
 
+from observatory import contract
 from webapp.accounts.permissions import public
 from webapp.api import ApiError, api_view, cached, int_param
 from webapp.metrics import queries
 from webapp.metrics.models import Series
+from webapp.runs import pagedata
 from webapp.runs.api import get_run
-from webapp.runs.models import ENDED_STATES
+from webapp.runs.compare import MAX_RUNS, run_ids
+from webapp.runs.models import ENDED_STATES, Run
 
 MAX_STEP = 2**62
 MAX_BATCH = 32  # series per /windows/ request
@@ -72,3 +78,32 @@ def metric_series(request, run_id: str, name: str):
     # A finished run's history can no longer change (no more points, no rewind): cacheable by anyone. A live
     # run's window may still grow or be superseded by a rollback: revalidate every time.
     return cached(request, resp, immutable=run.state in ENDED_STATES)
+
+
+def _entry(run: Run, metrics: list[dict]) -> dict:
+    started = pagedata.first_started(run)
+    return {**run.summary(), "started": started.isoformat() if started else None,
+            "time_anchors": pagedata.time_anchors(run), "rewinds": pagedata.rewinds(run), "metrics": metrics}
+
+
+@public
+@api_view
+def compare_runs(request):
+    """{"runs": [{summary…, "started", "time_anchors", "rewinds", "metrics": [{name, count, first_step, last_step}]}],
+    "tokens_metric"}, in the order asked for: each run's series names (the page's metric picker offers their union)
+    and its x axes (tokens from its `tokens_metric` series, wall time from its (step, time) anchors, relative to
+    `started`). A malformed id or too many runs: 400; runs that do not exist: 404 naming them in `missing`."""
+    ids = run_ids(request)
+    if not ids:
+        raise ApiError(400, "parameter 'runs' must name at least one run (runs=a,b,c)", parameter="runs")
+    runs = {r.id: r for r in Run.objects.filter(pk__in=ids)}
+    missing = [rid for rid in ids if rid not in runs]
+    if missing:
+        raise ApiError(404, f"no such run: {', '.join(missing)}", missing=missing)
+    metrics: dict[str, list[dict]] = defaultdict(list)
+    rows = (Series.objects.filter(run_id__in=ids).order_by("run_id", "name")
+            .values("run_id", "name", "count", "first_step", "last_step"))
+    for row in rows.iterator():
+        metrics[row.pop("run_id")].append(row)
+    return JsonResponse({"runs": [_entry(runs[rid], metrics[rid]) for rid in ids],
+                         "tokens_metric": contract.M_TOTAL_TOKENS, "max_runs": MAX_RUNS})

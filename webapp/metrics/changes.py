@@ -19,6 +19,9 @@ Frames = Iterable[tuple[str, dict]]
 on_commit_hooks: list[Callable[[dict[str, "RunChanges"]], Frames]] = []
 timers: list[Callable[[float], Frames]] = []
 TIMER_EVERY_S = 5.0
+# What `manage.py ingest` (metrics' command) runs, set by live in its AppConfig.ready(): a callable
+# (client, consumer=, batch=, interval=, lease_ms=) -> a process with step(block_ms), drain(), close() and `stats`.
+ingest_process: Callable[..., object] | None = None
 
 
 @dataclass

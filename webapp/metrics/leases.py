@@ -1,12 +1,5 @@
-"""Ingest leases in Redis: each telemetry stream is read by one ingest consumer at a time.
-
-A lease is a key `obs:ingest:lease:<stream>` holding the owner's token, SET NX PX and renewed while the owner
-lives; a dead owner's lease expires and another consumer takes the stream over. Reading goes through `read`, a
-script that checks the lease and reads in one atomic step: a consumer that lost its lease (paused past the TTL,
-partitioned) cannot take one more entry, so entries are always delivered in stream order to the current owner.
-Writing is fenced separately, in the database (webapp.metrics.fence). Live consumers announce themselves in
-`obs:ingest:consumers` (a sorted set scored by expiry) so that each can take its fair share of the streams.
-"""
+"""Ingest leases in Redis: each telemetry stream is read by one ingest consumer at a time, through a script that
+checks the lease and reads in one atomic step (docs/ARCHITECTURE.md "Ingest: replicas, leases, fencing")."""
 
 from __future__ import annotations
 

@@ -1,17 +1,5 @@
-"""Reading series: a step window downsampled to at most P points with every spike kept, and raw tails.
-
-Plan for window(series, start, end, P), each read bounded by an index range:
-  1. clip [start, end] to the series' stored first/last step;
-  2. count raw points in the window, stopping at 4P+1 (a LIMITed count on the (series, step) primary key);
-     <= P raw points: return them all (exact); <= 4P: fetch them and bucket min/max in Python;
-  3. otherwise take the finest pyramid level with <= 4P whole blocks in the window (the coarsest whose span
-     guarantees it, then finer while LIMITed counts allow: sparse series), or the next coarser one if it still
-     gives ~90% of the P/2 buckets asked for; fetch those blocks and merge runs of consecutive blocks into
-     <= P/2 step-aligned buckets; the partial blocks at either edge are summarised exactly from finer levels
-     down to raw points, so the edges are as exact as the middle;
-  4. every bucket contributes its min and its max at their true steps; non-finite points are listed exactly
-     when there are few (partial index), otherwise one representative per bucket.
-"""
+"""Reading series: a step window downsampled to at most P points with every spike kept, and raw tails. The plan
+of window(), each read bounded by an index range: docs/ARCHITECTURE.md "Storage"."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""Writing series: idempotent (series, step) writes and incremental upkeep of the block pyramid.
-
-Call inside a transaction that holds the runs' fence locks (apply_messages takes them: one writer per run at a
-time). A batch buffers points and applies rewinds in order; flush() then writes, two ways:
-  * append (the common case: every new step of a series lies past its last stored step, no rewind in the batch):
-    points go in with plain bulk inserts (COPY on PostgreSQL), their blocks at every level are summarised in
-    memory from the batch and merged with the few stored blocks they extend (one query), and the series' totals
-    advance arithmetically: no raw row is read back;
-  * general (rewinds, re-sent or late steps): points are upserted, every touched level-0 block is recomputed
-    from its raw points, then each parent from its children, and the totals are re-read from the top level.
-An append that overlaps stored steps after all (its insert hits a duplicate key) is rolled back to a savepoint
-and done the general way, so the guess never costs correctness.
-"""
+"""Writing series: idempotent (series, step) writes and incremental upkeep of the block pyramid, by append or
+the general way (docs/ARCHITECTURE.md "Storage"). Call inside a transaction that holds the runs' fence locks
+(apply_messages takes them: one writer per run at a time)."""
 
 from __future__ import annotations
 

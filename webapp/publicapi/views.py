@@ -15,9 +15,10 @@ from webapp.annotations.access import Viewer, annotation_records
 from webapp.anomalies.models import Anomaly
 from webapp.api import api_view
 from webapp.pagination import after_cursor, page
-from webapp.publicapi import exports, openapi
+from webapp.publicapi import openapi
 from webapp.runs.api import get_run
 from webapp.runs.models import RunEvent
+from webapp.transfer import exports
 
 RECORD_CHUNK = 500  # events / anomalies / annotations per query of the records export
 EXPORT_RATE = "60/m"  # export requests per user (or address), all exports together; past it: 429

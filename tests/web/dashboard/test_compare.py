@@ -49,7 +49,7 @@ def rung_messages():
 
 @pytest.fixture
 def runs(live_env):
-    from webapp.metrics import wandb_import
+    from webapp.transfer import wandb_import
     from webapp.runs.models import Run
 
     apply(RESUMED, demo_messages(RESUMED))  # dies at step 39, resumes from its step-35 checkpoint

@@ -13,7 +13,7 @@ from django.test import Client
 
 from observatory import contract
 from webapp.intake.models import RunClaim
-from webapp.metrics import wandb_import
+from webapp.transfer import wandb_import
 from webapp.runs.models import Run
 
 T = 1_700_000_000.0

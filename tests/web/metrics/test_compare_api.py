@@ -9,8 +9,8 @@ from django.db import transaction
 
 from observatory import contract
 from webapp.metrics import storage
-from webapp.metrics.compare import MAX_RUNS
 from webapp.metrics.models import Series
+from webapp.runs.compare import MAX_RUNS
 from webapp.runs.models import Run, RunEvent
 
 pytestmark = pytest.mark.django_db

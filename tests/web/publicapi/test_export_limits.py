@@ -13,7 +13,8 @@ from django.db import transaction
 
 from webapp.metrics import storage
 from webapp.metrics.models import Series
-from webapp.publicapi import exports, views
+from webapp.publicapi import views
+from webapp.transfer import exports
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from observatory import contract
 from webapp.metrics.models import Point
-from webapp.metrics.wandb_file import read_run
+from webapp.transfer.wandb_file import read_run
 from webapp.runs.models import Run
 
 from ..servers import wait_for

@@ -8,9 +8,9 @@ import re
 from django.core.management.base import BaseCommand, CommandError
 
 from observatory import contract
-from webapp.metrics import imports, wandb_import
-from webapp.metrics.wandb_file import WandbReadError, read_run
 from webapp.runs.models import Run
+from webapp.transfer import imports, wandb_import
+from webapp.transfer.wandb_file import WandbReadError, read_run
 
 _BAD_RUN_CHARS = re.compile(f"[^{contract.RUN_ID_CHARS}]")
 

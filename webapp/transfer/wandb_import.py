@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from django.db import transaction
 
 from observatory import contract
-from webapp.metrics import imports
 from webapp.runs.models import Run, json_clean
+from webapp.transfer import imports
 
 SOURCE = "wandb"
 _BAD_NAME_CHARS = re.compile(f"[^{contract.METRIC_NAME_CHARS}]")

@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from observatory import contract
-from webapp.metrics import tb_import
+from webapp.transfer import tb_import
 from webapp.metrics.models import Point, Series
 from webapp.runs.models import Run, RunEvent
 

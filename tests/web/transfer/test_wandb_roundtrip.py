@@ -15,7 +15,7 @@ from django.core.management import call_command
 
 from observatory import contract
 from webapp.metrics.models import Point, Series
-from webapp.metrics.wandb_file import read_run
+from webapp.transfer.wandb_file import read_run
 
 from ..servers import ROOT, wait_for
 

@@ -1,4 +1,4 @@
-"""A TensorBoard logdir as Observatory runs, written through apply_messages (webapp.metrics.imports) like the W&B
+"""A TensorBoard logdir as Observatory runs, written through apply_messages (webapp.transfer.imports) like the W&B
 import and anything ingest reads. How run ids and metric names are made, and why a second import writes nothing:
 docs/CLIENT.md "TensorBoard import: names and repeats".
 """
@@ -17,10 +17,11 @@ from django.db import connection, transaction
 
 from observatory import contract
 from observatory.downsample import FINITE, NAN, NEGINF, POSINF
-from webapp.metrics import fence, imports
+from webapp.metrics import fence
 from webapp.metrics.models import Point, Series
-from webapp.metrics.tb_file import TBRun
 from webapp.runs.models import Run
+from webapp.transfer import imports
+from webapp.transfer.tb_file import TBRun
 
 SOURCE = "tensorboard"
 WALL = "wall_time/"

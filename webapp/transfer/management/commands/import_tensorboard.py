@@ -1,7 +1,7 @@
 """`manage.py import_tensorboard <logdir> [--run-prefix P] [--owner USER] [--no-wall-times]`: every run of a
 TensorBoard logdir (each directory holding event files) becomes an Observatory run, every scalar tag a series
 with all its steps (values exactly as TensorBoard stored them, NaN/Inf kept) and its wall times. Repeatable: a
-second import writes nothing, one after more events were appended writes only those (webapp/metrics/tb_import.py
+second import writes nothing, one after more events were appended writes only those (webapp/transfer/tb_import.py
 documents the run-id and metric-name mapping). Errors exit 2: a missing logdir, one without event files, a corrupt
 event file (that run is not written at all; the others are imported)."""
 
@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from observatory import contract
 
-from webapp.metrics import imports, tb_file, tb_import
+from webapp.transfer import imports, tb_file, tb_import
 
 
 class Command(BaseCommand):

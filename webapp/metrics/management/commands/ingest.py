@@ -1,7 +1,7 @@
 """`manage.py ingest`: the long-running process that moves run telemetry from Redis streams into the database
-(webapp.metrics.ingest) and pushes live updates to browsers (webapp.live.pipeline). Run as many as you like: they
-share the streams through leases. SIGTERM/SIGINT finish the current batch, flush pushes, hand the streams back
-to the other ingest processes, and exit 0."""
+(webapp.metrics.ingest) and pushes live updates to browsers (webapp.live.pipeline, which live registers as
+metrics.changes.ingest_process). Run as many as you like: they share the streams through leases. SIGTERM/SIGINT
+finish the current batch, flush pushes, hand the streams back to the other ingest processes, and exit 0."""
 
 from __future__ import annotations
 
@@ -17,9 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from observatory.streams import Backoff, connect
-from webapp.live.pipeline import LiveIngest
-from webapp.live.push import LivePublisher
-from webapp.live.reporting import StatsReporter
+from webapp.metrics import changes
 
 log = logging.getLogger("observatory.ingest")
 
@@ -51,10 +49,10 @@ class Command(BaseCommand):
             client.ping()
         except redis.RedisError as e:
             raise CommandError(f"Redis at {settings.REDIS_URL} is not reachable: {e}") from None
-        publisher = LivePublisher()
-        ing = LiveIngest(client, publisher.send, consumer=consumer, batch=batch, interval=push_interval_ms / 1000,
-                         lease_ms=lease_ms)
-        reporter = StatsReporter(client, consumer)  # counters for /metrics, through Redis
+        if changes.ingest_process is None:
+            raise CommandError("no ingest process registered (webapp.live registers it: is it installed?)")
+        ing = changes.ingest_process(client, consumer=consumer, batch=batch, interval=push_interval_ms / 1000,
+                                     lease_ms=lease_ms)
         stop = threading.Event()
 
         def on_signal(signum, frame):
@@ -72,7 +70,6 @@ class Command(BaseCommand):
             while not stop.is_set():
                 try:
                     ing.step(block_ms)
-                    reporter.maybe_report(ing.ingestor.stats)
                     backoff.ok()
                 except (redis.ConnectionError, redis.TimeoutError, DatabaseError) as e:
                     log.warning("%s: %s; retrying in %.1fs", type(e).__name__, e, backoff.delay_s)
@@ -82,7 +79,6 @@ class Command(BaseCommand):
                     backoff.wait(stop)
         finally:
             ing.close()
-            publisher.close()
             for s, h in old.items():
                 signal.signal(s, h)
-            log.info("ingest stopped: %s", dict(ing.ingestor.stats))
+            log.info("ingest stopped: %s", dict(ing.stats))

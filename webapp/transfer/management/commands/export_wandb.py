@@ -8,9 +8,9 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from webapp.metrics import wandb_export
-from webapp.metrics.wandb_file import WandbReadError, read_run
 from webapp.runs.models import Run
+from webapp.transfer import wandb_export
+from webapp.transfer.wandb_file import WandbReadError, read_run
 
 FINISH_TIMEOUT_S = 120.0  # wandb's service writes the run's exit record after finish() returns
 
