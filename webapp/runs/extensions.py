@@ -16,6 +16,7 @@ log = logging.getLogger("observatory.runs")
 HEADER: list[tuple[int, str]] = []  # included in the run head's link row, with the page's context
 PANELS: list[tuple[int, str]] = []  # included above the charts
 SCRIPTS: list[tuple[int, str]] = []  # loaded after the dashboard's own scripts, before dashboard.js
+RUN_LIST: list[tuple[int, str]] = []  # the run list page: included above the table
 PAGE_DATA: list = []  # contributions to the page's JSON data, called in order
 PREVIEW_META: list = []  # link-preview tags (Open Graph / Twitter card); the first answer wins
 _SENDER: list = []  # live's send(run_id, frame): at most one
@@ -38,6 +39,10 @@ def add_script(path: str, order: int = 50) -> None:
     _add(SCRIPTS, path, order)
 
 
+def add_run_list(template: str, order: int = 50) -> None:
+    _add(RUN_LIST, template, order)
+
+
 def add_page_data(fn) -> None:
     if fn not in PAGE_DATA:
         PAGE_DATA.append(fn)
@@ -55,6 +60,11 @@ def _sorted(entries: list) -> list:
 def dashboard() -> dict:
     """What the dashboard template renders: {"header": [...], "panels": [...], "scripts": [...]}."""
     return {"header": _sorted(HEADER), "panels": _sorted(PANELS), "scripts": _sorted(SCRIPTS)}
+
+
+def run_list() -> dict:
+    """What the run list template renders: {"parts": [...]}."""
+    return {"parts": _sorted(RUN_LIST)}
 
 
 def set_sender(fn) -> None:

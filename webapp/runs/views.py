@@ -21,8 +21,8 @@ def run_list(request):
     for r in runs:  # "Started" is the first start: a restart must not move it
         started = min((t for t in (r.started_at, r.first_event_t) if t is not None), default=None)
         rows.append({"run": r, "started": started, "progress": pagedata.progress(r)})
-    return render(request, "runs/run_list.html", {"rows": rows, "page": {"poll_s": LIST_POLL_S,
-                                                                         "limit": LIST_LIMIT}})
+    return render(request, "runs/run_list.html", {"rows": rows, "extensions": extensions.run_list(),
+                                                  "page": {"poll_s": LIST_POLL_S, "limit": LIST_LIMIT}})
 
 
 @public
