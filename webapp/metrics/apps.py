@@ -13,3 +13,4 @@ class MetricsConfig(AppConfig):
 
         extensions.add_page_data(firstpaint.add_initial)
         extensions.add_header("metrics/_run_link.html", order=30)
+        extensions.add_run_list("metrics/_compare_form.html", order=20)
