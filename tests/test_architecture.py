@@ -1,10 +1,12 @@
-"""The layering in docs/ARCHITECTURE.md, enforced by import analysis.
+"""The layering in docs/ARCHITECTURE.md, enforced by import and template analysis.
 
 - the core (`observatory/`) imports no framework; its pure part (contract, series math) imports no I/O library;
   only the seams named in IO_SEAMS may talk to Redis or the network;
 - the worker and the web never import each other (they meet only through Redis and `observatory.contract`);
 - no import cycles between training modules, between observatory modules, or between web apps;
-- web apps import only apps before them in WEB_CHAIN (the one-way chain of docs/ARCHITECTURE.md).
+- web apps import only apps before them in WEB_CHAIN (the one-way chain of docs/ARCHITECTURE.md);
+- templates name (url, static, include, extends) only their own app's or earlier apps' URLs, static files and
+  templates; a later app extends an earlier page through webapp/runs/extensions.py (rules: STATIC_OWNERS below).
 """
 
 from __future__ import annotations
@@ -365,3 +367,9 @@ def test_the_template_checker_sees_a_later_apps_names():
     assert [o.split(" belongs")[0] for o in found] == ["url 'run-log'", "include 'annotations/panel.html'",
                                                         "static 'js/live.js'"]
     assert chain_offences("front", template_names(text), {"run-log": "control"}) == []
+
+
+def test_the_live_message_type_is_written_once():
+    """Apps before live send frames through runs.extensions.send_frame, never a channel-layer message of their own."""
+    places = [p.relative_to(ROOT).as_posix() for p in _files("webapp") if '"live.update"' in p.read_text()]
+    assert places == ["webapp/live/push.py"]
