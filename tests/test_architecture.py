@@ -1,15 +1,18 @@
-"""The layering in docs/ARCHITECTURE.md, enforced by import analysis.
+"""The layering in docs/ARCHITECTURE.md, enforced by import and template analysis.
 
 - the core (`observatory/`) imports no framework; its pure part (contract, series math) imports no I/O library;
   only the seams named in IO_SEAMS may talk to Redis or the network;
 - the worker and the web never import each other (they meet only through Redis and `observatory.contract`);
 - no import cycles between training modules, between observatory modules, or between web apps;
-- web apps import only apps before them in WEB_CHAIN (the one-way chain of docs/ARCHITECTURE.md).
+- web apps import only apps before them in WEB_CHAIN (the one-way chain of docs/ARCHITECTURE.md);
+- templates name (url, static, include, extends) only their own app's or earlier apps' URLs, static files and
+  templates; a later app extends an earlier page through webapp/runs/extensions.py (rules: STATIC_OWNERS below).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -231,3 +234,141 @@ def test_the_environment_checker_sees_every_spelling(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("import os\nfrom os import getenv\na = os.environ['X']\nb = os.getenv('Y')\n")
     assert [n for n, _ in environment_reads(src)] == [2, 3, 4]
+
+
+# Templates follow the chain too. A template under templates/<app>/ (templates/registration/: Django's auth pages,
+# owned by accounts) may name, with {% url %}, {% static %}, {% include %} and {% extends %}, only URLs, static files
+# and templates of its own app or of apps before it in WEB_CHAIN. A later app adds to an earlier page through the
+# page's extension point (webapp/runs/extensions.py), from its AppConfig.ready(), with templates and static files
+# of its own (checked below too). The project-level templates/base.html wires the apps together, as webapp/urls.py
+# does, and may name any app's URL. A static file belongs to the app STATIC_OWNERS lists it under; SITE_STATIC
+# (the site's stylesheet, theme switch, icons, vendored libraries) belongs to the project: any template may name it.
+STATIC_OWNERS = {
+    "runs": ("js/series.js", "js/plotkit.js", "js/view.js", "js/downloads.js", "js/charts.js", "js/zoom.js",
+             "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js", "js/dashboard.js",
+             "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js", "js/compareview.js"),
+    "anomalies": ("js/anomalies.js",),
+    "experiments": ("js/forecast.js",),
+    "annotations": ("js/annotation-thread.js", "js/annotations.js"),
+    "control": ("js/operate.js", "js/interventions.js"),
+    "live": ("js/live.js",),
+    "reports": ("js/minichart.js", "css/embed.css"),
+    "publicapi": ("css/apidocs.css", "js/apidocs.js"),
+    "front": ("js/front.js",),
+}
+SITE_STATIC = ("css/observatory.css", "js/theme.js", "favicon.svg", "favicon.ico", "vendor/")
+TEMPLATE_DIRS = {"registration": "accounts"}  # template folders named otherwise than their app
+PROJECT_TEMPLATES = {"base.html"}
+_TAG = re.compile(r"""\{%\s*(url|static|include|extends)\s+(["'])(.+?)\2""")
+_REGISTRY_CALLS = {"add_header": "template", "add_panel": "template", "add_run_list": "template",
+                   "add_script": "static"}
+
+
+def template_names(text: str) -> list[tuple[str, str]]:
+    """(tag, literal name) for every {% url %}, {% static %}, {% include %}, {% extends %} naming a string; a
+    variable (`{% static path %}`) comes from the extension point, whose registrations are checked instead."""
+    return [(m.group(1), m.group(3)) for m in _TAG.finditer(text)]
+
+
+def static_owner(path: str) -> str | None:
+    """The app owning a static file, "" for the project's site-wide assets, None if nobody declared it."""
+    if path.startswith(SITE_STATIC):
+        return ""
+    return next((app for app, files in STATIC_OWNERS.items() if path in files), None)
+
+
+def template_owner(name: str) -> str | None:
+    """The app owning a template name ("runs/dashboard.html" -> runs), "" for a project-level template."""
+    if name in PROJECT_TEMPLATES:
+        return ""
+    folder = name.split("/", 1)[0] if "/" in name else None
+    app = TEMPLATE_DIRS.get(folder, folder)
+    return app if app in WEB_CHAIN else None
+
+
+def url_owners() -> dict[str, str]:
+    """URL name -> the app whose urls module declares it (through the project's include() of it)."""
+    from django.urls import URLResolver, get_resolver
+
+    out = {}
+
+    def walk(patterns, app):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                walk(p.url_patterns, app)
+            elif p.name:
+                out.setdefault(p.name, app)
+
+    for p in get_resolver().url_patterns:
+        module = getattr(p, "urlconf_name", None)
+        module = getattr(module, "__name__", module)  # include("x") holds the imported module
+        if isinstance(p, URLResolver) and isinstance(module, str) and module.startswith("webapp."):
+            walk(p.url_patterns, module.split(".")[1])
+    return out
+
+
+def chain_offences(app: str, named: list[tuple[str, str]], urls: dict[str, str]) -> list[str]:
+    """What `app` names that is not its own nor an earlier app's (or that no app owns)."""
+    out = []
+    for tag, name in named:
+        owner = (urls.get(name) if tag == "url" else static_owner(name) if tag == "static" else template_owner(name))
+        if owner is None:
+            out.append(f"{tag} {name!r} has no owning app (declare it: STATIC_OWNERS, an app's urls or templates)")
+        elif owner and WEB_CHAIN.index(owner) > WEB_CHAIN.index(app):
+            out.append(f"{tag} {name!r} belongs to {owner}, after {app}: register it from {owner} instead")
+    return out
+
+
+def test_templates_name_only_their_own_app_and_apps_before_it():
+    urls, offenders = url_owners(), []
+    for path in sorted((ROOT / "templates").rglob("*")):
+        if path.is_dir() or path.suffix not in (".html", ".txt"):
+            continue
+        name = path.relative_to(ROOT / "templates").as_posix()
+        app = template_owner(name)
+        if app == "":
+            continue  # base.html: the project wires every app (see above)
+        assert app is not None, f"templates/{name}: not in an app's folder (templates/<app>/, WEB_CHAIN)"
+        offenders += [f"templates/{name}: {o}" for o in chain_offences(app, template_names(path.read_text()), urls)]
+    assert not offenders, "\n".join(offenders)
+
+
+def registrations(path: Path) -> list[tuple[str, str]]:
+    """(kind, literal) of every extension-point registration in a module: add_header("x.html") -> template."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if fn in _REGISTRY_CALLS:
+                out.append((_REGISTRY_CALLS[fn], node.args[0].value))
+    return out
+
+
+def test_apps_register_their_own_templates_and_static_files():
+    offenders = []
+    for path in _files("webapp"):
+        parts = path.relative_to(ROOT / "webapp").parts
+        if len(parts) < 2 or parts[0] not in WEB_CHAIN:
+            continue
+        offenders += [f"{path.relative_to(ROOT)}: {o}" for o in chain_offences(parts[0], registrations(path), {})]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_every_static_file_has_an_owner():
+    files = [p.relative_to(ROOT / "static").as_posix() for p in (ROOT / "static").rglob("*") if p.is_file()]
+    assert [f for f in files if static_owner(f) is None] == []
+
+
+def test_the_template_checker_sees_a_later_apps_names():
+    text = """{% extends "base.html" %}{% load static %}<a href="{% url 'run-log' run.id %}">
+    {% include "annotations/panel.html" %}<script src="{% static 'js/live.js' %}"></script>{% static path %}"""
+    found = chain_offences("runs", template_names(text), {"run-log": "control"})
+    assert [o.split(" belongs")[0] for o in found] == ["url 'run-log'", "include 'annotations/panel.html'",
+                                                        "static 'js/live.js'"]
+    assert chain_offences("front", template_names(text), {"run-log": "control"}) == []
+
+
+def test_the_live_message_type_is_written_once():
+    """Apps before live send frames through runs.extensions.send_frame, never a channel-layer message of their own."""
+    places = [p.relative_to(ROOT).as_posix() for p in _files("webapp") if '"live.update"' in p.read_text()]
+    assert places == ["webapp/live/push.py"]

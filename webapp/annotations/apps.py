@@ -7,3 +7,10 @@ class AnnotationsConfig(AppConfig):
     name = "webapp.annotations"
     label = "annotations"
     verbose_name = "Annotations"
+
+    def ready(self):
+        from webapp.runs import extensions
+
+        extensions.add_panel("annotations/panel.html")
+        extensions.add_script("js/annotation-thread.js", order=30)
+        extensions.add_script("js/annotations.js", order=31)

@@ -15,6 +15,10 @@ class AnomaliesConfig(AppConfig):
         from webapp.anomalies import lost
         from webapp.anomalies.detect import DETECTION
         from webapp.metrics import changes
+        from webapp.runs import extensions
+
+        extensions.add_header("anomalies/_run_link.html", order=10)
+        extensions.add_script("js/anomalies.js", order=20)
 
         # ingest (live.LiveIngest) calls these; registered once per process even if ready() runs twice
         if DETECTION.committed not in changes.on_commit_hooks:

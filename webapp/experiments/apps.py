@@ -9,3 +9,9 @@ class ExperimentsConfig(AppConfig):
     name = "webapp.experiments"
     label = "experiments"
     verbose_name = "Experiments"
+
+    def ready(self):
+        from webapp.runs import extensions
+
+        extensions.add_script("js/forecast.js", order=50)  # the forecast band on the dashboard's loss charts
+        extensions.add_run_list("experiments/_run_list_link.html", order=10)

@@ -10,9 +10,8 @@ class FrontConfig(AppConfig):
     def ready(self):
         from webapp.front import moments as sources
         from webapp.front import previews
-        from webapp.runs import moments, pagedata
+        from webapp.runs import extensions, moments
 
         for source in sources.SOURCES:
             moments.register(source)
-        if previews.meta not in pagedata.PREVIEW_META:  # ready() may run twice
-            pagedata.PREVIEW_META.append(previews.meta)
+        extensions.add_preview_meta(previews.meta)

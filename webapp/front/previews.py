@@ -105,7 +105,7 @@ def _plain(html: str) -> str:
 
 
 def meta(request, run: Run) -> dict | None:
-    """pagedata.PREVIEW_META contributor: the tags of the run's page, or of the annotation its ?annotation= names
+    """runs.extensions.PREVIEW_META contributor: the tags of the run's page, or of the annotation its ?annotation= names
     (a public one of this run; anything else gets the run's)."""
     note = None
     raw = request.GET.get("annotation", "")

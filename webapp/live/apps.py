@@ -13,11 +13,13 @@ class LiveConfig(AppConfig):
         from webapp.live.relay import add_page_data
         from webapp.metrics import changes
         from webapp.ops import exposition
-        from webapp.runs import pagedata
+        from webapp.live.push import send_frame
+        from webapp.runs import extensions
 
         changes.ingest_process = IngestProcess  # what `manage.py ingest` runs: ingest wired to live pushes
 
         if collect not in exposition.collectors:  # ready() may run twice
             exposition.collectors.append(collect)
-        if add_page_data not in pagedata.PAGE_EXTRAS:
-            pagedata.PAGE_EXTRAS.append(add_page_data)
+        extensions.add_page_data(add_page_data)
+        extensions.add_script("js/live.js", order=10)
+        extensions.set_sender(send_frame)  # earlier apps' frames (annotations) go out through live

@@ -132,6 +132,19 @@ def push_now(run_id: str, changes: RunChanges) -> None:
         async_to_sync(layer.group_send)(*_group_message(run_id, update_body(changes)))
 
 
+def send_frame(run_id: str, frame: dict) -> None:
+    """A feature frame (its "type" names it) from sync code of an app before live in the chain, through the
+    runs.extensions sender slot (annotations). A failure is logged: the write stands, viewers see it on reload."""
+    to_push_tier(run_id, frame)
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(*_group_message(run_id, frame))
+    except Exception as e:
+        log.warning("live push of a %s frame to %s failed: %s", frame.get("type"), run_id, e)
+
+
 SUMMARY_EVERY_S = 1.0  # a frame that carries only the run's summary (ingest has one per batch) goes this often
 
 

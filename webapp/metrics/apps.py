@@ -9,7 +9,8 @@ class MetricsConfig(AppConfig):
 
     def ready(self):
         from webapp.metrics import firstpaint
-        from webapp.runs import pagedata
+        from webapp.runs import extensions
 
-        if firstpaint.add_initial not in pagedata.PAGE_EXTRAS:
-            pagedata.PAGE_EXTRAS.append(firstpaint.add_initial)
+        extensions.add_page_data(firstpaint.add_initial)
+        extensions.add_header("metrics/_run_link.html", order=30)
+        extensions.add_run_list("metrics/_compare_form.html", order=20)

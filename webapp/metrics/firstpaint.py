@@ -32,7 +32,7 @@ def wanted(charts: list[dict], names: list[str]) -> list[str]:
 
 
 def add_initial(request, run, page: dict) -> None:
-    """Page-data contributor (webapp/runs/pagedata.PAGE_EXTRAS): `metrics` and `initial_windows`."""
+    """Page-data contributor (webapp/runs/extensions.PAGE_DATA): `metrics` and `initial_windows`."""
     rows = api.metric_rows(run)
     page["metrics"] = rows
     names = wanted(page.get("charts", []), [r["name"] for r in rows])

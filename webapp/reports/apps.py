@@ -11,7 +11,6 @@ class ReportsConfig(AppConfig):
 
     def ready(self):
         from webapp.reports.citations import add_page_data
-        from webapp.runs import pagedata
+        from webapp.runs import extensions
 
-        if add_page_data not in pagedata.PAGE_EXTRAS:  # ready() may run twice
-            pagedata.PAGE_EXTRAS.append(add_page_data)
+        extensions.add_page_data(add_page_data)

@@ -1,5 +1,5 @@
 """The run page's links to the reports that cite the run, and its oEmbed discovery link (a page-data contributor:
-runs cannot import this app; webapp/runs/pagedata.PAGE_EXTRAS)."""
+runs cannot import this app; webapp/runs/extensions.PAGE_DATA)."""
 
 from __future__ import annotations
 

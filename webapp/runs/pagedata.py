@@ -6,6 +6,7 @@ import json
 import math
 
 from observatory import contract
+from webapp.runs import extensions
 from webapp.runs.models import ENDED_STATES, IMPORTED_SOURCES, Run, RunEvent
 
 # The dashboard's default line charts (a chart's id is its first metric; the page's URL names charts by id).
@@ -20,12 +21,6 @@ DASHBOARD_CHARTS = (
      "secondary": [contract.M_MFU], "topic": "throughput"},
     {"title": "Token drop", "metrics": [contract.M_DROP], "topic": "token_drop"},
 )
-# Contributions to the dashboard's page data from apps later in the chain (this app cannot import them): each is
-# called as fn(request, run, page) and adds its keys to `page` (webapp/metrics/firstpaint.py: the first windows).
-PAGE_EXTRAS: list = []
-# Link-preview tags (Open Graph / Twitter card) for a run's page, from a later app (webapp/front/previews.py): each
-# is called as fn(request, run) and returns {property: content} or None; the first answer wins.
-PREVIEW_META: list = []
 MAX_ANCHORS = 1000  # (step, time) pairs for the wall-time axis; more are thinned evenly
 # A peak FLOP/s that is a guess (an assumed CPU rate, an unknown device) makes MFU meaningless. A measured one (the
 # trainer's best-of matmul on CPU, training.telemetry.peak_flops) is this machine's own figure, as bench/moe.py uses.
@@ -118,8 +113,8 @@ def rewinds(run: Run) -> list[dict]:
 
 
 def preview_meta(request, run: Run) -> list[tuple[str, str]]:
-    """The (property, content) pairs of the first PREVIEW_META contributor that answers, in its order."""
-    for fn in PREVIEW_META:
+    """The (property, content) pairs of the first preview-meta contributor (runs.extensions) that answers."""
+    for fn in extensions.PREVIEW_META:
         meta = fn(request, run)
         if meta:
             return list(meta.items())

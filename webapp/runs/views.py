@@ -6,7 +6,7 @@ from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public
-from webapp.runs import api, forecast, pagedata
+from webapp.runs import api, extensions, forecast, pagedata
 from webapp.runs.models import Run
 
 LIST_LIMIT = 500
@@ -21,8 +21,8 @@ def run_list(request):
     for r in runs:  # "Started" is the first start: a restart must not move it
         started = min((t for t in (r.started_at, r.first_event_t) if t is not None), default=None)
         rows.append({"run": r, "started": started, "progress": pagedata.progress(r)})
-    return render(request, "runs/run_list.html", {"rows": rows, "page": {"poll_s": LIST_POLL_S,
-                                                                         "limit": LIST_LIMIT}})
+    return render(request, "runs/run_list.html", {"rows": rows, "extensions": extensions.run_list(),
+                                                  "page": {"poll_s": LIST_POLL_S, "limit": LIST_LIMIT}})
 
 
 @public
@@ -44,11 +44,12 @@ def dashboard(request, run_id: str):
             "mixture": {"stage": contract.M_MIX_STAGE, "weight_prefix": contract.mixture_weight("")},
             # what the page would otherwise ask /api/runs/<id>/ for first: one round trip less to first paint
             "detail": api.detail_payload(request, run)}
-    for extra in pagedata.PAGE_EXTRAS:
+    for extra in extensions.PAGE_DATA:  # later apps' keys (runs.extensions)
         extra(request, run, page)
     return render(request, "runs/dashboard.html", {
         "run": run,
         "started": pagedata.first_started(run),
         "progress": pagedata.progress(run), "glossary": contract.GLOSSARY,
         "page": page, "preview_meta": pagedata.preview_meta(request, run), "facts": pagedata.facts(page["detail"]),
+        "extensions": extensions.dashboard(),
     })
