@@ -115,3 +115,12 @@ def caps(monkeypatch):
     monkeypatch.setattr(contract, "STREAM_MAXLEN", 1000)
     monkeypatch.setattr(contract, "STREAM_HARD_MAXLEN", 2000)
     monkeypatch.setattr(contract, "TRIM_EVERY_S", 0.0)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-django's sort (db tests, transactional ones, the rest)
+def pytest_collection_modifyitems(config, items):
+    """Files with a `slow` test (trainer runs, multi-device, browsers) first: with `-n` workers (--dist loadfile hands
+    out whole files in this order) the long files start at once and the short ones fill the gaps, instead of a long
+    file starting last. Within a file, the order stays pytest-django's."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable
