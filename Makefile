@@ -1,7 +1,8 @@
 # Observatory: two commands on a fresh machine.
 #   make run            trainer + web + ingest + celery on embedded defaults (SQLite, a local Redis found or started)
 #   make run RUN=new    the same, but a fresh demo run instead of resuming the latest one
-#   make test           the test suite (real Redis, real database, real browser when Chromium is installed)
+#   make test           the test suite (real Redis, real database, real browser when Chromium is installed), in
+#                       parallel workers
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -29,8 +30,12 @@ $(STAMP_DEV): $(STAMP_RUN) requirements-dev.txt
 run: $(STAMP_RUN)
 	$(PY) deploy/run_local.py $(if $(RUN),--run $(RUN),)
 
+# Independent test files run in parallel worker processes (pytest-xdist), each on its own Redis database, its own
+# test database and its own ports; `make test PYTEST_WORKERS=` runs them all in one process.
+PYTEST_WORKERS ?= -n 4 --dist loadfile
+
 test: $(STAMP_DEV)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 bench: $(STAMP_DEV)
 	$(PY) bench/moe.py --json

@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from latency import free_port, pct, wait_http  # noqa: E402
+from latency import pct, wait_http  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 STEPS = 2000
 CSRF = "b" * 32  # a CSRF secret of our choosing: cookie and header agree

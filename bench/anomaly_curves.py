@@ -29,11 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from observatory import contract  # noqa: E402
 from observatory.anomalies.routing import watched  # noqa: E402
-from private_redis import private_redis  # noqa: E402
+from tests.support import PrivateRedis  # noqa: E402
 
 OUT = ROOT / "bench" / "data" / "anomalies"
 # scenario -> (steps, [(after step, fault words)]); one run carries every fault, far enough apart to recover
@@ -183,11 +182,11 @@ def main() -> int:
         print(json.dumps({"scenario": name, "rows": n, "last_step": last, "labels": labels}))
         return 0
     OUT.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="anomaly-curves-") as tmp, private_redis() as redis_url:
+    with tempfile.TemporaryDirectory(prefix="anomaly-curves-") as tmp, PrivateRedis() as redis:
         for name in args.only.split(","):
             steps, faults = SCENARIOS[name]
             t0 = time.monotonic()
-            n, labels = write(name, record(name, steps, faults, redis_url, Path(tmp)), faults)
+            n, labels = write(name, record(name, steps, faults, redis.url, Path(tmp)), faults)
             print(json.dumps({"scenario": name, "rows": n, "labels": labels,
                               "minutes": round((time.monotonic() - t0) / 60, 1)}))
     return 0

@@ -25,9 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from private_redis import private_redis  # noqa: E402
+from tests.support import PrivateRedis  # noqa: E402
 
 DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
 PARAMS = [f"layers/{i}/{w}" for i in range(4) for w in (
@@ -100,8 +99,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--database-url", default=None, help="default: a throw-away SQLite file")
     args = ap.parse_args()
-    with private_redis() as url:
-        return run(args, url)
+    with PrivateRedis() as redis:
+        return run(args, redis.url)
 
 
 def run(args, redis_url: str) -> int:

@@ -38,7 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.ingest import Database, free_port  # noqa: E402
+from bench.ingest import Database  # noqa: E402
+from tests.support import free_port  # noqa: E402
 from observatory import contract  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",

@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from tests.support import free_port  # noqa: E402
+
 RUN_ID = "bench-dashboard"
 SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
           "throughput/tokens_per_second", "moe/drop_fraction", "throughput/total_tokens")
@@ -86,14 +88,6 @@ def seed(steps: int) -> float | None:
         with transaction.atomic():
             storage.bulk_load(s.id, points())
     return time.perf_counter() - t0
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_ms(pid: int) -> float:

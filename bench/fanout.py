@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import psutil  # noqa: E402
 
 from fanout_viewers import worker  # noqa: E402
-from latency import free_port, pct, wait_http  # noqa: E402
+from latency import pct, wait_http  # noqa: E402
+from tests.support import PrivateRedis, free_port  # noqa: E402
 from observatory import contract  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "deploy"))
@@ -201,12 +202,11 @@ def start_push_tier(tmp: str, env: dict, web_port: int) -> tuple[int, list[subpr
 
 def run_bench(args) -> dict:
     tmp = tempfile.mkdtemp(prefix="obs-fanout-")
-    rport = free_port()
     procs: list[subprocess.Popen] = []
     spies: list[subprocess.Popen] = []
-    redis_proc = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
-                                   "--appendonly", "no", "--dir", tmp], stdout=subprocess.DEVNULL)
-    redis_url = f"redis://127.0.0.1:{rport}/0"
+    redis = PrivateRedis(tmp)
+    redis.start()
+    redis_proc, redis_url = redis.proc, redis.url
     env = {**os.environ, "REDIS_URL": redis_url, "OBS_DATA_DIR": tmp, "PYTHONUNBUFFERED": "1",
            "DATABASE_URL": args.database_url or f"sqlite:///{tmp}/bench.sqlite3", "OBS_DEBUG": "0",
            "DJANGO_SECRET_KEY": "fanout-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0", "OBS_LOG_LEVEL": "WARNING"}
@@ -292,8 +292,7 @@ def run_bench(args) -> dict:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
-        redis_proc.terminate()
-        redis_proc.wait(10)
+        redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     tiers = {tier: summarize(args, tier, raw, times, tap) for tier, raw in phases.items()}
     out = {"viewers": args.viewers, "connect_rate": args.ramp, "replicas": args.replicas, "server": args.server,

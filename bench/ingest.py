@@ -22,7 +22,6 @@ import random
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,13 +32,9 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.support import PrivateRedis  # noqa: E402
+
 GO, STOP = "bench:go", "bench:stop"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _proc_cpu(pid: int) -> float:
@@ -94,25 +89,6 @@ def _cpu() -> float:
 
 
 # ---------------------------------------------------------------------------------------------- parent
-def start_redis() -> tuple[subprocess.Popen, str, str]:
-    exe = shutil.which("redis-server")
-    if not exe:
-        sys.exit("redis-server is not on PATH")
-    port, tmp = free_port(), tempfile.mkdtemp(prefix="obs-bench-ingest-")
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", tmp], stdout=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(port=port)
-    for _ in range(200):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.025)
-    return proc, f"redis://127.0.0.1:{port}/0", tmp
-
-
 class Database:
     """A throw-away database of one backend, migrated, with a DATABASE_URL for the children."""
 
@@ -284,7 +260,9 @@ def main() -> int:
         return 0
 
     pg_server = os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/")
-    redis_proc, redis_url, redis_dir = start_redis()
+    redis = PrivateRedis()
+    redis.start()
+    redis_proc, redis_url = redis.proc, redis.url
     results, failed = [], False
     try:
         for backend in args.backends.split(","):
@@ -299,9 +277,7 @@ def main() -> int:
             finally:
                 db.close()
     finally:
-        redis_proc.terminate()
-        redis_proc.wait(10)
-        shutil.rmtree(redis_dir, ignore_errors=True)
+        redis.close()
     print(json.dumps({"runs": args.runs, "steps": args.steps, "width": args.width, "batch": args.batch,
                       "cpus": os.cpu_count(), "results": results}, indent=None if args.json else 2))
     return 1 if failed else 0

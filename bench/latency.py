@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from observatory import contract  # noqa: E402
 from observatory.streams import Publisher  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 HOOK = """
 window.__obsFrames = [];
@@ -78,12 +78,6 @@ def prometheus_means(url: str) -> dict[str, float]:
         elif name.endswith("_count"):
             counts[name[:-6]] = counts.get(name[:-6], 0.0) + float(value)
     return {k: round(1000 * sums[k] / counts[k], 1) for k in sums if counts.get(k)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from fanout import demo_names, server_cmd  # noqa: E402
-from latency import free_port, pct, wait_http  # noqa: E402
+from latency import pct, wait_http  # noqa: E402
+from tests.support import free_port  # noqa: E402
 from pagecost import LONG_TASKS_JS, Cdp, profile_summary, trace_tasks  # noqa: E402
 
 from observatory import contract  # noqa: E402

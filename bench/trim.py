@@ -19,9 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from private_redis import private_redis  # noqa: E402
+from tests.support import PrivateRedis  # noqa: E402
 
 
 def publish(pub, steps, names) -> float:
@@ -60,7 +59,8 @@ def measure(read: int, behind: int, width: int) -> dict:
     from observatory.streams import Publisher
 
     names = [f"bench/m{i}" for i in range(width)]
-    with private_redis() as url:
+    with PrivateRedis() as private:
+        url = private.url
         client = redis.Redis.from_url(url)
         run_id = "trim-bench"
         stream = contract.telemetry_stream(run_id)

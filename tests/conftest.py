@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
-import time
 import uuid
 from urllib.parse import urlparse
 
 import pytest
 import redis as redis_lib
 
+from tests.support import PrivateRedis
+
 # Every trainer, CLI and web process a test starts shares this control key (commands are HMAC-signed with it).
 TEST_CONTROL_KEY = "test-control-key-0123456789abcdef"
 os.environ.setdefault("OBS_CONTROL_KEY", TEST_CONTROL_KEY)
 
-# Tests FLUSHDB their own database only (a developer's runs live in db 0; the latency bench uses 14). Two test
-# sessions on one machine (two checkouts, CI beside a developer) each lock a different database.
-TEST_REDIS_DBS = (15, 13, 12, 11, 10, 9)
+# Tests FLUSHDB their own database only (a developer's runs live in db 0; the benches use 14 and 5). Each test
+# session, and each xdist worker, locks a different database (two checkouts, CI beside a developer, `-n` workers).
+TEST_REDIS_DBS = (15, 13, 12, 11, 10, 9, 8, 7, 6, 4, 3, 2, 1)
 
 
-def _lock_test_db() -> int:
+def _lock_test_db() -> int | None:
+    """One of TEST_REDIS_DBS, locked for this process's life (None: all are held by other sessions or workers)."""
     import fcntl
 
     for db in TEST_REDIS_DBS:
@@ -35,7 +35,7 @@ def _lock_test_db() -> int:
             continue
         _held_locks.append(f)  # held until the process exits
         return db
-    pytest.exit(f"all test Redis databases {TEST_REDIS_DBS} are in use by other test sessions", 2)
+    return None
 
 
 _held_locks: list = []
@@ -49,39 +49,36 @@ def _reachable(url: str) -> bool:
         return False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def redis_url():
-    """REDIS_URL if reachable, else 127.0.0.1:6379, else a private redis-server for this session."""
+    """A database of its own on REDIS_URL's server if reachable, else on 127.0.0.1:6379; else (no server, or every
+    test database taken by other sessions or xdist workers) a private redis-server for this session."""
     base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    proc = None
     if not _reachable(base):
         base = "redis://127.0.0.1:6379/0"
-    if not _reachable(base):
-        exe = shutil.which("redis-server")
-        if not exe:
-            pytest.exit("no Redis reachable and no redis-server on PATH (apt-get install -y redis-server)", 2)
-        port = _free_port()
-        tmp = tempfile.mkdtemp(prefix="obs-test-redis-")
-        proc = subprocess.Popen([exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-                                 "--appendonly", "no", "--dir", tmp], stdout=subprocess.DEVNULL)
-        base = f"redis://127.0.0.1:{port}/0"
-        for _ in range(100):
-            if _reachable(base):
-                break
-            time.sleep(0.05)
+    db = _lock_test_db() if _reachable(base) else None
+    private = None
+    if db is None:
+        private = PrivateRedis()
+        try:
+            private.start()
+        except RuntimeError as e:  # no redis-server on PATH
+            pytest.exit(f"no test Redis database free and {e}", 2)
+        base, db = private.url, 0
     u = urlparse(base)
-    url = f"{u.scheme}://{u.netloc}/{_lock_test_db()}"
+    url = f"{u.scheme}://{u.netloc}/{db}"
     os.environ["REDIS_URL"] = url  # children (trainer, ingest, daphne) started by tests inherit it
     yield url
-    if proc:
-        proc.terminate()
-        proc.wait(5)
+    if private:
+        private.close()
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A redis-server of the test's own (tests.support.PrivateRedis), not started yet; stopped at teardown."""
+    r = PrivateRedis(tmp_path)
+    yield r
+    r.stop()
 
 
 @pytest.fixture
@@ -145,3 +142,12 @@ def command_id_cases():
 @pytest.fixture(scope="session")
 def mixture_cases():
     return MIXTURE_CASES
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-django's sort (db tests, transactional ones, the rest)
+def pytest_collection_modifyitems(config, items):
+    """Files with a `slow` test (trainer runs, multi-device, browsers) first: with `-n` workers (--dist loadfile hands
+    out whole files in this order) the long files start at once and the short ones fill the gaps, instead of a long
+    file starting last. Within a file, the order stays pytest-django's."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable

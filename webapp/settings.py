@@ -319,10 +319,17 @@ except (OSError, ValueError) as e:
 
 # ---------------------------------------------------------------------------------------------- realtime
 # Pub/sub layer: the default RedisChannelLayer saturates near 300-500 group_send/s (BRIEF §4).
-CHANNEL_LAYERS = {"default": {
-    "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-    "CONFIG": {"hosts": [REDIS_URL]},
-}}
+def channel_layers(redis_url: str) -> dict:
+    """The channel layer on `redis_url`. Pub/sub ignores Redis database numbers, so a database other than 0 names
+    its channels with its own prefix: processes on different databases (test sessions, xdist workers) never hear
+    each other's groups, as they never see each other's keys."""
+    u = urlparse(redis_url)
+    db = dict(parse_qsl(u.query)).get("db") or u.path.strip("/") or "0"
+    return {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                        "CONFIG": {"hosts": [redis_url], "prefix": "asgi" if db == "0" else f"asgi-db{db}"}}}
+
+
+CHANNEL_LAYERS = channel_layers(REDIS_URL)
 
 # The public live path on a push engine (nchan; docs/ARCHITECTURE.md "Live path"): the relay (`manage.py relay`) and
 # the frame producers POST to OBS_LIVE_PUSH_URL, nchan's internal-only publisher location; dashboards subscribe at

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 import observatory.client as obs
 from observatory import contract
+from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,12 +29,6 @@ def _wait(condition, timeout, what):
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_run_publishes_its_lifecycle_metrics_events_and_heartbeats(redis_url, redis_client, run_id):
@@ -109,7 +103,7 @@ def test_update_config_publishes_the_run_again(redis_url, redis_client, run_id):
 
 
 def test_run_ids_default_to_the_name_and_are_validated(monkeypatch):
-    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{_free_port()}/0")
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
     assert re.fullmatch(r"my-exp_1-[0-9a-f]{8}", obs.default_run_id("my exp_1"))
     assert re.fullmatch(r"run-[0-9a-f]{8}", obs.default_run_id("!!!"))
     assert contract.RUN_ID_RE.match(obs.default_run_id("x" * 200))
@@ -123,7 +117,7 @@ def test_run_ids_default_to_the_name_and_are_validated(monkeypatch):
     with pytest.raises(ValueError, match="OBS_TOKEN"):
         obs.init(name="x")
     with pytest.raises(ValueError, match="step"):
-        run = obs.init(name="x", run_id="env-redis", url=f"redis://127.0.0.1:{_free_port()}/0",
+        run = obs.init(name="x", run_id="env-redis", url=f"redis://127.0.0.1:{free_port()}/0",
                        finish_at_exit=False)
         try:
             run.log({"a": 1.0}, step=-1)
@@ -132,7 +126,7 @@ def test_run_ids_default_to_the_name_and_are_validated(monkeypatch):
 
 
 def test_logging_never_blocks_when_redis_is_absent_and_drops_are_counted():
-    run = obs.init(name="offline", url=f"redis://127.0.0.1:{_free_port()}/0", max_queue=500, finish_at_exit=False)
+    run = obs.init(name="offline", url=f"redis://127.0.0.1:{free_port()}/0", max_queue=500, finish_at_exit=False)
     t0 = time.perf_counter()
     for step in range(3000):
         run.log({contract.M_LOSS: float(step)})

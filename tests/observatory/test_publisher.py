@@ -4,65 +4,17 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import socket
-import subprocess
 import time
 
 import pytest
-import redis as redis_lib
 
 from observatory import contract
 from observatory.streams import Publisher
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support import PrivateRedis, free_port
 
 
 def _entries(client, run_id):
     return [contract.decode(f, expect_run=run_id) for _, f in client.xrange(contract.telemetry_stream(run_id))]
-
-
-class _PrivateRedis:
-    """A redis-server of our own, so a test can start it late or pause it without touching the shared one."""
-
-    def __init__(self, tmp_path, appendonly: bool = False):
-        self.appendonly = appendonly
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.tmp = tmp_path
-        self.proc = None
-
-    def start(self):
-        exe = shutil.which("redis-server")
-        if not exe:
-            pytest.skip("redis-server not on PATH")
-        persist = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly else ["--appendonly", "no"]
-        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      *persist, "--dir", str(self.tmp)], stdout=subprocess.DEVNULL)
-        client = redis_lib.Redis(port=self.port)
-        for _ in range(200):
-            try:
-                client.ping()
-                return client
-            except (redis_lib.ConnectionError, redis_lib.BusyLoadingError):
-                time.sleep(0.025)
-        raise RuntimeError("private redis-server did not start")
-
-    def stop(self, kill: bool = False):
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill() if kill else self.proc.terminate()
-            self.proc.wait(5)
-
-
-@pytest.fixture
-def private_redis(tmp_path):
-    r = _PrivateRedis(tmp_path)
-    yield r
-    r.stop()
 
 
 def test_it_publishes_valid_entries_registers_the_run_and_sets_the_heartbeat(redis_url, redis_client, run_id):
@@ -121,7 +73,7 @@ def test_it_drops_invalid_metric_names_and_counts_them(redis_url, redis_client, 
 
 
 def test_it_never_blocks_when_redis_is_absent_and_counts_drops():
-    pub = Publisher(f"redis://127.0.0.1:{_free_port()}/0", "absent-run", max_queue=500)
+    pub = Publisher(f"redis://127.0.0.1:{free_port()}/0", "absent-run", max_queue=500)
     t0 = time.perf_counter()
     accepted = sum(pub.metrics(step, {contract.M_LOSS: 1.0}) for step in range(2000))
     elapsed = time.perf_counter() - t0
@@ -225,7 +177,7 @@ def test_it_resends_what_a_restarted_redis_lost(private_redis):
 
 
 def test_a_killed_redis_with_an_append_only_file_loses_and_doubles_nothing(tmp_path):
-    redis = _PrivateRedis(tmp_path, appendonly=True)
+    redis = PrivateRedis(tmp_path, appendonly=True)
     redis.start()
     pub = Publisher(redis.url, "aof-run", max_backoff_s=0.2)
     try:

@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from observatory import contract
+from tests.support import free_port
 
 STEPS = 30
 # 8 sequences x 32 tokens: on 8 devices each holds one sequence, i.e. one whole dispatch group of 32 tokens.
@@ -117,19 +118,11 @@ def test_killed_on_8_devices_it_resumes_on_4_then_2_and_continues_exactly(refere
     _assert_close(got, _losses(reference))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_processes_of_two_devices_through_the_coordinator_match_one_device(reference, tiny, trainer_cli, jsonl,
                                                                                tmp_path):
     cfg, out = tiny(**MESH_TINY), tmp_path / "mp.jsonl"
-    port = _free_port()
+    port = free_port()
     procs = []
     for pid in (0, 1):
         env = {**_env(2), "OBS_COORDINATOR": f"127.0.0.1:{port}", "OBS_NUM_PROCESSES": "2", "OBS_PROCESS_ID": str(pid)}

@@ -10,13 +10,13 @@ restored checkpoint and the skipped batches, not on when the command landed.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import uuid
 
 import pytest
 
 from observatory import contract
+from tests.support import free_port
 
 # 8 sequences x 32 tokens; 4 devices each hold 2 sequences, i.e. whole dispatch groups of 32 tokens.
 TINY = dict(train={"batch_size": 8, "eval_every": 0}, model__moe={"group_size": 32, "n_routed": 8},
@@ -27,12 +27,6 @@ FIRST, LAST, TARGET, SKIP = 15, 25, 10, 3
 def _env(devices: int, **extra: str) -> dict:
     flags = f"--xla_force_host_platform_device_count={devices} --xla_backend_optimization_level=0"
     return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", **extra}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _send_rollback(client, run_id: str) -> str:
@@ -49,7 +43,7 @@ def _run(trainer_cli, cfg, run_id: str, steps: int, out, redis_url: str, process
         p = trainer_cli.run(cfg, *args, "--set", "mesh.data=1", env=_env(1), timeout=300)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         return [p.stdout + p.stderr]
-    port, procs = _free_port(), []
+    port, procs = free_port(), []
     for pid in range(processes):
         env = _env(2, OBS_COORDINATOR=f"127.0.0.1:{port}", OBS_NUM_PROCESSES=str(processes), OBS_PROCESS_ID=str(pid))
         procs.append(trainer_cli.popen(cfg, *args, "--set", "mesh.data=2", "--set", "mesh.expert=2", env=env,

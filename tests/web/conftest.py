@@ -8,6 +8,7 @@ import os
 import pytest
 
 from observatory import contract
+from webapp.settings import channel_layers
 
 from .servers import ROOT, Servers
 
@@ -23,8 +24,7 @@ def web_settings(settings, redis_url):
     test database (settings were imported before the shared redis_url fixture set the environment)."""
     settings.REDIS_URL = redis_url
     settings.OBS_CONTROL_KEY = contract.load_control_key()  # the key tests/conftest.py gives every process
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-                                           "CONFIG": {"hosts": [redis_url]}}}
+    settings.CHANNEL_LAYERS = channel_layers(redis_url)  # as the server processes it starts derive them
     return settings
 
 

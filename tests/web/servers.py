@@ -3,44 +3,13 @@ and the waits every such test needs: each polls a real condition; its timeout on
 
 from __future__ import annotations
 
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from tests.support import free_port, stop, wait_for, wait_port  # noqa: F401 (re-exported for the web tests)
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(condition, timeout: float, what: str, every: float = 0.1):
-    """condition() until it returns something truthy (returned); AssertionError naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = condition()
-        if out:
-            return out
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
-
-
-def wait_port(port: int, timeout: float = 30) -> None:
-    wait_for(lambda: _listening(port), timeout, f"a server listening on port {port}")
 
 
 def start_daphne(port: int, env: dict) -> subprocess.Popen:
@@ -52,17 +21,6 @@ def start_daphne(port: int, env: dict) -> subprocess.Popen:
 def start_ingest(env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def stop(proc: subprocess.Popen) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    return proc.returncode
 
 
 class Servers:

@@ -82,3 +82,29 @@ def test_test_mode_is_a_setting_not_a_guess(tmp_path, settings):
 def test_the_live_hub_takes_its_pace_from_settings(tmp_path):
     got = _settings_in_a_child(tmp_path, OBS_LIVE_MIN_INTERVAL_MS="700", OBS_LIVE_FRAME_BUDGET="500")
     assert (got["interval"], got["budget"]) == (0.7, 500.0)
+
+
+async def test_channel_layers_on_two_redis_databases_do_not_hear_each_other(redis_url):
+    """Redis pub/sub ignores database numbers: without a prefix per database, two test sessions (or xdist workers)
+    on one server would receive each other's group messages for a run id they share."""
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    base = redis_url.rsplit("/", 1)[0]
+    layers = [RedisPubSubChannelLayer(**s.channel_layers(f"{base}/{db}")["default"]["CONFIG"]) for db in (1, 2)]
+    try:
+        channels = [await layer.new_channel() for layer in layers]
+        for layer, channel in zip(layers, channels):
+            await layer.group_add("run.shared-id", channel)
+        await layers[0].group_send("run.shared-id", {"type": "m", "db": 1})
+        await layers[1].group_send("run.shared-id", {"type": "m", "db": 2})
+        assert (await layers[1].receive(channels[1]))["db"] == 2  # its own, not the other database's sent first
+        assert (await layers[0].receive(channels[0]))["db"] == 1
+    finally:
+        for layer in layers:
+            await layer.flush()
+
+
+def test_database_0_keeps_the_default_channel_prefix():
+    assert s.channel_layers("redis://127.0.0.1:6379/0")["default"]["CONFIG"]["prefix"] == "asgi"
+    assert s.channel_layers("redis://127.0.0.1:6379")["default"]["CONFIG"]["prefix"] == "asgi"
+    assert s.channel_layers("unix:///run/redis.sock?db=3")["default"]["CONFIG"]["prefix"] == "asgi-db3"

@@ -13,7 +13,6 @@ from webapp.metrics.models import Point
 
 from ..conftest import Trainer
 from ..servers import wait_for
-from .private_redis import PrivateRedis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,13 +31,6 @@ def _pump(ing, done, what, timeout=15):
             pass
         return done()
     wait_for(once, timeout, what, every=0.0)
-
-
-@pytest.fixture
-def private_redis(tmp_path):
-    r = PrivateRedis(tmp_path)
-    yield r
-    r.stop()
 
 
 def test_ingest_recovers_by_itself_when_a_redis_restart_loses_the_streams(private_redis, run_id, monkeypatch):

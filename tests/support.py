@@ -1,0 +1,138 @@
+"""Plumbing shared by the tests and the benches: free ports, waits on a condition, private redis-server processes,
+stopping a child process. Imported as `tests.support`: pytest (pytest.ini `pythonpath`) and every bench put the
+repository root on sys.path. Each wait polls a real condition; its timeout only bounds a failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+# Ports handed out by free_port, one empty file each, in a folder every process on the machine shares.
+PORTS_DIR = Path(tempfile.gettempdir()) / "observatory-ports"
+PORT_HOLD_S = 600.0
+
+
+def _kernel_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick) and that no caller of free_port on
+    this machine (another xdist worker, test session or bench) was handed in the last PORT_HOLD_S seconds: between
+    the pick and its server's bind, no other process is handed the same port."""
+    PORTS_DIR.mkdir(exist_ok=True)
+    for _ in range(1000):
+        port = _kernel_port()
+        mark = PORTS_DIR / str(port)
+        try:
+            os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return port
+        except FileExistsError:
+            try:
+                if time.time() - mark.stat().st_mtime > PORT_HOLD_S:
+                    mark.unlink()  # an old hand-out: the port may be handed out again
+            except FileNotFoundError:
+                pass
+    raise RuntimeError(f"no port free of a hand-out in {PORTS_DIR}")
+
+
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        socket.create_connection((host, port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_for(condition, timeout: float, what: str, every: float = 0.1):
+    """condition() until it returns something truthy (returned); AssertionError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = condition()
+        if out:
+            return out
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+def wait_port(port: int, timeout: float = 30) -> None:
+    wait_for(lambda: listening(port), timeout, f"a server listening on port {port}")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15) -> int:
+    """SIGTERM, then SIGKILL after `timeout`; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+class PrivateRedis:
+    """A redis-server of its own on a free port (no RDB snapshots; an append-only file if asked), so that a test can
+    start it late, restart it (empty, or from its append-only file), pause or kill it, and a bench shares nothing.
+    `directory` None: a temporary one, removed by close(). As a context manager: started, then closed."""
+
+    def __init__(self, directory: str | Path | None = None, appendonly: bool = False):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._own_dir = directory is None
+        self.dir = Path(tempfile.mkdtemp(prefix="obs-redis-") if directory is None else directory)
+        self.appendonly = appendonly
+        self.proc: subprocess.Popen | None = None
+
+    def start(self):
+        """Start the server; a client on it once it answers (after loading its append-only file)."""
+        import redis as redis_lib
+
+        exe = shutil.which("redis-server")
+        if not exe:
+            raise RuntimeError("redis-server is not on PATH (apt-get install -y redis-server)")
+        persist = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.appendonly else ["--appendonly", "no"]
+        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      *persist, "--dir", str(self.dir)], stdout=subprocess.DEVNULL)
+        client = redis_lib.Redis(port=self.port)
+
+        def up():
+            assert self.proc.poll() is None, f"redis-server exited with {self.proc.returncode}"
+            try:
+                return client.ping()
+            except redis_lib.RedisError:  # connection refused, or still loading its append-only file
+                return False
+
+        wait_for(up, 10, "the private redis-server to answer", every=0.02)
+        return client
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            self.proc.wait(10)
+
+    def restart(self, kill: bool = False):
+        self.stop(kill)
+        return self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "PrivateRedis":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
