@@ -105,7 +105,9 @@ def main() -> int:
         run = Run.objects.get(pk=RUN_ID)
         cache.delete("ogimage:" + previews._key(run, Series.objects.get(run=run, name="train/loss"), None))
 
-    port = _free_port()
+    from tests.support import free_port
+
+    port = free_port()
     sys.path.insert(0, str(ROOT / "deploy"))
     from run_local import web_command
 
@@ -147,14 +149,6 @@ def main() -> int:
            "load1": round(os.getloadavg()[0], 2), "target_cached_ms": 100}
     print(json.dumps(out, indent=None if args.json else 2))
     return 0 if follows else 1
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":
