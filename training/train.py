@@ -125,9 +125,10 @@ class Trainer:
             self.started_at = experiment_lib.mark_started(ck_dir, self.run_id, self.started_at)
         # A BPE tokenizer lives beside the checkpoints: process 0 trains it on a fresh run, the others load it.
         # With data.prepared: the token shards of `python -m training data prepare` (training.shards).
-        build = partial(load_prepared if cfg.data.prepared else build_sampler, cfg.data, cfg.model.seq_len,
-                        cfg.train.batch_size, cfg.run.seed, cfg.train.token_budget, vocab_size=cfg.model.vocab_size,
-                        tokenizer_file=ck_dir / "tokenizer.json")
+        build = partial(load_prepared, cfg.data) if cfg.data.prepared else \
+            partial(build_sampler, cfg.data, cache_dir=cfg.run.data_cache or None)
+        build = partial(build, cfg.model.seq_len, cfg.train.batch_size, cfg.run.seed, cfg.train.token_budget,
+                        vocab_size=cfg.model.vocab_size, tokenizer_file=ck_dir / "tokenizer.json")
         self.sampler = build(may_train=True) if leader else None
         distributed.barrier("run-directory-ready")
         self.sampler = self.sampler or build(may_train=False)
