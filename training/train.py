@@ -29,7 +29,7 @@ from training import experiment as experiment_lib
 from training import mesh as mesh_lib
 from training import step as step_lib
 from training.commands import apply_commands
-from training.compile_cache import enable_compilation_cache
+from training.compile_cache import CacheCounter, enable_compilation_cache
 from training.config import RunConfig
 from training.control import ControlChannel
 from training.errors import CheckpointError, ConfigError, Interrupted, TrainingFailed
@@ -226,7 +226,9 @@ class Trainer:
                                 "devices": f"{len(dev)} x {dev[0].device_kind}",
                                 "mesh": dict(self.mesh.shape), "processes": jax.process_count(),
                                 **step_lib.state_memory(self.train_state),
-                                "gpu_telemetry": self.hardware.gpu_backend})
+                                "gpu_telemetry": self.hardware.gpu_backend,
+                                "compile_cache": {"dir": jax.config.jax_compilation_cache_dir,
+                                                  **self.compile_cache.snapshot()}})
         self.interrupted()
 
     # ------------------------------------------------------------------------------------------ hooks
@@ -386,6 +388,7 @@ class Trainer:
                                  "counts": counts(cfg.model),
                                  **({"experiment": experiment} if exp.name or self.registration else {})})
         self.phase("starting")
+        self.compile_cache = CacheCounter().start()  # the `compiled` event says whether programs came from it
         self.heartbeat.start()
         self.hardware.start()
         try:
@@ -408,6 +411,7 @@ class Trainer:
             self._shutdown()
 
     def _shutdown(self) -> None:
+        self.compile_cache.stop()
         self.heartbeat.stop()
         self.heartbeat.beat()  # the final phase (stopped or failed) reaches the heartbeat key at once
         self.hardware.stop()
