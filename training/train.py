@@ -147,8 +147,11 @@ class Trainer:
             except CheckpointError as e:
                 raise TrainingFailed(f"{e} -- {KEEP_OLD}") from None
             self._check_data(meta.get("data_hashes") or {})
-        # Created in its shardings by one jitted program: no device ever holds all the experts.
-        self.train_state = step_lib.jit_init_state(cfg, self.mesh)(jax.random.PRNGKey(cfg.run.seed))
+        # Created in its shardings by one jitted program: no device ever holds all the experts. A resume overwrites
+        # all of it, so there only its shapes and shardings are made (to restore into): no init program to run.
+        init = step_lib.jit_init_state(cfg, self.mesh)
+        key = jax.random.PRNGKey(cfg.run.seed)
+        self.train_state = jax.eval_shape(init, key) if latest is not None else init(key)
         self.sink.record("manifest", {"t": time.time(), "manifest": manifest})
         published = self.sink.last_step()
         if latest is not None:

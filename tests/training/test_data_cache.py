@@ -68,3 +68,11 @@ def test_a_truncated_or_corrupted_cache_file_is_rebuilt_not_fatal(tmp_path):
     domains.write_bytes(bytes(raw))
     assert _build(tmp_path, "a").cache_info["encoded"]
     assert _build(tmp_path, "a").cache_info["encoded"] is False
+
+
+def test_where_the_cache_lives_is_not_part_of_a_registrations_config_hash():
+    from training.config import load
+    from training.experiment import config_hash
+
+    cfg = load("training/configs/demo.toml")
+    assert config_hash(cfg) == config_hash(load("training/configs/demo.toml", {"run.data_cache": ""}))
