@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sys
 import uuid
@@ -24,6 +25,7 @@ from training.sources import Domain
 from training.tokenizer import BpeTokenizer
 
 FORMAT = 1
+log = logging.getLogger(__name__)
 _CODE = [Path(sources.__file__), Path(sources.__file__).with_name("tokenizer.py"), Path(__file__)]
 
 
@@ -61,15 +63,18 @@ def sources_key(data: DataSection) -> str:
 
 
 def _write_atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write to a temporary name, then rename; a cache that cannot be written (full disk, read-only var/) only
+    costs the next start its time."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             write(f)
         os.replace(tmp, path)
+    except OSError as e:
+        log.warning("data cache: could not write %s: %s", path, e)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        _drop(tmp)
 
 
 def _drop(path: Path) -> None:

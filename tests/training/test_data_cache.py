@@ -76,3 +76,9 @@ def test_where_the_cache_lives_is_not_part_of_a_registrations_config_hash():
 
     cfg = load("training/configs/demo.toml")
     assert config_hash(cfg) == config_hash(load("training/configs/demo.toml", {"run.data_cache": ""}))
+
+
+def test_a_cache_that_cannot_be_written_only_costs_time(tmp_path):
+    (tmp_path / "a-file").write_text("not a directory")
+    s = _build(tmp_path, "a", cache="a-file/cache")
+    assert s.cache_info["encoded"] and s.tokenizer.vocab_size <= 512
