@@ -1,14 +1,16 @@
-"""Seconds from launching the demo trainer to its first step, with a cold and then a warm compilation cache.
+"""Seconds from launching the demo trainer to its first step, with cold and then warm caches under var/.
 
-    .venv/bin/python bench/first_step.py --json [--config training/configs/demo.toml]
+    .venv/bin/python bench/first_step.py --json [--config training/configs/demo.toml] [--compare OTHER_TREE]
 
-Three starts of `python -m training run` (no Redis) in a temporary working directory that keeps one compilation
-cache across them, as `make run` keeps var/jax-cache: "cold_new" (an empty cache, a new run: its BPE tokenizer is
-trained), "warm_resumed" (the same run again, as `make run` continues it: tokenizer and checkpoint loaded) and
-"warm_new" (`make run RUN=new`). Measured: launch to the first `metrics` record of the run's JSONL mirror, the
-trainer's start-up (until `compiling`) and its compile, and the CPU seconds of the whole start (it is stopped by
-SIGTERM once it has stepped; that stop's checkpoint included), which depend little on the load. The load average
-is reported beside.
+Three starts of `python -m training run` (no Redis) in a temporary working directory whose var/ keeps the
+compilation cache (var/jax-cache) and the data cache (var/data-cache) across them, as `make run` does:
+"cold_new" (empty caches, a new run: its BPE tokenizer is trained), "warm_resumed" (the same run again, as
+`make run` continues it) and "warm_new" (`make run RUN=new`). Measured: launch to the first `metrics` record of
+the run's JSONL mirror, the trainer's start-up (until `compiling`) and its compile, the CPU seconds of the whole
+start (it is stopped by SIGTERM once it has stepped; that stop's checkpoint included), which depend little on the
+load, and what the caches spared (the manifest's `data_cache`, the compiled event's `compile_cache`).
+`--compare DIR` runs the same starts of another source tree (e.g. `git archive` of the landed commit) interleaved
+with this one's, each in its own working directory, so both see the same load. The load average is reported.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def _records(path: Path) -> list[dict]:
     return out
 
 
-def one_start(config: Path, work: Path, i: int, run_id: str, fresh: bool) -> dict:
+def one_start(config: Path, work: Path, i: int, run_id: str, fresh: bool, code: Path = ROOT) -> dict:
     jsonl = work / f"start{i}.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_COMPILATION_CACHE_DIR": str(work / "jax-cache")}
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # run.compile_cache decides
+    env["PYTHONPATH"] = str(code)
     cmd = [sys.executable, "-m", "training", "run", "--config", str(config), "--run-id", run_id,
            "--no-redis", "--metrics-jsonl", str(jsonl), *(["--fresh"] if fresh else [])]
     t0, r0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -61,24 +64,40 @@ def one_start(config: Path, work: Path, i: int, run_id: str, fresh: bool) -> dic
     recs = _records(jsonl)
     t = {r["state"]: r["t"] for r in reversed(recs) if r["kind"] == "state"}  # each state's first time
     compiled = next(r["payload"]["seconds"] for r in recs if r["kind"] == "event" and r["name"] == "compiled")
+    manifest = next((r["manifest"] for r in recs if r["kind"] == "manifest"), {})
+    cc = next((r["payload"].get("compile_cache") for r in recs if r["kind"] == "event" and r["name"] == "compiled"),
+              None)
     return {"first_step_s": round(first, 1), "setup_s": round(t["compiling"] - t["starting"], 1),
-            "compile_s": round(compiled, 1),
+            "compile_s": round(compiled, 1), "data_load_s": round(manifest.get("load_seconds") or 0, 1),
+            "data_cache": manifest.get("data_cache"), "compile_cache": cc,
             "cpu_s_until_stopped": round(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 1)}
+
+
+STARTS = (("cold_new", "first-step-a", True), ("warm_resumed", "first-step-a", False),
+          ("warm_new", "first-step-b", True))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/demo.toml")
+    ap.add_argument("--compare", type=Path, help="another source tree, measured interleaved with this one")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     config = args.config.resolve()
+    trees = {"this": ROOT, **({"compare": args.compare.resolve()} if args.compare else {})}
+    out: dict = {name: {} for name in trees}
     with tempfile.TemporaryDirectory(prefix="first-step-") as tmp:
-        work = Path(tmp)
-        out = {"cold_new": one_start(config, work, 0, "first-step-a", fresh=True),
-               "warm_resumed": one_start(config, work, 1, "first-step-a", fresh=False),
-               "warm_new": one_start(config, work, 2, "first-step-b", fresh=True)}
-    print(json.dumps({"config": str(args.config), **out,
+        for i, (start, run_id, fresh) in enumerate(STARTS):
+            for name, code in trees.items():
+                work = Path(tmp) / name
+                work.mkdir(exist_ok=True)
+                out[name][start] = one_start(config, work, i, run_id, fresh, code)
+    if args.compare:
+        out["ratio_first_step_compare_over_this"] = {
+            s: round(out["compare"][s]["first_step_s"] / out["this"][s]["first_step_s"], 2) for s, _, _ in STARTS}
+    print(json.dumps({"config": str(args.config), **(out if args.compare else out["this"]),
+                      "trees": {k: str(v) for k, v in trees.items()},
                       "loadavg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)},
                       "cpus": os.cpu_count()}, indent=1))
     return 0

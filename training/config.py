@@ -81,6 +81,7 @@ class RunSection(Section):
     seed: int = setting(0, nonneg_int)  # seeds params init, the data sampler and the step RNG
     steps: int = setting(0, nonneg_int)  # stop after this many steps in total (0 = when the budget is spent)
     compile_cache: str = "var/jax-cache"  # persistent XLA compilation cache: restarts skip compiling ("" = off)
+    data_cache: str = "var/data-cache"  # trained tokenizer + encoded domains: restarts skip encoding ("" = off)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from observatory.scaling import registration as reg_lib
 from training.config import RunConfig
 from training.errors import ConfigError
 
-HASH_EXCLUDED = ("experiment", "run.name", "run.steps", "run.compile_cache", "checkpoint", "sinks", "mesh",
-                 "distributed", "model.attention", "model.remat", "train.allow_faults", "train.peak_flops",
+HASH_EXCLUDED = ("experiment", "run.name", "run.steps", "run.compile_cache", "run.data_cache", "checkpoint", "sinks",
+                 "mesh", "distributed", "model.attention", "model.remat", "train.allow_faults", "train.peak_flops",
                  "train.eval_every", "train.max_nonfinite_steps", "data.allow_changed_data", "data.prepared")
 STARTED_FILE = "started.json"
 

@@ -86,6 +86,7 @@ class MixtureSampler:
         self._override = np.zeros_like(self._stage_weights)  # set-mixture weights per stage
         self._has_override = np.zeros(len(self.stage_names), dtype=np.int32)
         self.load_seconds: float | None = None  # set by build_sampler
+        self.cache_info: dict | None = None  # set by build_sampler: what training.data_cache spared
 
     # -- stream
     @property
@@ -203,7 +204,8 @@ class MixtureSampler:
         ends = self.stage_ends()
         return {"tokenizer": self.tokenizer.describe(), "seq_len": self.seq_len,
                 "batch_size": self.batch_size, "seed": self.seed, "token_budget": self.token_budget,
-                "load_seconds": self.load_seconds, "domains": [d.describe() for d in self.domains],
+                "load_seconds": self.load_seconds, **({"data_cache": self.cache_info} if self.cache_info else {}),
+                "domains": [d.describe() for d in self.domains],
                 "stages": [{"name": name, "fraction": self.stage_fractions[i], "start_tokens": ([0] + ends)[i],
                             "end_tokens": ends[i],
                             "weights": dict(zip(self.domain_names, self._stage_weights[i].tolist()))}
@@ -211,32 +213,60 @@ class MixtureSampler:
 
 
 def build_sampler(cfg: DataSection, seq_len: int, batch_size: int, seed: int, token_budget: int, *,
-                  vocab_size: int = 256, tokenizer_file: Path | None = None, may_train: bool = True) -> MixtureSampler:
+                  vocab_size: int = 256, tokenizer_file: Path | None = None, may_train: bool = True,
+                  cache_dir: str | Path | None = None) -> MixtureSampler:
     """Load and tokenize the domains and build the sampler; `manifest()["load_seconds"]` says how long it took.
     (With `data.prepared` the trainer calls training.shards.load_prepared instead.)
 
     BPE: the run's tokenizer is `tokenizer_file` when it exists (a resume), else trained here on the domains'
-    training parts (when `may_train`) and saved there."""
+    training parts (when `may_train`) and saved there. With `cache_dir` (training.data_cache) a tokenizer trained
+    earlier on the same text and the domains encoded earlier with the same tokenizer are read from there;
+    `manifest()["data_cache"]` says what was computed."""
+    from training.data_cache import DataCache
+
     t0 = time.perf_counter()
-    raw = collect_domains(cfg)
-    tok = ByteTokenizer() if cfg.tokenizer == "byte" else _bpe(raw, cfg, vocab_size, tokenizer_file, may_train)
-    domains = tokenize_domains(raw, tok, cfg.eval_fraction)
+    cache = DataCache(cache_dir, cfg) if cache_dir else None
+    info = {"dir": str(cache.directory), "key": cache.key} if cache else {}
+    info.update(tokenizer="byte", tokenizer_trained=False, encoded=True)
+    raw, tok = None, None
+    if cfg.tokenizer == "byte":
+        tok = ByteTokenizer()
+    elif tokenizer_file is not None and tokenizer_file.exists():
+        tok, info["tokenizer"] = _run_tokenizer(tokenizer_file, vocab_size), "the run's"
+    elif not may_train:
+        raise ConfigError("data.tokenizer", f"no tokenizer at {tokenizer_file}: process 0 trains and saves it")
+    elif cache and (tok := cache.get_tokenizer(vocab_size)) is not None:
+        info["tokenizer"] = "cached"
+        _save(tok, tokenizer_file)
+    domains = cache.get_domains(tok.sha256) if cache and tok is not None else None
+    if domains is None:
+        raw = collect_domains(cfg)
+        if tok is None:
+            tok = BpeTokenizer.train([d for r in raw for d in r.train_docs(cfg.eval_fraction)], vocab_size)
+            info.update(tokenizer="trained", tokenizer_trained=True)
+            _save(tok, tokenizer_file)
+            if cache:
+                cache.put_tokenizer(vocab_size, tok)
+        domains = tokenize_domains(raw, tok, cfg.eval_fraction)
+        if cache:
+            cache.put_domains(tok.sha256, domains)
+    else:
+        info["encoded"] = False
     sampler = MixtureSampler(domains, cfg, seq_len, batch_size, seed, token_budget=token_budget, tokenizer=tok)
     sampler.load_seconds = time.perf_counter() - t0
+    sampler.cache_info = info
     return sampler
 
 
-def _bpe(raw, cfg: DataSection, vocab_size: int, path: Path | None, may_train: bool) -> BpeTokenizer:
-    if path is not None and path.exists():
-        tok = BpeTokenizer.load(path)
-        if tok.vocab_size > vocab_size:
-            raise ConfigError("model.vocab_size", f"the run's tokenizer {path} has {tok.vocab_size} ids, more than "
-                                                  f"model.vocab_size ({vocab_size})")
-        return tok
-    if not may_train:
-        raise ConfigError("data.tokenizer", f"no tokenizer at {path}: process 0 trains and saves it")
-    tok = BpeTokenizer.train([d for r in raw for d in r.train_docs(cfg.eval_fraction)], vocab_size)
+def _run_tokenizer(path: Path, vocab_size: int) -> BpeTokenizer:
+    tok = BpeTokenizer.load(path)
+    if tok.vocab_size > vocab_size:
+        raise ConfigError("model.vocab_size", f"the run's tokenizer {path} has {tok.vocab_size} ids, more than "
+                                              f"model.vocab_size ({vocab_size})")
+    return tok
+
+
+def _save(tok: BpeTokenizer, path: Path | None) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tok.save(path)
-    return tok

@@ -29,7 +29,7 @@ from training import experiment as experiment_lib
 from training import mesh as mesh_lib
 from training import step as step_lib
 from training.commands import apply_commands
-from training.compile_cache import enable_compilation_cache
+from training.compile_cache import CacheCounter, enable_compilation_cache
 from training.config import RunConfig
 from training.control import ControlChannel
 from training.errors import CheckpointError, ConfigError, Interrupted, TrainingFailed
@@ -125,9 +125,10 @@ class Trainer:
             self.started_at = experiment_lib.mark_started(ck_dir, self.run_id, self.started_at)
         # A BPE tokenizer lives beside the checkpoints: process 0 trains it on a fresh run, the others load it.
         # With data.prepared: the token shards of `python -m training data prepare` (training.shards).
-        build = partial(load_prepared if cfg.data.prepared else build_sampler, cfg.data, cfg.model.seq_len,
-                        cfg.train.batch_size, cfg.run.seed, cfg.train.token_budget, vocab_size=cfg.model.vocab_size,
-                        tokenizer_file=ck_dir / "tokenizer.json")
+        build = partial(load_prepared, cfg.data) if cfg.data.prepared else \
+            partial(build_sampler, cfg.data, cache_dir=cfg.run.data_cache or None)
+        build = partial(build, cfg.model.seq_len, cfg.train.batch_size, cfg.run.seed, cfg.train.token_budget,
+                        vocab_size=cfg.model.vocab_size, tokenizer_file=ck_dir / "tokenizer.json")
         self.sampler = build(may_train=True) if leader else None
         distributed.barrier("run-directory-ready")
         self.sampler = self.sampler or build(may_train=False)
@@ -146,8 +147,11 @@ class Trainer:
             except CheckpointError as e:
                 raise TrainingFailed(f"{e} -- {KEEP_OLD}") from None
             self._check_data(meta.get("data_hashes") or {})
-        # Created in its shardings by one jitted program: no device ever holds all the experts.
-        self.train_state = step_lib.jit_init_state(cfg, self.mesh)(jax.random.PRNGKey(cfg.run.seed))
+        # Created in its shardings by one jitted program: no device ever holds all the experts. A resume overwrites
+        # all of it, so there only its shapes and shardings are made (to restore into): no init program to run.
+        init = step_lib.jit_init_state(cfg, self.mesh)
+        key = jax.random.PRNGKey(cfg.run.seed)
+        self.train_state = jax.eval_shape(init, key) if latest is not None else init(key)
         self.sink.record("manifest", {"t": time.time(), "manifest": manifest})
         published = self.sink.last_step()
         if latest is not None:
@@ -225,7 +229,9 @@ class Trainer:
                                 "devices": f"{len(dev)} x {dev[0].device_kind}",
                                 "mesh": dict(self.mesh.shape), "processes": jax.process_count(),
                                 **step_lib.state_memory(self.train_state),
-                                "gpu_telemetry": self.hardware.gpu_backend})
+                                "gpu_telemetry": self.hardware.gpu_backend,
+                                "compile_cache": {"dir": jax.config.jax_compilation_cache_dir,
+                                                  **self.compile_cache.snapshot()}})
         self.interrupted()
 
     # ------------------------------------------------------------------------------------------ hooks
@@ -385,6 +391,7 @@ class Trainer:
                                  "counts": counts(cfg.model),
                                  **({"experiment": experiment} if exp.name or self.registration else {})})
         self.phase("starting")
+        self.compile_cache = CacheCounter().start()  # the `compiled` event says whether programs came from it
         self.heartbeat.start()
         self.hardware.start()
         try:
@@ -407,6 +414,7 @@ class Trainer:
             self._shutdown()
 
     def _shutdown(self) -> None:
+        self.compile_cache.stop()
         self.heartbeat.stop()
         self.heartbeat.beat()  # the final phase (stopped or failed) reaches the heartbeat key at once
         self.hardware.stop()
