@@ -67,7 +67,7 @@ def redis_url():
         base, db = private.url, 0
     u = urlparse(base)
     url = f"{u.scheme}://{u.netloc}/{db}"
-    os.environ["REDIS_URL"] = url  # children (trainer, ingest, daphne) started by tests inherit it
+    os.environ["REDIS_URL"] = url  # children (trainer, ingest, uvicorn) started by tests inherit it
     yield url
     if private:
         private.close()

@@ -81,7 +81,7 @@ def live_ingest(redis_client):
 
 @pytest.fixture
 def live_env(redis_url, transactional_db):
-    """Environment for child processes (ingest, daphne) that must share the test database and Redis."""
+    """Environment for child processes (ingest, uvicorn) that must share the test database and Redis."""
     from django.db import connection
 
     d = connection.settings_dict
@@ -95,7 +95,7 @@ def live_env(redis_url, transactional_db):
 
 @pytest.fixture
 def servers(live_env):
-    """ingest + daphne subprocesses on the test database and Redis; stopped after the test."""
+    """ingest + uvicorn subprocesses on the test database and Redis; stopped after the test."""
     s = Servers(live_env)
     yield s
     s.close()

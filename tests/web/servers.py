@@ -1,4 +1,5 @@
-"""Real server processes for browser and end-to-end tests (daphne and ingest on the test database and Redis),
+"""Real server processes for browser and end-to-end tests (the web server `make run` runs — uvicorn with
+deploy/run_local.py's flags — and ingest, on the test database and Redis),
 and the waits every such test needs: each polls a real condition; its timeout only bounds a failure."""
 
 from __future__ import annotations
@@ -7,15 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deploy.run_local import web_command
 from tests.support import free_port, stop, wait_for, wait_port  # noqa: F401 (re-exported for the web tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_daphne(port: int, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "-v", "0",
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+def start_web(port: int, env: dict) -> subprocess.Popen:
+    """The site as `make run` serves it (deploy/run_local.py web_command: uvicorn, its flags), on 127.0.0.1:port."""
+    return subprocess.Popen(web_command("127.0.0.1", port, "uvicorn"), cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def start_ingest(env: dict) -> subprocess.Popen:
@@ -24,23 +26,23 @@ def start_ingest(env: dict) -> subprocess.Popen:
 
 
 class Servers:
-    """ingest + daphne subprocesses sharing the test database and Redis (the `servers` fixture)."""
+    """ingest + web server subprocesses sharing the test database and Redis (the `servers` fixture)."""
 
     def __init__(self, env: dict):
         self.env = env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ingest = start_ingest(env)
-        self.daphne = start_daphne(self.port, env)
+        self.web = start_web(self.port, env)
 
     def wait_web(self) -> None:
         wait_port(self.port)
 
     def stop_web(self) -> None:
-        stop(self.daphne)
+        stop(self.web)
 
     def start_web(self) -> None:
-        self.daphne = start_daphne(self.port, self.env)
+        self.web = start_web(self.port, self.env)
         self.wait_web()
 
     def stop_ingest(self) -> int:
@@ -50,7 +52,7 @@ class Servers:
         return code
 
     def close(self) -> None:
-        stop(self.daphne)
+        stop(self.web)
         stop(self.ingest)
 
 

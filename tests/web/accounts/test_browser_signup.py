@@ -1,4 +1,4 @@
-"""In Chromium against a real daphne: sign up, confirm by the emailed link, log in, see it, log out."""
+"""In Chromium against a real uvicorn: sign up, confirm by the emailed link, log in, see it, log out."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ..servers import free_port, start_daphne, stop, wait_for, wait_port
+from ..servers import free_port, start_web, stop, wait_for, wait_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -15,7 +15,7 @@ def test_sign_up_confirm_by_email_log_in_and_out(live_env, new_page, tmp_path):
     mail_dir = tmp_path / "mail"
     env = {**live_env, "OBS_EMAIL_DIR": str(mail_dir)}
     port = free_port()
-    daphne = start_daphne(port, env)
+    web = start_web(port, env)
     try:
         wait_port(port)
         base = f"http://127.0.0.1:{port}"
@@ -53,4 +53,4 @@ def test_sign_up_confirm_by_email_log_in_and_out(live_env, new_page, tmp_path):
         csp = page.request.get(f"{base}/").headers.get("content-security-policy", "")
         assert "script-src 'self'" in csp
     finally:
-        stop(daphne)
+        stop(web)

@@ -1,4 +1,4 @@
-"""Two browsers on one run (real daphne + ingest, Chromium): a member shift-drags across the loss chart and posts
+"""Two browsers on one run (real uvicorn + ingest, Chromium): a member shift-drags across the loss chart and posts
 an annotation; an anonymous viewer sees the band appear live, opens its thread from the band and sees a reply
 and an edit (with its history) arrive live; a moderator hides it and it leaves the anonymous page. Nothing in the
 posted Markdown runs.

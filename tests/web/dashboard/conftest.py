@@ -1,4 +1,4 @@
-"""Dashboard browser tests: runs seeded straight into storage (no trainer, no ingest), one daphne to serve them."""
+"""Dashboard browser tests: runs seeded straight into storage (no trainer, no ingest), one uvicorn to serve them."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import urllib.request
 
 import pytest
 
-from ..servers import free_port, start_daphne, stop, wait_port
+from ..servers import free_port, start_web, stop, wait_port
 
 
 @pytest.fixture
 def web(live_env):
-    """The site (daphne) on the test database: `web.url`; data written before the browser starts is seen."""
+    """The site (uvicorn) on the test database: `web.url`; data written before the browser starts is seen."""
     port = free_port()
-    proc = start_daphne(port, live_env)
+    proc = start_web(port, live_env)
     wait_port(port)
 
     class Web:

@@ -1,4 +1,4 @@
-"""The forecast band on a live run's loss chart from its first points (real ingest + daphne, Chromium), arriving
+"""The forecast band on a live run's loss chart from its first points (real ingest + uvicorn, Chromium), arriving
 live on a page opened before the trainer published it, and drawn at once after a reload: every drawn
 point is the registration's curve as the API serves it, placed at tokens / tokens-per-step; the rung's curve is a
 faint overlay; the panel compares the final losses and links the experiment page; axe finds nothing serious; the

@@ -1,4 +1,4 @@
-"""The front page live, in Chromium: real ingest + daphne, a trainer publishing on the real stream. The featured
+"""The front page live, in Chromium: real ingest + uvicorn, a trainer publishing on the real stream. The featured
 run's loss advances without a reload; a loss spike the detector just raised and an annotation just posted appear in
 "what is happening", each linking to its step on the chart; no console error; desktop and phone screenshots."""
 

@@ -1,6 +1,6 @@
 """The `observatory` distribution as a user gets it: the wheel built from pyproject.toml (offline, no build isolation),
 installed with pip into a fresh virtualenv that has nothing else, then a plain training loop through
-`observatory.client` puts a run on a live site (daphne + ingest), and the console scripts run."""
+`observatory.client` puts a run on a live site (uvicorn + ingest), and the console scripts run."""
 
 from __future__ import annotations
 

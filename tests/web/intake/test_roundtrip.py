@@ -1,5 +1,5 @@
 """The issue's done-when: 10k steps from a plain Python loop through the client, in Redis mode and in HTTP mode
-(a real daphne and ingest), and from an unchanged wandb-style script, read back through the API identical."""
+(a real uvicorn and ingest), and from an unchanged wandb-style script, read back through the API identical."""
 
 from __future__ import annotations
 

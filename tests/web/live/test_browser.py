@@ -1,4 +1,4 @@
-"""One browser test: real daphne + real ingest subprocesses, Chromium via Playwright; the curve grows by itself,
+"""One browser test: real uvicorn + real ingest subprocesses, Chromium via Playwright; the curve grows by itself,
 and survives a server restart with no gap and no duplicate point."""
 
 import threading

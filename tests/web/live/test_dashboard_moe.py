@@ -1,4 +1,4 @@
-"""Browser test of the MoE dashboard: real ingest + daphne subprocesses, Chromium via Playwright. A run publishes
+"""Browser test of the MoE dashboard: real ingest + uvicorn subprocesses, Chromium via Playwright. A run publishes
 4 layers x 16 experts of router metrics, per-domain losses, mixture metrics and a data manifest; the page must draw
 the router heatmap and the data panel from what ingest stored, then grow the heatmap by a column per live step
 without a single HTTP request."""

@@ -1,4 +1,4 @@
-"""End to end with every real part: the JAX trainer → Redis → ingest → database, and → daphne → a WebSocket."""
+"""End to end with every real part: the JAX trainer → Redis → ingest → database, and → uvicorn → a WebSocket."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_trainer_points_reach_the_database_and_a_websocket(servers, tmp_path, ru
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY_TOML.format(ckpt=tmp_path / "ckpt"))
     api = f"{servers.url}/api/runs"
-    wait_for(lambda: _get_json(f"{api}/") is not None, 60, "daphne")
+    wait_for(lambda: _get_json(f"{api}/") is not None, 60, "uvicorn")
     trainer = subprocess.Popen([sys.executable, "-m", "training", "run", "--config", str(cfg), "--run-id", run_id,
                                 "--steps", "40", "--fresh"], cwd=ROOT, env=servers.env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)

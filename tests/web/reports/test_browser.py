@@ -1,4 +1,4 @@
-"""Reports and embeds in Chromium, on real servers (daphne + ingest) and a run publishing to its stream:
+"""Reports and embeds in Chromium, on real servers (uvicorn + ingest) and a run publishing to its stream:
 - a member writes and publishes a report with a live chart; an anonymous reader watches the chart advance without
   a reload; a moderator hides the report and it is gone for the public;
 - a page of another origin (a plain HTTP server on another port) frames the embed and watches it advance; the
