@@ -1,6 +1,6 @@
 // The live run list: every few seconds it reads /api/runs/ (a short poll: the list is small, and the live
 // socket's fan-out is per run) and updates each row's state, health, step, progress and time left in place,
-// adding runs that appeared. Polling pauses while the tab is hidden.
+// adding runs that appeared (their rows rendered by the server: /runs/?rows=). Polling pauses while the tab is hidden.
 "use strict";
 
 (function () {
@@ -17,29 +17,13 @@
             updated: q(".updated")};
   }
 
-  function newRow(run) {
-    const tr = document.createElement("tr");
-    tr.dataset.run = run.id;
-    const pick = document.createElement("td"), box = document.createElement("input"); // "Compare selected"
-    pick.className = "pick";
-    Object.assign(box, {type: "checkbox", name: "runs", value: run.id});
-    box.setAttribute("form", "compare-form");
-    box.setAttribute("aria-label", `compare ${run.name || run.id} (${run.id})`);
-    pick.append(box);
-    tr.append(pick);
-    const th = document.createElement("th");
-    th.scope = "row";
-    const a = document.createElement("a");
-    a.href = "/runs/" + encodeURIComponent(run.id) + "/";
-    a.textContent = run.name || run.id;
-    const id = document.createElement("span");
-    id.className = "muted run-id"; id.textContent = " " + run.id;
-    th.append(a, id);
-    tr.append(th);
-    tr.insertAdjacentHTML("beforeend", '<td><span class="badge state"></span> <span class="badge health"></span></td>' +
-      '<td class="num step"></td><td class="progress"><span class="pct"></span></td><td class="num eta"></td>' +
-      '<td class="started">–</td><td class="updated"><time></time></td>');
-    return tr;
+  async function newRows(ids) {
+    // rows of runs that appeared, rendered by the server's own row template (templates/runs/_run_row.html)
+    const r = await fetch("/runs/?rows=" + encodeURIComponent(ids.join(",")));
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    const t = document.createElement("template");
+    t.innerHTML = "<table><tbody>" + (await r.text()) + "</tbody></table>";
+    return new Map([...t.content.querySelectorAll("tr[data-run]")].map((tr) => [tr.dataset.run, tr]));
   }
 
   function update(tr, run) {
@@ -76,9 +60,11 @@
       if (!r.ok) throw new Error("HTTP " + r.status);
       const runs = (await r.json()).runs;
       const rows = new Map([...body.querySelectorAll("tr[data-run]")].map((tr) => [tr.dataset.run, tr]));
+      const missing = runs.filter((run) => !rows.has(run.id)).map((run) => run.id);
+      if (missing.length) (await newRows(missing)).forEach((tr, id) => rows.set(id, tr));
       runs.forEach((run, i) => {
-        let tr = rows.get(run.id);
-        if (!tr) tr = newRow(run);
+        const tr = rows.get(run.id);
+        if (!tr) return; // gone between the two requests: the next poll sees it
         update(tr, run);
         if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null); // newest first
       });

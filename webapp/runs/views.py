@@ -1,6 +1,7 @@
 """Pages: the run list and a run's live dashboard (data comes from the JSON API and the WebSocket)."""
 
 from django.db.models import Min
+from django.http import HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
@@ -11,18 +12,32 @@ from webapp.runs.models import Run
 
 LIST_LIMIT = 500
 LIST_POLL_S = 5  # the run list refreshes state, step and ETA from /api/runs/ this often
+ROWS_MAX = 100  # /runs/?rows=a,b: at most this many rows per request (runlist.js asks for the runs that appeared)
 
 
 @public
 @require_GET
 def run_list(request):
-    runs = list(Run.objects.for_list().annotate(first_event_t=Min("events__t"))[:LIST_LIMIT])
+    """The run table; `?rows=a,b` answers only those runs' rows (templates/runs/_run_row.html, the one piece of
+    code that renders a row): static/js/runlist.js inserts runs that appeared with it."""
+    wanted = request.GET.get("rows")
+    if wanted is not None:
+        ids = [i for i in wanted.split(",") if i]
+        if not ids or len(ids) > ROWS_MAX or not all(contract.RUN_ID_RE.match(i) for i in ids):
+            return HttpResponseBadRequest(f"rows: 1-{ROWS_MAX} run ids, comma-separated ({contract.RUN_ID_RULE})",
+                                          content_type="text/plain")
+        runs = Run.objects.for_list().filter(pk__in=ids)
+        return render(request, "runs/_run_rows.html", {"rows": _rows(runs, ROWS_MAX)})
+    return render(request, "runs/run_list.html", {"rows": _rows(Run.objects.for_list(), LIST_LIMIT), "extensions": extensions.run_list(),
+                                                  "page": {"poll_s": LIST_POLL_S, "limit": LIST_LIMIT}})
+
+
+def _rows(runs, limit: int) -> list[dict]:
     rows = []
-    for r in runs:  # "Started" is the first start: a restart must not move it
+    for r in runs.annotate(first_event_t=Min("events__t"))[:limit]:  # "Started" is the first start: a restart must not move it
         started = min((t for t in (r.started_at, r.first_event_t) if t is not None), default=None)
         rows.append({"run": r, "started": started, "progress": pagedata.progress(r)})
-    return render(request, "runs/run_list.html", {"rows": rows, "extensions": extensions.run_list(),
-                                                  "page": {"poll_s": LIST_POLL_S, "limit": LIST_LIMIT}})
+    return rows
 
 
 @public

@@ -111,7 +111,7 @@ def test_the_run_list_updates_without_a_reload(live_env, web, new_page):
     def progress():
         Run.objects.filter(pk="listed").update(state="training", last_step=1234, heartbeat={
             "tokens": 750, "token_budget": 1000, "eta_s": 125.0, "steps_per_s": 2.0})
-        Run.objects.create(id="newcomer", name="demo", state="starting")
+        Run.objects.create(id="newcomer", name="demo", state="starting", source="wandb")
 
     in_thread(progress)
     row = "tr[data-run=listed]"
@@ -119,6 +119,8 @@ def test_the_run_list_updates_without_a_reload(live_env, web, new_page):
     assert page.inner_text(f"{row} .state") == "training"
     assert page.inner_text(f"{row} .pct") == "75%" and "2 min" in page.inner_text(f"{row} .eta")
     page.wait_for_selector("tr[data-run=newcomer]", timeout=20_000)
+    # the row that appeared is the server's own row (one piece of code renders a row): the imported badge too
+    assert page.inner_text("tr[data-run=newcomer] th .badge") == "imported"
     assert page.evaluate("() => window.__sameDocument") is True
 
 

@@ -33,6 +33,18 @@ def test_the_run_list_page_shows_runs_with_progress_and_polls_the_api(client, ru
     assert "/static/js/runlist.js" in html and page_data(html)["poll_s"] > 0
 
 
+def test_the_list_answers_only_the_rows_it_is_asked_for_with_the_pages_own_row(client, run):
+    Run.objects.create(id="imp", name="imported one", source="wandb")
+    page = client.get("/runs/").content.decode()
+    rows = client.get("/runs/?rows=imp,nope").content.decode()
+    assert rows.count("<tr ") == 1 and 'data-run="imp"' in rows and "imported</span>" in rows
+    row = re.search(r'<tr data-run="imp">.*?</tr>', page, re.S).group(0)
+    assert row == re.search(r'<tr data-run="imp">.*?</tr>', rows, re.S).group(0)  # one template renders both
+    for bad in ("", "a,,b/../c", ",".join(f"r{i}" for i in range(101)), "<script>"):
+        resp = client.get("/runs/", {"rows": bad})
+        assert resp.status_code == 400 and b"run ids" in resp.content and b"<script>" not in resp.content
+
+
 def test_the_api_summary_carries_progress_for_the_live_list(client, run):
     run.heartbeat = {"tokens": 250, "token_budget": 1000, "eta_s": 60.0, "steps_per_s": 2.0, "pid": 7}
     run.save()
