@@ -184,7 +184,7 @@ def test_the_compare_page_fits_a_phone_and_passes_axe_light_and_dark(runs, web, 
                         "&smooth=0.5")
     page.wait_for_function(f"() => {SCROLL_TO_UNDRAWN} && "
                            "document.querySelectorAll('#charts .chart .plot .main-svg').length >= 2 && "
-                           "document.getElementById('chart-train-loss').data.length >= 9")
+                           "(document.getElementById('chart-train-loss').data || []).length >= 9")
     for theme in ("light", "dark"):
         if theme == "dark":
             page.click("#theme-toggle")

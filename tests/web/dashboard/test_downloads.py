@@ -96,6 +96,6 @@ def test_on_a_phone_every_chart_menu_opens_inside_the_screen(live_env, web, new_
         page.click(f"{chart} details.download summary")
         menu = f"document.querySelector('{chart} .download-menu').getBoundingClientRect()"
         page.wait_for_function(f"() => {{ const r = {menu}; return r.width > 0 && r.left >= 0 && r.right <= 390; }}",
-                               timeout=5_000)  # (placed by the menu's toggle event)
+                               timeout=20_000)  # (placed by the menu's toggle event)
         page.click(f"{chart} h3")  # a click elsewhere closes it
         assert not page.evaluate(f"() => document.querySelector('{chart} details.download').open")
