@@ -129,7 +129,7 @@ def test_two_processes_of_two_devices_through_the_coordinator_match_one_device(r
         procs.append(trainer_cli.popen(cfg, "--steps", str(STEPS), "--run-id", "mp", "--metrics-jsonl", str(out),
                                        *_mesh_args(2, 2), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     try:
-        logs = [p.communicate(timeout=400)[0] for p in procs]
+        logs = [p.communicate(timeout=1200)[0] for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
