@@ -41,6 +41,7 @@ class ControlChannel:
         self._block_ms = block_ms
         self._q: queue.Queue[Command] = queue.Queue()
         self._stop = threading.Event()
+        self._caught_up = threading.Event()  # set once a read found nothing more: every waiting command is queued
         self._lock = threading.Lock()
         self.seen: dict[str, dict] = {}  # id -> seen_record, for every id answered (pruned: run_state.prune_seen)
         self._pending_ids: set[str] = set()  # accepted and queued, not yet applied or rejected
@@ -106,6 +107,12 @@ class ControlChannel:
             pass
 
     # ------------------------------------------------------------------------------------------ loop side
+    def caught_up(self, timeout: float) -> bool:
+        """Until the reader has queued every command already in the stream (its first read that found nothing
+        more), so that a command sent while the trainer was down is applied at the first step boundary, not after
+        however many steps the reader thread took to start. False after `timeout` (Redis unreachable)."""
+        return self._caught_up.wait(timeout)
+
     def poll(self) -> list[Command]:
         """Commands ready to apply (non-blocking)."""
         out = []
@@ -166,8 +173,11 @@ class ControlChannel:
                 if reader is None:
                     client = connect(self._url, timeout=self._block_ms / 1000 + 2)
                     reader = StreamConsumer(client, self.stream, contract.TRAINER_GROUP, self.consumer)
-                for entry_id, fields in reader.read(count=50, block_ms=self._block_ms):
+                entries = reader.read(count=50, block_ms=self._block_ms)
+                for entry_id, fields in entries:
                     self._handle(reader, entry_id, fields)
+                if not entries:
+                    self._caught_up.set()
                 backoff.ok()
             except Exception as e:
                 if self._stop.is_set():

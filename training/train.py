@@ -46,6 +46,7 @@ from training.telemetry import HardwareMonitor, StepTimer, peak_flops
 
 log = logging.getLogger(__name__)
 
+CONTROL_CATCH_UP_S = 10.0  # at start, wait at most this long for the control reader to queue waiting commands
 KEEP_OLD = "nothing was overwritten; fix the config, or start over with --fresh (old checkpoints are moved aside, " \
            "not deleted)"
 
@@ -361,6 +362,8 @@ class Trainer:
     def _loop(self) -> str:
         """Steps until a stop condition; returns why it stopped, after saving the last step."""
         pending = None
+        if self.control is not None:
+            self.control.caught_up(CONTROL_CATCH_UP_S)  # commands sent while it was down: at the first boundary
         while True:
             pending = self._boundary(pending)
             why = self._finished()

@@ -392,3 +392,21 @@ def test_commands_applied_after_the_last_checkpoint_are_undone_on_resume(tiny, s
     ack = op.do("resume", cmd_id="refused-0001")
     assert ack["detail"] == "replayed: id refused-0001 was already rejected: not paused", ack
     assert op.do("set-lr-multiplier", {"value": 0.25})["status"] == "applied"
+
+
+def test_a_command_waiting_in_the_stream_is_queued_before_the_first_step(redis_url, redis_client):
+    """A command sent while the trainer was down: caught_up() returns once the reader has queued it, so the loop's
+    first boundary applies it (before, a short run could finish before the reader thread had read it)."""
+    from training.control import ControlChannel
+
+    key = b"k" * 32
+    run_id = f"catchup-{uuid.uuid4().hex[:8]}"
+    fields = contract.command_fields(uuid.uuid4().hex, "pause", {}, "waiting since before the start", "tester")
+    redis_client.xadd(contract.control_stream(run_id), contract.sign_command(run_id, fields, key))
+    channel = ControlChannel(redis_url, run_id, key)
+    try:
+        channel.start({}, None)
+        assert channel.caught_up(30.0)
+        assert [c.name for c in channel.poll()] == ["pause"]
+    finally:
+        channel.close()
