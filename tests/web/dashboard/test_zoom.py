@@ -82,9 +82,9 @@ def test_zoom_reads_every_raw_step_of_a_20_step_window_and_the_spike_survives_zo
     reads = [parse_qs(u.query) for u in api if u.path.endswith("/windows/") and parse_qs(u.query)["start"] == [str(a)]]
     assert len(reads) == 1 and set(reads[0]["series"][0].split(",")) == {contract.M_LOSS, contract.M_LR}
     zoomed = page.evaluate(TRACE)
-    api = web.api(f"/api/runs/long/metrics/{contract.M_LOSS}/?start={a}&end={b}&points=100")
-    assert api["exact"] and api["steps"] == list(range(a, b + 1))
-    assert window(zoomed, a, b) == list(zip(api["steps"], api["values"])), "the chart draws what the API stores"
+    stored = web.api(f"/api/runs/long/metrics/{contract.M_LOSS}/?start={a}&end={b}&points=100")
+    assert stored["exact"] and stored["steps"] == list(range(a, b + 1))
+    assert window(zoomed, a, b) == list(zip(stored["steps"], stored["values"])), "the chart draws what the API stores"
     assert (SPIKE, SPIKE_VALUE) in window(zoomed, a, b)
     assert zoomed["range"] == [a, b]
     assert zoomed["yrange"][0] < 2.8 and SPIKE_VALUE < zoomed["yrange"][1] < 1.2 * SPIKE_VALUE, \

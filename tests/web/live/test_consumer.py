@@ -33,10 +33,11 @@ async def _drain(ingestor):
     return await database_sync_to_async(ingestor.drain)()
 
 
-async def _until(comm, kind, timeout=5):
+async def _until(comm, kind, timeout=5, has=None):
+    """The next frame of `kind` (carrying series `has`, when given: a state-only update may come first)."""
     while True:
         msg = await comm.receive_json_from(timeout=timeout)
-        if msg["type"] == kind:
+        if msg["type"] == kind and (has is None or has in msg.get("series", {})):
             return msg
 
 
@@ -65,7 +66,7 @@ async def test_it_pushes_ingested_points_to_the_browser(trainer, redis_client, r
             trainer.metrics(step, **{contract.M_LOSS: 1.0 / (step + 1)})
         trainer.metrics(5, **{contract.M_LOSS: float("nan")})
         await _drain(ingestor)
-        update = await _until(comm, "update")
+        update = await _until(comm, "update", has=contract.M_LOSS)
         loss = update["series"][contract.M_LOSS]
         assert loss["steps"] == [0, 1, 2, 3, 4, 5]
         assert loss["values"][5] is None and loss["nonfinite"] == [[5, "NaN"]]
