@@ -107,9 +107,15 @@ def report_new(request):
     return HttpResponseRedirect(f"/reports/{report.id}/")
 
 
-@requires("report.edit_own")
-@require_http_methods(["GET", "HEAD", "POST"])
-@ratelimit(key="user_or_ip", rate=EDIT_RATE, method="POST", block=True, group="reports.edit")
+def _edits_own(methods: list[str]):
+    """A view that changes one's own report: report.edit_own, these methods only, the edit rate limit on POSTs."""
+    def wrap(view):
+        limited = ratelimit(key="user_or_ip", rate=EDIT_RATE, method="POST", block=True, group="reports.edit")(view)
+        return requires("report.edit_own")(require_http_methods(methods)(limited))
+    return wrap
+
+
+@_edits_own(["GET", "HEAD", "POST"])
 def report_edit(request, pk: int):
     report = get_own(request.user, pk)
     if request.method != "POST":
@@ -126,9 +132,7 @@ def report_edit(request, pk: int):
     return HttpResponseRedirect(f"/reports/{report.id}/")
 
 
-@requires("report.edit_own")
-@require_POST
-@ratelimit(key="user_or_ip", rate=EDIT_RATE, block=True, group="reports.edit")
+@_edits_own(["POST"])
 def report_publish(request, pk: int):
     report = get_own(request.user, pk)
     if report.published_at is None:
@@ -137,9 +141,7 @@ def report_publish(request, pk: int):
     return HttpResponseRedirect(f"/reports/{report.id}/")
 
 
-@requires("report.edit_own")
-@require_POST
-@ratelimit(key="user_or_ip", rate=EDIT_RATE, block=True, group="reports.edit")
+@_edits_own(["POST"])
 def report_delete(request, pk: int):
     report = get_own(request.user, pk)
     report.deleted_at = timezone.now()
