@@ -41,14 +41,22 @@ def wait_port(port: int, timeout: float = 30) -> None:
 
 def stop(proc: subprocess.Popen, timeout: float = 15) -> int:
     """SIGTERM, then SIGKILL after `timeout`; the exit code."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+    stop_all([proc], timeout)
+    return proc.returncode
+
+
+def stop_all(procs: list[subprocess.Popen], timeout: float = 15) -> None:
+    """stop() for several processes: SIGTERM to all first, so that they wind down together, then each waited for
+    (SIGKILL after `timeout`)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-    return proc.returncode
 
 
 class PrivateRedis:
