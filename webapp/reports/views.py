@@ -92,19 +92,29 @@ def _editor(request, report, error=None, status=200):
     }, status=status)
 
 
+def _submit(request, report: Report | None):
+    """The editor of a new (None) or one's own report: the form on GET; on POST the form checked (shown again with
+    the error, 400) and saved, keeping a revision when an edit changed the title or body; then the report's page."""
+    if request.method != "POST":
+        return _editor(request, report)
+    try:
+        title, body, parts = _fields(request)
+    except ApiError as e:
+        return _editor(request, report, e.message, 400)
+    if report is None:
+        report = Report(author=request.user)
+    elif (title, body) != (report.title, report.body):
+        ReportRevision.of(report, request.user).save()
+        report.edited_at = timezone.now()
+    _save(report, title, body, parts, publish=request.POST.get("action") == "publish")
+    return HttpResponseRedirect(f"/reports/{report.id}/")
+
+
 @requires("report.create")
 @require_http_methods(["GET", "HEAD", "POST"])
 @ratelimit(key="user_or_ip", rate=POST_RATE, method="POST", block=True, group="reports.post")
 def report_new(request):
-    if request.method != "POST":
-        return _editor(request, None)
-    try:
-        title, body, parts = _fields(request)
-    except ApiError as e:
-        return _editor(request, None, e.message, 400)
-    report = Report(author=request.user)
-    _save(report, title, body, parts, publish=request.POST.get("action") == "publish")
-    return HttpResponseRedirect(f"/reports/{report.id}/")
+    return _submit(request, None)
 
 
 def _edits_own(methods: list[str]):
@@ -117,19 +127,7 @@ def _edits_own(methods: list[str]):
 
 @_edits_own(["GET", "HEAD", "POST"])
 def report_edit(request, pk: int):
-    report = get_own(request.user, pk)
-    if request.method != "POST":
-        return _editor(request, report)
-    try:
-        title, body, parts = _fields(request)
-    except ApiError as e:
-        return _editor(request, report, e.message, 400)
-    publish = request.POST.get("action") == "publish"
-    if (title, body) != (report.title, report.body):
-        ReportRevision.of(report, request.user).save()
-        report.edited_at = timezone.now()
-    _save(report, title, body, parts, publish)
-    return HttpResponseRedirect(f"/reports/{report.id}/")
+    return _submit(request, get_own(request.user, pk))
 
 
 @_edits_own(["POST"])
