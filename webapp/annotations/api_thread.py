@@ -19,7 +19,7 @@ from django_ratelimit.decorators import ratelimit
 from webapp.accounts.permissions import api_requires, public
 from webapp.annotations import live, validation
 from webapp.annotations.access import (Viewer, annotation_record, get_post, json_errors, own, reply_records,
-                                       require_public, viewer_and_post, write)
+                                       require_public, write)
 from webapp.annotations.api import EDIT_RATE, POST_RATE
 from webapp.annotations.models import Reaction, Reply, Revision, reaction_counts
 from webapp.api import ApiError
@@ -88,7 +88,7 @@ def reply_detail(request, pk: int):
 @json_errors
 def react(request, target: str, pk: int):
     """{"kind": "+1", "on": true|false} -> {"reactions": {kind: count}, "mine": [kind]}; idempotent either way."""
-    _viewer, post = viewer_and_post(request, target, pk)
+    post = get_post(Viewer.of(request), target, pk)
     require_public(post)
     kind, on = validation.reaction(validation.json_body(request))
     mine = Reaction.objects.filter(**{target: post}, user=request.user)
@@ -112,7 +112,7 @@ def react(request, target: str, pk: int):
 @json_errors
 def moderate(request, target: str, pk: int):
     """{"action": "hide" | "unhide", "reason": "why"} -> the record as moderators see it."""
-    viewer, post = viewer_and_post(request, target, pk)
+    post = get_post(Viewer.of(request), target, pk)
     if post.deleted_at is not None:
         raise ApiError(409, "this post is deleted")
     data = validation.json_body(request)
