@@ -19,11 +19,9 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -34,6 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from latency import pct, wait_http  # noqa: E402
 from tests.support import free_port  # noqa: E402
+from _common import close_site, throwaway_site  # noqa: E402
 
 STEPS = 2000
 CSRF = "b" * 32  # a CSRF secret of our choosing: cookie and header agree
@@ -139,23 +138,13 @@ def measure(posts: int, many: int, server: str) -> dict:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         return {"skipped": "no Debian chromium on PATH"}
-    import redis
-
-    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
-    redis.Redis.from_url(redis_url).flushdb()
-    tmp = tempfile.mkdtemp(prefix="obs-bench-ann-")
-    env = {"REDIS_URL": redis_url, "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3", "OBS_DEBUG": "0",
-           "DJANGO_SECRET_KEY": "annotations-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0", "OBS_DATA_DIR": tmp,
-           "PYTHONUNBUFFERED": "1", "OBS_LOG_LEVEL": "WARNING"}
-    full_env = {**os.environ, **env}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=full_env, check=True,
-                   stdout=subprocess.DEVNULL)
+    _redis_url, tmp, env = throwaway_site("annotations")
     _django(env)
     members = max(1, (posts + 7) // 8)  # the posting rate limit is 10/min per member
     many_run, live_run, bare_run = "bench-ann-many", "bench-ann-live", "bench-ann-bare"
     sessions = _world([many_run, live_run, bare_run], many, members)
     port = free_port()
-    proc = subprocess.Popen(server_cmd(server, port), cwd=ROOT, env=full_env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(server_cmd(server, port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     out: dict = {"server": server, "posts": posts, "annotations": many}
@@ -203,12 +192,7 @@ def measure(posts: int, many: int, server: str) -> dict:
                 page.close()
             browser.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        close_site([proc], tmp)
     out["mean_frame_ms"] = round(statistics.fmean(frame), 1) if frame else None
     return out
 

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.ingest import Database  # noqa: E402
-from tests.support import free_port  # noqa: E402
+from tests.support import free_port, listening, wait_for as wait  # noqa: E402
 from observatory import contract  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",
@@ -47,17 +47,6 @@ TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_h
         "train.batch_size=4", 'data.builtin_domains=["python_stdlib", "licenses"]',
         "data.max_bytes_per_domain=200000", "checkpoint.every_steps=0", "checkpoint.every_minutes=0.0",
         "train.eval_every=0", "sinks.heartbeat_s=0.5"]
-
-
-def wait(cond, timeout: float, what: str, every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        out = cond()
-        if out:
-            return out
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(every)
 
 
 class Procs:
@@ -215,7 +204,7 @@ def main() -> int:
     def web():
         procs.start("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(wport),
                             "webapp.asgi:application"])
-        wait(lambda: _listening(wport), 60, "the web server")
+        wait(lambda: listening(wport), 60, "the web server")
 
     def moved_on(since: int, by: int = 5, timeout: float = 120):
         t0 = time.monotonic()
@@ -331,16 +320,6 @@ def _ping(client) -> bool:
     try:
         return client.ping()
     except Exception:
-        return False
-
-
-def _listening(port: int) -> bool:
-    import socket
-
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.3).close()
-        return True
-    except OSError:
         return False
 
 

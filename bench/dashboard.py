@@ -30,7 +30,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from tests.support import free_port  # noqa: E402
+from _common import django_here, web_server  # noqa: E402
 
 RUN_ID = "bench-dashboard"
 SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
@@ -215,31 +214,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.cpu_throttle < 1:
         ap.error("--cpu-throttle must be at least 1 (1: no throttling)")
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1",
-           "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{args.db}",
-           "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"), "PYTHONPATH": str(ROOT)}
-    os.environ.update(env)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    env = django_here(args.db)
     seeded = seed(args.steps)
-    port = free_port()
-    sys.path.insert(0, str(ROOT / "deploy"))
-    from run_local import web_command  # the web server `make run` starts (uvicorn; OBS_WEB_SERVER=daphne for daphne)
-
-    server = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    try:
-        from tests.web.servers import wait_port
-
-        wait_port(port)
-        out = measure(f"http://127.0.0.1:{port}/runs/{RUN_ID}/", args.repeat, args.shots, server.pid,
+    with web_server(env) as server:  # the web server `make run` starts (uvicorn; OBS_WEB_SERVER=daphne for daphne)
+        out = measure(f"http://127.0.0.1:{server.port}/runs/{RUN_ID}/", args.repeat, args.shots, server.pid,
                       args.cpu_throttle, args.profile)
-    finally:
-        server.terminate()
-        server.wait(10)
     print(json.dumps({"steps_per_series": args.steps, "series": len(SERIES),
                       "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
                       "seed_s": None if seeded is None else round(seeded, 1), **out,

@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import tracemalloc
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+from _common import setup_django  # bench/, this script's directory, is first on sys.path
+
 # production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
-os.environ.setdefault("OBS_DEBUG", "0")
-os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only")
+setup_django(OBS_DEBUG="0", DJANGO_SECRET_KEY="bench-only")
 
 import django  # noqa: E402
-
-django.setup()
-
 from django.test import RequestFactory  # noqa: E402
 
 from webapp.metrics import bulk, storage  # noqa: E402

@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from _common import django_here, web_server  # noqa: E402 (bench/, this script's directory, is on sys.path)
+
 RUN_ID = "bench-front"
 
 
@@ -90,22 +92,8 @@ def main() -> int:
     ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-front.sqlite3"))
     args = ap.parse_args()
     base = args.base or subprocess.check_output(["git", "merge-base", "HEAD", "main"], cwd=ROOT, text=True).strip()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1",
-           "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{args.db}",
-           "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")}
-    os.environ.update(env, PYTHONPATH=str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    env = django_here(args.db)
     seed(args.steps, args.runs)
-    sys.path.insert(0, str(ROOT / "deploy"))
-    from run_local import web_command
-
-    from tests.web.servers import free_port, wait_port
-
     out = {"base": base[:12], "steps": args.steps, "runs": args.runs + 1, "repeat": args.repeat}
     with tempfile.TemporaryDirectory() as landed:
         archive = subprocess.run(["git", "archive", base], cwd=ROOT, check=True, capture_output=True).stdout
@@ -114,15 +102,8 @@ def main() -> int:
                  ("front", ROOT, "() => !!document.querySelector('#front-chart .main-svg') && "
                                  "document.querySelectorAll('#moments li.moment').length >= 2"))
         for name, tree, ready_js in sides:
-            port = free_port()
-            server = subprocess.Popen(web_command("127.0.0.1", port), cwd=tree, env={**env, "PYTHONPATH": str(tree)},
-                                      stdout=subprocess.DEVNULL)
-            try:
-                wait_port(port)
-                out[name] = measure(f"http://127.0.0.1:{port}/", ready_js, args.repeat)
-            finally:
-                server.terminate()
-                server.wait(10)
+            with web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree) as server:
+                out[name] = measure(f"http://127.0.0.1:{server.port}/", ready_js, args.repeat)
     out["fcp_ratio_front_over_landed"] = round(out["front"]["fcp_ms"] / out["landed"]["fcp_ms"], 2)
     out["ready_ratio_front_over_landed"] = round(out["front"]["ready_ms"] / out["landed"]["ready_ms"], 2)
     out["load1"] = round(os.getloadavg()[0], 2)

@@ -19,11 +19,8 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -35,6 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from observatory import contract  # noqa: E402
 from observatory.streams import Publisher  # noqa: E402
 from tests.support import free_port  # noqa: E402
+from _common import close_site, site_processes, throwaway_site  # noqa: E402
 
 HOOK = """
 window.__obsFrames = [];
@@ -97,30 +95,16 @@ def wait_http(url: str, timeout: float = 30) -> None:
 
 
 def measure_latency(seconds: float, rate: float, width: str = "full", server: str = "uvicorn") -> dict:
-    from fanout import PushTap, demo_names, server_cmd
+    from fanout import PushTap, demo_names
 
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         return {"skipped": "no Debian chromium on PATH (apt-get install -y chromium)"}
-    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
-    import redis
-
-    redis.Redis.from_url(redis_url).flushdb()
-    tmp = tempfile.mkdtemp(prefix="obs-bench-")
+    redis_url, tmp, env = throwaway_site("latency", OBS_METRICS_TOKEN=SCRAPE_TOKEN)
     port = free_port()
-    env = {**os.environ, "REDIS_URL": redis_url, "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3",
-           "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "latency-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0",
-           "OBS_DATA_DIR": tmp, "PYTHONUNBUFFERED": "1", "OBS_LOG_LEVEL": "WARNING",
-           "OBS_METRICS_TOKEN": SCRAPE_TOKEN}
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    procs = [subprocess.Popen(server_cmd(server, port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL),
-             subprocess.Popen([py, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env,
-                              stderr=subprocess.DEVNULL)]
+    procs = site_processes(env, port, server)
     names = demo_names() if width == "full" else [contract.M_LOSS, contract.M_LR]
     run_id = f"bench-{int(time.time())}"
     pub = Publisher(redis_url, run_id)
@@ -168,14 +152,7 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
         server_stats = prometheus_means(f"{base}/metrics")
     finally:
         pub.close()
-        for pr in procs:
-            pr.send_signal(signal.SIGTERM)
-        for pr in procs:
-            try:
-                pr.wait(10)
-            except subprocess.TimeoutExpired:
-                pr.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        close_site(procs, tmp)
     arrived: dict[int, float] = {}
     for now, _typ, steps in frames:
         for s in steps:

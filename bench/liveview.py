@@ -22,12 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -37,9 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from fanout import demo_names, server_cmd  # noqa: E402
+from fanout import demo_names  # noqa: E402
 from latency import pct, wait_http  # noqa: E402
 from tests.support import free_port  # noqa: E402
+from _common import close_site, site_processes, throwaway_site  # noqa: E402
 from pagecost import LONG_TASKS_JS, Cdp, profile_summary, trace_tasks  # noqa: E402
 
 from observatory import contract  # noqa: E402
@@ -96,21 +93,9 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
 
     from tests.conftest import CHROMIUM_ARGS, chromium_path
 
-    redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
-    import redis
-
-    redis.Redis.from_url(redis_url).flushdb()
-    tmp = tempfile.mkdtemp(prefix="obs-liveview-")
+    redis_url, tmp, env = throwaway_site("liveview")
     port = free_port()
-    env = {**os.environ, "REDIS_URL": redis_url, "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3",
-           "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "liveview-bench-" + "x" * 40, "OBS_SSL_REDIRECT": "0",
-           "OBS_DATA_DIR": tmp, "PYTHONUNBUFFERED": "1", "OBS_LOG_LEVEL": "WARNING"}
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-    procs = [subprocess.Popen(server_cmd("uvicorn", port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL),
-             subprocess.Popen([py, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env,
-                              stderr=subprocess.DEVNULL)]
+    procs = site_processes(env, port)
     names, run_id = demo_names(), f"liveview-{int(time.time())}"
     pub = Publisher(redis_url, run_id)
     base = f"http://127.0.0.1:{port}"
@@ -167,14 +152,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             browser.close()
     finally:
         pub.close()
-        for pr in procs:
-            pr.send_signal(signal.SIGTERM)
-        for pr in procs:
-            try:
-                pr.wait(10)
-            except subprocess.TimeoutExpired:
-                pr.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        close_site(procs, tmp)
     stamps = [t for t, _ in marks]
     end = (max(s + d for s, d in tasks) if tasks else stamps[-1]) if stamps else 0.0
     upd = per_update(tasks, stamps, end)

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from _common import django_here, web_server  # noqa: E402 (bench/, this script's directory, is on sys.path)
+
 RUN_ID = "bench-ogimage"
 
 
@@ -82,21 +83,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-ogimage.sqlite3"))
     args = ap.parse_args()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1",
-           "DATABASE_URL": os.environ.get("DATABASE_URL") or f"sqlite:///{args.db}",
-           "REDIS_URL": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14"), "PYTHONPATH": str(ROOT)}
-    os.environ.update(env)
-    import django
-
-    django.setup()
+    env = django_here(args.db)
     from django.core.cache import cache
-    from django.core.management import call_command
 
     from webapp.front import previews
     from webapp.metrics.models import Series
     from webapp.runs.models import Run
 
-    call_command("migrate", verbosity=0)
     t0 = time.perf_counter()
     seed(args.steps)
     seed_s = time.perf_counter() - t0
@@ -105,38 +98,27 @@ def main() -> int:
         run = Run.objects.get(pk=RUN_ID)
         cache.delete("ogimage:" + previews._key(run, Series.objects.get(run=run, name="train/loss"), None))
 
-    from tests.support import free_port
-
-    port = free_port()
-    sys.path.insert(0, str(ROOT / "deploy"))
-    from run_local import web_command
-
-    server = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/runs/{RUN_ID}/preview.png"
     try:
-        from tests.web.servers import wait_port
-
-        wait_port(port)
-        get(url)  # the server's first request imports and connects
-        cold, cached, revalidate = [], [], []
-        for _ in range(max(3, args.repeat // 5)):
-            drop_cached()
-            ms, status, etag, body = get(url)
-            assert status == 200 and body[:8] == b"\x89PNG\r\n\x1a\n", status
-            cold.append(ms)
-        for _ in range(args.repeat):
-            ms, status, etag2, body2 = get(url)
-            assert status == 200 and etag2 == etag and body2 == body
-            cached.append(ms)
-            ms, status, _, _ = get(url, {"If-None-Match": etag})
-            assert status == 304
-            revalidate.append(ms)
-        extend(args.steps, args.steps // 8 + 64)  # past the step bucket (~1/64 to 1/32 of the run wide)
-        _, status, etag3, body3 = get(url)
-        follows = status == 200 and etag3 != etag and body3 != body
+        with web_server(env) as server:
+            url = f"http://127.0.0.1:{server.port}/runs/{RUN_ID}/preview.png"
+            get(url)  # the server's first request imports and connects
+            cold, cached, revalidate = [], [], []
+            for _ in range(max(3, args.repeat // 5)):
+                drop_cached()
+                ms, status, etag, body = get(url)
+                assert status == 200 and body[:8] == b"\x89PNG\r\n\x1a\n", status
+                cold.append(ms)
+            for _ in range(args.repeat):
+                ms, status, etag2, body2 = get(url)
+                assert status == 200 and etag2 == etag and body2 == body
+                cached.append(ms)
+                ms, status, _, _ = get(url, {"If-None-Match": etag})
+                assert status == 304
+                revalidate.append(ms)
+            extend(args.steps, args.steps // 8 + 64)  # past the step bucket (~1/64 to 1/32 of the run wide)
+            _, status, etag3, body3 = get(url)
+            follows = status == 200 and etag3 != etag and body3 != body
     finally:
-        server.terminate()
-        server.wait(10)
         Run.objects.filter(pk=RUN_ID).delete()  # extended: the next call seeds afresh
 
     med = lambda xs: round(statistics.median(xs), 2)  # noqa: E731

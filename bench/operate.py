@@ -11,20 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/5")
-os.environ.setdefault("OBS_CONTROL_KEY", "bench-operate-key-0123456789")
+from _common import setup_django  # bench/, this script's directory, is first on sys.path
 
-import django  # noqa: E402
-
-django.setup()
+setup_django(REDIS_URL="redis://127.0.0.1:6379/5", OBS_CONTROL_KEY="bench-operate-key-0123456789")
 
 from django.db import connection, transaction  # noqa: E402
 

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,10 +51,36 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def free_port() -> int:
+# free_port, the one of `make run`, the tests and the benches (tests/support.py re-exports it): ports handed out,
+# one empty file each, in a folder every process on the machine shares.
+PORTS_DIR = Path(tempfile.gettempdir()) / "observatory-ports"
+PORT_HOLD_S = 600.0
+
+
+def _kernel_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick) and that no caller of free_port on
+    this machine (another xdist worker, test session or bench) was handed in the last PORT_HOLD_S seconds: between
+    the pick and its server's bind, no other process is handed the same port."""
+    PORTS_DIR.mkdir(exist_ok=True)
+    for _ in range(1000):
+        port = _kernel_port()
+        mark = PORTS_DIR / str(port)
+        try:
+            os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return port
+        except FileExistsError:
+            try:
+                if time.time() - mark.stat().st_mtime > PORT_HOLD_S:
+                    mark.unlink()  # an old hand-out: the port may be handed out again
+            except FileNotFoundError:
+                pass
+    raise RuntimeError(f"no port free of a hand-out in {PORTS_DIR}")
 
 
 def _die_with_parent() -> None:

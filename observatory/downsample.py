@@ -85,6 +85,10 @@ class Summary:
             if self.max is None or value > self.max or (value == self.max and step < self.max_step):
                 self.max, self.max_step = value, step
             return
+        self.add_nonfinite(step, special)
+
+    def add_nonfinite(self, step: int, special: int) -> None:
+        """Fold in one NAN, POSINF or NEGINF point (add's other half; ingest's in-order loop calls it too)."""
         if special == NAN:
             self.nan += 1
         elif special == POSINF:

@@ -4,7 +4,6 @@ repository root on sys.path. Each wait polls a real condition; its timeout only 
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -13,36 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-# Ports handed out by free_port, one empty file each, in a folder every process on the machine shares.
-PORTS_DIR = Path(tempfile.gettempdir()) / "observatory-ports"
-PORT_HOLD_S = 600.0
-
-
-def _kernel_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick) and that no caller of free_port on
-    this machine (another xdist worker, test session or bench) was handed in the last PORT_HOLD_S seconds: between
-    the pick and its server's bind, no other process is handed the same port."""
-    PORTS_DIR.mkdir(exist_ok=True)
-    for _ in range(1000):
-        port = _kernel_port()
-        mark = PORTS_DIR / str(port)
-        try:
-            os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            return port
-        except FileExistsError:
-            try:
-                if time.time() - mark.stat().st_mtime > PORT_HOLD_S:
-                    mark.unlink()  # an old hand-out: the port may be handed out again
-            except FileNotFoundError:
-                pass
-    raise RuntimeError(f"no port free of a hand-out in {PORTS_DIR}")
+from deploy.run_local import free_port  # noqa: F401 (the one definition, `make run`'s; re-exported for tests and benches)
 
 
 def listening(port: int, host: str = "127.0.0.1") -> bool:
@@ -71,14 +41,22 @@ def wait_port(port: int, timeout: float = 30) -> None:
 
 def stop(proc: subprocess.Popen, timeout: float = 15) -> int:
     """SIGTERM, then SIGKILL after `timeout`; the exit code."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+    stop_all([proc], timeout)
+    return proc.returncode
+
+
+def stop_all(procs: list[subprocess.Popen], timeout: float = 15) -> None:
+    """stop() for several processes: SIGTERM to all first, so that they wind down together, then each waited for
+    (SIGKILL after `timeout`)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-    return proc.returncode
 
 
 class PrivateRedis:

@@ -1,4 +1,5 @@
-"""The test-and-bench plumbing in tests/support.py: ports no two processes are handed at once, a private Redis."""
+"""The test-and-bench plumbing in tests/support.py: ports no two processes are handed at once (deploy/run_local.py's
+free_port, which tests/support.py re-exports), a private Redis."""
 
 from __future__ import annotations
 
@@ -7,23 +8,24 @@ import sys
 
 import redis as redis_lib
 
+from deploy import run_local
 from tests import support
 
 
 def test_a_port_handed_out_is_not_handed_out_again_while_held(monkeypatch, tmp_path):
     """Between free_port() and its server's bind, the kernel may pick the same port for another xdist worker."""
     picks = iter([40001, 40001, 40002])
-    monkeypatch.setattr(support, "_kernel_port", lambda: next(picks))
-    monkeypatch.setattr(support, "PORTS_DIR", tmp_path)
+    monkeypatch.setattr(run_local, "_kernel_port", lambda: next(picks))
+    monkeypatch.setattr(run_local, "PORTS_DIR", tmp_path)
     assert support.free_port() == 40001
     assert support.free_port() == 40002
 
 
 def test_a_hand_out_older_than_the_hold_is_released(monkeypatch, tmp_path):
     picks = iter([40001, 40001, 40001])
-    monkeypatch.setattr(support, "_kernel_port", lambda: next(picks))
-    monkeypatch.setattr(support, "PORTS_DIR", tmp_path)
-    monkeypatch.setattr(support, "PORT_HOLD_S", -1.0)
+    monkeypatch.setattr(run_local, "_kernel_port", lambda: next(picks))
+    monkeypatch.setattr(run_local, "PORTS_DIR", tmp_path)
+    monkeypatch.setattr(run_local, "PORT_HOLD_S", -1.0)
     assert support.free_port() == 40001
     assert support.free_port() == 40001
 

@@ -319,12 +319,15 @@ def from_dict(raw: dict, overrides: dict[str, Any] | None = None) -> RunConfig:
     return RunConfig.from_dict(raw)
 
 
-def load(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
-    path = Path(path)
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file's table; ConfigError naming the file when it is missing or not TOML (run and ladder configs)."""
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(str(path), "no such file") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(str(path), f"invalid TOML: {e}") from None
-    return from_dict(raw, overrides)
+
+
+def load(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
+    return from_dict(read_toml(path), overrides)

@@ -22,14 +22,13 @@ import hashlib
 import json
 import math
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from observatory import contract
 from observatory.scaling import LAWS, Points, fit, make_forecast
 from observatory.scaling import registration as reg_lib
-from training.config import RunConfig, load
+from training.config import RunConfig, load, read_toml
 from training.errors import ConfigError
 from training.experiment import config_hash
 from training.flops import counts, training_flops
@@ -97,12 +96,7 @@ def _sets(v, key: str) -> dict:
 def load_ladder(path: str | Path) -> Ladder:
     """Parse and plan a ladder config; ConfigError naming the bad key (the CLI exits 2)."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(str(path), "no such file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(str(path), f"invalid TOML: {e}") from None
+    raw = read_toml(path)
     lad = raw.get("ladder")
     if not isinstance(lad, dict) or set(raw) - {"ladder"}:
         raise ConfigError("ladder", "a ladder file holds one [ladder] table (and its [[ladder.rung]] entries)")

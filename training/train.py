@@ -4,13 +4,12 @@
 At each step boundary it evaluates the held-out split when due, applies operator commands (control), waits while
 paused, and saves a checkpoint when one is due (checkpoint); then it dispatches the next step and publishes the
 previous step's metrics while the device computes, so the device never waits on logging. The heartbeat and the
-hardware sampler run on their own threads. Side effects live here; `training.step` stays pure.
+hardware sampler run on their own threads. Side effects live here; `training.step` stays pure. Saving and restoring
+the run's checkpoints: training.run_checkpoints (Trainer's base class).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import os
@@ -36,6 +35,7 @@ from training.errors import CheckpointError, ConfigError, Interrupted, TrainingF
 from training.flops import counts
 from training.heartbeat import Heartbeat, Progress
 from training.mesh import make_mesh
+from training.run_checkpoints import KEEP_OLD, RunCheckpoints
 from training.run_state import RunState
 from training.runlock import lock_run
 from training.sampler import build_sampler
@@ -47,16 +47,9 @@ from training.telemetry import HardwareMonitor, StepTimer, peak_flops
 log = logging.getLogger(__name__)
 
 CONTROL_CATCH_UP_S = 10.0  # at start, wait at most this long for the control reader to queue waiting commands
-KEEP_OLD = "nothing was overwritten; fix the config, or start over with --fresh (old checkpoints are moved aside, " \
-           "not deleted)"
 
 
-def _np_tree(d: dict) -> dict:
-    """numpy scalars to 0-d arrays: orbax restores arrays into a template, not numpy scalar types."""
-    return {k: (_np_tree(v) if isinstance(v, dict) else np.asarray(v)) for k, v in d.items()}
-
-
-class Trainer:
+class Trainer(RunCheckpoints):
     """One run of the config. `run()` trains until done and returns the exit status (0 stopped, 1 failed)."""
 
     def __init__(self, cfg: RunConfig, run_id: str, sink: Sink, *, control: ControlChannel | None = None,
@@ -170,48 +163,6 @@ class Trainer:
         self.eval_batches = {d: mesh_lib.put(b, self.batch_sh[2]) for d, b in
                              (self.sampler.eval_batches() if cfg.train.eval_every else {}).items()}
 
-    def _check_data(self, saved: dict) -> None:
-        """Refuse to resume on text that changed since the checkpoint: the stream would not be the one trained on."""
-        changed = [f"{d}: checkpoint {h}, now {self.data_hashes[d]}" for d, h in saved.items()
-                   if d in self.data_hashes and self.data_hashes[d] != h]
-        if changed and not self.cfg.data.allow_changed_data:  # a config error: exit 2, like a bad key
-            raise ConfigError("data.allow_changed_data",
-                              "the data of domain(s) " + ", ".join(d for d, h in saved.items() if d in self.data_hashes
-                                                                   and self.data_hashes[d] != h)
-                              + " changed since the checkpoint (sha256 " + "; ".join(changed) + "); resuming would "
-                              "train on a different stream. Restore the data, or set data.allow_changed_data=true "
-                              f"to continue anyway -- {KEEP_OLD}")
-        if changed:
-            log.warning("[%s] data changed since the checkpoint, continuing (allow_changed_data): %s", self.run_id,
-                        "; ".join(changed))
-
-    def _host_signature(self) -> str:
-        """What a checkpoint holds besides the arrays of a step (sampler, schedule, run state): commands change it
-        between steps."""
-        blob = json.dumps(ckpt_lib.to_json([self.sampler.state_dict(), self.schedule.state_dict(),
-                                            self.state.meta(), self.sampler.tokens_seen]), sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    def _ckpt_tree(self) -> dict:
-        return {"train": self.train_state, "sampler": _np_tree(self.sampler.state_dict()),
-                "schedule": _np_tree(self.schedule.state_dict())}
-
-    def restore(self, step: int) -> None:
-        """Load checkpoint `step` into device state, sampler, schedule and run state; nothing changes on failure."""
-        store = self.checkpointer.store
-        try:
-            tree, meta = store.restore(step, ckpt_lib.abstract(self._ckpt_tree()), self.cfg.fingerprint())
-        except CheckpointError as e:
-            raise TrainingFailed(f"{e} -- {KEEP_OLD}") from None
-        self.train_state = tree["train"]
-        self.sampler.load_state_dict(tree["sampler"])
-        self.schedule.load_state_dict(tree["schedule"])
-        self.state.restore(meta)
-        self._saved_host = {step: self._host_signature()}
-        self.progress.token_budget = int(self.sampler.token_budget)
-        self.progress.stepped(self.state.step, self.sampler.tokens_seen)
-        log.info("[%s] restored checkpoint step %d from %s", self.run_id, step, store.directory)
-
     def _compile(self) -> None:
         self.phase("compiling")
         t0 = time.perf_counter()
@@ -236,28 +187,6 @@ class Trainer:
         self.interrupted()
 
     # ------------------------------------------------------------------------------------------ hooks
-    def save_checkpoint(self, why: str, wait: bool = False, replace: bool = True) -> dict:
-        """Checkpoint the run at this step. One already there is written again if commands changed the run since
-        (unless `replace` is False: a rollback may be about to restore that very checkpoint)."""
-        s, store = self.state, self.checkpointer.store
-        signature = self._host_signature()
-        if s.step in store.steps():
-            if not replace or self._saved_host.get(s.step) == signature:
-                return {"step": s.step, "skipped": "already saved at this step"}
-            # commands changed the run at this step since its checkpoint (an LR multiplier, skipped batches, the
-            # command memory): that checkpoint no longer describes the run, so it is written again
-            self.checkpointer.poll(block=True)
-            store.delete(s.step)
-        self.phase("checkpointing", why)
-        meta = {"run_id": self.run_id, "tokens": self.sampler.tokens_seen, "fingerprint": self.cfg.fingerprint(),
-                "config": self.cfg.to_dict(), "data_hashes": self.data_hashes, "started_at": self.started_at,
-                **s.meta()}
-        info = self.checkpointer.save(s.step, self._ckpt_tree(), meta, why, wait)
-        self._saved_host[s.step] = signature
-        self.phase("paused" if s.paused else "training")
-        self.interrupted()
-        return info
-
     def _evaluate(self) -> dict[str, float]:
         """Loss on each domain's held-out batch under the current params, and their mean."""
         losses = jax.device_get({d: self.eval_fn(self.train_state, b) for d, b in self.eval_batches.items()})

@@ -17,6 +17,13 @@ class ApiError(Exception):
         self.status, self.message, self.extra = status, message, extra
 
 
+def found(obj, message: str, **extra):
+    """`obj`, unless it is None: then ApiError 404 with `message` (the API's one "not found" answer)."""
+    if obj is None:
+        raise ApiError(404, message, **extra)
+    return obj
+
+
 def api_view(view):
     """GET/HEAD only; ApiError -> {"error": message} with its status; public, read-only, cacheable briefly."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __all__ = ["PREFIX", "RUNS_KEY", "DEADLETTER_STREAM", "DEADLETTER_COUNT_KEY", "INGEST_GROUP", "TRAINER_GROUP",
            "STREAM_MAXLEN", "STREAM_HARD_MAXLEN", "TRIM_EVERY_S", "TELEMETRY_LOST_EVENT", "HEARTBEAT_TTL_S",
-           "telemetry_stream", "telemetry_lost_key", "telemetry_trim_key", "control_stream", "ack_stream",
+           "run_key", "telemetry_stream", "telemetry_lost_key", "telemetry_trim_key", "control_stream", "ack_stream",
            "seen_commands_key", "checkpoints_key", "heartbeat_key", "live_group"]
 
 PREFIX = "obs"
@@ -23,44 +23,49 @@ TELEMETRY_LOST_EVENT = "telemetry_lost"  # the `event` a trim or drop of unread 
 HEARTBEAT_TTL_S = 30
 
 
+def run_key(run_id: str, *parts: str) -> str:
+    """PREFIX:run:<run id>:<parts, ':'-joined>, the name of every per-run key and stream."""
+    return ":".join((PREFIX, "run", run_id, *parts))
+
+
 def telemetry_stream(run_id: str) -> str:
-    return f"{PREFIX}:run:{run_id}:telemetry"
+    return run_key(run_id, "telemetry")
 
 
 def telemetry_lost_key(run_id: str) -> str:
     """A HASH counting the run's telemetry entries lost before ingest read them: "trimmed" (past the stream's cap),
     "dropped" (a publisher's full queue, or still queued at its close)."""
-    return f"{PREFIX}:run:{run_id}:telemetry:lost"
+    return run_key(run_id, "telemetry", "lost")
 
 
 def telemetry_trim_key(run_id: str) -> str:
     """A STRING with a TTL of TRIM_EVERY_S: set by whichever producer checks the run's stream caps next."""
-    return f"{PREFIX}:run:{run_id}:telemetry:trim"
+    return run_key(run_id, "telemetry", "trim")
 
 
 def control_stream(run_id: str) -> str:
-    return f"{PREFIX}:run:{run_id}:control"
+    return run_key(run_id, "control")
 
 
 def ack_stream(run_id: str) -> str:
-    return f"{PREFIX}:run:{run_id}:acks"
+    return run_key(run_id, "acks")
 
 
 def seen_commands_key(run_id: str) -> str:
     """HASH command id -> JSON {"outcome": applied|rejected|undone, "t", "command", "detail", "by"}: every id the
     trainer has answered, so a repeat is never applied twice and a replay of a rejected or undone one is refused."""
-    return f"{PREFIX}:run:{run_id}:control:seen"
+    return run_key(run_id, "control", "seen")
 
 
 def checkpoints_key(run_id: str) -> str:
     """A STRING holding the trainer's checkpoint list as JSON, {"t", "checkpoints": [{"step", "why", "kind",
     "saved_at", "bytes", "kept"}]}, rewritten whenever it changes: what a rollback can go back to."""
-    return f"{PREFIX}:run:{run_id}:checkpoints"
+    return run_key(run_id, "checkpoints")
 
 
 def heartbeat_key(run_id: str) -> str:
     """A STRING holding the last heartbeat's JSON, with a TTL, so "is it alive?" is one GET."""
-    return f"{PREFIX}:run:{run_id}:heartbeat"
+    return run_key(run_id, "heartbeat")
 
 
 def live_group(run_id: str) -> str:

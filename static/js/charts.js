@@ -489,15 +489,7 @@ window.Obs = window.Obs || {};
       if (!det.open) return;
       this.tableAt = performance.now();
       const range = this.ctx.view.range;
-      const cols = this.items.map((it) => {
-        const d = this.data(it);
-        let steps = d.steps.concat(d.nfSteps), values = d.values.concat(d.nfKinds);
-        if (range) {
-          const keep = steps.map((s) => s >= range[0] && s <= range[1]);
-          steps = steps.filter((_, i) => keep[i]); values = values.filter((_, i) => keep[i]);
-        }
-        return {label: this.label(it.name), steps, values};
-      });
+      const cols = this.items.map((it) => Obs.tableColumn(this.data(it), this.label(it.name), ...(range || [])));
       const where = range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run";
       Obs.renderTable(det.querySelector(".table-wrap"), `${this.title}, ${where}`, cols, TABLE_ROWS);
     }

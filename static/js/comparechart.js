@@ -113,15 +113,9 @@
       if (!det.open) return;
       this.tableAt = performance.now();
       const range = this.ctx.view.range;
-      const cols = this.items.map((it) => {
-        const d = this.data(it);
-        let steps = d.steps.concat(d.nfSteps), values = d.values.concat(d.nfKinds);
-        if (range && this.drawable(it)) {
-          const a = it.run.toStep(range[0]), b = it.run.toStep(range[1]), keep = steps.map((s) => s >= a && s <= b);
-          steps = steps.filter((_, i) => keep[i]); values = values.filter((_, i) => keep[i]);
-        }
-        return {label: it.name, steps, values};
-      });
+      const cols = this.items.map((it) => range && this.drawable(it)
+        ? Obs.tableColumn(this.data(it), it.name, it.run.toStep(range[0]), it.run.toStep(range[1]))
+        : Obs.tableColumn(this.data(it), it.name));
       Obs.renderTable(det.querySelector(".table-wrap"), `${this.title}, ${range ? "the zoomed range" : "whole runs"}`,
                       cols, 1000);
     }

@@ -139,6 +139,17 @@ window.Obs = window.Obs || {};
   // Whether the run's trainer is still heard from (its rate and estimate mean something).
   Obs.heard = (run) => run.health !== "lost" && run.health !== "ended" && run.state !== "stopped" && run.state !== "failed";
 
+  // One column of the data table: a series' points (finite ones, then the non-finite kinds), only those with
+  // lo <= step <= hi when lo is given.
+  Obs.tableColumn = (d, label, lo, hi) => {
+    let steps = d.steps.concat(d.nfSteps), values = d.values.concat(d.nfKinds);
+    if (lo !== undefined) {
+      const keep = steps.map((s) => s >= lo && s <= hi);
+      steps = steps.filter((_, i) => keep[i]); values = values.filter((_, i) => keep[i]);
+    }
+    return {label, steps, values};
+  };
+
   // The data-table alternative: rows = steps (ascending), one column per series; at most `max` rows, evenly
   // thinned, with a caption that says so.
   Obs.renderTable = (box, caption, columns, max) => {

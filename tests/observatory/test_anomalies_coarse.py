@@ -11,20 +11,10 @@ import random
 
 from observatory import contract
 from observatory.anomalies import M_LOSS_SCALE, Monitor
+from tests.observatory.anomaly_feed import feed, opened
 
 # BLOOM tr8-104B, experiment 2 (bigscience train/tr8-104B-wide/chronicles.md lines 93-97): logged every 10 steps
 DIVERGING = [(6900, 6.365808), (6910, 6.598378), (6920, 7.314456), (6930, 9.121927), (6940, 10.23865)]
-
-
-def feed(mon: Monitor, rows) -> list:
-    events = []
-    for step, values in rows:
-        events += mon.observe(step, values)
-    return events
-
-
-def opened(events, kind=None) -> list:
-    return [e for e in events if e.action == "opened" and (kind is None or e.anomaly.kind == kind)]
 
 
 def test_the_diverging_coarse_log_has_every_point_under_the_25_percent_rule():

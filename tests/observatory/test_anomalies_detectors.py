@@ -12,6 +12,8 @@ from observatory.anomalies import M_LOSS_SCALE, AnomalyLog, Monitor
 from observatory.anomalies.detectors import ShiftDetector, SpikeDetector
 from observatory.anomalies.moe import ExpertLoadDetector
 from observatory.anomalies.stall import StallDetector
+from tests.observatory.anomaly_feed import feed
+from tests.observatory.anomaly_feed import opened as opened_events
 
 LOSS_NAMES = (contract.M_LOSS, contract.M_CE, contract.domain_loss("code"), contract.M_EVAL_LOSS)
 
@@ -22,15 +24,8 @@ def falling(n: int, seed: int = 0, noise: float = 0.01) -> list[float]:
     return [(2.0 + 8.5 * (1 + s / 20) ** -0.47) * (1 + rnd.uniform(-noise, noise)) for s in range(n)]
 
 
-def feed(mon: Monitor, rows) -> list:
-    events = []
-    for step, values in rows:
-        events += mon.observe(step, values)
-    return events
-
-
 def opened(events, kind=None) -> list:
-    return [e.anomaly for e in events if e.action == "opened" and (kind is None or e.anomaly.kind == kind)]
+    return [e.anomaly for e in opened_events(events, kind)]
 
 
 # ---------------------------------------------------------------------------------------------- losses

@@ -11,17 +11,10 @@ from pathlib import Path
 import pytest
 
 from observatory import contract
+from tests.rules import mixture_ok
 
 VALID_RUN_IDS = {"demo", "a.b_c-d", "A" * 64}
 VALID_COMMAND_IDS = {"cmd-0001", "web-" + "f" * 32, "a:b.c_d-e", "x" * 200}
-
-
-def mixture_ok(w) -> bool:
-    try:
-        contract.check_mixture(w)
-    except contract.MixtureError:
-        return False
-    return True
 
 
 def test_the_run_id_rule(run_id_cases):

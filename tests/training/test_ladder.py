@@ -274,3 +274,18 @@ def test_a_bad_ladder_config_exits_2_naming_the_key(tmp_path, tiny):
 def test_the_demo_ladder_declares_its_band_floor():
     from training.ladder import load_ladder
     assert load_ladder(ROOT / "training/configs/ladder.toml").min_margin == pytest.approx(0.02)
+
+
+def test_a_missing_or_broken_ladder_file_is_a_config_error_naming_it(tmp_path):
+    """The ladder's file is read as a run config is (training.config.read_toml): the same errors, naming the file."""
+    from training.errors import ConfigError
+    from training.ladder import load_ladder
+
+    missing, broken = tmp_path / "absent.toml", tmp_path / "broken.toml"
+    broken.write_text("[ladder\nname = 1")
+    with pytest.raises(ConfigError, match="no such file") as e:
+        load_ladder(missing)
+    assert str(missing) in e.value.line()
+    with pytest.raises(ConfigError, match="invalid TOML") as e:
+        load_ladder(broken)
+    assert str(broken) in e.value.line()

@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from observatory import contract
+from tests.rules import mixture_ok
 from training import cli
 from training.config import DataSection, RunSection
 from training.errors import ConfigError
@@ -21,14 +22,6 @@ DOMAINS = ("licenses", "docs_text")  # built-in domains the cases' "a" and "b" s
 
 def as_domains(w: dict) -> dict:
     return {DOMAINS[0] if k == "a" else DOMAINS[1] if k == "b" else k: v for k, v in w.items()}
-
-
-def mixture_ok(w) -> bool:
-    try:
-        contract.check_mixture(w)
-    except contract.MixtureError:
-        return False
-    return True
 
 
 def raises(fn, exc) -> bool:

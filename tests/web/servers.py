@@ -4,8 +4,12 @@ and the waits every such test needs: each polls a real condition; its timeout on
 
 from __future__ import annotations
 
+import http.client
+import json
 import subprocess
 import sys
+import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 from deploy.run_local import web_command
@@ -64,7 +68,38 @@ def wait_ingested(run_id: str, last_step: int, timeout: float = 60) -> None:
              f"ingest to store run {run_id} up to step {last_step}")
 
 
+def get_json(url: str, timeout: float = 5):
+    """GET `url` as JSON; None while the server does not answer with JSON (not up yet, restarting)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+
+
 # ---------------------------------------------------------------------------------------------- pages
+def page_errors(page) -> list[str]:
+    """The page's uncaught exceptions and console errors, appended as they happen (a test asserts none came)."""
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    return errors
+
+
+@contextmanager
+def logged_web(env: dict, log: Path):
+    """The web server as `make run` starts it (web_command) on a free port, its output written to `log`; yields the
+    port once it listens, stops the server after."""
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=out, stderr=out)
+        try:
+            wait_port(port)
+            yield port
+        finally:
+            stop(proc)
+
+
 # Installed before the dashboard's own scripts: counts what a test must wait for instead of sleeping. A counter is
 # bumped in a task queued after the page's own handler ran, so "counted" means "handled".
 PAGE_HOOK = """

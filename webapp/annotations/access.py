@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from django.db.models import Count, Q
 from django.http import JsonResponse
 
-from webapp.accounts.permissions import can
+from django_ratelimit.decorators import ratelimit
+
+from webapp.accounts.permissions import api_requires, can
 from webapp.annotations.models import Annotation, Reaction, Reply, author_json, reaction_counts
-from webapp.api import ApiError
+from webapp.api import ApiError, found
 
 
 @dataclass(frozen=True)
@@ -52,13 +54,24 @@ def json_errors(view):
     return wrapper
 
 
+def write(action: str, rate: str, group: str, **limit):
+    """A write of the annotations API: the permission matrix's `action` (api_requires), then at most `rate` per
+    member or address in the rate-limit `group` (429 beyond); `limit`: more django-ratelimit arguments (method)."""
+    def wrap(view):
+        return api_requires(action)(ratelimit(key="user_or_ip", rate=rate, block=True, group=group, **limit)(view))
+    return wrap
+
+
+def viewer_and_post(request, target: str, pk: int):
+    """The request's Viewer and the annotation or reply `pk` they may read (get_post: else ApiError 404)."""
+    viewer = Viewer.of(request)
+    return viewer, get_post(viewer, target, pk)
+
+
 def get_post(viewer: Viewer, target: str, pk: int):
     """The annotation or reply `pk` if the viewer may read it, else ApiError 404."""
     qs = viewer.annotations() if target == "annotation" else viewer.replies().select_related("annotation")
-    post = qs.select_related("author", "hidden_by").filter(pk=pk).first()
-    if post is None:
-        raise ApiError(404, f"no {target} {pk}")
-    return post
+    return found(qs.select_related("author", "hidden_by").filter(pk=pk).first(), f"no {target} {pk}")
 
 
 def own(viewer: Viewer, post) -> None:

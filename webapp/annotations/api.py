@@ -13,12 +13,11 @@ from __future__ import annotations
 from django.http import JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
-from django_ratelimit.decorators import ratelimit
 
-from webapp.accounts.permissions import api_requires, public
+from webapp.accounts.permissions import public
 from webapp.annotations import grafana, live, validation
 from webapp.annotations.access import (Viewer, annotation_record, annotation_records, get_post, json_errors,
-                                       my_reactions, own, reply_records)
+                                       my_reactions, own, reply_records, viewer_and_post, write)
 from webapp.annotations.models import REACTIONS, TAGS, Annotation, Revision
 from webapp.api import ApiError, int_param
 from webapp.pagination import page
@@ -59,8 +58,7 @@ def run_annotations(request, run_id: str):
                          "reactions": REACTIONS, "limits": validation.LIMITS})
 
 
-@api_requires("annotation.create")
-@ratelimit(key="user_or_ip", rate=POST_RATE, method="POST", block=True, group="annotations.post")
+@write("annotation.create", POST_RATE, "annotations.post", method="POST")
 def _create(request, run):
     data = validation.json_body(request)
     step_start, step_end = validation.step_range(run, data)
@@ -93,11 +91,9 @@ def annotation_detail(request, pk: int):
                          "mine": my_reactions(viewer, a, [r.id for r in replies]), "viewer": viewer.as_json()})
 
 
-@api_requires("annotation.edit_own")
-@ratelimit(key="user_or_ip", rate=EDIT_RATE, block=True, group="annotations.edit")
+@write("annotation.edit_own", EDIT_RATE, "annotations.edit")
 def _edit(request, pk: int):
-    viewer = Viewer.of(request)
-    a = get_post(viewer, "annotation", pk)
+    viewer, a = viewer_and_post(request, "annotation", pk)
     own(viewer, a)
     data = validation.json_body(request)
     unknown = set(data) - set(validation.EDITABLE)
@@ -124,11 +120,9 @@ def _edit(request, pk: int):
     return JsonResponse(record)
 
 
-@api_requires("annotation.edit_own")
-@ratelimit(key="user_or_ip", rate=EDIT_RATE, block=True, group="annotations.edit")
+@write("annotation.edit_own", EDIT_RATE, "annotations.edit")
 def _delete(request, pk: int):
-    viewer = Viewer.of(request)
-    a = get_post(viewer, "annotation", pk)
+    viewer, a = viewer_and_post(request, "annotation", pk)
     own(viewer, a)
     a.deleted_at = timezone.now()
     a.save(update_fields=["deleted_at"])

@@ -19,7 +19,7 @@ from django_ratelimit.decorators import ratelimit
 from webapp.accounts.permissions import api_requires, public
 from webapp.annotations import live, validation
 from webapp.annotations.access import (Viewer, annotation_record, get_post, json_errors, own, reply_records,
-                                       require_public)
+                                       require_public, write)
 from webapp.annotations.api import EDIT_RATE, POST_RATE
 from webapp.annotations.models import Reaction, Reply, Revision, reaction_counts
 from webapp.api import ApiError
@@ -44,8 +44,7 @@ def replies(request, pk: int):
     return JsonResponse({"annotation": a.id, "replies": reply_records(items, viewer.moderate)})
 
 
-@api_requires("annotation.create")
-@ratelimit(key="user_or_ip", rate=POST_RATE, method="POST", block=True, group="annotations.post")
+@write("annotation.create", POST_RATE, "annotations.post", method="POST")
 def _reply(request, pk: int):
     a = get_post(Viewer.of(request), "annotation", pk)
     require_public(a)
@@ -84,14 +83,12 @@ def reply_detail(request, pk: int):
     return JsonResponse(record)
 
 
-@api_requires("annotation.react")
+@write("annotation.react", REACT_RATE, "annotations.react", method="POST")
 @require_POST
-@ratelimit(key="user_or_ip", rate=REACT_RATE, method="POST", block=True, group="annotations.react")
 @json_errors
 def react(request, target: str, pk: int):
     """{"kind": "+1", "on": true|false} -> {"reactions": {kind: count}, "mine": [kind]}; idempotent either way."""
-    viewer = Viewer.of(request)
-    post = get_post(viewer, target, pk)
+    post = get_post(Viewer.of(request), target, pk)
     require_public(post)
     kind, on = validation.reaction(validation.json_body(request))
     mine = Reaction.objects.filter(**{target: post}, user=request.user)
@@ -110,14 +107,12 @@ def react(request, target: str, pk: int):
     return JsonResponse({"reactions": counts, "mine": sorted(mine.values_list("kind", flat=True))})
 
 
-@api_requires("annotation.moderate")
+@write("annotation.moderate", MODERATE_RATE, "annotations.moderate", method="POST")
 @require_POST
-@ratelimit(key="user_or_ip", rate=MODERATE_RATE, method="POST", block=True, group="annotations.moderate")
 @json_errors
 def moderate(request, target: str, pk: int):
     """{"action": "hide" | "unhide", "reason": "why"} -> the record as moderators see it."""
-    viewer = Viewer.of(request)
-    post = get_post(viewer, target, pk)
+    post = get_post(Viewer.of(request), target, pk)
     if post.deleted_at is not None:
         raise ApiError(409, "this post is deleted")
     data = validation.json_body(request)

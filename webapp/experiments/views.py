@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public
-from webapp.api import ApiError, api_view
+from webapp.api import api_view, found
 from webapp.metrics.models import Series
 from webapp.runs import forecast as forecast_lib
 from webapp.runs import pagedata
@@ -120,7 +120,5 @@ def experiment_detail(request, name: str):
 @api_view
 def run_forecast(request, run_id: str):
     run = get_run(run_id)
-    reg = forecast_lib.latest(run.id)
-    if reg is None:
-        raise ApiError(404, f"run {run.id!r} has published no forecast")
+    reg = found(forecast_lib.latest(run.id), f"run {run.id!r} has published no forecast")
     return JsonResponse(summary(reg, run))

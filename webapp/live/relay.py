@@ -54,7 +54,7 @@ LITE_PREFIXES = ("train/loss/", "mixture/weight/", "train/router/layer_0/routing
 
 def cursor_key(run_id: str) -> str:
     """A STRING: the last telemetry entry id the relay published for the run."""
-    return f"{contract.PREFIX}:run:{run_id}:relay"
+    return contract.run_key(run_id, "relay")
 
 
 def add_page_data(request, run, page: dict) -> None:

@@ -9,7 +9,7 @@ from django.http import JsonResponse
 
 from observatory import contract
 from webapp.accounts.permissions import public
-from webapp.api import ApiError, api_view, cached, int_param
+from webapp.api import ApiError, api_view, cached, found, int_param
 from webapp.metrics import queries
 from webapp.metrics.models import Series
 from webapp.runs import pagedata
@@ -71,9 +71,7 @@ def metric_windows(request, run_id: str):
 def metric_series(request, run_id: str, name: str):
     run = get_run(run_id)
     start, end, points = _window_params(request)
-    series = Series.objects.filter(run=run, name=name).first()
-    if series is None:
-        raise ApiError(404, f"metric {name!r} not found in run {run.id!r}")
+    series = found(Series.objects.filter(run=run, name=name).first(), f"metric {name!r} not found in run {run.id!r}")
     resp = JsonResponse(series_window(run, series, start, end, points))
     # A finished run's history can no longer change (no more points, no rewind): cacheable by anyone. A live
     # run's window may still grow or be superseded by a rollback: revalidate every time.

@@ -10,8 +10,7 @@ from typing import Iterable
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
-from observatory.downsample import (FANOUT, FINITE, LEVELS, NAN, POSINF, PyramidBuilder, Summary, block_size,
-                                    classify)
+from observatory.downsample import FANOUT, FINITE, LEVELS, PyramidBuilder, Summary, block_size, classify
 from webapp.metrics import bulk
 from webapp.metrics.models import Block, Point, Series
 
@@ -142,14 +141,7 @@ def _level0(sid: int, pts: dict[int, tuple[float | None, int]], out: dict[tuple[
             if s.max is None or v > s.max:
                 s.max, s.max_step = v, step
         else:
-            if sp == NAN:
-                s.nan += 1
-            elif sp == POSINF:
-                s.posinf += 1
-            else:
-                s.neginf += 1
-            if s.ns_step is None:
-                s.ns_step, s.ns_kind = step, sp
+            s.add_nonfinite(step, sp)
     if s is not None:
         out[(sid, idx)] = s
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.http import JsonResponse
 
 from webapp.accounts.permissions import public
-from webapp.api import ApiError, api_view
+from webapp.api import api_view, found
 from webapp.pagination import page
 from webapp.reports.access import moderator, visible
 from webapp.reports.models import Report
@@ -21,10 +21,7 @@ LIST_LIMIT = 100
 
 
 def _report(request, pk: int) -> Report:
-    report = visible(request.user).filter(pk=pk).first()
-    if report is None:
-        raise ApiError(404, f"no report {pk}")
-    return report
+    return found(visible(request.user).filter(pk=pk).first(), f"no report {pk}")
 
 
 @public

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public
-from webapp.api import ApiError, api_view, int_param
+from webapp.api import ApiError, api_view, found, int_param
 from webapp.live.relay import add_page_data as live_page_data
 from webapp.reports import blocks, display
 from webapp.runs.models import Run
@@ -85,9 +85,7 @@ def _target(request, url: str):
         match = None
     if match is None or match.url_name not in ("run-dashboard", "embed-chart"):
         raise ApiError(404, "url is not a run page or a chart embed of this site", parameter="url")
-    run = Run.objects.filter(pk=match.kwargs["run_id"]).first()
-    if run is None:
-        raise ApiError(404, "no such run", parameter="url")
+    run = found(Run.objects.filter(pk=match.kwargs["run_id"]).first(), "no such run", parameter="url")
     q = QueryDict(parts.query)
     if match.url_name == "run-dashboard":  # the dashboard's view URL names charts by series (?chart=) and a range
         series = q.get("chart") or DEFAULT_SERIES

@@ -92,43 +92,45 @@ def _editor(request, report, error=None, status=200):
     }, status=status)
 
 
-@requires("report.create")
-@require_http_methods(["GET", "HEAD", "POST"])
-@ratelimit(key="user_or_ip", rate=POST_RATE, method="POST", block=True, group="reports.post")
-def report_new(request):
-    if request.method != "POST":
-        return _editor(request, None)
-    try:
-        title, body, parts = _fields(request)
-    except ApiError as e:
-        return _editor(request, None, e.message, 400)
-    report = Report(author=request.user)
-    _save(report, title, body, parts, publish=request.POST.get("action") == "publish")
-    return HttpResponseRedirect(f"/reports/{report.id}/")
-
-
-@requires("report.edit_own")
-@require_http_methods(["GET", "HEAD", "POST"])
-@ratelimit(key="user_or_ip", rate=EDIT_RATE, method="POST", block=True, group="reports.edit")
-def report_edit(request, pk: int):
-    report = get_own(request.user, pk)
+def _submit(request, report: Report | None):
+    """The editor of a new (None) or one's own report: the form on GET; on POST the form checked (shown again with
+    the error, 400) and saved, keeping a revision when an edit changed the title or body; then the report's page."""
     if request.method != "POST":
         return _editor(request, report)
     try:
         title, body, parts = _fields(request)
     except ApiError as e:
         return _editor(request, report, e.message, 400)
-    publish = request.POST.get("action") == "publish"
-    if (title, body) != (report.title, report.body):
+    if report is None:
+        report = Report(author=request.user)
+    elif (title, body) != (report.title, report.body):
         ReportRevision.of(report, request.user).save()
         report.edited_at = timezone.now()
-    _save(report, title, body, parts, publish)
+    _save(report, title, body, parts, publish=request.POST.get("action") == "publish")
     return HttpResponseRedirect(f"/reports/{report.id}/")
 
 
-@requires("report.edit_own")
-@require_POST
-@ratelimit(key="user_or_ip", rate=EDIT_RATE, block=True, group="reports.edit")
+@requires("report.create")
+@require_http_methods(["GET", "HEAD", "POST"])
+@ratelimit(key="user_or_ip", rate=POST_RATE, method="POST", block=True, group="reports.post")
+def report_new(request):
+    return _submit(request, None)
+
+
+def _edits_own(methods: list[str]):
+    """A view that changes one's own report: report.edit_own, these methods only, the edit rate limit on POSTs."""
+    def wrap(view):
+        limited = ratelimit(key="user_or_ip", rate=EDIT_RATE, method="POST", block=True, group="reports.edit")(view)
+        return requires("report.edit_own")(require_http_methods(methods)(limited))
+    return wrap
+
+
+@_edits_own(["GET", "HEAD", "POST"])
+def report_edit(request, pk: int):
+    return _submit(request, get_own(request.user, pk))
+
+
+@_edits_own(["POST"])
 def report_publish(request, pk: int):
     report = get_own(request.user, pk)
     if report.published_at is None:
@@ -137,9 +139,7 @@ def report_publish(request, pk: int):
     return HttpResponseRedirect(f"/reports/{report.id}/")
 
 
-@requires("report.edit_own")
-@require_POST
-@ratelimit(key="user_or_ip", rate=EDIT_RATE, block=True, group="reports.edit")
+@_edits_own(["POST"])
 def report_delete(request, pk: int):
     report = get_own(request.user, pk)
     report.deleted_at = timezone.now()

@@ -3,16 +3,13 @@
 from django.http import JsonResponse
 
 from webapp.accounts.permissions import can, public
-from webapp.api import ApiError, api_view
+from webapp.api import api_view, found
 from webapp.pagination import page
 from webapp.runs.models import Run
 
 
 def get_run(run_id: str) -> Run:
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None:
-        raise ApiError(404, f"run {run_id!r} not found")
-    return run
+    return found(Run.objects.filter(pk=run_id).first(), f"run {run_id!r} not found")
 
 
 @public

@@ -4,64 +4,20 @@ chart and as a toast, without a reload, and the log page lists it with a link to
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import urllib.request
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from observatory import contract
+from tests.tiny import WEB_TINY, TinyConfigs
 
-from ..servers import PAGE_HOOK, ROOT, SETTLED_JS, stop, wait_for, wait_trace
+from ..servers import PAGE_HOOK, ROOT, SETTLED_JS, get_json, stop, wait_for, wait_trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LOSS = "chart-train-loss"
-TINY_TOML = """
-[run]
-name = "anomaly-browser-test"
-seed = 3
-[model]
-vocab_size = 256
-d_model = 32
-n_layers = 2
-n_heads = 2
-n_kv_heads = 1
-d_ff = 64
-seq_len = 64
-mlp = "moe"
-[model.moe]
-n_routed = 4
-top_k = 2
-n_shared = 1
-[train]
-batch_size = 16
-token_budget = 2000000
-warmup_ratio = 0.005
-allow_faults = true
-eval_every = 0
-[data]
-builtin_domains = ["python_stdlib", "licenses"]
-max_bytes_per_domain = 200000
-[checkpoint]
-dir = "{ckpt}"
-every_steps = 0
-every_minutes = 0.0
-[sinks]
-heartbeat_s = 0.5
-"""
-
-
-def get_json(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return json.loads(resp.read())
-    except (OSError, ValueError):
-        return None
-
-
 def marker_js(step: int) -> str:
     """True once the loss chart carries a loss-spike marker at `step` (its own label, or one line of the hover of
     a label that close markers fold into)."""
@@ -72,8 +28,9 @@ def marker_js(step: int) -> str:
 
 def test_an_injected_lr_spike_shows_up_live_in_the_log_on_the_loss_chart_and_as_a_toast(servers, new_page, run_id,
                                                                                           tmp_path):
-    cfg = tmp_path / "tiny.toml"
-    cfg.write_text(TINY_TOML.format(ckpt=tmp_path / "ckpt"))
+    cfg = TinyConfigs(tmp_path)("tiny.toml", run={"name": "anomaly-browser-test", "seed": 3}, model={"seq_len": 64},
+                                train={"batch_size": 16, "lr": 3e-3, "token_budget": 2_000_000, "warmup_ratio": 0.005,
+                                       "allow_faults": True, "eval_every": 0}, **WEB_TINY)
     trainer = subprocess.Popen([sys.executable, "-m", "training", "run", "--config", str(cfg), "--run-id", run_id,
                                 "--fresh"], cwd=ROOT, env=servers.env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)

@@ -12,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from observatory import contract
+from tests.rules import mixture_ok
 from webapp.accounts.models import Profile
 from webapp.control.models import OperatorCommand
 from webapp.runs.models import Run, RunEvent
@@ -72,12 +73,7 @@ def test_the_api_gives_the_contracts_verdict_on_ids_and_mixtures(operator, run, 
     for w in mixture_cases:
         weights = {{"a": "code", "b": "prose"}[k]: v for k, v in w.items()}
         resp = post(operator, command="set-mixture", args={"weights": weights}, reason="rules")
-        try:
-            contract.check_mixture(w)
-            ok = True
-        except contract.MixtureError:
-            ok = False
-        assert resp.status_code == (202 if ok else 400), (w, resp.content)
+        assert resp.status_code == (202 if mixture_ok(w) else 400), (w, resp.content)
     sent = [json.loads(e["args"])["weights"] for e in fake_trainer.sent() if e["command"] == "set-mixture"]
     assert {"code": 0.5, "prose": 0.4} in sent  # relative weights go to the trainer as given: it scales them
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from ..servers import page_errors
 from .conftest import OVERFLOW_JS, apply, axe_violations, demo_messages
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -37,9 +38,7 @@ def shot(page, name):
 @pytest.mark.parametrize("width,height", SIZES)
 def test_no_overflow_and_no_serious_axe_violation(runs, web, new_page, width, height):
     page = new_page(viewport={"width": width, "height": height})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    errors = page_errors(page)
 
     page.goto(web.url + "/runs/")
     page.wait_for_selector("tr[data-run='demo-a']")

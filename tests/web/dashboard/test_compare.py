@@ -10,6 +10,7 @@ import pytest
 
 from observatory import contract as c
 
+from ..servers import page_errors
 from .conftest import OVERFLOW_JS, apply, axe_violations, demo_messages, seed_series
 from .test_a11y import SCROLL_TO_UNDRAWN, shot
 
@@ -89,9 +90,7 @@ def expected(web, order, labels, metric, smooth):
 
 def open_page(new_page, width=1400, height=900):
     page = new_page(viewport={"width": width, "height": height})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    errors = page_errors(page)
     return page, errors
 
 

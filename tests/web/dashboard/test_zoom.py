@@ -9,6 +9,7 @@ import pytest
 
 from observatory import contract
 
+from ..servers import page_errors
 from .conftest import seed_series
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -42,9 +43,7 @@ def window(trace, lo, hi):
 
 def test_zoom_reads_every_raw_step_of_a_20_step_window_and_the_spike_survives_zooming_out(long_run, web, new_page):
     page = new_page(viewport={"width": 1400, "height": 900})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    errors = page_errors(page)
     api = []
     page.on("request", lambda r: "/api/" in r.url and api.append(urlparse(r.url)))
     page.goto(f"{web.url}/runs/long/")

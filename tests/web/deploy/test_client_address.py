@@ -14,11 +14,8 @@ import pytest
 import yaml
 from django.contrib.auth import get_user_model
 
-from ..servers import ROOT, free_port, stop, wait_port
+from ..servers import ROOT, free_port, logged_web, stop, wait_port
 from .test_server import _nginx_conf
-
-sys.path.insert(0, str(ROOT / "deploy"))
-from run_local import web_command  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PASSWORD = "an unguessable passphrase 42"
@@ -95,12 +92,8 @@ def make_run_web(live_env, redis_client, tmp_path):
     FORWARDED_ALLOW_IPS variable set to trust everyone: make run must not let it in."""
     env = {**live_env, **LIMITS, "FORWARDED_ALLOW_IPS": "*"}
     env.pop("OBS_TRUSTED_PROXIES", None)
-    port = free_port()
-    log = open(tmp_path / "web.log", "wb")
-    proc = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=log, stderr=log)
-    wait_port(port)
-    yield port
-    stop(proc)
+    with logged_web(env, tmp_path / "web.log") as port:
+        yield port
 
 
 def _image_web_argv(host: str, port: int) -> list[str]:

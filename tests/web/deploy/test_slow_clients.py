@@ -6,15 +6,10 @@ from __future__ import annotations
 
 import select
 import socket
-import subprocess
-import sys
 
 import pytest
 
-from ..servers import ROOT, free_port, stop, wait_port
-
-sys.path.insert(0, str(ROOT / "deploy"))
-from run_local import web_command  # noqa: E402
+from ..servers import logged_web
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT_S = 2  # the server's header and body timeouts in these tests
@@ -25,12 +20,8 @@ BOUND_S = 30  # a test fails if the server has not closed by then (the landed se
 def port(live_env, tmp_path):
     """A `make run` web server (debug mode) with short header and body timeouts."""
     env = {**live_env, "OBS_DEBUG": "1", "OBS_HEADER_TIMEOUT_S": str(TIMEOUT_S), "OBS_BODY_TIMEOUT_S": str(TIMEOUT_S)}
-    p = free_port()
-    log = open(tmp_path / "web.log", "wb")
-    proc = subprocess.Popen(web_command("127.0.0.1", p), cwd=ROOT, env=env, stdout=log, stderr=log)
-    wait_port(p)
-    yield p
-    stop(proc)
+    with logged_web(env, tmp_path / "web.log") as p:
+        yield p
 
 
 def _until_closed(s: socket.socket) -> bytes:

@@ -7,54 +7,14 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 
 import pytest
 import websockets
 
 from observatory import contract
+from tests.tiny import WEB_TINY, TinyConfigs
 
-from ..servers import ROOT, stop, wait_for
-
-TINY_TOML = """
-[run]
-name = "e2e"
-seed = 1
-[model]
-vocab_size = 256
-d_model = 32
-n_layers = 2
-n_heads = 2
-n_kv_heads = 1
-d_ff = 64
-seq_len = 32
-mlp = "moe"
-[model.moe]
-n_routed = 4
-top_k = 2
-n_shared = 1
-[train]
-batch_size = 4
-token_budget = 1000000
-[data]
-builtin_domains = ["python_stdlib", "licenses"]
-max_bytes_per_domain = 200000
-[checkpoint]
-dir = "{ckpt}"
-every_steps = 0
-every_minutes = 0.0
-[sinks]
-heartbeat_s = 0.5
-"""
-
-
-def _get_json(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return json.loads(resp.read())
-    except Exception:
-        return None
-
+from ..servers import ROOT, get_json, stop, wait_for
 
 async def _ws_collect(url: str, origin: str, want_step: int, timeout: float) -> dict[int, float]:
     """Subscribe to the loss and collect steps until `want_step` has arrived (live, after any backfill)."""
@@ -76,16 +36,16 @@ async def _ws_collect(url: str, origin: str, want_step: int, timeout: float) -> 
 def test_trainer_points_reach_the_database_and_a_websocket(servers, tmp_path, run_id, redis_client):
     from webapp.metrics.models import Point, Series
 
-    cfg = tmp_path / "tiny.toml"
-    cfg.write_text(TINY_TOML.format(ckpt=tmp_path / "ckpt"))
+    cfg = TinyConfigs(tmp_path)("tiny.toml", run={"name": "e2e", "seed": 1}, train={"lr": 3e-3, "allow_faults": False},
+                                **WEB_TINY)
     api = f"{servers.url}/api/runs"
-    wait_for(lambda: _get_json(f"{api}/") is not None, 60, "uvicorn")
+    wait_for(lambda: get_json(f"{api}/") is not None, 60, "uvicorn")
     trainer = subprocess.Popen([sys.executable, "-m", "training", "run", "--config", str(cfg), "--run-id", run_id,
                                 "--steps", "40", "--fresh"], cwd=ROOT, env=servers.env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     try:
         # The run appears in the API once ingest has seen its first messages.
-        wait_for(lambda: _get_json(f"{api}/{run_id}/"), 120, "the run in the API")
+        wait_for(lambda: get_json(f"{api}/{run_id}/"), 120, "the run in the API")
         # A WebSocket client sees live points arrive while the trainer is still training.
         got = asyncio.run(_ws_collect(f"ws://127.0.0.1:{servers.port}/ws/runs/{run_id}/", servers.url,
                                       want_step=30, timeout=120))
@@ -97,11 +57,11 @@ def test_trainer_points_reach_the_database_and_a_websocket(servers, tmp_path, ru
         wait_for(lambda: Point.objects.filter(series=series).count() == 40, 30, "40 loss points")
         steps = sorted(Point.objects.filter(series=series).values_list("step", flat=True))
         assert steps == list(range(40)) or steps == list(range(1, 41))
-        body = _get_json(f"{api}/{run_id}/metrics/{contract.M_LOSS}/?points=1000")
+        body = get_json(f"{api}/{run_id}/metrics/{contract.M_LOSS}/?points=1000")
         assert body["steps"] == steps
         losses = [v for v in body["values"] if v is not None]
         assert len(losses) == 40 and losses[-1] < losses[0]  # it learns from real text
-        names = {s["name"] for s in (_get_json(f"{api}/{run_id}/metrics/") or {}).get("metrics", [])}
+        names = {s["name"] for s in (get_json(f"{api}/{run_id}/metrics/") or {}).get("metrics", [])}
         assert {contract.M_LR, contract.M_GRAD_NORM, contract.M_TOKENS_PER_S, contract.M_DROP} <= names
     finally:
         stop(trainer)

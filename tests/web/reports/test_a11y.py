@@ -8,6 +8,7 @@ import os
 import pytest
 from django.utils import timezone
 
+from ..servers import page_errors
 from ..dashboard.conftest import OVERFLOW_JS, apply, axe_violations, demo_messages, web  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -47,9 +48,7 @@ def report(live_env):
 @pytest.mark.parametrize("width,height", SIZES)
 def test_report_and_embed_fit_and_pass_axe(report, web, new_page, width, height):
     page = new_page(viewport={"width": width, "height": height})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    errors = page_errors(page)
     for url in (f"/reports/{report}/", "/reports/", "/embed/runs/demo-a/chart/?series=train/loss"):
         page.goto(web.url + url)
         if "/reports/" != url:
