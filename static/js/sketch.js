@@ -40,7 +40,7 @@ window.Obs = window.Obs || {};
     const dtick = niceStep(Math.abs(hi - lo) / nt);
     if (!(dtick > 0) || !Number.isFinite(dtick)) return [];
     const vals = [];
-    const slop = Math.abs(hi - lo) * 1e-5; // (Plotly keeps a tick a hair past the end: 1M on a 0..999,999 axis)
+    const slop = Math.abs(hi - lo) * 1e-4; // (Plotly keeps a tick a hair past the end: 1M on a 0..999,999 axis)
     for (let v = Math.ceil((lo - slop) / dtick) * dtick; v <= hi + slop && vals.length < 40; v += dtick) {
       vals.push(Math.abs(v) < dtick * 1e-9 ? 0 : v);
     }
@@ -114,7 +114,7 @@ window.Obs = window.Obs || {};
     if (spec.tickformat === ".1~%" || spec.tickformat === ".2~%") {
       ticks = ticks.map((t) => ({...t, text: minus(String(+(t.v * 100).toFixed(1))) + "%"}));
     }
-    ticks = ticks.filter((t) => Number.isFinite(t.v) && t.v >= Math.min(a, b) - 1e-5 * span && t.v <= Math.max(a, b) + 1e-5 * span);
+    ticks = ticks.filter((t) => Number.isFinite(t.v) && t.v >= Math.min(a, b) - 1e-4 * span && t.v <= Math.max(a, b) + 1e-4 * span);
     return {c2p: (v) => l2p(c2l(v)), l2p, c2l, ticks, range: r, kind, log};
   }
 
@@ -138,9 +138,28 @@ window.Obs = window.Obs || {};
     "triangle-up-open": (r) => `M${-r},${r * 0.6}L0,${-r}L${r},${r * 0.6}Z`,
   };
 
+  // A horizontal legend's items: each trace shown in it, its x and row (rows as wide as `width`).
+  function legendLayout(traces, fs, width) {
+    const items = [];
+    let x = 0, row = 0;
+    for (const tr of traces) {
+      if (!tr || tr.showlegend === false || !(tr.mode || "lines").includes("lines")) continue;
+      const w = 44 + fs * 0.5 * String(tr.name).length;
+      if (x > 0 && x + w > width) { x = 0; row++; }
+      items.push({tr, x, row});
+      x += w;
+    }
+    return {items, rows: items.length ? row + 1 : 0};
+  }
+
   Obs.sketch = (node, traces, layout, attrs) => {
     const W = Math.max(60, node.clientWidth || 600), H = Math.max(60, node.clientHeight || 260);
     const m = {l: 80, r: 80, t: 100, b: 80, ...(layout.margin || {})};
+    // a legend above the plot pushes the top margin as Plotly's does: its rows (19 px at 10 px type), padding
+    const lg = layout.legend || {}, lfs = (lg.font || {}).size || 12, lrow = Math.round(lfs * 1.9);
+    const legendRows = layout.showlegend ? legendLayout(traces, lfs, W - m.l).rows : 0;
+    const legendH = legendRows ? 10 + legendRows * lrow : 0;
+    if (legendRows && (lg.y === undefined || lg.y >= 1)) m.t = Math.max(m.t, legendH + 12);
     const pw = Math.max(10, W - m.l - m.r), ph = Math.max(10, H - m.t - m.b);
     const fg = (layout.font || {}).color; // (unset: the page's stylesheet colours .sk-ticks, .sk-grid)
     const xs = layout.xaxis || {}, xlin = xs.type === "log" ? (v) => (v > 0 ? Math.log10(v) : NaN)
@@ -278,21 +297,15 @@ window.Obs = window.Obs || {};
     }
 
     // a horizontal legend above the plot (its y in paper units of the plot's height)
-    if (layout.showlegend) {
-      const lg = layout.legend || {}, fs = (lg.font || {}).size || 12;
-      const top = -((lg.y === undefined ? 1 : lg.y) - 1) * ph - 4;
-      let x = 0, row = 0;
-      const legend = el("g", {class: "sk-legend", "font-size": fs, fill: fg});
-      for (const tr of traces) {
-        if (!tr || tr.showlegend === false || !(tr.mode || "lines").includes("lines")) continue;
-        const w = 44 + fs * 0.6 * String(tr.name).length;
-        if (x > 0 && x + w > pw + m.r) { x = 0; row++; }
-        const y = top - 6 - row * 20;
+    if (legendRows) {
+      const bottom = -((lg.y === undefined ? 1 : lg.y) - 1) * ph; // (its y: paper units, the plot's height)
+      const legend = el("g", {class: "sk-legend", "font-size": lfs, fill: fg});
+      for (const {tr, x, row} of legendLayout(traces, lfs, W - m.l).items) {
+        const y = bottom - legendH + 5 + (row + 0.5) * lrow;
         const line = tr.line || {};
         legend.appendChild(el("line", {x1: x + 5, x2: x + 35, y1: y, y2: y, stroke: line.color, "stroke-width": line.width || 2,
                                        "stroke-dasharray": DASH[line.dash]}));
-        legend.appendChild(el("text", {x: x + 40, y: y + fs * 0.35}, tr.name));
-        x += w;
+        legend.appendChild(el("text", {x: x + 40, y: y + lfs * 0.35}, tr.name));
       }
       plot.appendChild(legend);
     }
