@@ -55,6 +55,11 @@
     redrawQueued = true;
     requestAnimationFrame(() => {
       redrawQueued = false;
+      // A zoom's charts whose windows are in draw first, the zoomed one first, all in this frame (someone waits
+      // for them); then the other views, within the frame's budget.
+      const ready = [...zoomWaiting].filter((ch) => ch && ch.zoomPending && !ch.fetching && ch.dirty && ch.visible)
+        .sort((a, b) => (b === zoomSource) - (a === zoomSource));
+      for (const ch of ready) { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } }
       const t0 = performance.now(), all = [...views];
       for (let k = 0; k < all.length; k++) {
         const v = all[(redrawCursor + k) % all.length];
