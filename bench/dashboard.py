@@ -131,6 +131,16 @@ def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]
     return [d for t, d in page.evaluate("() => window.__obsLong || []") if since <= t < until]
 
 
+def held_by(gate: dict):
+    """A route handler: requests wait in gate["held"] until gate["open"]."""
+    def handle(route):
+        if gate["open"]:
+            route.continue_()
+        else:
+            gate["held"].append(route)
+    return handle
+
+
 def lazy_plotly(url: str) -> bool:
     """Whether the page loads Plotly after its first paint (the bundle preloaded, run later: _chart_scripts.html)."""
     import urllib.request
@@ -166,8 +176,7 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                 # then includes that moment (an upper bound).
                 gate = {"open": not lazy[name], "held": []}
                 if lazy[name]:
-                    page.route("**/vendor/plotly-cartesian*.js",
-                               lambda r, gate=gate: r.continue_() if gate["open"] else gate["held"].append(r))
+                    page.route("**/vendor/plotly-cartesian*.js", held_by(gate))
                 page.add_init_script(LONG_TASKS_JS)
                 cdp = Cdp(page, throttle)
                 busy = renderers_cpu_ms
