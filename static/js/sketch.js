@@ -83,7 +83,8 @@ window.Obs = window.Obs || {};
     const out = [];
     for (let v = Math.ceil(lo / step) * step; v <= hi && out.length < 40; v += step) {
       const iso = new Date(v).toISOString();
-      out.push({v, text: step >= 86400000 ? iso.slice(5, 10) : step >= 60000 ? iso.slice(11, 16) : iso.slice(11, 19)});
+      const day = iso.slice(5, 10), time = step >= 60000 ? iso.slice(11, 16) : iso.slice(11, 19);
+      out.push({v, text: step >= 86400000 ? day : hi - lo >= 86400000 ? day + " " + time : time});
     }
     return out;
   }
@@ -224,7 +225,7 @@ window.Obs = window.Obs || {};
       }
       const title = A.spec.title && A.spec.title.text;
       if (title) {
-        const fs = (A.spec.title.font || {}).size || 12, x = right ? pw + m.r - fs * 0.4 : -m.l + fs;
+        const fs = (A.spec.title.font || {}).size || 12, x = right ? pw + m.r - fs : -m.l + fs;
         labels.appendChild(el("text", {x, y: ph / 2, "text-anchor": "middle", "font-size": fs, fill: fg,
                                        transform: `rotate(${right ? 90 : -90},${x},${ph / 2})`}, title));
       }
