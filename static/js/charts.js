@@ -51,6 +51,7 @@ window.Obs = window.Obs || {};
       this.items = []; // {name, series, color, secondary, pending, zoom, ema}
       this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null; this.remark = false;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
+      this.plotly = false; // drawn by Plotly (else, if drawn, by the light renderer: Obs.sketch, until Plotly loads)
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
       this.pointer = false; // a pointer is over the plot: hover on, every redraw through Plotly
       this.live = false; // live points have arrived: the axes keep headroom for the next ones
@@ -67,10 +68,16 @@ window.Obs = window.Obs || {};
           else this.ctx.schedule(); // catch up on what came while off screen (and first paint counts it)
         }, {rootMargin: "100px"}).observe(this.box);
       }
+      // A chart drawn by the light renderer (Plotly not yet loaded) that the user reaches for loads Plotly now.
+      for (const type of ["pointerdown", "touchstart", "focusin"]) {
+        this.plot.addEventListener(type, () => { if (!this.plotly) Obs.plotly.load(); }, {passive: true});
+      }
+      Obs.plotly.ready(() => { if (this.lastFull && !this.plotly) { this.full = true; this.dirty = true; this.ctx.schedule(); } });
       this.plot.addEventListener("pointerenter", () => {
         // Hover on at once, without redrawing (a redraw here re-made the marks' labels under a click in flight);
         // a full redraw only where live points were appended in place, which Plotly's hover copy lacks.
         this.pointer = true;
+        if (!this.plotly) { Obs.plotly.load(); return; }
         if (this.lastFull) Plotly.relayout(this.plot, {hovermode: "x unified"});
         if (this.appended) { this.full = true; this.dirty = true; this.ctx.schedule(); }
       });
@@ -143,7 +150,7 @@ window.Obs = window.Obs || {};
     destroy() {
       for (const it of this.items) this.ctx.store.release(it.name, this);
       if (this.abort) this.abort.abort();
-      Plotly.purge(this.plot);
+      if (this.plotly) Plotly.purge(this.plot);
       this.box.remove();
     }
 
@@ -397,7 +404,7 @@ window.Obs = window.Obs || {};
       const now = performance.now();
       const smooth = this.ctx.view.smooth > 0;
       if (!this.full && smooth && this.items.some((it) => !it.ema)) this.full = true;
-      if (this.remark && !this.lastFull) this.full = true;
+      if (this.remark && !this.plotly) this.full = true;
       if (!this.full && !this.appendLive()) { this.full = true; this.liveOnly = true; }
       if (this.full && !this.forced() && now - this.lastFull < LIVE_REDRAW_MS && this.liveOnly) {
         if (!this.timer) this.timer = setTimeout(() => { this.timer = null; this.ctx.schedule(); },
@@ -407,8 +414,13 @@ window.Obs = window.Obs || {};
       this.dirty = false;
       if (this.full) {
         const traces = this.traces();
-        Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
-        if (!this.lastFull) this.bind();
+        if (window.Plotly) {
+          if (!this.plotly) this.plot.replaceChildren(); // the light renderer's drawing, if any
+          Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
+          if (!this.plotly) { this.plotly = true; this.bind(); }
+        } else {
+          Obs.sketch(this.plot, traces, this.layout(traces)); // first paint: Plotly takes over once loaded
+        }
         this.lastFull = now;
       } else if (this.remark) { // new marks only: the drawn traces as they are, no new arrays to prepare
         const lay = this.layout(this.plot.data);

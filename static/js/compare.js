@@ -33,6 +33,8 @@
     requestAnimationFrame(() => {
       redrawQueued = false;
       charts.forEach((ch) => { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } });
+      // the charts in view painted (by the light renderer): Plotly next, and they become Plotly charts in place
+      if ([...charts.values()].every((ch) => ch.observed && (!ch.visible || !ch.dirty))) Obs.plotly.soon();
     });
   }
 

@@ -35,7 +35,7 @@
       for (const it of this.items) it.run.store.release(this.id, this);
       this.items = [];
       if (this.abort) this.abort.abort();
-      Plotly.purge(this.plot);
+      if (this.plotly) Plotly.purge(this.plot);
       this.box.remove();
     }
 

@@ -25,7 +25,8 @@
   const views = new Set();
   const charts = new Map(); // chart id -> LineChart
   const FRAME_BUDGET_MS = 8;
-  let redrawQueued = false, redrawCursor = 0, manifestFetches = 0, manifestInflight = false, started = false, firstPaint = false;
+  let redrawQueued = false, redrawCursor = 0, manifestFetches = 0, manifestInflight = false, started = false, firstPaint = false,
+    plotlyDrawn = false;
   let smoothTimer = null; // the smoothing slider is being moved (its value not yet the view's)
   let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null;
 
@@ -54,6 +55,11 @@
     redrawQueued = true;
     requestAnimationFrame(() => {
       redrawQueued = false;
+      // A zoom's charts whose windows are in draw first, the zoomed one first, all in this frame (someone waits
+      // for them); then the other views, within the frame's budget.
+      const ready = [...zoomWaiting].filter((ch) => ch && ch.zoomPending && !ch.fetching && ch.dirty && ch.visible)
+        .sort((a, b) => (b === zoomSource) - (a === zoomSource));
+      for (const ch of ready) { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } }
       const t0 = performance.now(), all = [...views];
       for (let k = 0; k < all.length; k++) {
         const v = all[(redrawCursor + k) % all.length];
@@ -69,7 +75,13 @@
         (it) => it.series && (it.series.loaded || it.series.waiting) && !it.series.loading);
       if (!firstPaint && started && [...charts.values()].every((ch) => ch.observed && (!ch.visible || drawn(ch)))) {
         firstPaint = true;
-        performance.mark("obs-first-paint");
+        performance.mark("obs-first-paint"); // drawn by the light renderer (sketch.js) unless Plotly was there
+        Obs.plotly.soon(); // Plotly next, off the first paint's path: the charts then become Plotly charts in place
+      }
+      if (firstPaint && !plotlyDrawn && window.Plotly && [...charts.values()].every(
+        (ch) => ch.observed && (!ch.visible || (drawn(ch) && ch.plotly)))) {
+        plotlyDrawn = true;
+        performance.mark("obs-plotly-drawn"); // every chart in view is a Plotly chart (hover, zoom, mode bar)
       }
     });
   }
@@ -305,6 +317,7 @@
     showControls();
     view.save(); // the URL now names the whole view: copy it from the address bar
     for (const fn of Obs.onStart) { try { fn(ctx, page); } catch (e) { console.error("module start failed:", e); } }
+    Obs.plotly.ready(scheduleRedraw); // (then "obs-plotly-drawn" once the charts in view are Plotly's)
     live.connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
     setInterval(() => header.tick(), 1000); // display only: heartbeat age, ETA countdown
     scheduleRedraw();

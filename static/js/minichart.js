@@ -1,6 +1,7 @@
 // A minimal live chart (an embed, a report's chart, compare and forecast blocks): an SVG line per run of one series
-// over a step range. It reads the series API once, then follows each run on the dashboard's live path: one
-// Obs.Store and one Obs.LiveSocket per run (series.js, live.js: resume/backfill on the hub, or nchan's channel),
+// over a step range, drawn by the light renderer (sketch.js: axes with ticks, a legend for several runs). It reads
+// the series API once, then follows each run on the dashboard's live path: one Obs.Store and one Obs.LiveSocket
+// per run (series.js, live.js: resume/backfill on the hub, or nchan's channel),
 // shared by every chart of the page. Page data (#page-data): {charts: [{runs, series, start, end}], live_push?}.
 // A chart element (.minichart[data-chart=i]) carries data-last-step / data-points for whoever watches it advance.
 "use strict";
@@ -10,7 +11,6 @@ window.Obs = window.Obs || {};
 (function (Obs) {
   const POINTS = 600; // history resolution per series (an embed is a few hundred pixels wide)
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
-  const NS = "http://www.w3.org/2000/svg";
 
   // A run's Store that reads each series over the union of the steps its charts show.
   class RangedStore extends Obs.Store {
@@ -28,15 +28,6 @@ window.Obs = window.Obs || {};
       return super.url(name, q);
     }
   }
-
-  function el(tag, attrs, text) {
-    const e = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-    if (text != null) e.textContent = text;
-    return e;
-  }
-
-  const fmt = (v) => (Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(2) : String(+v.toPrecision(4)));
 
   class MiniChart {
     constructor(node, spec, stores) {
@@ -57,41 +48,21 @@ window.Obs = window.Obs || {};
       const b = Obs.lowerBound(s.steps, hi + 1);
       return {x: s.steps.slice(a, b), y: s.values.slice(a, b)};
     }
-    draw() {
-      const w = this.node.clientWidth || 600, h = this.node.clientHeight || 240, pad = {l: 52, r: 10, t: 10, b: 22};
+    draw() { // through the light renderer (sketch.js), the one the dashboard's charts paint first with
       const lines = this.series.map((s) => this.visible(s));
-      const xs = lines.flatMap((l) => [l.x[0], l.x[l.x.length - 1]]).filter((v) => v !== undefined);
-      const ys = lines.flatMap((l) => l.y);
-      let x0 = this.spec.start != null ? this.spec.start : Math.min(...xs);
-      let x1 = this.spec.end != null ? this.spec.end : Math.max(...xs);
-      let y0 = Math.min(...ys), y1 = Math.max(...ys);
-      if (!Number.isFinite(x0) || !Number.isFinite(x1)) { x0 = 0; x1 = 1; }
-      if (x1 <= x0) x1 = x0 + 1;
-      if (!Number.isFinite(y0)) { y0 = 0; y1 = 1; }
-      if (y1 <= y0) { y0 -= 0.5; y1 += 0.5; }
-      const sx = (x) => pad.l + ((x - x0) / (x1 - x0)) * (w - pad.l - pad.r);
-      const sy = (y) => h - pad.b - ((y - y0) / (y1 - y0)) * (h - pad.t - pad.b);
-      const svg = el("svg", {width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img",
-                             "aria-label": this.node.getAttribute("aria-label") || this.spec.series});
-      svg.appendChild(el("rect", {x: pad.l, y: pad.t, width: w - pad.l - pad.r, height: h - pad.t - pad.b, class: "mc-frame"}));
-      svg.appendChild(el("text", {x: pad.l - 4, y: pad.t + 10, "text-anchor": "end", class: "mc-tick"}, fmt(y1)));
-      svg.appendChild(el("text", {x: pad.l - 4, y: h - pad.b, "text-anchor": "end", class: "mc-tick"}, fmt(y0)));
-      svg.appendChild(el("text", {x: pad.l, y: h - 6, class: "mc-tick"}, "step " + Math.round(x0)));
-      svg.appendChild(el("text", {x: w - pad.r, y: h - 6, "text-anchor": "end", class: "mc-tick"}, String(Math.round(x1))));
-      let last = -1, points = 0;
-      lines.forEach((l, i) => {
-        if (!l.x.length) return;
-        let d = "";
-        for (let j = 0; j < l.x.length; j++) d += (j ? "L" : "M") + sx(l.x[j]).toFixed(1) + " " + sy(l.y[j]).toFixed(1);
-        svg.appendChild(el("path", {d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.5,
-                                    "data-run": this.spec.runs[i]}));
-        last = Math.max(last, l.x[l.x.length - 1]); points += l.x.length;
-      });
-      if (this.spec.runs.length > 1) {
-        this.spec.runs.forEach((run, i) => svg.appendChild(el("text", {x: w - pad.r - 6, y: pad.t + 14 + 14 * i,
-          "text-anchor": "end", fill: COLORS[i % COLORS.length], class: "mc-legend"}, run)));
+      const traces = lines.map((l, i) => ({x: l.x, y: l.y, mode: "lines", name: this.spec.runs[i],
+                                           line: {color: COLORS[i % COLORS.length], width: 1.5}}));
+      const xaxis = {exponentformat: "B"};
+      if (this.spec.start != null && this.spec.end != null && this.spec.end > this.spec.start) {
+        Object.assign(xaxis, {autorange: false, range: [this.spec.start, this.spec.end]});
       }
-      this.node.replaceChildren(svg);
+      const multi = this.spec.runs.length > 1;
+      const svg = Obs.sketch(this.node, traces, {margin: {l: 52, r: 10, t: multi ? 26 : 10, b: 22}, showlegend: multi,
+                                                 legend: {font: {size: 11}}, xaxis, yaxis: {exponentformat: "e"}},
+                             {role: "img", "aria-label": this.node.getAttribute("aria-label") || this.spec.series});
+      svg.querySelectorAll(".sk-line").forEach((p) => p.setAttribute("data-run", this.spec.runs[+p.dataset.trace]));
+      let last = -1, points = 0;
+      lines.forEach((l) => { if (l.x.length) { last = Math.max(last, l.x[l.x.length - 1]); points += l.x.length; } });
       this.node.dataset.lastStep = String(last);
       this.node.dataset.points = String(points);
     }

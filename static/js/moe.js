@@ -177,6 +177,11 @@ window.Obs = window.Obs || {};
         if (!this.timer) this.timer = setTimeout(() => { this.timer = null; this.ctx.schedule(); }, wait);
         return;
       }
+      if (!window.Plotly) { // the heatmap is Plotly's only: drawn once it has loaded
+        if (!this.plotlyWait) { this.plotlyWait = true; Obs.plotly.ready(() => this.ctx.schedule()); }
+        Obs.plotly.soon();
+        return;
+      }
       this.dirty = false;
       this.lastDraw = performance.now();
       if (this.full) this.rebuild();

@@ -23,6 +23,38 @@ window.Obs = window.Obs || {};
     modeBarButtons: [["zoom2d", "pan2d", "select2d", "zoomIn2d", "zoomOut2d", "autoScale2d"], ["toImage"]],
   });
   Obs.plotConfig = () => CONFIG;
+
+  // Plotly off the first paint's path (templates/runs/_chart_scripts.html): the page names the bundle in
+  // <link rel="preload" as="script" id="plotly-bundle"> (downloaded early, not run) and line charts draw their
+  // first windows with the light renderer (sketch.js); the bundle runs once the page has painted (soon(): an idle
+  // moment, or at once when a chart is touched: load()). ready(fn) runs fn once Plotly is there (at once if it is:
+  // a page that loads it with a plain <script> tag). Pages without the link: nothing to load, Plotly is theirs.
+  const waiting = [];
+  let loading = null;
+  const arrived = () => {
+    if (!window.Plotly) return;
+    performance.mark("obs-plotly-loaded");
+    waiting.splice(0).forEach((fn) => { try { fn(); } catch (e) { console.error("plotly ready:", e); } });
+    document.dispatchEvent(new CustomEvent("obs-plotly"));
+  };
+  Obs.plotly = {
+    ready(fn) { if (window.Plotly) fn(); else waiting.push(fn); },
+    load() {
+      if (window.Plotly || loading) return;
+      const link = document.getElementById("plotly-bundle");
+      if (!link) return;
+      loading = document.createElement("script");
+      loading.src = link.href;
+      loading.addEventListener("load", arrived);
+      loading.addEventListener("error", () => { console.error("the charts' library failed to load"); loading = null; });
+      document.head.appendChild(loading);
+    },
+    soon() { // after the frame being drawn: an idle moment (or 200 ms at most)
+      if (window.Plotly || loading) return;
+      if (window.requestIdleCallback) requestIdleCallback(() => Obs.plotly.load(), {timeout: 200});
+      else setTimeout(() => Obs.plotly.load(), 0);
+    },
+  };
   // A chart list after a chart's "remove" / "up" / "down" button (dashboard and compare page); null: no change.
   Obs.reorder = (charts, id, action) => {
     const list = charts.slice(), i = list.indexOf(id);
