@@ -53,7 +53,10 @@ def is_loopback(host: str) -> bool:
 
 # free_port, the one of `make run`, the tests and the benches (tests/support.py re-exports it): ports handed out,
 # one empty file each, in a folder every process on the machine shares.
-PORTS_DIR = Path(tempfile.gettempdir()) / "observatory-ports"
+# Machine-wide, never $TMPDIR: every process on the machine (test sessions, xdist workers, benches, `make run`) must
+# see the same marks and locks, whatever temp folder each was given.
+MACHINE_TMP = Path("/tmp") if os.path.isdir("/tmp") else Path(tempfile.gettempdir())
+PORTS_DIR = MACHINE_TMP / "observatory-ports"
 PORT_HOLD_S = 600.0
 
 

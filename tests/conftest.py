@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import uuid
 from urllib.parse import urlparse
 
 import pytest
 import redis as redis_lib
 
+from deploy.run_local import MACHINE_TMP
 from tests.support import PrivateRedis
 
 # Every trainer, CLI and web process a test starts shares this control key (commands are HMAC-signed with it).
@@ -27,7 +27,7 @@ def _lock_test_db() -> int | None:
     import fcntl
 
     for db in TEST_REDIS_DBS:
-        f = open(os.path.join(tempfile.gettempdir(), f"observatory-test-redis-db{db}.lock"), "w")
+        f = open(MACHINE_TMP / f"observatory-test-redis-db{db}.lock", "w")  # machine-wide: not $TMPDIR
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -114,8 +114,11 @@ def test_kill_9_at_any_moment_then_resume_is_exact(tmp_path, tiny, trainer_cli, 
             records = jsonl(out)
             written = {r["payload"]["step"] for r in records if r["kind"] == "event"
                        and r["name"] == "checkpoint_written"}
+            # ... and, after a resume, its rewind in Redis: the publisher writes asynchronously, and a kill before
+            # it did would lose the rewind with the process (under load its queue trailed the JSONL by seconds)
             return proc.poll() is not None or (checkpoint in written and
-                                               any(r["step"] >= kill_after for r in _metrics(records)))
+                                               any(r["step"] >= kill_after for r in _metrics(records)) and
+                                               sum(m.kind == "rewind" for m in stream(redis_client, run_id)) >= len(kills))
 
         until(ready, 180, f"step {kill_after} and checkpoint {checkpoint}")
         assert proc.poll() is None, proc.stderr.read()[-2000:]
