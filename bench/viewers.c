@@ -430,7 +430,7 @@ static void on_readable(Conn *c) {
         size_t room;
         if (c->in_len == 0) { dst = rbuf; room = sizeof rbuf; }
         else {
-            if (c->in_cap - c->in_len < 65536) { c->in_cap = c->in_len + 262144; c->in = xrealloc(c->in, c->in_cap); }
+            if (c->in_cap - c->in_len < 16384) { c->in_cap = c->in_len * 2 + 32768; c->in = xrealloc(c->in, c->in_cap); }
             dst = c->in + c->in_len;
             room = c->in_cap - c->in_len;
         }
@@ -448,11 +448,11 @@ static void on_readable(Conn *c) {
         if (c->state == S_DONE) return;
         size_t left = n - used;
         if (left && p == rbuf) {
-            if (c->in_cap < left) { c->in_cap = left + 65536; c->in = xrealloc(c->in, c->in_cap); }
+            if (c->in_cap < left) { c->in_cap = left + 16384; c->in = xrealloc(c->in, c->in_cap); }
             memcpy(c->in, rbuf + used, left);
         } else if (left && used) memmove(c->in, c->in + used, left);
         c->in_len = left;
-        if (!left && c->in_cap > 262144) { free(c->in); c->in = NULL; c->in_cap = 0; }
+        if (!left && c->in_cap > 65536) { free(c->in); c->in = NULL; c->in_cap = 0; }  /* 10k viewers: keep it small */
         if ((size_t)r < room) return;
     }
 }
