@@ -291,6 +291,7 @@ def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_
     time.sleep(args.settle)  # backfills answered, first live frames flowing
     t_start = time.time()
     c0 = {k: cpu_s(v) for k, v in groups.items()}
+    m0 = [w.count() for w in workers]
     rss_series = []
     end = t_start + args.seconds
     while time.time() < end:
@@ -298,6 +299,8 @@ def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_
         time.sleep(min(args.rss_every, max(0.0, end - time.time())))
     wall = time.time() - t_start
     c1 = {k: cpu_s(v) for k, v in groups.items()}
+    m1 = [w.count() for w in workers]
+    messages = sum(b[3] - a[3] for a, b in zip(m0, m1)) if None not in m0 + m1 else None
     rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])
     # Listen on until ingest has pushed the window's last step (it may lag on a busy machine), then `tail` more:
     # delivered counts what the fan-out dropped, the delays count how late it came.
@@ -310,6 +313,7 @@ def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_
         w.stop(stop_at)
     results = [w.result() for w in workers]
     return {"results": results, "t_start": t_start, "t_end": t_start + args.seconds, "wall": wall, "c0": c0,
+            "messages": messages,
             "c1": c1, "cpu_ramp": cpu_ramp, "connect_s": connect_s, "rss": rss_series}
 
 

@@ -95,6 +95,9 @@ class PyViewers:
         self.proc.join(10)
         return {**state, "recs": [dict(r) for r in recs]}
 
+    def count(self) -> None:  # no message counts from the Python viewers
+        return None
+
     def kill(self) -> None:
         if self.proc.is_alive():
             self.proc.kill()
@@ -151,6 +154,11 @@ def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
            "cpu_us_per_frame": round((c1["server"] - c0["server"]) * 1e6 / n_got, 2) if n_got else None,
            "connect_cpu_ms": round(raw["cpu_ramp"] * 1000 / max(1, args.viewers), 2),
            "connect_s": round(raw["connect_s"], 1),
+           # WebSocket messages each tier wrote per (viewer, step) in the window, and its CPU per message (the hub
+           # coalesces steps into fewer messages when behind; nchan sends one per publish): the C client only
+           **({"messages_per_viewer_step": round(raw["messages"] / n_got, 3) if n_got else None,
+               "cpu_us_per_message": round((c1["server"] - c0["server"]) * 1e6 / raw["messages"], 2)}
+              if raw.get("messages") else {}),
            "steps_in_window": len(window), "seconds": round(wall, 1),
            "max_ms": round(max(d for d, _ in ds), 1) if ds else None,
            "viewer_procs": len(raw["results"]), "viewer_procs_cpu": cpu["viewers"], "ingest_cpu": cpu["ingest"],

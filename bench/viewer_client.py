@@ -75,14 +75,14 @@ class CViewers:
             raise RuntimeError(f"viewer client exited before ready (rc {self.proc.poll()})")
         return int(line[1]), int(line[2])
 
-    def count(self) -> tuple[int, int, int]:
-        """(viewer, step) pairs received so far, viewers connected, viewers dropped."""
+    def count(self) -> tuple[int, int, int, int]:
+        """(viewer, step) pairs received so far, viewers connected, viewers dropped, data messages received."""
         self.proc.stdin.write("count\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline().split()
         if not line or line[0] != "count":
             raise RuntimeError(f"viewer client: unexpected answer {line!r} (rc {self.proc.poll()})")
-        return int(line[1]), int(line[2]), int(line[3])
+        return int(line[1]), int(line[2]), int(line[3]), int(line[4])
 
     def stop(self, at: float) -> None:
         """Ask the viewers to listen until unix time `at`, then report."""

@@ -15,7 +15,8 @@
    Control: stdout gets "ready <connected> <failed>\n" once every viewer connected or failed; then stdin's
    "count\n" answers "count <(viewer, step) pairs so far> <connected> <dropped>\n" (tests wait on it), and
    "stop <unix time>\n" (or its end, or --seconds after ready) ends the run at that time, and stdout gets one JSON
-   line: connected, failed, dropped, errors {kind: n}, duplicates, too_old, cpu_s, and per step of the series
+   line: connected, failed, dropped, errors {kind: n}, duplicates, too_old, cpu_s, messages and bytes (data
+   messages received, the hub's hello excepted, and their payload), and per step of the series
    (found in each frame like bench/fanout_viewers.py's regex: "<series>":{"steps":[...]}) how many viewers got it,
    its first arrival in this process (unix s) and a histogram of (arrival - first arrival) per viewer in ms bins
    (bin_ms() in bench/viewer_client.py inverts them: exact below 128 ms, 1/32 relative width above).
@@ -85,6 +86,7 @@ static size_t resume_len;
 static char needle[512];
 static size_t needle_len;
 static long n_connected, n_failed, n_dropped, n_duplicates, n_too_old, n_pairs;
+static long long n_messages, n_bytes; /* data messages received after the hello, and their payload bytes */
 static struct { char kind[64]; long n; } errors[64];
 static int nerrors;
 static StepRec *steps;
@@ -334,7 +336,11 @@ static void on_hello(Conn *c, const char *p, size_t n) {
 
 static void on_message(Conn *c, int op, const char *p, size_t n, double t) {
     if (c->state == S_HELLO) { on_hello(c, p, n); return; }
-    if (op == 1 || op == 2) scan(c, p, n, t);
+    if (op == 1 || op == 2) {
+        n_messages++;
+        n_bytes += (long long)n;
+        scan(c, p, n, t);
+    }
 }
 
 /* Parses whole frames from p[0..n); returns how many bytes it consumed (the rest waits for more). */
@@ -497,8 +503,8 @@ static void report(double t_ready) {
     getrusage(RUSAGE_SELF, &ru);
     double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
     printf("{\"connected\":%ld,\"failed\":%ld,\"dropped\":%ld,\"duplicates\":%ld,\"too_old\":%ld,\"cpu_s\":%.3f,"
-           "\"max_rss_kb\":%ld,\"ready_at\":%.6f,\"errors\":{",
-           n_connected, n_failed, n_dropped, n_duplicates, n_too_old, cpu, ru.ru_maxrss, t_ready);
+           "\"max_rss_kb\":%ld,\"ready_at\":%.6f,\"messages\":%lld,\"bytes\":%lld,\"errors\":{",
+           n_connected, n_failed, n_dropped, n_duplicates, n_too_old, cpu, ru.ru_maxrss, t_ready, n_messages, n_bytes);
     for (int i = 0; i < nerrors; i++) {
         if (i) putchar(',');
         json_str(stdout, errors[i].kind);
@@ -610,7 +616,7 @@ int main(int argc, char **argv) {
                     *nl = 0;
                     if (!strncmp(ctl, "stop", 4)) stop_at = ctl[4] ? atof(ctl + 5) : now();
                     else if (!strcmp(ctl, "count")) {  /* progress: (viewer, step) pairs so far */
-                        printf("count %ld %ld %ld\n", n_pairs, n_connected, n_dropped);
+                        printf("count %ld %ld %ld %lld\n", n_pairs, n_connected, n_dropped, n_messages);
                         fflush(stdout);
                     }
                     memmove(ctl, nl + 1, ctl_len - (size_t)(nl + 1 - ctl) + 1);
