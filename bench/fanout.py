@@ -6,7 +6,8 @@
 
 --tier hub,nchan measures each tier in turn in one run, on one publisher: the hub (viewers on the web server's
 /ws/runs/<id>/) and the push tier (nginx + nchan as `make run` configures it, fed by `manage.py relay`; viewers on
-/live/runs/<id>/lite/, the default dashboard's series, or /live/runs/<id>/ with --subscribe all; no resume). Per tier: p50_ms, p99_ms, delivered_fraction, connected, server_cpu
+/live/runs/<id>/lite/, the default dashboard's series, or /live/runs/<id>/ with --subscribe all; no resume).
+Per tier: p50_ms, p99_ms, delivered_fraction, connected, server_cpu
 (the web replicas, or nginx), cpu_us_per_frame (that CPU per (viewer, step) delivered), connect_cpu_ms (its CPU
 while the viewers connected, per viewer), connect_s, viewer_procs_cpu, and ingest's, Redis's and the relay's CPU.
 
@@ -14,9 +15,12 @@ It starts what it needs: a private redis-server, a throw-away SQLite database (o
 ingest`, R web replicas (daphne or uvicorn) and a publisher at the demo trainer's full width: by default a
 synthetic one through `observatory.streams.Publisher` with the demo's ~240 series per step at 5 steps/s (the demo
 config's names: 4 layers, 16 experts, 4 domains), or with `--publisher demo` the real demo trainer (which needs
-a core of its own). Viewers are spread over several processes (bench/fanout_viewers.py) and round-robin over the
-replicas; each opens /ws/runs/<id>/ like a browser (Origin header, permessage-deflate offered), then sends the
-dashboard's default subscription as a `resume` (`--subscribe all`: none, i.e. every series).
+a core of its own). Viewers are spread over several processes and round-robin over the replicas: `--client c`
+(the default where gcc is) runs bench/viewers.c, thousands of viewers per process (epoll; compiled on first use
+into var/bench/), `--client python` bench/fanout_viewers.py (websockets, permessage-deflate offered; the viewers'
+CPU limited it past ~3,000). Each opens /ws/runs/<id>/ like a browser (Origin header), reads the hello, then sends
+the dashboard's default subscription as a `resume` after the hello's last step (`--subscribe all`: none, i.e.
+every series).
 
 delay = a step's arrival at a viewer − its publish time (`data.t` of the metrics entry, same host clock);
 delivered = the fraction of (viewer, step) pairs received, for steps published in the measured window (coalesced
@@ -29,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -46,13 +49,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import psutil  # noqa: E402
 
-from fanout_viewers import worker  # noqa: E402
-from latency import pct, wait_http  # noqa: E402
+from fanout_tiers import cpu_s, publish_times, rss_mb, start_push_tier, start_viewers, summarize  # noqa: E402
+from latency import wait_http  # noqa: E402
 from tests.support import PrivateRedis, free_port  # noqa: E402
+from viewer_client import build, gcc  # noqa: E402
 from observatory import contract  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "deploy"))
-from run_local import nchan_config, push_tier_missing, web_command  # noqa: E402
+from run_local import push_tier_missing, web_command  # noqa: E402
 
 DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
 LAYERS, EXPERTS = 4, 16
@@ -145,59 +149,9 @@ class PushTap(threading.Thread):
                 self.pushed.setdefault(s, now)
 
 
-def cpu_s(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            for q in [p, *p.children(recursive=True)]:
-                t = q.cpu_times()
-                total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
-
-
-def rss_mb(procs: list[psutil.Process]) -> float:
-    total = 0
-    for p in procs:
-        try:
-            total += sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
-        except psutil.Error:
-            pass
-    return round(total / 2**20, 1)
-
-
 def server_cmd(server: str, port: int) -> list[str]:
     """The web server exactly as `make run` starts it (deploy/run_local.py)."""
     return web_command("127.0.0.1", port, server)
-
-
-def publish_times(redis_url: str, run_id: str) -> dict[int, float]:
-    import redis
-
-    r = redis.Redis.from_url(redis_url, decode_responses=True)
-    out = {}
-    for _id, f in r.xrange(contract.telemetry_stream(run_id)):
-        if f.get("kind") == "metrics":
-            d = json.loads(f["data"])
-            out[d["step"]] = d["t"]
-    return out
-
-
-def start_push_tier(tmp: str, env: dict, web_port: int) -> tuple[int, list[subprocess.Popen]]:
-    """nginx + nchan as `make run` configures it (deploy/run_local.py), in front of the first replica, and the relay;
-    returns (nginx's port, [nginx, relay]). env gains OBS_LIVE_PUSH_URL (ingest and web publish there too)."""
-    port, pub_port = free_port(), free_port()
-    var = Path(tmp)
-    (var / "nginx").mkdir(parents=True, exist_ok=True)
-    (var / "logs").mkdir(parents=True, exist_ok=True)
-    conf = var / "nginx" / "nginx.conf"
-    conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port))
-    env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
-    nginx = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
-                              str(var / "logs" / "nginx-error.log")])
-    relay = subprocess.Popen([sys.executable, "manage.py", "relay", "--block-ms", "100"], cwd=ROOT, env=env)
-    return port, [nginx, relay]
 
 
 def run_bench(args) -> dict:
@@ -312,22 +266,24 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
         resume = {"type": "resume", "metrics": dashboard_subscription(demo_names())}
     elif args.subscribe == "embed":  # an embed or a report's chart block (static/js/minichart.js): one series
         resume = {"type": "resume", "metrics": [contract.M_LOSS]}
-    nw = args.workers or max(1, min(8, math.ceil(args.viewers / 400)))
+    per_proc = 5000 if args.client == "c" else 400  # viewers per process by default
+    nw = args.workers or max(1, min(8, math.ceil(args.viewers / per_proc)))
     per = [args.viewers // nw + (1 if i < args.viewers % nw else 0) for i in range(nw)]
-    ctx = mp.get_context("spawn")
-    pipes, workers = [], []
     t_connect = time.time()
     cpu_ramp = cpu_s(ps_server)
-    for i, n in enumerate(per):
-        a, b = ctx.Pipe()
-        w = ctx.Process(target=worker, args=(urls[i % len(urls):] + urls[:i % len(urls)], "http://127.0.0.1",
-                                             n, resume, args.ramp / nw, b, tier == "hub"), daemon=True)
-        w.start()
-        pipes.append(a)
-        workers.append(w)
+    workers = start_viewers(args.client, urls, per, args.ramp, tier == "hub", resume)
+    try:
+        return measure(args, workers, ps_server, others, trainer, tap, t_connect, cpu_ramp)
+    finally:
+        for w in workers:
+            w.kill()
+
+
+def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_connect: float,
+            cpu_ramp: float) -> dict:
     connected = failed = 0
-    for a in pipes:
-        _, c, f = a.recv()
+    for w in workers:
+        c, f = w.ready()
         connected, failed = connected + c, failed + f
     connect_s = time.time() - t_connect  # spawn to every viewer connected (or failed)
     cpu_ramp = cpu_s(ps_server) - cpu_ramp  # handshakes, hellos, resumes and backfills (and live frames meanwhile)
@@ -335,6 +291,7 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
     time.sleep(args.settle)  # backfills answered, first live frames flowing
     t_start = time.time()
     c0 = {k: cpu_s(v) for k, v in groups.items()}
+    m0 = [w.count() for w in workers]
     rss_series = []
     end = t_start + args.seconds
     while time.time() < end:
@@ -342,6 +299,8 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
         time.sleep(min(args.rss_every, max(0.0, end - time.time())))
     wall = time.time() - t_start
     c1 = {k: cpu_s(v) for k, v in groups.items()}
+    m1 = [w.count() for w in workers]
+    messages = sum(b[3] - a[3] for a, b in zip(m0, m1)) if None not in m0 + m1 else None
     rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])
     # Listen on until ingest has pushed the window's last step (it may lag on a busy machine), then `tail` more:
     # delivered counts what the fan-out dropped, the delays count how late it came.
@@ -350,58 +309,12 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
     while last_step is not None and last_step not in tap.pushed and time.time() < deadline:
         time.sleep(0.1)
     stop_at = time.time() + args.tail
-    for a in pipes:
-        a.send(("stop", stop_at))
-    results = [a.recv() for a in pipes]
     for w in workers:
-        w.join(10)
+        w.stop(stop_at)
+    results = [w.result() for w in workers]
     return {"results": results, "t_start": t_start, "t_end": t_start + args.seconds, "wall": wall, "c0": c0,
+            "messages": messages,
             "c1": c1, "cpu_ramp": cpu_ramp, "connect_s": connect_s, "rss": rss_series}
-
-
-def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
-    window = [s for s, t in times.items() if raw["t_start"] <= t < raw["t_end"]]
-    delays, fan, got = [], [], 0
-    state = {"connected": 0, "failed": 0, "dropped": 0, "errors": {}}
-    for _, recs, st in raw["results"]:
-        for k in ("connected", "failed", "dropped"):
-            state[k] += st[k]
-        for e, n in st["errors"].items():
-            state["errors"][e] = state["errors"].get(e, 0) + n
-        for rec in recs:
-            rec = dict(rec)
-            for s in window:
-                if s in rec:
-                    got += 1
-                    delays.append((rec[s] - times[s]) * 1000)
-                    if s in tap.pushed:
-                        fan.append((rec[s] - tap.pushed[s]) * 1000)
-    expected = len(window) * args.viewers
-    wall, c0, c1 = raw["wall"], raw["c0"], raw["c1"]
-    cpu = {k: round((c1[k] - c0[k]) / wall, 3) for k in c0}
-    # frames a viewer got per step: one per step (the hub coalesces under load: then fewer, larger ones)
-    out = {"tier": tier, "viewers": args.viewers, "p50_ms": round(pct(delays, 50), 1) if delays else None,
-           "p99_ms": round(pct(delays, 99), 1) if delays else None,
-           "delivered_fraction": round(got / expected, 4) if expected else None,
-           "server_cpu": cpu["server"], "server_rss_mb": raw["rss"][-1][1],
-           # server CPU per (viewer, step) delivered, in microseconds
-           "cpu_us_per_frame": round((c1["server"] - c0["server"]) * 1e6 / got, 2) if got else None,
-           "connect_cpu_ms": round(raw["cpu_ramp"] * 1000 / max(1, args.viewers), 2),
-           "connect_s": round(raw["connect_s"], 1),
-           "steps_in_window": len(window), "seconds": round(wall, 1),
-           "max_ms": round(max(delays), 1) if delays else None,
-           "viewer_procs_cpu": cpu["viewers"], "ingest_cpu": cpu["ingest"], "redis_cpu": cpu["redis"],
-           **({"relay_cpu": cpu["relay"]} if "relay" in cpu else {}), **state}
-    if tier == "hub":
-        # the two halves of the hub's delay: publish -> ingest's push (ingest), push -> viewer (fan-out)
-        ingest = [(tap.pushed[s] - times[s]) * 1000 for s in window if s in tap.pushed]
-        out.update({"ingest_p50_ms": round(pct(ingest, 50), 1) if ingest else None,
-                    "ingest_p99_ms": round(pct(ingest, 99), 1) if ingest else None,
-                    "fanout_p50_ms": round(pct(fan, 50), 1) if fan else None,
-                    "fanout_p99_ms": round(pct(fan, 99), 1) if fan else None})
-    if args.soak:
-        out["rss_mb_over_time"] = raw["rss"]
-    return out
 
 
 def main() -> int:
@@ -415,7 +328,11 @@ def main() -> int:
                          "embed: one series (train/loss), what an embed or a report chart subscribes")
     ap.add_argument("--publisher", choices=("synthetic", "demo"), default="synthetic")
     ap.add_argument("--rate", type=float, default=5.0, help="synthetic steps per second (the demo's rate)")
-    ap.add_argument("--workers", type=int, default=0, help="viewer processes (default: one per 400, at most 8)")
+    ap.add_argument("--client", choices=("c", "python"), default="c" if gcc() else "python",
+                    help="viewer processes: bench/viewers.c (built with gcc on first use; the default where gcc is) "
+                         "or bench/fanout_viewers.py (Python websockets)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="viewer processes (default: one per 5,000 viewers for c, per 400 for python; at most 8)")
     ap.add_argument("--tier", default="hub", help="comma list of hub, nchan: measured one after the other in one run "
                     "(same publisher, same box); nchan needs nginx-light + libnginx-mod-nchan")
     ap.add_argument("--ramp", "--connect-rate", dest="ramp", type=float, default=250.0,
@@ -436,6 +353,8 @@ def main() -> int:
         ap.error("--connect-rate must be >= 0")
     if "nchan" in args.tiers and push_tier_missing():
         ap.error(f"--tier nchan: {push_tier_missing()} (apt-get install -y nginx-light libnginx-mod-nchan)")
+    if args.client == "c":
+        build()  # before any clock starts (cached in var/bench/ by the source's hash)
     if not args.json:
         print(f"fan-out: {args.viewers} viewers, {args.replicas} {args.server} replica(s), {args.seconds:.0f}s",
               file=sys.stderr)

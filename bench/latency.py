@@ -1,6 +1,7 @@
 """Publish → browser latency through the real chain. Prints one JSON object.
 
     .venv/bin/python bench/latency.py [--seconds 30] [--rate 5] [--width full|2] [--server uvicorn|daphne]
+    .venv/bin/python bench/latency.py --tier nchan --others 1000     # through the push tier, 1,000 others watching
 
 The real chain — `observatory.streams.Publisher` (the trainer's) → Redis stream → `manage.py ingest`
 (subprocess) → channel layer → the web server (subprocess; uvicorn as `make run` starts it, or daphne) → a real
@@ -10,6 +11,10 @@ Chromium page on the run's dashboard (Playwright). Each step carries the demo tr
 each step's latency is (arrival of the step in the page) − (time `Publisher.metrics` was called for it);
 `ingest_*` is the part up to ingest's push (a listener on the run's channel-layer group); `relay_mean_ms` (ingest's
 push → the web process's fan-out) and `publish_to_fanout_mean_ms` come from the web server's /metrics histograms.
+`--tier nchan`: the page through nginx + nchan with the relay feeding it, as `make run` starts them (its live path
+skips ingest); `--others K`: K other viewers of the run on the same path meanwhile (bench/viewers.c), with their
+own delays (`others_*`) and each step's first arrival at any of them (`first_socket_*`: publish -> relay -> nchan ->
+a socket, the push tier's share of the page's delay).
 Uses Redis db 14 and a throw-away SQLite file, so it never touches a developer's runs.
 """
 
@@ -39,10 +44,12 @@ window.__obsFrames = [];
 const _WS = window.WebSocket;
 window.WebSocket = function(url, protocols) {
   const ws = protocols ? new _WS(url, protocols) : new _WS(url);
+  ws.addEventListener('open', () => { window.__obsOpen = (window.__obsOpen || 0) + 1; });
   ws.addEventListener('message', (ev) => {
     const now = Date.now();
     try {
-      const got = JSON.parse(ev.data);
+      const text = String(ev.data);  // nchan (ws+meta.nchan): its headers, a blank line, then the frame
+      const got = JSON.parse('{['.includes(text[0]) ? text : text.slice(text.indexOf('\\n\\n') + 2));
       for (const msg of Array.isArray(got) ? got : [got]) {  // a coalesced batch: several frames
         const s = msg.series && msg.series[%(loss)s];
         if (s) window.__obsFrames.push([now, msg.type, s.steps]);
@@ -94,7 +101,8 @@ def wait_http(url: str, timeout: float = 30) -> None:
     raise RuntimeError(f"{url} did not answer in {timeout}s")
 
 
-def measure_latency(seconds: float, rate: float, width: str = "full", server: str = "uvicorn") -> dict:
+def measure_latency(seconds: float, rate: float, width: str = "full", server: str = "uvicorn", tier: str = "hub",
+                    others: int = 0) -> dict:
     from fanout import PushTap, demo_names
 
     from playwright.sync_api import sync_playwright
@@ -104,7 +112,12 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
         return {"skipped": "no Debian chromium on PATH (apt-get install -y chromium)"}
     redis_url, tmp, env = throwaway_site("latency", OBS_METRICS_TOKEN=SCRAPE_TOKEN)
     port = free_port()
-    procs = site_processes(env, port, server)
+    front, push_procs, crowd = port, [], None
+    if tier == "nchan":  # the page through nginx + nchan as `make run` has it, the relay feeding it (--tier nchan)
+        from fanout_tiers import start_push_tier
+
+        front, push_procs = start_push_tier(tmp, env, port)
+    procs = push_procs + site_processes(env, port, server)
     names = demo_names() if width == "full" else [contract.M_LOSS, contract.M_LR]
     run_id = f"bench-{int(time.time())}"
     pub = Publisher(redis_url, run_id)
@@ -115,7 +128,7 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
         pub.flush()
         tap = PushTap(redis_url, run_id)
         tap.start()
-        base = f"http://127.0.0.1:{port}"
+        base = f"http://127.0.0.1:{front}"
         wait_http(f"{base}/api/runs/")
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:  # ingest has created the run
@@ -124,6 +137,13 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
                 break
             except Exception:
                 time.sleep(0.2)
+        if others:  # --others K: K viewers on the run's live path meanwhile (bench/viewers.c), connected first
+            from viewer_client import CViewers
+
+            crowd = CViewers([f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/" if tier == "nchan" else
+                              f"ws://127.0.0.1:{port}/ws/runs/{run_id}/"], others, rate=0, hub=tier == "hub",
+                             resume={"type": "resume", "metrics": [contract.M_LOSS]})
+            crowd_ready = crowd.ready()
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=[
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -132,8 +152,8 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
             page.add_init_script(HOOK % {"loss": json.dumps(contract.M_LOSS)})
             page.goto(f"{base}/runs/{run_id}/")
             # history loaded, socket open and subscribed: the resume's backfill frame names the series
-            page.wait_for_function("() => window.__obsFrames !== undefined && window.__obsFrames.length > 0",
-                                   timeout=30_000)
+            page.wait_for_function("() => window.__obsFrames !== undefined && (window.__obsFrames.length > 0"
+                                   + (" || window.__obsOpen > 0)" if tier == "nchan" else ")"), timeout=30_000)
             n = int(seconds * rate)
             t0 = time.monotonic()
             for step in range(1, n + 1):
@@ -149,9 +169,14 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
                 pass
             frames = page.evaluate("() => window.__obsFrames")
             browser.close()
-        server_stats = prometheus_means(f"{base}/metrics")
+        server_stats = prometheus_means(f"http://127.0.0.1:{port}/metrics")
+        if crowd is not None:
+            crowd.stop(0)
+            crowd_out = crowd.result()
     finally:
         pub.close()
+        if crowd is not None:
+            crowd.kill()
         close_site(procs, tmp)
     arrived: dict[int, float] = {}
     for now, _typ, steps in frames:
@@ -160,7 +185,20 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
     lat = [arrived[s] - sent[s] for s in sent if s in arrived]
     tap.stop.set()
     ing = [tap.pushed[s] * 1000.0 - sent[s] for s in sent if s in tap.pushed]
-    return {"steps_sent": len(sent), "steps_received": len(lat), "rate_per_s": rate, "width": len(names),
+    out = {"tier": tier, "others": others}
+    if crowd is not None:  # the others' own delays, and (nchan) each step's first arrival at any of them:
+        from viewer_client import pairs, wpct  # publish -> relay -> nchan -> a socket, the push tier's share
+
+        secs = {s: t / 1000.0 for s, t in sent.items()}
+        ws = pairs(crowd_out, secs, set(secs))
+        first = sorted((f - secs[s]) * 1000 for s, _n, f, _h in crowd_out["steps"] if s in secs)
+        out.update({"others_connected": crowd_ready[0], "others_failed": crowd_ready[1],
+                    "others_dropped": crowd_out["dropped"], "others_errors": crowd_out["errors"],
+                    "others_p50_ms": round(wpct(ws, 50), 1) if ws else None,
+                    "others_p99_ms": round(wpct(ws, 99), 1) if ws else None,
+                    "first_socket_p50_ms": round(pct(first, 50), 1) if first else None,
+                    "first_socket_p99_ms": round(pct(first, 99), 1) if first else None})
+    return {**out, "steps_sent": len(sent), "steps_received": len(lat), "rate_per_s": rate, "width": len(names),
             "server": server,
             # means from the web server's /metrics histograms: ingest's push -> fan-out, publish -> fan-out
             "relay_mean_ms": server_stats.get("observatory_live_relay_delay_seconds"),
@@ -177,9 +215,15 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
     ap.add_argument("--width", choices=("full", "2"), default="full", help="series per step: the demo's, or 2")
     ap.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    ap.add_argument("--tier", choices=("hub", "nchan"), default="hub",
+                    help="nchan: the page through nginx + nchan and the relay, as `make run` starts them")
+    ap.add_argument("--others", type=int, default=0,
+                    help="K other viewers of the run meanwhile (bench/viewers.c; nchan's lite channel, or the hub's "
+                         "socket with a one-series resume)")
     args = ap.parse_args()
     print(f"measuring publish → browser latency for {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
-    out = {"publish_to_browser": measure_latency(args.seconds, args.rate, args.width, args.server),
+    out = {"publish_to_browser": measure_latency(args.seconds, args.rate, args.width, args.server,
+                                                       args.tier, args.others),
            "targets": {"p50_ms": 50, "p99_ms": 250}, "machine_load1": round(os.getloadavg()[0], 2)}
     print(json.dumps(out, indent=2))
     return 0

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from urllib.parse import urlparse
 
 import pytest
 import yaml
@@ -165,10 +166,44 @@ def test_web_pods_are_probed_on_healthz_and_the_ingress_reaches_the_web_service(
     ingest = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "ingest")
     assert ingest["spec"]["replicas"] == 2
     ing = next(d for d in docs if d["kind"] == "Ingress")
-    backend = ing["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
-    assert backend["name"] == "web"
+    paths = {p["path"]: p["backend"]["service"]["name"] for p in ing["spec"]["rules"][0]["http"]["paths"]}
+    assert paths["/"] == "web"
     redis = next(d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "redis")
     assert "--appendonly" in redis["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def test_the_push_tier_runs_replicas_sharing_redis_behind_the_ingress_and_one_relay():
+    """deploy/k8s/push.yaml (tests/web/deploy/test_push_replicas.py runs its nginx configuration): 2+ nchan replicas
+    on the config's Redis, /live/ routed to them, the producers' OBS_LIVE_PUSH_URL on their publisher Service, which
+    only this namespace's pods reach, and one relay (a second would publish every frame twice)."""
+    docs = _k8s_docs()
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    push, relay = by[("Deployment", "push")], by[("Deployment", "relay")]
+    assert push["spec"]["replicas"] >= 2 and relay["spec"]["replicas"] == 1
+    assert relay["spec"]["template"]["spec"]["containers"][0]["command"] == ["python", "manage.py", "relay"]
+    ctr = push["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["image"] == yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]["proxy"]["image"]
+    assert ctr["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    conf = by[("ConfigMap", "push-nginx")]["data"]["default.conf"]
+    config = by[("ConfigMap", "observatory-config")]["data"]
+    redis_host = urlparse(config["REDIS_URL"]).netloc
+    assert re.search(rf"nchan_redis_server redis://{re.escape(redis_host)}/\d+;", conf)
+    assert conf.count("nchan_redis_pass nchan_redis;") == 2  # publisher and subscribers: both on the shared store
+    from observatory import contract
+
+    found = re.findall(r'location ~ "\^/(?:pub|live)/runs/\((.+?)\)\(/lite\)', conf)
+    assert len(found) == 2 and {f"^{x}$" for x in found} == {contract.RUN_ID_PATTERN}
+    pub = urlparse(config["OBS_LIVE_PUSH_URL"])
+    svc = by[("Service", pub.hostname)]
+    assert pub.port in [p["port"] for p in svc["spec"]["ports"]] and f"listen {pub.port};" in conf
+    assert svc["spec"]["selector"].items() <= push["spec"]["template"]["metadata"]["labels"].items()
+    policy = by[("NetworkPolicy", "push-publish")]
+    rule = next(r for r in policy["spec"]["ingress"] if {"port": pub.port} in r["ports"])
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "observatory"}}}]
+    ing = next(d for d in docs if d["kind"] == "Ingress")
+    paths = {p["path"]: p["backend"]["service"]["name"] for p in ing["spec"]["rules"][0]["http"]["paths"]}
+    assert paths["/live/"] == "push" and by[("Service", "push")]["spec"]["ports"][0]["port"] == 80
+    assert pub.hostname not in paths.values()  # the publisher is never public
 
 
 def test_the_multihost_recipes_set_what_the_trainer_reads():

@@ -1,0 +1,174 @@
+"""bench/fanout.py's parts: the push tier's start-up, the viewer processes of either client (bench/viewers.c, the
+default where gcc is, or bench/fanout_viewers.py's Python ones), CPU/RSS sampling and the per-tier summary."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "deploy"))
+
+from fanout_viewers import worker  # noqa: E402
+from latency import pct  # noqa: E402
+from run_local import nchan_config  # noqa: E402
+from tests.support import free_port  # noqa: E402
+from viewer_client import CViewers, got, pairs, wpct  # noqa: E402
+
+from observatory import contract  # noqa: E402
+
+
+def start_push_tier(tmp: str, env: dict, web_port: int) -> tuple[int, list[subprocess.Popen]]:
+    """nginx + nchan as `make run` configures it (deploy/run_local.py), in front of the first replica, and the relay;
+    returns (nginx's port, [nginx, relay]). env gains OBS_LIVE_PUSH_URL (ingest and web publish there too)."""
+    port, pub_port = free_port(), free_port()
+    var = Path(tmp)
+    (var / "nginx").mkdir(parents=True, exist_ok=True)
+    (var / "logs").mkdir(parents=True, exist_ok=True)
+    conf = var / "nginx" / "nginx.conf"
+    conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port))
+    env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
+    nginx = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
+                              str(var / "logs" / "nginx-error.log")])
+    relay = subprocess.Popen([sys.executable, "manage.py", "relay", "--block-ms", "100"], cwd=ROOT, env=env)
+    return port, [nginx, relay]
+
+
+def cpu_s(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            for q in [p, *p.children(recursive=True)]:
+                t = q.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def rss_mb(procs: list[psutil.Process]) -> float:
+    total = 0
+    for p in procs:
+        try:
+            total += sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
+        except psutil.Error:
+            pass
+    return round(total / 2**20, 1)
+
+
+def publish_times(redis_url: str, run_id: str) -> dict[int, float]:
+    import redis
+
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    out = {}
+    for _id, f in r.xrange(contract.telemetry_stream(run_id)):
+        if f.get("kind") == "metrics":
+            d = json.loads(f["data"])
+            out[d["step"]] = d["t"]
+    return out
+
+
+class PyViewers:
+    """bench/fanout_viewers.py's viewers in one process, behind CViewers' interface."""
+
+    def __init__(self, urls: list[str], count: int, rate: float, hub: bool, resume: dict | None):
+        self.pipe, b = mp.Pipe()
+        self.proc = mp.get_context("spawn").Process(target=worker, args=(urls, "http://127.0.0.1", count, resume,
+                                                                         rate, b, hub), daemon=True)
+        self.proc.start()
+        self.pid = self.proc.pid
+
+    def ready(self) -> tuple[int, int]:
+        _, c, f = self.pipe.recv()
+        return c, f
+
+    def stop(self, at: float) -> None:
+        self.pipe.send(("stop", at))
+
+    def result(self) -> dict:
+        _, recs, state = self.pipe.recv()
+        self.proc.join(10)
+        return {**state, "recs": [dict(r) for r in recs]}
+
+    def count(self) -> None:  # no message counts from the Python viewers
+        return None
+
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+def start_viewers(client: str, urls: list[str], per: list[int], ramp: float, hub: bool, resume: dict | None) -> list:
+    """One viewer process per entry of `per` (its viewer count), each on the URLs rotated, ramp/len(per) per s."""
+    out = []
+    for i, n in enumerate(per):
+        mine = urls[i % len(urls):] + urls[:i % len(urls)]
+        if client == "c":
+            out.append(CViewers(mine, n, rate=ramp / len(per), hub=hub, resume=resume))
+        else:
+            out.append(PyViewers(mine, n, ramp / len(per), hub, resume))
+    return out
+
+
+def delays(result: dict, ref: dict[int, float], window: set[int]) -> list[tuple[float, int]]:
+    """(arrival - ref[step] in ms, viewers) for the window's steps, from either client's result."""
+    if "recs" not in result:
+        return pairs(result, ref, window)
+    return [((rec[s] - ref[s]) * 1000, 1) for rec in result["recs"] for s in window if s in rec and s in ref]
+
+
+def received(result: dict, window: set[int]) -> int:
+    if "recs" not in result:
+        return got(result, window)
+    return sum(1 for rec in result["recs"] for s in window if s in rec)
+
+
+def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
+    window = {s for s, t in times.items() if raw["t_start"] <= t < raw["t_end"]}
+    ds, fan, n_got = [], [], 0
+    state = {"connected": 0, "failed": 0, "dropped": 0, "duplicates": 0, "errors": {}}
+    for res in raw["results"]:
+        for k in state:
+            if k != "errors":
+                state[k] += res.get(k, 0)
+        for e, n in res["errors"].items():
+            state["errors"][e] = state["errors"].get(e, 0) + n
+        ds += delays(res, times, window)
+        fan += delays(res, tap.pushed, window)
+        n_got += received(res, window)
+    expected = len(window) * args.viewers
+    wall, c0, c1 = raw["wall"], raw["c0"], raw["c1"]
+    cpu = {k: round((c1[k] - c0[k]) / wall, 3) for k in c0}
+
+    def q(ws, p):
+        return round(wpct(ws, p), 1) if ws else None
+    out = {"tier": tier, "viewers": args.viewers, "client": args.client, "p50_ms": q(ds, 50), "p99_ms": q(ds, 99),
+           "delivered_fraction": round(n_got / expected, 4) if expected else None,
+           "server_cpu": cpu["server"], "server_rss_mb": raw["rss"][-1][1],
+           # server CPU per (viewer, step) delivered, in microseconds
+           "cpu_us_per_frame": round((c1["server"] - c0["server"]) * 1e6 / n_got, 2) if n_got else None,
+           "connect_cpu_ms": round(raw["cpu_ramp"] * 1000 / max(1, args.viewers), 2),
+           "connect_s": round(raw["connect_s"], 1),
+           # WebSocket messages each tier wrote per (viewer, step) in the window, and its CPU per message (the hub
+           # coalesces steps into fewer messages when behind; nchan sends one per publish): the C client only
+           **({"messages_per_viewer_step": round(raw["messages"] / n_got, 3) if n_got else None,
+               "cpu_us_per_message": round((c1["server"] - c0["server"]) * 1e6 / raw["messages"], 2)}
+              if raw.get("messages") else {}),
+           "steps_in_window": len(window), "seconds": round(wall, 1),
+           "max_ms": round(max(d for d, _ in ds), 1) if ds else None,
+           "viewer_procs": len(raw["results"]), "viewer_procs_cpu": cpu["viewers"], "ingest_cpu": cpu["ingest"],
+           "redis_cpu": cpu["redis"], **({"relay_cpu": cpu["relay"]} if "relay" in cpu else {}), **state}
+    if tier == "hub":
+        # the two halves of the hub's delay: publish -> ingest's push (ingest), push -> viewer (fan-out)
+        ingest = [(tap.pushed[s] - times[s]) * 1000 for s in window if s in tap.pushed]
+        out.update({"ingest_p50_ms": round(pct(ingest, 50), 1) if ingest else None,
+                    "ingest_p99_ms": round(pct(ingest, 99), 1) if ingest else None,
+                    "fanout_p50_ms": q(fan, 50), "fanout_p99_ms": q(fan, 99)})
+    if args.soak:
+        out["rss_mb_over_time"] = raw["rss"]
+    return out

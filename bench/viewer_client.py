@@ -1,0 +1,138 @@
+"""The compiled WebSocket viewer client (bench/viewers.c) for bench/fanout.py and bench/latency.py.
+
+`build()` compiles it with gcc on first use into var/bench/ (cached by the source's hash); `CViewers` runs one
+process of N viewers and speaks its stdin/stdout protocol ("ready C F", "stop T", one JSON result); `pairs()` turns
+its per-step histograms into (delay ms, viewers) pairs that `wpct` reads percentiles from, the same figures
+bench/fanout_viewers.py's per-viewer dicts give (each (viewer, step) pair counted once, at its first arrival).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "bench" / "viewers.c"
+
+
+def gcc() -> str | None:
+    return shutil.which(os.environ.get("CC", "gcc"))
+
+
+def build(out_dir: Path | None = None) -> Path:
+    """The client's binary, compiled once per source version (var/bench/viewers-<hash>)."""
+    src = SOURCE.read_bytes()
+    out_dir = out_dir or Path(os.environ.get("OBS_DATA_DIR", ROOT / "var")) / "bench"
+    exe = out_dir / f"viewers-{hashlib.sha256(src).hexdigest()[:16]}"
+    if exe.exists():
+        return exe
+    cc = gcc()
+    if not cc:
+        raise RuntimeError("the C viewer client needs gcc (apt-get install -y gcc), or use --client python")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".viewers-")
+    os.close(fd)
+    try:
+        subprocess.run([cc, "-O2", "-Wall", "-o", tmp, str(SOURCE)], check=True)
+        os.replace(tmp, exe)  # atomic: a concurrent build never runs a half-written binary
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return exe
+
+
+class CViewers:
+    """One process of `count` viewers (round-robin over urls), started at `rate` per second (0: all at once).
+    hub: the web server's socket (hello, then `resume` with after_step); else nchan's (frames only)."""
+
+    def __init__(self, urls: list[str], count: int, rate: float = 0.0, hub: bool = False,
+                 resume: dict | None = None, origin: str = "http://127.0.0.1", series: str = "train/loss",
+                 timeout: float = 120.0, exe: Path | None = None):
+        argv = [str(exe or build()), "--count", str(count), "--rate", str(rate), "--origin", origin,
+                "--series", series, "--timeout", str(timeout)]
+        for u in urls:
+            argv += ["--url", u]
+        self._resume = None
+        if hub:
+            argv.append("--hub")
+            if resume is not None:  # the client appends ,"after_step":<hello's last_step>}
+                fd, self._resume = tempfile.mkstemp(prefix="obs-resume-", suffix=".json")
+                with os.fdopen(fd, "w") as f:
+                    f.write(json.dumps(resume, separators=(",", ":"))[:-1])
+                argv += ["--resume", self._resume]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+
+    def ready(self) -> tuple[int, int]:
+        """Blocks until every viewer connected or failed: (connected, failed)."""
+        line = self.proc.stdout.readline().split()
+        if not line or line[0] != "ready":
+            raise RuntimeError(f"viewer client exited before ready (rc {self.proc.poll()})")
+        return int(line[1]), int(line[2])
+
+    def count(self) -> tuple[int, int, int, int]:
+        """(viewer, step) pairs received so far, viewers connected, viewers dropped, data messages received."""
+        self.proc.stdin.write("count\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline().split()
+        if not line or line[0] != "count":
+            raise RuntimeError(f"viewer client: unexpected answer {line!r} (rc {self.proc.poll()})")
+        return int(line[1]), int(line[2]), int(line[3]), int(line[4])
+
+    def stop(self, at: float) -> None:
+        """Ask the viewers to listen until unix time `at`, then report."""
+        self.proc.stdin.write(f"stop {at:.6f}\n")
+        self.proc.stdin.flush()
+
+    def result(self, timeout: float = 120.0) -> dict:
+        out, _ = self.proc.communicate(timeout=timeout)
+        if self._resume:
+            os.unlink(self._resume)
+        return json.loads(out.strip().splitlines()[-1])
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def bin_ms(b: int) -> float:
+    """The middle of viewers.c's histogram bin b, in ms (exact 1 ms bins below 128 ms, 32 per octave above)."""
+    if b < 128:
+        return b + 0.5
+    e, m = 7 + (b - 128) // 32, (b - 128) % 32
+    lo = (32 + m) << (e - 5)
+    return lo + (1 << (e - 5)) / 2
+
+
+def pairs(result: dict, ref: dict[int, float], steps: set[int] | None = None) -> list[tuple[float, int]]:
+    """[(arrival - ref[step] in ms, viewers)] over the steps in `steps` (default: all of ref's)."""
+    out = []
+    for step, _n, first, hist in result["steps"]:
+        if step not in ref or (steps is not None and step not in steps):
+            continue
+        base = (first - ref[step]) * 1000
+        out += [(base + bin_ms(hist[i]), hist[i + 1]) for i in range(0, len(hist), 2)]
+    return out
+
+
+def got(result: dict, steps: set[int]) -> int:
+    """(viewer, step) pairs received for these steps."""
+    return sum(n for step, n, _first, _hist in result["steps"] if step in steps)
+
+
+def wpct(ws: list[tuple[float, int]], q: float) -> float:
+    """The q-th percentile of weighted values, as bench/latency.py's pct() reads an unweighted list."""
+    ws = sorted(ws)
+    total = sum(w for _, w in ws)
+    k = min(total - 1, max(0, round(q / 100 * (total - 1))))
+    for v, w in ws:
+        if k < w:
+            return v
+        k -= w
+    return ws[-1][0]
