@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import psutil  # noqa: E402
 
-from fanout_tiers import cpu_s, publish_times, rss_mb, start_push_tier, start_viewers, summarize  # noqa: E402
+import pushpin_tier  # noqa: E402
+from fanout_tiers import cpu_s, publish_times, rss_mb, start_push_tier, start_relay, start_viewers, summarize  # noqa: E402
 from latency import wait_http  # noqa: E402
 from tests.support import PrivateRedis, free_port  # noqa: E402
 from viewer_client import build, gcc  # noqa: E402
@@ -173,12 +174,18 @@ def run_bench(args) -> dict:
     try:
         subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
                        stdout=subprocess.DEVNULL)
-        nchan_port = None
+        nchan_port = pushpin_port = relay_proc = None
         if "nchan" in args.tiers:
-            nchan_port, push_procs = start_push_tier(tmp, env, ports[0])
+            nchan_port, push_procs = start_push_tier(tmp, env, ports[0], relay=False)
             procs += push_procs
             tier_procs["nchan"] = push_procs[:1]
-            relay_proc = push_procs[1]
+        if "pushpin" in args.tiers:  # the relay publishes through its shim, which tees every frame to nchan
+            pushpin_port, pushpin_runner, pushpin_helper = pushpin_tier.start(tmp, env, env.get("OBS_LIVE_PUSH_URL"))
+            procs += pushpin_helper
+            tier_procs["pushpin"] = pushpin_runner + pushpin_helper  # cpu_s counts their children (condure, zurl, ...)
+        if nchan_port or pushpin_port:
+            relay_proc = start_relay(env)
+            procs.append(relay_proc)
         procs.append(subprocess.Popen([py, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env))
         ingest_proc = procs[-1]
         web = [subprocess.Popen(server_cmd(args.server, p), cwd=ROOT, env=env) for p in ports]
@@ -214,11 +221,11 @@ def run_bench(args) -> dict:
         tap = PushTap(redis_url, run_id)
         tap.start()
         others = {"ingest": [psutil.Process(ingest_proc.pid)], "redis": [psutil.Process(redis_proc.pid)]}
-        if nchan_port:
+        if relay_proc is not None:
             others["relay"] = [psutil.Process(relay_proc.pid)]
         for tier in args.tiers:
             urls = ([f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports] if tier == "hub"
-                    else [f"ws://127.0.0.1:{nchan_port}/live/runs/{run_id}/"
+                    else [f"ws://127.0.0.1:{nchan_port if tier == 'nchan' else pushpin_port}/live/runs/{run_id}/"
                           + ("lite/" if args.subscribe in ("default", "embed") else "")])
             phases[tier] = phase(args, tier, urls, [psutil.Process(p.pid) for p in tier_procs[tier]], others,
                                  trainer, tap)
@@ -246,15 +253,18 @@ def run_bench(args) -> dict:
                 p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if pushpin_port:  # after the relay and the producers that publish to it
+            pushpin_tier.stop(pushpin_runner)
         redis.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     tiers = {tier: summarize(args, tier, raw, times, tap) for tier, raw in phases.items()}
     out = {"viewers": args.viewers, "connect_rate": args.ramp, "replicas": args.replicas, "server": args.server,
            "subscribe": args.subscribe, "publisher": args.publisher, "machine_load1": round(os.getloadavg()[0], 2),
            "tiers": tiers}
-    if "hub" in tiers and "nchan" in tiers and tiers["hub"]["cpu_us_per_frame"] and tiers["nchan"]["cpu_us_per_frame"]:
-        out["nchan_vs_hub_cpu_per_frame"] = round(tiers["nchan"]["cpu_us_per_frame"] /
-                                                  tiers["hub"]["cpu_us_per_frame"], 3)
+    for engine in ("nchan", "pushpin"):
+        if "hub" in tiers and engine in tiers and tiers["hub"]["cpu_us_per_frame"] and tiers[engine]["cpu_us_per_frame"]:
+            out[f"{engine}_vs_hub_cpu_per_frame"] = round(tiers[engine]["cpu_us_per_frame"] /
+                                                          tiers["hub"]["cpu_us_per_frame"], 3)
     return out
 
 
@@ -346,9 +356,11 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args()
     args.tiers = [t.strip() for t in args.tier.split(",") if t.strip()]
-    bad = set(args.tiers) - {"hub", "nchan"}
+    bad = set(args.tiers) - {"hub", "nchan", "pushpin"}
     if bad or not args.tiers:
-        ap.error(f"--tier: expected a comma list of hub, nchan (got {args.tier!r})")
+        ap.error(f"--tier: expected a comma list of hub, nchan, pushpin (got {args.tier!r})")
+    if "pushpin" in args.tiers and pushpin_tier.missing():
+        ap.error(f"--tier pushpin: {pushpin_tier.missing()}")
     if args.ramp < 0:
         ap.error("--connect-rate must be >= 0")
     if "nchan" in args.tiers and push_tier_missing():

@@ -23,9 +23,10 @@ from viewer_client import CViewers, got, pairs, wpct  # noqa: E402
 from observatory import contract  # noqa: E402
 
 
-def start_push_tier(tmp: str, env: dict, web_port: int) -> tuple[int, list[subprocess.Popen]]:
-    """nginx + nchan as `make run` configures it (deploy/run_local.py), in front of the first replica, and the relay;
-    returns (nginx's port, [nginx, relay]). env gains OBS_LIVE_PUSH_URL (ingest and web publish there too)."""
+def start_push_tier(tmp: str, env: dict, web_port: int, relay: bool = True) -> tuple[int, list[subprocess.Popen]]:
+    """nginx + nchan as `make run` configures it (deploy/run_local.py), in front of the first replica, and the relay
+    (unless relay=False: the caller starts it); returns (nginx's port, [nginx, relay]). env gains OBS_LIVE_PUSH_URL
+    (ingest and web publish there too)."""
     port, pub_port = free_port(), free_port()
     var = Path(tmp)
     (var / "nginx").mkdir(parents=True, exist_ok=True)
@@ -35,8 +36,12 @@ def start_push_tier(tmp: str, env: dict, web_port: int) -> tuple[int, list[subpr
     env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
     nginx = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                               str(var / "logs" / "nginx-error.log")])
-    relay = subprocess.Popen([sys.executable, "manage.py", "relay", "--block-ms", "100"], cwd=ROOT, env=env)
-    return port, [nginx, relay]
+    return port, [nginx, start_relay(env)] if relay else [nginx]
+
+
+def start_relay(env: dict) -> subprocess.Popen:
+    """`manage.py relay`, publishing to env's OBS_LIVE_PUSH_URL."""
+    return subprocess.Popen([sys.executable, "manage.py", "relay", "--block-ms", "100"], cwd=ROOT, env=env)
 
 
 def cpu_s(procs: list[psutil.Process]) -> float:

@@ -83,6 +83,7 @@ stats_format=tnetstring
 SHIM = r'''
 import http.server, json, re, sys, urllib.request
 ORIGIN_PORT, SHIM_PORT, PUBLISH_PORT = (int(a) for a in sys.argv[1:4])
+TEE = sys.argv[4] if len(sys.argv) > 4 else ""  # another push tier's publisher base URL: every frame goes there too
 SUB = re.compile(r"^/live/runs/([A-Za-z0-9][A-Za-z0-9._-]{0,127})/(?:(lite)/)?$")
 PUB = re.compile(r"^/pub/runs/([A-Za-z0-9][A-Za-z0-9._-]{0,127})(/lite)?$")
 PUBLISH = f"http://127.0.0.1:{PUBLISH_PORT}/publish/"
@@ -116,6 +117,9 @@ class Shim(http.server.BaseHTTPRequestHandler):
         req = urllib.request.Request(PUBLISH, json.dumps({"items": [item]}).encode(), {"Content-Type": "application/json"})
         urllib.request.urlopen(req, timeout=5).read()
         out = b"{}"
+        if TEE:  # nchan's answer (its channel's subscribers) is what the relay reports
+            tee = urllib.request.Request(TEE + self.path[len("/pub/runs/"):], body, {"Accept": "text/json"})
+            out = urllib.request.urlopen(tee, timeout=5).read()
         self.send_response(202); self.send_header("Content-Type", "text/json")
         self.send_header("Content-Length", str(len(out))); self.end_headers(); self.wfile.write(out)
     def log_message(self, *a):
@@ -139,9 +143,10 @@ def missing() -> str | None:
     return None
 
 
-def start(tmp: str, env: dict) -> tuple[int, list[subprocess.Popen], list[subprocess.Popen]]:
+def start(tmp: str, env: dict, tee: str | None = None) -> tuple[int, list[subprocess.Popen], list[subprocess.Popen]]:
     """Pushpin and its origin/shim under tmp; returns (Pushpin's public port, [pushpin runner], [origin/shim]).
-    env gains OBS_LIVE_PUSH_URL (the relay and the producers publish through the shim)."""
+    env gains OBS_LIVE_PUSH_URL (the relay and the producers publish through the shim); `tee`: another tier's
+    publisher base URL (nchan's) that the shim forwards every frame to as well, so one relay feeds both tiers."""
     d = Path(tmp) / "pushpin"
     (d / "run").mkdir(parents=True, exist_ok=True)
     (d / "logs").mkdir(parents=True, exist_ok=True)
@@ -150,7 +155,7 @@ def start(tmp: str, env: dict) -> tuple[int, list[subprocess.Popen], list[subpro
     conf = d / "pushpin.conf"
     conf.write_text(CONFIG.format(run=d / "run", logs=d / "logs", routes=d / "routes", port=port, publish=publish,
                                   push_in=free_port(), push_sub=free_port(), command=free_port()))
-    helper = subprocess.Popen([sys.executable, "-c", SHIM, str(origin), str(shim), str(publish)])
+    helper = subprocess.Popen([sys.executable, "-c", SHIM, str(origin), str(shim), str(publish), *([tee] if tee else [])])
     runner = subprocess.Popen(["pushpin", "--config", str(conf)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{shim}/pub/runs/"
@@ -190,16 +195,6 @@ def stop(procs: list[subprocess.Popen]) -> None:
             os.killpg(p.pid, signal.SIGKILL)
 
 
-def processes(runner: subprocess.Popen) -> list:
-    """psutil handles for the runner's services (what server_cpu sums for this tier)."""
-    import psutil
-
-    try:
-        return [psutil.Process(runner.pid), *psutil.Process(runner.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
 def check() -> int:
     import asyncio
     import tempfile
@@ -228,8 +223,7 @@ def check() -> int:
                                 return (time.monotonic() - t0) * 1000
                         except asyncio.TimeoutError:
                             continue
-            print(json.dumps({"tier": "pushpin", "port": port, "frame_ms": round(asyncio.run(one()), 2),
-                              "processes": len(processes(runner[0]))}))
+            print(json.dumps({"tier": "pushpin", "port": port, "frame_ms": round(asyncio.run(one()), 2)}))
         finally:
             stop(runner)
             for p in helper:
