@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -58,8 +59,15 @@ MARK_JS = """
 TRACE_CATEGORIES = ["toplevel", "blink.user_timing", "devtools.timeline"]
 
 
-def values(step: int, names: list[str]) -> dict[str, float]:
-    out = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
+def values(step: int, names: list[str], data: str = "sawtooth") -> dict[str, float]:
+    """sawtooth: every series but the loss falls from 1 to 1/97 and jumps back, out of phase (some series jumps 97x
+    at nearly every step: the anomaly detectors open or close an episode almost every step, and the charts' marks
+    change with them); smooth: slow waves with 1% noise, no spikes (a healthy run's telemetry)."""
+    if data == "smooth":
+        out = {n: 1.0 + 0.2 * math.sin(step / 200 + i) + 0.01 * (((step + i) * 7919) % 13) / 13
+               for i, n in enumerate(names)}
+    else:
+        out = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
     out[contract.M_LOSS] = 2.0 + 3.0 / (1 + step / 100) + 0.05 * ((step * 7919) % 13) / 13
     return out
 
@@ -88,7 +96,8 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
     return f"{base}/runs/{run_id}/?" + urllib.parse.urlencode([("chart", i) for i in ids[:charts]])
 
 
-def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False) -> dict:
+def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
+            data: str = "sawtooth") -> dict:
     from playwright.sync_api import sync_playwright
 
     from tests.conftest import CHROMIUM_ARGS, chromium_path
@@ -104,7 +113,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
         pub.publish("run", {"t": time.time(), "name": "live view bench", "config": {}})
         pub.publish("state", {"t": time.time(), "state": "training", "step": 0, "detail": ""})
         for step in range(history):
-            pub.metrics(step, values(step, names))
+            pub.metrics(step, values(step, names, data))
         pub.flush()
         wait_http(f"{base}/api/runs/")
         deadline = time.monotonic() + 600
@@ -140,13 +149,14 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             n = int(seconds * rate)
             for k in range(1, n + 1):
                 time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
-                pub.metrics(history + k - 1, values(history + k - 1, names))
+                pub.metrics(history + k - 1, values(history + k - 1, names, data))
             page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
                                    f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
             wall = time.monotonic() - t0
             main = cdp.main_thread_ms() - main0
             long_tasks = [d for t, d in page.evaluate("() => window.__obsLong") if t >= t_page]
             frames = page.evaluate("() => window.__obsFrames") - frames0
+            redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
             prof = profile_summary(cdp.stop_profile()) if profile else None
             tasks, marks, selfs = trace_tasks(browser.stop_tracing(), "obs-live-frame")
             browser.close()
@@ -158,13 +168,13 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
     upd = per_update(tasks, stamps, end)
     r = lambda x: round(x, 2)  # noqa: E731
     return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(names), "history_steps": history,
-            "charts_open": open_charts, "cpu_throttle": throttle, "updates": len(upd), "frames_counted": frames,
+            "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd), "frames_counted": frames,
             "update_main_ms": {"p50": r(pct(upd, 50)), "p99": r(pct(upd, 99)), "max": r(max(upd)),
                                "mean": r(statistics.fmean(upd))} if upd else None,
             "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
             "main_thread_busy": r(main / (wall * 1000)),
             "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()}, **({"profile": prof} if prof else {}),
-            "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
+            "redraws_since_load": redraws, "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
 
 
 def main() -> int:
@@ -173,6 +183,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
     ap.add_argument("--charts", type=int, default=0, help="charts open (0: the default charts)")
+    ap.add_argument("--data", choices=("sawtooth", "smooth"), default="sawtooth",
+                    help="the synthetic series (values()): sawtooth, marks changing almost every step; smooth")
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
     ap.add_argument("--profile", action="store_true", help="add a sampling profile of the live window")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
@@ -182,7 +194,7 @@ def main() -> int:
                  "--cpu-throttle at least 1")
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
-    out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile)
+    out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data)
     out["targets"] = {"update_main_p99_ms": 8, "long_tasks_per_min": 0 if not args.charts else 1}
     print(json.dumps(out, indent=None if args.json else 2))
     return 0

@@ -14,6 +14,9 @@
 "use strict";
 
 window.Obs = window.Obs || {};
+// Why charts redraw (bench/liveview.py reports it): full Plotly redraws, marks-only redraws, live points appended in
+// place, and what kept live points from being appended.
+window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
 
 (function (Obs) {
   const PALETTE = ["#1f5fbf", "#d9730d", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",
@@ -405,13 +408,18 @@ window.Obs = window.Obs || {};
       const smooth = this.ctx.view.smooth > 0;
       if (!this.full && smooth && this.items.some((it) => !it.ema)) this.full = true;
       if (this.remark && !this.plotly) this.full = true;
-      if (!this.full && !this.appendLive()) { this.full = true; this.liveOnly = true; }
+      const C = Obs.redrawCounts;
+      if (!this.full && !this.appendLive()) {
+        this.full = true; this.liveOnly = true;
+        C.miss[this.missed] = (C.miss[this.missed] || 0) + 1;
+      }
       if (this.full && !this.forced() && now - this.lastFull < LIVE_REDRAW_MS && this.liveOnly) {
         if (!this.timer) this.timer = setTimeout(() => { this.timer = null; this.ctx.schedule(); },
                                                  LIVE_REDRAW_MS - (now - this.lastFull));
         return;
       }
       this.dirty = false;
+      C[this.full ? "full" : this.remark ? "remark" : "append"]++;
       if (this.full) {
         const traces = this.traces();
         if (window.Plotly) {
@@ -447,17 +455,24 @@ window.Obs = window.Obs || {};
     // arrays take them too, so the next full redraw (and anyone reading the chart) has every point.
     appendLive() {
       const gd = this.plot, fl = gd._fullLayout, todo = [];
+      this.missed = "state";
       if (this.pointer || this.ctx.view.smooth > 0 || !fl || !fl.xaxis || !gd._fullData || !this.lastFull) return false;
       const xa = fl.xaxis, within = (v, r) => v >= Math.min(r[0], r[1]) && v <= Math.max(r[0], r[1]);
+      this.missed = "x type";
       if (xa.type !== "linear") return false;
       for (const it of this.items) {
         const pend = it.pending;
         if (!pend) continue;
         const p = this.split(it.name, pend.x, pend.y), ya = it.secondary ? fl.yaxis3 : fl.yaxis;
+        this.missed = "marks or y type";
         if (pend.nfx.length || p.ox.length || !ya || ya.type !== "linear") return false;
         const X = this.ctx.xaxis.toX(p.x), tr = gd._fullData[it.index];
-        if (!X.every((x) => within(x, xa.range)) || !p.y.every((y) => within(y, ya.range))) return false;
+        this.missed = "x range";
+        if (!X.every((x) => within(x, xa.range))) return false;
+        this.missed = "y range";
+        if (!p.y.every((y) => within(y, ya.range))) return false;
         const path = tr && gd.querySelector(".trace" + tr.uid + " .js-line");
+        this.missed = "no path";
         if (!path || !path.getAttribute("d")) return false;
         todo.push({i: it.index, X, Y: p.y, path, ya});
       }
