@@ -34,11 +34,13 @@ async def _drain(ingestor):
 
 
 async def _until(comm, kind, timeout=5, has=None):
-    """The next frame of `kind` (carrying series `has`, when given: a state-only update may come first)."""
+    """The next frame of `kind` (carrying series `has`, when given: a state-only update may come first). Frames
+    that piled up between two sends arrive as one list (webapp/live/hub.py): each is looked at in order."""
     while True:
         msg = await comm.receive_json_from(timeout=timeout)
-        if msg["type"] == kind and (has is None or has in msg.get("series", {})):
-            return msg
+        for frame in msg if isinstance(msg, list) else [msg]:
+            if frame["type"] == kind and (has is None or has in frame.get("series", {})):
+                return frame
 
 
 async def test_it_closes_an_unknown_run_with_4404(redis_client):
