@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -124,10 +123,9 @@ def test_logging_never_blocks_when_the_site_is_down():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     run = obs.init(name="down", url=f"http://127.0.0.1:{port}", token="obs_x", max_queue=1000, finish_at_exit=False)
-    t0 = time.perf_counter()
+    # (no clock: a call that waited would show as the drops not counted below; timings are benchmarks')
     for step in range(5000):
         run.log({contract.M_LOSS: 1.0})
-    assert time.perf_counter() - t0 < 1.0
     assert run.finish(timeout=0.2) is False
     st = run.stats()
     assert st["dropped_by_kind"]["metrics"] >= 4000 and st["errors"] >= 1 and st["published"] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 
 import pytest
@@ -47,17 +48,27 @@ def test_it_keeps_nan_and_inf_as_real_values(redis_url, redis_client, run_id):
     pub.close()
 
 
-def test_it_pipelines_thousands_in_order(redis_url, redis_client, run_id):
-    pub = Publisher(redis_url, run_id, batch=100)
-    t0 = time.perf_counter()
-    for step in range(3000):
-        pub.metrics(step, {contract.M_LOSS: step * 0.5})
-    enqueue_s = time.perf_counter() - t0
-    assert pub.flush(20)
-    msgs = _entries(redis_client, run_id)
-    assert [m.data["step"] for m in msgs] == list(range(3000))
-    assert enqueue_s < 0.5, f"3000 publishes took {enqueue_s:.3f}s on the caller's thread"
-    pub.close()
+def test_it_pipelines_thousands_in_order_and_the_caller_never_waits_for_redis(run_id):
+    """3,000 publishes while Redis is frozen (SIGSTOP) all return with nothing written yet: the caller's thread only
+    queues (no wall-clock bound: the proof is that no write could have happened); once Redis runs again, every
+    entry lands, in order. (The cost per publish is a benchmark's, not a test's.)"""
+    import redis as redis_lib
+
+    with PrivateRedis() as server:
+        pub = Publisher(server.url, run_id, batch=100)
+        try:
+            server.proc.send_signal(signal.SIGSTOP)
+            try:
+                for step in range(3000):
+                    pub.metrics(step, {contract.M_LOSS: step * 0.5})
+                assert pub.stats()["published"] == 0  # every call returned while nothing could be written
+            finally:
+                server.proc.send_signal(signal.SIGCONT)
+            assert pub.flush(60)
+            msgs = _entries(redis_lib.Redis.from_url(server.url), run_id)
+            assert [m.data["step"] for m in msgs] == list(range(3000))
+        finally:
+            pub.close()
 
 
 def test_it_drops_invalid_metric_names_and_counts_them(redis_url, redis_client, run_id):
@@ -74,20 +85,16 @@ def test_it_drops_invalid_metric_names_and_counts_them(redis_url, redis_client, 
 
 def test_it_never_blocks_when_redis_is_absent_and_counts_drops():
     pub = Publisher(f"redis://127.0.0.1:{free_port()}/0", "absent-run", max_queue=500)
-    t0 = time.perf_counter()
+    # (that the caller's thread never waits for Redis is shown with a frozen one in the test above; no clock here)
     accepted = sum(pub.metrics(step, {contract.M_LOSS: 1.0}) for step in range(2000))
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 0.5, f"publishing against an absent Redis took {elapsed:.3f}s"
     assert accepted == 500
     # run-level kinds keep headroom beyond max_queue: a full metrics backlog never drops a rewind or a state
     assert pub.publish("state", {"state": "failed", "step": 3, "detail": "x"})
-    t0 = time.perf_counter()
     assert pub.flush(0.3) is False
     st = pub.stats()
     assert st["dropped"] == 1500 and st["dropped_by_kind"] == {"metrics": 1500}
     assert st["queue_depth"] == 501 and st["published"] == 0 and st["errors"] >= 1 and not st["connected"]
     pub.close(timeout=0.1)
-    assert time.perf_counter() - t0 < 5
 
 
 def test_it_flushes_the_backlog_when_redis_appears_later(private_redis):
@@ -145,13 +152,14 @@ def test_a_paused_redis_does_not_stall_the_caller(private_redis):
     pub = Publisher(private_redis.url, "slow-run", socket_timeout_s=5.0)
     pub.metrics(0, {contract.M_LOSS: 0.0})
     assert pub.flush(5)
-    client.execute_command("CLIENT", "PAUSE", "1500", "WRITE")
-    t0 = time.perf_counter()
-    for step in range(1, 1001):
-        pub.metrics(step, {contract.M_LOSS: float(step)})
-        if step % 100 == 0:
-            time.sleep(0.01)
-    assert time.perf_counter() - t0 < 0.5
+    client.execute_command("CLIENT", "PAUSE", "60000", "WRITE")  # until UNPAUSE below
+    try:
+        for step in range(1, 1001):
+            pub.metrics(step, {contract.M_LOSS: float(step)})
+        # every call returned while no write could be applied: the caller's thread never waits for Redis
+        assert pub.stats()["published"] == 1
+    finally:
+        client.execute_command("CLIENT", "UNPAUSE")
     assert pub.flush(15)
     assert len(_entries(client, "slow-run")) == 1001
     pub.close()
