@@ -208,27 +208,35 @@ def test_a_killed_ladder_continues_with_its_rung_and_registers_the_forecast(tmp_
 @pytest.mark.slow
 def test_sigterm_stops_a_ladder_like_sigint_without_compiling_on(tmp_path, tiny, until, jsonl, run_id):
     # `timeout` sends SIGTERM: the ladder stops as on Ctrl-C, and its trainer, still compiling, does not go on to
-    # train (and checkpoint) first. A cold compilation cache keeps the trainer compiling long enough to be caught.
-    name = f"term{run_id[-8:]}"
-    config = ladder_toml(tmp_path, tiny("base.toml"), tiny("target.toml"), name)
-    first = tmp_path / "ladder" / f"{name}-{RUNGS[0][0]}.jsonl"
-    out = tmp_path / "ladder.out"
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax-cache")}
-    states = lambda: [r["state"] for r in jsonl(first) if r["kind"] == "state"]  # noqa: E731
-    with open(out, "w") as f:
-        proc = subprocess.Popen(ladder_cmd(config), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
-    try:
-        until(lambda: proc.poll() is not None or (f"rung 1/{len(RUNGS)}" in out.read_text()
-                                                   and "compiling" in states()), 600, "progress, then a compile")
-        assert proc.poll() is None and "training" not in states(), out.read_text()
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(300)  # (a guard against a hang only)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = out.read_text()
-    assert rc == 130 and "interrupted (SIGTERM)" in text, text
+    # train (and checkpoint) first. A cold compilation cache keeps the trainer compiling long enough to be caught;
+    # nothing can hold the compile open, though, and on a loaded box the signal (forwarded by the ladder) can land
+    # just after it ended: the trainer then stops at its next step boundary (another test's case). Such an attempt
+    # is recognised by its first step and the test starts over with a fresh ladder (at most 3 attempts).
+    for attempt in range(3):
+        d = tmp_path / f"attempt{attempt}"
+        d.mkdir()
+        name = f"term{attempt}{run_id[-7:]}"
+        config = ladder_toml(d, tiny("base.toml"), tiny("target.toml"), name)
+        first = d / "ladder" / f"{name}-{RUNGS[0][0]}.jsonl"
+        out = d / "ladder.out"
+        env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(d / "jax-cache")}
+        states = lambda: [r["state"] for r in jsonl(first) if r["kind"] == "state"]  # noqa: E731
+        with open(out, "w") as f:
+            proc = subprocess.Popen(ladder_cmd(config), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
+        try:
+            until(lambda: proc.poll() is not None or (f"rung 1/{len(RUNGS)}" in out.read_text()
+                                                       and "compiling" in states()), 600, "progress, then a compile")
+            assert proc.poll() is None and "training" not in states(), out.read_text()
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(300)  # (a guard against a hang only)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        text = out.read_text()
+        assert rc == 130 and "interrupted (SIGTERM)" in text, text
+        if "training" not in states():
+            break  # the signal landed while compiling
     final = [r for r in jsonl(first) if r["kind"] == "state"][-1]
     assert "training" not in states() and final["state"] == "stopped", states()
     assert final["detail"] == "signal SIGTERM before the first step"
