@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support import free_port  # noqa: E402
+from tests.support import free_port, wait_port  # noqa: E402
 
 CONFIG = """# bench/pushpin_tier.py: a private Pushpin (overwritten)
 [global]
@@ -160,22 +160,8 @@ def start(tmp: str, env: dict, tee: str | None = None) -> tuple[int, list[subpro
                               stderr=subprocess.DEVNULL, start_new_session=True)
     env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{shim}/pub/runs/"
     for p in (port, publish, origin, shim):
-        wait_port(p, 30)
+        wait_port(p)
     return port, [runner], [helper]
-
-
-def wait_port(port: int, timeout: float) -> None:
-    import socket
-
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            if time.monotonic() > end:
-                raise RuntimeError(f"pushpin tier: nothing listens on port {port} after {timeout:.0f} s") from None
-            time.sleep(0.05)
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
