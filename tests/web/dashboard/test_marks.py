@@ -10,7 +10,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LOSS = "chart-train-loss"
 CLOSE = [20, 21, 22, 23, 24]
-LABELS = f"""() => (document.getElementById('{LOSS}').layout.annotations || [])
+# (the light first-paint drawing has no Plotly layout yet: no labels until Plotly has drawn the chart)
+LABELS = f"""() => ((document.getElementById('{LOSS}').layout || {{}}).annotations || [])
   .filter((a) => a.overlayId && /intervention-/.test(String(a.overlayId)))
   .map((a) => ({{text: a.text, hover: a.hovertext || '', id: String(a.overlayId)}}))"""
 # Every marker label drawn on the loss chart, as boxes on the screen.
