@@ -79,7 +79,9 @@ class TrainerCli:
     def cmd(config: Path, *args: str) -> list[str]:
         return [sys.executable, "-m", "training", "run", "--config", str(config), *args]
 
-    def run(self, config: Path, *args: str, timeout: float = 180, env=None) -> subprocess.CompletedProcess:
+    def run(self, config: Path, *args: str, timeout: float = 900, env=None) -> subprocess.CompletedProcess:
+        # `timeout` guards against a hang only: an 8-device mesh run took over 180 s with the suite's four workers
+        # and other work on two cores (CI, 2026-12-04)
         return subprocess.run(self.cmd(config, *args), cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, **(env or {})})
 
