@@ -135,7 +135,8 @@ class PushTap(threading.Thread):
 
         self.ser = registry.get_serializer("msgpack")
         self.ps = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
-        self.ps.subscribe(f"asgi__group__{contract.live_group(run_id)}")
+        # the layer's prefix is "asgi", or "asgi-db<N>" on database N (webapp.settings.channel_layers): any of them
+        self.ps.psubscribe(f"asgi*__group__{contract.live_group(run_id)}")
         self.pushed: dict[int, float] = {}
         self.stop = threading.Event()
 

@@ -9,12 +9,13 @@ Chromium page on the run's dashboard (Playwright). Each step carries the demo tr
 (~240 series, bench/fanout.py's names) unless `--width 2` (loss and LR only). The page's WebSocket frames
 (coalesced batches included) are timestamped in the browser (Date.now(), same host clock as the publisher), and
 each step's latency is (arrival of the step in the page) − (time `Publisher.metrics` was called for it);
-`ingest_*` is the part up to ingest's push (a listener on the run's channel-layer group); `relay_mean_ms` (ingest's
-push → the web process's fan-out) and `publish_to_fanout_mean_ms` come from the web server's /metrics histograms.
+`path` names the chain measured. The part of the delay before the page, per tier (the other tier's keys are absent,
+not null): hub: `ingest_*` up to ingest's push (a listener on the run's channel-layer group); `relay_mean_ms` (ingest's
+push → the web process's fan-out) and `publish_to_fanout_mean_ms` from the web server's /metrics histograms.
 `--tier nchan`: the page through nginx + nchan with the relay feeding it, as `make run` starts them (its live path
-skips ingest); `--others K`: K other viewers of the run on the same path meanwhile (bench/viewers.c), with their
-own delays (`others_*`) and each step's first arrival at any of them (`first_socket_*`: publish -> relay -> nchan ->
-a socket, the push tier's share of the page's delay).
+skips ingest and the web process): `push_*` up to a socket of the bench's own on the page's channel (publish → relay
+→ nchan → a socket, the push tier's share). `--others K`: K other viewers of the run on the same path meanwhile
+(bench/viewers.c), with their own delays (`others_*`) and each step's first arrival at any of them (`first_socket_*`).
 Uses Redis db 14 and a throw-away SQLite file, so it never touches a developer's runs.
 """
 
@@ -26,6 +27,7 @@ import os
 import shutil
 import statistics
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -64,6 +66,34 @@ Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
 
 
 SCRAPE_TOKEN = "latency-bench-scrape"  # /metrics answers operators and this token only
+PATHS = {"hub": "publish -> Redis -> ingest -> channel layer -> web hub -> page",
+         "nchan": "publish -> Redis -> relay -> nchan -> page"}
+
+
+class NchanTap(threading.Thread):
+    """Watches the run's lite channel on nchan as the page does and notes when each step first arrived there:
+    the push tier's share of the page's delay, as fanout.PushTap gives ingest's share on the hub."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url = url
+        self.pushed: dict[int, float] = {}
+        self.ready, self.stop = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        from websockets.sync.client import connect
+
+        with connect(self.url, subprotocols=["ws+meta.nchan"]) as ws:
+            self.ready.set()
+            while not self.stop.is_set():
+                try:
+                    text = ws.recv(timeout=0.2)
+                except TimeoutError:
+                    continue
+                now = time.time()
+                frame = json.loads(text.partition("\n\n")[2])  # nchan's headers, a blank line, the frame
+                for s in (frame.get("series") or {}).get(contract.M_LOSS, {}).get("steps", []):
+                    self.pushed.setdefault(s, now)
 
 
 def prometheus_means(url: str) -> dict[str, float]:
@@ -112,7 +142,7 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
         return {"skipped": "no Debian chromium on PATH (apt-get install -y chromium)"}
     redis_url, tmp, env = throwaway_site("latency", OBS_METRICS_TOKEN=SCRAPE_TOKEN)
     port = free_port()
-    front, push_procs, crowd = port, [], None
+    front, push_procs, crowd, push_tap = port, [], None, None
     if tier == "nchan":  # the page through nginx + nchan as `make run` has it, the relay feeding it (--tier nchan)
         from fanout_tiers import start_push_tier
 
@@ -130,13 +160,20 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
         tap.start()
         base = f"http://127.0.0.1:{front}"
         wait_http(f"{base}/api/runs/")
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:  # ingest has created the run
+        deadline = time.monotonic() + 120  # a loaded box starts ingest slowly; without the run the page is a 404
+        while True:  # ingest has created the run
             try:
                 urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=1).read()
                 break
-            except Exception:
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"ingest did not create run {run_id} within 120 s: {e!r}") from None
                 time.sleep(0.2)
+        if tier == "nchan":
+            push_tap = NchanTap(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
+            push_tap.start()
+            if not push_tap.ready.wait(30):  # open before the first step is published
+                raise RuntimeError(f"no socket on nchan's channel for {run_id} within 30 s")
         if others:  # --others K: K viewers on the run's live path meanwhile (bench/viewers.c), connected first
             from viewer_client import CViewers
 
@@ -175,6 +212,9 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
             crowd_out = crowd.result()
     finally:
         pub.close()
+        if push_tap is not None:
+            push_tap.stop.set()
+            push_tap.join()
         if crowd is not None:
             crowd.kill()
         close_site(procs, tmp)
@@ -184,8 +224,17 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
             arrived.setdefault(s, now)
     lat = [arrived[s] - sent[s] for s in sent if s in arrived]
     tap.stop.set()
-    ing = [tap.pushed[s] * 1000.0 - sent[s] for s in sent if s in tap.pushed]
-    out = {"tier": tier, "others": others}
+    out = {"tier": tier, "path": PATHS[tier], "others": others}
+    if tier == "hub":  # publish -> ingest's push; the web server's /metrics histograms: push -> fan-out, publish -> it
+        ing = [tap.pushed[s] * 1000.0 - sent[s] for s in sent if s in tap.pushed]
+        out.update({"relay_mean_ms": server_stats.get("observatory_live_relay_delay_seconds"),
+                    "publish_to_fanout_mean_ms": server_stats.get("observatory_live_push_delay_seconds"),
+                    "ingest_p50_ms": round(pct(ing, 50), 1) if ing else None,
+                    "ingest_p99_ms": round(pct(ing, 99), 1) if ing else None})
+    else:  # publish -> relay -> nchan -> the bench's socket on the page's channel
+        push = [push_tap.pushed[s] * 1000.0 - sent[s] for s in sent if s in push_tap.pushed]
+        out.update({"push_steps_received": len(push), "push_p50_ms": round(pct(push, 50), 1) if push else None,
+                    "push_p99_ms": round(pct(push, 99), 1) if push else None})
     if crowd is not None:  # the others' own delays, and (nchan) each step's first arrival at any of them:
         from viewer_client import pairs, wpct  # publish -> relay -> nchan -> a socket, the push tier's share
 
@@ -200,11 +249,6 @@ def measure_latency(seconds: float, rate: float, width: str = "full", server: st
                     "first_socket_p99_ms": round(pct(first, 99), 1) if first else None})
     return {**out, "steps_sent": len(sent), "steps_received": len(lat), "rate_per_s": rate, "width": len(names),
             "server": server,
-            # means from the web server's /metrics histograms: ingest's push -> fan-out, publish -> fan-out
-            "relay_mean_ms": server_stats.get("observatory_live_relay_delay_seconds"),
-            "publish_to_fanout_mean_ms": server_stats.get("observatory_live_push_delay_seconds"),
-            "ingest_p50_ms": round(pct(ing, 50), 1) if ing else None,
-            "ingest_p99_ms": round(pct(ing, 99), 1) if ing else None,
             "p50_ms": round(pct(lat, 50), 1) if lat else None, "p99_ms": round(pct(lat, 99), 1) if lat else None,
             "mean_ms": round(statistics.fmean(lat), 1) if lat else None, "max_ms": round(max(lat), 1) if lat else None}
 

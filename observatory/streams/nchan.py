@@ -1,4 +1,4 @@
-"""The push tier's publisher: POSTs a run's live frames to nchan's internal publisher location (deploy/nginx.conf,
+"""The push tier's publisher: POSTs a run's live frames to nchan's internal publisher location (deploy/push.conf,
 deploy/run_local.py), which fans them out to every subscribed browser and keeps a buffer that a reconnecting one
 resumes from by message id. Standard library only; one kept-alive connection per thread."""
 

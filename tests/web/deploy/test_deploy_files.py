@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -33,8 +34,8 @@ def _compose() -> dict:
 def test_compose_has_every_process_of_the_product_with_known_keys():
     c = _compose()
     services = c["services"]
-    assert {"proxy", "web", "ingest", "celery-worker", "celery-beat", "trainer", "postgres", "redis",
-            "migrate"} <= set(services)
+    assert {"proxy", "push", "relay", "web", "ingest", "celery-worker", "celery-beat", "trainer", "postgres",
+            "redis", "migrate"} <= set(services)
     for name, svc in services.items():
         assert set(svc) <= COMPOSE_KEYS, f"{name}: unknown keys {set(svc) - COMPOSE_KEYS}"
         assert "image" in svc or "build" in svc, name
@@ -58,6 +59,15 @@ def test_compose_passes_composes_own_config_check():
                          text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert set(out.stdout.split()) == set(_compose()["services"])
+    # as Compose reads it: the push tier's replicas, and the file that puts their channels in Redis
+    out = subprocess.run([exe, "-f", str(DEPLOY / "compose.yaml"), "config"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    push = yaml.safe_load(out.stdout)["services"]["push"]
+    assert push["deploy"]["replicas"] >= 2 and "ports" not in push
+    mounts = [v.split(":")[:2] if isinstance(v, str) else [v["source"], v["target"]] for v in push["volumes"]]
+    (conf,) = [src for src, target in mounts if target == "/etc/nginx/conf.d/default.conf"]
+    assert Path(conf).resolve() == (DEPLOY / "push.conf").resolve()
+    assert re.search(r"^\s*nchan_redis_server redis://", Path(conf).read_text(), re.M)
     env = dict(line.split("=", 1) for line in (DEPLOY / ".env").read_text().splitlines()
                if line and not line.startswith("#"))
     assert env["COMPOSE_PROJECT_NAME"] == "observatory"  # volumes observatory_pgdata etc., not deploy_*
@@ -91,6 +101,33 @@ def test_compose_trusts_proxy_headers_from_its_proxy_alone():
     (net,) = c["networks"]["default"]["ipam"]["config"]
     subnet, handed_out = ipaddress.ip_network(net["subnet"]), ipaddress.ip_network(net["ip_range"])
     assert ipaddress.ip_address(proxy_ip) in subnet and ipaddress.ip_address(proxy_ip) not in handed_out
+
+
+def test_compose_runs_the_push_tier_as_replicas_sharing_redis_behind_the_proxy():
+    """compose's `push`: 2+ nchan replicas running deploy/push.conf (also the cluster's, test_push_replicas.py runs
+    it) with their channels in compose's Redis, a database of their own; the producers publish to any replica on a
+    port no service publishes; the proxy routes /live/ to the replicas and has no way to their publisher; one relay."""
+    s = _compose()["services"]
+    push, proxy, env = s["push"], s["proxy"], s["web"]["environment"]
+    assert push["deploy"]["replicas"] >= 2 and "ports" not in push
+    assert push["image"] == proxy["image"] and push["build"] == proxy["build"]  # deploy/Dockerfile.proxy
+    assert "./push.conf:/etc/nginx/conf.d/default.conf:ro" in push["volumes"]
+    assert push["depends_on"]["redis"]["condition"] == "service_healthy"
+    conf = (DEPLOY / "push.conf").read_text()
+    redis = urlparse(env["REDIS_URL"])
+    host, db = re.search(r"^\s*nchan_redis_server redis://([\w.-]+:\d+)/(\d+);", conf, re.M).groups()
+    assert host == redis.netloc and db != redis.path.strip("/")  # the streams' Redis, not their database
+    assert conf.count("nchan_redis_pass nchan_redis;") == 2  # publisher and subscribers: both on the shared store
+    pub = urlparse(env["OBS_LIVE_PUSH_URL"])
+    assert pub.hostname == "push" and f"listen {pub.port};" in conf
+    published = [p for svc in s.values() for p in svc.get("ports", [])]
+    assert published == ["8080:80"]  # the proxy's alone
+    proxy_conf = (DEPLOY / "nginx.conf").read_text()
+    upstream = re.search(r"upstream (\w+) \{\s*(?:#[^\n]*\s*)*server push:80\b", proxy_conf).group(1)
+    assert re.search(r"location /live/ \{[^}]*proxy_pass http://" + upstream + ";", proxy_conf)
+    assert f":{pub.port}" not in proxy_conf and not re.search(r"^\s*nchan_", proxy_conf, re.M)
+    assert "push" in proxy["depends_on"]
+    assert s["relay"]["command"] == ["python", "manage.py", "relay"] and "deploy" not in s["relay"]
 
 
 def test_the_proxy_sets_the_forwarded_address_instead_of_appending_to_the_clients():
@@ -184,7 +221,12 @@ def test_the_push_tier_runs_replicas_sharing_redis_behind_the_ingress_and_one_re
     ctr = push["spec"]["template"]["spec"]["containers"][0]
     assert ctr["image"] == yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]["proxy"]["image"]
     assert ctr["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    conf = by[("ConfigMap", "push-nginx")]["data"]["default.conf"]
+    # its nginx configuration is compose's, deploy/push.conf, made into the ConfigMap the README's command creates
+    (vol,) = push["spec"]["template"]["spec"]["volumes"]
+    assert vol["configMap"]["name"] == "push-nginx"
+    readme = re.sub(r"\\\n\s*", "", (DEPLOY / "k8s" / "README.md").read_text())
+    assert re.search(r"create configmap push-nginx --from-file=default\.conf=deploy/push\.conf", readme)
+    conf = (DEPLOY / "push.conf").read_text()
     config = by[("ConfigMap", "observatory-config")]["data"]
     redis_host = urlparse(config["REDIS_URL"]).netloc
     assert re.search(rf"nchan_redis_server redis://{re.escape(redis_host)}/\d+;", conf)
@@ -247,6 +289,6 @@ def test_the_push_tiers_run_id_pattern_is_the_contracts():
     from observatory import contract
 
     assert f"^{run_local._RUN_RE}$" == contract.RUN_ID_PATTERN  # nchan's location regexes: a copy, held equal
-    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    conf = (ROOT / "deploy" / "push.conf").read_text()
     found = re.findall(r'location ~ "\^/(?:pub|live)/runs/\((.+?)\)\(/lite\)', conf)
     assert len(found) == 2 and {f"^{x}$" for x in found} == {contract.RUN_ID_PATTERN}

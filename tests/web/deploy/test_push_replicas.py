@@ -1,7 +1,8 @@
-"""deploy/k8s/push.yaml's nginx configuration run for real: two push replicas (nginx + nchan, its ConfigMap's
-default.conf as is, but for the Redis address and the ports) on one private Redis share their channels, so a frame
-POSTed to either replica (the push-publish Service picks one) reaches the viewers of both, and a viewer reconnecting
-to the other replica resumes from the shared buffer with no hole and no duplicate."""
+"""deploy/push.conf run for real, as deploy/compose.yaml's `push` service and deploy/k8s/push.yaml's Deployment run it:
+two push replicas (nginx + nchan, the file as is but for the Redis address and the ports) on one private Redis share
+their channels, so a frame POSTed to either replica (compose's DNS or the push-publish Service picks one) reaches the
+viewers of both with the same id, and a viewer reconnecting to either replica resumes from the shared buffer with no
+hole and no duplicate; deploy/nginx.conf, compose's proxy, carries viewers to the replicas and never to a publisher."""
 
 from __future__ import annotations
 
@@ -13,22 +14,21 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.web.servers import ROOT, free_port, stop, wait_for, wait_port
 
+from .test_server import _nginx_conf
+
 sys.path.insert(0, str(ROOT / "deploy"))
 from run_local import NCHAN_MODULE, push_tier_missing  # noqa: E402
 
-K8S_REDIS = "redis://redis:6379/1"
+PUSH_REDIS = "redis://redis:6379/1"  # compose's `redis` service and the cluster's `redis` StatefulSet, database 1
 
 
 def push_conf() -> str:
-    docs = list(yaml.safe_load_all((ROOT / "deploy" / "k8s" / "push.yaml").read_text()))
-    return next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "push-nginx")["data"][
-        "default.conf"]
+    return (ROOT / "deploy" / "push.conf").read_text()
 
 
 class Replica:
@@ -36,8 +36,8 @@ class Replica:
         self.port, self.pub_port = free_port(), free_port()
         d.mkdir()
         conf = push_conf()
-        assert K8S_REDIS in conf and "listen 8081;" in conf and "listen 80;" in conf
-        conf = (conf.replace(K8S_REDIS, f"redis://127.0.0.1:{redis_port}/1")
+        assert PUSH_REDIS in conf and "listen 8081;" in conf and "listen 80;" in conf
+        conf = (conf.replace(PUSH_REDIS, f"redis://127.0.0.1:{redis_port}/1")
                 .replace("listen 8081;", f"listen 127.0.0.1:{self.pub_port};")
                 .replace("listen 80;", f"listen 127.0.0.1:{self.port};"))
         temps = " ".join(f"{k}_temp_path {d / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
@@ -60,13 +60,17 @@ class Replica:
         except (urllib.error.HTTPError, InvalidStatus):
             return False
 
-    def publish(self, run_id: str, body: dict) -> int:
+    def publish(self, run_id: str, body: dict) -> str:
+        """POSTs a frame; returns the message id nchan gave it (what viewers see as `id:`)."""
         req = urllib.request.Request(f"http://127.0.0.1:{self.pub_port}/pub/runs/{run_id}",
-                                     data=json.dumps(body).encode(), method="POST")
-        return urllib.request.urlopen(req, timeout=10).status
+                                     data=json.dumps(body).encode(), method="POST",
+                                     headers={"Accept": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status in (201, 202)
+            return r.headers["X-Nchan-Message-Id"] or json.loads(r.read())["last_message_id"]
 
-    def viewer(self, run_id: str, last_id: str):
-        return connect(f"ws://127.0.0.1:{self.port}/live/runs/{run_id}/?last_event_id={last_id}",
+    def viewer(self, run_id: str, last_id: str, port: int | None = None):
+        return connect(f"ws://127.0.0.1:{port or self.port}/live/runs/{run_id}/?last_event_id={last_id}",
                        subprotocols=["ws+meta.nchan"])
 
 
@@ -94,17 +98,34 @@ def replicas(tmp_path, private_redis):
 def test_replicas_share_their_channels_through_redis(replicas, run_id):
     a, b = replicas
     on_b = b.viewer(run_id, "0:0")
-    assert a.publish(run_id, {"type": "update", "step": 0}) in (201, 202)
-    assert b.publish(run_id, {"type": "update", "step": 1}) in (201, 202)
-    assert a.publish(run_id, {"type": "update", "step": 2}) in (201, 202)
+    sent = [a.publish(run_id, {"type": "update", "step": 0}), b.publish(run_id, {"type": "update", "step": 1}),
+            a.publish(run_id, {"type": "update", "step": 2})]
     got = [read(on_b) for _ in range(3)]
-    assert [m["step"] for _, m in got] == [0, 1, 2]  # published on either replica, in order, on b
+    # published on either replica, in order, on b, each with the id its publisher was given
+    assert got == [(i, {"type": "update", "step": s}) for s, i in enumerate(sent)] and len(set(sent)) == 3
     on_b.close()
     # a reconnect lands on the other replica: it resumes after its last id from the shared buffer
-    assert b.publish(run_id, {"type": "update", "step": 3}) in (201, 202)
+    sent.append(b.publish(run_id, {"type": "update", "step": 3}))
     on_a = a.viewer(run_id, got[1][0])
-    assert [read(on_a)[1]["step"] for _ in range(2)] == [2, 3]
+    assert [read(on_a) for _ in range(2)] == [(sent[2], {"type": "update", "step": 2}),
+                                              (sent[3], {"type": "update", "step": 3})]
     on_a.close()
+
+
+def test_a_viewer_reconnecting_to_the_same_replica_resumes_with_no_hole_and_no_duplicate(replicas, run_id):
+    a, b = replicas
+    on_b = b.viewer(run_id, "0:0")
+    sent = [a.publish(run_id, {"type": "update", "step": s}) for s in range(3)]
+    got = [read(on_b) for _ in range(3)]
+    assert [i for i, _ in got] == sent
+    on_b.close()
+    sent += [a.publish(run_id, {"type": "update", "step": s}) for s in (3, 4)]  # missed while away
+    on_b = b.viewer(run_id, got[-1][0])
+    resumed = [read(on_b) for _ in range(2)]
+    sent.append(a.publish(run_id, {"type": "update", "step": 5}))  # live again: the next frame, nothing twice
+    resumed.append(read(on_b))
+    assert resumed == [(sent[s], {"type": "update", "step": s}) for s in (3, 4, 5)]
+    on_b.close()
 
 
 def test_the_publisher_is_its_own_port_and_the_public_one_serves_live_frames_only(replicas, run_id):
@@ -114,3 +135,31 @@ def test_the_publisher_is_its_own_port_and_the_public_one_serves_live_frames_onl
             urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{a.port}{path}", data=b"{}"), timeout=5)
         assert e.value.code in (403, 404, 405), path
     assert urllib.request.urlopen(f"http://127.0.0.1:{a.port}/healthz", timeout=5).status == 200
+
+
+def test_composes_proxy_carries_viewers_to_every_replica_and_publishes_nowhere(replicas, run_id, tmp_path):
+    """deploy/nginx.conf with `push` resolving to both replicas (compose's DNS names every replica): viewers through
+    the public port get frames POSTed to either replica; the proxy has no way to a publisher."""
+    a, b = replicas
+    assert ":8081" not in (ROOT / "deploy" / "nginx.conf").read_text()
+    (tmp_path / "proxy").mkdir()
+    main, port = _nginx_conf(tmp_path / "proxy", [free_port()], push_ports=[a.port, b.port])
+    proxy = subprocess.Popen(["nginx", "-c", main], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        viewers = [a.viewer(run_id, "0:0", port=port) for _ in range(4)]  # spread over both replicas
+        sent = [a.publish(run_id, {"step": 0}), b.publish(run_id, {"step": 1})]
+        for v in viewers:
+            assert [read(v) for _ in range(2)] == [(sent[0], {"step": 0}), (sent[1], {"step": 1})]
+            v.close()
+        for path in (f"/pub/runs/{run_id}", f"/live/runs/{run_id}"):  # no publisher behind the public port
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=b"{}"),
+                                       timeout=10)
+            assert e.value.code >= 400, path
+        resumed = a.viewer(run_id, sent[1], port=port)
+        sent.append(b.publish(run_id, {"step": 2}))
+        assert read(resumed) == (sent[2], {"step": 2})  # nothing was published through the proxy in between
+        resumed.close()
+    finally:
+        stop(proxy)

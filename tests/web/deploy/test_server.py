@@ -61,15 +61,17 @@ def test_a_websocket_path_outside_the_routes_is_a_404_handshake_not_a_500(web):
     assert head.startswith(b"HTTP/1.1 404 "), head[:100]
 
 
-def _nginx_conf(tmp_path, ports: list[int]) -> tuple[str, int]:
-    """deploy/nginx.conf with its compose addresses replaced by this test's (the rest exactly as shipped)."""
+def _nginx_conf(tmp_path, ports: list[int], push_ports: list[int] | None = None) -> tuple[str, int]:
+    """deploy/nginx.conf with its compose addresses (web and push replicas) replaced by this test's (the rest exactly
+    as shipped); without push_ports, one that nothing listens on."""
     conf = (ROOT / "deploy" / "nginx.conf").read_text()
-    servers = "\n".join(f"    server 127.0.0.1:{p};" for p in ports)
-    conf = re.sub(r"    server web:8000[^\n]*\n", servers + "\n", conf)
+    for name, at in (("web:8000", ports), ("push:80", push_ports or [free_port()])):
+        servers = "\n".join(f"    server 127.0.0.1:{p};" for p in at)
+        conf, n = re.subn(rf"    server {name}\b[^\n]*\n", servers + "\n", conf)
+        assert n == 1, name
     conf = conf.replace("/var/cache/nginx/static", str(tmp_path / "cache"))
     port = free_port()
     conf = conf.replace("listen 80;", f"listen 127.0.0.1:{port};")
-    conf = conf.replace("listen 8081;", f"listen 127.0.0.1:{free_port()};")  # the push tier's publisher
     main = tmp_path / "nginx.conf"
     user = "user root root;\n" if os.geteuid() == 0 else ""  # workers must reach pytest's private tmp dir
     main.write_text(f"load_module {NCHAN_MODULE};\n"  # as Debian's modules-enabled/ loads it in the proxy image
