@@ -266,6 +266,10 @@ def run_bench(args) -> dict:
         if "hub" in tiers and engine in tiers and tiers["hub"]["cpu_us_per_frame"] and tiers[engine]["cpu_us_per_frame"]:
             out[f"{engine}_vs_hub_cpu_per_frame"] = round(tiers[engine]["cpu_us_per_frame"] /
                                                           tiers["hub"]["cpu_us_per_frame"], 3)
+        if "hub" in tiers and engine in tiers and tiers["hub"].get("user_cpu_us_per_frame") \
+                and tiers[engine].get("user_cpu_us_per_frame"):
+            out[f"{engine}_vs_hub_user_cpu_per_frame"] = round(tiers[engine]["user_cpu_us_per_frame"] /
+                                                               tiers["hub"]["user_cpu_us_per_frame"], 3)
     return out
 
 
@@ -302,6 +306,7 @@ def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_
     time.sleep(args.settle)  # backfills answered, first live frames flowing
     t_start = time.time()
     c0 = {k: cpu_s(v) for k, v in groups.items()}
+    c0["server_user"] = cpu_s(ps_server, user_only=True)
     m0 = [w.count() for w in workers]
     rss_series = []
     end = t_start + args.seconds
@@ -310,6 +315,7 @@ def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_
         time.sleep(min(args.rss_every, max(0.0, end - time.time())))
     wall = time.time() - t_start
     c1 = {k: cpu_s(v) for k, v in groups.items()}
+    c1["server_user"] = cpu_s(ps_server, user_only=True)
     m1 = [w.count() for w in workers]
     messages = sum(b[3] - a[3] for a, b in zip(m0, m1)) if None not in m0 + m1 else None
     rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])

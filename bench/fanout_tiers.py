@@ -44,13 +44,15 @@ def start_relay(env: dict) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "manage.py", "relay", "--block-ms", "100"], cwd=ROOT, env=env)
 
 
-def cpu_s(procs: list[psutil.Process]) -> float:
+def cpu_s(procs: list[psutil.Process], user_only: bool = False) -> float:
+    """CPU seconds of procs and their children: user + kernel, or user space alone (the engine's own work; on
+    loopback the kernel time of a send also carries the receiving viewer's TCP path)."""
     total = 0.0
     for p in procs:
         try:
             for q in [p, *p.children(recursive=True)]:
                 t = q.cpu_times()
-                total += t.user + t.system
+                total += t.user + (0 if user_only else t.system)
         except psutil.Error:
             pass
     return total
@@ -157,6 +159,9 @@ def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
            "server_cpu": cpu["server"], "server_rss_mb": raw["rss"][-1][1],
            # server CPU per (viewer, step) delivered, in microseconds
            "cpu_us_per_frame": round((c1["server"] - c0["server"]) * 1e6 / n_got, 2) if n_got else None,
+           # the same in user space only (the kernel's share is the socket writes, the same work for every tier)
+           **({"user_cpu_us_per_frame": round((c1["server_user"] - c0["server_user"]) * 1e6 / n_got, 2)}
+              if n_got and "server_user" in c0 else {}),
            "connect_cpu_ms": round(raw["cpu_ramp"] * 1000 / max(1, args.viewers), 2),
            "connect_s": round(raw["connect_s"], 1),
            # WebSocket messages each tier wrote per (viewer, step) in the window, and its CPU per message (the hub
