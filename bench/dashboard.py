@@ -132,6 +132,40 @@ def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]
     return [d for t, d in page.evaluate("() => window.__obsLong || []") if since <= t < until]
 
 
+# --profile: what happens between a zoom's gesture and its charts' redraws, on any tree (no page code needed): the
+# windows request (sent, answered, parsed) and every Plotly call (react, relayout, newPlot) with its duration, in
+# page time (performance.now()); the bench reads window.__obsSpy after each zoom.
+ZOOM_SPY_JS = """
+window.__obsSpy = [];
+(() => {
+  const log = (what, t0, t1) => window.__obsSpy.push([what, t0, t1]);
+  const f = window.fetch;
+  window.fetch = function (url, ...rest) {
+    const t0 = performance.now(), u = String(url);
+    if (!u.includes('/windows/')) return f.call(this, url, ...rest);
+    return f.call(this, url, ...rest).then((r) => {
+      log('windows answered', t0, performance.now());
+      const j = r.json.bind(r);
+      r.json = () => { const p0 = performance.now(); return j().then((v) => { log('windows json', p0, performance.now()); return v; }); };
+      return r;
+    });
+  };
+  const wrap = () => {
+    for (const fn of ['react', 'relayout', 'newPlot']) {
+      const orig = window.Plotly[fn];
+      window.Plotly[fn] = function (gd, ...rest) {
+        const t0 = performance.now(), out = orig.call(this, gd, ...rest), id = (typeof gd === 'string' ? gd : gd.id);
+        log(fn + ' ' + id, t0, performance.now());
+        return out;
+      };
+    }
+  };
+  let P;
+  Object.defineProperty(window, 'Plotly', {configurable: true, get: () => P, set: (v) => { P = v; if (v && v.react) wrap(); }});
+})();
+"""
+
+
 def held_by(gate: dict):
     """A route handler: requests wait in gate["held"] until gate["open"]."""
     def handle(route):
@@ -162,7 +196,8 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
     from tests.conftest import CHROMIUM_ARGS, chromium_path
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
-    acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "errors": [], "plotly": [],
+    acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
+                  "gesture_charts": {}, "timelines": [], "errors": [], "plotly": [],
                   "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
                   "zoom_long": [], "summary": {}} for name in targets}
     with sync_playwright() as pw:
@@ -180,11 +215,13 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                 if not gate["open"]:
                     page.route("**/vendor/plotly-cartesian*.js", held_by(gate))
                 page.add_init_script(LONG_TASKS_JS)
+                profiling = profile and i == 0
+                if profiling:
+                    page.add_init_script(ZOOM_SPY_JS)
                 cdp = Cdp(page, throttle)
                 busy = renderers_cpu_ms
                 page.on("console", lambda m, A=A: m.type == "error" and A["errors"].append(m.text))
                 page.on("pageerror", lambda e, A=A: A["errors"].append(str(e)))
-                profiling = profile and i == 0
                 if profiling:
                     cdp.start_profile()
                     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
@@ -212,18 +249,37 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                 A["plotly"].append(page.evaluate("() => (performance.getEntriesByName('obs-plotly-drawn')[0] || "
                                                  "performance.getEntriesByName('obs-first-paint')[0]).startTime"))
                 last = page.evaluate("() => Math.max(...document.getElementById('chart-train-loss').data[0].x)")
+                if profiling:
+                    cdp.start_profile()
+                    browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
                 for w in ZOOMS:
                     a = random.Random(i * 100 + w).randrange(0, max(1, last - w))
                     b0, s0, m0 = busy(), cpu_ms(server_pid), cdp.main_thread_ms()
-                    t0 = page.evaluate("() => performance.now()")
-                    page.evaluate(f"() => Plotly.relayout('chart-train-loss', {{'xaxis.range': [{a}, {a + w}]}})")
+                    # the gesture: its time (page clock) taken just before Plotly zooms the chart, as a drag ends
+                    t0 = page.evaluate(f"""() => {{ window.__obsSpy = []; const t = performance.now();
+                        Plotly.relayout('chart-train-loss', {{'xaxis.range': [{a}, {a + w}]}}); return t; }}""")
                     page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
-                    z = page.evaluate("() => window.__obsZoom")
+                    z = page.evaluate("""() => ({...window.__obsZoom,
+                        start: performance.getEntriesByName('obs-zoom-start').pop().startTime,
+                        done: performance.getEntriesByName('obs-zoom-done').pop().startTime})""")
+                    A["gesture"].append(z["done"] - t0)
+                    A["gesture_own"].append(z["start"] + z["sourceMs"] - t0)
+                    for cid, at in (z.get("charts") or {}).items():  # (a tree whose page reports each chart's)
+                        A["gesture_charts"].setdefault(cid, []).append(z["start"] + at - t0)
+                    if profiling:
+                        spy = page.evaluate("() => window.__obsSpy")
+                        A["timelines"].append({"window_steps": w, "done_ms": round(z["done"] - t0, 1), "events": [
+                            [what, round(a0 - t0, 1), round(a1 - a0, 1)] for what, a0, a1 in spy]})
                     A["zoom_cpu"].append((busy() - b0, cpu_ms(server_pid) - s0))
                     A["zoom_main"].append(cdp.main_thread_ms() - m0)
                     A["zoom_long"].append(long_tasks(page, t0))
                     A["zooms"][w].append(z["ms"])
                     A["own"].append(z["sourceMs"])
+                if profiling:
+                    A["summary"]["zoom_profile"] = profile_summary(cdp.stop_profile())
+                    A["summary"]["zoom_trace_self_ms"] = {k: round(v, 1) for k, v in
+                                                          trace_tasks(browser.stop_tracing())[2].items()}
+                    A["summary"]["zoom_timelines"] = A["timelines"]
                 if shots and i == 0:
                     page.screenshot(path=os.path.join(shots, f"bench-zoomed-{name}.png"), full_page=False)
                 context.close()
@@ -243,6 +299,9 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                                "long_task_ms_median": med([sum(x) for x in first_long]),
                                "longest_task_ms_median": med([max(x, default=0) for x in first_long])},
             "plotly_drawn_ms": {"median": med(A["plotly"]), "runs": [round(x, 1) for x in A["plotly"]]},
+            "zoom_gesture_ms": {"every_chart_median": med(A["gesture"]), "zoomed_chart_median": med(A["gesture_own"]),
+                                "by_chart_median": {k: med(v) for k, v in sorted(A["gesture_charts"].items())},
+                                "runs": [round(x, 1) for x in A["gesture"]]},
             "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(A["own"]),
                         "cpu_median": med([a + b for a, b in zoom_cpu]),
                         "cpu_browser_median": med([a for a, _ in zoom_cpu]),
@@ -295,7 +354,8 @@ def main() -> int:
                        "ratio_this_over_other": {f"{k}.{f}": ratio(k, f) for k, f in (
                            ("first_paint_ms", "median"), ("first_paint_ms", "cpu_browser_median"),
                            ("first_paint_ms", "main_thread_median"), ("plotly_drawn_ms", "median"),
-                           ("zoom_ms", "median"), ("zoom_ms", "zoomed_chart_median"))}})
+                           ("zoom_ms", "median"), ("zoom_ms", "zoomed_chart_median"),
+                           ("zoom_gesture_ms", "every_chart_median"), ("zoom_gesture_ms", "zoomed_chart_median"))}})
     else:
         result.update(out["this"])
     result["load_average"] = os.getloadavg()[0]
