@@ -19,6 +19,7 @@
   Object.assign(Obs.LineChart.prototype, {
     // A relayout of this chart: a drag-zoom, a pan, the toolbar, a double-click (autorange: the whole run).
     relayouted(ev) {
+      if (this.previewRelayout) return;
       const xa = this.ctx.xaxis;
       if (ev["xaxis.autorange"]) { this.ctx.zoomTo(null); return; }
       let r = ev["xaxis.range"];
@@ -85,11 +86,20 @@
       return w && {...w, from: a, to: b};
     },
 
-    // The new range from the traces Plotly already draws (the same arrays: no data work, axes and y fit only).
+    // The new range from the traces Plotly already draws: the axes' ranges only (Plotly redraws axes and lines,
+    // nothing else), the y axes fitted to the drawn points in the range.
     preview() {
       this.previewing = false;
-      if (!this.plotly || !this.plot._fullLayout || !this.plot.data) return;
-      Plotly.react(this.plot, this.plot.data, this.layout(this.plot.data), Obs.plotConfig());
+      const gd = this.plot;
+      if (!this.plotly || !gd._fullLayout || !gd.data) return;
+      const lay = this.layout(gd.data), edit = {};
+      for (const k of ["xaxis", "yaxis", "yaxis3"]) {
+        if (lay[k] && lay[k].range && gd._fullLayout[k]) {
+          edit[k + ".range"] = lay[k].range.slice(); edit[k + ".autorange"] = false;
+        }
+      }
+      this.previewRelayout = true; // (its plotly_relayout event is not a zoom: relayouted)
+      Promise.resolve(Plotly.relayout(gd, edit)).finally(() => { this.previewRelayout = false; });
     },
 
     // The zoom's finer points written onto the lines Plotly draws, in its axes at the view's range: true when
