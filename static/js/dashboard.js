@@ -29,7 +29,7 @@
     plotlyDrawn = false;
   let smoothTimer = null; // the smoothing slider is being moved (its value not yet the view's)
   let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null, zoomCharts = {},
-    zoomPlotly = new Set();
+    zoomPlotly = new Set(), zoomInPlace = [];
 
   const registry = new Obs.Registry(page.registry);
   const view = new Obs.View([...specs.keys()]);
@@ -136,8 +136,9 @@
   // ------------------------------------------------------------------------------------------ zoom
   // A new visible range (steps; null: the whole run), from a chart (`source`), the step fields or the URL. The
   // page measures itself (bench/dashboard.py): window.__obsZoom = {ms: every visible chart drawn with its window,
-  // sourceMs: the zoomed one, charts: {id: ms}, plotlyMs: every such chart redrawn by Plotly itself (hover and
-  // all), null until then}, from "obs-zoom-start" to "obs-zoom-done" and "obs-zoom-plotly".
+  // sourceMs: the zoomed one, charts: {id: ms}, inPlace: the ids drawn onto their lines (zoom.js drawWindow),
+  // plotlyMs: every chart redrawn by Plotly itself (hover and all), null until then}, from "obs-zoom-start" to
+  // "obs-zoom-done" and "obs-zoom-plotly".
   function zoomTo(range, source) {
     if (range) {
       range = [Math.max(0, Math.floor(Math.min(range[0], range[1]))), Math.ceil(Math.max(range[0], range[1]))];
@@ -149,7 +150,7 @@
     window.__obsZoom = null;
     performance.mark("obs-zoom-start");
     zoomWaiting = new Set([...charts.values()].filter((ch) => ch.visible && range));
-    zoomPlotly = new Set(zoomWaiting); zoomCharts = {};
+    zoomPlotly = new Set(zoomWaiting); zoomCharts = {}; zoomInPlace = [];
     view.set({range});
     if (!zoomWaiting.size) zoomDrawn(null);
   }
@@ -163,10 +164,12 @@
     if (zoomT0 === null) return;
     const ms = performance.now() - zoomT0;
     if (chart) zoomCharts[chart.id] = Math.round(ms * 10) / 10;
+    if (chart && inPlace) zoomInPlace.push(chart.id);
     if (chart && chart === zoomSource) zoomSourceMs = ms;
     if (zoomWaiting.size === 0) {
       performance.mark("obs-zoom-done");
-      window.__obsZoom = {ms, sourceMs: zoomSource ? zoomSourceMs : null, charts: zoomCharts, plotlyMs: null};
+      window.__obsZoom = {ms, sourceMs: zoomSource ? zoomSourceMs : null, charts: zoomCharts, inPlace: zoomInPlace,
+                          plotlyMs: null};
       zoomInPlotly(null);
     }
   }
