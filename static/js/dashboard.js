@@ -56,13 +56,18 @@
     redrawQueued = true;
     requestAnimationFrame(() => {
       redrawQueued = false;
-      // A zoom's charts draw first, the zoomed one first, all in this frame (someone waits for them): the new
-      // range from the points held while their windows are read (zoom.js preview), the windows that are in but
-      // could not be written onto the drawn lines; then the other views, within the frame's budget.
-      const ready = [...zoomWaiting].filter((ch) => ch && ch.zoomPending && ch.dirty && ch.visible &&
-                                                    (ch.previewing || !ch.fetching))
+      // A zoom's charts draw first, the zoomed one first, all in this frame (someone waits for them): windows
+      // that are in but could not be written onto the drawn lines (zoom.js); then one chart's preview of the new
+      // range while the windows are read (one a frame: a window that comes in is drawn at once); then the other
+      // views, within the frame's budget.
+      const ready = [...zoomWaiting].filter((ch) => ch && ch.zoomPending && !ch.fetching && ch.dirty && ch.visible)
         .sort((a, b) => (b === zoomSource) - (a === zoomSource));
       for (const ch of ready) { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } }
+      const previews = [...zoomWaiting].filter((ch) => ch && ch.previewing && ch.visible);
+      if (previews.length) {
+        try { previews[0].preview(); } catch (e) { console.error("zoom preview failed:", e); }
+        if (previews.length > 1) scheduleRedraw();
+      }
       const t0 = performance.now(), all = [...views];
       for (let k = 0; k < all.length; k++) {
         const v = all[(redrawCursor + k) % all.length];
@@ -204,7 +209,8 @@
     if (keys.includes("x")) { view.x = ctx.xaxis.setMode(view.x); redrawAll(); }
     if (keys.includes("log") || keys.includes("smooth")) redrawAll();
     if (keys.includes("range")) { // the zoomed chart's window first
-      [...charts.values()].sort((a, b) => (b === zoomSource) - (a === zoomSource)).forEach((ch) => ch.setRange());
+      [...charts.values()].sort((a, b) => (b === zoomSource) - (a === zoomSource))
+        .forEach((ch) => ch.setRange(ch === zoomSource));
       router.setRange();
     }
     showControls();

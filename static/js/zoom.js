@@ -30,8 +30,9 @@
 
     // The view's range changed (this chart or another was zoomed, the URL, the step fields). A chart whose
     // history is not exact reads the window first and redraws with the finer points; meanwhile it shows the new
-    // range from the points it holds (preview, in the next animation frame: the read is on its way first).
-    setRange() {
+    // range from the points it holds (preview: `now`, the zoomed chart, right after the request has left; the
+    // others one an animation frame, dashboard.js, so that the window is drawn as soon as it is in).
+    setRange(now) {
       if (this.abort) { this.abort.abort(); this.abort = null; }
       this.stale = !this.visible && this.lastFull > 0;
       if (this.stale) return; // off screen: redrawn (and its window read) once scrolled into view
@@ -41,7 +42,11 @@
       if (!this.ctx.view.range) this.items.forEach((it) => { it.zoom = null; });
       else if (this.coarse().length) {
         this.fetchZoom(); // (its request leaves once every chart of this zoom has asked: Store.window)
-        if (this.plotly && this.lastFull) { this.previewing = true; this.dirty = true; this.ctx.schedule(); }
+        if (this.plotly && this.lastFull) {
+          this.previewing = true;
+          if (now) queueMicrotask(() => { if (this.previewing) this.preview(); }); // (queued after the request's)
+          else this.ctx.schedule();
+        }
         return;
       }
       this.full = true; this.dirty = true; this.ctx.schedule();
@@ -86,18 +91,20 @@
       return w && {...w, from: a, to: b};
     },
 
-    // The new range from the traces Plotly already draws: the axes' ranges only (Plotly redraws axes and lines,
-    // nothing else), the y axes fitted to the drawn points in the range.
+    // The new range from the traces Plotly already draws: the axes' ranges only (Plotly redraws those axes and
+    // the lines, nothing else; the zoomed chart has its x range already), the y axes fitted to the drawn points.
     preview() {
       this.previewing = false;
-      const gd = this.plot;
-      if (!this.plotly || !gd._fullLayout || !gd.data) return;
+      const gd = this.plot, fl = gd._fullLayout;
+      if (!this.plotly || !fl || !gd.data) return;
       const lay = this.layout(gd.data), edit = {};
       for (const k of ["xaxis", "yaxis", "yaxis3"]) {
-        if (lay[k] && lay[k].range && gd._fullLayout[k]) {
-          edit[k + ".range"] = lay[k].range.slice(); edit[k + ".autorange"] = false;
+        const r = lay[k] && lay[k].range, cur = fl[k] && fl[k].range;
+        if (r && cur && !(fl[k].autorange === false && near(r[0], cur[0]) && near(r[1], cur[1]))) {
+          edit[k + ".range"] = r.slice(); edit[k + ".autorange"] = false;
         }
       }
+      if (!Object.keys(edit).length) return;
       this.previewRelayout = true; // (its plotly_relayout event is not a zoom: relayouted)
       Promise.resolve(Plotly.relayout(gd, edit)).finally(() => { this.previewRelayout = false; });
     },
