@@ -67,15 +67,13 @@ window.Obs = window.Obs || {};
     onChange(fn) { this.listeners.push(fn); }
 
     // Apply a change ({charts, x, log, smooth, range}) and tell listeners which keys changed.
-    // The URL and localStorage follow at the next idle moment (history.replaceState costs ~5-25 ms on a busy box:
-    // a zoom's window read and its charts' redraws come first), within half a second.
+    // The URL and localStorage follow a moment later (history.replaceState costs ~5-25 ms on a busy box: a zoom's
+    // window reads are on their way first).
     set(change) {
       const keys = Object.keys(change);
       Object.assign(this, change);
       this.listeners.forEach((fn) => fn(keys));
-      if (this.saving) return;
-      const save = () => { this.saving = null; this.save(); };
-      this.saving = window.requestIdleCallback ? requestIdleCallback(save, {timeout: 500}) : setTimeout(save, 0);
+      if (!this.saving) this.saving = setTimeout(() => { this.saving = null; this.save(); }, 0);
     }
 
     toggleLog(id) {

@@ -105,8 +105,12 @@
         }
       }
       if (!Object.keys(edit).length) return;
-      this.previewRelayout = true; // (its plotly_relayout event is not a zoom: relayouted)
-      Promise.resolve(Plotly.relayout(gd, edit)).finally(() => { this.previewRelayout = false; });
+      // (its plotly_relayout event, emitted as its promise settles, is not a zoom: relayouted ignores it)
+      this.previewRelayout = true;
+      const done = () => { this.previewRelayout = false; };
+      try {
+        Promise.resolve(Plotly.relayout(gd, edit)).then(done, (e) => { done(); console.warn("zoom preview:", e); });
+      } catch (e) { done(); throw e; }
     },
 
     // The zoom's finer points written onto the lines Plotly draws, in its axes at the view's range: true when
