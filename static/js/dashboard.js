@@ -68,6 +68,13 @@
         try { previews[0].preview(); } catch (e) { console.error("zoom preview failed:", e); }
         if (previews.length > 1) scheduleRedraw();
       }
+      // Plotly's own redraw of the charts whose windows were drawn onto their lines, one a frame, the zoomed first
+      const catchUp = [...zoomPlotly].filter((ch) => ch && ch.zoomCatchUp && ch.dirty && ch.visible)
+        .sort((a, b) => (b === zoomSource) - (a === zoomSource));
+      if (catchUp.length) {
+        try { catchUp[0].redraw(); } catch (e) { console.error("redraw failed:", e); }
+        if (catchUp.length > 1) scheduleRedraw();
+      }
       const t0 = performance.now(), all = [...views];
       for (let k = 0; k < all.length; k++) {
         const v = all[(redrawCursor + k) % all.length];

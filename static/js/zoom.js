@@ -9,7 +9,8 @@
 // a ~20-50 ms Plotly redraw each, one after another), and Plotly's own redraw (hover, the y axis fitted to the new
 // points, the marks' labels) follows in the next animation frames. Whatever drawWindow cannot show exactly as
 // Plotly would (marks or impossible values that change, smoothing, a log or time axis, a pointer over the chart,
-// points past the drawn y axis) is drawn by a Plotly redraw at once instead.
+// points past the drawn y axis) is drawn by a Plotly redraw at once instead. Until Plotly's redraw (a frame or a
+// few: the zoomed chart first) hover reads the points drawn before the window came.
 "use strict";
 
 (function (Obs) {
@@ -118,7 +119,7 @@
     // the drawn y axis; Plotly's redraw (marked full) then makes it its own.
     drawWindow() {
       const gd = this.plot;
-      if (!this.plotly || this.pointer || this.ctx.view.smooth > 0 || !gd._fullLayout) return false;
+      if (!this.plotly || this.ctx.view.smooth > 0 || !gd._fullLayout) return false;
       if (this.previewing) this.preview(); // (its animation frame has not come yet)
       const fl = gd._fullLayout, xa = fl.xaxis, fd = gd._fullData, drawn = gd.data;
       if (!xa || xa.type !== "linear" || !fd || !drawn) return false;

@@ -92,4 +92,27 @@ def test_every_chart_in_view_is_drawn_with_the_windows_raw_points_when_the_zoom_
         lo, hi = min(stored["values"]), max(stored["values"])
         assert c["yrange"][0] < lo and hi < c["yrange"][1] and c["yrange"][1] - c["yrange"][0] < 1.5 * (hi - lo), name
     assert zoom["plotlyMs"] >= zoom["ms"]
+
+    # A drag-zoom with the mouse (the pointer stays over the chart, hover on): the same, for the chart dragged.
+    box = page.evaluate("() => { const r = document.querySelector('#chart-train-loss .nsewdrag')"
+                        ".getBoundingClientRect(); return {x: r.x, y: r.y, w: r.width, h: r.height}; }")
+    y = box["y"] + box["h"] / 2
+    page.mouse.move(box["x"] + 0.3 * box["w"], y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 0.45 * box["w"], y, steps=4)
+    page.mouse.move(box["x"] + 0.6 * box["w"], y, steps=4)
+    page.mouse.up()
+    page.wait_for_function(f"() => window.__obsZoom && window.__obsZoom.plotlyMs !== null && "
+                           f"document.getElementById('chart-train-loss')._fullLayout.xaxis.range[1] < {b}",
+                           timeout=30_000)
+    zoom, snap = page.evaluate("() => [window.__obsZoom, window.__snap]")
+    c = next(c for c in snap if c["metric"] == contract.M_LOSS)
+    lo, hi = c["xrange"]
+    assert a < lo < hi < b and contract.M_LOSS in zoom["inPlace"]
+    stored = web.api(f"/api/runs/noisy/metrics/{contract.M_LOSS}/?start={a}&end={b}&points=100")
+    want = [(s, v) for s, v in zip(stored["steps"], stored["values"]) if lo <= s <= hi]
+    got = inside(c["vertices"], lo, hi)
+    assert [round(x) for x, _ in got] == [s for s, _ in want] and len(want) >= 5
+    tol = (c["yrange"][1] - c["yrange"][0]) / c["plotHeight"]
+    assert all(abs(y - v) <= tol for (_, y), (_, v) in zip(got, want))
     assert errors == []
