@@ -197,7 +197,7 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
     acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
-                  "gesture_plotly": [], "gesture_charts": {}, "timelines": [], "errors": [], "plotly": [],
+                  "gesture_plotly": [], "gesture_charts": {}, "timelines": [], "in_place": [], "errors": [], "plotly": [],
                   "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
                   "zoom_long": [], "summary": {}} for name in targets}
     with sync_playwright() as pw:
@@ -267,6 +267,8 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                     A["gesture"].append(z["done"] - t0)
                     A["gesture_own"].append(z["start"] + z["sourceMs"] - t0)
                     A["gesture_plotly"].append(z["start"] + z.get("plotlyMs", z["ms"]) - t0)
+                    if "inPlace" in z:  # charts drawn onto their lines (else by a Plotly redraw at once)
+                        A["in_place"].append((len(z["inPlace"]), len(z["charts"])))
                     for cid, at in (z.get("charts") or {}).items():  # (a tree whose page reports each chart's)
                         A["gesture_charts"].setdefault(cid, []).append(z["start"] + at - t0)
                     if profiling:
@@ -305,6 +307,8 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
             "zoom_gesture_ms": {"every_chart_median": med(A["gesture"]), "zoomed_chart_median": med(A["gesture_own"]),
                                 "by_chart_median": {k: med(v) for k, v in sorted(A["gesture_charts"].items())},
                                 "every_chart_by_plotly_median": med(A["gesture_plotly"]),
+                                "charts_drawn_in_place": f"{sum(a for a, _ in A['in_place'])} of "
+                                                         f"{sum(b for _, b in A['in_place'])}",
                                 "runs": [round(x, 1) for x in A["gesture"]]},
             "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(A["own"]),
                         "cpu_median": med([a + b for a, b in zoom_cpu]),

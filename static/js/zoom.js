@@ -94,11 +94,11 @@
 
     // The new range from the traces Plotly already draws: the axes' ranges only (Plotly redraws those axes and
     // the lines, nothing else; the zoomed chart has its x range already), the y axes fitted to the drawn points.
-    preview() {
+    preview(traces) {
       this.previewing = false;
       const gd = this.plot, fl = gd._fullLayout;
       if (!this.plotly || !fl || !gd.data) return;
-      const lay = this.layout(gd.data), edit = {};
+      const lay = this.layout(traces || gd.data), edit = {};
       for (const k of ["xaxis", "yaxis", "yaxis3"]) {
         const r = lay[k] && lay[k].range, cur = fl[k] && fl[k].range;
         if (r && cur && !(fl[k].autorange === false && near(r[0], cur[0]) && near(r[1], cur[1]))) {
@@ -116,14 +116,26 @@
 
     // The zoom's finer points written onto the lines Plotly draws, in its axes at the view's range: true when
     // done. Only lines change (every other trace must be what is drawn) and every visible point must fall inside
-    // the drawn y axis; Plotly's redraw (marked full) then makes it its own.
+    // the drawn y axis (else the y axes are first fitted to the new points: preview); Plotly's redraw (marked
+    // full) then makes it its own.
     drawWindow() {
       const gd = this.plot;
       if (!this.plotly || this.ctx.view.smooth > 0 || !gd._fullLayout) return false;
       if (this.previewing) this.preview(); // (its animation frame has not come yet)
-      const fl = gd._fullLayout, xa = fl.xaxis, fd = gd._fullData, drawn = gd.data;
+      const traces = this.traces();
+      let todo = this.linePaths(traces);
+      if (todo === "y") { this.preview(traces); todo = this.linePaths(traces); }
+      if (!Array.isArray(todo)) return false;
+      for (const [path, d] of todo) path.setAttribute("d", d);
+      return true;
+    },
+
+    // [[path, d]] for drawWindow: the new lines' SVG paths in the drawn axes; "y" when a visible point falls
+    // outside the drawn y axis, false when it cannot be done.
+    linePaths(traces) {
+      const gd = this.plot, fl = gd._fullLayout, xa = fl.xaxis, fd = gd._fullData, drawn = gd.data;
       if (!xa || xa.type !== "linear" || !fd || !drawn) return false;
-      const traces = this.traces(), want = this.layout(traces).xaxis.range;
+      const want = this.layout(traces).xaxis.range;
       if (!want || !near(want[0], xa.range[0]) || !near(want[1], xa.range[1]) || traces.length !== drawn.length) return false;
       const lo = Math.min(...xa.range), hi = Math.max(...xa.range), todo = [];
       for (let i = 0; i < traces.length; i++) {
@@ -140,13 +152,12 @@
         for (let k = a; k < b; k++) {
           const l = ya.c2l(tr.y[k]);
           if (!Number.isFinite(l)) return false;
-          if (tr.x[k] >= lo && tr.x[k] <= hi && (l < ylo || l > yhi)) return false; // past the drawn y axis
+          if (tr.x[k] >= lo && tr.x[k] <= hi && (l < ylo || l > yhi)) return "y"; // past the drawn y axis
           d += (d ? "L" : "M") + xa.c2p(tr.x[k]).toFixed(2) + "," + ya.l2p(l).toFixed(2);
         }
         todo.push([path, d]);
       }
-      for (const [path, d] of todo) path.setAttribute("d", d);
-      return true;
+      return todo;
     },
   });
 })(window.Obs);
