@@ -10,13 +10,22 @@ context and reads the page's own performance marks:
   first_paint_ms   navigation start -> every default chart in view has drawn its history ("obs-first-paint")
   plotly_drawn_ms  navigation start -> every chart in view is a Plotly chart (hover, zoom; "obs-plotly-drawn"):
                    where the first paint is the light renderer's (static/js/sketch.js), Plotly loads after it
-  zoom_ms          a zoom (Plotly relayout, as a drag-zoom emits it) -> every visible chart has drawn its finer
-                   window from the API ("obs-zoom-start" -> "obs-zoom-done"), for windows from 200k steps to 20;
+  zoom_gesture_ms  the zoom as a user feels it: from the gesture (the moment before Plotly.relayout zooms the chart,
+                   as a drag-zoom ends) to every visible chart drawn with its window read from the API
+                   (every_chart_median: "obs-zoom-done"; zoomed_chart_median: the chart zoomed; by_chart_median
+                   where the page reports each chart's), for windows from 200k steps to 20. A page that writes the
+                   windows onto its drawn lines first (static/js/zoom.js) also says when Plotly itself has redrawn
+                   every such chart (every_chart_by_plotly_median, "obs-zoom-plotly"; else the same as
+                   every_chart_median) and how many charts it drew in place
+  zoom_ms          the older definition, kept for comparison: from the page's "obs-zoom-start" (its relayout event,
+                   after Plotly's own redraw of the zoomed chart) -> every visible chart drawn with its window;
                    zoomed_chart_median: until the chart that was zoomed has drawn its own
 and what the page's main thread spent (bench/pagecost.py): main_thread_ms (Chromium's TaskDuration: script,
 style, layout, paint, GC) and long_tasks (> 50 ms, the page's PerformanceObserver) up to first paint and per zoom.
 --cpu-throttle N slows the page's CPU N times (CDP Emulation.setCPUThrottlingRate; 4 stands for a phone);
---profile adds a sampling profile of the first paint (self time by script and function) and a trace summary.
+--profile adds a sampling profile of the first paint (self time by script and function) and a trace summary, and
+the same for the first repetition's zooms with a timeline of each (zoom_timelines: the windows request sent and
+answered, its JSON, every Plotly call with its duration, in ms from the gesture; works on any tree).
 A page that loads Plotly after its first paint (templates/runs/_chart_scripts.html) gets the bundle only once the
 first paint's CPU and main-thread time have been read, so that they are the first paint's alone (--free-plotly: not
 held, for plotly_drawn_ms as a user sees it).
@@ -146,7 +155,10 @@ window.__obsSpy = [];
     return f.call(this, url, ...rest).then((r) => {
       log('windows answered', t0, performance.now());
       const j = r.json.bind(r);
-      r.json = () => { const p0 = performance.now(); return j().then((v) => { log('windows json', p0, performance.now()); return v; }); };
+      r.json = () => {
+        const p0 = performance.now();
+        return j().then((v) => { log('windows json', p0, performance.now()); return v; });
+      };
       return r;
     });
   };
@@ -161,7 +173,8 @@ window.__obsSpy = [];
     }
   };
   let P;
-  Object.defineProperty(window, 'Plotly', {configurable: true, get: () => P, set: (v) => { P = v; if (v && v.react) wrap(); }});
+  Object.defineProperty(window, 'Plotly', {configurable: true, get: () => P,
+                                          set: (v) => { P = v; if (v && v.react) wrap(); }});
 })();
 """
 
@@ -197,7 +210,8 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
     acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
-                  "gesture_plotly": [], "gesture_charts": {}, "timelines": [], "in_place": [], "errors": [], "plotly": [],
+                  "gesture_plotly": [], "gesture_charts": {}, "timelines": [], "in_place": [],
+                  "errors": [], "plotly": [],
                   "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
                   "zoom_long": [], "summary": {}} for name in targets}
     with sync_playwright() as pw:

@@ -187,7 +187,8 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
 
     async readBatch(q, batch) {
       // (a series whose every caller has cancelled already — the same task zoomed again — is not read)
-      const names = [...batch.names.keys()].filter((n) => batch.names.get(n).some((w) => !w.signal || !w.signal.aborted));
+      const names = [...batch.names.keys()]
+        .filter((n) => batch.names.get(n).some((w) => !w.signal || !w.signal.aborted));
       const fail = (e) => batch.names.forEach((ws) => ws.forEach((w) => w.reject(e)));
       for (let i = 0; i < names.length; i += WINDOW_BATCH) { // the API takes at most 32 series a request
         const part = names.slice(i, i + WINDOW_BATCH);

@@ -136,7 +136,8 @@
       const gd = this.plot, fl = gd._fullLayout, xa = fl.xaxis, fd = gd._fullData, drawn = gd.data;
       if (!xa || xa.type !== "linear" || !fd || !drawn) return false;
       const want = this.layout(traces).xaxis.range;
-      if (!want || !near(want[0], xa.range[0]) || !near(want[1], xa.range[1]) || traces.length !== drawn.length) return false;
+      if (!want || !near(want[0], xa.range[0]) || !near(want[1], xa.range[1])) return false;
+      if (traces.length !== drawn.length) return false;
       const lo = Math.min(...xa.range), hi = Math.max(...xa.range), todo = [];
       for (let i = 0; i < traces.length; i++) {
         const tr = traces[i];

@@ -34,7 +34,10 @@ SNAP_JS = """() => {
   });
   window.__snapNow = snap;
   const mark = performance.mark.bind(performance);
-  performance.mark = (name, ...rest) => { if (name === 'obs-zoom-done') window.__snap = snap(); return mark(name, ...rest); };
+  performance.mark = (name, ...rest) => {
+    if (name === 'obs-zoom-done') window.__snap = snap();
+    return mark(name, ...rest);
+  };
 }"""
 
 
