@@ -10,13 +10,22 @@ context and reads the page's own performance marks:
   first_paint_ms   navigation start -> every default chart in view has drawn its history ("obs-first-paint")
   plotly_drawn_ms  navigation start -> every chart in view is a Plotly chart (hover, zoom; "obs-plotly-drawn"):
                    where the first paint is the light renderer's (static/js/sketch.js), Plotly loads after it
-  zoom_ms          a zoom (Plotly relayout, as a drag-zoom emits it) -> every visible chart has drawn its finer
-                   window from the API ("obs-zoom-start" -> "obs-zoom-done"), for windows from 200k steps to 20;
+  zoom_gesture_ms  the zoom as a user feels it: from the gesture (the moment before Plotly.relayout zooms the chart,
+                   as a drag-zoom ends) to every visible chart drawn with its window read from the API
+                   (every_chart_median: "obs-zoom-done"; zoomed_chart_median: the chart zoomed; by_chart_median
+                   where the page reports each chart's), for windows from 200k steps to 20. A page that writes the
+                   windows onto its drawn lines first (static/js/zoom.js) also says when Plotly itself has redrawn
+                   every such chart (every_chart_by_plotly_median, "obs-zoom-plotly"; else the same as
+                   every_chart_median) and how many charts it drew in place
+  zoom_ms          the older definition, kept for comparison: from the page's "obs-zoom-start" (its relayout event,
+                   after Plotly's own redraw of the zoomed chart) -> every visible chart drawn with its window;
                    zoomed_chart_median: until the chart that was zoomed has drawn its own
 and what the page's main thread spent (bench/pagecost.py): main_thread_ms (Chromium's TaskDuration: script,
 style, layout, paint, GC) and long_tasks (> 50 ms, the page's PerformanceObserver) up to first paint and per zoom.
 --cpu-throttle N slows the page's CPU N times (CDP Emulation.setCPUThrottlingRate; 4 stands for a phone);
---profile adds a sampling profile of the first paint (self time by script and function) and a trace summary.
+--profile adds a sampling profile of the first paint (self time by script and function) and a trace summary, and
+the same for the first repetition's zooms with a timeline of each (zoom_timelines: the windows request sent and
+answered, its JSON, every Plotly call with its duration, in ms from the gesture; works on any tree).
 A page that loads Plotly after its first paint (templates/runs/_chart_scripts.html) gets the bundle only once the
 first paint's CPU and main-thread time have been read, so that they are the first paint's alone (--free-plotly: not
 held, for plotly_drawn_ms as a user sees it).
@@ -132,6 +141,44 @@ def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]
     return [d for t, d in page.evaluate("() => window.__obsLong || []") if since <= t < until]
 
 
+# --profile: what happens between a zoom's gesture and its charts' redraws, on any tree (no page code needed): the
+# windows request (sent, answered, parsed) and every Plotly call (react, relayout, newPlot) with its duration, in
+# page time (performance.now()); the bench reads window.__obsSpy after each zoom.
+ZOOM_SPY_JS = """
+window.__obsSpy = [];
+(() => {
+  const log = (what, t0, t1) => window.__obsSpy.push([what, t0, t1]);
+  const f = window.fetch;
+  window.fetch = function (url, ...rest) {
+    const t0 = performance.now(), u = String(url);
+    if (!u.includes('/windows/')) return f.call(this, url, ...rest);
+    return f.call(this, url, ...rest).then((r) => {
+      log('windows answered', t0, performance.now());
+      const j = r.json.bind(r);
+      r.json = () => {
+        const p0 = performance.now();
+        return j().then((v) => { log('windows json', p0, performance.now()); return v; });
+      };
+      return r;
+    });
+  };
+  const wrap = () => {
+    for (const fn of ['react', 'relayout', 'newPlot']) {
+      const orig = window.Plotly[fn];
+      window.Plotly[fn] = function (gd, ...rest) {
+        const t0 = performance.now(), out = orig.call(this, gd, ...rest), id = (typeof gd === 'string' ? gd : gd.id);
+        log(fn + ' ' + id, t0, performance.now());
+        return out;
+      };
+    }
+  };
+  let P;
+  Object.defineProperty(window, 'Plotly', {configurable: true, get: () => P,
+                                          set: (v) => { P = v; if (v && v.react) wrap(); }});
+})();
+"""
+
+
 def held_by(gate: dict):
     """A route handler: requests wait in gate["held"] until gate["open"]."""
     def handle(route):
@@ -162,7 +209,9 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
     from tests.conftest import CHROMIUM_ARGS, chromium_path
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
-    acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "errors": [], "plotly": [],
+    acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
+                  "gesture_plotly": [], "gesture_charts": {}, "timelines": [], "in_place": [],
+                  "errors": [], "plotly": [],
                   "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
                   "zoom_long": [], "summary": {}} for name in targets}
     with sync_playwright() as pw:
@@ -180,11 +229,13 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                 if not gate["open"]:
                     page.route("**/vendor/plotly-cartesian*.js", held_by(gate))
                 page.add_init_script(LONG_TASKS_JS)
+                profiling = profile and i == 0
+                if profiling:
+                    page.add_init_script(ZOOM_SPY_JS)
                 cdp = Cdp(page, throttle)
                 busy = renderers_cpu_ms
                 page.on("console", lambda m, A=A: m.type == "error" and A["errors"].append(m.text))
                 page.on("pageerror", lambda e, A=A: A["errors"].append(str(e)))
-                profiling = profile and i == 0
                 if profiling:
                     cdp.start_profile()
                     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
@@ -212,18 +263,42 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                 A["plotly"].append(page.evaluate("() => (performance.getEntriesByName('obs-plotly-drawn')[0] || "
                                                  "performance.getEntriesByName('obs-first-paint')[0]).startTime"))
                 last = page.evaluate("() => Math.max(...document.getElementById('chart-train-loss').data[0].x)")
+                if profiling:
+                    cdp.start_profile()
+                    browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
                 for w in ZOOMS:
                     a = random.Random(i * 100 + w).randrange(0, max(1, last - w))
                     b0, s0, m0 = busy(), cpu_ms(server_pid), cdp.main_thread_ms()
-                    t0 = page.evaluate("() => performance.now()")
-                    page.evaluate(f"() => Plotly.relayout('chart-train-loss', {{'xaxis.range': [{a}, {a + w}]}})")
+                    # the gesture: its time (page clock) taken just before Plotly zooms the chart, as a drag ends
+                    t0 = page.evaluate(f"""() => {{ window.__obsSpy = []; const t = performance.now();
+                        Plotly.relayout('chart-train-loss', {{'xaxis.range': [{a}, {a + w}]}}); return t; }}""")
                     page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
-                    z = page.evaluate("() => window.__obsZoom")
+                    # a page that draws a zoom's windows onto the drawn lines first says when Plotly has caught up
+                    page.wait_for_function("() => window.__obsZoom.plotlyMs !== null", timeout=30_000)
+                    z = page.evaluate("""() => ({...window.__obsZoom,
+                        start: performance.getEntriesByName('obs-zoom-start').pop().startTime,
+                        done: performance.getEntriesByName('obs-zoom-done').pop().startTime})""")
+                    A["gesture"].append(z["done"] - t0)
+                    A["gesture_own"].append(z["start"] + z["sourceMs"] - t0)
+                    A["gesture_plotly"].append(z["start"] + z.get("plotlyMs", z["ms"]) - t0)
+                    if "inPlace" in z:  # charts drawn onto their lines (else by a Plotly redraw at once)
+                        A["in_place"].append((len(z["inPlace"]), len(z["charts"])))
+                    for cid, at in (z.get("charts") or {}).items():  # (a tree whose page reports each chart's)
+                        A["gesture_charts"].setdefault(cid, []).append(z["start"] + at - t0)
+                    if profiling:
+                        spy = page.evaluate("() => window.__obsSpy")
+                        A["timelines"].append({"window_steps": w, "done_ms": round(z["done"] - t0, 1), "events": [
+                            [what, round(a0 - t0, 1), round(a1 - a0, 1)] for what, a0, a1 in spy]})
                     A["zoom_cpu"].append((busy() - b0, cpu_ms(server_pid) - s0))
                     A["zoom_main"].append(cdp.main_thread_ms() - m0)
                     A["zoom_long"].append(long_tasks(page, t0))
                     A["zooms"][w].append(z["ms"])
                     A["own"].append(z["sourceMs"])
+                if profiling:
+                    A["summary"]["zoom_profile"] = profile_summary(cdp.stop_profile())
+                    A["summary"]["zoom_trace_self_ms"] = {k: round(v, 1) for k, v in
+                                                          trace_tasks(browser.stop_tracing())[2].items()}
+                    A["summary"]["zoom_timelines"] = A["timelines"]
                 if shots and i == 0:
                     page.screenshot(path=os.path.join(shots, f"bench-zoomed-{name}.png"), full_page=False)
                 context.close()
@@ -243,6 +318,12 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                                "long_task_ms_median": med([sum(x) for x in first_long]),
                                "longest_task_ms_median": med([max(x, default=0) for x in first_long])},
             "plotly_drawn_ms": {"median": med(A["plotly"]), "runs": [round(x, 1) for x in A["plotly"]]},
+            "zoom_gesture_ms": {"every_chart_median": med(A["gesture"]), "zoomed_chart_median": med(A["gesture_own"]),
+                                "by_chart_median": {k: med(v) for k, v in sorted(A["gesture_charts"].items())},
+                                "every_chart_by_plotly_median": med(A["gesture_plotly"]),
+                                "charts_drawn_in_place": f"{sum(a for a, _ in A['in_place'])} of "
+                                                         f"{sum(b for _, b in A['in_place'])}",
+                                "runs": [round(x, 1) for x in A["gesture"]]},
             "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(A["own"]),
                         "cpu_median": med([a + b for a, b in zoom_cpu]),
                         "cpu_browser_median": med([a for a, _ in zoom_cpu]),
@@ -295,7 +376,9 @@ def main() -> int:
                        "ratio_this_over_other": {f"{k}.{f}": ratio(k, f) for k, f in (
                            ("first_paint_ms", "median"), ("first_paint_ms", "cpu_browser_median"),
                            ("first_paint_ms", "main_thread_median"), ("plotly_drawn_ms", "median"),
-                           ("zoom_ms", "median"), ("zoom_ms", "zoomed_chart_median"))}})
+                           ("zoom_ms", "median"), ("zoom_ms", "zoomed_chart_median"),
+                           ("zoom_gesture_ms", "every_chart_median"), ("zoom_gesture_ms", "zoomed_chart_median"),
+                           ("zoom_gesture_ms", "every_chart_by_plotly_median"))}})
     else:
         result.update(out["this"])
     result["load_average"] = os.getloadavg()[0]

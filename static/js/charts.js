@@ -403,6 +403,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // ---------------------------------------------------------------------------------------- drawing
     redraw() {
       if (!this.dirty || !this.visible) return; // off screen: drawn once scrolled into view
+      if (this.previewing) { this.preview(); if (!this.full) { this.dirty = false; return; } } // (zoom.js)
       if (!this.lastFull && this.items.some((it) => it.series && it.series.loading)) return; // its reset() calls
       const now = performance.now();
       const smooth = this.ctx.view.smooth > 0;
@@ -426,6 +427,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           if (!this.plotly) this.plot.replaceChildren(); // the light renderer's drawing, if any
           Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
           if (!this.plotly) { this.plotly = true; this.bind(); }
+          if (this.zoomCatchUp) { this.zoomCatchUp = false; if (this.ctx.zoomInPlotly) this.ctx.zoomInPlotly(this); }
         } else {
           Obs.sketch(this.plot, traces, this.layout(traces)); // first paint: Plotly takes over once loaded
         }

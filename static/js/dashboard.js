@@ -28,13 +28,14 @@
   let redrawQueued = false, redrawCursor = 0, manifestFetches = 0, manifestInflight = false, started = false, firstPaint = false,
     plotlyDrawn = false;
   let smoothTimer = null; // the smoothing slider is being moved (its value not yet the view's)
-  let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null;
+  let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null, zoomCharts = {},
+    zoomPlotly = new Set(), zoomInPlace = [];
 
   const registry = new Obs.Registry(page.registry);
   const view = new Obs.View([...specs.keys()]);
   const store = new Obs.Store(apiBase, (names) => live.ready(names));
   const ctx = {store, schedule: scheduleRedraw, rewinds: [], view, registry, bounds: page.bounds || {}, page,
-               chartAction, zoomTo, zoomDrawn};
+               chartAction, zoomTo, zoomDrawn, zoomInPlotly};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
   const events = new Obs.EventLog($("events-section"), addRewind);
   const router = new Obs.RouterPanel(ctx, page.router_metric);
@@ -55,11 +56,25 @@
     redrawQueued = true;
     requestAnimationFrame(() => {
       redrawQueued = false;
-      // A zoom's charts whose windows are in draw first, the zoomed one first, all in this frame (someone waits
-      // for them); then the other views, within the frame's budget.
+      // A zoom's charts draw first, the zoomed one first, all in this frame (someone waits for them): windows
+      // that are in but could not be written onto the drawn lines (zoom.js); then one chart's preview of the new
+      // range while the windows are read (one a frame: a window that comes in is drawn at once); then the other
+      // views, within the frame's budget.
       const ready = [...zoomWaiting].filter((ch) => ch && ch.zoomPending && !ch.fetching && ch.dirty && ch.visible)
         .sort((a, b) => (b === zoomSource) - (a === zoomSource));
       for (const ch of ready) { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } }
+      const previews = [...zoomWaiting].filter((ch) => ch && ch.previewing && ch.visible);
+      if (previews.length) {
+        try { previews[0].preview(); } catch (e) { console.error("zoom preview failed:", e); }
+        if (previews.length > 1) scheduleRedraw();
+      }
+      // Plotly's own redraw of the charts whose windows were drawn onto their lines, one a frame, the zoomed first
+      const catchUp = [...zoomPlotly].filter((ch) => ch && ch.zoomCatchUp && ch.dirty && ch.visible)
+        .sort((a, b) => (b === zoomSource) - (a === zoomSource));
+      if (catchUp.length) {
+        try { catchUp[0].redraw(); } catch (e) { console.error("redraw failed:", e); }
+        if (catchUp.length > 1) scheduleRedraw();
+      }
       const t0 = performance.now(), all = [...views];
       for (let k = 0; k < all.length; k++) {
         const v = all[(redrawCursor + k) % all.length];
@@ -132,7 +147,10 @@
 
   // ------------------------------------------------------------------------------------------ zoom
   // A new visible range (steps; null: the whole run), from a chart (`source`), the step fields or the URL. The
-  // page measures itself: window.__obsZoom = {ms: every visible chart redrawn, sourceMs: the zoomed one}.
+  // page measures itself (bench/dashboard.py): window.__obsZoom = {ms: every visible chart drawn with its window,
+  // sourceMs: the zoomed one, charts: {id: ms}, inPlace: the ids drawn onto their lines (zoom.js drawWindow),
+  // plotlyMs: every chart redrawn by Plotly itself (hover and all), null until then}, from "obs-zoom-start" to
+  // "obs-zoom-done" and "obs-zoom-plotly".
   function zoomTo(range, source) {
     if (range) {
       range = [Math.max(0, Math.floor(Math.min(range[0], range[1]))), Math.ceil(Math.max(range[0], range[1]))];
@@ -144,20 +162,36 @@
     window.__obsZoom = null;
     performance.mark("obs-zoom-start");
     zoomWaiting = new Set([...charts.values()].filter((ch) => ch.visible && range));
+    zoomPlotly = new Set(zoomWaiting); zoomCharts = {}; zoomInPlace = [];
     view.set({range});
     if (!zoomWaiting.size) zoomDrawn(null);
   }
   Obs.zoomTo = (from, to) => zoomTo(from === null || from === undefined ? null : [from, to]);
 
-  function zoomDrawn(chart) {
-    zoomWaiting.delete(chart);
+  // `chart` has drawn the zoom's window: by Plotly, or written onto its drawn lines (inPlace: Plotly's redraw
+  // follows, zoomInPlotly).
+  function zoomDrawn(chart, inPlace) {
+    if (!zoomWaiting.delete(chart) && chart) return;
+    if (!inPlace) zoomPlotly.delete(chart);
     if (zoomT0 === null) return;
-    if (chart && chart === zoomSource) zoomSourceMs = performance.now() - zoomT0;
+    const ms = performance.now() - zoomT0;
+    if (chart) zoomCharts[chart.id] = Math.round(ms * 10) / 10;
+    if (chart && inPlace) zoomInPlace.push(chart.id);
+    if (chart && chart === zoomSource) zoomSourceMs = ms;
     if (zoomWaiting.size === 0) {
       performance.mark("obs-zoom-done");
-      window.__obsZoom = {ms: performance.now() - zoomT0, sourceMs: zoomSource ? zoomSourceMs : null};
-      zoomT0 = null;
+      window.__obsZoom = {ms, sourceMs: zoomSource ? zoomSourceMs : null, charts: zoomCharts, inPlace: zoomInPlace,
+                          plotlyMs: null};
+      zoomInPlotly(null);
     }
+  }
+
+  function zoomInPlotly(chart) {
+    zoomPlotly.delete(chart);
+    if (zoomT0 === null || zoomPlotly.size || zoomWaiting.size) return;
+    performance.mark("obs-zoom-plotly");
+    window.__obsZoom.plotlyMs = performance.now() - zoomT0;
+    zoomT0 = null;
   }
 
   // ------------------------------------------------------------------------------------------ controls
@@ -181,7 +215,11 @@
     if (keys.includes("charts")) syncCharts();
     if (keys.includes("x")) { view.x = ctx.xaxis.setMode(view.x); redrawAll(); }
     if (keys.includes("log") || keys.includes("smooth")) redrawAll();
-    if (keys.includes("range")) { charts.forEach((ch) => ch.setRange()); router.setRange(); }
+    if (keys.includes("range")) { // the zoomed chart's window first
+      [...charts.values()].sort((a, b) => (b === zoomSource) - (a === zoomSource))
+        .forEach((ch) => ch.setRange(ch === zoomSource));
+      router.setRange();
+    }
     showControls();
   });
 

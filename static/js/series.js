@@ -171,9 +171,9 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       if (!batch) {
         batch = {names: new Map()};
         this.batches.set(q, batch);
-        // a macrotask, not a microtask: each chart's zoom read runs from its own (debounce) timer, all queued
-        // before this one, so every chart of a zoom has asked by the time it runs
-        setTimeout(() => { this.batches.delete(q); this.readBatch(q, batch); }, 0);
+        // a microtask: every chart of a zoom asks in the same task (the view's change), and the request leaves
+        // before anything is drawn
+        queueMicrotask(() => { this.batches.delete(q); this.readBatch(q, batch); });
       }
       return new Promise((resolve, reject) => {
         if (signal) {
@@ -181,12 +181,14 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
           signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError")), {once: true});
         }
         if (!batch.names.has(name)) batch.names.set(name, []);
-        batch.names.get(name).push({resolve, reject});
+        batch.names.get(name).push({resolve, reject, signal});
       });
     }
 
     async readBatch(q, batch) {
-      const names = [...batch.names.keys()];
+      // (a series whose every caller has cancelled already — the same task zoomed again — is not read)
+      const names = [...batch.names.keys()]
+        .filter((n) => batch.names.get(n).some((w) => !w.signal || !w.signal.aborted));
       const fail = (e) => batch.names.forEach((ws) => ws.forEach((w) => w.reject(e)));
       for (let i = 0; i < names.length; i += WINDOW_BATCH) { // the API takes at most 32 series a request
         const part = names.slice(i, i + WINDOW_BATCH);
