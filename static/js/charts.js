@@ -75,7 +75,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.optional = new Set(spec.optional || []);
       this.items = []; // {name, series, color, secondary, pending, zoom, ema}
       this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null; this.remark = false;
-      this.lastMarks = 0; this.marksTimer = null; this.drawnLabelled = false;
+      this.lastMarks = 0; this.marksTimer = null; this.drawnLabelled = false; this.revision = 0;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
       this.plotly = false; // drawn by Plotly (else, if drawn, by the light renderer: Obs.sketch, until Plotly loads)
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
@@ -408,10 +408,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         lay.annotations.push(this.markLabel(x, g));
         if (g.length > 1) this.groups.set(this.groupId(g), g);
       }
-      // Labels in slots (unused ones hidden): the list's length, and so every unchanged label, stays as it was
-      // when a label comes or goes, and Plotly.react redraws only the changed ones (a new length redraws all).
+      // Labels in slots (unused ones empty, of no size, at the first label): the list's length stays as it was when
+      // a label comes or goes, and Plotly.react redraws only the changed labels and no trace (a new length, a
+      // change of `visible` or of a label's refs would redraw the whole chart, points appended in place lost).
+      const at = lay.annotations.length ? lay.annotations[0].x : 0;
       while (lay.annotations.length % LABEL_SLOTS) {
-        lay.annotations.push({visible: false, text: "", xref: "paper", yref: "paper", x: 0, y: 0, showarrow: false});
+        lay.annotations.push({text: "", xref: "x", yref: "paper", x: at, y: 1, yanchor: "bottom", xanchor: "left",
+                              showarrow: false, borderpad: 0, borderwidth: 0});
       }
     }
 
@@ -425,7 +428,12 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (!this.plotly || !fl || !fl.xaxis || !gd.layout || this.labelled() !== this.drawnLabelled) return false;
       const lay = {...gd.layout};
       this.marks(lay, Obs.theme(), null);
-      Plotly.react(gd, gd.data, lay, Obs.plotConfig());
+      // the same labels: the shapes alone (a relayout of only them: Plotly redoes no trace's defaults)
+      if (JSON.stringify(lay.annotations) === JSON.stringify(gd.layout.annotations || [])) {
+        Plotly.relayout(gd, {shapes: lay.shapes});
+      } else {
+        Plotly.react(gd, gd.data, lay, Obs.plotConfig());
+      }
       return true;
     }
 
@@ -497,7 +505,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         const traces = this.traces();
         if (window.Plotly) {
           if (!this.plotly) this.plot.replaceChildren(); // the light renderer's drawing, if any
-          Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
+          // a new data revision each full redraw, kept by marks-only ones: Plotly then never recomputes the traces
+          // for those (without one, Plotly.react takes every data array as new and redraws every trace)
+          Plotly.react(this.plot, traces, {...this.layout(traces), datarevision: ++this.revision}, Obs.plotConfig());
           if (!this.plotly) { this.plotly = true; this.bind(); }
         } else {
           Obs.sketch(this.plot, traces, this.layout(traces)); // first paint: Plotly takes over once loaded
