@@ -515,12 +515,12 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         this.lastFull = now;
         this.drawnLabelled = this.labelled();
       } // (otherwise appendLive has drawn the live points, and remarkInPlace the marks)
-      if (this.full || remark) this.lastMarks = now;
+      const drew = this.full || remark; // (by Plotly: else only live points appended to the drawn lines)
+      if (drew) { this.lastMarks = now; this.remark = false; } // (else changed marks wait for their turn)
       this.appended = !this.full && (this.appended || pending); // (Plotly's own copy lacks them: hover, redraws)
-      if (this.full || remark) this.remark = false; // (else changed marks wait for their turn)
       this.full = false; this.liveOnly = false;
       this.items.forEach((it) => { it.pending = null; });
-      Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
+      if (drew) Obs.toolbarA11y(this.plot, "Chart tools: " + this.title); // (Plotly's mode bar, made anew)
       this.note();
       if (Obs.downloadLinks) Obs.downloadLinks(this);
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
