@@ -84,3 +84,55 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
                            f"document.getElementById('{LOSS}')._fullLayout.xaxis.range[1] > {far}", timeout=30_000)
     assert page.evaluate(SHAPES) == [100, 150] and "mark 150" in page.evaluate(LABELS)
     assert errors == []
+
+
+def test_many_marks_are_drawn_as_one_path_a_look_and_a_new_one_redraws_only_the_marks(trainer, servers, new_page,
+                                                                                      run_id):
+    def step(s):
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.005 * s})
+
+    trainer.send("run", name="many marks", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for s in range(200):
+        step(s)
+    wait_ingested(run_id, 199)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+    lines, bands = list(range(2, 182, 3)), [(10, 14), (100, 110)]  # 60 lines, 2 bands
+
+    def overlays(extra=()):
+        items = [f"{{id: 'l{s}', x0: {s}, label: 'mark {s}', collapse: true, metric: '{contract.M_LOSS}'}}"
+                 for s in [*lines, *extra]]
+        items += [f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}" for a, b in bands]
+        return f"() => Obs.setOverlays('test', [{', '.join(items)}])"
+
+    page.evaluate(overlays())
+    step(200)
+    shapes = f"() => (document.getElementById('{LOSS}').layout.shapes || []).map((s) => s.path || '')"
+    page.wait_for_function(f"() => ({shapes})().join('').includes('M179,0V1')", timeout=30_000)
+    wait_trace(page, LOSS, "x.includes(200)")
+    paths = page.evaluate(shapes)
+    assert len(paths) == 2, paths  # one for the lines, one for the bands
+    assert sorted(p.count("M") for p in paths) == [2, 60]
+    drawn = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .shapelayer path')]"
+                          ".map((e) => (e.getAttribute('d').match(/M/g) || []).length)")
+    assert sorted(drawn) == [2, 60], "Plotly draws every mark of the merged shapes"
+    labels = page.evaluate(LABELS)
+    assert labels and any("+" in t for t in labels), "close labels still fold into one with a count"
+    before = page.evaluate(COUNTS)
+
+    page.evaluate(overlays(extra=[190]))
+    step(201)
+    page.wait_for_function(f"() => ({shapes})().join('').includes('M190,0V1')", timeout=30_000)
+    wait_trace(page, LOSS, "x.includes(201)")
+    after = page.evaluate(COUNTS)
+    assert after["full"] == before["full"] and after["remark"] > before["remark"], (before, after)
+    drawn = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .shapelayer path')]"
+                          ".map((e) => (e.getAttribute('d').match(/M/g) || []).length)")
+    assert sorted(drawn) == [2, 61]
+    assert errors == []
