@@ -25,7 +25,12 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
                         "#d8f5a2", "#91a7ff"];
   const color = (i) => (document.documentElement.dataset.theme === "dark" ? PALETTE_DARK : PALETTE)[i % PALETTE.length];
   const LIVE_REDRAW_MS = 250; // a zoomed or smoothed chart redraws fully for live points at most 4×/s
-  const LIVE_HEADROOM = 0.04; // a live chart's axes reach this fraction of their span past the data
+  const LIVE_HEADROOM = 0.04; // a live chart's axes reach at least this fraction of their span past the data,
+  const LIVE_AHEAD_S = 120; // and room for this long at the observed live rate (so full redraws are rare),
+  const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span
+  const MARKS_MS = 1000; // a chart redraws for changed marks at most once a second (live points are drawn at once)
+  const MERGE_MARKS = 40; // more marks than this on a chart: one Plotly path shape per look (Plotly's cost is per shape)
+  const LABEL_SLOTS = 8; // marker labels are drawn in slots of this many, so that Plotly redraws only changed ones
   const PENDING_MAX = 2000; // live points held for an undrawn chart before it redraws fully instead
   const TABLE_ROWS = 1000;
   const MODEBAR_PX = 200; // the width of the charts' mode bar (plotkit.js CONFIG), top right
@@ -42,6 +47,23 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
             nfKinds: a.nfKinds.slice(0, k).concat(b.nfKinds, a.nfKinds.slice(l))};
   };
 
+  // Many marks as one Plotly path shape per look (colour, width, layer): Plotly lays out and draws every shape on
+  // each change, ~50 µs a shape, which hundreds of anomaly marks made the cost of every marks redraw.
+  const merged = (marks) => {
+    const byLook = new Map();
+    for (const m of marks) {
+      const look = JSON.stringify([m.type, m.layer, m.fillcolor, m.line]);
+      let s = byLook.get(look);
+      if (!s) {
+        s = {type: "path", xref: "x", yref: "paper", path: "", line: m.line, ...(m.type === "rect"
+          ? {fillcolor: m.fillcolor, layer: m.layer} : {})};
+        byLook.set(look, s);
+      }
+      s.path += m.type === "rect" ? `M${m.x0},0H${m.x1}V1H${m.x0}Z` : `M${m.x0},0V1`;
+    }
+    return [...byLook.values()];
+  };
+
   class LineChart {
     // ctx: {store, schedule, view, xaxis, registry, bounds, rewinds, chartAction, zoomDrawn}; spec: {id?, title,
     // metrics, optional, extra_prefix, secondary, topic, note}; parent: the element the chart is appended to.
@@ -53,6 +75,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.optional = new Set(spec.optional || []);
       this.items = []; // {name, series, color, secondary, pending, zoom, ema}
       this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null; this.remark = false;
+      this.lastMarks = 0; this.marksTimer = null; this.drawnLabelled = false; this.revision = 0;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
       this.plotly = false; // drawn by Plotly (else, if drawn, by the light renderer: Obs.sketch, until Plotly loads)
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
@@ -63,7 +86,12 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.width = this.plot.clientWidth || 600;
       for (const name of spec.metrics) this.addTrace(name); // history requests first: they overlap the drawing
       // No empty plot first (a whole Plotly render each): the chart's first redraw creates it, once on screen.
-      if (window.ResizeObserver) new ResizeObserver(() => { this.width = this.plot.clientWidth || this.width; }).observe(this.plot);
+      this.height = this.plot.clientHeight || 260; // (cached too: legendY read it on every redraw, a forced layout)
+      if (window.ResizeObserver) {
+        new ResizeObserver(() => {
+          this.width = this.plot.clientWidth || this.width; this.height = this.plot.clientHeight || this.height;
+        }).observe(this.plot);
+      }
       if (window.IntersectionObserver) {
         new IntersectionObserver((entries) => {
           this.visible = entries[entries.length - 1].isIntersecting; this.observed = true;
@@ -174,6 +202,12 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
 
     added(s, add) {
       this.dirty = true; this.live = true;
+      const last = add.x.length ? add.x[add.x.length - 1] : undefined;
+      if (last !== undefined) { // the live rate, for the x axis's room ahead
+        const now = performance.now();
+        if (!this.liveFrom) this.liveFrom = {t: now, step: last};
+        else if (last > this.liveFrom.step) this.liveTo = {t: now, step: last};
+      }
       if (this.full) { this.ctx.schedule(); return; } // the next full redraw reads them
       if (this.ctx.view.range) { this.full = true; this.liveOnly = true; this.ctx.schedule(); return; }
       const it = this.items.find((i) => i.series === s);
@@ -304,7 +338,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     labelled() { return (this.ctx.rewinds || []).length > 0 || Obs.overlaysFor(this).some((o) => o.label); }
 
     legendY() { // above the marker labels, when there are any (in paper units of the plot's height)
-      return this.labelled() ? 1 + 16 / Math.max(80, (this.plot.clientHeight || 260) - 80) : 1;
+      return this.labelled() ? 1 + 16 / Math.max(80, (this.height || 260) - 80) : 1;
     }
 
     fitY(axis, traces, name, range, log) {
@@ -335,7 +369,14 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
       }
       if (!(hi > lo)) return;
-      axis.range = [lo, hi + (hi - lo) * LIVE_HEADROOM];
+      let ahead = (hi - lo) * LIVE_HEADROOM;
+      const a = this.liveFrom, b = this.liveTo;
+      if (a && b && b.t - a.t > 2000) { // x units a second, from the live points seen so far
+        const [xa, xb] = this.ctx.xaxis.toX([a.step, b.step]);
+        const perS = (xb - xa) / ((b.t - a.t) / 1000);
+        if (perS > 0) ahead = Math.min((hi - lo) * LIVE_AHEAD_MAX, Math.max(ahead, perS * LIVE_AHEAD_S));
+      }
+      axis.range = [lo, hi + ahead];
       axis.autorange = false;
     }
 
@@ -348,9 +389,10 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       // a rewind's label (centred on its line) folds with close command and anomaly labels too
       const folding = rw.map((r, i) => ({id: "rewind-" + i, x0: r.to_step, textColor: t.muted, anchor: "center",
                                          label: r.label || `↺ ${r.from_step}→${r.to_step}`, collapse: true}));
+      const markShapes = [];
       for (const o of Obs.overlaysFor(this)) {
         const band = o.x1 !== undefined && o.x1 !== o.x0;
-        lay.shapes.push(band
+        markShapes.push(band
           ? {type: "rect", xref: "x", yref: "paper", x0: x(o.x0), x1: x(o.x1), y0: 0, y1: 1, layer: "below",
              fillcolor: o.color || "rgba(255,160,0,0.18)", line: {width: 0}}
           : {type: "line", xref: "x", yref: "paper", x0: x(o.x0), x1: x(o.x0), y0: 0, y1: 1,
@@ -358,6 +400,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         if (o.label && o.collapse) folding.push(o);
         else if (o.label) lay.annotations.push(this.markLabel(x, [o]));
       }
+      lay.shapes.push(...(markShapes.length > MERGE_MARKS && xa.mode !== "time" ? merged(markShapes) : markShapes));
       // close labels fold into one at this zoom (a click on it zooms in on them; its hover lists them all)
       const px = this.pixels(lay, traces);
       this.groups = new Map();
@@ -365,9 +408,34 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         lay.annotations.push(this.markLabel(x, g));
         if (g.length > 1) this.groups.set(this.groupId(g), g);
       }
+      // Labels in slots (unused ones empty, of no size, at the first label): the list's length stays as it was when
+      // a label comes or goes, and Plotly.react redraws only the changed labels and no trace (a new length, a
+      // change of `visible` or of a label's refs would redraw the whole chart, points appended in place lost).
+      const at = lay.annotations.length ? lay.annotations[0].x : 0;
+      while (lay.annotations.length % LABEL_SLOTS) {
+        lay.annotations.push({text: "", xref: "x", yref: "paper", x: at, y: 1, yanchor: "bottom", xanchor: "left",
+                              showarrow: false, borderpad: 0, borderwidth: 0});
+      }
     }
 
     groupId(g) { return "group:" + g.map((o) => o.id).join(","); }
+
+    // Redraw for changed marks only: the drawn traces and axes as they are (points appended in place stay), only
+    // shapes and labels new; Plotly.react then redraws only the shapes and labels that changed. False where the
+    // marks need more (the room above the plot for labels comes or goes): a full redraw.
+    remarkInPlace() {
+      const gd = this.plot, fl = gd._fullLayout;
+      if (!this.plotly || !fl || !fl.xaxis || !gd.layout || this.labelled() !== this.drawnLabelled) return false;
+      const lay = {...gd.layout};
+      this.marks(lay, Obs.theme(), null);
+      // the same labels: the shapes alone (a relayout of only them: Plotly redoes no trace's defaults)
+      if (JSON.stringify(lay.annotations) === JSON.stringify(gd.layout.annotations || [])) {
+        Plotly.relayout(gd, {shapes: lay.shapes});
+      } else {
+        Plotly.react(gd, gd.data, lay, Obs.plotConfig());
+      }
+      return true;
+    }
 
     markLabel(x, g) {
       const o = g[0], many = g.length > 1;
@@ -381,6 +449,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // autorange will make of the lines).
     pixels(lay, traces) {
       let [lo, hi] = lay.xaxis.autorange === false && lay.xaxis.range ? lay.xaxis.range : [Infinity, -Infinity];
+      const fx = !traces && this.plot._fullLayout && this.plot._fullLayout.xaxis; // (marks only: the drawn range)
+      if (!(hi > lo) && fx && fx.range) [lo, hi] = fx.range.map((v) => fx.r2l(v));
       if (!(hi > lo)) {
         for (const tr of traces || []) {
           if (tr.mode !== "lines" || !tr.x || !tr.x.length) continue;
@@ -408,7 +478,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       const now = performance.now();
       const smooth = this.ctx.view.smooth > 0;
       if (!this.full && smooth && this.items.some((it) => !it.ema)) this.full = true;
-      if (this.remark && !this.plotly) this.full = true;
+      if (this.remark && (!this.plotly || this.labelled() !== this.drawnLabelled)) this.full = true;
       const C = Obs.redrawCounts;
       if (!this.full && !this.appendLive()) {
         this.full = true; this.liveOnly = true;
@@ -419,28 +489,40 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
                                                  LIVE_REDRAW_MS - (now - this.lastFull));
         return;
       }
+      // On a live chart changed marks wait for MARKS_MS since its last marks drawing; live points are drawn meanwhile.
+      let remark = this.remark && !this.full;
+      if (remark && this.live && !this.forced() && now - this.lastMarks < MARKS_MS) {
+        remark = false;
+        if (!this.marksTimer) {
+          this.marksTimer = setTimeout(() => { this.marksTimer = null; this.dirty = true; this.ctx.schedule(); },
+                                       MARKS_MS - (now - this.lastMarks));
+        }
+      }
+      if (remark && !this.remarkInPlace()) { remark = false; this.full = true; }
+      const pending = this.items.some((it) => it.pending);
       this.dirty = false;
-      C[this.full ? "full" : this.remark ? "remark" : "append"]++;
+      if (this.full || remark || pending) C[this.full ? "full" : remark ? "remark" : "append"]++;
       if (this.full) {
         const traces = this.traces();
         if (window.Plotly) {
           if (!this.plotly) this.plot.replaceChildren(); // the light renderer's drawing, if any
-          Plotly.react(this.plot, traces, this.layout(traces), Obs.plotConfig());
+          // a new data revision each full redraw, kept by marks-only ones: Plotly then never recomputes the traces
+          // for those (without one, Plotly.react takes every data array as new and redraws every trace)
+          Plotly.react(this.plot, traces, {...this.layout(traces), datarevision: ++this.revision}, Obs.plotConfig());
           if (!this.plotly) { this.plotly = true; this.bind(); }
           if (this.zoomCatchUp) { this.zoomCatchUp = false; if (this.ctx.zoomInPlotly) this.ctx.zoomInPlotly(this); }
         } else {
           Obs.sketch(this.plot, traces, this.layout(traces)); // first paint: Plotly takes over once loaded
         }
         this.lastFull = now;
-      } else if (this.remark) { // new marks only: the drawn traces as they are, no new arrays to prepare
-        const lay = this.layout(this.plot.data);
-        if (this.appended) lay.datarevision = this.lastFull + performance.now(); // (appended in place: recompute)
-        Plotly.react(this.plot, this.plot.data, lay, Obs.plotConfig());
-      } // (otherwise appendLive has drawn the live points)
-      this.appended = !this.full && !this.remark && (this.appended || this.items.some((it) => it.pending));
-      this.full = false; this.liveOnly = false; this.remark = false;
+        this.drawnLabelled = this.labelled();
+      } // (otherwise appendLive has drawn the live points, and remarkInPlace the marks)
+      const drew = this.full || remark; // (by Plotly: else only live points appended to the drawn lines)
+      if (drew) { this.lastMarks = now; this.remark = false; } // (else changed marks wait for their turn)
+      this.appended = !this.full && (this.appended || pending); // (Plotly's own copy lacks them: hover, redraws)
+      this.full = false; this.liveOnly = false;
       this.items.forEach((it) => { it.pending = null; });
-      Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
+      if (drew) Obs.toolbarA11y(this.plot, "Chart tools: " + this.title); // (Plotly's mode bar, made anew)
       this.note();
       if (Obs.downloadLinks) Obs.downloadLinks(this);
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }

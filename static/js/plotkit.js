@@ -223,15 +223,21 @@ window.Obs = window.Obs || {};
   // x0/x1 are steps (charts convert them when the x axis shows tokens or time); `metric` limits a mark to the
   // charts that draw that series; x1 absent or equal to x0 draws a line.
   const overlaySources = new Map();
+  const overlayKeys = new Map(); // source -> Map(metric, or "" for every chart -> its marks as JSON)
   const charts = new Set();
+  const keysByMetric = (list) => { // (functions drop out: same marks, same key)
+    const by = new Map();
+    for (const o of list) { const m = o.metric || ""; if (!by.has(m)) by.set(m, []); by.get(m).push(o); }
+    return new Map([...by].map(([m, l]) => [m, JSON.stringify(l)]));
+  };
   Obs.setOverlays = (source, list) => {
-    const key = (l) => JSON.stringify(l || []); // functions drop out: same marks, same key
-    const same = key(overlaySources.get(source)) === key(list); // (a first empty list changes nothing either)
-    const before = same ? null : new Map([...charts].map((ch) => [ch, key(Obs.overlaysFor(ch))]));
+    const keys = keysByMetric(list || []), old = overlayKeys.get(source) || new Map();
     overlaySources.set(source, list || []); // (fresh onClick closures either way)
-    if (same) return; // the same marks: nothing to redraw
-    charts.forEach((ch) => { // only the charts whose marks changed, and only their layout (their lines stay)
-      if (before.get(ch) !== key(Obs.overlaysFor(ch))) { ch.remark = true; ch.dirty = true; }
+    overlayKeys.set(source, keys);
+    const changed = new Set([...keys.keys(), ...old.keys()].filter((m) => keys.get(m) !== old.get(m)));
+    if (!changed.size) return; // the same marks: nothing to redraw (a first empty list changes nothing either)
+    charts.forEach((ch) => { // only the charts whose marks changed, and only their marks (their lines stay)
+      if (changed.has("") || (ch.items || []).some((it) => changed.has(it.name))) { ch.remark = true; ch.dirty = true; }
     });
   };
   Obs.overlaysFor = (chart) => {

@@ -191,7 +191,10 @@ window.Obs = window.Obs || {};
     const tickSize = ((xs.tickfont || {}).size) || 12;
 
     // shapes drawn below the lines (bands), then grid and ticks
-    const shapes = layout.shapes || [];
+    // (many marks come as one path shape per look, charts.js: "M x,0V1" lines, "M x0,0H x1V1H x0Z" bands)
+    const shapes = (layout.shapes || []).flatMap((s) => (s.type !== "path" ? [s]
+      : [...String(s.path).matchAll(/M([^,]+),0(?:H([^V]+))?V1/g)].map(([, x0, x1]) => (x1 === undefined
+        ? {...s, type: "line", x0: +x0, x1: +x0} : {...s, type: "rect", x0: +x0, x1: +x1}))));
     const shapeX = (v) => X.c2p(v);
     for (const s of shapes) {
       if (s.type !== "rect" || s.layer !== "below") continue;

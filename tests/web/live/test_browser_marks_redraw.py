@@ -1,0 +1,138 @@
+"""Live marks are cheap: on a live chart a change of its marks redraws only the marks (no full Plotly redraw; the
+points appended in place since the last full redraw stay drawn), and a live point past the chart's axes still gets
+a full redraw that shows it. Obs.redrawCounts says which kind of redraw the charts did."""
+
+import pytest
+
+from observatory import contract
+
+from ..servers import wait_ingested, wait_trace
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LOSS = "chart-train-loss"
+COUNTS = "() => ({...Obs.redrawCounts})"
+LABELS = (f"() => ((document.getElementById('{LOSS}').layout || {{}}).annotations || [])"
+          ".filter((a) => a.visible !== false).map((a) => a.text)")
+SHAPES = f"() => ((document.getElementById('{LOSS}').layout || {{}}).shapes || []).map((s) => s.x0)"
+
+
+def marks(*steps: int) -> str:
+    """Marks on the loss chart through the feature modules' overlay API (what anomalies.js and the others call)."""
+    items = ", ".join(f"{{id: 'test-{s}', x0: {s}, label: 'mark {s}', metric: '{contract.M_LOSS}'}}" for s in steps)
+    return f"() => Obs.setOverlays('test', [{items}])"
+
+
+def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_redraws_fully(trainer, servers,
+                                                                                           new_page, run_id):
+    def step(s):
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.005 * s})
+
+    trainer.send("run", name="live marks", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for s in range(200):
+        step(s)
+    wait_ingested(run_id, 199)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+
+    # A first labelled mark makes room above the plot for labels: a full redraw (with the live point 200).
+    page.evaluate(marks(100))
+    step(200)
+    wait_trace(page, LOSS, "x.includes(200)")
+    page.wait_for_function(f"() => ({LABELS})().includes('mark 100')", timeout=30_000)
+    x_end = page.evaluate(f"() => document.getElementById('{LOSS}').layout.xaxis.range[1]")
+    assert x_end > 200, "a live chart's x axis keeps room for the next points"
+    before = page.evaluate(COUNTS)
+
+    # A live point inside the axes is appended to the drawn line in place.
+    step(201)
+    wait_trace(page, LOSS, "x.includes(201)")
+    line = f"""() => {{ const gd = document.getElementById('{LOSS}');
+        return gd.querySelector('.trace' + gd._fullData[0].uid + ' .js-line').getAttribute('d'); }}"""
+    drawn = page.evaluate(line)
+
+    # A second mark, and another live point: the point is appended in place, the marks alone redrawn; the line
+    # as drawn stays (Plotly redraws no trace: its path keeps every point appended in place).
+    page.evaluate(marks(100, 150))
+    step(202)
+    page.wait_for_function(f"() => ({LABELS})().includes('mark 150')", timeout=30_000)
+    wait_trace(page, LOSS, "x.includes(202)")
+    after = page.evaluate(COUNTS)
+    assert after["full"] == before["full"], (before, after)
+    assert after["remark"] > before["remark"] and after["append"] > before["append"], (before, after)
+    assert page.evaluate(SHAPES) == [100, 150]
+    assert page.locator(f"#{LOSS} .annotation", has_text="mark 150").count() == 1, "the new label is drawn"
+    assert page.locator(f"#{LOSS} .annotation", has_text="mark 100").count() == 1, "the old one stays"
+    now = page.evaluate(line)
+    assert now.startswith(drawn) and now.count("L") == drawn.count("L") + 1, "the line was not redrawn"
+    end = float(now[now.rindex("L") + 1:].split(",")[0])
+    assert end == pytest.approx(page.evaluate(f"() => document.getElementById('{LOSS}')._fullLayout.xaxis.l2p(202)"),
+                                abs=1.0)
+
+    # A point past the x axis's end: a full redraw, which draws it.
+    far = int(x_end) + 50
+    step(far)
+    wait_trace(page, LOSS, f"x.includes({far})")
+    page.wait_for_function(f"() => Obs.redrawCounts.full > {after['full']} && "
+                           f"document.getElementById('{LOSS}')._fullLayout.xaxis.range[1] > {far}", timeout=30_000)
+    assert page.evaluate(SHAPES) == [100, 150] and "mark 150" in page.evaluate(LABELS)
+    assert errors == []
+
+
+def test_many_marks_are_drawn_as_one_path_a_look_and_a_new_one_redraws_only_the_marks(trainer, servers, new_page,
+                                                                                      run_id):
+    def step(s):
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.005 * s})
+
+    trainer.send("run", name="many marks", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for s in range(200):
+        step(s)
+    wait_ingested(run_id, 199)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+    lines, bands = list(range(2, 182, 3)), [(10, 14), (100, 110)]  # 60 lines, 2 bands
+
+    def overlays(extra=()):
+        items = [f"{{id: 'l{s}', x0: {s}, label: 'mark {s}', collapse: true, metric: '{contract.M_LOSS}'}}"
+                 for s in [*lines, *extra]]
+        items += [f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}" for a, b in bands]
+        return f"() => Obs.setOverlays('test', [{', '.join(items)}])"
+
+    page.evaluate(overlays())
+    step(200)
+    shapes = f"() => (document.getElementById('{LOSS}').layout.shapes || []).map((s) => s.path || '')"
+    page.wait_for_function(f"() => ({shapes})().join('').includes('M179,0V1')", timeout=30_000)
+    wait_trace(page, LOSS, "x.includes(200)")
+    paths = page.evaluate(shapes)
+    assert len(paths) == 2, paths  # one for the lines, one for the bands
+    assert sorted(p.count("M") for p in paths) == [2, 60]
+    drawn = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .shapelayer path')]"
+                          ".map((e) => (e.getAttribute('d').match(/M/g) || []).length)")
+    assert sorted(drawn) == [2, 60], "Plotly draws every mark of the merged shapes"
+    labels = page.evaluate(LABELS)
+    assert labels and any("+" in t for t in labels), "close labels still fold into one with a count"
+    before = page.evaluate(COUNTS)
+
+    page.evaluate(overlays(extra=[190]))
+    step(201)
+    page.wait_for_function(f"() => ({shapes})().join('').includes('M190,0V1')", timeout=30_000)
+    wait_trace(page, LOSS, "x.includes(201)")
+    after = page.evaluate(COUNTS)
+    assert after["full"] == before["full"] and after["remark"] > before["remark"], (before, after)
+    drawn = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .shapelayer path')]"
+                          ".map((e) => (e.getAttribute('d').match(/M/g) || []).length)")
+    assert sorted(drawn) == [2, 61]
+    assert errors == []
