@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from django.db import connection
 
 from observatory.downsample import (
-    FINITE, LEVELS, Summary, Window, block_size, bucket_points, summarize, window_from_buckets, window_from_points,
+    FINITE, LEVELS, NAN, NEGINF, POSINF, Summary, Window, block_size, summarize, window_from_buckets,
+    window_from_points,
 )
 from webapp.metrics.models import Block, Point, Series
 
@@ -36,15 +37,16 @@ class SeriesWindow:
         }
 
 
-def _points(sid: int, lo: int, hi: int):
-    return Point.objects.filter(series_id=sid, step__gte=lo, step__lte=hi).order_by("step")
-
-
-def _count_upto(qs, limit: int) -> int:
-    return qs[: limit + 1].count()  # COUNT over a LIMITed subquery: cost bounded by limit, not by the series
+def _count_upto(name: str, params: list, limit: int) -> int:
+    """COUNT over a LIMITed subquery: cost bounded by limit, not by the series."""
+    return _rows(name, [*params, limit + 1])[0][0]
 
 
 _SQL: dict[str, str] = {}
+
+
+def _sum(expr: str) -> str:
+    return f"CAST(SUM({expr}) AS BIGINT)"  # PostgreSQL's SUM of integers is numeric (Decimal in Python)
 
 
 def _sql(name: str) -> str:
@@ -53,10 +55,47 @@ def _sql(name: str) -> str:
         qn = connection.ops.quote_name
         cols = ", ".join(qn(c) for c in Block.SUMMARY_FIELDS)
         block, point = qn(Block._meta.db_table), qn(Point._meta.db_table)
-        _SQL["blocks"] = (f"SELECT {qn('idx')}, {cols} FROM {block} WHERE {qn('series_id')} = %s AND "
-                          f"{qn('level')} = %s AND {qn('idx')} BETWEEN %s AND %s ORDER BY {qn('idx')}")
-        _SQL["points"] = (f"SELECT {qn('step')}, {qn('value')}, {qn('special')} FROM {point} WHERE "
-                          f"{qn('series_id')} = %s AND {qn('step')} BETWEEN %s AND %s ORDER BY {qn('step')}")
+        sid, step, idx = qn("series_id"), qn("step"), qn("idx")
+        _SQL["blocks"] = (f"SELECT {idx}, {cols} FROM {block} WHERE {sid} = %s AND "
+                          f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s ORDER BY {idx}")
+        _SQL["points"] = (f"SELECT {step}, {qn('value')}, {qn('special')} FROM {point} WHERE "
+                          f"{sid} = %s AND {step} BETWEEN %s AND %s ORDER BY {step}")
+        _SQL["count_points"] = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {point} WHERE {sid} = %s AND "
+                                f"{step} BETWEEN %s AND %s LIMIT %s) AS t")
+        _SQL["count_blocks"] = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {block} WHERE {sid} = %s AND "
+                                f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s LIMIT %s) AS t")
+        _SQL["nonfinite"] = (f"SELECT {step}, {qn('special')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN "
+                             f"%s AND %s AND {qn('special')} > {FINITE} ORDER BY {step} LIMIT %s")
+        # Buckets summarised in the database (a few hundred rows come back instead of thousands: building Python
+        # objects for every row read was most of a window's time). Each bucket is the Summary that merging its
+        # rows in Python gave: sums and extremes, and each extreme's step the earliest one holding it (the tie
+        # rule of Summary.merge/add), found by joining the rows back to their bucket's extremes.
+        c = {f: qn(f) for f in Block.SUMMARY_FIELDS}
+        g = "(r.k - CAST(%s AS BIGINT)) / CAST(%s AS BIGINT)"
+        block_rows = (f"SELECT {g.replace('r.k', idx)} AS g, {cols} FROM {block} WHERE {sid} = %s AND "
+                      f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s")
+        point_rows = (f"SELECT {g.replace('r.k', step)} AS g, {step} AS s, {qn('value')} AS v, {qn('special')} AS "
+                      f"sp FROM {point} WHERE {sid} = %s AND {step} BETWEEN %s AND %s")
+        point_agg = (f"SELECT g, COUNT(*) AS cnt, MIN(s) AS fs, MAX(s) AS ls, MIN(v) AS mn, MAX(v) AS mx, "
+                     f"{_sum(f'CASE WHEN sp = {NAN} THEN 1 ELSE 0 END')} AS nan, "
+                     f"{_sum(f'CASE WHEN sp = {POSINF} THEN 1 ELSE 0 END')} AS posinf, "
+                     f"{_sum(f'CASE WHEN sp = {NEGINF} THEN 1 ELSE 0 END')} AS neginf, "
+                     f"MIN(CASE WHEN sp > {FINITE} THEN s END) AS ns FROM r GROUP BY g")
+        block_agg = (f"SELECT g, {_sum(c['count'])} AS cnt, MIN({c['first_step']}) AS fs, "
+                     f"MAX({c['last_step']}) AS ls, MIN({c['min']}) AS mn, MAX({c['max']}) AS mx, "
+                     f"{_sum(c['nan'])} AS nan, {_sum(c['posinf'])} AS posinf, {_sum(c['neginf'])} AS neginf, "
+                     f"MIN({c['ns_step']}) AS ns FROM r GROUP BY g")
+        for key, rows, agg, mn_step, mx_step, ns_kind, mn, mx, ns in (
+                ("bucket_blocks", block_rows, block_agg, c["min_step"], c["max_step"], c["ns_kind"],
+                 c["min"], c["max"], c["ns_step"]),
+                ("bucket_points", point_rows, point_agg, "s", "s", "sp", "v", "v", "s")):
+            _SQL[key] = (
+                f"WITH r AS ({rows}), a AS ({agg}) "
+                f"SELECT a.cnt, a.fs, a.ls, a.mn, MIN(CASE WHEN r.{mn} = a.mn THEN r.{mn_step} END), a.mx, "
+                f"MIN(CASE WHEN r.{mx} = a.mx THEN r.{mx_step} END), a.nan, a.posinf, a.neginf, a.ns, "
+                f"COALESCE(MIN(CASE WHEN r.{ns} = a.ns THEN r.{ns_kind} END), {FINITE}) "
+                f"FROM r JOIN a ON a.g = r.g "
+                f"GROUP BY a.g, a.cnt, a.fs, a.ls, a.mn, a.mx, a.nan, a.posinf, a.neginf, a.ns ORDER BY a.g")
     return _SQL[name]
 
 
@@ -79,18 +118,17 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     if lo > hi:
         return SeriesWindow(lo, hi, RAW, 1, window_from_points([]))
     limit = FETCH_FACTOR * points
-    n_raw = hi - lo + 1 if hi - lo + 1 <= points else _count_upto(_points(sid, lo, hi), limit)
+    n_raw = hi - lo + 1 if hi - lo + 1 <= points else _count_upto("count_points", [sid, lo, hi], limit)
     if n_raw <= points:
         return SeriesWindow(lo, hi, RAW, 1, window_from_points(_rows("points", [sid, lo, hi])))
 
-    nonfinite = list(Point.objects.filter(series_id=sid, step__gte=lo, step__lte=hi, special__gt=FINITE)
-                     .order_by("step").values_list("step", "special")[: points // 4 + 1])
+    nonfinite = _rows("nonfinite", [sid, lo, hi, points // 4 + 1])
     exact_nf = nonfinite if len(nonfinite) <= points // 4 else None
     n_buckets = (points - len(nonfinite)) // 2 if exact_nf is not None else points // 3
 
-    if n_raw <= limit:
-        buckets = bucket_points(_rows("points", [sid, lo, hi]), lo, hi, n_buckets)
-        width = -(-(hi - lo + 1) // n_buckets)
+    if n_raw <= limit:  # buckets of raw points, summarised by the database (as bucket_points would)
+        width = max(1, -(-(hi - lo + 1) // max(1, n_buckets)))
+        buckets = [Summary(*row) for row in _rows("bucket_points", [lo, width, sid, lo, hi])]
         return SeriesWindow(lo, hi, RAW, width, window_from_buckets(buckets, exact_nf))
 
     # Coarsest level whose block span alone guarantees <= limit blocks, then finer while the real count allows
@@ -102,8 +140,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         first, last = _whole_blocks(lo, hi, level - 1)
         if (last - first + 1) * density > 2 * limit:
             break  # clearly too many blocks for a (near-)dense series: skip counting them
-        qs = Block.objects.filter(series_id=sid, level=level - 1, idx__gte=first, idx__lte=last)
-        if _count_upto(qs, limit) > limit:
+        if _count_upto("count_blocks", [sid, level - 1, first, last], limit) > limit:
             break
         level -= 1
     n_mid = max(1, n_buckets - 2)  # the two edge regions get a bucket each
@@ -111,8 +148,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         # A coarser level that still yields ~90% of the buckets asked for costs 8x fewer rows: prefer it.
         first, last = _whole_blocks(lo, hi, level + 1)
         if last - first + 1 >= 0.9 * n_mid:
-            qs = Block.objects.filter(series_id=sid, level=level + 1, idx__gte=first, idx__lte=last)
-            if _count_upto(qs, n_mid) >= 0.9 * n_mid:
+            if _count_upto("count_blocks", [sid, level + 1, first, last], n_mid) >= 0.9 * n_mid:
                 level += 1
     size = block_size(level)
     first, last = _whole_blocks(lo, hi, level)
@@ -120,14 +156,9 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         return SeriesWindow(lo, hi, level, hi - lo + 1,
                             window_from_buckets([region_summary(sid, lo, hi, level)], exact_nf))
     per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
-    buckets: list[Summary] = [region_summary(sid, lo, first * size - 1, level - 1)]
-    cur_key = None
-    for idx, *row in _rows("blocks", [sid, level, first, last]):
-        key = (idx - first) // per
-        if key != cur_key:
-            buckets.append(Summary())
-            cur_key = key
-        buckets[-1].merge_row(row)
+    # runs of `per` consecutive blocks merged into one bucket each, by the database
+    buckets: list[Summary | None] = [region_summary(sid, lo, first * size - 1, level - 1)]
+    buckets.extend(Summary(*row) for row in _rows("bucket_blocks", [first, per, sid, level, first, last]))
     buckets.append(region_summary(sid, (last + 1) * size, hi, level - 1))
     return SeriesWindow(lo, hi, level, per * size, window_from_buckets(buckets, exact_nf))
 
