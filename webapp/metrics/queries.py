@@ -66,36 +66,41 @@ def _sql(name: str) -> str:
                                 f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s LIMIT %s) AS t")
         _SQL["nonfinite"] = (f"SELECT {step}, {qn('special')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN "
                              f"%s AND %s AND {qn('special')} > {FINITE} ORDER BY {step} LIMIT %s")
-        # Buckets summarised in the database (a few hundred rows come back instead of thousands: building Python
-        # objects for every row read was most of a window's time). Each bucket is the Summary that merging its
-        # rows in Python gave: sums and extremes, and each extreme's step the earliest one holding it (the tie
-        # rule of Summary.merge/add), found by joining the rows back to their bucket's extremes.
+        # Buckets summarised in the database: a few hundred rows come back instead of thousands (building Python
+        # objects for every row read was most of a window's time). Each is the Summary that merging its rows in
+        # Python gave: sums and extremes in one GROUP BY, then each extreme's step (the earliest holding it: the
+        # tie rule of Summary.merge/add) and the first non-finite point's kind looked up in the bucket's own key
+        # range ([k0, k1], one short primary-key range each). A join of the rows to their buckets' extremes
+        # instead was quadratic on SQLite (no index on the grouped rows), window functions 2x slower.
         c = {f: qn(f) for f in Block.SUMMARY_FIELDS}
-        g = "(r.k - CAST(%s AS BIGINT)) / CAST(%s AS BIGINT)"
-        block_rows = (f"SELECT {g.replace('r.k', idx)} AS g, {cols} FROM {block} WHERE {sid} = %s AND "
-                      f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s")
-        point_rows = (f"SELECT {g.replace('r.k', step)} AS g, {step} AS s, {qn('value')} AS v, {qn('special')} AS "
-                      f"sp FROM {point} WHERE {sid} = %s AND {step} BETWEEN %s AND %s")
-        point_agg = (f"SELECT g, COUNT(*) AS cnt, MIN(s) AS fs, MAX(s) AS ls, MIN(v) AS mn, MAX(v) AS mx, "
-                     f"{_sum(f'CASE WHEN sp = {NAN} THEN 1 ELSE 0 END')} AS nan, "
-                     f"{_sum(f'CASE WHEN sp = {POSINF} THEN 1 ELSE 0 END')} AS posinf, "
-                     f"{_sum(f'CASE WHEN sp = {NEGINF} THEN 1 ELSE 0 END')} AS neginf, "
-                     f"MIN(CASE WHEN sp > {FINITE} THEN s END) AS ns FROM r GROUP BY g")
-        block_agg = (f"SELECT g, {_sum(c['count'])} AS cnt, MIN({c['first_step']}) AS fs, "
-                     f"MAX({c['last_step']}) AS ls, MIN({c['min']}) AS mn, MAX({c['max']}) AS mx, "
-                     f"{_sum(c['nan'])} AS nan, {_sum(c['posinf'])} AS posinf, {_sum(c['neginf'])} AS neginf, "
-                     f"MIN({c['ns_step']}) AS ns FROM r GROUP BY g")
-        for key, rows, agg, mn_step, mx_step, ns_kind, mn, mx, ns in (
-                ("bucket_blocks", block_rows, block_agg, c["min_step"], c["max_step"], c["ns_kind"],
-                 c["min"], c["max"], c["ns_step"]),
-                ("bucket_points", point_rows, point_agg, "s", "s", "sp", "v", "v", "s")):
+        g = "(%s - CAST(%%s AS BIGINT)) / CAST(%%s AS BIGINT)"
+        lvl = qn("level")
+        block_where = f"{sid} = %s AND {lvl} = %s AND {idx} BETWEEN %s AND %s"
+        block_agg = (f"SELECT {g % idx} AS g, MIN({idx}) AS k0, MAX({idx}) AS k1, {_sum(c['count'])} AS cnt, "
+                     f"MIN({c['first_step']}) AS fs, MAX({c['last_step']}) AS ls, MIN({c['min']}) AS mn, "
+                     f"MAX({c['max']}) AS mx, {_sum(c['nan'])} AS nan, {_sum(c['posinf'])} AS posinf, "
+                     f"{_sum(c['neginf'])} AS neginf, MIN({c['ns_step']}) AS ns FROM {block} WHERE {block_where} "
+                     f"GROUP BY g")
+        block_in = f"FROM {block} b WHERE b.{sid} = %s AND b.{lvl} = %s AND b.{idx} BETWEEN a.k0 AND a.k1"
+        point_where = f"{sid} = %s AND {step} BETWEEN %s AND %s"
+        sp = qn("special")
+        point_agg = (f"SELECT {g % step} AS g, MIN({step}) AS k0, MAX({step}) AS k1, COUNT(*) AS cnt, "
+                     f"MIN({step}) AS fs, MAX({step}) AS ls, MIN({qn('value')}) AS mn, MAX({qn('value')}) AS mx, "
+                     f"{_sum(f'CASE WHEN {sp} = {NAN} THEN 1 ELSE 0 END')} AS nan, "
+                     f"{_sum(f'CASE WHEN {sp} = {POSINF} THEN 1 ELSE 0 END')} AS posinf, "
+                     f"{_sum(f'CASE WHEN {sp} = {NEGINF} THEN 1 ELSE 0 END')} AS neginf, "
+                     f"MIN(CASE WHEN {sp} > {FINITE} THEN {step} END) AS ns FROM {point} WHERE {point_where} "
+                     f"GROUP BY g")
+        point_in = f"FROM {point} b WHERE b.{sid} = %s AND b.{step} BETWEEN a.k0 AND a.k1"
+        for key, agg, where_in, mn, mn_step, mx, mx_step, ns, ns_kind in (
+                ("bucket_blocks", block_agg, block_in, c["min"], c["min_step"], c["max"], c["max_step"],
+                 c["ns_step"], c["ns_kind"]),
+                ("bucket_points", point_agg, point_in, qn("value"), step, qn("value"), step, step, sp)):
             _SQL[key] = (
-                f"WITH r AS ({rows}), a AS ({agg}) "
-                f"SELECT a.cnt, a.fs, a.ls, a.mn, MIN(CASE WHEN r.{mn} = a.mn THEN r.{mn_step} END), a.mx, "
-                f"MIN(CASE WHEN r.{mx} = a.mx THEN r.{mx_step} END), a.nan, a.posinf, a.neginf, a.ns, "
-                f"COALESCE(MIN(CASE WHEN r.{ns} = a.ns THEN r.{ns_kind} END), {FINITE}) "
-                f"FROM r JOIN a ON a.g = r.g "
-                f"GROUP BY a.g, a.cnt, a.fs, a.ls, a.mn, a.mx, a.nan, a.posinf, a.neginf, a.ns ORDER BY a.g")
+                f"SELECT a.cnt, a.fs, a.ls, a.mn, (SELECT MIN(b.{mn_step}) {where_in} AND b.{mn} = a.mn), a.mx, "
+                f"(SELECT MIN(b.{mx_step}) {where_in} AND b.{mx} = a.mx), a.nan, a.posinf, a.neginf, a.ns, "
+                f"CASE WHEN a.ns IS NULL THEN {FINITE} ELSE (SELECT MIN(b.{ns_kind}) {where_in} AND b.{ns} = a.ns) "
+                f"END FROM ({agg}) a ORDER BY a.g")
     return _SQL[name]
 
 
@@ -128,7 +133,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
 
     if n_raw <= limit:  # buckets of raw points, summarised by the database (as bucket_points would)
         width = max(1, -(-(hi - lo + 1) // max(1, n_buckets)))
-        buckets = [Summary(*row) for row in _rows("bucket_points", [lo, width, sid, lo, hi])]
+        buckets = [Summary(*row) for row in _rows("bucket_points", [sid] * 3 + [lo, width, sid, lo, hi])]
         return SeriesWindow(lo, hi, RAW, width, window_from_buckets(buckets, exact_nf))
 
     # Coarsest level whose block span alone guarantees <= limit blocks, then finer while the real count allows
@@ -158,7 +163,8 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
     # runs of `per` consecutive blocks merged into one bucket each, by the database
     buckets: list[Summary | None] = [region_summary(sid, lo, first * size - 1, level - 1)]
-    buckets.extend(Summary(*row) for row in _rows("bucket_blocks", [first, per, sid, level, first, last]))
+    buckets.extend(Summary(*row) for row in _rows("bucket_blocks", [sid, level] * 3 + [first, per, sid, level,
+                                                                                      first, last]))
     buckets.append(region_summary(sid, (last + 1) * size, hi, level - 1))
     return SeriesWindow(lo, hi, level, per * size, window_from_buckets(buckets, exact_nf))
 
