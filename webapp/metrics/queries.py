@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from django.db import connection
 
 from observatory.downsample import (
-    FINITE, LEVELS, NAN, NEGINF, POSINF, Summary, Window, block_size, summarize, window_from_buckets,
-    window_from_points,
+    FINITE, LEVELS, Summary, Window, block_size, summarize, window_from_buckets,
+    bucket_points, window_from_points,
 )
 from webapp.metrics.models import Block, Point, Series
 
@@ -18,6 +18,7 @@ MIN_POINTS = 10
 MAX_POINTS = 20_000
 FETCH_FACTOR = 4  # read at most FETCH_FACTOR * P rows to build a P-point view
 RAW = -1  # "level" of a window built from raw points
+FAST_PATH = True  # dense, all-finite windows by C-level min/max over column slices (tests turn it off to compare)
 
 
 @dataclass
@@ -45,10 +46,6 @@ def _count_upto(name: str, params: list, limit: int) -> int:
 _SQL: dict[str, str] = {}
 
 
-def _sum(expr: str) -> str:
-    return f"CAST(SUM({expr}) AS BIGINT)"  # PostgreSQL's SUM of integers is numeric (Decimal in Python)
-
-
 def _sql(name: str) -> str:
     """Hot-path statements, built once (raw SQL: ORM row construction costs more than the reads here)."""
     if not _SQL:
@@ -66,41 +63,12 @@ def _sql(name: str) -> str:
                                 f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s LIMIT %s) AS t")
         _SQL["nonfinite"] = (f"SELECT {step}, {qn('special')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN "
                              f"%s AND %s AND {qn('special')} > {FINITE} ORDER BY {step} LIMIT %s")
-        # Buckets summarised in the database: a few hundred rows come back instead of thousands (building Python
-        # objects for every row read was most of a window's time). Each is the Summary that merging its rows in
-        # Python gave: sums and extremes in one GROUP BY, then each extreme's step (the earliest holding it: the
-        # tie rule of Summary.merge/add) and the first non-finite point's kind looked up in the bucket's own key
-        # range ([k0, k1], one short primary-key range each). A join of the rows to their buckets' extremes
-        # instead was quadratic on SQLite (no index on the grouped rows), window functions 2x slower.
-        c = {f: qn(f) for f in Block.SUMMARY_FIELDS}
-        g = "(%s - CAST(%%s AS BIGINT)) / CAST(%%s AS BIGINT)"
-        lvl = qn("level")
-        block_where = f"{sid} = %s AND {lvl} = %s AND {idx} BETWEEN %s AND %s"
-        block_agg = (f"SELECT {g % idx} AS g, MIN({idx}) AS k0, MAX({idx}) AS k1, {_sum(c['count'])} AS cnt, "
-                     f"MIN({c['first_step']}) AS fs, MAX({c['last_step']}) AS ls, MIN({c['min']}) AS mn, "
-                     f"MAX({c['max']}) AS mx, {_sum(c['nan'])} AS nan, {_sum(c['posinf'])} AS posinf, "
-                     f"{_sum(c['neginf'])} AS neginf, MIN({c['ns_step']}) AS ns FROM {block} WHERE {block_where} "
-                     f"GROUP BY g")
-        block_in = f"FROM {block} b WHERE b.{sid} = %s AND b.{lvl} = %s AND b.{idx} BETWEEN a.k0 AND a.k1"
-        point_where = f"{sid} = %s AND {step} BETWEEN %s AND %s"
-        sp = qn("special")
-        point_agg = (f"SELECT {g % step} AS g, MIN({step}) AS k0, MAX({step}) AS k1, COUNT(*) AS cnt, "
-                     f"MIN({step}) AS fs, MAX({step}) AS ls, MIN({qn('value')}) AS mn, MAX({qn('value')}) AS mx, "
-                     f"{_sum(f'CASE WHEN {sp} = {NAN} THEN 1 ELSE 0 END')} AS nan, "
-                     f"{_sum(f'CASE WHEN {sp} = {POSINF} THEN 1 ELSE 0 END')} AS posinf, "
-                     f"{_sum(f'CASE WHEN {sp} = {NEGINF} THEN 1 ELSE 0 END')} AS neginf, "
-                     f"MIN(CASE WHEN {sp} > {FINITE} THEN {step} END) AS ns FROM {point} WHERE {point_where} "
-                     f"GROUP BY g")
-        point_in = f"FROM {point} b WHERE b.{sid} = %s AND b.{step} BETWEEN a.k0 AND a.k1"
-        for key, agg, where_in, mn, mn_step, mx, mx_step, ns, ns_kind in (
-                ("bucket_blocks", block_agg, block_in, c["min"], c["min_step"], c["max"], c["max_step"],
-                 c["ns_step"], c["ns_kind"]),
-                ("bucket_points", point_agg, point_in, qn("value"), step, qn("value"), step, step, sp)):
-            _SQL[key] = (
-                f"SELECT a.cnt, a.fs, a.ls, a.mn, (SELECT MIN(b.{mn_step}) {where_in} AND b.{mn} = a.mn), a.mx, "
-                f"(SELECT MIN(b.{mx_step}) {where_in} AND b.{mx} = a.mx), a.nan, a.posinf, a.neginf, a.ns, "
-                f"CASE WHEN a.ns IS NULL THEN {FINITE} ELSE (SELECT MIN(b.{ns_kind}) {where_in} AND b.{ns} = a.ns) "
-                f"END FROM ({agg}) a ORDER BY a.g")
+        # the fast path's read: a dense, all-finite window's blocks, only the columns it uses
+        _SQL["block_extremes"] = (f"SELECT {idx}, {qn('count')}, {qn('min')}, {qn('min_step')}, {qn('max')}, "
+                                  f"{qn('max_step')} FROM {block} WHERE {sid} = %s AND {qn('level')} = %s AND "
+                                  f"{idx} BETWEEN %s AND %s ORDER BY {idx}")
+        _SQL["values"] = (f"SELECT {qn('value')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN %s AND %s "
+                          f"ORDER BY {step}")
     return _SQL[name]
 
 
@@ -131,9 +99,15 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     exact_nf = nonfinite if len(nonfinite) <= points // 4 else None
     n_buckets = (points - len(nonfinite)) // 2 if exact_nf is not None else points // 3
 
-    if n_raw <= limit:  # buckets of raw points, summarised by the database (as bucket_points would)
-        width = max(1, -(-(hi - lo + 1) // max(1, n_buckets)))
-        buckets = [Summary(*row) for row in _rows("bucket_points", [sid] * 3 + [lo, width, sid, lo, hi])]
+    if n_raw <= limit:
+        width = -(-(hi - lo + 1) // n_buckets)
+        if FAST_PATH and not nonfinite and n_raw == hi - lo + 1:  # every step present, all finite: fast path
+            values = [v for (v,) in _rows("values", [sid, lo, hi])]
+            if len(values) == n_raw:  # (no write landed in between)
+                return SeriesWindow(lo, hi, RAW, width,
+                                    _extremes_window(range(lo, hi + 1), values, values, range(lo, hi + 1),
+                                                     n_raw, width, []))
+        buckets = bucket_points(_rows("points", [sid, lo, hi]), lo, hi, n_buckets)
         return SeriesWindow(lo, hi, RAW, width, window_from_buckets(buckets, exact_nf))
 
     # Coarsest level whose block span alone guarantees <= limit blocks, then finer while the real count allows
@@ -161,12 +135,74 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         return SeriesWindow(lo, hi, level, hi - lo + 1,
                             window_from_buckets([region_summary(sid, lo, hi, level)], exact_nf))
     per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
-    # runs of `per` consecutive blocks merged into one bucket each, by the database
-    buckets: list[Summary | None] = [region_summary(sid, lo, first * size - 1, level - 1)]
-    buckets.extend(Summary(*row) for row in _rows("bucket_blocks", [sid, level] * 3 + [first, per, sid, level,
-                                                                                      first, last]))
-    buckets.append(region_summary(sid, (last + 1) * size, hi, level - 1))
+    left = region_summary(sid, lo, first * size - 1, level - 1)
+    right = region_summary(sid, (last + 1) * size, hi, level - 1)
+    if FAST_PATH and not nonfinite:
+        rows = _rows("block_extremes", [sid, level, first, last])
+        if len(rows) == last - first + 1:  # every block present (a dense series): runs of `per` rows
+            idxs, counts, mins, min_steps, maxs, max_steps = zip(*rows)
+            if None not in mins and None not in maxs:  # all finite (no block of non-finite points only)
+                return SeriesWindow(lo, hi, level, per * size,
+                                    _extremes_window(min_steps, mins, maxs, max_steps, sum(counts), per,
+                                                     [left, right]))
+    buckets: list[Summary | None] = [left]
+    cur_key = None
+    for idx, *row in _rows("blocks", [sid, level, first, last]):
+        key = (idx - first) // per
+        if key != cur_key:
+            buckets.append(Summary())
+            cur_key = key
+        buckets[-1].merge_row(row)
+    buckets.append(right)
     return SeriesWindow(lo, hi, level, per * size, window_from_buckets(buckets, exact_nf))
+
+
+def _extremes_window(min_steps, mins, maxs, max_steps, count: int, per: int, edges: list) -> Window:
+    """What window_from_buckets gives for buckets of `per` consecutive entries of these parallel columns (blocks'
+    or points' min and max at their steps, in step order, all finite, none missing), between the edges' Summaries
+    (either None), with no non-finite point anywhere: the same points, found by C-level min/max over slices
+    instead of a Python loop over rows. Ties go to the earlier step, as in Summary: the first of equal values
+    in a slice is the earliest (entries are in step order and their steps increase)."""
+    left, right = edges if edges else (None, None)
+    pts: list[tuple[int, float]] = []
+
+    def emit(mn, mn_step, mx, mx_step):
+        if mn_step == mx_step:
+            pts.append((mn_step, mn))
+        elif mn_step < mx_step:
+            pts.append((mn_step, mn))
+            pts.append((mx_step, mx))
+        else:
+            pts.append((mx_step, mx))
+            pts.append((mn_step, mn))
+
+    w = Window()
+    if left is not None and left.count:
+        w.count += left.count
+        if left.min is not None:
+            emit(left.min, left.min_step, left.max, left.max_step)
+    n = len(mins)
+    for a in range(0, n, per):
+        seg = mins[a:a + per]
+        mn = min(seg)
+        i = a + seg.index(mn)
+        seg = maxs[a:a + per]
+        mx = max(seg)
+        j = a + seg.index(mx)
+        emit(mn, min_steps[i], mx, max_steps[j])
+    w.count += count
+    if right is not None and right.count:
+        w.count += right.count
+        if right.min is not None:
+            emit(right.min, right.min_step, right.max, right.max_step)
+    for edge in (left, right):  # an edge's non-finite points (none expected: the window has none)
+        if edge is not None and edge.count:
+            w.counts["NaN"] += edge.nan
+            w.counts["Infinity"] += edge.posinf
+            w.counts["-Infinity"] += edge.neginf
+    w.steps = [p[0] for p in pts]
+    w.values = [p[1] for p in pts]
+    return w
 
 
 def region_summary(sid: int, lo: int, hi: int, level: int) -> Summary | None:
