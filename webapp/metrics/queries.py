@@ -64,7 +64,7 @@ def _sql(name: str) -> str:
         _SQL["nonfinite"] = (f"SELECT {step}, {qn('special')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN "
                              f"%s AND %s AND {qn('special')} > {FINITE} ORDER BY {step} LIMIT %s")
         # the fast path's read: a dense, all-finite window's blocks, only the columns it uses
-        _SQL["block_extremes"] = (f"SELECT {idx}, {qn('count')}, {qn('min')}, {qn('min_step')}, {qn('max')}, "
+        _SQL["block_extremes"] = (f"SELECT {qn('count')}, {qn('min')}, {qn('min_step')}, {qn('max')}, "
                                   f"{qn('max_step')} FROM {block} WHERE {sid} = %s AND {qn('level')} = %s AND "
                                   f"{idx} BETWEEN %s AND %s ORDER BY {idx}")
         _SQL["values"] = (f"SELECT {qn('value')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN %s AND %s "
@@ -139,8 +139,8 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     right = region_summary(sid, (last + 1) * size, hi, level - 1)
     if FAST_PATH and not nonfinite:
         rows = _rows("block_extremes", [sid, level, first, last])
-        if len(rows) == last - first + 1:  # every block present (a dense series): runs of `per` rows
-            idxs, counts, mins, min_steps, maxs, max_steps = zip(*rows)
+        if len(rows) == last - first + 1:  # every block present (unique idx): runs of `per` rows are buckets
+            counts, mins, min_steps, maxs, max_steps = zip(*rows)
             if None not in mins and None not in maxs:  # all finite (no block of non-finite points only)
                 return SeriesWindow(lo, hi, level, per * size,
                                     _extremes_window(min_steps, mins, maxs, max_steps, sum(counts), per,
