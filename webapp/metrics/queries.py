@@ -103,7 +103,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         width = -(-(hi - lo + 1) // n_buckets)
         if FAST_PATH and not nonfinite and n_raw == hi - lo + 1:  # every step present, all finite: fast path
             values = [v for (v,) in _rows("values", [sid, lo, hi])]
-            if len(values) == n_raw:  # (no write landed in between)
+            if len(values) == n_raw and None not in values:  # (no write landed in between)
                 return SeriesWindow(lo, hi, RAW, width,
                                     _extremes_window(range(lo, hi + 1), values, values, range(lo, hi + 1),
                                                      n_raw, width, []))
