@@ -183,6 +183,8 @@ def windows_bench(args) -> dict:
             return {"cases": res}
         for r in res:
             r["ms_median"] = round(statistics.median(r.pop("ms")), 2)
+        if not args.keep:
+            Run.objects.filter(pk=WIN_RUN).delete()
         return {"database": connection.vendor, "steps": args.steps, "load_before": os.getloadavg(),
                 "cases": res, "load_after": os.getloadavg()}
     import subprocess
@@ -215,8 +217,11 @@ def windows_bench(args) -> dict:
                      "levels": mine["levels"], "landed_levels": base["levels"], "bytes": mine["bytes"],
                      "landed_bytes": base["bytes"], "spikes_kept": mine["spikes_kept"],
                      "landed_spikes_kept": base["spikes_kept"]})
-    return {"database": connection.vendor, "steps": args.steps, "compare": trees, "load_before": load_before,
-            "cases": rows, "load_after": os.getloadavg()}
+    out = {"database": connection.vendor, "steps": args.steps, "compare": trees, "load_before": load_before,
+           "cases": rows, "load_after": os.getloadavg()}
+    if not args.keep:
+        Run.objects.filter(pk=WIN_RUN).delete()
+    return out
 
 
 if __name__ == "__main__":
