@@ -67,6 +67,8 @@ def _sql(name: str) -> str:
         _SQL["block_extremes"] = (f"SELECT {qn('count')}, {qn('min')}, {qn('min_step')}, {qn('max')}, "
                                   f"{qn('max_step')} FROM {block} WHERE {sid} = %s AND {qn('level')} = %s AND "
                                   f"{idx} BETWEEN %s AND %s ORDER BY {idx}")
+        _SQL["sum_blocks"] = (f"SELECT SUM({qn('count')}) FROM {block} WHERE {sid} = %s AND {qn('level')} = %s "
+                              f"AND {idx} BETWEEN %s AND %s")
         _SQL["values"] = (f"SELECT {qn('value')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN %s AND %s "
                           f"ORDER BY {step}")
     return _SQL[name]
@@ -76,6 +78,16 @@ def _rows(name: str, params: list) -> list[tuple]:
     with connection.cursor() as cur:
         cur.execute(_sql(name), params)
         return cur.fetchall()
+
+
+def _at_least(sid: int, lo: int, hi: int, most: int = 16) -> int:
+    """A lower bound on the points in [lo, hi]: the counts of the (at most `most`) whole blocks of the finest level
+    with that few inside it (0 when there is none)."""
+    for level in range(LEVELS):
+        first, last = _whole_blocks(lo, hi, level)
+        if last - first + 1 <= most:
+            return _rows("sum_blocks", [sid, level, first, last])[0][0] or 0 if first <= last else 0
+    return 0
 
 
 def _whole_blocks(lo: int, hi: int, level: int) -> tuple[int, int]:
@@ -91,7 +103,12 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     if lo > hi:
         return SeriesWindow(lo, hi, RAW, 1, window_from_points([]))
     limit = FETCH_FACTOR * points
-    n_raw = hi - lo + 1 if hi - lo + 1 <= points else _count_upto("count_points", [sid, lo, hi], limit)
+    if hi - lo + 1 <= points:
+        n_raw = hi - lo + 1
+    elif _at_least(sid, lo, hi) > limit:
+        n_raw = limit + 1  # what the LIMITed count would say, from a few blocks instead of up to 4P index entries
+    else:
+        n_raw = _count_upto("count_points", [sid, lo, hi], limit)
     if n_raw <= points:
         return SeriesWindow(lo, hi, RAW, 1, window_from_points(_rows("points", [sid, lo, hi])))
 
