@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from observatory.downsample import (
-    FINITE, LEVELS, Summary, Window, block_size, summarize, window_from_buckets,
-    bucket_points, window_from_points,
+    FINITE, LEVELS, Summary, Window, block_size, bucket_points, summarize, window_from_buckets, window_from_points,
 )
 from webapp.metrics.models import Block, Point, Series
 
@@ -154,7 +153,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
     left = region_summary(sid, lo, first * size - 1, level - 1)
     right = region_summary(sid, (last + 1) * size, hi, level - 1)
-    if FAST_PATH and not nonfinite:
+    if FAST_PATH and not nonfinite and not any(e is not None and e.nonfinite for e in (left, right)):
         rows = _rows("block_extremes", [sid, level, first, last])
         if len(rows) == last - first + 1:  # every block present (unique idx): runs of `per` rows are buckets
             counts, mins, min_steps, maxs, max_steps = zip(*rows)
@@ -212,11 +211,6 @@ def _extremes_window(min_steps, mins, maxs, max_steps, count: int, per: int, edg
         w.count += right.count
         if right.min is not None:
             emit(right.min, right.min_step, right.max, right.max_step)
-    for edge in (left, right):  # an edge's non-finite points (none expected: the window has none)
-        if edge is not None and edge.count:
-            w.counts["NaN"] += edge.nan
-            w.counts["Infinity"] += edge.posinf
-            w.counts["-Infinity"] += edge.neginf
     w.steps = [p[0] for p in pts]
     w.values = [p[1] for p in pts]
     return w
