@@ -1,9 +1,15 @@
 """Full-range series queries (the min/max pyramid) on the configured database. Prints one JSON object.
 
     .venv/bin/python bench/query.py [--points-total N] [--points P ...] [--repeat R] [--keep]
+    .venv/bin/python bench/query.py --windows [--steps 1000000] [--series 5] [--spans 2000 ...] [--width 1200]
+                                    [--repeat R] [--rounds K] [--compare TREE] [--keep]
 
 Loads an N-point series with 5 one-step spikes into a throwaway run, times full-range and zoomed window queries,
-checks every spike is kept, then deletes the run. Benchmark, not a test: run it on the database you deploy on
+checks every spike is kept, then deletes the run.
+--windows: the zoom's read, GET /api/runs/<id>/windows/?series=a,b,...&start=&end=&points=<width>, timed in process
+(Django's test client: view, queries, JSON) on a run of --series series of --steps steps each, at each window span
+centred in the run; --compare TREE times another checkout (e.g. the landed main) on the same database in the same
+run, rounds alternating, each tree in its own process. Benchmark, not a test: run it on the database you deploy on
 (PostgreSQL via DATABASE_URL, migrated first); without DATABASE_URL on its own SQLite file under OBS_DATA_DIR
 (var/bench-query.sqlite3), migrated, and deleted afterwards unless --keep.
 """
@@ -21,6 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DB_ROOT = ROOT
+if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout's code, use this one's database
+    ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 # production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
@@ -28,7 +37,7 @@ os.environ.setdefault("OBS_DEBUG", "0")
 if not os.environ.get("DJANGO_SECRET_KEY_FILE"):
     os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only")
 OWN_DB = (None if os.environ.get("DATABASE_URL")
-          else ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
+          else DB_ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
 if OWN_DB is not None:
     os.environ["DATABASE_URL"] = f"sqlite:///{OWN_DB}"
 
@@ -53,12 +62,25 @@ def main() -> int:
     ap.add_argument("--points", type=int, nargs="*", default=[1000, 5000, 20000])
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--keep", action="store_true", help="keep the loaded run (re-used by the next call)")
+    ap.add_argument("--windows", action="store_true", help="time the windows endpoint (the zoom's read)")
+    ap.add_argument("--steps", type=int, default=1_000_000)
+    ap.add_argument("--series", type=int, default=5)
+    ap.add_argument("--spans", type=int, nargs="*", default=[2000, 20_000, 200_000, 1_000_000])
+    ap.add_argument("--width", type=int, nargs="*", default=[1200], help="points= (the chart's pixel width)")
+    ap.add_argument("--rounds", type=int, default=3, help="--compare: alternations of the two trees")
+    ap.add_argument("--compare", help="another checkout to time on the same data (e.g. the landed main)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    call_command("migrate", verbosity=0)
+    if not args.child:
+        call_command("migrate", verbosity=0)
     try:
-        print(json.dumps(bench(args.points_total, args.points, args.repeat, args.keep), indent=2))
+        if args.windows:
+            out = windows_bench(args)
+        else:
+            out = bench(args.points_total, args.points, args.repeat, args.keep)
+        print(json.dumps(out, indent=2))
     finally:
-        if OWN_DB is not None and not args.keep:
+        if OWN_DB is not None and not args.keep and not args.child:
             connection.close()
             for path in OWN_DB.parent.glob(OWN_DB.name + "*"):  # with its -wal and -shm files
                 path.unlink()
@@ -99,6 +121,106 @@ def bench(n: int, points: list[int], repeat: int, keep: bool) -> dict:
                                                                               f"/{len(want)}"})
     if not keep:
         Run.objects.filter(pk=BENCH_RUN).delete()
+    return out
+
+
+WIN_RUN = "bench-windows"
+
+
+def load_windows_run(steps: int, n_series: int) -> list[str]:
+    """A run of n_series series, `steps` points each (noisy decays, a one-step spike in each), loaded once."""
+    names = [f"bench/s{i}" for i in range(n_series)]
+    have = Series.objects.filter(run_id=WIN_RUN, name__in=names, count=steps).count()
+    if have == n_series:
+        return names
+    Run.objects.filter(pk=WIN_RUN).delete()
+    run = Run.objects.create(id=WIN_RUN, name="windows benchmark", state="stopped")
+    rnd = random.Random(1)
+    for i, name in enumerate(names):
+        s = Series.objects.create(run=run, name=name)
+        spike = steps // 2 + 37 * i
+        with transaction.atomic():
+            storage.bulk_load(s.id, ((k, 50.0 if k == spike else 2.0 + (i + 1) * math.exp(-k / (steps / 5))
+                                      + rnd.random() * 0.05) for k in range(steps)))
+    return names
+
+
+def time_windows(steps: int, names: list[str], spans: list[int], widths: list[int], repeat: int) -> list[dict]:
+    """Median ms per windows request (in process: URL routing, view, queries, JSON body, ETag) at each span."""
+    from django.test import Client
+
+    client = Client()
+    out = []
+    for width in widths:
+        for span in spans:
+            start = max(0, steps // 2 - span // 2)
+            end = min(steps - 1, start + span - 1)
+            url = f"/api/runs/{WIN_RUN}/windows/?series={','.join(names)}&start={start}&end={end}&points={width}"
+            times = []
+            for _ in range(repeat + 1):
+                t = time.perf_counter()
+                resp = client.get(url, HTTP_HOST="127.0.0.1", secure=True)
+                body = resp.content
+                times.append((time.perf_counter() - t) * 1000)
+            assert resp.status_code == 200, (resp.status_code, body[:300])
+            wins = json.loads(body)["windows"]
+            spikes = sum(1 for i, n in enumerate(names) if start <= steps // 2 + 37 * i <= end
+                         and 50.0 in wins[n]["values"])
+            want = sum(1 for i in range(len(names)) if start <= steps // 2 + 37 * i <= end)
+            out.append({"span": end - start + 1, "points": width, "series": len(names),
+                        "ms": times[1:],  # the first is a warm-up
+                        "returned": max(len(w["steps"]) for w in wins.values()),
+                        "levels": sorted({w["level"] for w in wins.values()}), "bytes": len(body),
+                        "spikes_kept": f"{spikes}/{want}"})
+    return out
+
+
+def windows_bench(args) -> dict:
+    names = load_windows_run(args.steps, args.series)
+    if args.child or not args.compare:
+        res = time_windows(args.steps, names, args.spans, args.width, args.repeat)
+        if args.child:
+            return {"cases": res}
+        for r in res:
+            r["ms_median"] = round(statistics.median(r.pop("ms")), 2)
+        if not args.keep:
+            Run.objects.filter(pk=WIN_RUN).delete()
+        return {"database": connection.vendor, "steps": args.steps, "load_before": os.getloadavg(),
+                "cases": res, "load_after": os.getloadavg()}
+    import subprocess
+
+    trees = {"yours": str(DB_ROOT), "landed": str(Path(args.compare).resolve())}
+    child = [sys.executable, str(Path(__file__).resolve()), "--windows", "--child", "--steps", str(args.steps),
+             "--series", str(args.series), "--repeat", str(args.repeat), "--spans", *map(str, args.spans),
+             "--width", *map(str, args.width)]
+    env = {**os.environ, "DATABASE_URL": os.environ["DATABASE_URL"]}
+    load_before = os.getloadavg()
+    acc: dict[str, list[dict]] = {}
+    for rnd in range(args.rounds):
+        for label in (["yours", "landed"] if rnd % 2 == 0 else ["landed", "yours"]):
+            out = subprocess.run(child, env={**env, "OBS_BENCH_TREE": trees[label]}, capture_output=True,
+                                 text=True, check=False)
+            if out.returncode:
+                raise SystemExit(f"{label} child failed: {out.stderr[-3000:]}")
+            cases = json.loads(out.stdout)["cases"]
+            if label not in acc:
+                acc[label] = cases
+            else:
+                for a, c in zip(acc[label], cases):
+                    a["ms"] += c["ms"]
+    rows = []
+    for mine, base in zip(acc["yours"], acc["landed"]):
+        m, b = statistics.median(mine["ms"]), statistics.median(base["ms"])
+        rows.append({"span": mine["span"], "points": mine["points"], "series": mine["series"],
+                     "ms_median": round(m, 2), "landed_ms_median": round(b, 2), "ratio": round(m / b, 2),
+                     "samples": len(mine["ms"]), "returned": mine["returned"], "landed_returned": base["returned"],
+                     "levels": mine["levels"], "landed_levels": base["levels"], "bytes": mine["bytes"],
+                     "landed_bytes": base["bytes"], "spikes_kept": mine["spikes_kept"],
+                     "landed_spikes_kept": base["spikes_kept"]})
+    out = {"database": connection.vendor, "steps": args.steps, "compare": trees, "load_before": load_before,
+           "cases": rows, "load_after": os.getloadavg()}
+    if not args.keep:
+        Run.objects.filter(pk=WIN_RUN).delete()
     return out
 
 

@@ -17,6 +17,7 @@ MIN_POINTS = 10
 MAX_POINTS = 20_000
 FETCH_FACTOR = 4  # read at most FETCH_FACTOR * P rows to build a P-point view
 RAW = -1  # "level" of a window built from raw points
+FAST_PATH = True  # dense, all-finite windows by C-level min/max over column slices (tests turn it off to compare)
 
 
 @dataclass
@@ -36,12 +37,9 @@ class SeriesWindow:
         }
 
 
-def _points(sid: int, lo: int, hi: int):
-    return Point.objects.filter(series_id=sid, step__gte=lo, step__lte=hi).order_by("step")
-
-
-def _count_upto(qs, limit: int) -> int:
-    return qs[: limit + 1].count()  # COUNT over a LIMITed subquery: cost bounded by limit, not by the series
+def _count_upto(name: str, params: list, limit: int) -> int:
+    """COUNT over a LIMITed subquery: cost bounded by limit, not by the series."""
+    return _rows(name, [*params, limit + 1])[0][0]
 
 
 _SQL: dict[str, str] = {}
@@ -53,10 +51,25 @@ def _sql(name: str) -> str:
         qn = connection.ops.quote_name
         cols = ", ".join(qn(c) for c in Block.SUMMARY_FIELDS)
         block, point = qn(Block._meta.db_table), qn(Point._meta.db_table)
-        _SQL["blocks"] = (f"SELECT {qn('idx')}, {cols} FROM {block} WHERE {qn('series_id')} = %s AND "
-                          f"{qn('level')} = %s AND {qn('idx')} BETWEEN %s AND %s ORDER BY {qn('idx')}")
-        _SQL["points"] = (f"SELECT {qn('step')}, {qn('value')}, {qn('special')} FROM {point} WHERE "
-                          f"{qn('series_id')} = %s AND {qn('step')} BETWEEN %s AND %s ORDER BY {qn('step')}")
+        sid, step, idx = qn("series_id"), qn("step"), qn("idx")
+        _SQL["blocks"] = (f"SELECT {idx}, {cols} FROM {block} WHERE {sid} = %s AND "
+                          f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s ORDER BY {idx}")
+        _SQL["points"] = (f"SELECT {step}, {qn('value')}, {qn('special')} FROM {point} WHERE "
+                          f"{sid} = %s AND {step} BETWEEN %s AND %s ORDER BY {step}")
+        _SQL["count_points"] = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {point} WHERE {sid} = %s AND "
+                                f"{step} BETWEEN %s AND %s LIMIT %s) AS t")
+        _SQL["count_blocks"] = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {block} WHERE {sid} = %s AND "
+                                f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s LIMIT %s) AS t")
+        _SQL["nonfinite"] = (f"SELECT {step}, {qn('special')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN "
+                             f"%s AND %s AND {qn('special')} > {FINITE} ORDER BY {step} LIMIT %s")
+        # the fast path's read: a dense, all-finite window's blocks, only the columns it uses
+        _SQL["block_extremes"] = (f"SELECT {qn('count')}, {qn('min')}, {qn('min_step')}, {qn('max')}, "
+                                  f"{qn('max_step')} FROM {block} WHERE {sid} = %s AND {qn('level')} = %s AND "
+                                  f"{idx} BETWEEN %s AND %s ORDER BY {idx}")
+        _SQL["sum_blocks"] = (f"SELECT SUM({qn('count')}) FROM {block} WHERE {sid} = %s AND {qn('level')} = %s "
+                              f"AND {idx} BETWEEN %s AND %s")
+        _SQL["values"] = (f"SELECT {qn('value')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN %s AND %s "
+                          f"ORDER BY {step}")
     return _SQL[name]
 
 
@@ -64,6 +77,16 @@ def _rows(name: str, params: list) -> list[tuple]:
     with connection.cursor() as cur:
         cur.execute(_sql(name), params)
         return cur.fetchall()
+
+
+def _at_least(sid: int, lo: int, hi: int, most: int = 16) -> int:
+    """A lower bound on the points in [lo, hi]: the counts of the (at most `most`) whole blocks of the finest level
+    with that few inside it (0 when there is none)."""
+    for level in range(LEVELS):
+        first, last = _whole_blocks(lo, hi, level)
+        if last - first + 1 <= most:
+            return _rows("sum_blocks", [sid, level, first, last])[0][0] or 0 if first <= last else 0
+    return 0
 
 
 def _whole_blocks(lo: int, hi: int, level: int) -> tuple[int, int]:
@@ -79,18 +102,28 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     if lo > hi:
         return SeriesWindow(lo, hi, RAW, 1, window_from_points([]))
     limit = FETCH_FACTOR * points
-    n_raw = hi - lo + 1 if hi - lo + 1 <= points else _count_upto(_points(sid, lo, hi), limit)
+    if hi - lo + 1 <= points:
+        n_raw = hi - lo + 1
+    elif _at_least(sid, lo, hi) > limit:
+        n_raw = limit + 1  # what the LIMITed count would say, from a few blocks instead of up to 4P index entries
+    else:
+        n_raw = _count_upto("count_points", [sid, lo, hi], limit)
     if n_raw <= points:
         return SeriesWindow(lo, hi, RAW, 1, window_from_points(_rows("points", [sid, lo, hi])))
 
-    nonfinite = list(Point.objects.filter(series_id=sid, step__gte=lo, step__lte=hi, special__gt=FINITE)
-                     .order_by("step").values_list("step", "special")[: points // 4 + 1])
+    nonfinite = _rows("nonfinite", [sid, lo, hi, points // 4 + 1])
     exact_nf = nonfinite if len(nonfinite) <= points // 4 else None
     n_buckets = (points - len(nonfinite)) // 2 if exact_nf is not None else points // 3
 
     if n_raw <= limit:
-        buckets = bucket_points(_rows("points", [sid, lo, hi]), lo, hi, n_buckets)
         width = -(-(hi - lo + 1) // n_buckets)
+        if FAST_PATH and not nonfinite and n_raw == hi - lo + 1:  # every step present, all finite: fast path
+            values = [v for (v,) in _rows("values", [sid, lo, hi])]
+            if len(values) == n_raw and None not in values:  # (no write landed in between)
+                return SeriesWindow(lo, hi, RAW, width,
+                                    _extremes_window(range(lo, hi + 1), values, values, range(lo, hi + 1),
+                                                     n_raw, width, []))
+        buckets = bucket_points(_rows("points", [sid, lo, hi]), lo, hi, n_buckets)
         return SeriesWindow(lo, hi, RAW, width, window_from_buckets(buckets, exact_nf))
 
     # Coarsest level whose block span alone guarantees <= limit blocks, then finer while the real count allows
@@ -102,8 +135,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         first, last = _whole_blocks(lo, hi, level - 1)
         if (last - first + 1) * density > 2 * limit:
             break  # clearly too many blocks for a (near-)dense series: skip counting them
-        qs = Block.objects.filter(series_id=sid, level=level - 1, idx__gte=first, idx__lte=last)
-        if _count_upto(qs, limit) > limit:
+        if _count_upto("count_blocks", [sid, level - 1, first, last], limit) > limit:
             break
         level -= 1
     n_mid = max(1, n_buckets - 2)  # the two edge regions get a bucket each
@@ -111,8 +143,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         # A coarser level that still yields ~90% of the buckets asked for costs 8x fewer rows: prefer it.
         first, last = _whole_blocks(lo, hi, level + 1)
         if last - first + 1 >= 0.9 * n_mid:
-            qs = Block.objects.filter(series_id=sid, level=level + 1, idx__gte=first, idx__lte=last)
-            if _count_upto(qs, n_mid) >= 0.9 * n_mid:
+            if _count_upto("count_blocks", [sid, level + 1, first, last], n_mid) >= 0.9 * n_mid:
                 level += 1
     size = block_size(level)
     first, last = _whole_blocks(lo, hi, level)
@@ -120,7 +151,17 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         return SeriesWindow(lo, hi, level, hi - lo + 1,
                             window_from_buckets([region_summary(sid, lo, hi, level)], exact_nf))
     per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
-    buckets: list[Summary] = [region_summary(sid, lo, first * size - 1, level - 1)]
+    left = region_summary(sid, lo, first * size - 1, level - 1)
+    right = region_summary(sid, (last + 1) * size, hi, level - 1)
+    if FAST_PATH and not nonfinite and not any(e is not None and e.nonfinite for e in (left, right)):
+        rows = _rows("block_extremes", [sid, level, first, last])
+        if len(rows) == last - first + 1:  # every block present (unique idx): runs of `per` rows are buckets
+            counts, mins, min_steps, maxs, max_steps = zip(*rows)
+            if None not in mins and None not in maxs:  # all finite (no block of non-finite points only)
+                return SeriesWindow(lo, hi, level, per * size,
+                                    _extremes_window(min_steps, mins, maxs, max_steps, sum(counts), per,
+                                                     [left, right]))
+    buckets: list[Summary | None] = [left]
     cur_key = None
     for idx, *row in _rows("blocks", [sid, level, first, last]):
         key = (idx - first) // per
@@ -128,8 +169,51 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
             buckets.append(Summary())
             cur_key = key
         buckets[-1].merge_row(row)
-    buckets.append(region_summary(sid, (last + 1) * size, hi, level - 1))
+    buckets.append(right)
     return SeriesWindow(lo, hi, level, per * size, window_from_buckets(buckets, exact_nf))
+
+
+def _extremes_window(min_steps, mins, maxs, max_steps, count: int, per: int, edges: list) -> Window:
+    """What window_from_buckets gives for buckets of `per` consecutive entries of these parallel columns (blocks'
+    or points' min and max at their steps, in step order, all finite, none missing), between the edges' Summaries
+    (either None), with no non-finite point anywhere: the same points, found by C-level min/max over slices
+    instead of a Python loop over rows. Ties go to the earlier step, as in Summary: the first of equal values
+    in a slice is the earliest (entries are in step order and their steps increase)."""
+    left, right = edges if edges else (None, None)
+    pts: list[tuple[int, float]] = []
+
+    def emit(mn, mn_step, mx, mx_step):
+        if mn_step == mx_step:
+            pts.append((mn_step, mn))
+        elif mn_step < mx_step:
+            pts.append((mn_step, mn))
+            pts.append((mx_step, mx))
+        else:
+            pts.append((mx_step, mx))
+            pts.append((mn_step, mn))
+
+    w = Window()
+    if left is not None and left.count:
+        w.count += left.count
+        if left.min is not None:
+            emit(left.min, left.min_step, left.max, left.max_step)
+    n = len(mins)
+    for a in range(0, n, per):
+        seg = mins[a:a + per]
+        mn = min(seg)
+        i = a + seg.index(mn)
+        seg = maxs[a:a + per]
+        mx = max(seg)
+        j = a + seg.index(mx)
+        emit(mn, min_steps[i], mx, max_steps[j])
+    w.count += count
+    if right is not None and right.count:
+        w.count += right.count
+        if right.min is not None:
+            emit(right.min, right.min_step, right.max, right.max_step)
+    w.steps = [p[0] for p in pts]
+    w.values = [p[1] for p in pts]
+    return w
 
 
 def region_summary(sid: int, lo: int, hi: int, level: int) -> Summary | None:
