@@ -21,6 +21,10 @@ FINITE, NAN, POSINF, NEGINF = 0, 1, 2, 3
 SPECIAL_NAMES = {NAN: "NaN", POSINF: "Infinity", NEGINF: "-Infinity"}
 
 
+SHIFT = FANOUT.bit_length() - 1  # idx of a step's level-L block: step >> (SHIFT * (L + 1))
+assert 1 << SHIFT == FANOUT
+
+
 def block_size(level: int) -> int:
     """Steps covered by one block at `level` (level 0 = 8 steps)."""
     return FANOUT ** (level + 1)
@@ -225,6 +229,76 @@ def window_from_buckets(buckets: Sequence[Summary], exact_nonfinite: Sequence[tu
     w.values = [p[1] for p in pts]
     w.nonfinite = [(step, SPECIAL_NAMES[kind]) for step, kind in sorted(nonfinite)]
     return w
+
+
+def window_from_extremes(min_steps: Sequence[int], mins: Sequence[float], maxs: Sequence[float],
+                         max_steps: Sequence[int], count: int, per: int, edges: Sequence) -> Window:
+    """What window_from_buckets gives for buckets of `per` consecutive entries of these parallel columns (blocks'
+    or points' min and max at their steps, in step order, all finite, none missing), between the edges' Summaries
+    (either None), with no non-finite point anywhere: the same points, found by C-level min/max over slices
+    instead of a Python loop over rows. Ties go to the earlier step, as in Summary: the first of equal values
+    in a slice is the earliest (entries are in step order and their steps increase)."""
+    left, right = edges if edges else (None, None)
+    pts: list[tuple[int, float]] = []
+
+    def emit(mn, mn_step, mx, mx_step):
+        if mn_step == mx_step:
+            pts.append((mn_step, mn))
+        elif mn_step < mx_step:
+            pts.append((mn_step, mn))
+            pts.append((mx_step, mx))
+        else:
+            pts.append((mx_step, mx))
+            pts.append((mn_step, mn))
+
+    w = Window()
+    if left is not None and left.count:
+        w.count += left.count
+        if left.min is not None:
+            emit(left.min, left.min_step, left.max, left.max_step)
+    n = len(mins)
+    for a in range(0, n, per):
+        seg = mins[a:a + per]
+        mn = min(seg)
+        i = a + seg.index(mn)
+        seg = maxs[a:a + per]
+        mx = max(seg)
+        j = a + seg.index(mx)
+        emit(mn, min_steps[i], mx, max_steps[j])
+    w.count += count
+    if right is not None and right.count:
+        w.count += right.count
+        if right.min is not None:
+            emit(right.min, right.min_step, right.max, right.max_step)
+    w.steps = [p[0] for p in pts]
+    w.values = [p[1] for p in pts]
+    return w
+
+
+def level0_summaries(pts: dict[int, tuple[float | None, int]]) -> Iterator[tuple[int, Summary]]:
+    """(idx, Summary) of the level-0 blocks of one series' points {step: (value, special)}: Summary.add inlined
+    over steps in order (the hottest loop of ingest). In step order, the first minimum/maximum met is the earliest,
+    as Summary wants."""
+    idx = -1
+    s = None
+    for step in sorted(pts):  # already in order as a rule: timsort makes that one pass
+        v, sp = pts[step]
+        if step >> SHIFT != idx:
+            if s is not None:
+                yield idx, s
+            idx = step >> SHIFT
+            s = Summary(0, step)
+        s.count += 1
+        s.last_step = step
+        if sp == FINITE:
+            if s.min is None or v < s.min:
+                s.min, s.min_step = v, step
+            if s.max is None or v > s.max:
+                s.max, s.max_step = v, step
+        else:
+            s.add_nonfinite(step, sp)
+    if s is not None:
+        yield idx, s
 
 
 def bucket_points(points: Iterable[tuple[int, float | None, int]], lo: int, hi: int, n_buckets: int

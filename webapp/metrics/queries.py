@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from django.db import connection
 
 from observatory.downsample import (
-    FINITE, LEVELS, Summary, Window, block_size, bucket_points, summarize, window_from_buckets, window_from_points,
+    FINITE, LEVELS, Summary, Window, block_size, bucket_points, summarize, window_from_buckets, window_from_extremes,
+    window_from_points,
 )
 from webapp.metrics.models import Block, Point, Series
 
@@ -50,26 +51,23 @@ def _sql(name: str) -> str:
     if not _SQL:
         qn = connection.ops.quote_name
         cols = ", ".join(qn(c) for c in Block.SUMMARY_FIELDS)
-        block, point = qn(Block._meta.db_table), qn(Point._meta.db_table)
-        sid, step, idx = qn("series_id"), qn("step"), qn("idx")
-        _SQL["blocks"] = (f"SELECT {idx}, {cols} FROM {block} WHERE {sid} = %s AND "
-                          f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s ORDER BY {idx}")
-        _SQL["points"] = (f"SELECT {step}, {qn('value')}, {qn('special')} FROM {point} WHERE "
-                          f"{sid} = %s AND {step} BETWEEN %s AND %s ORDER BY {step}")
-        _SQL["count_points"] = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {point} WHERE {sid} = %s AND "
-                                f"{step} BETWEEN %s AND %s LIMIT %s) AS t")
-        _SQL["count_blocks"] = (f"SELECT COUNT(*) FROM (SELECT 1 FROM {block} WHERE {sid} = %s AND "
-                                f"{qn('level')} = %s AND {idx} BETWEEN %s AND %s LIMIT %s) AS t")
-        _SQL["nonfinite"] = (f"SELECT {step}, {qn('special')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN "
-                             f"%s AND %s AND {qn('special')} > {FINITE} ORDER BY {step} LIMIT %s")
-        # the fast path's read: a dense, all-finite window's blocks, only the columns it uses
-        _SQL["block_extremes"] = (f"SELECT {qn('count')}, {qn('min')}, {qn('min_step')}, {qn('max')}, "
-                                  f"{qn('max_step')} FROM {block} WHERE {sid} = %s AND {qn('level')} = %s AND "
-                                  f"{idx} BETWEEN %s AND %s ORDER BY {idx}")
-        _SQL["sum_blocks"] = (f"SELECT SUM({qn('count')}) FROM {block} WHERE {sid} = %s AND {qn('level')} = %s "
-                              f"AND {idx} BETWEEN %s AND %s")
-        _SQL["values"] = (f"SELECT {qn('value')} FROM {point} WHERE {sid} = %s AND {step} BETWEEN %s AND %s "
-                          f"ORDER BY {step}")
+        step, idx = qn("step"), qn("idx")
+        # a series' blocks of one level in an idx range; its raw points in a step range
+        blocks = (f"FROM {qn(Block._meta.db_table)} WHERE {qn('series_id')} = %s AND {qn('level')} = %s "
+                  f"AND {idx} BETWEEN %s AND %s")
+        points = f"FROM {qn(Point._meta.db_table)} WHERE {qn('series_id')} = %s AND {step} BETWEEN %s AND %s"
+        extremes = ", ".join(qn(c) for c in ("count", "min", "min_step", "max", "max_step"))
+        _SQL.update({
+            "blocks": f"SELECT {idx}, {cols} {blocks} ORDER BY {idx}",
+            "block_extremes": f"SELECT {extremes} {blocks} ORDER BY {idx}",  # the fast path: only what it uses
+            "sum_blocks": f"SELECT SUM({qn('count')}) {blocks}",
+            "count_blocks": f"SELECT COUNT(*) FROM (SELECT 1 {blocks} LIMIT %s) AS t",
+            "points": f"SELECT {step}, {qn('value')}, {qn('special')} {points} ORDER BY {step}",
+            "values": f"SELECT {qn('value')} {points} ORDER BY {step}",
+            "count_points": f"SELECT COUNT(*) FROM (SELECT 1 {points} LIMIT %s) AS t",
+            "nonfinite": f"SELECT {step}, {qn('special')} {points} AND {qn('special')} > {FINITE} "
+                         f"ORDER BY {step} LIMIT %s",
+        })
     return _SQL[name]
 
 
@@ -121,7 +119,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
             values = [v for (v,) in _rows("values", [sid, lo, hi])]
             if len(values) == n_raw and None not in values:  # (no write landed in between)
                 return SeriesWindow(lo, hi, RAW, width,
-                                    _extremes_window(range(lo, hi + 1), values, values, range(lo, hi + 1),
+                                    window_from_extremes(range(lo, hi + 1), values, values, range(lo, hi + 1),
                                                      n_raw, width, []))
         buckets = bucket_points(_rows("points", [sid, lo, hi]), lo, hi, n_buckets)
         return SeriesWindow(lo, hi, RAW, width, window_from_buckets(buckets, exact_nf))
@@ -159,7 +157,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
             counts, mins, min_steps, maxs, max_steps = zip(*rows)
             if None not in mins and None not in maxs:  # all finite (no block of non-finite points only)
                 return SeriesWindow(lo, hi, level, per * size,
-                                    _extremes_window(min_steps, mins, maxs, max_steps, sum(counts), per,
+                                    window_from_extremes(min_steps, mins, maxs, max_steps, sum(counts), per,
                                                      [left, right]))
     buckets: list[Summary | None] = [left]
     cur_key = None
@@ -171,49 +169,6 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         buckets[-1].merge_row(row)
     buckets.append(right)
     return SeriesWindow(lo, hi, level, per * size, window_from_buckets(buckets, exact_nf))
-
-
-def _extremes_window(min_steps, mins, maxs, max_steps, count: int, per: int, edges: list) -> Window:
-    """What window_from_buckets gives for buckets of `per` consecutive entries of these parallel columns (blocks'
-    or points' min and max at their steps, in step order, all finite, none missing), between the edges' Summaries
-    (either None), with no non-finite point anywhere: the same points, found by C-level min/max over slices
-    instead of a Python loop over rows. Ties go to the earlier step, as in Summary: the first of equal values
-    in a slice is the earliest (entries are in step order and their steps increase)."""
-    left, right = edges if edges else (None, None)
-    pts: list[tuple[int, float]] = []
-
-    def emit(mn, mn_step, mx, mx_step):
-        if mn_step == mx_step:
-            pts.append((mn_step, mn))
-        elif mn_step < mx_step:
-            pts.append((mn_step, mn))
-            pts.append((mx_step, mx))
-        else:
-            pts.append((mx_step, mx))
-            pts.append((mn_step, mn))
-
-    w = Window()
-    if left is not None and left.count:
-        w.count += left.count
-        if left.min is not None:
-            emit(left.min, left.min_step, left.max, left.max_step)
-    n = len(mins)
-    for a in range(0, n, per):
-        seg = mins[a:a + per]
-        mn = min(seg)
-        i = a + seg.index(mn)
-        seg = maxs[a:a + per]
-        mx = max(seg)
-        j = a + seg.index(mx)
-        emit(mn, min_steps[i], mx, max_steps[j])
-    w.count += count
-    if right is not None and right.count:
-        w.count += right.count
-        if right.min is not None:
-            emit(right.min, right.min_step, right.max, right.max_step)
-    w.steps = [p[0] for p in pts]
-    w.values = [p[1] for p in pts]
-    return w
 
 
 def region_summary(sid: int, lo: int, hi: int, level: int) -> Summary | None:

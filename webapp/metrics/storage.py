@@ -10,13 +10,13 @@ from typing import Iterable
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
-from observatory.downsample import FANOUT, FINITE, LEVELS, PyramidBuilder, Summary, block_size, classify
+from observatory.downsample import (
+    FANOUT, LEVELS, SHIFT, PyramidBuilder, Summary, block_size, classify, level0_summaries,
+)
 from webapp.metrics import bulk
 from webapp.metrics.models import Block, Point, Series
 
 _CLUSTER_GAP = 64  # touched blocks further apart than this are read back by separate range queries
-_SHIFT = FANOUT.bit_length() - 1  # idx of a step's level-L block: step >> (_SHIFT * (L + 1))
-assert 1 << _SHIFT == FANOUT
 POINT_COLS = ["series_id", "step", "value", "special"]
 BLOCK_COLS = ["series_id", "level", "idx", *Block.SUMMARY_FIELDS]
 
@@ -121,31 +121,6 @@ class SeriesWriter:
         refresh_totals(set(points) | self.rewound)
 
 
-def _level0(sid: int, pts: dict[int, tuple[float | None, int]], out: dict[tuple[int, int], Summary]) -> None:
-    """Level-0 summaries of one series' points, into out[(sid, idx)]: Summary.add inlined over steps in order
-    (the hottest loop of ingest). In step order, the first minimum/maximum met is the earliest, as Summary wants."""
-    idx = -1
-    s = None
-    for step in sorted(pts):  # already in order as a rule: timsort makes that one pass
-        v, sp = pts[step]
-        if step >> _SHIFT != idx:
-            if s is not None:
-                out[(sid, idx)] = s
-            idx = step >> _SHIFT
-            s = Summary(0, step)
-        s.count += 1
-        s.last_step = step
-        if sp == FINITE:
-            if s.min is None or v < s.min:
-                s.min, s.min_step = v, step
-            if s.max is None or v > s.max:
-                s.max, s.max_step = v, step
-        else:
-            s.add_nonfinite(step, sp)
-    if s is not None:
-        out[(sid, idx)] = s
-
-
 def _append(points: dict[int, dict[int, tuple]], totals: dict[int, tuple]) -> None:
     """The append path: new points only; blocks summarised from the batch, merged with the stored ones."""
     bulk.insert(Point._meta.db_table, POINT_COLS,
@@ -153,12 +128,13 @@ def _append(points: dict[int, dict[int, tuple]], totals: dict[int, tuple]) -> No
     levels: list[dict[tuple[int, int], Summary]] = []
     blocks: dict[tuple[int, int], Summary] = {}
     for sid, pts in points.items():
-        _level0(sid, pts, blocks)
+        for idx, summary in level0_summaries(pts):
+            blocks[(sid, idx)] = summary
     levels.append(blocks)
     for _ in range(1, LEVELS):
         parents: dict[tuple[int, int], Summary] = {}
         for (sid, idx), s in blocks.items():
-            key = (sid, idx >> _SHIFT)
+            key = (sid, idx >> SHIFT)
             p = parents.get(key)
             if p is None:
                 parents[key] = Summary().merge(s)
