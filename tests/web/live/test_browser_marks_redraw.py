@@ -23,17 +23,24 @@ def marks(*steps: int) -> str:
     return f"() => Obs.setOverlays('test', [{items}])"
 
 
-def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_redraws_fully(trainer, servers,
-                                                                                           new_page, run_id):
+def started(trainer, servers, run_id, name):
+    """A run of `name` with 200 steps of a falling loss ingested and the web server up; returns step(s), which
+    publishes one more."""
     def step(s):
         trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.005 * s})
 
-    trainer.send("run", name="live marks", config={})
+    trainer.send("run", name=name, config={})
     trainer.send("state", state="training", step=0, detail="")
     for s in range(200):
         step(s)
     wait_ingested(run_id, 199)
     servers.wait_web()
+    return step
+
+
+def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_redraws_fully(trainer, servers,
+                                                                                           new_page, run_id):
+    step = started(trainer, servers, run_id, "live marks")
     page = new_page(viewport={"width": 1400, "height": 900})
     errors = []
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
@@ -88,15 +95,7 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
 
 def test_many_marks_are_drawn_as_one_path_a_look_and_a_new_one_redraws_only_the_marks(trainer, servers, new_page,
                                                                                       run_id):
-    def step(s):
-        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.005 * s})
-
-    trainer.send("run", name="many marks", config={})
-    trainer.send("state", state="training", step=0, detail="")
-    for s in range(200):
-        step(s)
-    wait_ingested(run_id, 199)
-    servers.wait_web()
+    step = started(trainer, servers, run_id, "many marks")
     page = new_page(viewport={"width": 1400, "height": 900})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
