@@ -165,3 +165,20 @@ def demo_messages(run_id: str, steps: int = 60, experts: int = 4, hole: tuple = 
                                "tokens": steps * 1024, "token_budget": steps * 2048, "eta_s": 3600.0,
                                "steps_per_s": 1.0, "since_step_s": 0.5, "pid": 1}))
     return msgs
+
+
+def plot_box(page, chart_id: str = "chart-train-loss") -> dict:
+    """The client box of a Plotly chart's drag area."""
+    return page.evaluate(f"""() => {{ const r = document.querySelector('#{chart_id} .nsewdrag').getBoundingClientRect();
+      return {{x: r.x, y: r.y, w: r.width, h: r.height}}; }}""")
+
+
+def drag_zoom(page, frm: float, to: float, chart_id: str = "chart-train-loss") -> None:
+    """A real mouse drag-zoom across a chart, from and to fractions of its width, in two moves."""
+    box = plot_box(page, chart_id)
+    y = box["y"] + box["h"] / 2
+    page.mouse.move(box["x"] + frm * box["w"], y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + (frm + to) / 2 * box["w"], y, steps=5)
+    page.mouse.move(box["x"] + to * box["w"], y, steps=5)
+    page.mouse.up()

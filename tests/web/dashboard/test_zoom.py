@@ -10,14 +10,12 @@ import pytest
 from observatory import contract
 
 from ..servers import page_errors
-from .conftest import seed_series
+from .conftest import drag_zoom, plot_box, seed_series
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 STEPS, SPIKE, SPIKE_VALUE = 200_000, 123_457, 30.0
 LOSS = "chart-train-loss"
-DRAG_BOX = """() => { const r = document.querySelector('#chart-train-loss .nsewdrag').getBoundingClientRect();
-  return {x: r.x, y: r.y, w: r.width, h: r.height}; }"""
 TRACE = """() => { const d = document.getElementById('chart-train-loss');
   return d && d.data && d.data[0] ? {x: Array.from(d.data[0].x), y: Array.from(d.data[0].y),
     range: d.layout.xaxis.range, auto: d.layout.xaxis.autorange, yrange: d.layout.yaxis.range} : null; }"""
@@ -56,13 +54,7 @@ def test_zoom_reads_every_raw_step_of_a_20_step_window_and_the_spike_survives_zo
     assert (SPIKE, SPIKE_VALUE) in window(full, SPIKE, SPIKE), "the one-step spike is kept at full zoom"
 
     # A real drag-zoom over part of the chart: the view (and the URL) take the range, finer data comes in.
-    box = page.evaluate(DRAG_BOX)
-    y = box["y"] + box["h"] / 2
-    page.mouse.move(box["x"] + 0.55 * box["w"], y)
-    page.mouse.down()
-    page.mouse.move(box["x"] + 0.62 * box["w"], y, steps=5)
-    page.mouse.move(box["x"] + 0.70 * box["w"], y, steps=5)
-    page.mouse.up()
+    drag_zoom(page, 0.55, 0.70)
     page.wait_for_function("() => new URLSearchParams(location.search).has('from')", timeout=10_000)
     q = parse_qs(urlparse(page.url).query)
     lo, hi = int(q["from"][0]), int(q["to"][0])
@@ -106,7 +98,7 @@ def test_zoom_reads_every_raw_step_of_a_20_step_window_and_the_spike_survives_zo
     assert (SPIKE, SPIKE_VALUE) in window(out, SPIKE, SPIKE)
     assert "from" not in parse_qs(urlparse(page.url).query)
     # Double-click (Plotly's reset) on the other page zooms out the same way.
-    box = other.evaluate(DRAG_BOX)
+    box = plot_box(other)
     other.mouse.dblclick(box["x"] + box["w"] / 2, box["y"] + box["h"] / 2)
     other.wait_for_function(f"() => {{ const t = ({TRACE})(); return t && t.auto === true; }}", timeout=30_000)
     assert (SPIKE, SPIKE_VALUE) in window(other.evaluate(TRACE), SPIKE, SPIKE)

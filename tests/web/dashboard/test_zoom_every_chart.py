@@ -10,7 +10,7 @@ import pytest
 from observatory import contract
 
 from ..servers import page_errors
-from .conftest import seed_series
+from .conftest import drag_zoom, seed_series
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -97,14 +97,7 @@ def test_every_chart_in_view_is_drawn_with_the_windows_raw_points_when_the_zoom_
     assert zoom["plotlyMs"] >= zoom["ms"]
 
     # A drag-zoom with the mouse (the pointer stays over the chart, hover on): the same, for the chart dragged.
-    box = page.evaluate("() => { const r = document.querySelector('#chart-train-loss .nsewdrag')"
-                        ".getBoundingClientRect(); return {x: r.x, y: r.y, w: r.width, h: r.height}; }")
-    y = box["y"] + box["h"] / 2
-    page.mouse.move(box["x"] + 0.3 * box["w"], y)
-    page.mouse.down()
-    page.mouse.move(box["x"] + 0.45 * box["w"], y, steps=4)
-    page.mouse.move(box["x"] + 0.6 * box["w"], y, steps=4)
-    page.mouse.up()
+    drag_zoom(page, 0.3, 0.6)
     page.wait_for_function(f"() => window.__obsZoom && window.__obsZoom.plotlyMs !== null && "
                            f"document.getElementById('chart-train-loss')._fullLayout.xaxis.range[1] < {b}",
                            timeout=30_000)
