@@ -140,6 +140,8 @@ def test_replayed_commands_are_refused_with_a_reason_and_a_restart_remembers_the
     assert op.wait_ack(rb)["status"] == "applied" and t.schedule.multiplier == 1.0
     applied = op.send("set-lr-multiplier", {"value": 0.25})
     assert op.wait_ack(applied)["status"] == "applied"
+    # its event goes out through the trainer's publisher thread and can land after the ack (failed once in CI at load)
+    until(lambda: [e["payload"]["id"] for e in op.events("command")].count(applied) == 1, 60, "the command's event")
     captured = {cid: op.entry(cid) for cid in (rejected, undone, applied)}
 
     def refuses_every_replay():
