@@ -195,6 +195,18 @@ def window_from_points(points: Sequence[tuple[int, float | None, int]]) -> Windo
     return w
 
 
+def _emit(pts: list, mn: float, mn_step: int, mx: float, mx_step: int) -> None:
+    """A bucket's min and max at their true steps, in step order (one point when they coincide)."""
+    if mn_step == mx_step:
+        pts.append((mn_step, mn))
+    elif mn_step < mx_step:
+        pts.append((mn_step, mn))
+        pts.append((mx_step, mx))
+    else:
+        pts.append((mx_step, mx))
+        pts.append((mn_step, mn))
+
+
 def window_from_buckets(buckets: Sequence[Summary], exact_nonfinite: Sequence[tuple[int, int]] | None) -> Window:
     """Buckets in step order -> min and max of each at their true steps (one point when they coincide).
 
@@ -212,14 +224,7 @@ def window_from_buckets(buckets: Sequence[Summary], exact_nonfinite: Sequence[tu
         w.counts["Infinity"] += b.posinf
         w.counts["-Infinity"] += b.neginf
         if b.min is not None:
-            if b.min_step == b.max_step:
-                pts.append((b.min_step, b.min))
-            elif b.min_step < b.max_step:
-                pts.append((b.min_step, b.min))
-                pts.append((b.max_step, b.max))
-            else:
-                pts.append((b.max_step, b.max))
-                pts.append((b.min_step, b.min))
+            _emit(pts, b.min, b.min_step, b.max, b.max_step)
         if exact_nonfinite is None and b.ns_step is not None:
             reps.append((b.ns_step, b.ns_kind))
     nonfinite = list(exact_nonfinite) if exact_nonfinite is not None else reps
@@ -240,22 +245,11 @@ def window_from_extremes(min_steps: Sequence[int], mins: Sequence[float], maxs: 
     in a slice is the earliest (entries are in step order and their steps increase)."""
     left, right = edges if edges else (None, None)
     pts: list[tuple[int, float]] = []
-
-    def emit(mn, mn_step, mx, mx_step):
-        if mn_step == mx_step:
-            pts.append((mn_step, mn))
-        elif mn_step < mx_step:
-            pts.append((mn_step, mn))
-            pts.append((mx_step, mx))
-        else:
-            pts.append((mx_step, mx))
-            pts.append((mn_step, mn))
-
     w = Window()
     if left is not None and left.count:
         w.count += left.count
         if left.min is not None:
-            emit(left.min, left.min_step, left.max, left.max_step)
+            _emit(pts, left.min, left.min_step, left.max, left.max_step)
     n = len(mins)
     for a in range(0, n, per):
         seg = mins[a:a + per]
@@ -264,12 +258,12 @@ def window_from_extremes(min_steps: Sequence[int], mins: Sequence[float], maxs: 
         seg = maxs[a:a + per]
         mx = max(seg)
         j = a + seg.index(mx)
-        emit(mn, min_steps[i], mx, max_steps[j])
+        _emit(pts, mn, min_steps[i], mx, max_steps[j])
     w.count += count
     if right is not None and right.count:
         w.count += right.count
         if right.min is not None:
-            emit(right.min, right.min_step, right.max, right.max_step)
+            _emit(pts, right.min, right.min_step, right.max, right.max_step)
     w.steps = [p[0] for p in pts]
     w.values = [p[1] for p in pts]
     return w
