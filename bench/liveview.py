@@ -6,7 +6,9 @@
 The real chain, as bench/latency.py runs it: the trainer's `Publisher` → Redis → `manage.py ingest` (subprocess)
 → the web server `make run` starts (subprocess) → a real Chromium page on the run's dashboard (Playwright, 1400 ×
 900). The run first gets `--history` steps at once, then one full-width step (~240 series, bench/fanout.py's
-names) every 1/`--rate` s for `--seconds`, while Chromium traces the page. Reported:
+names) every 1/`--rate` s for `--seconds`, with a heartbeat every 2 s as the trainer sends (its steps/s), while
+Chromium traces the page. The live window starts once the page has settled (every chart drawn by Plotly: the
+first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
   update_main_ms   p50/p99/max of the page's main-thread time per live update: the top-level tasks of the
                    renderer's main thread (script, style, layout, paint, GC) from one WebSocket message to the next
   long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
@@ -72,6 +74,13 @@ def values(step: int, names: list[str], data: str = "sawtooth") -> dict[str, flo
     return out
 
 
+def heartbeat(pub: Publisher, step: int, rate: float) -> None:
+    """The trainer's heartbeat (training/heartbeat.py's snapshot): its phase, step and rate."""
+    pub.publish("heartbeat", {"t": time.time(), "phase": "training", "step": step, "tokens": step * 4096,
+                              "token_budget": 10**9, "eta_s": None, "steps_per_s": rate, "since_step_s": 0.0,
+                              "pid": os.getpid()})
+
+
 def per_update(tasks: list[tuple[float, float]], marks: list[float], end: float) -> list[float]:
     """Main-thread ms from each live message to the next (the last: to `end`), tasks by their start."""
     bounds = marks + [end]
@@ -97,7 +106,7 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
 
 
 def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
-            data: str = "sawtooth") -> dict:
+            data: str = "sawtooth", trace_out: str | None = None) -> dict:
     from playwright.sync_api import sync_playwright
 
     from tests.conftest import CHROMIUM_ARGS, chromium_path
@@ -114,6 +123,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
         pub.publish("state", {"t": time.time(), "state": "training", "step": 0, "detail": ""})
         for step in range(history):
             pub.metrics(step, values(step, names, data))
+        heartbeat(pub, history - 1, rate)
         pub.flush()
         wait_http(f"{base}/api/runs/")
         deadline = time.monotonic() + 600
@@ -138,7 +148,9 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             cdp = Cdp(page, throttle)
             page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
                                    "window.__obsFrames > 0", timeout=60_000)
-            page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0", timeout=60_000)
+            # the live window starts on the settled page: every chart drawn by Plotly (first paint and Plotly's
+            # loading after it are bench/dashboard.py's to measure)
+            page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
             open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
             browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
             if profile:
@@ -150,6 +162,8 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             for k in range(1, n + 1):
                 time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
                 pub.metrics(history + k - 1, values(history + k - 1, names, data))
+                if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
+                    heartbeat(pub, history + k - 1, rate)
             page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
                                    f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
             wall = time.monotonic() - t0
@@ -158,7 +172,10 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             frames = page.evaluate("() => window.__obsFrames") - frames0
             redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
             prof = profile_summary(cdp.stop_profile()) if profile else None
-            tasks, marks, selfs = trace_tasks(browser.stop_tracing(), "obs-live-frame")
+            trace = browser.stop_tracing()
+            if trace_out:
+                Path(trace_out).write_bytes(trace)
+            tasks, marks, selfs = trace_tasks(trace, "obs-live-frame")
             browser.close()
     finally:
         pub.close()
@@ -187,6 +204,7 @@ def main() -> int:
                     help="the synthetic series (values()): sawtooth, marks changing almost every step; smooth")
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
     ap.add_argument("--profile", action="store_true", help="add a sampling profile of the live window")
+    ap.add_argument("--trace-out", metavar="FILE", help="also write the live window's Chromium trace (JSON) to FILE")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args()
     if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
@@ -194,7 +212,8 @@ def main() -> int:
                  "--cpu-throttle at least 1")
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
-    out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data)
+    out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
+                  args.trace_out)
     out["targets"] = {"update_main_p99_ms": 8, "long_tasks_per_min": 0 if not args.charts else 1}
     print(json.dumps(out, indent=None if args.json else 2))
     return 0

@@ -294,7 +294,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
                    yaxis: {...axis, type: log ? "log" : "linear", exponentformat: "e"},
                    yaxis2: {overlaying: "y", range: [0, 1.05], visible: false, fixedrange: true}};
       if (range) { lay.xaxis.range = range; lay.xaxis.autorange = false; } else lay.xaxis.autorange = true;
-      if (!range && traces && this.live && xa.mode !== "time") this.headroom(lay.xaxis, traces);
+      if (!range && traces && this.liveish() && xa.mode !== "time") this.headroom(lay.xaxis, traces);
       if (sec) {
         const second = this.items.filter((it) => it.secondary), names = second.map((it) => this.label(it.name));
         const fractions = second.every((it) => this.ctx.registry.info(it.name).unit === "fraction"); // MFU: 21%
@@ -355,12 +355,15 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       }
       if (!(hi >= lo)) return;
       // Plotly's autorange does well, but for a live chart (its range keeps room for the next points)
-      if (!range && !this.live && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return;
+      if (!range && !this.liveish() && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return;
       if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
       const pad = (hi - lo) * 0.06 || (log ? 0.3 : Math.abs(hi) * 0.5) || 1;
       axis.range = [lo - pad, hi + pad];
       axis.autorange = false;
     }
+
+    // Live points are coming (or will, the run training): the axes keep room for them, drawn in place.
+    liveish() { return this.live || this.ctx.runState === "training"; }
 
     headroom(axis, traces) { // a live chart's x axis: the run so far and room for the next points past it
       let lo = Infinity, hi = -Infinity;
@@ -369,13 +372,17 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
       }
       if (!(hi > lo)) return;
-      let ahead = (hi - lo) * LIVE_HEADROOM;
-      const a = this.liveFrom, b = this.liveTo;
+      let ahead = (hi - lo) * LIVE_HEADROOM, perS = 0;
+      const a = this.liveFrom, b = this.liveTo, sps = this.ctx.stepsPerS;
       if (a && b && b.t - a.t > 2000) { // x units a second, from the live points seen so far
         const [xa, xb] = this.ctx.xaxis.toX([a.step, b.step]);
-        const perS = (xb - xa) / ((b.t - a.t) / 1000);
-        if (perS > 0) ahead = Math.min((hi - lo) * LIVE_AHEAD_MAX, Math.max(ahead, perS * LIVE_AHEAD_S));
+        perS = (xb - xa) / ((b.t - a.t) / 1000);
+      } else if (sps > 0) { // else from the trainer's heartbeat (its steps/s)
+        const s = this.items[0] && this.items[0].series, at = a ? a.step : s && s.steps.length ? s.steps[s.steps.length - 1] : 0;
+        const [xa, xb] = this.ctx.xaxis.toX([at, at + sps * 10]);
+        perS = (xb - xa) / 10;
       }
+      if (perS > 0) ahead = Math.min((hi - lo) * LIVE_AHEAD_MAX, Math.max(ahead, perS * LIVE_AHEAD_S));
       axis.range = [lo, hi + ahead];
       axis.autorange = false;
     }
@@ -505,6 +512,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (this.full) {
         const traces = this.traces();
         if (window.Plotly) {
+          this.dropTails();
           if (!this.plotly) this.plot.replaceChildren(); // the light renderer's drawing, if any
           // a new data revision each full redraw, kept by marks-only ones: Plotly then never recomputes the traces
           // for those (without one, Plotly.react takes every data array as new and redraws every trace)
@@ -532,11 +540,22 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     bind() { // the plot's own events, once Plotly has made it
       this.plot.on("plotly_clickannotation", (ev) => this.clickedLabel(ev.annotation && ev.annotation.overlayId));
       this.plot.on("plotly_relayout", (ev) => this.relayouted(ev));
+      // Plotly drew on its own with other axes (a resize, a zoom's preview): the tails' pixels are no longer where
+      // their points are, and its lines may lack them: a full redraw draws them all. (A marks redraw keeps them.)
+      this.plot.on("plotly_afterplot", () => {
+        if (this.tails && this.tails.size && this.axesKey() !== this.tailAxes && this.dropTails()) {
+          this.full = true; this.dirty = true; this.ctx.schedule();
+        }
+      });
     }
 
     // Live points onto the drawn lines, when every one falls inside the drawn axes of a linear chart with no marks
     // to add, no smoothing and no pointer over it (hover reads Plotly's own copy): true once drawn. The trace's
     // arrays take them too, so the next full redraw (and anyone reading the chart) has every point.
+    // They are drawn as a tail: a path of our own beside Plotly's line (its look), from the line's last point,
+    // holding only the points since Plotly last drew it. Plotly's line, often thousands of points, is never
+    // rewritten: rewriting it made a new string of its whole length on every update (the garbage that made the
+    // live view's major GC pauses) and had the browser parse it again.
     appendLive() {
       const gd = this.plot, fl = gd._fullLayout, todo = [];
       this.missed = "state";
@@ -550,23 +569,52 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         const p = this.split(it.name, pend.x, pend.y), ya = it.secondary ? fl.yaxis3 : fl.yaxis;
         this.missed = "marks or y type";
         if (pend.nfx.length || p.ox.length || !ya || ya.type !== "linear") return false;
-        const X = this.ctx.xaxis.toX(p.x), tr = gd._fullData[it.index];
+        const X = this.ctx.xaxis.toX(p.x), tr = gd._fullData[it.index], drawn = gd.data[it.index];
         this.missed = "x range";
         if (!X.every((x) => within(x, xa.range))) return false;
         this.missed = "y range";
         if (!p.y.every((y) => within(y, ya.range))) return false;
-        const path = tr && gd.querySelector(".trace" + tr.uid + " .js-line");
         this.missed = "no path";
-        if (!path || !path.getAttribute("d")) return false;
-        todo.push({i: it.index, X, Y: p.y, path, ya});
+        let tail = this.tails && this.tails.get(it.index);
+        if (!tail) {
+          const line = tr && gd.querySelector(".trace" + tr.uid + " .js-line");
+          if (!line || !line.getAttribute("d") || !drawn || !drawn.x.length) return false;
+          tail = {line, d: ""};
+        }
+        todo.push({i: it.index, X, Y: p.y, tail, ya, drawn});
       }
-      for (const {i, X, Y, path, ya} of todo) {
-        let d = "";
+      this.tails = this.tails || new Map();
+      if (!this.tails.size) this.tailAxes = this.axesKey();
+      for (const {i, X, Y, tail, ya, drawn} of todo) {
+        let d = tail.d;
+        if (!tail.path) { // from the line's last point, in its look
+          tail.path = tail.line.cloneNode(false);
+          tail.path.classList.remove("js-line");
+          tail.path.classList.add("obs-tail");
+          tail.line.after(tail.path);
+          this.tails.set(i, tail);
+          const n = drawn.x.length - 1;
+          d = "M" + xa.c2p(drawn.x[n]).toFixed(2) + "," + ya.c2p(drawn.y[n]).toFixed(2);
+        }
         for (let k = 0; k < X.length; k++) d += "L" + xa.c2p(X[k]).toFixed(2) + "," + ya.c2p(Y[k]).toFixed(2);
-        path.setAttribute("d", path.getAttribute("d") + d);
-        const tr = gd.data[i];
-        for (let k = 0; k < X.length; k++) { tr.x.push(X[k]); tr.y.push(Y[k]); }
+        tail.path.setAttribute("d", tail.d = d);
+        for (let k = 0; k < X.length; k++) { drawn.x.push(X[k]); drawn.y.push(Y[k]); }
       }
+      return true;
+    }
+
+    // Where the drawn axes put the points: a tail stays right while this stays the same.
+    axesKey() {
+      const fl = this.plot._fullLayout || {}, r = (a) => (a && a.range ? a.range.join() : ""), z = fl._size || {};
+      return [r(fl.xaxis), r(fl.yaxis), r(fl.yaxis3), z.l, z.t, z.w, z.h].join("|");
+    }
+
+    // Plotly draws the lines again (the tails' points are in its data now, or a full redraw is asked for): the
+    // tails go.
+    dropTails() {
+      if (!this.tails || !this.tails.size) return false;
+      for (const t of this.tails.values()) t.path.remove();
+      this.tails.clear();
       return true;
     }
 
@@ -588,11 +636,10 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       else if (!parts.length && waiting) parts.push("waiting for the run to publish it");
       else if (!parts.length && empty) parts.push("no data yet");
       const el = this.box.querySelector(".note");
-      const text = parts.join(" · ");
-      if (el.textContent !== text) el.textContent = text;
-      el.classList.toggle("bad", nf > 0 || this.oobTotal > 0);
-      const logBtn = this.box.querySelector(".log");
-      logBtn.setAttribute("aria-pressed", String(this.ctx.view.log.has(this.id)));
+      Obs.put(el, parts.join(" · "));
+      const bad = nf > 0 || this.oobTotal > 0;
+      if (el.classList.contains("bad") !== bad) el.classList.toggle("bad", bad);
+      Obs.putAttr(this.box.querySelector(".log"), "aria-pressed", this.ctx.view.log.has(this.id));
     }
 
     renderTable() {

@@ -250,7 +250,7 @@
   function nonfiniteNote() {
     const bad = [...store.all()].filter((s) => s.nfTotal > 0);
     const el = $("nonfinite-note");
-    el.hidden = bad.length === 0;
+    Obs.putHidden(el, bad.length === 0);
     const text = bad.map((s) => `${registry.info(s.name).title}: ${s.nfTotal} non-finite value(s)` +
       (s.nfSteps.length ? `, first at step ${s.nfSteps[0]} (${s.nfKinds[0]})` : "")).join(" · ");
     if (el.textContent !== text) el.textContent = text;
@@ -306,6 +306,8 @@
     if (!run) return;
     header.show(run);
     if (ctx.runState !== run.state) { ctx.runState = run.state; charts.forEach((ch) => ch.note()); } // "compiling…"
+    const p = run.progress || run.heartbeat; // the trainer's rate: live charts keep room on x for the next points
+    if (p && typeof p.steps_per_s === "number") ctx.stepsPerS = p.steps_per_s;
     if (run.last_heartbeat_at && run.last_step !== null) ctx.xaxis.anchor(run.last_step, Date.parse(run.last_heartbeat_at) / 1000);
   }
 

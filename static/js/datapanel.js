@@ -23,11 +23,20 @@ window.Obs = window.Obs || {};
 
   function weightCell(w, cls) {
     const td = el("td", {class: "num weight " + (cls || "")});
-    if (typeof w !== "number" || !isFinite(w)) { td.textContent = w === undefined || w === null ? "–" : String(w); return td; }
-    const pct = Math.max(0, Math.min(1, w)) * 100;
-    td.append(el("span", {class: "bar", style: ""}), el("span", {class: "pct", text: (w * 100).toFixed(1) + "%"}));
-    td.firstChild.style.width = pct.toFixed(1) + "%";
+    setWeight(td, w);
     return td;
+  }
+
+  function setWeight(td, w) { // a weight cell's bar and percentage (written only where they change)
+    if (typeof w !== "number" || !isFinite(w)) {
+      if (td.querySelector(".bar")) td.replaceChildren();
+      Obs.put(td, w === undefined || w === null ? "–" : String(w));
+      return;
+    }
+    if (!td.querySelector(".bar")) td.replaceChildren(el("span", {class: "bar"}), el("span", {class: "pct"}));
+    const width = (Math.max(0, Math.min(1, w)) * 100).toFixed(1) + "%";
+    if (td.firstChild.style.width !== width) td.firstChild.style.width = width;
+    Obs.put(td.lastChild, (w * 100).toFixed(1) + "%");
   }
 
   class DataPanel {
@@ -95,10 +104,21 @@ window.Obs = window.Obs || {};
       const byName = new Map((m.domains || []).map((d) => [d.name, d]));
 
       const stageEl = document.getElementById("data-stage");
-      stageEl.dataset.stage = cur === null ? "" : cur;
-      if (cur === null) stageEl.textContent = stages.length ? "not started" : "–";
-      else stageEl.textContent = (stages[cur] ? stages[cur].name : "stage " + cur) +
-        (stages.length ? ` (${cur + 1} of ${stages.length})` : "");
+      Obs.putAttr(stageEl, "data-stage", cur === null ? "" : cur);
+      Obs.put(stageEl, cur === null ? (stages.length ? "not started" : "–")
+        : (stages[cur] ? stages[cur].name : "stage " + cur) + (stages.length ? ` (${cur + 1} of ${stages.length})` : ""));
+      // A live update moves the live weights only: the table is built again only when its shape changes (the
+      // manifest, the domains, the current stage); otherwise the "weight now" cells are rewritten where they changed.
+      const shape = [this.manifest, this.domains.length, cur];
+      if (this.shape && this.shape.every((v, i) => v === shape[i])) {
+        for (const [name, td] of this.liveCells) {
+          const lv = this.weights.get(name) && this.weights.get(name).lastValue();
+          setWeight(td, lv ? lv[1] : null);
+        }
+        return;
+      }
+      this.shape = shape;
+      this.liveCells = new Map();
 
       const facts = [];
       if (m.tokenizer) facts.push(["tokenizer", m.tokenizer.name + (m.tokenizer.vocab_size ? ` (vocab ${m.tokenizer.vocab_size})` : "")]);
@@ -135,7 +155,9 @@ window.Obs = window.Obs || {};
                     `train ${d.train_tokens}, eval ${d.eval_tokens}` : ""}));
         stages.forEach((st, i) => tr.append(weightCell((st.weights || {})[name], i === cur ? "current" : "")));
         const lv = this.weights.get(name) && this.weights.get(name).lastValue();
-        tr.append(weightCell(lv ? lv[1] : null, "live"));
+        const live = weightCell(lv ? lv[1] : null, "live");
+        this.liveCells.set(name, live);
+        tr.append(live);
         return tr;
       });
       document.getElementById("data-domains").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));

@@ -152,6 +152,12 @@ window.Obs = window.Obs || {};
   Obs.count = (n) => n === undefined || n === null || !Number.isFinite(+n) ? "–" : n >= 1e12 ? (n / 1e12).toFixed(2) + "T"
     : n >= 1e9 ? (n / 1e9).toFixed(2) + "B" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M"
     : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(Math.round(n));
+  // Writes that leave the DOM alone when nothing changed: a live page rewrites its header, panels and notes on every
+  // update, and each real write costs the page style, layout and paint (a live update's main cost, bench/liveview.py).
+  Obs.put = (el, text) => { text = String(text); if (el.textContent !== text) el.textContent = text; };
+  Obs.putAttr = (el, name, value) => { value = String(value); if (el.getAttribute(name) !== value) el.setAttribute(name, value); };
+  Obs.putClass = (el, cls) => { if (el.className !== cls) el.className = cls; };
+  Obs.putHidden = (el, hidden) => { if (el.hidden !== !!hidden) el.hidden = !!hidden; };
   Obs.duration = (s) => {
     if (s === null || s === undefined || !Number.isFinite(+s)) return "–";
     s = Math.max(0, Math.round(s));

@@ -22,41 +22,41 @@ window.Obs = window.Obs || {};
       if (run.progress) { this.progress = run.progress; this.progressAt = Date.now(); }
       else if (run.heartbeat) { this.progress = run.heartbeat; this.progressAt = Date.now(); }
       if (run.last_heartbeat_at) this.heartbeatAt = new Date(run.last_heartbeat_at);
-      const st = $("badge-state"); st.textContent = run.state; st.className = "badge state-" + run.state;
-      $("badge-phase").textContent = run.phase || "–";
-      $("badge-phase").hidden = !run.phase || run.phase === run.state; // the heartbeat's phase, when it says more
-      const h = $("badge-health"); h.textContent = run.health; h.className = "badge health-" + run.health;
-      if (run.last_step !== null && run.last_step !== undefined) $("stat-step").textContent = run.last_step; // plain: feature modules read it
+      const st = $("badge-state"); Obs.put(st, run.state); Obs.putClass(st, "badge state-" + run.state);
+      Obs.put($("badge-phase"), run.phase || "–");
+      Obs.putHidden($("badge-phase"), !run.phase || run.phase === run.state); // the heartbeat's phase, when it says more
+      const h = $("badge-health"); Obs.put(h, run.health); Obs.putClass(h, "badge health-" + run.health);
+      if (run.last_step !== null && run.last_step !== undefined) Obs.put($("stat-step"), run.last_step); // plain: feature modules read it
       this.tick();
     }
 
     // Every second: heartbeat age, ETA counting down from the last heartbeat's estimate, the progress bar.
     tick() {
-      $("stat-heartbeat").textContent = this.heartbeatAt
-        ? Obs.duration((Date.now() - this.heartbeatAt.getTime()) / 1000) + " ago" : "–";
+      Obs.put($("stat-heartbeat"), this.heartbeatAt
+        ? Obs.duration((Date.now() - this.heartbeatAt.getTime()) / 1000) + " ago" : "–");
       const p = this.progress || {};
       const tokens = num(p.tokens), budget = num(p.token_budget);
       const frac = tokens !== null && budget ? Math.min(1, tokens / budget) : null;
       const bar = $("run-progress");
-      if (frac === null) { bar.hidden = true; $("stat-tokens").textContent = tokens !== null ? Obs.count(tokens) : "–"; }
+      Obs.putHidden(bar, frac === null);
+      if (frac === null) Obs.put($("stat-tokens"), tokens !== null ? Obs.count(tokens) : "–");
       else {
-        bar.hidden = false;
-        bar.value = Math.round(frac * 1000) / 10;
-        bar.textContent = bar.value + "%";
-        $("stat-tokens").textContent = `${Obs.count(tokens)} of ${Obs.count(budget)} (${(100 * frac).toFixed(1)}%)`;
+        const pct = Math.round(frac * 1000) / 10;
+        if (bar.value !== pct) bar.value = pct;
+        Obs.put(bar, pct + "%");
+        Obs.put($("stat-tokens"), `${Obs.count(tokens)} of ${Obs.count(budget)} (${(100 * frac).toFixed(1)}%)`);
       }
       const sps = num(p.steps_per_s), heard = this.run && Obs.heard(this.run);
       // a paused trainer's heartbeat still carries the rate it had before the pause: no speed to show
       const paused = heard && (this.run.state === "paused" || this.run.phase === "paused");
-      $("stat-rate").textContent = !heard ? "–" : paused ? "paused" : sps === null || sps <= 0 ? "–"
-        : sps >= 10 ? sps.toFixed(0) + " steps/s" : sps.toFixed(2) + " steps/s";
+      Obs.put($("stat-rate"), !heard ? "–" : paused ? "paused" : sps === null || sps <= 0 ? "–"
+        : sps >= 10 ? sps.toFixed(0) + " steps/s" : sps.toFixed(2) + " steps/s");
       let eta = num(p.eta_s);
       if (eta !== null && this.progressAt && this.run && this.run.state === "training") {
         eta = Math.max(0, eta - (Date.now() - this.progressAt) / 1000);
       }
-      $("stat-eta").textContent = this.run ? Obs.timeLeft(this.run, frac, eta) : "–";
-      const stage = this.stage();
-      $("stat-stage").textContent = stage || "–";
+      Obs.put($("stat-eta"), this.run ? Obs.timeLeft(this.run, frac, eta) : "–");
+      Obs.put($("stat-stage"), this.stage() || "–");
     }
   }
 

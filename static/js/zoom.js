@@ -126,6 +126,7 @@
       let todo = this.linePaths(traces);
       if (todo === "y") { this.preview(traces); todo = this.linePaths(traces); }
       if (!Array.isArray(todo)) return false;
+      if (this.dropTails) this.dropTails(); // (the window's lines hold every point: charts.js appendLive)
       for (const [path, d] of todo) path.setAttribute("d", d);
       return true;
     },

@@ -61,8 +61,10 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     # A live point inside the axes is appended to the drawn line in place.
     step(201)
     wait_trace(page, LOSS, "x.includes(201)")
-    line = f"""() => {{ const gd = document.getElementById('{LOSS}');
-        return gd.querySelector('.trace' + gd._fullData[0].uid + ' .js-line').getAttribute('d'); }}"""
+    # (Plotly's line, then the tail of live points drawn beside it since Plotly last drew it)
+    line = f"""() => {{ const gd = document.getElementById('{LOSS}'), g = gd.querySelector('.trace' + gd._fullData[0].uid);
+        const tail = g.querySelector('.obs-tail');
+        return g.querySelector('.js-line').getAttribute('d') + (tail ? tail.getAttribute('d') : ''); }}"""
     drawn = page.evaluate(line)
 
     # A second mark, and another live point: the point is appended in place, the marks alone redrawn; the line
@@ -90,6 +92,11 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     page.wait_for_function(f"() => Obs.redrawCounts.full > {after['full']} && "
                            f"document.getElementById('{LOSS}')._fullLayout.xaxis.range[1] > {far}", timeout=30_000)
     assert page.evaluate(SHAPES) == [100, 150] and "mark 150" in page.evaluate(LABELS)
+    # Plotly's line now holds the live points drawn as a tail before: the tail is gone, the line ends at `far`
+    assert page.locator(f"#{LOSS} .obs-tail").count() == 0
+    full_line = page.evaluate(line)
+    assert float(full_line[full_line.rindex("L") + 1:].split(",")[0]) == pytest.approx(
+        page.evaluate(f"() => document.getElementById('{LOSS}')._fullLayout.xaxis.l2p({far})"), abs=1.0)
     assert errors == []
 
 
