@@ -362,8 +362,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       axis.autorange = false;
     }
 
-    // Live points are coming (or will, the run training): the axes keep room for them, drawn in place.
-    liveish() { return this.live || this.ctx.runState === "training"; }
+    // Live points are coming (or will: the run trains and its trainer's heartbeat gives a rate): the axes keep room
+    // for them, drawn in place.
+    liveish() { return this.live || (this.ctx.runState === "training" && this.ctx.stepsPerS > 0); }
 
     headroom(axis, traces) { // a live chart's x axis: the run so far and room for the next points past it
       let lo = Infinity, hi = -Infinity;

@@ -307,7 +307,7 @@
     header.show(run);
     if (ctx.runState !== run.state) { ctx.runState = run.state; charts.forEach((ch) => ch.note()); } // "compiling…"
     const p = run.progress || run.heartbeat; // the trainer's rate: live charts keep room on x for the next points
-    if (p && typeof p.steps_per_s === "number") ctx.stepsPerS = p.steps_per_s;
+    if (p && typeof p.steps_per_s === "number") ctx.stepsPerS = Obs.heard(run) ? p.steps_per_s : 0;
     if (run.last_heartbeat_at && run.last_step !== null) ctx.xaxis.anchor(run.last_step, Date.parse(run.last_heartbeat_at) / 1000);
   }
 

@@ -142,3 +142,29 @@ def test_many_marks_are_drawn_as_one_path_a_look_and_a_new_one_redraws_only_the_
                           ".map((e) => (e.getAttribute('d').match(/M/g) || []).length)")
     assert sorted(drawn) == [2, 61]
     assert errors == []
+
+
+def test_a_training_runs_charts_keep_room_for_live_points_from_the_start(trainer, servers, new_page, run_id):
+    """With the trainer's heartbeat giving its rate, a chart is drawn with room on x for the next points before any
+    live point came: the first live points are drawn in place (a tail beside Plotly's line), no full redraw."""
+    step = started(trainer, servers, run_id, "room ahead")
+    trainer.send("heartbeat", phase="training", step=199, tokens=199 * 4096, token_budget=10**9, eta_s=None,
+                 steps_per_s=2.0, since_step_s=0.0, pid=1)
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+    page.wait_for_function(f"() => document.getElementById('{LOSS}').layout.xaxis.range && "
+                           f"document.getElementById('{LOSS}').layout.xaxis.range[1] > 210", timeout=30_000)
+    before = page.evaluate(COUNTS)
+    for s in (200, 201):
+        step(s)
+        wait_trace(page, LOSS, f"x.includes({s})")
+    page.wait_for_function(f"() => Obs.redrawCounts.append >= {before['append']} + 1", timeout=30_000)
+    after = page.evaluate(COUNTS)
+    assert after["full"] == before["full"], (before, after)
+    assert page.locator(f"#{LOSS} .obs-tail").count() == 1
+    assert errors == []
