@@ -592,7 +592,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           tail.path = tail.line.cloneNode(false);
           tail.path.classList.remove("js-line");
           tail.path.classList.add("obs-tail");
-          tail.line.after(tail.path);
+          tail.path.removeAttribute("d");
+          this.tailLayer().appendChild(tail.path);
           this.tails.set(i, tail);
           const n = drawn.x.length - 1;
           d = "M" + xa.c2p(drawn.x[n]).toFixed(2) + "," + ya.c2p(drawn.y[n]).toFixed(2);
@@ -602,6 +603,22 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         for (let k = 0; k < X.length; k++) { drawn.x.push(X[k]); drawn.y.push(Y[k]); }
       }
       return true;
+    }
+
+    // The tails' own SVG over Plotly's (below its hover and label layer), in the plot area's coordinates: changing
+    // a tail repaints that small drawing only, not Plotly's whole chart with its thousands of points.
+    tailLayer() {
+      const fl = this.plot._fullLayout, z = fl._size;
+      let svg = this.tailSvg;
+      if (!svg || !svg.isConnected) {
+        const main = this.plot.querySelector(".svg-container > .main-svg");
+        svg = this.tailSvg = Obs.svgEl("svg", {class: "obs-tails", "aria-hidden": "true"});
+        svg.appendChild(Obs.svgEl("g"));
+        main.after(svg);
+      }
+      svg.setAttribute("width", fl.width); svg.setAttribute("height", fl.height);
+      svg.firstChild.setAttribute("transform", `translate(${z.l},${z.t})`);
+      return svg.firstChild;
     }
 
     // Where the drawn axes put the points: a tail stays right while this stays the same.

@@ -63,7 +63,7 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     wait_trace(page, LOSS, "x.includes(201)")
     # (Plotly's line, then the tail of live points drawn beside it since Plotly last drew it)
     line = f"""() => {{ const gd = document.getElementById('{LOSS}'), g = gd.querySelector('.trace' + gd._fullData[0].uid);
-        const tail = g.querySelector('.obs-tail');
+        const tail = gd.querySelector('.obs-tails .obs-tail');
         return g.querySelector('.js-line').getAttribute('d') + (tail ? tail.getAttribute('d') : ''); }}"""
     drawn = page.evaluate(line)
 
