@@ -436,12 +436,67 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (!this.plotly || !fl || !fl.xaxis || !gd.layout || this.labelled() !== this.drawnLabelled) return false;
       const lay = {...gd.layout};
       this.marks(lay, Obs.theme(), null);
-      // the same labels: the shapes alone (a relayout of only them: Plotly redoes no trace's defaults)
+      // the same labels: the shapes alone, drawn by us (the layout holds them too, for Plotly's next full redraw
+      // and for whoever reads the chart)
       if (JSON.stringify(lay.annotations) === JSON.stringify(gd.layout.annotations || [])) {
-        Plotly.relayout(gd, {shapes: lay.shapes});
+        this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
+        gd.layout.shapes = lay.shapes;
+        this.drawShapes(lay.shapes);
       } else {
         Plotly.react(gd, gd.data, lay, Obs.plotConfig());
+        if (this.ownShapes) this.drawShapes(lay.shapes); // (Plotly's, hidden, may be older: ours stay in charge)
       }
+      return true;
+    }
+
+    // A live chart's marks-only redraw with the same labels draws the shapes itself: in two SVGs of its own, one
+    // under Plotly's (layer "below": bands) and one over it (lines), each clipped to the plot area, with Plotly's
+    // shape layers hidden until its next full redraw draws them all again from the layout. Plotly's own way (a
+    // relayout of the shapes) derives the whole figure's defaults again: 13-20 ms a redraw, once a second on a
+    // live chart whose marks keep changing. Shapes as marks() makes them: lines and rectangles on x spanning the
+    // plot (y in paper units), and merged paths of M, H and V (merged()).
+    drawShapes(shapes) {
+      const fl = this.plot._fullLayout, z = fl._size, xa = fl.xaxis;
+      const px = (v) => xa.c2p(+v).toFixed(1), py = (v) => ((1 - v) * z.h).toFixed(1);
+      const layer = (below) => {
+        const key = below ? "shapesBelow" : "shapesAbove";
+        let svg = this[key];
+        if (!svg || !svg.isConnected) {
+          svg = this[key] = Obs.svgEl("svg", {class: "obs-marks", "aria-hidden": "true"});
+          svg.appendChild(Obs.svgEl("svg")); // (a nested svg clips to its box: the plot area)
+          const main = this.plot.querySelector(".svg-container > .main-svg");
+          if (below) main.before(svg); else main.after(svg);
+        }
+        svg.setAttribute("width", fl.width); svg.setAttribute("height", fl.height);
+        const inner = svg.firstChild;
+        for (const [k, v] of [["x", z.l], ["y", z.t], ["width", z.w], ["height", z.h]]) inner.setAttribute(k, v);
+        return inner;
+      };
+      const below = [], above = [];
+      for (const sh of shapes) {
+        const d = sh.type === "path"
+          ? sh.path.replace(/([MLHV])([-+.\de]+)(?:,([-+.\de]+))?/g, (m, c, a, b) =>
+            c === "H" ? "H" + px(a) : c === "V" ? "V" + py(a) : c + px(a) + "," + py(b))
+          : sh.type === "rect" ? `M${px(sh.x0)},${py(sh.y0)}H${px(sh.x1)}V${py(sh.y1)}H${px(sh.x0)}Z`
+          : `M${px(sh.x0)},${py(sh.y0)}L${px(sh.x1)},${py(sh.y1)}`;
+        const ln = sh.line || {}, w = ln.width === undefined ? 2 : ln.width, dlw = Math.max(w, 3);
+        (sh.layer === "below" ? below : above).push(Obs.svgEl("path", {
+          d, fill: sh.type === "line" || !sh.fillcolor ? "none" : sh.fillcolor,
+          stroke: w > 0 ? ln.color || "#444" : "none", "stroke-width": w > 0 ? w : undefined,
+          "stroke-dasharray": ln.dash === "dash" ? `${3 * dlw}px,${3 * dlw}px` : ln.dash === "dot" ? `${dlw}px,${dlw}px`
+            : undefined}));
+      }
+      layer(true).replaceChildren(...below);
+      layer(false).replaceChildren(...above);
+      if (!this.ownShapes) { this.ownShapes = true; this.plot.classList.add("obs-own-marks"); }
+    }
+
+    dropShapes() { // Plotly draws the shapes again (a full redraw)
+      if (!this.ownShapes) return false;
+      this.ownShapes = false;
+      this.plot.classList.remove("obs-own-marks");
+      for (const svg of [this.shapesBelow, this.shapesAbove]) if (svg) svg.remove();
+      this.shapesBelow = this.shapesAbove = null;
       return true;
     }
 
@@ -513,7 +568,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (this.full) {
         const traces = this.traces();
         if (window.Plotly) {
-          this.dropTails();
+          this.dropTails(); this.dropShapes(); this.inPlaceAxes = null;
           if (!this.plotly) this.plot.replaceChildren(); // the light renderer's drawing, if any
           // a new data revision each full redraw, kept by marks-only ones: Plotly then never recomputes the traces
           // for those (without one, Plotly.react takes every data array as new and redraws every trace)
@@ -541,12 +596,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     bind() { // the plot's own events, once Plotly has made it
       this.plot.on("plotly_clickannotation", (ev) => this.clickedLabel(ev.annotation && ev.annotation.overlayId));
       this.plot.on("plotly_relayout", (ev) => this.relayouted(ev));
-      // Plotly drew on its own with other axes (a resize, a zoom's preview): the tails' pixels are no longer where
-      // their points are, and its lines may lack them: a full redraw draws them all. (A marks redraw keeps them.)
+      // Plotly drew on its own with other axes (a resize, a zoom's preview): what was drawn in place (tails, our
+      // shapes) is no longer where its points are, and Plotly's lines may lack them: a full redraw draws it all.
+      // (A marks redraw keeps the axes: it stays.)
       this.plot.on("plotly_afterplot", () => {
-        if (this.tails && this.tails.size && this.axesKey() !== this.tailAxes && this.dropTails()) {
-          this.full = true; this.dirty = true; this.ctx.schedule();
-        }
+        if (!this.inPlaceAxes || this.axesKey() === this.inPlaceAxes) return;
+        this.dropTails(); this.dropShapes(); this.inPlaceAxes = null;
+        this.full = true; this.dirty = true; this.ctx.schedule();
       });
     }
 
@@ -585,7 +641,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         todo.push({i: it.index, X, Y: p.y, tail, ya, drawn});
       }
       this.tails = this.tails || new Map();
-      if (!this.tails.size) this.tailAxes = this.axesKey();
+      this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
       for (const {i, X, Y, tail, ya, drawn} of todo) {
         let d = tail.d;
         if (!tail.path) { // from the line's last point, in its look
@@ -621,7 +677,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       return svg.firstChild;
     }
 
-    // Where the drawn axes put the points: a tail stays right while this stays the same.
+    // Where the drawn axes put the points: what is drawn in place (tails, our shapes) stays right while this stays
+    // the same.
     axesKey() {
       const fl = this.plot._fullLayout || {}, r = (a) => (a && a.range ? a.range.join() : ""), z = fl._size || {};
       return [r(fl.xaxis), r(fl.yaxis), r(fl.yaxis3), z.l, z.t, z.w, z.h].join("|");

@@ -168,3 +168,56 @@ def test_a_training_runs_charts_keep_room_for_live_points_from_the_start(trainer
     assert after["full"] == before["full"], (before, after)
     assert page.locator(f"#{LOSS} .obs-tail").count() == 1
     assert errors == []
+
+
+def test_a_shapes_only_change_is_drawn_by_the_page_and_the_next_full_redraw_hands_it_back_to_plotly(
+        trainer, servers, new_page, run_id):
+    """A marks change that leaves the labels as they are (a band without a label) is drawn by the page itself over
+    the drawn chart, Plotly's shape layers hidden meanwhile (no Plotly call); the layout holds the new shapes, and
+    the next full redraw has Plotly draw every shape again, the page's own drawing gone."""
+    step = started(trainer, servers, run_id, "own shapes")
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+
+    def overlays(*bands):
+        items = ", ".join(f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}" for a, b in bands)
+        return f"() => Obs.setOverlays('test', [{{id: 'l50', x0: 50, label: 'mark 50', metric: '{contract.M_LOSS}'}}, {items}])"
+
+    page.evaluate(overlays((10, 20)))
+    step(200)
+    wait_trace(page, LOSS, "x.includes(200)")
+    page.wait_for_function(f"() => ({SHAPES})().includes(10)", timeout=30_000)
+    x_end = page.evaluate(f"() => document.getElementById('{LOSS}').layout.xaxis.range[1]")
+    plotly_shapes = f"() => [...document.querySelectorAll('#{LOSS} .main-svg .shapelayer path')].length"
+    assert page.evaluate(plotly_shapes) == 2  # the line at 50 and the band 10-20, drawn by Plotly
+    before = page.evaluate(COUNTS)
+
+    page.evaluate(overlays((10, 20), (120, 140)))
+    step(201)
+    page.wait_for_function(f"() => ({SHAPES})().includes(120)", timeout=30_000)
+    wait_trace(page, LOSS, "x.includes(201)")
+    after = page.evaluate(COUNTS)
+    assert after["full"] == before["full"] and after["remark"] > before["remark"], (before, after)
+    assert page.locator(f"#{LOSS}.obs-own-marks").count() == 1
+    assert not page.locator(f"#{LOSS} .main-svg .shapelayer").first.is_visible()
+    own = page.evaluate(f"""() => [...document.querySelectorAll('#{LOSS} .obs-marks path')].map((p) => ({{
+        fill: p.getAttribute('fill'), d: p.getAttribute('d')}}))""")
+    assert len(own) == 3, own
+    band = next(p for p in own if p["d"].startswith("M") and "H" in p["d"] and
+                abs(float(p["d"][1:].split(",")[0]) - page.evaluate(
+                    f"() => document.getElementById('{LOSS}')._fullLayout.xaxis.l2p(120)")) < 1.0)
+    assert band["fill"].startswith("rgba"), band
+
+    # A point past the x axis's end: a full redraw; Plotly draws every shape again, the page's drawing is gone.
+    far = int(x_end) + 50
+    step(far)
+    page.wait_for_function(f"() => Obs.redrawCounts.full > {after['full']} && "
+                           f"document.getElementById('{LOSS}')._fullLayout.xaxis.range[1] > {far}", timeout=30_000)
+    assert page.locator(f"#{LOSS} .obs-marks").count() == 0 and page.locator(f"#{LOSS}.obs-own-marks").count() == 0
+    assert page.evaluate(plotly_shapes) == 3
+    assert errors == []
