@@ -123,6 +123,7 @@ def test_a_compare_view_built_in_the_page_survives_a_reload(runs, web, new_page)
     want = {m: expected(web, order, labels, m, 0.6) for m in (c.M_LOSS, c.M_GRAD_NORM)}
     assert len(want[c.M_LOSS]) == 6 and len(want[c.M_GRAD_NORM]) == 4  # the import has no gradient norm
     page.wait_for_function(MATCHES, arg=want, timeout=30_000)
+    page.wait_for_function("() => location.search.includes('logx=1')")  # (the URL follows a moment later: view.js)
     before, url = page.evaluate(LINES), page.url
     assert controls == {"x": "tokens", "smooth": "0.6", "logx": "true", "logy": [c.M_LOSS], "runs": order}
     loss = before[c.M_LOSS]
@@ -148,7 +149,8 @@ def test_a_compare_view_built_in_the_page_survives_a_reload(runs, web, new_page)
     # wall time: seconds since each run's own start; the import has no timestamps and says so
     page.click("#x-mode button[value=time]")
     page.wait_for_function(f"() => (({LINES})())['{c.M_LOSS}'].lines.length === 4")
-    assert "x=time" in page.url and "wandb baseline" in page.inner_text(f'.chart[data-metric="{c.M_LOSS}"] .note')
+    page.wait_for_function("() => location.search.includes('x=time')")  # (the URL follows a moment later: view.js)
+    assert "wandb baseline" in page.inner_text(f'.chart[data-metric="{c.M_LOSS}"] .note')
     assert errors == [] and fresh_errors == []
 
 
@@ -169,7 +171,7 @@ def test_a_zoom_reads_each_runs_own_window(runs, web, new_page):
     fine = page.evaluate(drawn)
     inside = [(x, y) for x, y in zip(fine["x"], fine["y"]) if 12000 <= x <= 12300]
     assert inside == [(s, float(s % 97)) for s in range(12000, 12301)]  # every raw step of the window
-    assert "from=12000" in page.url and "to=12300" in page.url
+    page.wait_for_function("() => location.search.includes('from=12000') && location.search.includes('to=12300')")
     page.reload()  # the zoomed view comes back from the URL, window and all
     page.wait_for_function(f"() => {{ const t = ({drawn})(); return t && t.x.filter((s) => s >= 12000 && "
                            "s <= 12300).length === 301; }", timeout=30_000)
