@@ -434,6 +434,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     remarkInPlace() {
       const gd = this.plot, fl = gd._fullLayout;
       if (!this.plotly || !fl || !fl.xaxis || !gd.layout || this.labelled() !== this.drawnLabelled) return false;
+      if (fl.xaxis.type !== "linear") return false; // (drawMarks places marks on a linear x axis: wall time redraws)
       const lay = {...gd.layout};
       this.marks(lay, Obs.theme(), null);
       // drawn by the page itself (the layout holds them too, for Plotly's next full redraw and whoever reads it)
