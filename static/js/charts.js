@@ -429,30 +429,37 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     groupId(g) { return "group:" + g.map((o) => o.id).join(","); }
 
     // Redraw for changed marks only: the drawn traces and axes as they are (points appended in place stay), only
-    // shapes and labels new, drawn by drawMarks without Plotly. False where the marks need more (the room above
-    // the plot for labels comes or goes): a full redraw.
+    // shapes and labels new. False where the marks need more (the room above the plot for labels comes or goes): a
+    // full redraw.
     remarkInPlace() {
       const gd = this.plot, fl = gd._fullLayout;
       if (!this.plotly || !fl || !fl.xaxis || !gd.layout || this.labelled() !== this.drawnLabelled) return false;
-      if (fl.xaxis.type !== "linear") return false; // (drawMarks places marks on a linear x axis: wall time redraws)
       const lay = {...gd.layout};
       this.marks(lay, Obs.theme(), null);
-      // drawn by the page itself (the layout holds them too, for Plotly's next full redraw and whoever reads it)
-      this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
-      gd.layout.shapes = lay.shapes; gd.layout.annotations = lay.annotations;
-      this.drawMarks(lay.shapes, lay.annotations);
+      // the same labels: the shapes alone, drawn by the page itself (the layout holds them too, for Plotly's next
+      // full redraw and whoever reads the chart); else Plotly.react, which redraws only the changed labels and shapes
+      // (Plotly's labels: their hover box, their clicks)
+      const sameLabels = JSON.stringify(lay.annotations) === JSON.stringify(gd.layout.annotations || []);
+      if (sameLabels && fl.xaxis.type === "linear") {
+        this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
+        gd.layout.shapes = lay.shapes;
+        this.drawShapes(lay.shapes);
+      } else if (sameLabels) { // (a wall-time axis: a relayout of the shapes only)
+        Plotly.relayout(gd, {shapes: lay.shapes});
+      } else {
+        Plotly.react(gd, gd.data, lay, Obs.plotConfig());
+        if (this.ownShapes) this.drawShapes(lay.shapes); // (Plotly's, hidden, may be older: ours stay in charge)
+      }
       return true;
     }
 
-    // A live chart's marks-only redraw draws the marks itself: the shapes in two SVGs of its own, one under
-    // Plotly's (layer "below": bands) and one over it (lines), clipped to the plot area, and the labels above the
-    // plot in the latter (a click on one does what a click on Plotly's label does: clickedLabel; its hover text is
-    // a tooltip), Plotly's shape and label layers hidden until its next full redraw draws them all again from the
-    // layout. Plotly's own way (a relayout of the shapes, or Plotly.react for changed labels) derives the whole
-    // figure's defaults again and measures every label: 9-20 ms a redraw, once a second on a live chart whose
-    // marks keep changing. Shapes as marks() makes them: lines and rectangles on x spanning the plot (y in paper
-    // units), and merged paths of M, H and V (merged()); labels as markLabel() makes them.
-    drawMarks(shapes, labels) {
+    // A live chart's marks-only redraw with the same labels draws the shapes itself: in two SVGs of its own, one
+    // under Plotly's (layer "below": bands) and one over it (lines), each clipped to the plot area, with Plotly's
+    // shape layers hidden until its next full redraw draws them all again from the layout. Plotly's own way (a
+    // relayout of the shapes) derives the whole figure's defaults again: 9-20 ms a redraw, once a second on a live
+    // chart whose marks keep changing. Shapes as marks() makes them: lines and rectangles on x spanning the plot
+    // (y in paper units), and merged paths of M, H and V (merged()).
+    drawShapes(shapes) {
       const fl = this.plot._fullLayout, z = fl._size, xa = fl.xaxis;
       const px = (v) => xa.c2p(+v).toFixed(1), py = (v) => ((1 - v) * z.h).toFixed(1);
       const layer = (below) => {
@@ -461,15 +468,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         if (!svg || !svg.isConnected) {
           svg = this[key] = Obs.svgEl("svg", {class: "obs-marks", "aria-hidden": "true"});
           svg.appendChild(Obs.svgEl("svg")); // (a nested svg clips to its box: the plot area)
-          svg.appendChild(Obs.svgEl("g", {class: "obs-labels"}));
           const main = this.plot.querySelector(".svg-container > .main-svg");
           if (below) main.before(svg); else main.after(svg);
         }
         svg.setAttribute("width", fl.width); svg.setAttribute("height", fl.height);
         const inner = svg.firstChild;
         for (const [k, v] of [["x", z.l], ["y", z.t], ["width", z.w], ["height", z.h]]) inner.setAttribute(k, v);
-        svg.lastChild.setAttribute("transform", `translate(${z.l},${z.t})`);
-        return svg;
+        return inner;
       };
       const below = [], above = [];
       for (const sh of shapes) {
@@ -485,30 +490,14 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           "stroke-dasharray": ln.dash === "dash" ? `${3 * dlw}px,${3 * dlw}px` : ln.dash === "dot" ? `${dlw}px,${dlw}px`
             : undefined}));
       }
-      const texts = [];
-      for (const a of labels || []) {
-        if (!a.text) continue; // (an empty slot)
-        const g = Obs.svgEl("g", {class: "obs-label annotation-text-g"});
-        if (a.hovertext) g.appendChild(Obs.svgEl("title", {}, a.hovertext.replace(/<br>/g, "\n")));
-        g.appendChild(Obs.svgEl("text", {x: px(a.x), y: -4, "font-size": (a.font && a.font.size) || 9,
-          fill: (a.font && a.font.color) || "#8d4a00", "font-family": fl.font && fl.font.family,
-          "text-anchor": a.xanchor === "center" ? "middle" : a.xanchor === "right" ? "end" : "start"}, a.text));
-        if (a.captureevents) {
-          g.style.pointerEvents = "all"; g.style.cursor = "pointer";
-          g.addEventListener("click", () => this.clickedLabel(a.overlayId));
-        }
-        texts.push(g);
-      }
-      layer(true).firstChild.replaceChildren(...below);
-      const top = layer(false);
-      top.firstChild.replaceChildren(...above);
-      top.lastChild.replaceChildren(...texts);
-      if (!this.ownMarks) { this.ownMarks = true; this.plot.classList.add("obs-own-marks"); }
+      layer(true).replaceChildren(...below);
+      layer(false).replaceChildren(...above);
+      if (!this.ownShapes) { this.ownShapes = true; this.plot.classList.add("obs-own-marks"); }
     }
 
-    dropMarks() { // Plotly draws the marks again (a full redraw)
-      if (!this.ownMarks) return false;
-      this.ownMarks = false;
+    dropShapes() { // Plotly draws the shapes again (a full redraw)
+      if (!this.ownShapes) return false;
+      this.ownShapes = false;
       this.plot.classList.remove("obs-own-marks");
       for (const svg of [this.shapesBelow, this.shapesAbove]) if (svg) svg.remove();
       this.shapesBelow = this.shapesAbove = null;
@@ -583,7 +572,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (this.full) {
         const traces = this.traces();
         if (window.Plotly) {
-          this.dropTails(); this.dropMarks(); this.inPlaceAxes = null;
+          this.dropTails(); this.dropShapes(); this.inPlaceAxes = null;
           if (!this.plotly) this.plot.replaceChildren(); // the light renderer's drawing, if any
           // a new data revision each full redraw, kept by marks-only ones: Plotly then never recomputes the traces
           // for those (without one, Plotly.react takes every data array as new and redraws every trace)
@@ -616,7 +605,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       // (A marks redraw keeps the axes: it stays.)
       this.plot.on("plotly_afterplot", () => {
         if (!this.inPlaceAxes || this.axesKey() === this.inPlaceAxes) return;
-        this.dropTails(); this.dropMarks(); this.inPlaceAxes = null;
+        this.dropTails(); this.dropShapes(); this.inPlaceAxes = null;
         this.full = true; this.dirty = true; this.ctx.schedule();
       });
     }

@@ -77,7 +77,6 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     assert after["full"] == before["full"], (before, after)
     assert after["remark"] > before["remark"] and after["append"] > before["append"], (before, after)
     assert page.evaluate(SHAPES) == [100, 150]
-    # (drawn by the page itself, Plotly's labels hidden until its next full redraw: charts.js drawMarks)
     assert page.locator(f"#{LOSS} .annotation-text-g:visible", has_text="mark 150").count() == 1, "the new label"
     assert page.locator(f"#{LOSS} .annotation-text-g:visible", has_text="mark 100").count() == 1, "the old one stays"
     now = page.evaluate(line)
@@ -139,15 +138,9 @@ def test_many_marks_are_drawn_as_one_path_a_look_and_a_new_one_redraws_only_the_
     wait_trace(page, LOSS, "x.includes(201)")
     after = page.evaluate(COUNTS)
     assert after["full"] == before["full"] and after["remark"] > before["remark"], (before, after)
-    # drawn by the page itself meanwhile (charts.js drawMarks), every mark of the merged shapes
-    drawn = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .obs-marks path')]"
+    drawn = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .shapelayer path')]"
                           ".map((e) => (e.getAttribute('d').match(/M/g) || []).length)")
     assert sorted(drawn) == [2, 61]
-    assert page.locator(f"#{LOSS} .annotation-text-g:visible").count() == len(
-        [t for t in page.evaluate(LABELS) if t]), "every label drawn, Plotly's hidden"
-    # a folded label drawn by the page does what Plotly's does on a click: zooms in on its marks
-    page.locator(f"#{LOSS} .obs-label", has_text="+").first.click()
-    page.wait_for_function("() => new URL(location.href).searchParams.has('from')", timeout=30_000)
     assert errors == []
 
 
@@ -172,7 +165,8 @@ def test_a_training_runs_charts_keep_room_for_live_points_from_the_start(trainer
         wait_trace(page, LOSS, f"x.includes({s})")
     page.wait_for_function(f"() => Obs.redrawCounts.append >= {before['append']} + 1", timeout=30_000)
     after = page.evaluate(COUNTS)
-    assert after["full"] == before["full"], (before, after)
+    # (a full redraw for other reasons may come meanwhile, a busy box's backfill: none for a point past the axes)
+    assert after["append"] > before["append"] and "x range" not in after["miss"], (before, after)
     assert page.locator(f"#{LOSS} .obs-tail").count() == 1
     assert errors == []
 
