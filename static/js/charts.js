@@ -463,15 +463,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       const fl = this.plot._fullLayout, z = fl._size, xa = fl.xaxis;
       const px = (v) => xa.c2p(+v).toFixed(1), py = (v) => ((1 - v) * z.h).toFixed(1);
       const layer = (below) => {
-        const key = below ? "shapesBelow" : "shapesAbove";
-        let svg = this[key];
-        if (!svg || !svg.isConnected) {
-          svg = this[key] = Obs.svgEl("svg", {class: "obs-marks", "aria-hidden": "true"});
-          svg.appendChild(Obs.svgEl("svg")); // (a nested svg clips to its box: the plot area)
-          const main = this.plot.querySelector(".svg-container > .main-svg");
-          if (below) main.before(svg); else main.after(svg);
-        }
-        svg.setAttribute("width", fl.width); svg.setAttribute("height", fl.height);
+        const svg = this.ownSvg(below ? "shapesBelow" : "shapesAbove", "obs-marks", below);
+        if (!svg.firstChild) svg.appendChild(Obs.svgEl("svg")); // (a nested svg clips to its box: the plot area)
         const inner = svg.firstChild;
         for (const [k, v] of [["x", z.l], ["y", z.t], ["width", z.w], ["height", z.h]]) inner.setAttribute(k, v);
         return inner;
@@ -668,17 +661,24 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // The tails' own SVG over Plotly's (below its hover and label layer), in the plot area's coordinates: changing
     // a tail repaints that small drawing only, not Plotly's whole chart with its thousands of points.
     tailLayer() {
-      const fl = this.plot._fullLayout, z = fl._size;
-      let svg = this.tailSvg;
-      if (!svg || !svg.isConnected) {
-        const main = this.plot.querySelector(".svg-container > .main-svg");
-        svg = this.tailSvg = Obs.svgEl("svg", {class: "obs-tails", "aria-hidden": "true"});
-        svg.appendChild(Obs.svgEl("g"));
-        main.after(svg);
-      }
-      svg.setAttribute("width", fl.width); svg.setAttribute("height", fl.height);
+      const z = this.plot._fullLayout._size, svg = this.ownSvg("tailSvg", "obs-tails", false);
+      if (!svg.firstChild) svg.appendChild(Obs.svgEl("g"));
       svg.firstChild.setAttribute("transform", `translate(${z.l},${z.t})`);
       return svg.firstChild;
+    }
+
+    // An SVG of the page's own (this[key]) over Plotly's first one, or under it, of the plot's size: where the page
+    // draws in place (tails, shapes).
+    ownSvg(key, cls, below) {
+      const fl = this.plot._fullLayout;
+      let svg = this[key];
+      if (!svg || !svg.isConnected) {
+        svg = this[key] = Obs.svgEl("svg", {class: cls, "aria-hidden": "true"});
+        const main = this.plot.querySelector(".svg-container > .main-svg");
+        if (below) main.before(svg); else main.after(svg);
+      }
+      svg.setAttribute("width", fl.width); svg.setAttribute("height", fl.height);
+      return svg;
     }
 
     // Where the drawn axes put the points: what is drawn in place (tails, our shapes) stays right while this stays

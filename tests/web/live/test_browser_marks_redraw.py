@@ -6,7 +6,7 @@ import pytest
 
 from observatory import contract
 
-from ..servers import wait_ingested, wait_trace
+from ..servers import page_errors, wait_ingested, wait_trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -21,6 +21,16 @@ def marks(*steps: int) -> str:
     """Marks on the loss chart through the feature modules' overlay API (what anomalies.js and the others call)."""
     items = ", ".join(f"{{id: 'test-{s}', x0: {s}, label: 'mark {s}', metric: '{contract.M_LOSS}'}}" for s in steps)
     return f"() => Obs.setOverlays('test', [{items}])"
+
+
+def opened(new_page, servers, run_id):
+    """The run's dashboard at desktop size, live and every chart drawn by Plotly; (page, its errors as they come)."""
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = page_errors(page)
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+    return page, errors
 
 
 def started(trainer, servers, run_id, name):
@@ -41,13 +51,7 @@ def started(trainer, servers, run_id, name):
 def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_redraws_fully(trainer, servers,
                                                                                            new_page, run_id):
     step = started(trainer, servers, run_id, "live marks")
-    page = new_page(viewport={"width": 1400, "height": 900})
-    errors = []
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{servers.url}/runs/{run_id}/")
-    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+    page, errors = opened(new_page, servers, run_id)
 
     # A first labelled mark makes room above the plot for labels: a full redraw (with the live point 200).
     page.evaluate(marks(100))
@@ -150,13 +154,7 @@ def test_a_training_runs_charts_keep_room_for_live_points_from_the_start(trainer
     step = started(trainer, servers, run_id, "room ahead")
     trainer.send("heartbeat", phase="training", step=199, tokens=199 * 4096, token_budget=10**9, eta_s=None,
                  steps_per_s=2.0, since_step_s=0.0, pid=1)
-    page = new_page(viewport={"width": 1400, "height": 900})
-    errors = []
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{servers.url}/runs/{run_id}/")
-    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+    page, errors = opened(new_page, servers, run_id)
     page.wait_for_function(f"() => document.getElementById('{LOSS}').layout.xaxis.range && "
                            f"document.getElementById('{LOSS}').layout.xaxis.range[1] > 210", timeout=30_000)
     before = page.evaluate(COUNTS)
@@ -177,13 +175,7 @@ def test_a_shapes_only_change_is_drawn_by_the_page_and_the_next_full_redraw_hand
     the drawn chart, Plotly's shape layers hidden meanwhile (no Plotly call); the layout holds the new shapes, and
     the next full redraw has Plotly draw every shape again, the page's own drawing gone."""
     step = started(trainer, servers, run_id, "own shapes")
-    page = new_page(viewport={"width": 1400, "height": 900})
-    errors = []
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{servers.url}/runs/{run_id}/")
-    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+    page, errors = opened(new_page, servers, run_id)
 
     def overlays(*bands):
         items = ", ".join(f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}" for a, b in bands)
