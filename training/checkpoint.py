@@ -278,6 +278,10 @@ class Checkpointer:
         self._event("checkpoint_saved", info)
         return info
 
+    def written(self) -> bool:
+        """No async write in flight here (processes agree on it before reporting one: reporting prunes, collectively)."""
+        return not self.store.saving()
+
     def poll(self, block: bool = False) -> dict | None:
         """When the async write finished, publish how long it took in total."""
         if not self.store.unreported or (not block and self.store.saving()):

@@ -78,6 +78,7 @@ class Decision:
     commands: list[Command]
     checkpoint_due: bool
     stop_reason: str | None
+    written: bool = True  # every process's async checkpoint write has finished (reporting it is collective)
 
 
 def _allgather_bytes(payload: bytes) -> list[bytes]:
@@ -90,19 +91,21 @@ def _allgather_bytes(payload: bytes) -> list[bytes]:
     return [rows[i, : sizes[i]].tobytes() for i in range(len(sizes))]
 
 
-def agree(commands: list[Command], checkpoint_due: bool, stop_reason: str | None) -> Decision:
-    """Process 0's commands and checkpoint decision, and the first stop any process asked for, on every process."""
+def agree(commands: list[Command], checkpoint_due: bool, stop_reason: str | None, written: bool = True) -> Decision:
+    """Process 0's commands and checkpoint decision, the first stop any process asked for, and whether every
+    process's async checkpoint write has finished, on every process."""
     import jax
 
     if jax.process_count() == 1:
-        return Decision(commands, checkpoint_due, stop_reason)
-    mine = {"stop": stop_reason}
+        return Decision(commands, checkpoint_due, stop_reason, written)
+    mine = {"stop": stop_reason, "written": written}
     if jax.process_index() == 0:
         mine.update(commands=[dataclasses.asdict(c) for c in commands], due=checkpoint_due)
     parts = [json.loads(b) for b in _allgather_bytes(json.dumps(mine).encode())]
     lead = parts[0]
     stop = next((p["stop"] for p in parts if p["stop"]), None)
-    return Decision([Command(**c) for c in lead["commands"]], bool(lead["due"]), stop)
+    return Decision([Command(**c) for c in lead["commands"]], bool(lead["due"]), stop,
+                    all(p["written"] for p in parts))
 
 
 def barrier(name: str) -> None:

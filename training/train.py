@@ -210,7 +210,8 @@ class Trainer(RunCheckpoints):
         while s.paused and not s.stop_reason and self.channel is not None:
             apply_commands(self._agree(self.control.wait(0.25) if self.control else []).commands, s, self,
                            self.channel)
-        self.checkpointer.poll()
+        if d.written:  # (on every process or none: reporting a finished write prunes, which is collective)
+            self.checkpointer.poll(block=True)
         if not s.stop_reason and d.checkpoint_due:
             if pending:
                 self._complete(pending)
@@ -226,7 +227,8 @@ class Trainer(RunCheckpoints):
     def _agree(self, commands: list) -> distributed.Decision:
         """This boundary's decisions, the same on every process (process 0's commands and checkpoint clock)."""
         s = self.state
-        d = distributed.agree(commands, not s.stop_reason and self.checkpointer.due(s.step), self._stop_asked)
+        d = distributed.agree(commands, not s.stop_reason and self.checkpointer.due(s.step), self._stop_asked,
+                              self.checkpointer.written())
         if d.stop_reason and not s.stop_reason:
             s.stop_reason, s.paused = d.stop_reason, False
         return d
