@@ -1,7 +1,7 @@
 """What a live view costs the page: main-thread time per live update and long tasks, at the demo's full width.
 
     .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
-                                       [--profile] [--json]
+                                       [--profile] [--heap-profile] [--trace-out FILE] [--json]
 
 The real chain, as bench/latency.py runs it: the trainer's `Publisher` → Redis → `manage.py ingest` (subprocess)
 → the web server `make run` starts (subprocess) → a real Chromium page on the run's dashboard (Playwright, 1400 ×
@@ -40,7 +40,7 @@ from fanout import demo_names  # noqa: E402
 from latency import pct, wait_http  # noqa: E402
 from tests.support import free_port  # noqa: E402
 from _common import close_site, site_processes, throwaway_site  # noqa: E402
-from pagecost import LONG_TASKS_JS, Cdp, profile_summary, trace_tasks  # noqa: E402
+from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks  # noqa: E402
 
 from observatory import contract  # noqa: E402
 from observatory.streams import Publisher  # noqa: E402
@@ -106,7 +106,7 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
 
 
 def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
-            data: str = "sawtooth", trace_out: str | None = None) -> dict:
+            data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False) -> dict:
     from playwright.sync_api import sync_playwright
 
     from tests.conftest import CHROMIUM_ARGS, chromium_path
@@ -155,6 +155,8 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
             if profile:
                 cdp.start_profile()
+            if heap_profile:
+                cdp.start_heap_profile()
             t_page = page.evaluate("() => performance.now()")
             frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
             t0 = time.monotonic()
@@ -172,6 +174,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             frames = page.evaluate("() => window.__obsFrames") - frames0
             redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
             prof = profile_summary(cdp.stop_profile()) if profile else None
+            heap = heap_summary(cdp.stop_heap_profile(), wall) if heap_profile else None
             trace = browser.stop_tracing()
             if trace_out:
                 Path(trace_out).write_bytes(trace)
@@ -191,6 +194,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
             "main_thread_busy": r(main / (wall * 1000)),
             "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()}, **({"profile": prof} if prof else {}),
+            **({"allocations": heap} if heap else {}),
             "redraws_since_load": redraws, "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
 
 
@@ -204,6 +208,8 @@ def main() -> int:
                     help="the synthetic series (values()): sawtooth, marks changing almost every step; smooth")
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
     ap.add_argument("--profile", action="store_true", help="add a sampling profile of the live window")
+    ap.add_argument("--heap-profile", action="store_true",
+                    help="add the live window's JS allocations per second by function (what paces the GCs)")
     ap.add_argument("--trace-out", metavar="FILE", help="also write the live window's Chromium trace (JSON) to FILE")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args()
@@ -213,7 +219,7 @@ def main() -> int:
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
     out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
-                  args.trace_out)
+                  args.trace_out, args.heap_profile)
     out["targets"] = {"update_main_p99_ms": 8, "long_tasks_per_min": 0 if not args.charts else 1}
     print(json.dumps(out, indent=None if args.json else 2))
     return 0

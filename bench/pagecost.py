@@ -2,8 +2,9 @@
 
   LONG_TASKS_JS       an init script: the page's long tasks (> 50 ms, PerformanceObserver) into window.__obsLong
   Cdp(page, throttle) a CDP session: CPU throttling (Emulation.setCPUThrottlingRate, 4 stands for a phone),
-                      main-thread busy time (Performance.getMetrics TaskDuration), a sampling profile
+                      main-thread busy time (Performance.getMetrics TaskDuration), sampling CPU and heap profiles
   profile_summary()   a CPU profile's self time by script and by function: where the main thread went
+  heap_summary()      a sampling heap profile's allocations per second by function: what paces the GCs
   trace_tasks()       the renderer main thread's top-level tasks and the page's user-timing marks, from a trace
 """
 
@@ -44,6 +45,52 @@ class Cdp:
     def stop_profile(self) -> dict:
         return self.s.send("Profiler.stop")["profile"]
 
+    def start_heap_profile(self, interval: int = 1024) -> None:
+        """Sample the page's JS allocations (every ~`interval` bytes), the collected ones included."""
+        self.s.send("HeapProfiler.enable")
+        self.s.send("HeapProfiler.startSampling", {"samplingInterval": interval,
+                                                   "includeObjectsCollectedByMajorGC": True,
+                                                   "includeObjectsCollectedByMinorGC": True})
+
+    def stop_heap_profile(self) -> dict:
+        return self.s.send("HeapProfiler.stopSampling")["profile"]
+
+
+def _page_caller(frames: list[dict]) -> str:
+    """The page's own function (static/js/) nearest the top of a stack of call frames (innermost first)."""
+    for cf in frames:
+        if "/static/js/" in cf.get("url", ""):
+            return f"{cf.get('functionName') or '(anonymous)'} {cf['url'].rsplit('/', 1)[-1]}:{cf['lineNumber'] + 1}"
+    return "(not the page's code)"
+
+
+def heap_summary(profile: dict, seconds: float, top: int = 12) -> dict:
+    """A sampling heap profile (Cdp.stop_heap_profile) as KB allocated per second: by the allocating function and
+    by the page's own function nearest it (who asked for the memory). Garbage made per second is what paces V8's
+    GCs."""
+    by_fn: dict[str, float] = defaultdict(float)
+    by_caller: dict[str, float] = defaultdict(float)
+    total = 0.0
+
+    def walk(node: dict, stack: list[dict]) -> None:
+        nonlocal total
+        cf = node["callFrame"]
+        stack = [cf] + stack
+        size = node.get("selfSize", 0)
+        if size:
+            total += size
+            url = cf.get("url", "").rsplit("/", 1)[-1] or "(native)"
+            by_fn[f"{cf.get('functionName') or '(anonymous)'} {url}:{cf.get('lineNumber', 0) + 1}"] += size
+            by_caller[_page_caller(stack)] += size
+        for child in node.get("children", []):
+            walk(child, stack)
+
+    walk(profile["head"], [])
+    rate = lambda d: {k: round(v / 1024 / seconds, 1)  # noqa: E731
+                      for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
+    return {"kb_per_s": round(total / 1024 / seconds, 1), "by_function_kb_per_s": rate(by_fn),
+            "by_page_function_kb_per_s": rate(by_caller)}
+
 
 def profile_summary(profile: dict, top: int = 12) -> dict:
     """Self time (ms) by script file and by the hottest functions of a CDP CPU profile, and time by the page's
@@ -52,13 +99,11 @@ def profile_summary(profile: dict, top: int = 12) -> dict:
     parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
 
     def caller(nid: int) -> str:
+        frames = []
         while nid is not None:
-            cf = nodes[nid]["callFrame"]
-            if "/static/js/" in cf.get("url", ""):
-                name = cf.get("functionName") or "(anonymous)"
-                return f"{name} {cf['url'].rsplit('/', 1)[-1]}:{cf['lineNumber'] + 1}"
+            frames.append(nodes[nid]["callFrame"])
             nid = parent.get(nid)
-        return "(not the page's code)"
+        return _page_caller(frames)
 
     self_us: dict[int, float] = defaultdict(float)
     for node, dt in zip(profile.get("samples", []), profile.get("timeDeltas", [])):

@@ -31,6 +31,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
   const MARKS_MS = 1000; // a chart redraws for changed marks at most once a second (live points are drawn at once)
   const MERGE_MARKS = 40; // more marks than this on a chart: one Plotly path shape per look (Plotly's cost is per shape)
   const LABEL_SLOTS = 8; // marker labels are drawn in slots of this many, so that Plotly redraws only changed ones
+  const TAIL_CHUNK = 32; // live points per piece of a drawn tail (each update rewrites only the last piece)
   const PENDING_MAX = 2000; // live points held for an undrawn chart before it redraws fully instead
   const TABLE_ROWS = 1000;
   const MODEBAR_PX = 200; // the width of the charts' mode bar (plotkit.js CONFIG), top right
@@ -609,7 +610,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // They are drawn as a tail: a path of our own beside Plotly's line (its look), from the line's last point,
     // holding only the points since Plotly last drew it. Plotly's line, often thousands of points, is never
     // rewritten: rewriting it made a new string of its whole length on every update (the garbage that made the
-    // live view's major GC pauses) and had the browser parse it again.
+    // live view's major GC pauses) and had the browser parse it again. A tail is drawn in pieces of TAIL_CHUNK
+    // points, so that an update rewrites one short path, not the whole tail (minutes of live points before the next
+    // full redraw).
     appendLive() {
       const gd = this.plot, fl = gd._fullLayout, todo = [];
       this.missed = "state";
@@ -633,27 +636,30 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         if (!tail) {
           const line = tr && gd.querySelector(".trace" + tr.uid + " .js-line");
           if (!line || !line.getAttribute("d") || !drawn || !drawn.x.length) return false;
-          tail = {line, d: ""};
+          tail = {line, path: null, d: "", n: 0};
         }
         todo.push({i: it.index, X, Y: p.y, tail, ya, drawn});
       }
       this.tails = this.tails || new Map();
       this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
       for (const {i, X, Y, tail, ya, drawn} of todo) {
-        let d = tail.d;
-        if (!tail.path) { // from the line's last point, in its look
-          tail.path = tail.line.cloneNode(false);
-          tail.path.classList.remove("js-line");
-          tail.path.classList.add("obs-tail");
-          tail.path.removeAttribute("d");
-          this.tailLayer().appendChild(tail.path);
-          this.tails.set(i, tail);
-          const n = drawn.x.length - 1;
-          d = "M" + xa.c2p(drawn.x[n]).toFixed(2) + "," + ya.c2p(drawn.y[n]).toFixed(2);
+        for (let k = 0; k < X.length; k++) {
+          if (!tail.path || tail.n >= TAIL_CHUNK) { // a new piece, from the last point drawn, in the line's look
+            if (tail.path) tail.path.setAttribute("d", tail.d); // (the full piece, as it ends)
+            const n = drawn.x.length - 1, path = tail.line.cloneNode(false);
+            path.classList.remove("js-line");
+            path.classList.add("obs-tail");
+            path.removeAttribute("d");
+            this.tailLayer().appendChild(path);
+            if (!tail.path) this.tails.set(i, tail);
+            tail.path = path; tail.n = 0;
+            tail.d = "M" + xa.c2p(drawn.x[n]).toFixed(2) + "," + ya.c2p(drawn.y[n]).toFixed(2);
+          }
+          tail.d += "L" + xa.c2p(X[k]).toFixed(2) + "," + ya.c2p(Y[k]).toFixed(2);
+          tail.n++;
+          drawn.x.push(X[k]); drawn.y.push(Y[k]);
         }
-        for (let k = 0; k < X.length; k++) d += "L" + xa.c2p(X[k]).toFixed(2) + "," + ya.c2p(Y[k]).toFixed(2);
-        tail.path.setAttribute("d", tail.d = d);
-        for (let k = 0; k < X.length; k++) { drawn.x.push(X[k]); drawn.y.push(Y[k]); }
+        tail.path.setAttribute("d", tail.d);
       }
       return true;
     }
@@ -663,7 +669,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     tailLayer() {
       const z = this.plot._fullLayout._size, svg = this.ownSvg("tailSvg", "obs-tails", false);
       if (!svg.firstChild) svg.appendChild(Obs.svgEl("g"));
-      svg.firstChild.setAttribute("transform", `translate(${z.l},${z.t})`);
+      Obs.putAttr(svg.firstChild, "transform", `translate(${z.l},${z.t})`); // (written only where it changed)
       return svg.firstChild;
     }
 
@@ -677,7 +683,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         const main = this.plot.querySelector(".svg-container > .main-svg");
         if (below) main.before(svg); else main.after(svg);
       }
-      svg.setAttribute("width", fl.width); svg.setAttribute("height", fl.height);
+      Obs.putAttr(svg, "width", fl.width); Obs.putAttr(svg, "height", fl.height);
       return svg;
     }
 
@@ -692,7 +698,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // tails go.
     dropTails() {
       if (!this.tails || !this.tails.size) return false;
-      for (const t of this.tails.values()) t.path.remove();
+      const layer = this.tailSvg && this.tailSvg.firstChild;
+      if (layer) layer.replaceChildren();
       this.tails.clear();
       return true;
     }

@@ -247,14 +247,14 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
 
     append(s, frame) {
       if (s.loading || s.waiting) { s.queue.push(["series", frame]); return; }
-      const kinds = new Map((frame.nonfinite || []).map(([step, kind]) => [step, kind]));
+      const kinds = frame.nonfinite && frame.nonfinite.length ? new Map(frame.nonfinite) : null; // [[step, kind]]
       const add = {x: [], y: [], nfx: [], nfk: []};
       for (let i = 0; i < frame.steps.length; i++) {
         const step = frame.steps[i];
         if (step <= s.last) continue; // already held: resume/live overlap
         const v = frame.values[i];
         if (v === null) {
-          const kind = kinds.get(step) || "NaN";
+          const kind = (kinds && kinds.get(step)) || "NaN";
           s.nfSteps.push(step); s.nfKinds.push(kind); s.nfTotal++;
           add.nfx.push(step); add.nfk.push(kind);
         } else {

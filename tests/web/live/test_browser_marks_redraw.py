@@ -166,6 +166,20 @@ def test_a_training_runs_charts_keep_room_for_live_points_from_the_start(trainer
     # (a full redraw for other reasons may come meanwhile, a busy box's backfill: none for a point past the axes)
     assert after["append"] > before["append"] and "x range" not in after["miss"], (before, after)
     assert page.locator(f"#{LOSS} .obs-tail").count() == 1
+
+    # A long tail is drawn in pieces (an update rewrites only the last): each starts where the one before ends, and
+    # together they reach the last live point. (Values inside the drawn y range: a point outside it is a full redraw.)
+    for s in range(202, 240):
+        trainer.metrics(s, **{contract.M_LOSS: 3.5 + 0.01 * (s % 7)})
+    wait_trace(page, LOSS, "x.includes(239)")
+    pieces = page.evaluate(f"""() => [...document.querySelectorAll('#{LOSS} .obs-tails .obs-tail')]
+        .map((p) => p.getAttribute('d').slice(1).split('L').map((xy) => xy.split(',').map(Number)))""")
+    if page.evaluate(COUNTS)["full"] == after["full"]:  # (a busy box's backfill may make a full redraw: no tail)
+        assert len(pieces) >= 2, pieces
+        assert all(a[-1] == b[0] for a, b in zip(pieces, pieces[1:])), "the pieces join"
+        assert sum(len(p) - 1 for p in pieces) == 40, "one segment a live point, 200-239"
+        assert pieces[-1][-1][0] == pytest.approx(
+            page.evaluate(f"() => document.getElementById('{LOSS}')._fullLayout.xaxis.l2p(239)"), abs=1.0)
     assert errors == []
 
 
