@@ -50,6 +50,15 @@ window.Obs = window.Obs || {};
       this.weights = new Map(); // domain -> Series
       this.dirty = false;
       this.section = document.getElementById("data-panel");
+      // Its live weights are written only while it is on screen (caught up when scrolled into view): a change of
+      // one relaid the whole table out, the Blink garbage behind a share of V8's major GCs (bench/liveview.py).
+      this.seen = !window.IntersectionObserver;
+      if (window.IntersectionObserver) {
+        new IntersectionObserver((entries) => {
+          this.seen = entries[entries.length - 1].isIntersecting;
+          if (this.seen && this.liveStale) this.touch();
+        }, {rootMargin: "100px"}).observe(this.section);
+      }
     }
 
     hasManifest() { return !!(this.manifest && Object.keys(this.manifest).length); }
@@ -111,6 +120,8 @@ window.Obs = window.Obs || {};
       // manifest, the domains, the current stage); otherwise the "weight now" cells are rewritten where they changed.
       const shape = [this.manifest, this.domains.length, cur];
       if (this.shape && this.shape.every((v, i) => v === shape[i])) {
+        this.liveStale = !this.seen;
+        if (this.liveStale) return;
         for (const [name, td] of this.liveCells) {
           const lv = this.weights.get(name) && this.weights.get(name).lastValue();
           setWeight(td, lv ? lv[1] : null);

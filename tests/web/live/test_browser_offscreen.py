@@ -1,5 +1,6 @@
 """Draw only what is seen: a chart below the fold draws nothing while live points arrive (the charts in view draw
-them), and once scrolled into view it draws every point that came while it was off screen, each once."""
+them), and once scrolled into view it draws every point that came while it was off screen, each once; the data
+panel's live weights likewise."""
 
 import pytest
 
@@ -40,3 +41,32 @@ def test_a_chart_scrolled_into_view_draws_what_arrived_while_it_was_off_screen(t
     wait_trace(page, BELOW, "x.includes(39)")
     assert page.evaluate(trace_js(BELOW)) == list(range(40))
     assert page.evaluate(trace_js(BELOW, "y"))[-1] == pytest.approx(1.39)
+
+
+def test_the_data_panel_writes_its_live_weights_only_on_screen(trainer, servers, new_page, run_id):
+    weight = contract.mixture_weight("web")
+
+    def step(s, w):
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.01 * s, weight: w})
+
+    trainer.send("run", name="weights off screen", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for s in range(5):
+        step(s, 0.5)
+    wait_ingested(run_id, 4)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1000, "height": 560})
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    cell = "#data-domains tr[data-domain='web'] td.live"
+    page.wait_for_function(f"() => document.querySelector({cell!r}) !== null", timeout=30_000)
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+    assert page.evaluate("() => document.getElementById('data-panel').getBoundingClientRect().top") > 560 + 100
+
+    for s in range(5, 20):
+        step(s, 0.25)
+    wait_trace(page, LOSS, "x.includes(19)")  # the page has taken step 19 and drawn what is in view
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    assert page.inner_text(cell) != "25.0%", "a weight off screen is not written"
+
+    page.evaluate("() => document.getElementById('data-panel').scrollIntoView()")
+    page.wait_for_function(f"() => document.querySelector({cell!r}).textContent === '25.0%'", timeout=30_000)
