@@ -438,19 +438,78 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       const lay = {...gd.layout};
       this.marks(lay, Obs.theme(), null);
       // the same labels: the shapes alone, drawn by the page itself (the layout holds them too, for Plotly's next
-      // full redraw and whoever reads the chart); else Plotly.react, which redraws only the changed labels and shapes
-      // (Plotly's labels: their hover box, their clicks)
+      // full redraw and whoever reads the chart); new labels on a live chart no pointer is over: the labels too
+      // (drawLabels); else Plotly.react, which redraws only the changed labels and shapes
       const sameLabels = JSON.stringify(lay.annotations) === JSON.stringify(gd.layout.annotations || []);
-      if (sameLabels && fl.xaxis.type === "linear") {
+      const linear = fl.xaxis.type === "linear";
+      if (linear && (sameLabels || (this.live && !this.pointer))) {
         this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
         gd.layout.shapes = lay.shapes;
         this.drawShapes(lay.shapes);
+        if (!sameLabels) {
+          if (!this.ownLabels) this.plotlyLabels = gd.layout.annotations || []; // (what Plotly drew)
+          gd.layout.annotations = lay.annotations;
+          this.drawLabels(lay.annotations);
+        }
       } else if (sameLabels) { // (a wall-time axis: a relayout of the shapes only)
         Plotly.relayout(gd, {shapes: lay.shapes});
       } else {
+        this.dropLabels(); // (Plotly's labels again, diffed against what it drew)
         Plotly.react(gd, gd.data, lay, Obs.plotConfig());
         if (this.ownShapes) this.drawShapes(lay.shapes); // (Plotly's, hidden, may be older: ours stay in charge)
       }
+      return true;
+    }
+
+    // A live chart's new labels, drawn by the page over the chart (Plotly's hidden until it draws labels again):
+    // Plotly.react for a label change derives the whole figure's defaults and lays the labels out, 5-9 ms, once a
+    // second on a live chart whose anomalies keep changing. Each label as Plotly's annotation (g.annotation with its
+    // g.annotation-text-g), at the same place (its x, above the plot), with Plotly's hover box (Plotly.Fx.loneHover,
+    // as Plotly's own labels do) and the same click.
+    drawLabels(annotations) {
+      const gd = this.plot, fl = gd._fullLayout, z = fl._size, xa = fl.xaxis;
+      const svg = this.ownSvg("labelSvg", "obs-labels", true); // (first: the labels' elements come first)
+      const family = (fl.font && fl.font.family) || "sans-serif";
+      const out = [];
+      for (const a of annotations) {
+        if (!a.text) continue; // (an unused slot)
+        const text = Obs.svgEl("text", {x: (z.l + xa.c2p(a.x)).toFixed(1), y: z.t - 3, "font-size": 9,
+                                        "font-family": family, fill: (a.font && a.font.color) || fl.font.color,
+                                        "text-anchor": a.xanchor === "center" ? "middle" : "start"});
+        text.textContent = a.text;
+        const inner = Obs.svgEl("g", {class: "annotation-text-g"});
+        inner.appendChild(text);
+        const g = Obs.svgEl("g", {class: "annotation obs-label"});
+        g.appendChild(inner);
+        if (a.hovertext) {
+          g.addEventListener("mouseover", () => this.labelHover(g, a.hovertext));
+          g.addEventListener("mouseout", () => Plotly.Fx.loneUnhover(fl._hoverlayer.node()));
+        }
+        if (a.captureevents) g.addEventListener("click", () => this.clickedLabel(a.overlayId));
+        if (a.hovertext || a.captureevents) g.classList.add("obs-label-live");
+        out.push(g);
+      }
+      svg.replaceChildren(...out);
+      if (!this.ownLabels) { this.ownLabels = true; gd.classList.add("obs-own-labels"); }
+    }
+
+    labelHover(g, text) { // Plotly's hover box for a label, as Plotly's annotations make it
+      const fl = this.plot._fullLayout, hl = fl.hoverlabel || {}, font = hl.font || {};
+      const b = g.getBoundingClientRect(), ref = this.plot.getBoundingClientRect();
+      Plotly.Fx.loneHover({x0: b.left - ref.left, x1: b.right - ref.left, y: (b.top + b.bottom) / 2 - ref.top, text,
+                           color: hl.bgcolor, borderColor: hl.bordercolor, fontFamily: font.family,
+                           fontSize: font.size, fontColor: font.color},
+                          {container: fl._hoverlayer.node(), outerContainer: fl._paper.node(), gd: this.plot});
+    }
+
+    dropLabels() { // Plotly draws the labels again: the layout it is diffed against is what it last drew
+      if (!this.ownLabels) return false;
+      this.ownLabels = false;
+      this.plot.classList.remove("obs-own-labels");
+      if (this.labelSvg) this.labelSvg.remove();
+      this.labelSvg = null;
+      this.plot.layout.annotations = this.plotlyLabels;
+      this.plotlyLabels = null;
       return true;
     }
 
@@ -566,7 +625,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (this.full) {
         const traces = this.traces();
         if (window.Plotly) {
-          this.dropTails(); this.dropShapes(); this.inPlaceAxes = null;
+          this.dropTails(); this.dropShapes(); this.dropLabels(); this.inPlaceAxes = null;
           if (!this.plotly) this.plot.replaceChildren(); // the light renderer's drawing, if any
           // a new data revision each full redraw, kept by marks-only ones: Plotly then never recomputes the traces
           // for those (without one, Plotly.react takes every data array as new and redraws every trace)
@@ -599,7 +658,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       // (A marks redraw keeps the axes: it stays.)
       this.plot.on("plotly_afterplot", () => {
         if (!this.inPlaceAxes || this.axesKey() === this.inPlaceAxes) return;
-        this.dropTails(); this.dropShapes(); this.inPlaceAxes = null;
+        this.dropTails(); this.dropShapes(); this.dropLabels(); this.inPlaceAxes = null;
         this.full = true; this.dirty = true; this.ctx.schedule();
       });
     }
