@@ -67,7 +67,16 @@
     return box;
   }
 
+  // Anomaly frames come in bursts (a divergence trips many detectors; frames between steps): the panel and the
+  // charts' marks are made again at most once an animation frame, from all that came (a hidden tab: on its return).
+  let renderQueued = false;
   function render() {
+    if (renderQueued) return;
+    renderQueued = true;
+    requestAnimationFrame(() => { renderQueued = false; renderNow(); });
+  }
+
+  function renderNow() {
     const box = panel();
     const list = box.querySelector(".anomaly-list");
     const all = [...byKey.values()].sort((a, b) => b.start_step - a.start_step || b.id - a.id);
