@@ -14,6 +14,8 @@ first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
   long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
   main_thread_busy    the main thread's share of the live window
   trace_self_ms       where the live window's main-thread time went (self time by trace event name)
+  allocations         (--heap-profile) the window's JS allocations, KB/s, by function and by the page's function
+                      nearest it: the garbage that paces V8's GCs (Blink's own heap is not in it: see ARCHITECTURE.md)
 with the default charts open, or with `--charts N` charts (the defaults then more of the run's series).
 Uses Redis db 14 (flushed) and a throw-away SQLite file. Targets (issue 24): p99 <= 8 ms per update, no long task
 with the default charts, <= 1 a minute with 20.

@@ -483,7 +483,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         g.appendChild(inner);
         if (a.hovertext) {
           g.addEventListener("mouseover", () => this.labelHover(g, a.hovertext));
-          g.addEventListener("mouseout", () => Plotly.Fx.loneUnhover(fl._hoverlayer.node()));
+          g.addEventListener("mouseout", () => Plotly.Fx.loneUnhover(this.plot._fullLayout._hoverlayer.node()));
         }
         if (a.captureevents) g.addEventListener("click", () => this.clickedLabel(a.overlayId));
         if (a.hovertext || a.captureevents) g.classList.add("obs-label-live");

@@ -62,12 +62,11 @@ window.Obs = window.Obs || {};
     const det = chart.box.querySelector("details.download");
     if (!det) return;
     const range = chart.ctx.view.range, runId = chart.ctx.page.run_id;
+    const names = chart.items.filter((it) => it.series && !it.series.waiting).map((it) => it.name);
     // (called on every redraw, live ones too: nothing to redo while the series and the range stay)
-    let key = range ? range[0] + "-" + range[1] : "all";
-    for (const it of chart.items) if (it.series && !it.series.waiting) key += "|" + it.name;
+    const key = (range ? range.join("-") : "all") + "|" + names.join("|");
     if (chart.downloadKey === key) return;
     chart.downloadKey = key;
-    const names = chart.items.filter((it) => it.series && !it.series.waiting).map((it) => it.name);
     const where = range ? `steps ${Math.max(0, Math.floor(range[0]))}–${Math.ceil(range[1])}` : "all steps";
     const slug = Obs.slug(chart.id) + (range ? `-${Math.max(0, Math.floor(range[0]))}-${Math.ceil(range[1])}` : "");
     det.querySelectorAll("a[data-fmt]").forEach((a) => {
