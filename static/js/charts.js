@@ -93,13 +93,11 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           this.width = this.plot.clientWidth || this.width; this.height = this.plot.clientHeight || this.height;
         }).observe(this.plot);
       }
-      if (window.IntersectionObserver) {
-        new IntersectionObserver((entries) => {
-          this.visible = entries[entries.length - 1].isIntersecting; this.observed = true;
-          if (this.visible && this.stale) this.setRange();
-          else this.ctx.schedule(); // catch up on what came while off screen (and first paint counts it)
-        }, {rootMargin: "100px"}).observe(this.box);
-      }
+      Obs.watchSeen(this.box, (seen) => { // (its first answer: this.visible above)
+        this.visible = seen; this.observed = true;
+        if (seen && this.stale) this.setRange();
+        else this.ctx.schedule(); // catch up on what came while off screen (and first paint counts it)
+      });
       // A chart drawn by the light renderer (Plotly not yet loaded) that the user reaches for loads Plotly now.
       for (const type of ["pointerdown", "touchstart", "focusin"]) {
         this.plot.addEventListener(type, () => { if (!this.plotly) Obs.plotly.load(); }, {passive: true});

@@ -52,13 +52,10 @@ window.Obs = window.Obs || {};
       this.section = document.getElementById("data-panel");
       // Its live weights are written only while it is on screen (caught up when scrolled into view): a change of
       // one relaid the whole table out, the Blink garbage behind a share of V8's major GCs (bench/liveview.py).
-      this.seen = !window.IntersectionObserver;
-      if (window.IntersectionObserver) {
-        new IntersectionObserver((entries) => {
-          this.seen = entries[entries.length - 1].isIntersecting;
-          if (this.seen && this.liveStale) this.touch();
-        }, {rootMargin: "100px"}).observe(this.section);
-      }
+      this.seen = Obs.watchSeen(this.section, (seen) => {
+        this.seen = seen;
+        if (seen && this.liveStale) this.touch();
+      });
     }
 
     hasManifest() { return !!(this.manifest && Object.keys(this.manifest).length); }

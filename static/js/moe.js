@@ -35,13 +35,10 @@ window.Obs = window.Obs || {};
       this.note = document.getElementById("router-note");
       this.layerSelect = Obs.onCommit(this.select, (v) => this.setLayer(+v));
       this.section.querySelector(".table-alt").addEventListener("toggle", () => this.renderTable());
-      this.visible = !window.IntersectionObserver; // drawn only on screen (caught up when scrolled into view)
-      if (window.IntersectionObserver) {
-        new IntersectionObserver((entries) => {
-          this.visible = entries[entries.length - 1].isIntersecting;
-          if (this.visible && this.dirty) this.ctx.schedule();
-        }, {rootMargin: "100px"}).observe(this.section);
-      }
+      this.visible = Obs.watchSeen(this.section, (seen) => { // drawn only on screen (caught up when scrolled into view)
+        this.visible = seen;
+        if (seen && this.dirty) this.ctx.schedule();
+      });
     }
 
     // A series name the run has: routing_hist/<e> of some layer reveals that layer and expert.

@@ -158,6 +158,15 @@ window.Obs = window.Obs || {};
   Obs.putAttr = (el, name, value) => { value = String(value); if (el.getAttribute(name) !== value) el.setAttribute(name, value); };
   Obs.putClass = (el, cls) => { if (el.className !== cls) el.className = cls; };
   Obs.putHidden = (el, hidden) => { if (el.hidden !== !!hidden) el.hidden = !!hidden; };
+  // Draw only what is seen: fn(seen) whenever `el` comes within 100 px of the viewport or leaves it; returns what to
+  // start from (true where the browser has no IntersectionObserver: everything is then seen). Charts and panels
+  // skip their drawing while unseen and catch up in fn.
+  Obs.watchSeen = (el, fn) => {
+    if (!window.IntersectionObserver) return true;
+    new IntersectionObserver((entries) => fn(entries[entries.length - 1].isIntersecting), {rootMargin: "100px"})
+      .observe(el);
+    return false;
+  };
   Obs.duration = (s) => {
     if (s === null || s === undefined || !Number.isFinite(+s)) return "–";
     s = Math.max(0, Math.round(s));
