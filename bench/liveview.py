@@ -1,7 +1,7 @@
 """What a live view costs the page: main-thread time per live update and long tasks, at the demo's full width.
 
     .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
-                                       [--profile] [--heap-profile] [--trace-out FILE] [--json]
+                                       [--profile] [--heap-profile] [--trace-out FILE] [--page-js JS] [--json]
 
 The real chain, as bench/latency.py runs it: the trainer's `Publisher` → Redis → `manage.py ingest` (subprocess)
 → the web server `make run` starts (subprocess) → a real Chromium page on the run's dashboard (Playwright, 1400 ×
@@ -14,6 +14,9 @@ first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
   long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
   main_thread_busy    the main thread's share of the live window
   trace_self_ms       where the live window's main-thread time went (self time by trace event name)
+  worst_updates       the six costliest updates: when (s into the window) and where their time went
+  gc                  V8's major and minor collections in the window, the major ones' pauses and causes, and how fast
+                      the heap grew between them (KB/s; 'global': V8's and Blink's, which paces major GCs)
   allocations         (--heap-profile) the window's JS allocations, KB/s, by function and by the page's function
                       nearest it: the garbage that paces V8's GCs (Blink's own heap is not in it: see ARCHITECTURE.md)
 with the default charts open, or with `--charts N` charts (the defaults then more of the run's series).
@@ -60,7 +63,7 @@ MARK_JS = """
   Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
 })();
 """
-TRACE_CATEGORIES = ["toplevel", "blink.user_timing", "devtools.timeline"]
+TRACE_CATEGORIES = ["toplevel", "blink.user_timing", "devtools.timeline", "disabled-by-default-v8.gc"]
 
 
 def values(step: int, names: list[str], data: str = "sawtooth") -> dict[str, float]:
@@ -96,6 +99,47 @@ def per_update(tasks: list[tuple[float, float]], marks: list[float], end: float)
     return out
 
 
+def worst_updates(pieces: list[tuple[float, str, float]], marks: list[float], end: float, upd: list[float],
+                  n: int = 6) -> list[dict]:
+    """The `n` costliest updates, each with where its main-thread time went (self ms by trace event name, top 5;
+    task time no finer event names is "(task)", as in trace_self_ms)."""
+    bounds = marks + [end]
+    worst = sorted(range(len(upd)), key=lambda i: -upd[i])[:n]
+    out = []
+    for i in worst:
+        by: dict[str, float] = {}
+        for t, name, ms in pieces:
+            if bounds[i] <= t < bounds[i + 1]:
+                name = "(task)" if name in ("RunTask", "ThreadControllerImpl::RunTask") else name
+                by[name] = by.get(name, 0.0) + ms
+        top = sorted(by.items(), key=lambda kv: -kv[1])[:5]
+        out.append({"ms": round(upd[i], 1), "at_s": round((marks[i] - marks[0]) / 1000, 1),
+                    "where_ms": {k: round(v, 1) for k, v in top}})
+    return out
+
+
+def gc_summary(trace: bytes, marks: list[float]) -> dict:
+    """V8's collections in the live window (its GC trace, `V8.GCTraceGCNVP`): how many major ('mc') and minor ones,
+    the major ones' pauses, why they started, and how fast the heap grew between collections (KB/s): V8's and Blink's
+    together (the 'global' size Chromium's unified heap paces major GCs by) and V8's old space alone."""
+    events = json.loads(trace)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    gcs = sorted(((e["ts"] / 1000, json.loads(e["args"]["value"])) for e in events
+                  if e.get("name") == "V8.GCTraceGCNVP" and "value" in e.get("args", {})), key=lambda g: g[0])
+    gcs = [(t, g) for t, g in gcs if marks and marks[0] <= t <= marks[-1]]
+    major = [(t, g) for t, g in gcs if g.get("gc") == "mc"]
+    grown = {"global": 0.0, "old": 0.0}
+    for (_, a), (_, b) in zip(gcs, gcs[1:]):
+        grown["global"] += max(0, b["start_global_consumed_size"] - a["end_global_consumed_size"])
+        grown["old"] += max(0, b["start_old_gen_consumed_size"] - a["end_old_gen_consumed_size"])
+    span = (gcs[-1][0] - gcs[0][0]) / 1000 if len(gcs) > 1 else 0.0
+    return {"major": len(major), "minor": len(gcs) - len(major),
+            "major_pause_ms": [round(g.get("pause", 0.0), 1) for _, g in major],
+            "major_reasons": sorted({g.get("reason", "") + (" (reduce memory)" if g.get("reduce_memory") else "")
+                                     for _, g in major}),
+            "heap_growth_kb_per_s": {k: round(v / 1024 / span, 1) for k, v in grown.items()} if span else None}
+
+
 def chart_url(base: str, run_id: str, page, charts: int) -> str:
     """The dashboard with `charts` charts: the defaults, then more of the run's series (the URL holds the view)."""
     if not charts:
@@ -108,7 +152,8 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
 
 
 def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
-            data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False) -> dict:
+            data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False,
+            page_js: str = "") -> dict:
     from playwright.sync_api import sync_playwright
 
     from tests.conftest import CHROMIUM_ARGS, chromium_path
@@ -153,6 +198,8 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             # the live window starts on the settled page: every chart drawn by Plotly (first paint and Plotly's
             # loading after it are bench/dashboard.py's to measure)
             page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+            if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
+                page.evaluate(page_js)
             open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
             browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
             if profile:
@@ -180,7 +227,8 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             trace = browser.stop_tracing()
             if trace_out:
                 Path(trace_out).write_bytes(trace)
-            tasks, marks, selfs = trace_tasks(trace, "obs-live-frame")
+            pieces: list = []
+            tasks, marks, selfs = trace_tasks(trace, "obs-live-frame", pieces)
             browser.close()
     finally:
         pub.close()
@@ -195,7 +243,9 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
                                "mean": r(statistics.fmean(upd))} if upd else None,
             "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
             "main_thread_busy": r(main / (wall * 1000)),
-            "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()}, **({"profile": prof} if prof else {}),
+            "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()},
+            "worst_updates": worst_updates(pieces, stamps, end, upd) if upd else [],
+            "gc": gc_summary(trace, stamps), **({"profile": prof} if prof else {}),
             **({"allocations": heap} if heap else {}),
             "redraws_since_load": redraws, "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
 
@@ -213,6 +263,8 @@ def main() -> int:
     ap.add_argument("--heap-profile", action="store_true",
                     help="add the live window's JS allocations per second by function (what paces the GCs)")
     ap.add_argument("--trace-out", metavar="FILE", help="also write the live window's Chromium trace (JSON) to FILE")
+    ap.add_argument("--page-js", metavar="JS", default="",
+                    help="run JS in the settled page before the window (hide or stub out a part to see what it costs)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     args = ap.parse_args()
     if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
@@ -221,7 +273,7 @@ def main() -> int:
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
     out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
-                  args.trace_out, args.heap_profile)
+                  args.trace_out, args.heap_profile, args.page_js)
     out["targets"] = {"update_main_p99_ms": 8, "long_tasks_per_min": 0 if not args.charts else 1}
     print(json.dumps(out, indent=None if args.json else 2))
     return 0

@@ -125,10 +125,11 @@ def profile_summary(profile: dict, top: int = 12) -> dict:
 TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "blink.user_timing", "v8", "disabled-by-default-devtools.timeline"]
 
 
-def trace_tasks(trace: bytes, mark_prefix: str = "obs-") -> tuple[list[tuple[float, float]], list[tuple[float, str]],
-                                                                  dict[str, float]]:
+def trace_tasks(trace: bytes, mark_prefix: str = "obs-", pieces: list | None = None
+                ) -> tuple[list[tuple[float, float]], list[tuple[float, str]], dict[str, float]]:
     """From a Chromium trace: the page's main-thread top-level tasks [(start ms, duration ms)], its user-timing
-    marks starting with `mark_prefix` [(ms, name)] (same clock) and the main thread's self time by event name."""
+    marks starting with `mark_prefix` [(ms, name)] (same clock) and the main thread's self time by event name;
+    `pieces`, when given, gets every main-thread event's (start ms, name, self ms)."""
     events = json.loads(trace)
     events = events["traceEvents"] if isinstance(events, dict) else events
     mains = {(e["pid"], e["tid"]) for e in events
@@ -142,17 +143,21 @@ def trace_tasks(trace: bytes, mark_prefix: str = "obs-") -> tuple[list[tuple[flo
     top = ("RunTask", "ThreadControllerImpl::RunTask")
     tasks = [(e["ts"] / 1000, e["dur"] / 1000) for e in on_main if e["name"] in top]
     selfs: dict[str, float] = defaultdict(float)
-    stack: list[list] = []  # [end, name, children's time, duration]
+    stack: list[list] = []  # [end, name, children's time, duration, start]
     for e in on_main:
         start, end = e["ts"], e["ts"] + e["dur"]
         while stack and stack[-1][0] <= start:
             done = stack.pop()
             selfs[done[1]] += (done[3] - done[2]) / 1000
+            if pieces is not None:
+                pieces.append((done[4] / 1000, done[1], (done[3] - done[2]) / 1000))
         if stack:
             stack[-1][2] += e["dur"]
-        stack.append([end, e["name"], 0, e["dur"]])
+        stack.append([end, e["name"], 0, e["dur"], start])
     for done in stack:
         selfs[done[1]] += (done[3] - done[2]) / 1000
+        if pieces is not None:
+            pieces.append((done[4] / 1000, done[1], (done[3] - done[2]) / 1000))
     for name in ("RunTask", "ThreadControllerImpl::RunTask"):  # task time no finer event names
         if name in selfs:
             selfs["(task, unattributed)"] = selfs.get("(task, unattributed)", 0.0) + selfs.pop(name)

@@ -11,10 +11,22 @@
                   warning: {band: "rgba(249,168,37,0.20)", line: "#f9a825", text: "#8d5a00"}};
   const byKey = new Map(); // key -> record (superseded ones are dropped)
   let page = null, ctx = null, logUrl = "";
+  // Kept as records come, not made again from all of them on each frame: a detector storm brings ~10 frames a second
+  // and thousands of records, and remaking every mark and the sorted list from all of them was most of the page's
+  // garbage (1.3 of 1.9 MB/s: bench/liveview.py --heap-profile), the pace of its major GCs.
+  const marks = new Map(); // "metric@step" -> the mark there (Obs.setOverlays reads this Map's values)
+  const keysAt = new Map(); // "metric@step" -> Set of the keys of the records marked there
+  const atOf = new Map(); // record key -> its "metric@step" (only drawn records: warning, critical)
+  const unmarked = new Set(); // keys of records changed, added or dropped since the marks were last made
+  const unlisted = new Set(); // ... since the panel was last written
+  let open = 0; // records ongoing
+  let top = []; // the panel's records, newest first (PANEL_ROWS at most)
+  const rows = new Map(); // record key -> {li, sig}: the panel's rows, rebuilt only when their record changed
 
   const label = (a) => a.kind.replace(/_/g, " ");
   const hover = (a) => `step ${a.start_step} · ${a.severity}: ${label(a)}` +
     (a.explanation ? " — " + a.explanation : "");
+  const newer = (a, b) => b.start_step - a.start_step || b.id - a.id; // < 0: a is listed before b
 
   // The line chart showing a metric: the default charts' own and optional series, or a per-domain series under
   // a chart's prefix; anything else (router loads, step time, the heartbeat) is marked on the loss chart.
@@ -28,28 +40,49 @@
     return charts.length ? charts[0].metrics[0] : undefined;
   }
 
-  function overlays() {
-    const out = new Map(); // one mark per chart and step: episodes starting together share a label
-    for (const a of byKey.values()) {
-      const c = COLORS[a.severity];
-      if (!c) continue; // info: listed, not drawn
-      const metric = chartMetric(a.metric);
+  // One mark per chart and step: episodes starting together share it (their labels joined, every one in its hover).
+  function markOf(keys) {
+    let mark = null;
+    for (const key of keys) {
+      const a = byKey.get(key), c = COLORS[a.severity];
       const closed = a.end_step !== null && a.end_step > a.start_step;
-      const at = metric + "@" + a.start_step;
-      const same = out.get(at);
-      if (same) {
-        if (!same.label.includes(label(a))) same.label += ", " + label(a);
-        same.hover.push(hover(a));
-        if (a.severity === "critical") Object.assign(same, {color: closed ? c.band : c.line, textColor: c.text});
-        if (closed && (same.x1 === undefined || a.end_step > same.x1)) same.x1 = a.end_step;
+      if (!mark) {
+        mark = {id: "anomaly-" + a.id, x0: a.start_step, x1: closed ? a.end_step : undefined, metric: chartMetric(a.metric),
+                label: "⚠ " + label(a), hover: [hover(a)], color: closed ? c.band : c.line, textColor: c.text,
+                collapse: true, onClick: () => { location.href = logUrl + "#a-" + a.id; }};
         continue;
       }
-      out.set(at, {id: "anomaly-" + a.id, x0: a.start_step, x1: closed ? a.end_step : undefined, metric,
-                   label: "⚠ " + label(a), hover: [hover(a)], color: closed ? c.band : c.line, textColor: c.text,
-                   collapse: true,
-                   onClick: () => { location.href = logUrl + "#a-" + a.id; }});
+      if (!mark.label.includes(label(a))) mark.label += ", " + label(a);
+      mark.hover.push(hover(a));
+      if (a.severity === "critical") Object.assign(mark, {color: closed ? c.band : c.line, textColor: c.text});
+      if (closed && (mark.x1 === undefined || a.end_step > mark.x1)) mark.x1 = a.end_step;
     }
-    return [...out.values()];
+    return mark;
+  }
+
+  // The marks of the records in `unmarked` made again; returns the metrics whose marks changed.
+  function remark() {
+    const dirty = new Set();
+    for (const key of unmarked) {
+      const a = byKey.get(key), was = atOf.get(key);
+      const at = a && COLORS[a.severity] ? chartMetric(a.metric) + "@" + a.start_step : undefined; // (info: not drawn)
+      if (was !== undefined) dirty.add(was);
+      if (at === undefined) { atOf.delete(key); } else { atOf.set(key, at); dirty.add(at); }
+      if (was !== undefined && was !== at) {
+        const keys = keysAt.get(was);
+        keys.delete(key);
+        if (!keys.size) keysAt.delete(was);
+      }
+      if (at !== undefined) { if (!keysAt.has(at)) keysAt.set(at, new Set()); keysAt.get(at).add(key); }
+    }
+    const changed = new Set();
+    for (const at of dirty) {
+      const keys = keysAt.get(at);
+      if (keys) marks.set(at, markOf(keys)); else marks.delete(at);
+      changed.add(at.slice(0, at.lastIndexOf("@")));
+    }
+    unmarked.clear();
+    return changed;
   }
 
   // ------------------------------------------------------------------------------------------ panel
@@ -67,9 +100,54 @@
     return box;
   }
 
-  // Anomaly frames come in bursts (a divergence trips many detectors; frames between steps): the panel and the
-  // charts' marks are made again at most once an animation frame, from all that came (a hidden tab: on its return).
-  let renderQueued = false;
+  // The panel's records, newest first: found again among all only when a changed record is listed or would be.
+  function listed() {
+    const last = top[top.length - 1];
+    const moved = [...unlisted].some((key) => top.some((a) => a.key === key) ||
+      (byKey.has(key) && (top.length < PANEL_ROWS || newer(byKey.get(key), last) < 0)));
+    if (!moved) return top;
+    const out = [];
+    for (const a of byKey.values()) {
+      if (out.length === PANEL_ROWS && newer(a, out[PANEL_ROWS - 1]) >= 0) continue;
+      let i = out.length;
+      while (i > 0 && newer(a, out[i - 1]) < 0) i--;
+      out.splice(i, 0, a);
+      if (out.length > PANEL_ROWS) out.pop();
+    }
+    return out;
+  }
+
+  function row(a) {
+    const sig = [a.id, a.severity, a.kind, a.metric, a.start_step, a.end_step, a.explanation, a.zoom.from, a.zoom.to]
+      .join("\u0000");
+    const had = rows.get(a.key);
+    if (had && had.sig === sig) return had.li;
+    const li = document.createElement("li");
+    li.className = "sev-" + a.severity;
+    li.dataset.key = a.key;
+    const sev = document.createElement("span");
+    sev.className = "badge sev-" + a.severity; sev.textContent = a.severity;
+    const what = document.createElement("a");
+    what.href = logUrl + "#a-" + a.id;
+    what.textContent = `${label(a)}${a.metric ? " · " + a.metric : ""}`;
+    const steps = document.createElement("button");
+    steps.type = "button"; steps.className = "link steps";
+    steps.title = "zoom the charts on it";
+    steps.textContent = "step " + a.start_step + (a.end_step === null ? " (ongoing)" : "–" + a.end_step);
+    steps.addEventListener("click", () => zoom(a.zoom.from, a.zoom.to));
+    const why = document.createElement("div");
+    why.className = "muted why"; why.textContent = a.explanation;
+    li.append(sev, " ", what, " ", steps, why);
+    rows.set(a.key, {li, sig});
+    return li;
+  }
+
+  // Anomaly frames come in bursts (a divergence trips many detectors; frames between steps): the charts' marks are
+  // made again at most once an animation frame, from all that came (a hidden tab: on its return); the panel's list,
+  // for people to read, at most once a second and only while it is on screen (a storm's rows changing ten times a
+  // second were most of Blink's garbage: ~1.1 of ~1.5 MB/s, bench/liveview.py's gc.heap_growth_kb_per_s).
+  const PANEL_EVERY_MS = 1000;
+  let renderQueued = false, panelSeen = true, panelAt = -Infinity, panelTimer = 0;
   function render() {
     if (renderQueued) return;
     renderQueued = true;
@@ -77,33 +155,31 @@
   }
 
   function renderNow() {
+    if (!page) return; // (frames before the page's start: rendered with the log's first answer)
+    const changed = remark();
+    if (changed.size) {
+      Obs.setOverlays(SOURCE, marks, changed);
+      if (ctx) ctx.schedule();
+    }
+    if (unlisted.size && panelSeen) renderPanel();
+  }
+
+  function renderPanel() {
+    const wait = panelAt + PANEL_EVERY_MS - performance.now();
+    if (wait > 0) {
+      if (!panelTimer) panelTimer = setTimeout(() => { panelTimer = 0; render(); }, wait);
+      return;
+    }
+    panelAt = performance.now();
     const box = panel();
-    const list = box.querySelector(".anomaly-list");
-    const all = [...byKey.values()].sort((a, b) => b.start_step - a.start_step || b.id - a.id);
-    const open = all.filter((a) => a.end_step === null).length;
-    box.querySelector(".count").textContent = all.length ? `${all.length} · ${open} ongoing` : "";
-    box.querySelector(".empty").hidden = all.length > 0;
-    list.replaceChildren(...all.slice(0, PANEL_ROWS).map((a) => {
-      const li = document.createElement("li");
-      li.className = "sev-" + a.severity;
-      li.dataset.key = a.key;
-      const sev = document.createElement("span");
-      sev.className = "badge sev-" + a.severity; sev.textContent = a.severity;
-      const what = document.createElement("a");
-      what.href = logUrl + "#a-" + a.id;
-      what.textContent = `${label(a)}${a.metric ? " · " + a.metric : ""}`;
-      const steps = document.createElement("button");
-      steps.type = "button"; steps.className = "link steps";
-      steps.title = "zoom the charts on it";
-      steps.textContent = "step " + a.start_step + (a.end_step === null ? " (ongoing)" : "–" + a.end_step);
-      steps.addEventListener("click", () => zoom(a.zoom.from, a.zoom.to));
-      const why = document.createElement("div");
-      why.className = "muted why"; why.textContent = a.explanation;
-      li.append(sev, " ", what, " ", steps, why);
-      return li;
-    }));
-    Obs.setOverlays(SOURCE, overlays());
-    if (ctx) ctx.schedule();
+    Obs.put(box.querySelector(".count"), byKey.size ? `${byKey.size} · ${open} ongoing` : "");
+    Obs.putHidden(box.querySelector(".empty"), byKey.size > 0);
+    top = listed();
+    unlisted.clear();
+    const list = box.querySelector(".anomaly-list"), lis = top.map(row);
+    const keep = new Set(top.map((a) => a.key));
+    for (const key of rows.keys()) if (!keep.has(key)) rows.delete(key);
+    if (lis.length !== list.children.length || lis.some((li, i) => list.children[i] !== li)) list.replaceChildren(...lis);
   }
 
   // ------------------------------------------------------------------------------------------ updates
@@ -113,8 +189,12 @@
     const news = [];
     for (const a of list) {
       const old = byKey.get(a.key);
+      if (old && old.end_step === null) open--;
+      unmarked.add(a.key);
+      unlisted.add(a.key);
       if (a.superseded) { byKey.delete(a.key); continue; }
       byKey.set(a.key, a);
+      if (a.end_step === null) open++;
       const escalated = old && old.severity !== a.severity && a.severity === "critical";
       if (live && COLORS[a.severity] && (a.event === "opened" || escalated)) news.push(a);
     }
@@ -157,7 +237,7 @@
     ctx = c; page = p;
     const base = "/runs/" + encodeURIComponent(p.run_id);
     logUrl = base + "/anomalies/";
-    panel();
+    panelSeen = Obs.watchSeen(panel(), (seen) => { panelSeen = seen; if (seen) render(); });
     zoomFromUrl();
     try {
       const r = await fetch("/api" + base + "/anomalies/?limit=500");

@@ -242,14 +242,23 @@ window.Obs = window.Obs || {};
   const charts = new Set();
   const keysByMetric = (list) => { // (functions drop out: same marks, same key)
     const by = new Map();
-    for (const o of list) { const m = o.metric || ""; if (!by.has(m)) by.set(m, []); by.get(m).push(o); }
+    list.forEach((o) => { const m = o.metric || ""; if (!by.has(m)) by.set(m, []); by.get(m).push(o); });
     return new Map([...by].map(([m, l]) => [m, JSON.stringify(l)]));
   };
-  Obs.setOverlays = (source, list) => {
-    const keys = keysByMetric(list || []), old = overlayKeys.get(source) || new Map();
-    overlaySources.set(source, list || []); // (fresh onClick closures either way)
-    overlayKeys.set(source, keys);
-    const changed = new Set([...keys.keys(), ...old.keys()].filter((m) => keys.get(m) !== old.get(m)));
+  // `list`: an array of marks, or a Map whose values are the marks (held, not copied: the source calls again after
+  // each change). `changed` (optional): the metrics whose marks changed since the source's last call ("" for marks
+  // on every chart), from a source that knows (anomalies.js keeps thousands of marks in a detector storm); else the
+  // lists are compared, metric by metric.
+  Obs.setOverlays = (source, list, changed) => {
+    list = list || [];
+    overlaySources.set(source, list); // (fresh onClick closures either way)
+    if (changed) {
+      overlayKeys.delete(source);
+    } else {
+      const keys = keysByMetric(list), old = overlayKeys.get(source) || new Map();
+      overlayKeys.set(source, keys);
+      changed = new Set([...keys.keys(), ...old.keys()].filter((m) => keys.get(m) !== old.get(m)));
+    }
     if (!changed.size) return; // the same marks: nothing to redraw (a first empty list changes nothing either)
     charts.forEach((ch) => { // only the charts whose marks changed, and only their marks (their lines stay)
       if (changed.has("") || (ch.items || []).some((it) => changed.has(it.name))) { ch.remark = true; ch.dirty = true; }

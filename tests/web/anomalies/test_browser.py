@@ -59,10 +59,12 @@ def test_an_injected_lr_spike_shows_up_live_in_the_log_on_the_loss_chart_and_as_
             and a["severity"] != "info"), None), 60, "the loss spike in the log")
         key, start, aid = spike["key"], spike["start_step"], spike["id"]
 
-        # on the page, without a reload: the panel's log, the marker on the loss chart, the toast
-        page.locator(f'#anomaly-panel li[data-key="{key}"]').wait_for(timeout=10_000)
+        # on the page, without a reload: the marker on the loss chart, the toast, the panel's log (each drawn while
+        # it is on screen: the panel is scrolled to last)
         page.wait_for_function(marker_js(start), timeout=10_000)
         page.locator("#toasts .toast", has_text="loss spike").first.wait_for(timeout=10_000)
+        page.evaluate("() => document.getElementById('anomaly-panel').scrollIntoView()")
+        page.locator(f'#anomaly-panel li[data-key="{key}"]').wait_for(timeout=10_000)
         assert page.evaluate("() => window.__sameDocument") is True
 
         log = new_page(viewport={"width": 390, "height": 844})

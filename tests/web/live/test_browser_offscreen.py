@@ -1,12 +1,13 @@
 """Draw only what is seen: a chart below the fold draws nothing while live points arrive (the charts in view draw
 them), and once scrolled into view it draws every point that came while it was off screen, each once; the data
-panel's live weights likewise."""
+panel's live weights and the anomaly panel's list likewise."""
 
 import pytest
 
 from observatory import contract
 
-from ..servers import trace_js, wait_ingested, wait_trace
+from ..anomalies import curves
+from ..servers import get_json, trace_js, wait_for, wait_ingested, wait_trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -70,3 +71,31 @@ def test_the_data_panel_writes_its_live_weights_only_on_screen(trainer, servers,
 
     page.evaluate("() => document.getElementById('data-panel').scrollIntoView()")
     page.wait_for_function(f"() => document.querySelector({cell!r}).textContent === '25.0%'", timeout=30_000)
+
+
+def test_the_anomaly_panel_writes_its_list_only_on_screen(trainer, servers, new_page, run_id):
+    data = curves.rows(curves.SPIKES[0] + 40)  # a falling loss, a critical loss spike at SPIKES[0]
+    trainer.send("run", name="anomalies off screen", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    curves.publish(trainer, data[:5])
+    wait_ingested(run_id, 4)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1000, "height": 560})
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "document.getElementById('anomaly-panel') !== null", timeout=30_000)
+    assert page.evaluate("() => document.getElementById('anomaly-panel').getBoundingClientRect().top") > 560 + 100
+
+    curves.publish(trainer, data[5:])
+    api = f"{servers.url}/api/runs/{run_id}/anomalies/?kind=loss_spike"
+    spike = wait_for(lambda: next((a for a in (get_json(api) or {}).get("anomalies", [])
+                                   if a["start_step"] == curves.SPIKES[0]), None), 60, "the loss spike in the log")
+    # the page has taken it: its mark is on the loss chart, in view (marks and list come from the same frames)
+    page.wait_for_function(f"() => (document.getElementById('{LOSS}').layout.shapes || [])"
+                           f".some((s) => s.x0 === {curves.SPIKES[0]})", timeout=30_000)
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    assert page.locator("#anomaly-panel li").count() == 0, "a list off screen is not written"
+
+    page.evaluate("() => document.getElementById('anomaly-panel').scrollIntoView()")
+    page.locator(f'#anomaly-panel li[data-key="{spike["key"]}"]').wait_for(timeout=30_000)
+    assert "ongoing" in page.inner_text("#anomaly-panel .count")
