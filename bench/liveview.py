@@ -11,6 +11,8 @@ Chromium traces the page. The live window starts once the page has settled (ever
 first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
   update_main_ms   p50/p99/max of the page's main-thread time per live update: the top-level tasks of the
                    renderer's main thread (script, style, layout, paint, GC) from one WebSocket message to the next
+  update_main_cpu_ms  the same, in the main thread's CPU time: without the time it waited (for a core, on a box
+                   whose two cores also run the server, ingest and Redis; or for the compositor)
   long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
   main_thread_busy    the main thread's share of the live window
   trace_self_ms       where the live window's main-thread time went (self time by trace event name)
@@ -86,12 +88,16 @@ def heartbeat(pub: Publisher, step: int, rate: float) -> None:
                               "pid": os.getpid()})
 
 
-def per_update(tasks: list[tuple[float, float]], marks: list[float], end: float) -> list[float]:
-    """Main-thread ms from each live message to the next (the last: to `end`), tasks by their start."""
+def per_update(tasks: list[tuple[float, float, float]], marks: list[float], end: float, cpu: bool = False
+               ) -> list[float]:
+    """Main-thread ms from each live message to the next (the last: to `end`), tasks by their start; with `cpu`,
+    the thread's CPU ms instead of its tasks' wall time."""
     bounds = marks + [end]
     out = [0.0] * len(marks)
     j = 0
-    for start, dur in sorted(tasks):
+    for start, dur, cpu_ms in sorted(tasks):
+        if cpu:
+            dur = cpu_ms
         while j < len(marks) and start >= bounds[j + 1]:
             j += 1
         if j < len(marks) and start >= bounds[j]:
@@ -215,6 +221,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
                 pub.metrics(history + k - 1, values(history + k - 1, names, data))
                 if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
                     heartbeat(pub, history + k - 1, rate)
+            page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
             page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
                                    f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
             wall = time.monotonic() - t0
@@ -228,19 +235,26 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             if trace_out:
                 Path(trace_out).write_bytes(trace)
             pieces: list = []
-            tasks, marks, selfs = trace_tasks(trace, "obs-live-frame", pieces)
+            tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
             browser.close()
     finally:
         pub.close()
         close_site(procs, tmp)
-    stamps = [t for t, _ in marks]
-    end = (max(s + d for s, d in tasks) if tasks else stamps[-1]) if stamps else 0.0
-    upd = per_update(tasks, stamps, end)
+    # an update: from one live message to the next, up to the window's end (the bench's own probes of the page
+    # follow it, and the task that marked it is the bench's: not counted)
+    end = next((t for t, name in marks if name == "obs-bench-end"), None)
+    stamps = [t for t, name in marks if name == "obs-live-frame" and (end is None or t < end)]
+    if end is None:  # (not marked: the last message has no next)
+        stamps, end = stamps[:-1], (stamps[-1] if stamps else 0.0)
+    tasks = [(t, d, c) for t, d, c in tasks if not t <= end <= t + d]
+    upd, upd_cpu = per_update(tasks, stamps, end), per_update(tasks, stamps, end, cpu=True)
     r = lambda x: round(x, 2)  # noqa: E731
     return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(names), "history_steps": history,
             "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd), "frames_counted": frames,
             "update_main_ms": {"p50": r(pct(upd, 50)), "p99": r(pct(upd, 99)), "max": r(max(upd)),
                                "mean": r(statistics.fmean(upd))} if upd else None,
+            "update_main_cpu_ms": {"p50": r(pct(upd_cpu, 50)), "p99": r(pct(upd_cpu, 99)), "max": r(max(upd_cpu))}
+            if upd_cpu else None,
             "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
             "main_thread_busy": r(main / (wall * 1000)),
             "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()},

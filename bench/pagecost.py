@@ -126,8 +126,9 @@ TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "blink.user_timing", "v8", 
 
 
 def trace_tasks(trace: bytes, mark_prefix: str = "obs-", pieces: list | None = None
-                ) -> tuple[list[tuple[float, float]], list[tuple[float, str]], dict[str, float]]:
-    """From a Chromium trace: the page's main-thread top-level tasks [(start ms, duration ms)], its user-timing
+                ) -> tuple[list[tuple[float, float, float]], list[tuple[float, str]], dict[str, float]]:
+    """From a Chromium trace: the page's main-thread top-level tasks [(start ms, duration ms, its thread's CPU ms:
+    less where the thread waited, for a core or for another thread)], its user-timing
     marks starting with `mark_prefix` [(ms, name)] (same clock) and the main thread's self time by event name;
     `pieces`, when given, gets every main-thread event's (start ms, name, self ms)."""
     events = json.loads(trace)
@@ -141,7 +142,7 @@ def trace_tasks(trace: bytes, mark_prefix: str = "obs-", pieces: list | None = N
     on_main = sorted((e for e in events if (e.get("pid"), e.get("tid")) in main and e.get("ph") == "X"
                       and "dur" in e), key=lambda e: (e["ts"], -e["dur"]))
     top = ("RunTask", "ThreadControllerImpl::RunTask")
-    tasks = [(e["ts"] / 1000, e["dur"] / 1000) for e in on_main if e["name"] in top]
+    tasks = [(e["ts"] / 1000, e["dur"] / 1000, e.get("tdur", e["dur"]) / 1000) for e in on_main if e["name"] in top]
     selfs: dict[str, float] = defaultdict(float)
     stack: list[list] = []  # [end, name, children's time, duration, start]
     for e in on_main:

@@ -155,6 +155,28 @@ window.Obs = window.Obs || {};
   // Writes that leave the DOM alone when nothing changed: a live page rewrites its header, panels and notes on every
   // update, and each real write costs the page style, layout and paint (a live update's main cost, bench/liveview.py).
   Obs.put = (el, text) => { text = String(text); if (el.textContent !== text) el.textContent = text; };
+  // A live figure (the header's step, every update) in a box of its own measured size (.obs-figure: contain:
+  // strict): a new value of the same shape (the same text but for its digits: tabular figures, the same width) is
+  // laid out inside that box alone, not the whole page (half the page's layout time in a live view); the box is
+  // measured again when the shape changes.
+  const shape = (text) => text.replace(/[0-9]/g, "0");
+  Obs.putFigure = (el, text) => {
+    text = String(text);
+    if (el.textContent === text) return;
+    const measure = shape(el.textContent) !== shape(text) || !el.classList.contains("obs-figure");
+    el.textContent = text;
+    if (!measure) return;
+    el.classList.remove("obs-figure");
+    el.style.width = el.style.height = el.style.lineHeight = "";
+    const box = el.getBoundingClientRect(); // (a layout now, once a length)
+    if (!box.width) return; // (not laid out: hidden)
+    const w = Math.ceil(box.width) + "px", h = Math.ceil(box.height) + "px"; // (whole pixels: no glyph cut)
+    el.style.width = w; el.style.height = el.style.lineHeight = h; // (its one line fills the box: same baseline)
+    el.classList.add("obs-figure");
+  };
+  window.addEventListener("resize", () => { // (a breakpoint's font size: measured again at the next value)
+    document.querySelectorAll(".obs-figure").forEach((el) => el.classList.remove("obs-figure"));
+  });
   Obs.putAttr = (el, name, value) => { value = String(value); if (el.getAttribute(name) !== value) el.setAttribute(name, value); };
   Obs.putClass = (el, cls) => { if (el.className !== cls) el.className = cls; };
   Obs.putHidden = (el, hidden) => { if (el.hidden !== !!hidden) el.hidden = !!hidden; };

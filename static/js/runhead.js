@@ -26,25 +26,25 @@ window.Obs = window.Obs || {};
       Obs.put($("badge-phase"), run.phase || "–");
       Obs.putHidden($("badge-phase"), !run.phase || run.phase === run.state); // the heartbeat's phase, when it says more
       const h = $("badge-health"); Obs.put(h, run.health); Obs.putClass(h, "badge health-" + run.health);
-      if (run.last_step !== null && run.last_step !== undefined) Obs.put($("stat-step"), run.last_step); // plain: feature modules read it
+      if (run.last_step !== null && run.last_step !== undefined) Obs.putFigure($("stat-step"), run.last_step); // plain: feature modules read it
       this.tick();
     }
 
     // Every second: heartbeat age, ETA counting down from the last heartbeat's estimate, the progress bar.
     tick() {
-      Obs.put($("stat-heartbeat"), this.heartbeatAt
+      Obs.putFigure($("stat-heartbeat"), this.heartbeatAt
         ? Obs.duration((Date.now() - this.heartbeatAt.getTime()) / 1000) + " ago" : "–");
       const p = this.progress || {};
       const tokens = num(p.tokens), budget = num(p.token_budget);
       const frac = tokens !== null && budget ? Math.min(1, tokens / budget) : null;
       const bar = $("run-progress");
       Obs.putHidden(bar, frac === null);
-      if (frac === null) Obs.put($("stat-tokens"), tokens !== null ? Obs.count(tokens) : "–");
+      if (frac === null) Obs.putFigure($("stat-tokens"), tokens !== null ? Obs.count(tokens) : "–");
       else {
         const pct = Math.round(frac * 1000) / 10;
         if (bar.value !== pct) bar.value = pct;
         Obs.put(bar, pct + "%");
-        Obs.put($("stat-tokens"), `${Obs.count(tokens)} of ${Obs.count(budget)} (${(100 * frac).toFixed(1)}%)`);
+        Obs.putFigure($("stat-tokens"), `${Obs.count(tokens)} of ${Obs.count(budget)} (${(100 * frac).toFixed(1)}%)`);
       }
       const sps = num(p.steps_per_s), heard = this.run && Obs.heard(this.run);
       // a paused trainer's heartbeat still carries the rate it had before the pause: no speed to show

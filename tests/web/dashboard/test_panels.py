@@ -3,6 +3,8 @@ impossible MFU is flagged rather than drawn, events read as what happened (resta
 filters), a compiling run says so on its empty charts and causes no console error, and the run list follows runs
 without a reload."""
 
+import os
+
 import pytest
 
 from observatory import contract
@@ -151,3 +153,44 @@ def test_time_left_is_the_estimate_only_while_the_trainer_is_heard_from(live_env
     page.wait_for_function("() => document.getElementById('stat-rate').textContent === '2.00 steps/s'",
                            timeout=20_000)
     assert page.inner_text("#stat-eta").startswith("≈ 2 min")
+
+
+FIGURE = """() => { const el = document.getElementById('stat-step'), label = el.parentNode.getBoundingClientRect();
+  const box = el.getBoundingClientRect();
+  return {text: el.textContent, boxed: el.classList.contains('obs-figure'), width: box.width,
+          whole: el.scrollWidth <= el.clientWidth && el.scrollHeight <= el.clientHeight,
+          top: box.top - label.top, bottom: label.bottom - box.bottom}; }"""
+
+
+def test_the_live_step_sits_in_a_box_of_its_own_measured_size_that_holds_it_whole(trainer, servers, new_page,
+                                                                                   run_id):
+    """Obs.putFigure: a live figure of the header is laid out in a size-contained box measured to its text (its
+    changes then lay out nothing else); a value of the same shape keeps the box, a longer one is measured again,
+    and the text is never clipped nor moved off its line."""
+    trainer.send("run", name="figures", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for step in range(8):
+        trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.1 * step})
+    wait_ingested(run_id, 7)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1000, "height": 700})
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+
+    trainer.metrics(8, **{contract.M_LOSS: 3.1})
+    page.wait_for_function("() => document.getElementById('stat-step').textContent === '8'", timeout=30_000)
+    one = page.evaluate(FIGURE)
+    trainer.metrics(9, **{contract.M_LOSS: 3.0})
+    page.wait_for_function("() => document.getElementById('stat-step').textContent === '9'", timeout=30_000)
+    same = page.evaluate(FIGURE)
+    trainer.metrics(10, **{contract.M_LOSS: 2.9})
+    page.wait_for_function("() => document.getElementById('stat-step').textContent === '10'", timeout=30_000)
+    two = page.evaluate(FIGURE)
+    assert one["boxed"] and same["boxed"] and two["boxed"]
+    assert same["width"] == one["width"], "a value of the same shape keeps its box"
+    assert two["width"] > one["width"], "a longer value is measured again"
+    for fig in (one, same, two):
+        assert fig["whole"], f"the figure is not clipped: {fig}"
+        assert fig["top"] >= 0 and fig["bottom"] >= 0, f"the box stays within its line: {fig}"
+    if os.environ.get("OBS_SCREENSHOT_DIR"):  # (to look at: the header, boxed figures on their lines)
+        page.locator("section.run-head").screenshot(path=os.path.join(os.environ["OBS_SCREENSHOT_DIR"], "figures.png"))
