@@ -168,7 +168,7 @@ window.Obs = window.Obs || {};
     if (!measure) return;
     el.classList.remove("obs-figure");
     el.style.width = el.style.height = el.style.lineHeight = "";
-    const box = el.getBoundingClientRect(); // (a layout now, once a length)
+    const box = el.getBoundingClientRect(); // (a layout now, once a shape)
     if (!box.width) return; // (not laid out: hidden)
     const w = Math.ceil(box.width) + "px", h = Math.ceil(box.height) + "px"; // (whole pixels: no glyph cut)
     el.style.width = w; el.style.height = el.style.lineHeight = h; // (its one line fills the box: same baseline)
