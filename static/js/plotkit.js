@@ -157,25 +157,27 @@ window.Obs = window.Obs || {};
   Obs.put = (el, text) => { text = String(text); if (el.textContent !== text) el.textContent = text; };
   // A live figure (the header's step, every update) in a box of its own measured size (.obs-figure: contain:
   // strict): a new value of the same shape (the same text but for its digits: tabular figures, the same width) is
-  // laid out inside that box alone, not the whole page (half the page's layout time in a live view); the box is
-  // measured again when the shape changes.
+  // laid out inside that box alone, not the whole page (half the page's layout time in a live view). A new shape
+  // unboxes it; it is measured when a value of the same shape follows (a layout then, once a shape: never at the
+  // page's load, where it would join the first paint's work).
   const shape = (text) => text.replace(/[0-9]/g, "0");
+  const unbox = (el) => { el.classList.remove("obs-figure"); el.style.width = el.style.height = el.style.lineHeight = ""; };
   Obs.putFigure = (el, text) => {
     text = String(text);
-    if (el.textContent === text) return;
-    const measure = shape(el.textContent) !== shape(text) || !el.classList.contains("obs-figure");
+    const was = el.textContent, boxed = el.classList.contains("obs-figure");
+    if (was === text) return;
+    const same = shape(was) === shape(text);
+    if (!same && boxed) unbox(el);
     el.textContent = text;
-    if (!measure) return;
-    el.classList.remove("obs-figure");
-    el.style.width = el.style.height = el.style.lineHeight = "";
-    const box = el.getBoundingClientRect(); // (a layout now, once a shape)
+    if (!same || boxed) return;
+    const box = el.getBoundingClientRect();
     if (!box.width) return; // (not laid out: hidden)
     const w = Math.ceil(box.width) + "px", h = Math.ceil(box.height) + "px"; // (whole pixels: no glyph cut)
     el.style.width = w; el.style.height = el.style.lineHeight = h; // (its one line fills the box: same baseline)
     el.classList.add("obs-figure");
   };
   window.addEventListener("resize", () => { // (a breakpoint's font size: measured again at the next value)
-    document.querySelectorAll(".obs-figure").forEach((el) => el.classList.remove("obs-figure"));
+    document.querySelectorAll(".obs-figure").forEach(unbox);
   });
   Obs.putAttr = (el, name, value) => { value = String(value); if (el.getAttribute(name) !== value) el.setAttribute(name, value); };
   Obs.putClass = (el, cls) => { if (el.className !== cls) el.className = cls; };

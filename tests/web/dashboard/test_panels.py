@@ -165,8 +165,8 @@ FIGURE = """() => { const el = document.getElementById('stat-step'), label = el.
 def test_the_live_step_sits_in_a_box_of_its_own_measured_size_that_holds_it_whole(trainer, servers, new_page,
                                                                                    run_id):
     """Obs.putFigure: a live figure of the header is laid out in a size-contained box measured to its text (its
-    changes then lay out nothing else); a value of the same shape keeps the box, a longer one is measured again,
-    and the text is never clipped nor moved off its line."""
+    changes then lay out nothing else); a value of the same shape keeps the box, a new shape is laid out in the
+    page's flow and boxed again at the next value, and the text is never clipped nor moved off its line."""
     trainer.send("run", name="figures", config={})
     trainer.send("state", state="training", step=0, detail="")
     for step in range(8):
@@ -177,19 +177,16 @@ def test_the_live_step_sits_in_a_box_of_its_own_measured_size_that_holds_it_whol
     page.goto(f"{servers.url}/runs/{run_id}/")
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
 
-    trainer.metrics(8, **{contract.M_LOSS: 3.1})
-    page.wait_for_function("() => document.getElementById('stat-step').textContent === '8'", timeout=30_000)
-    one = page.evaluate(FIGURE)
-    trainer.metrics(9, **{contract.M_LOSS: 3.0})
-    page.wait_for_function("() => document.getElementById('stat-step').textContent === '9'", timeout=30_000)
-    same = page.evaluate(FIGURE)
-    trainer.metrics(10, **{contract.M_LOSS: 2.9})
-    page.wait_for_function("() => document.getElementById('stat-step').textContent === '10'", timeout=30_000)
-    two = page.evaluate(FIGURE)
-    assert one["boxed"] and same["boxed"] and two["boxed"]
-    assert same["width"] == one["width"], "a value of the same shape keeps its box"
-    assert two["width"] > one["width"], "a longer value is measured again"
-    for fig in (one, same, two):
+    figs = {}
+    for step in (8, 9, 10, 11):
+        trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.1 * step})
+        page.wait_for_function(f"() => document.getElementById('stat-step').textContent === '{step}'", timeout=30_000)
+        figs[step] = page.evaluate(FIGURE)
+    assert figs[8]["boxed"] and figs[9]["boxed"], "a value of the shape before it is boxed"
+    assert figs[9]["width"] == figs[8]["width"], "a value of the same shape keeps its box"
+    assert not figs[10]["boxed"], "a new shape is laid out in the page's flow"
+    assert figs[11]["boxed"] and figs[11]["width"] > figs[8]["width"], "then measured again"
+    for fig in figs.values():
         assert fig["whole"], f"the figure is not clipped: {fig}"
         assert fig["top"] >= 0 and fig["bottom"] >= 0, f"the box stays within its line: {fig}"
     if os.environ.get("OBS_SCREENSHOT_DIR"):  # (to look at: the header, boxed figures on their lines)
