@@ -56,7 +56,8 @@ class ShiftDetector(SeriesDetector):
             sb = st.get("share_base")
             st["share_base"] = st["share"] if sb is None else sb + self.alpha_share * (st["share"] - sb)
         st["busy"] = st.get("busy", False) and not calm or self._contended(st)
-        if st["busy"]:  # the lowest share while it lasts, for the explanation
+        if st["busy"] and st.get("share_base") is not None:  # the lowest share while it lasts, for the explanation
+            # (a host saturated before any usual share was learned, outside shifts: busy, with no share to compare)
             low = st["share"] / max(st["share_base"], 1e-9)
             st["low"] = low if st.get("low") is None else min(st["low"], low)
         elif calm:

@@ -497,3 +497,19 @@ def test_a_slowdown_on_a_host_saturated_by_others_from_the_start_is_info():
     found = opened(feed(Monitor(), enumerate(rows)))
     assert {a.kind for a in found} == {"step_time_rise", "throughput_drop"}
     assert all(a.severity == "info" for a in found)
+
+
+def test_a_host_saturated_when_its_first_readings_come_during_a_slowdown_is_read_without_error():
+    """The host's CPU first read while a shift is under way (no usual share learned: it is learned outside shifts
+    only), on a host saturated by others (busy from the start): no share to compare with, and no TypeError (seen
+    in ingest, where it stopped the run's anomaly detection at every batch)."""
+    rows = _contended(1200, 800, share=1.0)
+    for s, v in enumerate(rows):
+        if s < 830:  # the hardware sampler starts late: the slowdown at 800 has begun its streak
+            v.pop(contract.HW_CPU_PERCENT, None)
+            v.pop(contract.HW_PROCESS_CPU, None)
+        elif contract.HW_PROCESS_CPU in v:
+            v[contract.HW_PROCESS_CPU] *= 0.25  # under a core's worth of a 97%-busy host
+    found = opened(feed(Monitor(), enumerate(rows)))
+    assert {a.kind for a in found} == {"step_time_rise", "throughput_drop"}
+    assert all(795 <= a.start_step <= 830 for a in found), [(a.kind, a.start_step, a.severity) for a in found]

@@ -8,6 +8,7 @@ import http.client
 import json
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,26 +19,35 @@ from tests.support import free_port, stop, wait_for, wait_port  # noqa: F401 (re
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start_web(port: int, env: dict) -> subprocess.Popen:
-    """The site as `make run` serves it (deploy/run_local.py web_command: uvicorn, its flags), on 127.0.0.1:port."""
+def start_web(port: int, env: dict, log=subprocess.DEVNULL) -> subprocess.Popen:
+    """The site as `make run` serves it (deploy/run_local.py web_command: uvicorn, its flags), on 127.0.0.1:port;
+    its stderr to `log` (a file: a pipe nobody reads fills at 64 KB and stops the process at its next log line)."""
     return subprocess.Popen(web_command("127.0.0.1", port, "uvicorn"), cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log)
 
 
-def start_ingest(env: dict) -> subprocess.Popen:
+def start_ingest(env: dict, log=subprocess.DEVNULL) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=log)
 
 
 class Servers:
-    """ingest + web server subprocesses sharing the test database and Redis (the `servers` fixture)."""
+    """ingest + web server subprocesses sharing the test database and Redis (the `servers` fixture). Their stderr
+    goes to temporary files (`tail()` reads one): a pipe would stop ingest once 64 KB of log lines were unread."""
 
     def __init__(self, env: dict):
         self.env = env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.ingest = start_ingest(env)
-        self.web = start_web(self.port, env)
+        self.logs = {"ingest": tempfile.TemporaryFile(), "web": tempfile.TemporaryFile()}
+        self.ingest = start_ingest(env, self.logs["ingest"])
+        self.web = start_web(self.port, env, self.logs["web"])
+
+    def tail(self, which: str, chars: int = 2000) -> str:
+        """The end of the stderr of "ingest" or "web"."""
+        f = self.logs[which]
+        f.seek(0)
+        return f.read().decode(errors="replace")[-chars:]
 
     def wait_web(self) -> None:
         wait_port(self.port)
@@ -46,18 +56,20 @@ class Servers:
         stop(self.web)
 
     def start_web(self) -> None:
-        self.web = start_web(self.port, self.env)
+        self.web = start_web(self.port, self.env, self.logs["web"])
         self.wait_web()
 
     def stop_ingest(self) -> int:
         """Stop ingest; AssertionError with its stderr unless it exited cleanly (0)."""
         code = stop(self.ingest)
-        assert code == 0, self.ingest.stderr.read().decode()[-2000:]
+        assert code == 0, self.tail("ingest")
         return code
 
     def close(self) -> None:
         stop(self.web)
         stop(self.ingest)
+        for f in self.logs.values():
+            f.close()
 
 
 def wait_ingested(run_id: str, last_step: int, timeout: float = 60) -> None:
