@@ -80,7 +80,7 @@ def test_an_injected_lr_spike_shows_up_live_in_the_log_on_the_loss_chart_and_as_
         rng = log.evaluate("() => document.getElementById('chart-train-loss').layout.xaxis.range")
         assert [round(x) for x in rng] == [lo, hi], "the chart opens zoomed on the anomaly"
         assert [text for kind, text in console if kind == "error"] == []
-    except Exception:  # (what the run, its log and its trainer said: for a failure seen once under a loaded box)
+    except Exception:  # what the run, its log, its trainer and ingest said (a detector's TypeError was found so)
         print("browser console:", *console, sep="\n  ")
         run = get_json(f"{servers.url}/api/runs/{run_id}/") or {}
         found = (get_json(f"{servers.url}/api/runs/{run_id}/anomalies/") or {}).get("anomalies", [])

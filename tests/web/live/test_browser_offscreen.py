@@ -12,6 +12,7 @@ from ..servers import get_json, trace_js, wait_for, wait_ingested, wait_trace
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LOSS, BELOW = "chart-train-loss", "chart-grad-norm-total"
+TWO_FRAMES = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"  # (drawn, if it would)
 
 
 def test_a_chart_scrolled_into_view_draws_what_arrived_while_it_was_off_screen(trainer, servers, new_page, run_id):
@@ -34,7 +35,7 @@ def test_a_chart_scrolled_into_view_draws_what_arrived_while_it_was_off_screen(t
     for s in range(5, 40):
         step(s)
     wait_trace(page, LOSS, "x.includes(39)")  # the charts in view have drawn step 39: a redraw has happened
-    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.evaluate(TWO_FRAMES)
     drawn = page.evaluate(trace_js(BELOW)) or []
     assert 39 not in drawn, "a chart off screen draws nothing"
 
@@ -66,7 +67,7 @@ def test_the_data_panel_writes_its_live_weights_only_on_screen(trainer, servers,
     for s in range(5, 20):
         step(s, 0.25)
     wait_trace(page, LOSS, "x.includes(19)")  # the page has taken step 19 and drawn what is in view
-    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.evaluate(TWO_FRAMES)
     assert page.inner_text(cell) != "25.0%", "a weight off screen is not written"
 
     page.evaluate("() => document.getElementById('data-panel').scrollIntoView()")
@@ -93,7 +94,7 @@ def test_the_anomaly_panel_writes_its_list_only_on_screen(trainer, servers, new_
     # the page has taken it: its mark is on the loss chart, in view (marks and list come from the same frames)
     page.wait_for_function(f"() => (document.getElementById('{LOSS}').layout.shapes || [])"
                            f".some((s) => s.x0 === {curves.SPIKES[0]})", timeout=30_000)
-    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    page.evaluate(TWO_FRAMES)
     assert page.locator("#anomaly-panel li").count() == 0, "a list off screen is not written"
 
     page.evaluate("() => document.getElementById('anomaly-panel').scrollIntoView()")
