@@ -47,7 +47,8 @@
       const a = byKey.get(key), c = COLORS[a.severity];
       const closed = a.end_step !== null && a.end_step > a.start_step;
       if (!mark) {
-        mark = {id: "anomaly-" + a.id, x0: a.start_step, x1: closed ? a.end_step : undefined, metric: chartMetric(a.metric),
+        mark = {id: "anomaly-" + a.id, x0: a.start_step, x1: closed ? a.end_step : undefined,
+                metric: chartMetric(a.metric),
                 label: "⚠ " + label(a), hover: [hover(a)], color: closed ? c.band : c.line, textColor: c.text,
                 collapse: true, onClick: () => { location.href = logUrl + "#a-" + a.id; }};
         continue;
@@ -179,7 +180,8 @@
     const list = box.querySelector(".anomaly-list"), lis = top.map(row);
     const keep = new Set(top.map((a) => a.key));
     for (const key of rows.keys()) if (!keep.has(key)) rows.delete(key);
-    if (lis.length !== list.children.length || lis.some((li, i) => list.children[i] !== li)) list.replaceChildren(...lis);
+    const moved = lis.length !== list.children.length || lis.some((li, i) => list.children[i] !== li);
+    if (moved) list.replaceChildren(...lis);
   }
 
   // ------------------------------------------------------------------------------------------ updates

@@ -161,7 +161,10 @@ window.Obs = window.Obs || {};
   // unboxes it; it is measured when a value of the same shape follows (a layout then, once a shape: never at the
   // page's load, where it would join the first paint's work).
   const shape = (text) => text.replace(/[0-9]/g, "0");
-  const unbox = (el) => { el.classList.remove("obs-figure"); el.style.width = el.style.height = el.style.lineHeight = ""; };
+  const unbox = (el) => {
+    el.classList.remove("obs-figure");
+    el.style.width = el.style.height = el.style.lineHeight = "";
+  };
   Obs.putFigure = (el, text) => {
     text = String(text);
     const was = el.textContent, boxed = el.classList.contains("obs-figure");
