@@ -71,7 +71,7 @@ def measure(client, run_id: str, steps: int, batch: int) -> dict:
     stream = contract.telemetry_stream(run_id)
     client.sadd(contract.RUNS_KEY, run_id)
     msgs = [contract.metrics_fields(run_id, s, step_values(s, rnd), 1.7e9 + 0.46 * s) for s in range(steps)]
-    ing = LiveIngest(client, lambda run, body: None, consumer="bench", batch=batch, interval=3600.0)
+    ing = LiveIngest(client, lambda run, *bodies: None, consumer="bench", batch=batch, interval=3600.0)
     ing.ingestor.renew()
     ing.ingestor.discover()
     spent = 0.0

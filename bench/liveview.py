@@ -13,6 +13,8 @@ first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
                    renderer's main thread (script, style, layout, paint, GC) from one WebSocket message to the next
   update_main_cpu_ms  the same, in the main thread's CPU time: without the time it waited (for a core, on a box
                    whose two cores also run the server, ingest and Redis; or for the compositor)
+  main_ms_per_step  the live window's main-thread time (the updates' sum) per published step: what a step costs the
+                   page however many messages it came in (a step's points and the anomaly frame about them: one)
   long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
   main_thread_busy    the main thread's share of the live window
   trace_self_ms       where the live window's main-thread time went (self time by trace event name)
@@ -255,6 +257,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
                                "mean": r(statistics.fmean(upd))} if upd else None,
             "update_main_cpu_ms": {"p50": r(pct(upd_cpu, 50)), "p99": r(pct(upd_cpu, 99)), "max": r(max(upd_cpu))}
             if upd_cpu else None,
+            "main_ms_per_step": r(sum(upd) / n) if upd else None,
             "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
             "main_thread_busy": r(main / (wall * 1000)),
             "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()},

@@ -154,7 +154,12 @@ window.Obs = window.Obs || {};
     : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(Math.round(n));
   // Writes that leave the DOM alone when nothing changed: a live page rewrites its header, panels and notes on every
   // update, and each real write costs the page style, layout and paint (a live update's main cost, bench/liveview.py).
-  Obs.put = (el, text) => { text = String(text); if (el.textContent !== text) el.textContent = text; };
+  // A lone text node's data is rewritten in place: no new node, which the browser would style anew (and collect).
+  const setText = (el, text) => {
+    const t = el.firstChild;
+    if (t && t === el.lastChild && t.nodeType === Node.TEXT_NODE) t.data = text; else el.textContent = text;
+  };
+  Obs.put = (el, text) => { text = String(text); if (el.textContent !== text) setText(el, text); };
   // A live figure (the header's step, every update) in a box of its own measured size (.obs-figure: contain:
   // strict): a new value of the same shape (the same text but for its digits: tabular figures, the same width) is
   // laid out inside that box alone, not the whole page (half the page's layout time in a live view). A new shape
@@ -171,7 +176,7 @@ window.Obs = window.Obs || {};
     if (was === text) return;
     const same = shape(was) === shape(text);
     if (!same && boxed) unbox(el);
-    el.textContent = text;
+    setText(el, text);
     if (!same || boxed) return;
     const box = el.getBoundingClientRect();
     if (!box.width) return; // (not laid out: hidden)

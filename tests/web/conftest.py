@@ -73,7 +73,7 @@ def live_ingest(redis_client):
     from webapp.live.pipeline import LiveIngest
 
     pushed = []
-    ing = LiveIngest(redis_client, lambda run, body: pushed.append((run, body)), consumer="test-ingest",
+    ing = LiveIngest(redis_client, lambda run, *bodies: pushed.extend((run, b) for b in bodies), consumer="test-ingest",
                      interval=0.0)
     ing.pushed = pushed
     return ing

@@ -135,7 +135,7 @@ class Feed:
                 log.exception("live: bad message for %s", self.run_id)
 
     def receive(self, msg: dict) -> None:
-        """A group message from a publisher (push.py): check its sequence, queue its frame, flush when due."""
+        """A group message from a publisher (push.py): check its sequence, queue its frames, flush when due."""
         src, seq = msg.get("src"), msg.get("seq")
         if src is not None and isinstance(seq, int):
             last = self.seqs.get(src)
@@ -156,6 +156,7 @@ class Feed:
         now = time.time()
         stats.relayed(now, msg.get("sent"), msg.get("payload", {}).get("t"))
         self.queue.append(frame_of(self.run_id, msg.get("payload") or {}))
+        self.queue += [frame_of(self.run_id, body) for body in msg.get("more") or () if isinstance(body, dict)]
         self._schedule()
 
     def _schedule(self) -> None:

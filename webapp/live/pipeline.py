@@ -23,7 +23,8 @@ log = logging.getLogger("observatory.ingest")
 class LiveIngest:
     def __init__(self, client: redis.Redis, send, *, consumer: str = "ingest-1", batch: int = 500,
                  interval: float = 0.1, lease_ms: int | None = None):
-        """send: callable(run_id, update body), e.g. LivePublisher.send. lease_ms: see metrics.ingest.LEASE_MS."""
+        """send: callable(run_id, *bodies), the run's bodies in order in one message, e.g. LivePublisher.send.
+        lease_ms: see metrics.ingest.LEASE_MS."""
         self.send = send
         self.buffer = LiveBuffer(send, interval=interval)
         self.ingestor = Ingestor(client, on_changes=self._committed, consumer=consumer, batch=batch,
@@ -34,15 +35,17 @@ class LiveIngest:
 
     def _committed(self, changes) -> None:
         """A batch committed: later apps' hooks (metrics.changes.on_commit_hooks) first, then the coalesced push.
-        A run that a hook has a frame for (an anomaly) gets its points pushed now, then the frame: the points come
-        first (the marker has its point to sit on), and both reach a web process together, one flush instead of
-        the second waiting out the hub's minimum interval (webapp.live.hub)."""
+        A run that a hook has a frame for (an anomaly) gets its points pushed now with the frame, in one message:
+        the points first (the marker has its point to sit on), and a web process sends both in one batch, which
+        the browser draws once (two messages were two sends 50 ms apart, the hub's minimum interval, and two
+        redraws: bench/liveview.py)."""
         frames = self._run_hooks(hooks.on_commit_hooks, changes)
         self.buffer.add(changes)
-        if frames:
-            self.buffer.flush_runs({run_id for run_id, _ in frames})
-            for run_id, frame in frames:
-                self.send(run_id, frame)
+        by_run: dict[str, list[dict]] = {}
+        for run_id, frame in frames:
+            by_run.setdefault(run_id, []).append(frame)
+        for run_id, run_frames in by_run.items():
+            self.buffer.flush_runs([run_id], then=run_frames)
 
     def _run_hooks(self, fns, arg) -> list[tuple[str, dict]]:
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 from asgiref.sync import async_to_sync
@@ -44,11 +45,14 @@ class LivePublisher:
         self.inflight: set[Future] = set()
         self.summaries: dict[str, float] = {}  # run id -> when the push tier last got a summary-only frame
 
-    def send(self, run_id: str, payload: dict) -> None:
-        to_push_tier(run_id, payload, self.summaries)
-        if self.layer is None:
+    def send(self, run_id: str, *payloads: dict) -> None:
+        """Bodies for one run, in order, in ONE group message: a web process queues them together and its next
+        batch carries them all (points and the anomaly frame about them: one browser message, one redraw)."""
+        for payload in payloads:
+            to_push_tier(run_id, payload, self.summaries)
+        if self.layer is None or not payloads:
             return
-        fut = asyncio.run_coroutine_threadsafe(self.layer.group_send(*_group_message(run_id, payload, ordered=True)),
+        fut = asyncio.run_coroutine_threadsafe(self.layer.group_send(*_group_message(run_id, *payloads, ordered=True)),
                                                self.loop)
         self.inflight.add(fut)
         fut.add_done_callback(self._done)
@@ -83,7 +87,7 @@ class LiveBuffer:
     """Coalesces changes per run; flush_due() pushes each run at most once per `interval` seconds."""
 
     def __init__(self, send, interval: float = 0.1):
-        self.send = send  # callable(run_id, payload)
+        self.send = send  # callable(run_id, *payloads)
         self.interval = interval
         self.pending: dict[str, RunChanges] = {}
         self.last_push: dict[str, float] = {}
@@ -110,16 +114,19 @@ class LiveBuffer:
         due = [r for r in self.pending if force or now - self.last_push.get(r, -1e9) >= self.interval]
         return self.flush_runs(due, now)
 
-    def flush_runs(self, run_ids, now: float | None = None) -> int:
-        """Push these runs' pending changes now, whatever the interval (a feature frame about them follows)."""
+    def flush_runs(self, run_ids, now: float | None = None, then: Sequence[dict] = ()) -> int:
+        """Push these runs' pending changes now, whatever the interval; `then`: feature frames about them, sent in
+        the same message after the points."""
         now = time.monotonic() if now is None else now
         sent = 0
         for run_id in run_ids:
             changes = self.pending.pop(run_id, None)
             if changes is not None:
                 self.last_push[run_id] = now
-                self.send(run_id, update_body(changes))
+                self.send(run_id, update_body(changes), *then)
                 sent += 1
+            elif then:
+                self.send(run_id, *then)
         self.pushes += sent
         return sent
 
@@ -185,13 +192,16 @@ _seq: defaultdict[str, itertools.count] = defaultdict(lambda: itertools.count(1)
 _seq_lock = threading.Lock()
 
 
-def _group_message(run_id: str, body: dict, ordered: bool = False) -> tuple[str, dict]:
-    """(group, message) for the run's watchers; each web process's hub (webapp.live.hub) receives the message.
+def _group_message(run_id: str, body: dict, *more: dict, ordered: bool = False) -> tuple[str, dict]:
+    """(group, message) for the run's watchers; each web process's hub (webapp.live.hub) receives the message:
+    "payload" the body, "more" the bodies that follow it (queued with it, never a send apart).
     ordered: sent by the ingest that owns the run's stream (LivePublisher), whose messages carry the run's data in
     order; a hub that sees a new ordered publisher knows the run changed hands (webapp.live.hub.Feed.receive)."""
     with _seq_lock:
         seq = next(_seq[run_id])
     msg = {"type": MESSAGE_TYPE, "run_id": run_id, "payload": body, "src": _SRC, "seq": seq, "sent": time.time()}
+    if more:
+        msg["more"] = list(more)
     if ordered:
         msg["ordered"] = True
     return contract.live_group(run_id), msg

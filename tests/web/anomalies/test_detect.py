@@ -53,7 +53,7 @@ def test_a_restart_mid_stream_duplicates_nothing_and_misses_nothing(trainer, red
         if old is not None:  # it died: its stream passes on with the entries it never acknowledged
             old.ingestor.leases.release(list(old.ingestor.streams))
         DETECTION.cache.clear()  # a new process: only the database remembers
-        ing = LiveIngest(redis_client, lambda run, body: None, consumer="ingest-a", batch=50, interval=0.0)
+        ing = LiveIngest(redis_client, lambda run, *bodies: None, consumer="ingest-a", batch=50, interval=0.0)
         ing.ingestor.renew()
         ing.ingestor.discover()
         return ing

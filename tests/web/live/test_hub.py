@@ -71,6 +71,20 @@ async def test_updates_between_two_sends_travel_as_one_ordered_batch():
     boxes[0].stop()
 
 
+async def test_the_frames_of_one_message_go_out_in_one_batch_when_the_send_is_due_at_once():
+    """Points and the anomaly frame about them come in one message (push.LivePublisher.send): one batch, in order
+    (two messages were two sends, the second held back a whole interval)."""
+    feed = hubmod.Feed(FakeHub(interval=3600), "r1")
+    boxes, sent, _ = await _boxes(feed, [frozenset({"loss"})])
+    msg = _update(1, loss=1.0)
+    msg["more"] = [{"type": "anomaly", "run_id": "r1", "anomalies": [{"metric": "loss", "event": "opened"}]}]
+    feed.receive(msg)
+    await _settle()
+    (text,) = sent[0]
+    assert [f["type"] for f in json.loads(text)] == ["update", "anomaly"]
+    boxes[0].stop()
+
+
 async def test_a_socket_that_does_not_read_is_closed_with_4008_not_buffered_forever():
     feed = hubmod.Feed(FakeHub(), "r1")
     blocked = asyncio.Event()

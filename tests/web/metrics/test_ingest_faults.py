@@ -128,14 +128,14 @@ def test_entries_stay_pending_until_their_live_push_and_a_successor_pushes_them(
     from webapp.live.pipeline import LiveIngest
 
     first_pushes, second_pushes = [], []
-    first = LiveIngest(redis_client, lambda run, body: first_pushes.append(body), interval=3600.0)
+    first = LiveIngest(redis_client, lambda run, *bodies: first_pushes.extend(bodies), interval=3600.0)
     for step in range(5):
         trainer.metrics(step, loss=float(step))
     assert first.ingestor.drain() == 5  # committed; its push waits for the interval
     assert first_pushes == [] and _steps(run_id) == list(range(5))
     assert redis_client.xpending(trainer.stream, contract.INGEST_GROUP)["pending"] == 5
     redis_client.delete(leases.lease_key(trainer.stream))  # killed -9: its lease expires
-    second = LiveIngest(redis_client, lambda run, body: second_pushes.append(body), interval=0.0)
+    second = LiveIngest(redis_client, lambda run, *bodies: second_pushes.extend(bodies), interval=0.0)
     assert second.drain() == 5
     (body,) = second_pushes
     assert body["series"]["loss"]["steps"] == list(range(5))
