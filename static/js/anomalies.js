@@ -144,15 +144,17 @@
   }
 
   // Anomaly frames come in bursts (a divergence trips many detectors; frames between steps): the charts' marks are
-  // made again at most once an animation frame, from all that came (a hidden tab: on its return); the panel's list,
-  // for people to read, at most once a second and only while it is on screen (a storm's rows changing ten times a
-  // second were most of Blink's garbage: ~1.1 of ~1.5 MB/s, bench/liveview.py's gc.heap_growth_kb_per_s).
+  // made again at most once an animation frame, from all that came, before the charts draw in it (a hidden tab: on
+  // its return); the panel's list, for people to read, at most once a second and only while it is on screen (a
+  // storm's rows changing ten times a second were most of Blink's garbage: ~1.1 of ~1.5 MB/s, bench/liveview.py's
+  // gc.heap_growth_kb_per_s).
   const PANEL_EVERY_MS = 1000;
   let renderQueued = false, panelSeen = true, panelAt = -Infinity, panelTimer = 0;
   function render() {
     if (renderQueued) return;
     renderQueued = true;
-    requestAnimationFrame(() => { renderQueued = false; renderNow(); });
+    const now = () => { renderQueued = false; renderNow(); };
+    if (ctx) ctx.beforeDraw(now); else requestAnimationFrame(now); // (the charts' frame: their marks drawn in it)
   }
 
   function renderNow() {

@@ -29,6 +29,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
   const LIVE_AHEAD_S = 120; // and room for this long at the observed live rate (so full redraws are rare),
   const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span
   const MARKS_MS = 1000; // a chart redraws for changed marks at most once a second (live points are drawn at once)
+  const MARKS_SLACK_MS = 300; // ... in a live step's frame, else (no step came) by a timer this much later
   const MERGE_MARKS = 40; // more marks than this on a chart: one Plotly path shape per look (Plotly's cost is per shape)
   const LABEL_SLOTS = 8; // marker labels are drawn in slots of this many, so that Plotly redraws only changed ones
   const TAIL_CHUNK = 32; // live points per piece of a drawn tail (each update rewrites only the last piece)
@@ -608,12 +609,14 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         return;
       }
       // On a live chart changed marks wait for MARKS_MS since its last marks drawing; live points are drawn meanwhile.
+      // The next live step's frame past that draws them (a frame of their own was a second frame's style, layout and
+      // paint); the timer, MARKS_SLACK_MS later, is for a run that has stopped stepping.
       let remark = this.remark && !this.full;
       if (remark && this.live && !this.forced() && now - this.lastMarks < MARKS_MS) {
         remark = false;
         if (!this.marksTimer) {
           this.marksTimer = setTimeout(() => { this.marksTimer = null; this.dirty = true; this.ctx.schedule(); },
-                                       MARKS_MS - (now - this.lastMarks));
+                                       MARKS_MS - (now - this.lastMarks) + MARKS_SLACK_MS);
         }
       }
       if (remark && !this.remarkInPlace()) { remark = false; this.full = true; }
@@ -637,7 +640,10 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         this.drawnLabelled = this.labelled();
       } // (otherwise appendLive has drawn the live points, and remarkInPlace the marks)
       const drew = this.full || remark; // (by Plotly: else only live points appended to the drawn lines)
-      if (drew) { this.lastMarks = now; this.remark = false; } // (else changed marks wait for their turn)
+      if (drew) { // (else changed marks wait for their turn)
+        this.lastMarks = now; this.remark = false;
+        if (this.marksTimer) { clearTimeout(this.marksTimer); this.marksTimer = null; }
+      }
       this.appended = !this.full && (this.appended || pending); // (Plotly's own copy lacks them: hover, redraws)
       this.full = false; this.liveOnly = false;
       this.items.forEach((it) => { it.pending = null; });

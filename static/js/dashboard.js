@@ -11,7 +11,8 @@
 //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, onClick?}])   marks on every line chart
 //   Obs.toast(text, level)                          a transient notice
 //   Obs.zoomTo(fromStep, toStep) / Obs.zoomTo(null) zoom every chart to steps (null: the whole run)
-//   ctx: {store, schedule, view, xaxis (toX(steps) / toStep(x)), registry, rewinds, page}
+//   ctx: {store, schedule, beforeDraw(fn), view, xaxis (toX(steps) / toStep(x)), registry, rewinds, page}
+//   ctx.beforeDraw(fn)                              fn once at the next frame, before the views draw in it
 "use strict";
 
 (function () {
@@ -27,6 +28,8 @@
   const FRAME_BUDGET_MS = 8;
   let redrawQueued = false, redrawCursor = 0, manifestFetches = 0, manifestInflight = false, started = false, firstPaint = false,
     plotlyDrawn = false;
+  const beforeDraw = new Set(); // feature modules' functions to run at the next frame, before the views draw
+  let preDrawing = false;
   let smoothTimer = null; // the smoothing slider is being moved (its value not yet the view's)
   let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null, zoomCharts = {},
     zoomPlotly = new Set(), zoomInPlace = [];
@@ -35,7 +38,8 @@
   const view = new Obs.View([...specs.keys()]);
   const store = new Obs.Store(apiBase, (names) => live.ready(names));
   const ctx = {store, schedule: scheduleRedraw, rewinds: [], view, registry, bounds: page.bounds || {}, page,
-               chartAction, zoomTo, zoomDrawn, zoomInPlotly};
+               chartAction, zoomTo, zoomDrawn, zoomInPlotly,
+               beforeDraw: (fn) => { beforeDraw.add(fn); scheduleRedraw(); }};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
   const events = new Obs.EventLog($("events-section"), addRewind);
   const router = new Obs.RouterPanel(ctx, page.router_metric);
@@ -50,12 +54,19 @@
   (page.rewinds || []).forEach(addRewind);
 
   // Views draw in animation frames (none in a hidden tab: it catches up on return), each at most once a frame
-  // however many live frames came; past FRAME_BUDGET_MS of drawing the rest wait for the next frame.
+  // however many live frames came; past FRAME_BUDGET_MS of drawing the rest wait for the next frame. Feature
+  // modules' work for the views (the anomalies' marks) runs first in the same frame (ctx.beforeDraw): in a frame of
+  // its own it made the charts' marks a second frame, its whole style, layout and paint again, every live step.
   function scheduleRedraw() {
-    if (redrawQueued) return;
+    if (redrawQueued || preDrawing) return; // (a pre-draw's views draw in this frame)
     redrawQueued = true;
     requestAnimationFrame(() => {
       redrawQueued = false;
+      const pre = [...beforeDraw];
+      beforeDraw.clear();
+      preDrawing = true;
+      for (const fn of pre) { try { fn(); } catch (e) { console.error("pre-draw failed:", e); } }
+      preDrawing = false;
       // A zoom's charts draw first, the zoomed one first, all in this frame (someone waits for them): windows
       // that are in but could not be written onto the drawn lines (zoom.js); then one chart's preview of the new
       // range while the windows are read (one a frame: a window that comes in is drawn at once); then the other
