@@ -608,15 +608,19 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
                                                  LIVE_REDRAW_MS - (now - this.lastFull));
         return;
       }
-      // On a live chart changed marks wait for MARKS_MS since its last marks drawing; live points are drawn meanwhile.
-      // The next live step's frame past that draws them (a frame of their own was a second frame's style, layout and
-      // paint); the timer, MARKS_SLACK_MS later, is for a run that has stopped stepping.
+      // On a live chart changed marks wait for MARKS_MS since its last marks drawing, and for a frame in which no
+      // other chart drew its marks; live points are drawn meanwhile. The next live step's frame past that draws them
+      // (a frame of their own was a second frame's style, layout and paint; every chart's in one frame, once a
+      // second under an anomaly storm, were the live view's costliest updates); the timer, MARKS_SLACK_MS later, is
+      // for a run that has stopped stepping.
       let remark = this.remark && !this.full;
-      if (remark && this.live && !this.forced() && now - this.lastMarks < MARKS_MS) {
+      const frame = this.ctx.frame;
+      if (remark && this.live && !this.forced() && (now - this.lastMarks < MARKS_MS ||
+                                                    (frame !== undefined && this.ctx.marksFrame === frame))) {
         remark = false;
         if (!this.marksTimer) {
           this.marksTimer = setTimeout(() => { this.marksTimer = null; this.dirty = true; this.ctx.schedule(); },
-                                       MARKS_MS - (now - this.lastMarks) + MARKS_SLACK_MS);
+                                       Math.max(0, MARKS_MS - (now - this.lastMarks)) + MARKS_SLACK_MS);
         }
       }
       if (remark && !this.remarkInPlace()) { remark = false; this.full = true; }
@@ -642,6 +646,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       const drew = this.full || remark; // (by Plotly: else only live points appended to the drawn lines)
       if (drew) { // (else changed marks wait for their turn)
         this.lastMarks = now; this.remark = false;
+        if (this.live) this.ctx.marksFrame = frame;
         if (this.marksTimer) { clearTimeout(this.marksTimer); this.marksTimer = null; }
       }
       this.appended = !this.full && (this.appended || pending); // (Plotly's own copy lacks them: hover, redraws)
@@ -670,12 +675,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // Live points onto the drawn lines, when every one falls inside the drawn axes of a linear chart with no marks
     // to add, no smoothing and no pointer over it (hover reads Plotly's own copy): true once drawn. The trace's
     // arrays take them too, so the next full redraw (and anyone reading the chart) has every point.
-    // They are drawn as a tail: a path of our own beside Plotly's line (its look), from the line's last point,
+    // They are drawn as a tail: a polyline of our own beside Plotly's line (its look), from the line's last point,
     // holding only the points since Plotly last drew it. Plotly's line, often thousands of points, is never
     // rewritten: rewriting it made a new string of its whole length on every update (the garbage that made the
-    // live view's major GC pauses) and had the browser parse it again. A tail is drawn in pieces of TAIL_CHUNK
-    // points, so that an update rewrites one short path, not the whole tail (minutes of live points before the next
-    // full redraw).
+    // live view's major GC pauses) and had the browser parse it again. A live point is appended to the polyline's
+    // point list: no path string to build and parse again, and no style to compute again (a path's `d` is a CSS
+    // property: each write of it restyled the path, a third of Blink's garbage in a live view, bench/liveview.py).
+    // A tail is drawn in pieces of TAIL_CHUNK points (minutes of live points before the next full redraw).
     appendLive() {
       const gd = this.plot, fl = gd._fullLayout, todo = [];
       this.missed = "state";
@@ -699,30 +705,31 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         if (!tail) {
           const line = tr && gd.querySelector(".trace" + tr.uid + " .js-line");
           if (!line || !line.getAttribute("d") || !drawn || !drawn.x.length) return false;
-          tail = {line, path: null, d: "", n: 0};
+          tail = {line, path: null, n: 0};
         }
         todo.push({i: it.index, X, Y: p.y, tail, ya, drawn});
       }
       this.tails = this.tails || new Map();
       this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
+      const layer = todo.length ? this.tailLayer() : null, svg = this.tailSvg;
+      const add = (piece, x, y) => { const pt = svg.createSVGPoint(); pt.x = x; pt.y = y; piece.points.appendItem(pt); };
       for (const {i, X, Y, tail, ya, drawn} of todo) {
         for (let k = 0; k < X.length; k++) {
           if (!tail.path || tail.n >= TAIL_CHUNK) { // a new piece, from the last point drawn, in the line's look
-            if (tail.path) tail.path.setAttribute("d", tail.d); // (the full piece, as it ends)
-            const n = drawn.x.length - 1, path = tail.line.cloneNode(false);
-            path.classList.remove("js-line");
-            path.classList.add("obs-tail");
-            path.removeAttribute("d");
-            this.tailLayer().appendChild(path);
+            const n = drawn.x.length - 1, piece = Obs.svgEl("polyline");
+            for (const a of tail.line.attributes) {
+              if (a.name !== "d" && a.name !== "class") piece.setAttribute(a.name, a.value);
+            }
+            piece.setAttribute("class", "obs-tail");
+            add(piece, xa.c2p(drawn.x[n]), ya.c2p(drawn.y[n]));
+            layer.appendChild(piece);
             if (!tail.path) this.tails.set(i, tail);
-            tail.path = path; tail.n = 0;
-            tail.d = "M" + xa.c2p(drawn.x[n]).toFixed(2) + "," + ya.c2p(drawn.y[n]).toFixed(2);
+            tail.path = piece; tail.n = 0;
           }
-          tail.d += "L" + xa.c2p(X[k]).toFixed(2) + "," + ya.c2p(Y[k]).toFixed(2);
+          add(tail.path, xa.c2p(X[k]), ya.c2p(Y[k]));
           tail.n++;
           drawn.x.push(X[k]); drawn.y.push(Y[k]);
         }
-        tail.path.setAttribute("d", tail.d);
       }
       return true;
     }

@@ -37,7 +37,7 @@
   const registry = new Obs.Registry(page.registry);
   const view = new Obs.View([...specs.keys()]);
   const store = new Obs.Store(apiBase, (names) => live.ready(names));
-  const ctx = {store, schedule: scheduleRedraw, rewinds: [], view, registry, bounds: page.bounds || {}, page,
+  const ctx = {store, schedule: scheduleRedraw, frame: 0, rewinds: [], view, registry, bounds: page.bounds || {}, page,
                chartAction, zoomTo, zoomDrawn, zoomInPlotly,
                beforeDraw: (fn) => { beforeDraw.add(fn); scheduleRedraw(); }};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
@@ -62,6 +62,7 @@
     redrawQueued = true;
     requestAnimationFrame(() => {
       redrawQueued = false;
+      ctx.frame++; // (a live chart's marks: one chart's a frame, charts.js)
       const pre = [...beforeDraw];
       beforeDraw.clear();
       preDrawing = true;

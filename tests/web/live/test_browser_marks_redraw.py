@@ -14,6 +14,10 @@ LOSS = "chart-train-loss"
 COUNTS = "() => ({...Obs.redrawCounts})"
 LABELS = (f"() => ((document.getElementById('{LOSS}').layout || {{}}).annotations || [])"
           ".filter((a) => a.visible !== false).map((a) => a.text)")
+# The points of a drawn tail piece (a polyline), or of every piece of a chart's tail, in order: [[x, y], ...]
+TAIL_POINTS = ("(el) => [...(el.matches('polyline') ? [el] : el.querySelectorAll('.obs-tails .obs-tail'))]"
+               ".flatMap((p) => Array.from({length: p.points.numberOfItems},"
+               " (_, i) => [p.points.getItem(i).x, p.points.getItem(i).y]))")
 SHAPES = f"() => ((document.getElementById('{LOSS}').layout || {{}}).shapes || []).map((s) => s.x0)"
 
 
@@ -67,9 +71,14 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     wait_trace(page, LOSS, "x.includes(201)")
     # (Plotly's line, then the tail of live points drawn beside it since Plotly last drew it)
     line = f"""() => {{ const gd = document.getElementById('{LOSS}'), g = gd.querySelector('.trace' + gd._fullData[0].uid);
-        const tail = gd.querySelector('.obs-tails .obs-tail');
-        return g.querySelector('.js-line').getAttribute('d') + (tail ? tail.getAttribute('d') : ''); }}"""
+        return {{d: g.querySelector('.js-line').getAttribute('d'), tail: ({TAIL_POINTS})(gd)}}; }}"""
     drawn = page.evaluate(line)
+    assert len(drawn["tail"]) == 2, "the tail: from the line's last point to the live point"
+    looks = page.evaluate(f"""() => {{ const gd = document.getElementById('{LOSS}');
+        const look = (el) => {{ const c = getComputedStyle(el); return [c.stroke, c.strokeWidth, c.strokeOpacity, c.fill]; }};
+        return [look(gd.querySelector('.trace' + gd._fullData[0].uid + ' .js-line')),
+                look(gd.querySelector('.obs-tails .obs-tail'))]; }}""")
+    assert looks[0] == looks[1] and looks[1][3] == "none", "the tail is drawn in the line's look"
 
     # A second mark, and another live point: the point is appended in place, the marks alone redrawn; the line
     # as drawn stays (Plotly redraws no trace: its path keeps every point appended in place).
@@ -84,10 +93,10 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     assert page.locator(f"#{LOSS} .annotation-text-g:visible", has_text="mark 150").count() == 1, "the new label"
     assert page.locator(f"#{LOSS} .annotation-text-g:visible", has_text="mark 100").count() == 1, "the old one stays"
     now = page.evaluate(line)
-    assert now.startswith(drawn) and now.count("L") == drawn.count("L") + 1, "the line was not redrawn"
-    end = float(now[now.rindex("L") + 1:].split(",")[0])
-    assert end == pytest.approx(page.evaluate(f"() => document.getElementById('{LOSS}')._fullLayout.xaxis.l2p(202)"),
-                                abs=1.0)
+    assert now["d"] == drawn["d"], "the line was not redrawn"
+    assert now["tail"][:-1] == drawn["tail"] and len(now["tail"]) == 3, "one point appended to the tail"
+    assert now["tail"][-1][0] == pytest.approx(
+        page.evaluate(f"() => document.getElementById('{LOSS}')._fullLayout.xaxis.l2p(202)"), abs=1.0)
 
     # A point past the x axis's end: a full redraw, which draws it.
     far = int(x_end) + 50
@@ -98,7 +107,7 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     assert page.evaluate(SHAPES) == [100, 150] and "mark 150" in page.evaluate(LABELS)
     # Plotly's line now holds the live points drawn as a tail before: the tail is gone, the line ends at `far`
     assert page.locator(f"#{LOSS} .obs-tail").count() == 0
-    full_line = page.evaluate(line)
+    full_line = page.evaluate(line)["d"]
     assert float(full_line[full_line.rindex("L") + 1:].split(",")[0]) == pytest.approx(
         page.evaluate(f"() => document.getElementById('{LOSS}')._fullLayout.xaxis.l2p({far})"), abs=1.0)
     assert errors == []
@@ -187,7 +196,7 @@ def test_a_training_runs_charts_keep_room_for_live_points_from_the_start(trainer
         trainer.metrics(s, **{contract.M_LOSS: 3.5 + 0.01 * (s % 7)})
     wait_trace(page, LOSS, "x.includes(239)")
     pieces = page.evaluate(f"""() => [...document.querySelectorAll('#{LOSS} .obs-tails .obs-tail')]
-        .map((p) => p.getAttribute('d').slice(1).split('L').map((xy) => xy.split(',').map(Number)))""")
+        .map((p) => ({TAIL_POINTS})(p))""")
     if page.evaluate(COUNTS)["full"] == after["full"]:  # (a busy box's backfill may make a full redraw: no tail)
         assert len(pieces) >= 2, pieces
         assert all(a[-1] == b[0] for a, b in zip(pieces, pieces[1:])), "the pieces join"
