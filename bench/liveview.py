@@ -13,6 +13,9 @@ first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
                    renderer's main thread (script, style, layout, paint, GC) from one WebSocket message to the next
   update_main_cpu_ms  the same, in the main thread's CPU time: without the time it waited (for a core, on a box
                    whose two cores also run the server, ingest and Redis; or for the compositor)
+  update_main_ms_without_major_gc  (a diagnostic) p50/p99 of the updates that had under 1 ms of a major GC's
+                   main-thread work in them, and how many had more (left_out): the page's own cost apart from V8's
+                   pauses
   main_ms_per_step  the live window's main-thread time (the updates' sum) per published step: what a step costs the
                    page however many messages it came in (a step's points and the anomaly frame about them: one)
   long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
@@ -31,6 +34,7 @@ with the default charts, <= 1 a minute with 20.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import os
@@ -124,6 +128,27 @@ def worst_updates(pieces: list[tuple[float, str, float]], marks: list[float], en
         out.append({"ms": round(upd[i], 1), "at_s": round((marks[i] - marks[0]) / 1000, 1),
                     "where_ms": {k: round(v, 1) for k, v in top}})
     return out
+
+
+MAJOR_GC_EVENTS = ("V8.GC_MC", "V8.GC_MARK_COMPACTOR", "V8.GC_HEAP_EMBEDDER", "V8.GC_HEAP_EPILOGUE",
+                   "Major concurrent marking")
+
+
+def without_major_gc(pieces: list[tuple[float, str, float]], marks: list[float], end: float, upd: list[float]
+                     ) -> dict:
+    """A diagnostic: p50/p99 of the updates with under 1 ms of a major GC's main-thread work in them (V8's mark-
+    compact and Blink's part of it: MAJOR_GC_EVENTS), and how many had more: what the page's own work costs,
+    apart from the pauses V8 schedules (bench/liveview.py's `gc`)."""
+    bounds = marks + [end]
+    gc_ms = [0.0] * len(upd)
+    for t, name, ms in pieces:
+        if name.startswith(MAJOR_GC_EVENTS):
+            j = bisect.bisect_right(bounds, t) - 1
+            if 0 <= j < len(upd):
+                gc_ms[j] += ms
+    rest = [u for u, g in zip(upd, gc_ms) if g < 1.0]
+    return {"p50": round(pct(rest, 50), 2), "p99": round(pct(rest, 99), 2), "left_out": len(upd) - len(rest)} \
+        if rest else {}
 
 
 def gc_summary(trace: bytes, marks: list[float]) -> dict:
@@ -258,6 +283,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             "update_main_cpu_ms": {"p50": r(pct(upd_cpu, 50)), "p99": r(pct(upd_cpu, 99)), "max": r(max(upd_cpu))}
             if upd_cpu else None,
             "main_ms_per_step": r(sum(upd) / n) if upd else None,
+            "update_main_ms_without_major_gc": without_major_gc(pieces, stamps, end, upd) if upd else {},
             "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
             "main_thread_busy": r(main / (wall * 1000)),
             "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()},

@@ -465,16 +465,23 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // second on a live chart whose anomalies keep changing. Each label as Plotly's annotation (g.annotation with its
     // g.annotation-text-g), at the same place (its x, above the plot), with Plotly's hover box (Plotly.Fx.loneHover,
     // as Plotly's own labels do) and the same click.
+    // A label drawn before with the same look, place and actions is kept as it is (a storm's marks change once a
+    // second while most labels stay: made anew, each was styled and laid out anew).
     drawLabels(annotations) {
       const gd = this.plot, fl = gd._fullLayout, z = fl._size, xa = fl.xaxis;
       const svg = this.ownSvg("labelSvg", "obs-labels", true); // (first: the labels' elements come first)
+      if (this.labelElsOf !== svg) { this.labelEls = new Map(); this.labelElsOf = svg; } // (a new layer: none kept)
       const family = (fl.font && fl.font.family) || "sans-serif";
-      const out = [];
+      const out = [], kept = new Map();
       for (const a of annotations) {
         if (!a.text) continue; // (an unused slot)
-        const text = Obs.svgEl("text", {x: (z.l + xa.c2p(a.x)).toFixed(1), y: z.t - 3, "font-size": 9,
-                                        "font-family": family, fill: (a.font && a.font.color) || fl.font.color,
-                                        "text-anchor": a.xanchor === "center" ? "middle" : "start"});
+        const attrs = {x: (z.l + xa.c2p(a.x)).toFixed(1), y: z.t - 3, "font-size": 9, "font-family": family,
+                       fill: (a.font && a.font.color) || fl.font.color,
+                       "text-anchor": a.xanchor === "center" ? "middle" : "start"};
+        const sig = JSON.stringify([attrs, a.text, a.hovertext || "", a.captureevents ? a.overlayId : null]);
+        const old = this.labelEls.get(sig);
+        if (old) { this.labelEls.delete(sig); kept.set(sig, old); out.push(old); continue; }
+        const text = Obs.svgEl("text", attrs);
         text.textContent = a.text;
         const inner = Obs.svgEl("g", {class: "annotation-text-g"});
         inner.appendChild(text);
@@ -486,9 +493,12 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         }
         if (a.captureevents) g.addEventListener("click", () => this.clickedLabel(a.overlayId));
         if (a.hovertext || a.captureevents) g.classList.add("obs-label-live");
+        kept.set(sig, g);
         out.push(g);
       }
-      svg.replaceChildren(...out);
+      this.labelEls = kept;
+      const moved = out.length !== svg.childNodes.length || out.some((g, i) => svg.childNodes[i] !== g);
+      if (moved) svg.replaceChildren(...out);
       if (!this.ownLabels) { this.ownLabels = true; gd.classList.add("obs-own-labels"); }
     }
 

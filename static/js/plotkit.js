@@ -6,13 +6,19 @@
 window.Obs = window.Obs || {};
 
 (function (Obs) {
-  // Colours from the stylesheet's custom properties, so light and dark mode need no second palette here.
+  // Colours from the stylesheet's custom properties, so light and dark mode need no second palette here. Read once
+  // a theme (theme.js's "obs-theme" event): reading them makes the browser compute the page's pending style at once,
+  // which in a live chart's marks redraw was a second style pass in the frame (bench/liveview.py's worst updates).
+  let theme = null;
+  document.addEventListener("obs-theme", () => { theme = null; });
   Obs.theme = () => {
+    if (theme) return theme;
     const css = getComputedStyle(document.documentElement);
     const v = (name, dflt) => (css.getPropertyValue(name) || "").trim() || dflt;
-    return {fg: v("--fg", "#1d232b"), muted: v("--muted", "#5b6470"), grid: v("--grid", "#e6e9ee"),
-            card: v("--card", "#fff"), red: v("--red", "#c62828"), amber: v("--amber", "#8a5300"),
-            missing: v("--missing", "#b0b6be")};
+    theme = Object.freeze({fg: v("--fg", "#1d232b"), muted: v("--muted", "#5b6470"), grid: v("--grid", "#e6e9ee"),
+                           card: v("--card", "#fff"), red: v("--red", "#c62828"), amber: v("--amber", "#8a5300"),
+                           missing: v("--missing", "#b0b6be")});
+    return theme;
   };
 
   // Plotly config for every chart: no logo, no "share to the cloud", a short tool set, and no drag-to-zoom on

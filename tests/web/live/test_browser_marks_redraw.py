@@ -98,13 +98,22 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     assert now["tail"][-1][0] == pytest.approx(
         page.evaluate(f"() => document.getElementById('{LOSS}')._fullLayout.xaxis.l2p(202)"), abs=1.0)
 
+    # A third mark: the labels drawn by the page that did not change are kept as they are, the new one added.
+    label = f"(t) => [...document.querySelectorAll('#{LOSS} .obs-labels .annotation')].find((g) => g.textContent === t)"
+    page.evaluate(f"() => {{ ({label})('mark 150').dataset.probe = 'kept'; }}")
+    page.evaluate(marks(50, 100, 150))
+    step(203)
+    page.wait_for_function(f"() => Boolean(({label})('mark 50'))", timeout=30_000)
+    assert page.evaluate(f"() => ({label})('mark 150').dataset.probe") == "kept"
+    assert page.evaluate(COUNTS)["full"] == before["full"]
+
     # A point past the x axis's end: a full redraw, which draws it.
     far = int(x_end) + 50
     step(far)
     wait_trace(page, LOSS, f"x.includes({far})")
     page.wait_for_function(f"() => Obs.redrawCounts.full > {after['full']} && "
                            f"document.getElementById('{LOSS}')._fullLayout.xaxis.range[1] > {far}", timeout=30_000)
-    assert page.evaluate(SHAPES) == [100, 150] and "mark 150" in page.evaluate(LABELS)
+    assert page.evaluate(SHAPES) == [50, 100, 150] and "mark 150" in page.evaluate(LABELS)
     # Plotly's line now holds the live points drawn as a tail before: the tail is gone, the line ends at `far`
     assert page.locator(f"#{LOSS} .obs-tail").count() == 0
     full_line = page.evaluate(line)["d"]
