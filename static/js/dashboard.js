@@ -37,8 +37,8 @@
   const registry = new Obs.Registry(page.registry);
   const view = new Obs.View([...specs.keys()]);
   const store = new Obs.Store(apiBase, (names) => live.ready(names));
-  const ctx = {store, schedule: scheduleRedraw, frame: 0, rewinds: [], view, registry, bounds: page.bounds || {}, page,
-               chartAction, zoomTo, zoomDrawn, zoomInPlotly,
+  const ctx = {store, schedule: scheduleRedraw, frame: 0, rewinds: [], view, registry, bounds: page.bounds || {},
+               page, chartAction, zoomTo, zoomDrawn, zoomInPlotly,
                beforeDraw: (fn) => { beforeDraw.add(fn); scheduleRedraw(); }};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
   const events = new Obs.EventLog($("events-section"), addRewind);

@@ -115,8 +115,8 @@ class LiveBuffer:
         return self.flush_runs(due, now)
 
     def flush_runs(self, run_ids, now: float | None = None, then: Sequence[dict] = ()) -> int:
-        """Push these runs' pending changes now, whatever the interval; `then`: feature frames about them, sent in
-        the same message after the points."""
+        """Push these runs' pending changes now, whatever the interval; `then` (with one run): feature frames about
+        it, sent in the same message after its points (alone when it has none pending)."""
         now = time.monotonic() if now is None else now
         sent = 0
         for run_id in run_ids:

@@ -70,12 +70,14 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     step(201)
     wait_trace(page, LOSS, "x.includes(201)")
     # (Plotly's line, then the tail of live points drawn beside it since Plotly last drew it)
-    line = f"""() => {{ const gd = document.getElementById('{LOSS}'), g = gd.querySelector('.trace' + gd._fullData[0].uid);
+    line = f"""() => {{ const gd = document.getElementById('{LOSS}');
+        const g = gd.querySelector('.trace' + gd._fullData[0].uid);
         return {{d: g.querySelector('.js-line').getAttribute('d'), tail: ({TAIL_POINTS})(gd)}}; }}"""
     drawn = page.evaluate(line)
     assert len(drawn["tail"]) == 2, "the tail: from the line's last point to the live point"
     looks = page.evaluate(f"""() => {{ const gd = document.getElementById('{LOSS}');
-        const look = (el) => {{ const c = getComputedStyle(el); return [c.stroke, c.strokeWidth, c.strokeOpacity, c.fill]; }};
+        const look = (el) => {{ const c = getComputedStyle(el);
+                                return [c.stroke, c.strokeWidth, c.strokeOpacity, c.fill]; }};
         return [look(gd.querySelector('.trace' + gd._fullData[0].uid + ' .js-line')),
                 look(gd.querySelector('.obs-tails .obs-tail'))]; }}""")
     assert looks[0] == looks[1] and looks[1][3] == "none", "the tail is drawn in the line's look"
