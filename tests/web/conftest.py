@@ -4,6 +4,8 @@ in-process (with and without live pushes), server subprocesses, and a Chromium b
 from __future__ import annotations
 
 import os
+import time
+import types
 
 import pytest
 
@@ -26,6 +28,18 @@ def web_settings(settings, redis_url):
     settings.OBS_CONTROL_KEY = contract.load_control_key()  # the key tests/conftest.py gives every process
     settings.CHANNEL_LAYERS = channel_layers(redis_url)  # as the server processes it starts derive them
     return settings
+
+
+@pytest.fixture(autouse=True)
+def ratelimit_clock(monkeypatch):
+    """The in-process rate limits (django_ratelimit: 429s) count in fixed windows of the wall clock; their clock is
+    held for each test, so that a test's requests, however slow a busy box makes them, never straddle a window's end
+    (a count that started again there let the export limit's 61st request through: seen once in a clean-clone CI
+    run, 12-05). Child processes (the browser tests' servers) keep the real clock."""
+    from django_ratelimit import core
+
+    now = time.time()
+    monkeypatch.setattr(core, "time", types.SimpleNamespace(time=lambda: now))
 
 
 class Trainer:
