@@ -690,8 +690,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // rewritten: rewriting it made a new string of its whole length on every update (the garbage that made the
     // live view's major GC pauses) and had the browser parse it again. A live point is appended to the polyline's
     // point list: no path string to build and parse again, and no style to compute again (a path's `d` is a CSS
-    // property: each write of it restyled the path, a third of Blink's garbage in a live view, bench/liveview.py).
-    // A tail is drawn in pieces of TAIL_CHUNK points (minutes of live points before the next full redraw).
+    // property: each write of it restyled the path; the tails were over a quarter of the page's heap growth in a
+    // live view, bench/liveview.py). A tail is drawn in pieces of TAIL_CHUNK points (minutes of live points before
+    // the next full redraw).
     appendLive() {
       const gd = this.plot, fl = gd._fullLayout, todo = [];
       this.missed = "state";
