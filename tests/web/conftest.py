@@ -87,8 +87,8 @@ def live_ingest(redis_client):
     from webapp.live.pipeline import LiveIngest
 
     pushed = []
-    ing = LiveIngest(redis_client, lambda run, *bodies: pushed.extend((run, b) for b in bodies), consumer="test-ingest",
-                     interval=0.0)
+    ing = LiveIngest(redis_client, lambda run, *bodies: pushed.extend((run, b) for b in bodies),
+                     consumer="test-ingest", interval=0.0)
     ing.pushed = pushed
     return ing
 

@@ -45,7 +45,7 @@ class LiveIngest:
         for run_id, frame in frames:
             by_run.setdefault(run_id, []).append(frame)
         for run_id, run_frames in by_run.items():
-            self.buffer.flush_runs([run_id], then=run_frames)
+            self.buffer.flush_with(run_id, run_frames)
 
     def _run_hooks(self, fns, arg) -> list[tuple[str, dict]]:
         t0 = time.perf_counter()

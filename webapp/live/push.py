@@ -114,21 +114,22 @@ class LiveBuffer:
         due = [r for r in self.pending if force or now - self.last_push.get(r, -1e9) >= self.interval]
         return self.flush_runs(due, now)
 
-    def flush_runs(self, run_ids, now: float | None = None, then: Sequence[dict] = ()) -> int:
-        """Push these runs' pending changes now, whatever the interval; `then` (with one run): feature frames about
-        it, sent in the same message after its points (alone when it has none pending)."""
-        now = time.monotonic() if now is None else now
-        sent = 0
-        for run_id in run_ids:
-            changes = self.pending.pop(run_id, None)
-            if changes is not None:
-                self.last_push[run_id] = now
-                self.send(run_id, update_body(changes), *then)
-                sent += 1
-            elif then:
-                self.send(run_id, *then)
-        self.pushes += sent
-        return sent
+    def flush_runs(self, run_ids, now: float | None = None) -> int:
+        """Push these runs' pending changes now, whatever the interval."""
+        return sum(self.flush_with(run_id, (), now) for run_id in run_ids)
+
+    def flush_with(self, run_id: str, frames: Sequence[dict], now: float | None = None) -> bool:
+        """The run's pending changes now, whatever the interval, and feature frames about them after them in the same
+        message (the frames alone when nothing is pending); whether changes were pushed."""
+        changes = self.pending.pop(run_id, None)
+        if changes is None:
+            if frames:
+                self.send(run_id, *frames)
+            return False
+        self.last_push[run_id] = time.monotonic() if now is None else now
+        self.send(run_id, update_body(changes), *frames)
+        self.pushes += 1
+        return True
 
 
 def push_now(run_id: str, changes: RunChanges) -> None:
