@@ -54,7 +54,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
   const merged = (marks) => {
     const byLook = new Map();
     for (const m of marks) {
-      const look = JSON.stringify([m.type, m.layer, m.fillcolor, m.line]);
+      const ln = m.line || {}, look = [m.type, m.layer, m.fillcolor, ln.color, ln.width, ln.dash].join("|");
       let s = byLook.get(look);
       if (!s) {
         s = {type: "path", xref: "x", yref: "paper", path: "", line: m.line, ...(m.type === "rect"
@@ -439,7 +439,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       // the same labels: the shapes alone, drawn by the page itself (the layout holds them too, for Plotly's next
       // full redraw and whoever reads the chart); new labels on a live chart no pointer is over: the labels too
       // (drawLabels); else Plotly.react, which redraws only the changed labels and shapes
-      const sameLabels = JSON.stringify(lay.annotations) === JSON.stringify(gd.layout.annotations || []);
+      const sameLabels = Obs.sameJSON(lay.annotations, gd.layout.annotations || []);
       const linear = fl.xaxis.type === "linear";
       if (linear && (sameLabels || (this.live && !this.pointer))) {
         this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
@@ -465,41 +465,58 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // second on a live chart whose anomalies keep changing. Each label as Plotly's annotation (g.annotation with its
     // g.annotation-text-g), at the same place (its x, above the plot), with Plotly's hover box (Plotly.Fx.loneHover,
     // as Plotly's own labels do) and the same click.
-    // A label drawn before with the same look, place and actions is kept as it is (a storm's marks change once a
-    // second while most labels stay: made anew, each was styled and laid out anew).
+    // A label drawn before with the same look and place is kept as it is, and one that went is made into a new one
+    // (a storm's marks change once a second while most labels stay: made anew, each was styled and laid out anew,
+    // and new elements were garbage for Blink's heap); the hover text and the click's target are its data.
     drawLabels(annotations) {
       const gd = this.plot, fl = gd._fullLayout, z = fl._size, xa = fl.xaxis;
       const svg = this.ownSvg("labelSvg", "obs-labels", true); // (first: the labels' elements come first)
       if (this.labelElsOf !== svg) { this.labelEls = new Map(); this.labelElsOf = svg; } // (a new layer: none kept)
       const family = (fl.font && fl.font.family) || "sans-serif";
-      const out = [], kept = new Map();
+      const out = [], kept = new Map(), todo = [];
       for (const a of annotations) {
         if (!a.text) continue; // (an unused slot)
         const attrs = {x: (z.l + xa.c2p(a.x)).toFixed(1), y: z.t - 3, "font-size": 9, "font-family": family,
                        fill: (a.font && a.font.color) || fl.font.color,
                        "text-anchor": a.xanchor === "center" ? "middle" : "start"};
-        const sig = JSON.stringify([attrs, a.text, a.hovertext || "", a.captureevents ? a.overlayId : null]);
+        const live = !!(a.hovertext || a.captureevents);
+        // (the hover text and the click's target are the label's data, read when used: not part of its look)
+        const sig = [attrs.x, attrs.y, attrs.fill, attrs["text-anchor"], family, a.text, live].join("\u0000");
         const old = this.labelEls.get(sig);
-        if (old) { this.labelEls.delete(sig); kept.set(sig, old); out.push(old); continue; }
-        const text = Obs.svgEl("text", attrs);
-        text.textContent = a.text;
-        const inner = Obs.svgEl("g", {class: "annotation-text-g"});
-        inner.appendChild(text);
-        const g = Obs.svgEl("g", {class: "annotation obs-label"});
-        g.appendChild(inner);
-        if (a.hovertext) {
-          g.addEventListener("mouseover", () => this.labelHover(g, a.hovertext));
-          g.addEventListener("mouseout", () => Plotly.Fx.loneUnhover(this.plot._fullLayout._hoverlayer.node()));
-        }
-        if (a.captureevents) g.addEventListener("click", () => this.clickedLabel(a.overlayId));
-        if (a.hovertext || a.captureevents) g.classList.add("obs-label-live");
+        if (old) { this.labelEls.delete(sig); kept.set(sig, old); old.obsLabel = a; out.push(old); continue; }
+        todo.push(out.length);
+        out.push({a, attrs, sig, live});
+      }
+      // New looks: a label that went is made into one (its text and place written), else a new label is made
+      const spare = [...this.labelEls.values()];
+      for (const i of todo) {
+        const {a, attrs, sig, live} = out[i];
+        const g = spare.pop() || this.newLabel();
+        const text = g.firstChild.firstChild;
+        for (const k in attrs) Obs.putAttr(text, k, attrs[k]);
+        Obs.put(text, a.text);
+        g.classList.toggle("obs-label-live", live);
+        g.obsLabel = a;
         kept.set(sig, g);
-        out.push(g);
+        out[i] = g;
       }
       this.labelEls = kept;
       const moved = out.length !== svg.childNodes.length || out.some((g, i) => svg.childNodes[i] !== g);
       if (moved) svg.replaceChildren(...out);
       if (!this.ownLabels) { this.ownLabels = true; gd.classList.add("obs-own-labels"); }
+    }
+
+    newLabel() { // a page-drawn label's elements, as Plotly's annotation; what it shows and does: its obsLabel
+      const inner = Obs.svgEl("g", {class: "annotation-text-g"});
+      inner.appendChild(Obs.svgEl("text"));
+      const g = Obs.svgEl("g", {class: "annotation obs-label"});
+      g.appendChild(inner);
+      g.addEventListener("mouseover", () => { if (g.obsLabel.hovertext) this.labelHover(g, g.obsLabel.hovertext); });
+      g.addEventListener("mouseout", () => {
+        if (g.obsLabel.hovertext) Plotly.Fx.loneUnhover(this.plot._fullLayout._hoverlayer.node());
+      });
+      g.addEventListener("click", () => { if (g.obsLabel.captureevents) this.clickedLabel(g.obsLabel.overlayId); });
+      return g;
     }
 
     labelHover(g, text) { // Plotly's hover box for a label, as Plotly's annotations make it
@@ -527,7 +544,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     // shape layers hidden until its next full redraw draws them all again from the layout. Plotly's own way (a
     // relayout of the shapes) derives the whole figure's defaults again: 9-20 ms a redraw, once a second on a live
     // chart whose marks keep changing. Shapes as marks() makes them: lines and rectangles on x spanning the plot
-    // (y in paper units), and merged paths of M, H and V (merged()).
+    // (y in paper units), and merged paths of M, H and V (merged()). The path elements are kept from one marks
+    // redraw to the next and only changed attributes written (a storm's marks change once a second, mostly one
+    // path's `d`: new elements each time were new styles, layout objects and paint for all, and Blink garbage).
     drawShapes(shapes) {
       const fl = this.plot._fullLayout, z = fl._size, xa = fl.xaxis;
       const px = (v) => xa.c2p(+v).toFixed(1), py = (v) => ((1 - v) * z.h).toFixed(1);
@@ -535,7 +554,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         const svg = this.ownSvg(below ? "shapesBelow" : "shapesAbove", "obs-marks", below);
         if (!svg.firstChild) svg.appendChild(Obs.svgEl("svg")); // (a nested svg clips to its box: the plot area)
         const inner = svg.firstChild;
-        for (const [k, v] of [["x", z.l], ["y", z.t], ["width", z.w], ["height", z.h]]) inner.setAttribute(k, v);
+        for (const [k, v] of [["x", z.l], ["y", z.t], ["width", z.w], ["height", z.h]]) Obs.putAttr(inner, k, v);
         return inner;
       };
       const below = [], above = [];
@@ -546,14 +565,22 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           : sh.type === "rect" ? `M${px(sh.x0)},${py(sh.y0)}H${px(sh.x1)}V${py(sh.y1)}H${px(sh.x0)}Z`
           : `M${px(sh.x0)},${py(sh.y0)}L${px(sh.x1)},${py(sh.y1)}`;
         const ln = sh.line || {}, w = ln.width === undefined ? 2 : ln.width, dlw = Math.max(w, 3);
-        (sh.layer === "below" ? below : above).push(Obs.svgEl("path", {
+        (sh.layer === "below" ? below : above).push({
           d, fill: sh.type === "line" || !sh.fillcolor ? "none" : sh.fillcolor,
-          stroke: w > 0 ? ln.color || "#444" : "none", "stroke-width": w > 0 ? w : undefined,
+          stroke: w > 0 ? ln.color || "#444" : "none", "stroke-width": w > 0 ? w : null,
           "stroke-dasharray": ln.dash === "dash" ? `${3 * dlw}px,${3 * dlw}px` : ln.dash === "dot" ? `${dlw}px,${dlw}px`
-            : undefined}));
+            : null});
       }
-      layer(true).replaceChildren(...below);
-      layer(false).replaceChildren(...above);
+      for (const [inner, paths] of [[layer(true), below], [layer(false), above]]) {
+        while (inner.childNodes.length > paths.length) inner.lastChild.remove();
+        paths.forEach((attrs, i) => {
+          const path = inner.childNodes[i] || inner.appendChild(Obs.svgEl("path"));
+          for (const k in attrs) {
+            if (attrs[k] !== null) Obs.putAttr(path, k, attrs[k]);
+            else if (path.hasAttribute(k)) path.removeAttribute(k);
+          }
+        });
+      }
       if (!this.ownShapes) { this.ownShapes = true; this.plot.classList.add("obs-own-marks"); }
     }
 
