@@ -511,9 +511,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       inner.appendChild(Obs.svgEl("text"));
       const g = Obs.svgEl("g", {class: "annotation obs-label"});
       g.appendChild(inner);
-      g.addEventListener("mouseover", () => { if (g.obsLabel.hovertext) this.labelHover(g, g.obsLabel.hovertext); });
+      g.addEventListener("mouseover", () => {
+        g.obsHover = !!g.obsLabel.hovertext; // (what it showed: its label may change under the pointer)
+        if (g.obsHover) this.labelHover(g, g.obsLabel.hovertext);
+      });
       g.addEventListener("mouseout", () => {
-        if (g.obsLabel.hovertext) Plotly.Fx.loneUnhover(this.plot._fullLayout._hoverlayer.node());
+        if (g.obsHover) Plotly.Fx.loneUnhover(this.plot._fullLayout._hoverlayer.node());
+        g.obsHover = false;
       });
       g.addEventListener("click", () => { if (g.obsLabel.captureevents) this.clickedLabel(g.obsLabel.overlayId); });
       return g;
