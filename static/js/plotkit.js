@@ -193,10 +193,12 @@ window.Obs = window.Obs || {};
   window.addEventListener("resize", () => { // (a breakpoint's font size: measured again at the next value)
     document.querySelectorAll(".obs-figure").forEach(unbox);
   });
-  // a and b would give the same JSON.stringify (keys in any order), without making the strings (a chart's labels
-  // carry their hover texts, every mark listed: compared at each marks redraw)
+  // a and b hold the same data as JSON sees it (undefined and function members left out, NaN as null), keys in any
+  // order, without making the strings (a chart's labels carry their hover texts, every mark listed: compared at
+  // each marks redraw)
   Obs.sameJSON = (a, b) => {
-    if (a === b) return true;
+    const nul = (v) => v === null || (typeof v === "number" && !Number.isFinite(v)); // (JSON writes null for these)
+    if (a === b || (nul(a) && nul(b))) return true;
     if (a === null || b === null || typeof a !== "object" || typeof b !== "object" ||
         Array.isArray(a) !== Array.isArray(b)) return false;
     if (Array.isArray(a)) return a.length === b.length && a.every((v, i) => Obs.sameJSON(v, b[i]));
