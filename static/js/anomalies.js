@@ -187,7 +187,25 @@
   }
 
   // ------------------------------------------------------------------------------------------ updates
-  const TOASTS_PER_FRAME = 2; // more new anomalies at once (a divergence trips many detectors): one summary toast
+  // New anomalies are told in one notice (Obs.toast's key): it counts those since it appeared, by kind, and names the
+  // latest critical one (else the latest). A storm (a divergence trips many detectors, a sawtooth opens an episode
+  // every few steps) is that notice kept up to date, not a stack of them covering the page.
+  let told = null; // {notice, n, kinds: Map, worst, from: the first's step} while the notice is on screen
+  function tell(news) {
+    if (!told || !told.notice.isConnected) {
+      told = {notice: null, n: 0, kinds: new Map(), worst: null, from: news[0].start_step};
+    }
+    for (const a of news) {
+      told.n++;
+      told.kinds.set(label(a), (told.kinds.get(label(a)) || 0) + 1);
+      if (!told.worst || a.severity === "critical" || told.worst.severity !== "critical") told.worst = a;
+    }
+    const w = told.worst, what = [...told.kinds].map(([k, n]) => (n > 1 ? `${k} ×${n}` : k)).join(", ");
+    const one = `${w.severity === "critical" ? "Critical" : "Warning"}: ${label(w)}` +
+      `${w.metric ? " on " + w.metric : ""} at step ${w.start_step}: ${w.explanation}`;
+    told.notice = Obs.toast(told.n > 1 ? `${told.n} new anomalies since step ${told.from} (${what}). ${one}` : one,
+                            told.worst.severity, "anomalies");
+  }
 
   function upsert(list, live) {
     const news = [];
@@ -202,17 +220,7 @@
       const escalated = old && old.severity !== a.severity && a.severity === "critical";
       if (live && COLORS[a.severity] && (a.event === "opened" || escalated)) news.push(a);
     }
-    const text = (a) => `${a.severity === "critical" ? "Critical" : "Warning"}: ${label(a)}` +
-      `${a.metric ? " on " + a.metric : ""} at step ${a.start_step}: ${a.explanation}`;
-    if (news.length > TOASTS_PER_FRAME) {
-      const worst = news.find((a) => a.severity === "critical") || news[0];
-      const kinds = new Map();
-      for (const a of news) kinds.set(label(a), (kinds.get(label(a)) || 0) + 1);
-      const what = [...kinds].map(([k, n]) => (n > 1 ? `${k} ×${n}` : k)).join(", ");
-      Obs.toast(`${news.length} new anomalies (${what}). ${text(worst)}`, worst.severity);
-    } else {
-      for (const a of news) Obs.toast(text(a), a.severity);
-    }
+    if (news.length) tell(news);
     render();
   }
 

@@ -12,26 +12,40 @@ window.Obs = window.Obs || {};
 // Extension points shared by the dashboard and feature modules (see dashboard.js and charts.js).
 window.Obs.frameHandlers = window.Obs.frameHandlers || {};
 window.Obs.onStart = window.Obs.onStart || [];
-window.Obs.toast = window.Obs.toast || function (text, level) {
-  let box = document.getElementById("toasts");
-  if (!box) {
-    box = document.createElement("div");
-    box.id = "toasts";
-    box.setAttribute("role", "status");
-    box.setAttribute("aria-live", "polite");
-    document.body.appendChild(box);
-  }
-  const t = document.createElement("div");
-  t.className = "toast toast-" + (level || "info");
-  t.textContent = text;
-  box.appendChild(t);
-  setTimeout(() => t.remove(), 8000);
-  return t;
-};
+// A transient notice, gone TOAST_MS after it was last written. With a `key`, the notice on screen under that key is
+// rewritten in place and its time starts again: a stream of news (an anomaly storm) is one notice that keeps up,
+// not a stack of them, each a new element to lay out and paint, and later one more frame to take away.
+window.Obs.toast = window.Obs.toast || (() => {
+  const TOAST_MS = 8000;
+  const keyed = new Map(); // key -> the notice on screen
+  return function (text, level, key) {
+    let box = document.getElementById("toasts");
+    if (!box) {
+      box = document.createElement("div");
+      box.id = "toasts";
+      box.setAttribute("role", "status");
+      box.setAttribute("aria-live", "polite");
+      document.body.appendChild(box);
+    }
+    let t = key !== undefined ? keyed.get(key) : null;
+    if (!t || !t.isConnected) {
+      t = document.createElement("div");
+      box.appendChild(t);
+      if (key !== undefined) keyed.set(key, t);
+    }
+    clearTimeout(t.obsTimer);
+    const cls = "toast toast-" + (level || "info");
+    if (t.className !== cls) t.className = cls;
+    if (t.textContent !== text) t.textContent = text;
+    t.obsTimer = setTimeout(() => { t.remove(); if (keyed.get(key) === t) keyed.delete(key); }, TOAST_MS);
+    return t;
+  };
+})();
 
 (function (Obs) {
   const WINDOW_BATCH = 32; // series per GET <run>/windows/ (the API's limit)
   const DEFAULT_CAP = 50000; // points held per series; past this it reloads its downsampled history
+  const NONE = Object.freeze([]); // (no points of a kind in what a frame added)
 
   // An API window ({steps, values, nonfinite, ...}) split into finite points and non-finite marks.
   function parseWindow(data) {
@@ -245,24 +259,29 @@ window.Obs.toast = window.Obs.toast || function (text, level) {
       if (s) this.append(s, frame);
     }
 
+    // A frame's points onto the series (those past its last step), then its views told what was added. The usual
+    // frame (every point new and finite) is told as the frame's own arrays: nothing copied a series a step (views
+    // read `add`, never change it).
     append(s, frame) {
       if (s.loading || s.waiting) { s.queue.push(["series", frame]); return; }
       const kinds = frame.nonfinite && frame.nonfinite.length ? new Map(frame.nonfinite) : null; // [[step, kind]]
-      const add = {x: [], y: [], nfx: [], nfk: []};
-      for (let i = 0; i < frame.steps.length; i++) {
-        const step = frame.steps[i];
+      const {steps, values} = frame;
+      let taken = 0, finite = 0;
+      for (let i = 0; i < steps.length; i++) {
+        const step = steps[i];
         if (step <= s.last) continue; // already held: resume/live overlap
-        const v = frame.values[i];
+        const v = values[i];
+        taken++;
         if (v === null) {
-          const kind = (kinds && kinds.get(step)) || "NaN";
-          s.nfSteps.push(step); s.nfKinds.push(kind); s.nfTotal++;
-          add.nfx.push(step); add.nfk.push(kind);
+          s.nfSteps.push(step); s.nfKinds.push((kinds && kinds.get(step)) || "NaN"); s.nfTotal++;
         } else {
-          s.steps.push(step); s.values.push(v);
-          add.x.push(step); add.y.push(v);
+          s.steps.push(step); s.values.push(v); finite++;
         }
         s.last = step;
       }
+      const nf = taken - finite, last = (arr, n) => arr.slice(arr.length - n);
+      const add = finite === steps.length ? {x: steps, y: values, nfx: NONE, nfk: NONE}
+        : {x: last(s.steps, finite), y: last(s.values, finite), nfx: last(s.nfSteps, nf), nfk: last(s.nfKinds, nf)};
       s.missing = false;
       if (add.x.length || add.nfx.length) s.views.forEach((v) => v.added(s, add));
       if (s.steps.length + s.nfSteps.length > s.cap) this.load(s);

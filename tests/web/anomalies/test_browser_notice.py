@@ -1,0 +1,50 @@
+"""New anomalies while a dashboard is open are told in one notice that keeps count, not one notice each: a run
+that trips detectors again and again (an anomaly storm) keeps one notice up to date instead of stacking them over
+the page (each a new element laid out and painted, and one more frame later to take it away)."""
+
+import re
+
+import pytest
+
+from observatory import contract
+
+from . import curves
+from ..servers import get_json, page_errors, wait_for, wait_ingested
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_new_anomalies_are_one_notice_that_counts_them(trainer, servers, new_page, run_id):
+    data = curves.rows(curves.SPIKES[1] + 40)  # critical loss spikes at SPIKES, a non-finite loss at NAN_AT
+    trainer.send("run", name="anomaly notice", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    curves.publish(trainer, data[:5])
+    wait_ingested(run_id, 4)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1000, "height": 700})
+    errors = page_errors(page)
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+
+    curves.publish(trainer, data[5:])
+    api = f"{servers.url}/api/runs/{run_id}/anomalies/"
+    def spikes():
+        return [a for a in (get_json(api) or {}).get("anomalies", [])
+                if a["kind"] == "loss_spike" and a["metric"] == contract.M_LOSS]
+
+    wait_for(lambda: len(spikes()) == 2, 60, "both loss spikes in the log")
+    last = max(curves.SPIKES)
+    # the page has taken the last one (its frame told the notice too): its mark is on the loss chart
+    page.wait_for_function(f"() => (document.getElementById('chart-train-loss').layout.shapes || [])"
+                           f".some((s) => s.x0 === {last})", timeout=30_000)
+
+    notices = page.locator("#toasts .toast")
+    assert notices.count() == 1, "one notice for all of them"
+    text = notices.first.inner_text()
+    told = re.match(r"(\d+) new anomalies since step (\d+) \(([^)]*)\)\. Critical: ", text)
+    assert told, text
+    assert int(told[1]) >= 3, "the two spikes and the non-finite loss at least"
+    assert int(told[2]) <= min(curves.SPIKES)
+    assert re.search(r"(^|, )loss spike ×\d+", told[3]), "counted by kind"
+    assert "toast-critical" in notices.first.get_attribute("class")
+    assert errors == []
