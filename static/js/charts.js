@@ -50,7 +50,10 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
   };
 
   // Many marks as one Plotly path shape per look (colour, width, layer): Plotly lays out and draws every shape on
-  // each change, ~50 µs a shape, which hundreds of anomaly marks made the cost of every marks redraw.
+  // each change, ~50 µs a shape, which hundreds of anomaly marks made the cost of every marks redraw. Each merged
+  // shape's marks (their x, axis units: x0, x1 pairs for bands, x0 for lines) are kept beside it (xsOf) for
+  // drawShapes, which draws them in pixels without parsing the path string again.
+  const xsOf = new WeakMap(); // merged path shape -> {rects, xs: its marks' x}
   const merged = (marks) => {
     const byLook = new Map();
     for (const m of marks) {
@@ -60,8 +63,10 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         s = {type: "path", xref: "x", yref: "paper", path: "", line: m.line, ...(m.type === "rect"
           ? {fillcolor: m.fillcolor, layer: m.layer} : {})};
         byLook.set(look, s);
+        xsOf.set(s, {rects: m.type === "rect", xs: []});
       }
       s.path += m.type === "rect" ? `M${m.x0},0H${m.x1}V1H${m.x0}Z` : `M${m.x0},0V1`;
+      if (m.type === "rect") xsOf.get(s).xs.push(m.x0, m.x1); else xsOf.get(s).xs.push(m.x0);
     }
     return [...byLook.values()];
   };
@@ -389,7 +394,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     }
 
     marks(lay, t, traces) { // rewinds and feature overlays (anomalies, annotations, interventions): Obs.setOverlays
-      const xa = this.ctx.xaxis, x = (step) => xa.toX([step])[0];
+      const xa = this.ctx.xaxis, x = (step) => xa.xOf(step);
       const rw = this.ctx.rewinds || [];
       lay.shapes = rw.map((r) => ({type: "line", xref: "x", yref: "paper", x0: x(r.to_step), x1: x(r.to_step),
                                    y0: 0, y1: 1, line: {color: t.muted, width: 1, dash: "dash"}}));
@@ -561,11 +566,18 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         for (const [k, v] of [["x", z.l], ["y", z.t], ["width", z.w], ["height", z.h]]) Obs.putAttr(inner, k, v);
         return inner;
       };
+      const y0 = py(0), y1 = py(1), mergedPath = (sh) => { // (the page's path shapes are merged()'s)
+        const {rects, xs} = xsOf.get(sh), out = [];
+        if (rects) {
+          for (let i = 0; i < xs.length; i += 2) out.push(`M${px(xs[i])},${y0}H${px(xs[i + 1])}V${y1}H${px(xs[i])}Z`);
+        } else {
+          for (const x of xs) out.push(`M${px(x)},${y0}V${y1}`);
+        }
+        return out.join("");
+      };
       const below = [], above = [];
       for (const sh of shapes) {
-        const d = sh.type === "path"
-          ? sh.path.replace(/([MLHV])([-+.\de]+)(?:,([-+.\de]+))?/g, (m, c, a, b) =>
-            c === "H" ? "H" + px(a) : c === "V" ? "V" + py(a) : c + px(a) + "," + py(b))
+        const d = sh.type === "path" ? mergedPath(sh)
           : sh.type === "rect" ? `M${px(sh.x0)},${py(sh.y0)}H${px(sh.x1)}V${py(sh.y1)}H${px(sh.x0)}Z`
           : `M${px(sh.x0)},${py(sh.y0)}L${px(sh.x1)},${py(sh.y1)}`;
         const ln = sh.line || {}, w = ln.width === undefined ? 2 : ln.width, dlw = Math.max(w, 3);
@@ -734,14 +746,16 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       for (const it of this.items) {
         const pend = it.pending;
         if (!pend) continue;
-        const p = this.split(it.name, pend.x, pend.y), ya = it.secondary ? fl.yaxis3 : fl.yaxis;
-        this.missed = "marks or y type";
-        if (pend.nfx.length || p.ox.length || !ya || ya.type !== "linear") return false;
-        const X = this.ctx.xaxis.toX(p.x), tr = gd._fullData[it.index], drawn = gd.data[it.index];
+        const b = this.ctx.bounds[it.name], ya = it.secondary ? fl.yaxis3 : fl.yaxis;
+        this.missed = "marks or y type"; // (a non-finite or impossible point is a mark: split() by a full redraw)
+        if (pend.nfx.length || (b && pend.y.some((v) => v > b.max)) || !ya || ya.type !== "linear") return false;
+        // (the pending arrays are this chart's own, dropped once drawn: steps are read as x without a copy)
+        const X = this.ctx.xaxis.mode === "step" ? pend.x : this.ctx.xaxis.toX(pend.x);
+        const tr = gd._fullData[it.index], drawn = gd.data[it.index];
         this.missed = "x range";
         if (!X.every((x) => within(x, xa.range))) return false;
         this.missed = "y range";
-        if (!p.y.every((y) => within(y, ya.range))) return false;
+        if (!pend.y.every((y) => within(y, ya.range))) return false;
         this.missed = "no path";
         let tail = this.tails && this.tails.get(it.index);
         if (!tail) {
@@ -749,7 +763,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           if (!line || !line.getAttribute("d") || !drawn || !drawn.x.length) return false;
           tail = {line, path: null, n: 0};
         }
-        todo.push({i: it.index, X, Y: p.y, tail, ya, drawn});
+        todo.push({i: it.index, X, Y: pend.y, tail, ya, drawn});
       }
       this.tails = this.tails || new Map();
       this.inPlaceAxes = this.inPlaceAxes || this.axesKey();

@@ -21,7 +21,7 @@
 
   const axis = { // the shared x axis: the view's range is already in its units
     get mode() { return view.x; },
-    toX: (xs) => xs.slice(), toStep: (x) => x, axisType: () => "linear",
+    toX: (xs) => xs.slice(), xOf: (x) => x, toStep: (x) => x, axisType: () => "linear",
     title: () => ({step: "step", tokens: "tokens trained", time: "wall time since each run's start"})[view.x],
   };
   const ctx = {runs: () => order, view, xaxis: axis, registry, bounds: {}, rewinds: [], schedule, chartAction,

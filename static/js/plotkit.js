@@ -79,11 +79,12 @@ window.Obs = window.Obs || {};
   Obs.toolbarA11y = (plotEl, label) => {
     const bar = plotEl.querySelector(".modebar");
     if (!bar) return;
-    bar.setAttribute("role", "toolbar");
-    bar.setAttribute("aria-label", label);
-    const btns = [...bar.querySelectorAll(".modebar-btn")];
+    Obs.putAttr(bar, "role", "toolbar"); // (called on every redraw of the marks: written only where changed)
+    Obs.putAttr(bar, "aria-label", label);
+    const btns = bar.querySelectorAll(".modebar-btn");
     const cur = Math.min(plotEl._obsToolIndex || 0, btns.length - 1);
-    btns.forEach((b, i) => { b.tabIndex = i === cur ? 0 : -1; });
+    // (the attribute, compared: a button's tabIndex reads 0 without one)
+    btns.forEach((b, i) => Obs.putAttr(b, "tabindex", i === cur ? 0 : -1));
     if (plotEl._obsToolbarKeys) return;
     plotEl._obsToolbarKeys = true;
     plotEl.addEventListener("keydown", (ev) => {

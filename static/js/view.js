@@ -174,6 +174,12 @@ window.Obs = window.Obs || {};
       return steps.map((s) => interp(xs, ys, s, k));
     }
 
+    xOf(step) { // one step's x (toX's, without arrays: marks ask for hundreds at a time)
+      if (this.mode === "step") return step;
+      const [xs, ys] = this.pairs();
+      return interp(xs, ys, step, this.slope());
+    }
+
     toStep(x) {
       if (this.mode === "step") return x;
       if (this.mode === "time" && typeof x === "string") x = Date.parse(x.replace(" ", "T") + "Z");
