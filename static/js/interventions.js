@@ -7,7 +7,11 @@
 window.Obs = window.Obs || {};
 
 (function (Obs) {
-  const REFRESH_MS = 10000; // commands are rare; a marker may appear a few seconds after its ack
+  // Read again when the run's live events say a command was applied or undone (the trainer acks a command before
+  // its event, so the read has it), and every REFRESH_MS for what no event said (a viewer who reconnected late).
+  // A 10 s poll was a request a viewer every 10 s, and its work on the main thread, for commands that are rare.
+  const REFRESH_MS = 60000;
+  const TOLD = new Set(["command", "commands_rolled_back", "rollback"]); // the events that change the list
   const LABEL_CHARS = 32; // labels sit side by side at the top of a chart; the whole reason is a click away
   // Words, not pictographs: a label must read the same on a machine without an emoji font.
   const ICONS = {pause: "pause:", resume: "resume:", stop: "stop:", checkpoint: "ckpt:", rollback: "rollback:",
@@ -42,9 +46,11 @@ window.Obs = window.Obs || {};
 
   function start(ctx, page) {
     const url = `/api/runs/${encodeURIComponent(page.run_id)}/interventions/`;
-    let shown = "";
+    let shown = "", busy = false, again = false;
     async function load() {
-      if (document.hidden) return;
+      if (document.hidden) return; // (read on the tab's return)
+      if (busy) { again = true; return; } // (an event during a read: one more read after it)
+      busy = true;
       try {
         const r = await fetch(url);
         if (!r.ok) return;
@@ -56,10 +62,15 @@ window.Obs = window.Obs || {};
         ctx.schedule();
       } catch (e) {
         console.warn("interventions:", e);
+      } finally {
+        busy = false;
+        if (again) { again = false; load(); }
       }
     }
     load();
     setInterval(load, REFRESH_MS);
+    document.addEventListener("visibilitychange", () => { if (!document.hidden) load(); });
+    (Obs.onEvents = Obs.onEvents || []).push((list) => { if (list.some((ev) => TOLD.has(ev.name))) load(); });
   }
 
   Obs.onStart = Obs.onStart || [];

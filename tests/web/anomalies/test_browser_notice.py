@@ -2,6 +2,7 @@
 that trips detectors again and again (an anomaly storm) keeps one notice up to date instead of stacking them over
 the page (each a new element laid out and painted, and one more frame later to take it away)."""
 
+import os
 import re
 
 import pytest
@@ -48,3 +49,7 @@ def test_new_anomalies_are_one_notice_that_counts_them(trainer, servers, new_pag
     assert re.search(r"(^|, )loss spike ×\d+", told[3]), "counted by kind"
     assert "toast-critical" in notices.first.get_attribute("class")
     assert errors == []
+    if os.environ.get("OBS_SCREENSHOT_DIR"):  # (to look at: the notice over the page, desktop and phone)
+        page.screenshot(path=os.path.join(os.environ["OBS_SCREENSHOT_DIR"], "anomaly-notice.png"))
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.screenshot(path=os.path.join(os.environ["OBS_SCREENSHOT_DIR"], "anomaly-notice-phone.png"))

@@ -1,0 +1,59 @@
+"""An operator's command shows up on an open dashboard when the run's live events say it was applied: the page
+reads the interventions again on the trainer's `command` event, not on a timer (its slow poll, a minute, is only a
+safety net), so a viewer sees the marker within seconds and does not ask the server every few seconds."""
+
+import threading
+
+import pytest
+
+from observatory import contract
+
+from ..servers import page_errors, wait_ingested
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+LOSS = "chart-train-loss"
+# The page's timers of 10 s or more never fire (the test is over first): a poll cannot be what draws the marker.
+HOLD_SLOW_TIMERS = """(() => { const every = window.setInterval; window.__held = [];
+  window.setInterval = (fn, ms, ...rest) => (ms >= 10000 ? (window.__held.push(ms), -1) : every(fn, ms, ...rest)); })()"""
+SAID = ("() => ((document.getElementById('chart-train-loss').layout || {}).annotations || [])"
+        ".map((a) => String(a.text) + ' ' + String(a.hovertext || '')).join(' ')")
+
+
+def test_an_applied_command_is_drawn_once_its_live_event_comes(trainer, servers, new_page, run_id):
+    from webapp.control.models import OperatorCommand
+
+    trainer.send("run", name="live interventions", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for s in range(40):
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.01 * s})
+    wait_ingested(run_id, 39)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = page_errors(page)
+    reads = []
+    page.on("request", lambda r: "/interventions/" in r.url and reads.append(r.url))
+    page.add_init_script(HOLD_SLOW_TIMERS)
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+    assert "halve it: the norm keeps climbing" not in page.evaluate(SAID)
+    assert page.evaluate("() => window.__held") == [60000], "the interventions' slow poll is held"
+    first = len(reads)
+    assert first >= 1, "read once at the start"
+
+    # The trainer applies a command (its ack, as the record stands) and then says so in its events.
+    # (in a thread of its own: Playwright's event loop runs in this one, where Django refuses database calls)
+    write = threading.Thread(target=lambda: OperatorCommand.objects.create(
+        id="live-1", run_id=run_id, name="set-lr-multiplier", args={"value": 0.5}, status="applied", step=41,
+        reason="halve it: the norm keeps climbing", detail="lr multiplier 0.5 at step 41"))
+    write.start()
+    write.join()
+    for s in (40, 41):
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.01 * s})
+    trainer.send("event", step=41, name="command", payload={"id": "live-1", "command": "set-lr-multiplier",
+                                                            "args": {"value": 0.5}, "reason": "halve it"})
+    # (its poll held: only the event can have the page read it)
+    page.wait_for_function(f"() => ({SAID})().includes('halve it: the norm keeps climbing')", timeout=30_000)
+    assert len(reads) > first, "read again for the event"
+    assert errors == []
