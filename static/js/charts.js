@@ -30,7 +30,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
   const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span
   const MARKS_MS = 1000; // a chart redraws for changed marks at most once a second (live points are drawn at once)
   const MARKS_SLACK_MS = 300; // deferred marks: drawn in the next live step's frame, or by a timer this much later
-  const MARKS_STORM_MS = 2000; // marks that keep changing (an anomaly storm): redrawn at most every 2 s
   const MERGE_MARKS = 40; // more marks than this on a chart: one Plotly path shape per look (Plotly's cost is per shape)
   const LABEL_SLOTS = 8; // marker labels are drawn in slots of this many, so that Plotly redraws only changed ones
   const TAIL_CHUNK = 32; // live points per piece of a drawn tail (each update rewrites only the last piece)
@@ -83,8 +82,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.optional = new Set(spec.optional || []);
       this.items = []; // {name, series, color, secondary, pending, zoom, ema}
       this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null; this.remark = false;
-      this.lastMarks = 0; this.marksEvery = MARKS_MS; this.marksTimer = null; this.drawnLabelled = false;
-      this.revision = 0;
+      this.lastMarks = 0; this.marksTimer = null; this.drawnLabelled = false; this.revision = 0;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
       this.plotly = false; // drawn by Plotly (else, if drawn, by the light renderer: Obs.sketch, until Plotly loads)
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
@@ -663,21 +661,19 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
                                                  LIVE_REDRAW_MS - (now - this.lastFull));
         return;
       }
-      // On a live chart changed marks wait for MARKS_MS since its last marks drawing (MARKS_STORM_MS while they keep
-      // changing: a storm's marks redrawn every second were a fifth of the live view's updates, its costliest ones,
-      // and ~40% of its JS allocations, for labels no one reads at that pace), and for a frame in which no other
-      // chart drew its marks; live points are drawn meanwhile. The next live step's frame past that draws them (a
-      // frame of their own was a second frame's style, layout and paint; every chart's in one frame, once a second
-      // under an anomaly storm, were the live view's costliest updates); the timer, MARKS_SLACK_MS later, is for a
-      // run that has stopped stepping.
+      // On a live chart changed marks wait for MARKS_MS since its last marks drawing, and for a frame in which no
+      // other chart drew its marks; live points are drawn meanwhile. The next live step's frame past that draws them
+      // (a frame of their own was a second frame's style, layout and paint; every chart's in one frame, once a
+      // second under an anomaly storm, were the live view's costliest updates); the timer, MARKS_SLACK_MS later, is
+      // for a run that has stopped stepping.
       let remark = this.remark && !this.full;
       const frame = this.ctx.frame;
-      if (remark && this.live && !this.forced() && (now - this.lastMarks < this.marksEvery ||
+      if (remark && this.live && !this.forced() && (now - this.lastMarks < MARKS_MS ||
                                                     (frame !== undefined && this.ctx.marksFrame === frame))) {
         remark = false;
         if (!this.marksTimer) {
           this.marksTimer = setTimeout(() => { this.marksTimer = null; this.dirty = true; this.ctx.schedule(); },
-                                       Math.max(0, this.marksEvery - (now - this.lastMarks)) + MARKS_SLACK_MS);
+                                       Math.max(0, MARKS_MS - (now - this.lastMarks)) + MARKS_SLACK_MS);
         }
       }
       if (remark && !this.remarkInPlace()) { remark = false; this.full = true; }
@@ -702,8 +698,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       } // (otherwise appendLive has drawn the live points, and remarkInPlace the marks)
       const drew = this.full || remark; // (by Plotly: else only live points appended to the drawn lines)
       if (drew) { // (else changed marks wait for their turn)
-        // (marks redrawn again soon after the last: they keep changing, and wait longer for the next)
-        this.marksEvery = remark && now - this.lastMarks < MARKS_STORM_MS + MARKS_SLACK_MS ? MARKS_STORM_MS : MARKS_MS;
         this.lastMarks = now; this.remark = false;
         if (this.live) this.ctx.marksFrame = frame;
         if (this.marksTimer) { clearTimeout(this.marksTimer); this.marksTimer = null; }
