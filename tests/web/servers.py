@@ -80,6 +80,23 @@ def wait_ingested(run_id: str, last_step: int, timeout: float = 60) -> None:
              f"ingest to store run {run_id} up to step {last_step}")
 
 
+def live_run(trainer, servers, run_id: str, name: str, steps: int = 200):
+    """A run of `name` in training with `steps` steps of a falling loss ingested and the web server up; returns
+    step(s), which publishes one more."""
+    from observatory import contract
+
+    def step(s):
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.005 * s})
+
+    trainer.send("run", name=name, config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for s in range(steps):
+        step(s)
+    wait_ingested(run_id, steps - 1)
+    servers.wait_web()
+    return step
+
+
 def get_json(url: str, timeout: float = 5):
     """GET `url` as JSON; None while the server does not answer with JSON (not up yet, restarting)."""
     try:

@@ -43,6 +43,18 @@ def write_csv(path, data, time_column: bool = False) -> None:
             w.writerow([step, *([repr(t)] if time_column else []), *(repr(v[c]) for c in COLUMNS)])
 
 
+def started(trainer, servers, name: str, data) -> None:
+    """A run of `name` in training with `data`'s rows ingested and the web server up (a page opened next sees it
+    live, the rows published after it coming as live frames)."""
+    from ..servers import wait_ingested
+
+    trainer.send("run", name=name, config={})
+    trainer.send("state", state="training", step=0, detail="")
+    publish(trainer, data)
+    wait_ingested(trainer.run_id, data[-1][0])
+    servers.wait_web()
+
+
 def publish(trainer, data) -> None:
     """Onto the run's stream as the trainer publishes them (one metrics message per step)."""
     pipe = trainer.r.pipeline(transaction=False)

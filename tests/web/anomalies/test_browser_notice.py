@@ -10,18 +10,14 @@ import pytest
 from observatory import contract
 
 from . import curves
-from ..servers import get_json, page_errors, wait_for, wait_ingested
+from ..servers import get_json, page_errors, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 def test_new_anomalies_are_one_notice_that_counts_them(trainer, servers, new_page, run_id):
     data = curves.rows(curves.SPIKES[1] + 40)  # critical loss spikes at SPIKES, a non-finite loss at NAN_AT
-    trainer.send("run", name="anomaly notice", config={})
-    trainer.send("state", state="training", step=0, detail="")
-    curves.publish(trainer, data[:5])
-    wait_ingested(run_id, 4)
-    servers.wait_web()
+    curves.started(trainer, servers, "anomaly notice", data[:5])
     page = new_page(viewport={"width": 1000, "height": 700})
     errors = page_errors(page)
     page.goto(f"{servers.url}/runs/{run_id}/")

@@ -6,16 +6,14 @@ import threading
 
 import pytest
 
-from observatory import contract
-
-from ..servers import page_errors, wait_ingested
+from ..servers import live_run, page_errors
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-LOSS = "chart-train-loss"
 # The page's timers of 10 s or more never fire (the test is over first): a poll cannot be what draws the marker.
 HOLD_SLOW_TIMERS = """(() => { const every = window.setInterval; window.__held = [];
-  window.setInterval = (fn, ms, ...rest) => (ms >= 10000 ? (window.__held.push(ms), -1) : every(fn, ms, ...rest)); })()"""
+  window.setInterval = (fn, ms, ...rest) => (ms >= 10000 ? (window.__held.push(ms), -1)
+                                                         : every(fn, ms, ...rest)); })()"""
 SAID = ("() => ((document.getElementById('chart-train-loss').layout || {}).annotations || [])"
         ".map((a) => String(a.text) + ' ' + String(a.hovertext || '')).join(' ')")
 
@@ -23,12 +21,7 @@ SAID = ("() => ((document.getElementById('chart-train-loss').layout || {}).annot
 def test_an_applied_command_is_drawn_once_its_live_event_comes(trainer, servers, new_page, run_id):
     from webapp.control.models import OperatorCommand
 
-    trainer.send("run", name="live interventions", config={})
-    trainer.send("state", state="training", step=0, detail="")
-    for s in range(40):
-        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.01 * s})
-    wait_ingested(run_id, 39)
-    servers.wait_web()
+    step = live_run(trainer, servers, run_id, "live interventions")
     page = new_page(viewport={"width": 1400, "height": 900})
     errors = page_errors(page)
     reads = []
@@ -45,13 +38,13 @@ def test_an_applied_command_is_drawn_once_its_live_event_comes(trainer, servers,
     # The trainer applies a command (its ack, as the record stands) and then says so in its events.
     # (in a thread of its own: Playwright's event loop runs in this one, where Django refuses database calls)
     write = threading.Thread(target=lambda: OperatorCommand.objects.create(
-        id="live-1", run_id=run_id, name="set-lr-multiplier", args={"value": 0.5}, status="applied", step=41,
-        reason="halve it: the norm keeps climbing", detail="lr multiplier 0.5 at step 41"))
+        id="live-1", run_id=run_id, name="set-lr-multiplier", args={"value": 0.5}, status="applied", step=201,
+        reason="halve it: the norm keeps climbing", detail="lr multiplier 0.5 at step 201"))
     write.start()
     write.join()
-    for s in (40, 41):
-        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.01 * s})
-    trainer.send("event", step=41, name="command", payload={"id": "live-1", "command": "set-lr-multiplier",
+    for s in (200, 201):
+        step(s)
+    trainer.send("event", step=201, name="command", payload={"id": "live-1", "command": "set-lr-multiplier",
                                                             "args": {"value": 0.5}, "reason": "halve it"})
     # (its poll held: only the event can have the page read it)
     page.wait_for_function(f"() => ({SAID})().includes('halve it: the norm keeps climbing')", timeout=30_000)

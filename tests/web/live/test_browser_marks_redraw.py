@@ -6,7 +6,7 @@ import pytest
 
 from observatory import contract
 
-from ..servers import page_errors, wait_ingested, wait_trace
+from ..servers import live_run, page_errors, wait_trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -37,24 +37,9 @@ def opened(new_page, servers, run_id):
     return page, errors
 
 
-def started(trainer, servers, run_id, name):
-    """A run of `name` with 200 steps of a falling loss ingested and the web server up; returns step(s), which
-    publishes one more."""
-    def step(s):
-        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.005 * s})
-
-    trainer.send("run", name=name, config={})
-    trainer.send("state", state="training", step=0, detail="")
-    for s in range(200):
-        step(s)
-    wait_ingested(run_id, 199)
-    servers.wait_web()
-    return step
-
-
 def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_redraws_fully(trainer, servers,
                                                                                            new_page, run_id):
-    step = started(trainer, servers, run_id, "live marks")
+    step = live_run(trainer, servers, run_id, "live marks")
     page, errors = opened(new_page, servers, run_id)
 
     # A first labelled mark makes room above the plot for labels: a full redraw (with the live point 200).
@@ -126,7 +111,7 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
 
 def test_many_marks_are_drawn_as_one_path_a_look_and_a_new_one_redraws_only_the_marks(trainer, servers, new_page,
                                                                                       run_id):
-    step = started(trainer, servers, run_id, "many marks")
+    step = live_run(trainer, servers, run_id, "many marks")
     page = new_page(viewport={"width": 1400, "height": 900})
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -185,7 +170,7 @@ def test_many_marks_are_drawn_as_one_path_a_look_and_a_new_one_redraws_only_the_
 def test_a_training_runs_charts_keep_room_for_live_points_from_the_start(trainer, servers, new_page, run_id):
     """With the trainer's heartbeat giving its rate, a chart is drawn with room on x for the next points before any
     live point came: the first live points are drawn in place (a tail beside Plotly's line), no full redraw."""
-    step = started(trainer, servers, run_id, "room ahead")
+    step = live_run(trainer, servers, run_id, "room ahead")
     trainer.send("heartbeat", phase="training", step=199, tokens=199 * 4096, token_budget=10**9, eta_s=None,
                  steps_per_s=2.0, since_step_s=0.0, pid=1)
     page, errors = opened(new_page, servers, run_id)
@@ -226,7 +211,7 @@ def test_a_shapes_only_change_is_drawn_by_the_page_and_the_next_full_redraw_hand
     """A marks change that leaves the labels as they are (a band without a label) is drawn by the page itself over
     the drawn chart, Plotly's shape layers hidden meanwhile (no Plotly call); the layout holds the new shapes, and
     the next full redraw has Plotly draw every shape again, the page's own drawing gone."""
-    step = started(trainer, servers, run_id, "own shapes")
+    step = live_run(trainer, servers, run_id, "own shapes")
     page, errors = opened(new_page, servers, run_id)
 
     def overlays(*bands):

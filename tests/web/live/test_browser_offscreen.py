@@ -76,11 +76,7 @@ def test_the_data_panel_writes_its_live_weights_only_on_screen(trainer, servers,
 
 def test_the_anomaly_panel_writes_its_list_only_on_screen(trainer, servers, new_page, run_id):
     data = curves.rows(curves.SPIKES[0] + 40)  # a falling loss, a critical loss spike at SPIKES[0]
-    trainer.send("run", name="anomalies off screen", config={})
-    trainer.send("state", state="training", step=0, detail="")
-    curves.publish(trainer, data[:5])
-    wait_ingested(run_id, 4)
-    servers.wait_web()
+    curves.started(trainer, servers, "anomalies off screen", data[:5])
     page = new_page(viewport={"width": 1000, "height": 560})
     page.goto(f"{servers.url}/runs/{run_id}/")
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
