@@ -23,8 +23,17 @@ def test_new_anomalies_are_one_notice_that_counts_them(trainer, servers, new_pag
     page.goto(f"{servers.url}/runs/{run_id}/")
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
 
-    curves.publish(trainer, data[5:])
+    # The first spike: a notice of its own.
+    first = min(curves.SPIKES) + 20
+    curves.publish(trainer, data[5:first])
+    notices = page.locator("#toasts .toast")
+    notices.filter(has_text="loss spike").first.wait_for(timeout=30_000)
+    page.evaluate("() => { document.querySelector('#toasts .toast').dataset.probe = 'first'; }")
+
+    # Then the non-finite loss and the second spike, in later frames: the same notice, rewritten with its count.
+    curves.publish(trainer, data[first:])
     api = f"{servers.url}/api/runs/{run_id}/anomalies/"
+
     def spikes():
         return [a for a in (get_json(api) or {}).get("anomalies", [])
                 if a["kind"] == "loss_spike" and a["metric"] == contract.M_LOSS]
@@ -35,8 +44,8 @@ def test_new_anomalies_are_one_notice_that_counts_them(trainer, servers, new_pag
     page.wait_for_function(f"() => (document.getElementById('chart-train-loss').layout.shapes || [])"
                            f".some((s) => s.x0 === {last})", timeout=30_000)
 
-    notices = page.locator("#toasts .toast")
     assert notices.count() == 1, "one notice for all of them"
+    assert notices.first.get_attribute("data-probe") == "first", "the first one's, kept up to date"
     text = notices.first.inner_text()
     told = re.match(r"(\d+) new anomalies since step (\d+) \(([^)]*)\)\. Critical: ", text)
     assert told, text
