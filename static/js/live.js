@@ -100,6 +100,7 @@ window.Obs = window.Obs || {};
         this.recent.push(...frames);
         if (this.recent.length > RECENT) this.recent.splice(0, this.recent.length - RECENT);
       }
+      if (!this.push && frames.some((f) => f.type === "hello")) this.status("live");
       frames.forEach(this.handle);
     }
 
@@ -115,8 +116,9 @@ window.Obs = window.Obs || {};
       const ws = this.ws = this.push ? new WebSocket(this.url(), "ws+meta.nchan") : new WebSocket(this.url());
       ws.onopen = () => {
         this.attempts = 0;
-        this.status("live");
-        if (this.push) return; // nchan replays from last_event_id: nothing to ask for
+        if (this.push) { this.status("live"); return; } // nchan replays from last_event_id: nothing to ask for
+        // (live once the server's "hello" says this socket has joined the run's feed: a frame published between the
+        // socket's opening and its joining reaches it only through the backfill this resume asks for)
         const ready = this.store.ready();
         if (ready.length) this.resume(ready);
       };
