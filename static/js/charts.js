@@ -37,6 +37,11 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
   const TABLE_ROWS = 1000;
   const MODEBAR_PX = 200; // the width of the charts' mode bar (plotkit.js CONFIG), top right
   const LABEL_CHAR_PX = 5.6; // a marker label's width per character (9 px font), to tell when two would overprint
+  // The room above the plot for marker labels (rewinds, overlays), kept whether or not a mark has a label yet: a
+  // chart's first label (the anomalies' marks, read after the first draw; a live run's first anomaly) is then
+  // drawn in place. Room that came with the first label moved the plot area, a full Plotly redraw: 40-70 ms for
+  // the loss chart of a 20-chart page, the live view's long tasks (bench/liveview.py --charts 20).
+  const LABEL_ROW_PX = 22;
   const EMPTY = {steps: [], values: [], nfSteps: [], nfKinds: []};
   const BUSY = {starting: "the run is starting… (data, model)", compiling: "compiling… the first step follows"};
 
@@ -82,7 +87,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.optional = new Set(spec.optional || []);
       this.items = []; // {name, series, color, secondary, pending, zoom, ema}
       this.full = true; this.dirty = true; this.lastFull = 0; this.timer = null; this.remark = false;
-      this.lastMarks = 0; this.marksTimer = null; this.drawnLabelled = false; this.revision = 0;
+      this.lastMarks = 0; this.marksTimer = null; this.revision = 0;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
       this.plotly = false; // drawn by Plotly (else, if drawn, by the light renderer: Obs.sketch, until Plotly loads)
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
@@ -329,7 +334,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         return Math.max(label(lo), label(hi), label((lo + hi) / 2)) + 1;
       };
       const px = (n) => Math.min(96, Math.max(34, Math.round(10 + 6.5 * n)));
-      let top = this.labelled() ? 22 : 8; // marker labels (rewinds, overlays) sit just above the plot
+      let top = LABEL_ROW_PX; // marker labels (rewinds, overlays) sit just above the plot
       if (multi) {
         const width = this.items.reduce((a, it) => a + 44 + 6 * this.label(it.name).length, 0);
         const rows = Math.ceil(width / Math.max(200, (this.width || 600) - 60));
@@ -340,10 +345,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       return {l: px(chars("y")), r: sec ? px(chars("y3")) + 14 : 12, t: top, b: time ? 52 : 38};
     }
 
-    labelled() { return (this.ctx.rewinds || []).length > 0 || Obs.overlaysFor(this).some((o) => o.label); }
-
-    legendY() { // above the marker labels, when there are any (in paper units of the plot's height)
-      return this.labelled() ? 1 + 16 / Math.max(80, (this.height || 260) - 80) : 1;
+    legendY() { // above the marker labels' row (in paper units of the plot's height)
+      return 1 + 16 / Math.max(80, (this.height || 260) - 80);
     }
 
     fitY(axis, traces, name, range, log) {
@@ -434,19 +437,20 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     groupId(g) { return "group:" + g.map((o) => o.id).join(","); }
 
     // Redraw for changed marks only: the drawn traces and axes as they are (points appended in place stay), only
-    // shapes and labels new. False where the marks need more (the room above the plot for labels comes or goes): a
-    // full redraw.
+    // shapes and labels new (in the label row kept above the plot). False before Plotly has drawn: a full redraw.
     remarkInPlace() {
       const gd = this.plot, fl = gd._fullLayout;
-      if (!this.plotly || !fl || !fl.xaxis || !gd.layout || this.labelled() !== this.drawnLabelled) return false;
+      if (!this.plotly || !fl || !fl.xaxis || !gd.layout) return false;
       const lay = {...gd.layout};
       this.marks(lay, Obs.theme(), null);
       // the same labels: the shapes alone, drawn by the page itself (the layout holds them too, for Plotly's next
-      // full redraw and whoever reads the chart); new labels on a live chart no pointer is over: the labels too
-      // (drawLabels); else Plotly.react, which redraws only the changed labels and shapes
+      // full redraw and whoever reads the chart); new labels on a chart no pointer is over: the labels too
+      // (drawLabels); else Plotly.react, which redraws only the changed labels and shapes. (Plotly.react for the
+      // marks that came after a chart's first Plotly draw, the anomalies' read at load, cost 22-64 ms a chart on a
+      // 20-chart page: the long task of the live view's first second, bench/liveview.py --charts 20.)
       const sameLabels = Obs.sameJSON(lay.annotations, gd.layout.annotations || []);
       const linear = fl.xaxis.type === "linear";
-      if (linear && (sameLabels || (this.live && !this.pointer))) {
+      if (linear && (sameLabels || !this.pointer)) {
         this.inPlaceAxes = this.inPlaceAxes || this.axesKey();
         gd.layout.shapes = lay.shapes;
         this.drawShapes(lay.shapes);
@@ -465,11 +469,11 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       return true;
     }
 
-    // A live chart's new labels, drawn by the page over the chart (Plotly's hidden until it draws labels again):
+    // A chart's new labels, drawn by the page over the chart (Plotly's hidden until it draws labels again):
     // Plotly.react for a label change derives the whole figure's defaults and lays the labels out, 5-9 ms, once a
-    // second on a live chart whose anomalies keep changing. Each label as Plotly's annotation (g.annotation with its
-    // g.annotation-text-g), at the same place (its x, above the plot), with Plotly's hover box (Plotly.Fx.loneHover,
-    // as Plotly's own labels do) and the same click.
+    // second on a live chart whose anomalies keep changing (and 22-64 ms for a chart's first marks on a big page).
+    // Each label as Plotly's annotation (g.annotation with its g.annotation-text-g), at the same place (its x,
+    // above the plot), with Plotly's hover box (Plotly.Fx.loneHover, as Plotly's own labels do) and the same click.
     // A label drawn before with the same look and place is kept as it is, and one that went is made into a new one
     // (a storm's marks change once a second while most labels stay: made anew, each was styled and laid out anew,
     // and new elements were garbage for Blink's heap); the hover text and the click's target are its data.
@@ -650,7 +654,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       const now = performance.now();
       const smooth = this.ctx.view.smooth > 0;
       if (!this.full && smooth && this.items.some((it) => !it.ema)) this.full = true;
-      if (this.remark && (!this.plotly || this.labelled() !== this.drawnLabelled)) this.full = true;
+      if (this.remark && !this.plotly) this.full = true;
       const C = Obs.redrawCounts;
       if (!this.full && !this.appendLive()) {
         this.full = true; this.liveOnly = true;
@@ -694,7 +698,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           Obs.sketch(this.plot, traces, this.layout(traces)); // first paint: Plotly takes over once loaded
         }
         this.lastFull = now;
-        this.drawnLabelled = this.labelled();
       } // (otherwise appendLive has drawn the live points, and remarkInPlace the marks)
       const drew = this.full || remark; // (by Plotly: else only live points appended to the drawn lines)
       if (drew) { // (else changed marks wait for their turn)

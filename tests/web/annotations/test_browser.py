@@ -35,9 +35,9 @@ def _session(username: str, role: str) -> str:
     return client.cookies[settings.SESSION_COOKIE_NAME].value
 
 
-def _open(new_page, url, session=None, **options):
+def _open(new_page, url, session=None, init="", **options):
     page = new_page(**options)
-    page.add_init_script(PAGE_HOOK)
+    page.add_init_script(PAGE_HOOK + init)
     page.problems = []
     page.on("dialog", lambda d: (page.problems.append(f"dialog: {d.message}"), d.dismiss()))
     page.on("console", lambda m: m.type == "error" and page.problems.append(m.text))
@@ -148,4 +148,57 @@ def test_a_member_annotates_live_for_an_anonymous_viewer_who_follows_the_thread(
     assert viewer.evaluate("() => window.__sameDocument") is True
     for page in (viewer, author, mod):
         assert page.problems == [], page.problems
+    servers.stop_ingest()
+
+
+# Plotly's draws of each chart (by its element's id), counted from the page's first script on.
+COUNT_DRAWS = """(() => { window.__draws = {}; let P;
+  Object.defineProperty(window, "Plotly", {configurable: true, get() { return P; }, set(v) {
+    P = v;
+    for (const name of ["react", "newPlot", "relayout", "restyle"]) {
+      const own = v[name];
+      v[name] = function (gd, ...rest) {
+        window.__draws[gd.id] = (window.__draws[gd.id] || 0) + 1;
+        return own.call(this, gd, ...rest);
+      };
+    }
+  }});
+})();"""
+PLOT_TOP = f"() => document.getElementById({LOSS!r})._fullLayout._size.t"
+
+
+def test_a_charts_first_label_after_its_plotly_draw_is_drawn_in_place(trainer, servers, new_page, run_id):
+    """A chart drawn with no marker label gets its first one (a note posted while the page is open): the label is
+    drawn into the room kept above the plot, clickable, with no Plotly draw of the chart and the plot area where it
+    was (that room coming with the first label was a full redraw, the long task of a 20-chart page's load)."""
+    trainer.send("run", name="first label", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for step in range(60):
+        trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.02 * step})
+    wait_ingested(run_id, 59)
+    member = _session("label-member", "member")
+    servers.wait_web()
+    page = _open(new_page, f"{servers.url}/runs/{run_id}/", member, COUNT_DRAWS,
+                 viewport={"width": 1280, "height": 800})
+    page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=30_000)
+    assert page.evaluate(f"() => document.querySelectorAll('#{LOSS} .annotation').length") == 0
+    top, draws = page.evaluate(PLOT_TOP), page.evaluate(f"() => window.__draws[{LOSS!r}]")
+    assert draws >= 1
+
+    status = page.evaluate(f"""async () => (await fetch('/api/runs/{run_id}/annotations/', {{method: 'POST',
+      credentials: 'same-origin', headers: {{'Content-Type': 'application/json',
+      'X-CSRFToken': document.querySelector('#ann-panel input[name=csrfmiddlewaretoken]').value}},
+      body: JSON.stringify({{title: 'Loader restarted', body: 'shard 7', tags: ['spike'],
+                            metric: {contract.M_LOSS!r}, step_start: 20, step_end: 30}})}})).status""")
+    assert status == 201
+    label = page.locator(f"#{LOSS} .annotation-text-g", has_text="Loader restarted").first
+    label.wait_for(state="visible", timeout=10_000)
+    assert page.evaluate(f"() => window.__draws[{LOSS!r}]") == draws, "the chart was drawn again by Plotly"
+    assert page.evaluate(PLOT_TOP) == top, "the plot area moved"
+    box, plot = label.bounding_box(), page.locator(f"#{LOSS} .nsewdrag").first.bounding_box()
+    assert box["y"] + box["height"] <= plot["y"] + 1, (box, plot)  # in the room above the plot
+    label.click()
+    page.wait_for_selector("#ann-thread h3", state="visible")
+    assert page.inner_text("#ann-thread h3") == "Loader restarted"
+    assert page.problems == [], page.problems
     servers.stop_ingest()
