@@ -19,6 +19,8 @@ first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
   main_ms_per_step  the live window's main-thread time (the updates' sum) per published step: what a step costs the
                    page however many messages it came in (a step's points and the anomaly frame about them: one)
   long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
+  settle_long_tasks_ms  the page's long tasks before the window (its load: first paint, Plotly's first draws), for
+                      what the window leaves out; bench/dashboard.py measures the load itself
   main_thread_busy    the main thread's share of the live window
   trace_self_ms       where the live window's main-thread time went (self time by trace event name)
   worst_updates       the six costliest updates: when (s into the window) and where their time went
@@ -253,7 +255,9 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
                                    f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
             wall = time.monotonic() - t0
             main = cdp.main_thread_ms() - main0
-            long_tasks = [d for t, d in page.evaluate("() => window.__obsLong") if t >= t_page]
+            every_long = page.evaluate("() => window.__obsLong")
+            long_tasks = [d for t, d in every_long if t >= t_page]
+            settle_long = [d for t, d in every_long if t < t_page]
             frames = page.evaluate("() => window.__obsFrames") - frames0
             redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
             prof = profile_summary(cdp.stop_profile()) if profile else None
@@ -285,6 +289,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             "main_ms_per_step": r(sum(upd) / n) if upd else None,
             "update_main_ms_without_major_gc": without_major_gc(pieces, stamps, end, upd) if upd else {},
             "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
+            "settle_long_tasks_ms": [round(d) for d in settle_long],
             "main_thread_busy": r(main / (wall * 1000)),
             "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()},
             "worst_updates": worst_updates(pieces, stamps, end, upd) if upd else [],
