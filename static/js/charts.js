@@ -334,7 +334,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         return Math.max(label(lo), label(hi), label((lo + hi) / 2)) + 1;
       };
       const px = (n) => Math.min(96, Math.max(34, Math.round(10 + 6.5 * n)));
-      let top = LABEL_ROW_PX; // marker labels (rewinds, overlays) sit just above the plot
+      let top = this.labelRow() ? LABEL_ROW_PX : 8; // marker labels (rewinds, overlays) sit just above the plot
       if (multi) {
         const width = this.items.reduce((a, it) => a + 44 + 6 * this.label(it.name).length, 0);
         const rows = Math.ceil(width / Math.max(200, (this.width || 600) - 60));
@@ -345,8 +345,10 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       return {l: px(chars("y")), r: sec ? px(chars("y3")) + 14 : 12, t: top, b: time ? 52 : 38};
     }
 
+    labelRow() { return true; } // the row for marker labels is kept (LABEL_ROW_PX); a chart that has none: false
+
     legendY() { // above the marker labels' row (in paper units of the plot's height)
-      return 1 + 16 / Math.max(80, (this.height || 260) - 80);
+      return this.labelRow() ? 1 + 16 / Math.max(80, (this.height || 260) - 80) : 1;
     }
 
     fitY(axis, traces, name, range, log) {

@@ -41,6 +41,8 @@
 
     label(name) { return name; } // items are named by their run
 
+    labelRow() { return false; } // (a comparison has no marks: no rewinds, no overlays)
+
     drawable(it) { return it.run.supports(this.ctx.view.x); }
 
     traces() {
