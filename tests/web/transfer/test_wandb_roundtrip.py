@@ -61,7 +61,9 @@ def test_the_trainers_wandb_mirror_imports_back_with_the_same_values(tmp_path, r
                         "--steps", "12", "--fresh", "--no-redis", "--metrics-jsonl", str(jsonl)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    (run_dir,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
+    runs = glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
+    assert len(runs) == 1, (runs, p.stderr[-3000:])  # (the trainer's W&B warnings say why where there is none)
+    (run_dir,) = runs
     # the trainer exiting is not W&B's service having written the log out: its exit record comes last
     wait_for(lambda: read_run(run_dir)["exit_code"] is not None, 60, "W&B to finish writing the offline run")
 
