@@ -42,7 +42,7 @@ def test_a_live_marks_change_redraws_only_the_marks_and_a_point_past_the_axes_re
     step = live_run(trainer, servers, run_id, "live marks")
     page, errors = opened(new_page, servers, run_id)
 
-    # A first labelled mark makes room above the plot for labels: a full redraw (with the live point 200).
+    # A first labelled mark (drawn into the label row kept above the plot), and the live point 200.
     page.evaluate(marks(100))
     step(200)
     wait_trace(page, LOSS, "x.includes(200)")
