@@ -140,6 +140,10 @@ def resolve_wandb_mode(mode: str | None = None) -> str:
 
 
 _STOP = object()
+# wandb.init is tried again after a failure, a moment later: a transient one lost the whole mirror (seen in CI:
+# SystemError "AST constructor recursion depth mismatch" from CPython 3.11 while another thread parsed code too).
+WANDB_INIT_TRIES = 3
+WANDB_INIT_RETRY_S = 0.5
 
 
 class WandbSink(Sink):
@@ -186,12 +190,21 @@ class WandbSink(Sink):
             log.warning("wandb sink: %s failed: %r (training continues; further errors counted)", what, e)
         self.errors += 1
 
+    def _init(self):
+        import wandb
+        settings = wandb.Settings(console="off", silent=True, x_disable_stats=True, disable_git=True, save_code=False)
+        for attempt in range(1, WANDB_INIT_TRIES + 1):
+            try:
+                return wandb.init(settings=settings, **self._init_kwargs)
+            except Exception as e:
+                if attempt == WANDB_INIT_TRIES:
+                    raise
+                log.info("wandb sink: wandb.init failed (%r); trying again", e)
+                time.sleep(WANDB_INIT_RETRY_S * attempt)
+
     def _work(self) -> None:
         try:
-            import wandb
-            settings = wandb.Settings(console="off", silent=True, x_disable_stats=True, disable_git=True,
-                                      save_code=False)
-            self.run = wandb.init(settings=settings, **self._init_kwargs)
+            self.run = self._init()
             self.run_dir = self.run.dir and str(Path(self.run.dir).parent)
         except BaseException as e:
             self._error("wandb.init", e)
