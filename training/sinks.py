@@ -149,8 +149,9 @@ WANDB_INIT_RETRY_S = 0.5
 class WandbSink(Sink):
     """Mirrors metrics to W&B from a background thread through a bounded queue; never blocks training.
 
-    wandb.init itself runs on that thread too (it starts a service process, ~0.5 s). A full queue drops the
-    record and counts it; W&B errors are logged once and counted. Steps that go backwards (after a rewind)
+    wandb.init itself runs on that thread too (it starts a service process, ~0.5 s; tried WANDB_INIT_TRIES times,
+    what is logged meanwhile queued). A full queue drops the record and counts it; W&B errors are logged once
+    and counted. Steps that go backwards (after a rewind)
     cannot be written to a W&B run and are counted in `stats()["rewound"]`. Events land in the run summary
     as `events/<name>` (W&B has no event track).
     """
