@@ -54,26 +54,57 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
             nfKinds: a.nfKinds.slice(0, k).concat(b.nfKinds, a.nfKinds.slice(l))};
   };
 
+  // A mark's shape, kept beside the mark (a source keeps an unchanged mark's object: anomalies.js) while its x and
+  // colour stay: under a detector storm a chart's marks, hundreds, are laid out again once a second with a few new,
+  // and making every shape, look and path piece anew each time was half the live view's JS garbage (the minor GCs
+  // that made its slowest updates, bench/liveview.py --heap-profile). x0, x1: axis units (x1 === x0: a line).
+  const shapeCache = new WeakMap(); // mark -> {x0, x1, color, band, look, seg, line, fill, px, pxSeg}
+  const markShape = (o, x0, x1) => {
+    const had = shapeCache.get(o);
+    if (had && had.x0 === x0 && had.x1 === x1 && had.color === o.color) return had;
+    const band = x1 !== x0, fill = o.color || "rgba(255,160,0,0.18)";
+    const line = band ? {width: 0} : {color: o.color || "#ef6c00", width: 1.5};
+    const c = {x0, x1, color: o.color, band, line, fill, px: null, pxSeg: "",
+               look: band ? "rect|below|" + fill : "line|" + line.color,
+               seg: band ? `M${x0},0H${x1}V1H${x0}Z` : `M${x0},0V1`};
+    shapeCache.set(o, c);
+    return c;
+  };
+  const shapeOf = (c) => c.band // (a Plotly shape of its own: made anew, Plotly may keep what it is given)
+    ? {type: "rect", xref: "x", yref: "paper", x0: c.x0, x1: c.x1, y0: 0, y1: 1, layer: "below", fillcolor: c.fill,
+       line: {width: 0}}
+    : {type: "line", xref: "x", yref: "paper", x0: c.x0, x1: c.x0, y0: 0, y1: 1, line: {...c.line}};
+
   // Many marks as one Plotly path shape per look (colour, width, layer): Plotly lays out and draws every shape on
   // each change, ~50 µs a shape, which hundreds of anomaly marks made the cost of every marks redraw. Each merged
-  // shape's marks (their x, axis units: x0, x1 pairs for bands, x0 for lines) are kept beside it (xsOf) for
-  // drawShapes, which draws them in pixels without parsing the path string again.
-  const xsOf = new WeakMap(); // merged path shape -> {rects, xs: its marks' x}
-  const merged = (marks) => {
+  // shape's marks (markShape's, x in axis units) are kept beside it (marksOf) for drawShapes, which draws them in
+  // pixels without parsing the path string again.
+  const marksOf = new WeakMap(); // merged path shape -> {rects, marks}
+  const merged = (cached) => {
     const byLook = new Map();
-    for (const m of marks) {
-      const ln = m.line || {}, look = [m.type, m.layer, m.fillcolor, ln.color, ln.width, ln.dash].join("|");
-      let s = byLook.get(look);
+    for (const c of cached) {
+      let s = byLook.get(c.look);
       if (!s) {
-        s = {type: "path", xref: "x", yref: "paper", path: "", line: m.line, ...(m.type === "rect"
-          ? {fillcolor: m.fillcolor, layer: m.layer} : {})};
-        byLook.set(look, s);
-        xsOf.set(s, {rects: m.type === "rect", xs: []});
+        s = {type: "path", xref: "x", yref: "paper", path: "", line: {...c.line},
+             ...(c.band ? {fillcolor: c.fill, layer: "below"} : {})};
+        byLook.set(c.look, s);
+        marksOf.set(s, {rects: c.band, marks: []});
       }
-      s.path += m.type === "rect" ? `M${m.x0},0H${m.x1}V1H${m.x0}Z` : `M${m.x0},0V1`;
-      if (m.type === "rect") xsOf.get(s).xs.push(m.x0, m.x1); else xsOf.get(s).xs.push(m.x0);
+      s.path += c.seg;
+      marksOf.get(s).marks.push(c);
     }
     return [...byLook.values()];
+  };
+
+  // A label group's hover text, kept while the group holds the same marks (a storm's groups are hundreds of marks
+  // long: their texts, made anew at each marks redraw, were garbage too).
+  const hovers = new WeakMap(); // a group's first mark -> {marks, text}
+  const groupHover = (g) => {
+    const had = hovers.get(g[0]);
+    if (had && had.marks.length === g.length && had.marks.every((o, i) => o === g[i])) return had.text;
+    const text = Obs.groupHover(g);
+    hovers.set(g[0], {marks: g, text});
+    return text;
   };
 
   class LineChart {
@@ -163,6 +194,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (Obs.downloadMenu) Obs.downloadMenu(this, q(".chart-tools")); // (downloads.js)
       this.plot = q(".plot");
       this.plot.id = "chart-" + slug;
+      this.els = {note: q(".note"), log: q(".log"), table: q(".table-alt")}; // (written or read at every redraw)
       parent.appendChild(box);
     }
 
@@ -407,18 +439,14 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       // a rewind's label (centred on its line) folds with close command and anomaly labels too
       const folding = rw.map((r, i) => ({id: "rewind-" + i, x0: r.to_step, textColor: t.muted, anchor: "center",
                                          label: r.label || `↺ ${r.from_step}→${r.to_step}`, collapse: true}));
-      const markShapes = [];
+      const cached = [];
       for (const o of Obs.overlaysFor(this)) {
-        const band = o.x1 !== undefined && o.x1 !== o.x0;
-        markShapes.push(band
-          ? {type: "rect", xref: "x", yref: "paper", x0: x(o.x0), x1: x(o.x1), y0: 0, y1: 1, layer: "below",
-             fillcolor: o.color || "rgba(255,160,0,0.18)", line: {width: 0}}
-          : {type: "line", xref: "x", yref: "paper", x0: x(o.x0), x1: x(o.x0), y0: 0, y1: 1,
-             line: {color: o.color || "#ef6c00", width: 1.5}});
+        const x0 = x(o.x0);
+        cached.push(markShape(o, x0, o.x1 !== undefined && o.x1 !== o.x0 ? x(o.x1) : x0));
         if (o.label && o.collapse) folding.push(o);
         else if (o.label) lay.annotations.push(this.markLabel(x, [o]));
       }
-      lay.shapes.push(...(markShapes.length > MERGE_MARKS && xa.mode !== "time" ? merged(markShapes) : markShapes));
+      lay.shapes.push(...(cached.length > MERGE_MARKS && xa.mode !== "time" ? merged(cached) : cached.map(shapeOf)));
       // close labels fold into one at this zoom (a click on it zooms in on them; its hover lists them all)
       const px = this.pixels(lay, traces);
       this.groups = new Map();
@@ -512,8 +540,15 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         out[i] = g;
       }
       this.labelEls = kept;
-      const moved = out.length !== svg.childNodes.length || out.some((g, i) => svg.childNodes[i] !== g);
-      if (moved) svg.replaceChildren(...out);
+      // Into the layer in order, with the fewest moves: labels that went leave it, then each label not already next
+      // goes in before the next one kept (replacing them all put every label in anew, each styled and laid out
+      // again, at every marks redraw that came with a new label: once a second under a storm).
+      const wanted = new Set(out);
+      for (const g of [...svg.childNodes]) if (!wanted.has(g)) g.remove();
+      let next = svg.firstChild;
+      for (const g of out) {
+        if (g === next) next = next.nextSibling; else svg.insertBefore(g, next);
+      }
       if (!this.ownLabels) { this.ownLabels = true; gd.classList.add("obs-own-labels"); }
     }
 
@@ -572,14 +607,19 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         for (const [k, v] of [["x", z.l], ["y", z.t], ["width", z.w], ["height", z.h]]) Obs.putAttr(inner, k, v);
         return inner;
       };
-      const y0 = py(0), y1 = py(1), mergedPath = (sh) => { // (the page's path shapes are merged()'s)
-        const {rects, xs} = xsOf.get(sh), out = [];
-        if (rects) {
-          for (let i = 0; i < xs.length; i += 2) out.push(`M${px(xs[i])},${y0}H${px(xs[i + 1])}V${y1}H${px(xs[i])}Z`);
-        } else {
-          for (const x of xs) out.push(`M${px(x)},${y0}V${y1}`);
+      // (a mark's piece in pixels is kept beside it while the axes draw it at the same place: xa's scale and offset)
+      const y0 = py(0), y1 = py(1), at = [xa.type, xa._m, xa._b, y0, y1].join();
+      const mergedPath = (sh) => { // (the page's path shapes are merged()'s)
+        const {rects, marks} = marksOf.get(sh);
+        let d = "";
+        for (const c of marks) {
+          if (c.px !== at) {
+            c.px = at;
+            c.pxSeg = rects ? `M${px(c.x0)},${y0}H${px(c.x1)}V${y1}H${px(c.x0)}Z` : `M${px(c.x0)},${y0}V${y1}`;
+          }
+          d += c.pxSeg;
         }
-        return out.join("");
+        return d;
       };
       const below = [], above = [];
       for (const sh of shapes) {
@@ -619,7 +659,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       const o = g[0], many = g.length > 1;
       return {xref: "x", yref: "paper", x: x(o.x0), y: 1, yanchor: "bottom", xanchor: o.anchor || "left",
               showarrow: false, font: {size: 9, color: o.textColor || "#8d4a00"}, text: Obs.groupLabel(g),
-              hovertext: many || o.hover ? Obs.groupHover(g) : undefined, captureevents: many || !!o.onClick,
+              hovertext: many || o.hover ? groupHover(g) : undefined, captureevents: many || !!o.onClick,
               overlayId: many ? this.groupId(g) : o.id};
     }
 
@@ -712,9 +752,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.items.forEach((it) => { it.pending = null; });
       if (drew) Obs.toolbarA11y(this.plot, "Chart tools: " + this.title); // (Plotly's mode bar, made anew)
       this.note();
-      if (Obs.downloadLinks) Obs.downloadLinks(this);
+      if (Obs.downloadLinks && drew) Obs.downloadLinks(this); // (what it links to changes with a full redraw only)
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
-      if (this.box.querySelector(".table-alt").open && now - (this.tableAt || 0) > 1000) this.renderTable();
+      if (this.els.table.open && now - (this.tableAt || 0) > 1000) this.renderTable();
     }
 
     bind() { // the plot's own events, once Plotly has made it
@@ -852,11 +892,11 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (!parts.length && busy && (waiting || empty)) parts.push(busy);
       else if (!parts.length && waiting) parts.push("waiting for the run to publish it");
       else if (!parts.length && empty) parts.push("no data yet");
-      const el = this.box.querySelector(".note");
+      const el = this.els.note;
       Obs.put(el, parts.join(" · "));
       const bad = nf > 0 || this.oobTotal > 0;
       if (el.classList.contains("bad") !== bad) el.classList.toggle("bad", bad);
-      Obs.putAttr(this.box.querySelector(".log"), "aria-pressed", this.ctx.view.log.has(this.id));
+      Obs.putAttr(this.els.log, "aria-pressed", this.ctx.view.log.has(this.id));
     }
 
     renderTable() {

@@ -336,26 +336,32 @@ window.Obs = window.Obs || {};
   // at `charPx` a character, or the group's "+N" label's). px(step): the mark's x in pixels at the current zoom.
   // A mark with anchor "center" has its label centred on it.
   Obs.labelGroups = (marks, px, charPx) => {
-    const span = (o, text) => { // [left, right] of a label in pixels
-      const w = text.length * charPx + 8, at = px(o.x0);
-      return o.anchor === "center" ? [at - w / 2, at + w / 2] : [at, at + w];
+    const left = (o, chars) => { // a label's left edge in pixels (its width: chars * charPx + 8)
+      const at = px(o.x0);
+      return o.anchor === "center" ? at - (chars * charPx + 8) / 2 : at;
     };
-    const sorted = marks.map((o) => ({o, at: span(o, String(o.label))})).filter((m) => Number.isFinite(m.at[0]))
-      .sort((a, b) => a.at[0] - b.at[0]);
+    const sorted = marks.map((o) => {
+      const chars = String(o.label).length;
+      return {o, left: left(o, chars), chars};
+    }).filter((m) => Number.isFinite(m.left)).sort((a, b) => a.left - b.left);
     const groups = [];
     let cur = null;
     for (const m of sorted) {
-      if (cur && m.at[0] < cur.end) {
+      if (cur && m.left < cur.end) {
         cur.marks.push(m.o);
-        cur.end = Math.max(cur.end, span(cur.marks[0], Obs.groupLabel(cur.marks))[1]); // (the label drawn)
+        const chars = groupLabelLength(cur.marks, cur.chars); // (the label drawn: its length, not the text)
+        cur.end = Math.max(cur.end, left(cur.marks[0], chars) + chars * charPx + 8);
       } else {
-        cur = {marks: [m.o], end: m.at[1]};
+        cur = {marks: [m.o], end: m.left + m.chars * charPx + 8, chars: m.chars};
         groups.push(cur);
       }
     }
     return groups.map((g) => g.marks);
   };
   // One label for a group: the first mark's, shortened, and how many more; its hover text lists every mark in full.
+  // groupLabelLength: its length, from the first label's (`first` characters), without making it.
+  const groupLabelLength = (marks, first) => marks.length === 1 ? first
+    : Math.min(first, 14) + 2 + String(marks.length - 1).length;
   Obs.groupLabel = (marks) => {
     if (marks.length === 1) return String(marks[0].label);
     const first = String(marks[0].label);
