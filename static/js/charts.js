@@ -56,8 +56,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
 
   // A mark's shape, kept beside the mark (a source keeps an unchanged mark's object: anomalies.js) while its x and
   // colour stay: under a detector storm a chart's marks, hundreds, are laid out again once a second with a few new,
-  // and making every shape, look and path piece anew each time was half the live view's JS garbage (the minor GCs
-  // that made its slowest updates, bench/liveview.py --heap-profile). x0, x1: axis units (x1 === x0: a line).
+  // and making every shape, look and path piece anew each time was half the live view's JS garbage (and half its
+  // minor GCs, bench/liveview.py --heap-profile). x0, x1: axis units (x1 === x0: a line).
   const shapeCache = new WeakMap(); // mark -> {x0, x1, color, band, look, seg, line, fill, px, pxSeg}
   const markShape = (o, x0, x1) => {
     const had = shapeCache.get(o);
@@ -96,8 +96,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     return [...byLook.values()];
   };
 
-  // A label group's hover text, kept while the group holds the same marks (a storm's groups are hundreds of marks
-  // long: their texts, made anew at each marks redraw, were garbage too).
+  // A label group's hover text, kept while the group holds the same marks (a storm's groups run to hundreds of
+  // marks: their texts, made anew at each marks redraw, were garbage too).
   const hovers = new WeakMap(); // a group's first mark -> {marks, text}
   const groupHover = (g) => {
     const had = hovers.get(g[0]);

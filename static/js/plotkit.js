@@ -336,9 +336,10 @@ window.Obs = window.Obs || {};
   // at `charPx` a character, or the group's "+N" label's). px(step): the mark's x in pixels at the current zoom.
   // A mark with anchor "center" has its label centred on it.
   Obs.labelGroups = (marks, px, charPx) => {
-    const left = (o, chars) => { // a label's left edge in pixels (its width: chars * charPx + 8)
+    const width = (chars) => chars * charPx + 8; // a label's width in pixels, from its length
+    const left = (o, chars) => { // its left edge
       const at = px(o.x0);
-      return o.anchor === "center" ? at - (chars * charPx + 8) / 2 : at;
+      return o.anchor === "center" ? at - width(chars) / 2 : at;
     };
     const sorted = marks.map((o) => {
       const chars = String(o.label).length;
@@ -350,22 +351,24 @@ window.Obs = window.Obs || {};
       if (cur && m.left < cur.end) {
         cur.marks.push(m.o);
         const chars = groupLabelLength(cur.marks, cur.chars); // (the label drawn: its length, not the text)
-        cur.end = Math.max(cur.end, left(cur.marks[0], chars) + chars * charPx + 8);
+        cur.end = Math.max(cur.end, left(cur.marks[0], chars) + width(chars));
       } else {
-        cur = {marks: [m.o], end: m.left + m.chars * charPx + 8, chars: m.chars};
+        cur = {marks: [m.o], end: m.left + width(m.chars), chars: m.chars};
         groups.push(cur);
       }
     }
     return groups.map((g) => g.marks);
   };
-  // One label for a group: the first mark's, shortened, and how many more; its hover text lists every mark in full.
-  // groupLabelLength: its length, from the first label's (`first` characters), without making it.
+  // One label for a group: the first mark's, shortened to GROUP_FIRST_CHARS, and how many more; its hover text lists
+  // every mark in full. groupLabelLength: its length, from the first label's (`first` characters), without making it.
+  const GROUP_FIRST_CHARS = 14;
   const groupLabelLength = (marks, first) => marks.length === 1 ? first
-    : Math.min(first, 14) + 2 + String(marks.length - 1).length;
+    : Math.min(first, GROUP_FIRST_CHARS) + ` +${marks.length - 1}`.length;
   Obs.groupLabel = (marks) => {
     if (marks.length === 1) return String(marks[0].label);
     const first = String(marks[0].label);
-    return (first.length > 14 ? first.slice(0, 13) + "…" : first) + ` +${marks.length - 1}`;
+    return (first.length > GROUP_FIRST_CHARS ? first.slice(0, GROUP_FIRST_CHARS - 1) + "…" : first) +
+      ` +${marks.length - 1}`;
   };
   const hoverSafe = (s) => String(s).replace(/[<>&]/g, " "); // Plotly reads tags in hover text
   Obs.groupHover = (marks) => marks.flatMap((o) => [].concat(o.hover || o.label)).map(hoverSafe).join("<br>");
