@@ -36,7 +36,10 @@ window.Obs.toast = window.Obs.toast || (() => {
     clearTimeout(t.obsTimer);
     const cls = "toast toast-" + (level || "info");
     if (t.className !== cls) t.className = cls;
-    if (t.textContent !== text) t.textContent = text;
+    if (t.textContent !== text) { // (its text node rewritten in place: no new node to style and lay out)
+      const node = t.firstChild;
+      if (node && node === t.lastChild && node.nodeType === Node.TEXT_NODE) node.data = text; else t.textContent = text;
+    }
     t.obsTimer = setTimeout(() => { t.remove(); if (keyed.get(key) === t) keyed.delete(key); }, TOAST_MS);
     return t;
   };

@@ -53,6 +53,21 @@ def test_new_anomalies_are_one_notice_that_counts_them(trainer, servers, new_pag
     assert int(told[2]) <= min(curves.SPIKES)
     assert re.search(r"(^|, )loss spike ×\d+", told[3]), "counted by kind"
     assert "toast-critical" in notices.first.get_attribute("class")
+    # The notices' column is a box of the viewport's height (laid out on its own: observatory.css): the notice sits
+    # at its foot, inside the viewport, whole, and a click on the column's empty part reaches the page under it.
+    for width, height in ((1000, 700), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        box = page.evaluate("""() => {
+          const col = document.getElementById('toasts').getBoundingClientRect();
+          const t = document.querySelector('#toasts .toast'), r = t.getBoundingClientRect();
+          const under = document.elementFromPoint(col.left + col.width / 2, col.top + 20);
+          return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, whole: t.scrollWidth <= t.clientWidth,
+                  colBottom: col.bottom, under: under && (under.closest('#toasts') ? 'toasts' : 'page')};
+        }""")
+        assert 0 <= box["left"] and box["right"] <= width and 0 <= box["top"] and box["bottom"] <= height, box
+        assert box["whole"] and box["colBottom"] - box["bottom"] < 20, box
+        assert box["under"] == "page", box
+    page.set_viewport_size({"width": 1000, "height": 700})
     assert errors == []
     if os.environ.get("OBS_SCREENSHOT_DIR"):  # (to look at: the notice over the page, desktop and phone)
         page.screenshot(path=os.path.join(os.environ["OBS_SCREENSHOT_DIR"], "anomaly-notice.png"))
