@@ -151,9 +151,8 @@ class WandbSink(Sink):
 
     wandb.init itself runs on that thread too (it starts a service process, ~0.5 s; tried WANDB_INIT_TRIES times,
     what is logged meanwhile queued). A full queue drops the record and counts it; W&B errors are logged once
-    and counted. Steps that go backwards (after a rewind)
-    cannot be written to a W&B run and are counted in `stats()["rewound"]`. Events land in the run summary
-    as `events/<name>` (W&B has no event track).
+    and counted. Steps that go backwards (after a rewind) cannot be written to a W&B run and are counted in
+    `stats()["rewound"]`. Events land in the run summary as `events/<name>` (W&B has no event track).
     """
 
     def __init__(self, project: str, run_id: str, config: Mapping[str, Any] | None = None,
