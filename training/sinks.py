@@ -140,8 +140,7 @@ def resolve_wandb_mode(mode: str | None = None) -> str:
 
 
 _STOP = object()
-# wandb.init is tried again after a failure, a moment later: a transient one lost the whole mirror (seen in CI:
-# SystemError "AST constructor recursion depth mismatch" from CPython 3.11 while another thread parsed code too).
+# wandb.init is tried again after a failure, a moment later: a transient one lost the whole mirror.
 WANDB_INIT_TRIES = 3
 WANDB_INIT_RETRY_S = 0.5
 
@@ -149,8 +148,11 @@ WANDB_INIT_RETRY_S = 0.5
 class WandbSink(Sink):
     """Mirrors metrics to W&B from a background thread through a bounded queue; never blocks training.
 
-    wandb.init itself runs on that thread too (it starts a service process, ~0.5 s; tried WANDB_INIT_TRIES times,
-    what is logged meanwhile queued). A full queue drops the record and counts it; W&B errors are logged once
+    wandb is imported and its settings made on the caller's thread (~0.5 s, at start-up): W&B's settings model
+    parses its own source as it is built (pydantic's attribute docstrings), and CPython 3.11's AST constructor is
+    not safe beside another thread doing the same (SystemError "AST constructor recursion depth mismatch", which
+    lost the whole mirror in CI with the import on the sink's thread). wandb.init runs on that thread (it starts a
+    service process, ~0.5 s; tried WANDB_INIT_TRIES times, what is logged meanwhile queued). A full queue drops the record and counts it; W&B errors are logged once
     and counted. Steps that go backwards (after a rewind) cannot be written to a W&B run and are counted in
     `stats()["rewound"]`. Events land in the run summary as `events/<name>` (W&B has no event track).
     """
@@ -167,6 +169,13 @@ class WandbSink(Sink):
         self.run = None
         self.run_dir: str | None = None
         self._last_step = -1
+        self._settings = self._setup_error = None
+        try:
+            import wandb
+            self._settings = wandb.Settings(console="off", silent=True, x_disable_stats=True, disable_git=True,
+                                            save_code=False)
+        except Exception as e:  # (reported from the sink's thread, as wandb.init's failures are)
+            self._setup_error = e
         self._thread = threading.Thread(target=self._work, name="wandb-sink", daemon=True)
         self._thread.start()
 
@@ -191,11 +200,12 @@ class WandbSink(Sink):
         self.errors += 1
 
     def _init(self):
+        if self._setup_error is not None:
+            raise self._setup_error
         import wandb
-        settings = wandb.Settings(console="off", silent=True, x_disable_stats=True, disable_git=True, save_code=False)
         for attempt in range(1, WANDB_INIT_TRIES + 1):
             try:
-                return wandb.init(settings=settings, **self._init_kwargs)
+                return wandb.init(settings=self._settings, **self._init_kwargs)
             except Exception as e:
                 if attempt == WANDB_INIT_TRIES:
                     raise
