@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from tests.support import wait_for
 from training.sinks import CompositeSink, JsonlSink, Sink, WandbSink, resolve_wandb_mode
 from webapp.transfer.wandb_file import WandbReadError, read_run
 
@@ -89,6 +90,7 @@ def test_wandb_offline_mirror_is_read_back_with_the_same_values(wandb_env):
     assert sink.stats()["logged"] == 200 and sink.stats()["rewound"] == 1 and sink.stats()["errors"] == 0
     files = glob.glob(str(wandb_env / "wandb" / "offline-run-*" / "run-*.wandb"))
     assert len(files) == 1
+    wait_for(lambda: read_run(os.path.dirname(files[0]))["exit_code"] is not None, 60, "W&B to write the run out")
     run = read_run(os.path.dirname(files[0]))
     assert run["run_id"] == "run-abc" and run["name"] == "demo" and run["project"] == "observatory"
     assert run["config"] == {"model": {"d": 64}, "lr": 3e-3} and run["skipped"] == []
@@ -169,4 +171,6 @@ def test_a_failed_wandb_init_is_tried_again_and_the_mirror_written(wandb_env, mo
     assert len(calls) == 2
     assert sink.stats()["errors"] == 0 and sink.stats()["logged"] == 5
     (run_dir,) = glob.glob(str(wandb_env / "wandb" / "offline-run-*"))
+    # (the sink finished is not W&B's service having written the log out: its exit record comes last)
+    wait_for(lambda: read_run(run_dir)["exit_code"] is not None, 60, "W&B to finish writing the offline run")
     assert [r["x"] for r in read_run(run_dir)["history"]] == [0.0, 1.0, 2.0, 3.0, 4.0]
