@@ -152,9 +152,10 @@ class WandbSink(Sink):
     parses its own source as it is built (pydantic's attribute docstrings), and CPython 3.11's AST constructor is
     not safe beside another thread doing the same (SystemError "AST constructor recursion depth mismatch", which
     lost the whole mirror in CI with the import on the sink's thread). wandb.init runs on that thread (it starts a
-    service process, ~0.5 s; tried WANDB_INIT_TRIES times, what is logged meanwhile queued). A full queue drops the record and counts it; W&B errors are logged once
-    and counted. Steps that go backwards (after a rewind) cannot be written to a W&B run and are counted in
-    `stats()["rewound"]`. Events land in the run summary as `events/<name>` (W&B has no event track).
+    service process, ~0.5 s; tried WANDB_INIT_TRIES times, what is logged meanwhile queued). A full queue drops the
+    record and counts it; W&B errors are logged once and counted. Steps that go backwards (after a rewind) cannot be
+    written to a W&B run and are counted in `stats()["rewound"]`. Events land in the run summary as `events/<name>`
+    (W&B has no event track).
     """
 
     def __init__(self, project: str, run_id: str, config: Mapping[str, Any] | None = None,

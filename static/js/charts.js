@@ -900,7 +900,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     }
 
     renderTable() {
-      const det = this.box.querySelector(".table-alt");
+      const det = this.els.table;
       if (!det.open) return;
       this.tableAt = performance.now();
       const range = this.ctx.view.range;

@@ -111,7 +111,7 @@
     }
 
     renderTable() { // one column per run; a zoomed view keeps each run's steps inside the shared x range
-      const det = this.box.querySelector(".table-alt");
+      const det = this.els.table;
       if (!det.open) return;
       this.tableAt = performance.now();
       const range = this.ctx.view.range;
@@ -130,7 +130,7 @@
       if (this.offAxis.length) extra.push(`no ${AXIS_WORD[this.ctx.view.x]}: ${this.offAxis.join(", ")}`);
       if (this.ctx.view.logx && this.ctx.view.x === "step") extra.push("step 0 is off the log axis");
       if (!extra.length) return;
-      const el = this.box.querySelector(".note");
+      const el = this.els.note;
       const text = [el.textContent, ...extra].filter(Boolean).join(" · ");
       if (el.textContent !== text) el.textContent = text;
     }
