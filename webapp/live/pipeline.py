@@ -1,5 +1,6 @@
 """Ingest wired to live pushes, what `manage.py ingest` (webapp.metrics) runs: every batch metrics' Ingestor
-commits becomes coalesced pushes to the browsers watching its run (at most one per run per interval), after later
+commits becomes coalesced entries of its run's live log (at most one per run per interval; webapp.live.livelog, which
+the hub and the relay read: ingest never calls the push tier), after later
 apps' hooks (metrics.changes.on_commit_hooks, timers: anomaly detection) have seen it and pushed their frames.
 Entries are XACKed only once their run's changes were pushed: an ingest killed in between leaves them pending, and
 the ingest that takes its streams over replays and pushes them, so a live viewer misses nothing."""
@@ -100,7 +101,7 @@ class IngestProcess:
     through a LivePublisher, its counters left in Redis for /metrics (webapp.live.reporting)."""
 
     def __init__(self, client: redis.Redis, *, consumer: str, batch: int, interval: float, lease_ms: int):
-        self.publisher = LivePublisher()
+        self.publisher = LivePublisher(client)
         self.live = LiveIngest(client, self.publisher.send, consumer=consumer, batch=batch, interval=interval,
                                lease_ms=lease_ms)
         self.reporter = StatsReporter(client, consumer)

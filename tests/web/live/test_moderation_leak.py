@@ -19,6 +19,7 @@ from websockets.sync.client import connect
 from observatory.streams.nchan import NchanPublisher
 from tests.support import wait_for
 from webapp.asgi import application
+from webapp.live.livelog import log_key, seq_of
 from webapp.live.relay import Relay
 
 from ..accounts.conftest import _fresh_rate_limits, personas  # noqa: F401  (fixtures)
@@ -60,13 +61,15 @@ def _read_nchan(url: str, sentinel: int, *, meta: bool, header: bool = False) ->
     return texts
 
 
-async def _read_hub(write_sentinel) -> list[str]:
-    """What an anonymous hub socket gets when it resumes from the start (events from 0), up to the frame about an
-    annotation written once it has joined."""
+async def _read_hub(write_sentinel, after_seq: int) -> list[str]:
+    """What an anonymous hub socket gets when it resumes from the start of the run's live log, up to the frame about
+    an annotation written once it has joined."""
     comm = WebsocketCommunicator(application, f"/ws/runs/{RUN}/", headers=ORIGIN)
     assert (await comm.connect(timeout=5))[0]
     texts = [await comm.receive_from(timeout=5)]
-    await comm.send_json_to({"type": "resume", "after_event": 0})
+    await comm.send_json_to({"type": "resume", "after_seq": after_seq, "after_event": 0})
+    texts.append(await comm.receive_from(timeout=5))  # the log's entries after after_seq: all it holds
+    assert len(_frames(texts[-1])) >= 5 and all(f["type"] == "annotation" for f in _frames(texts[-1])), texts[-1]
     sentinel = await database_sync_to_async(write_sentinel)()
     while not any(_about(f, sentinel) for f in _frames(texts[-1])):
         texts.append(await comm.receive_from(timeout=10))
@@ -99,6 +102,7 @@ def test_a_hidden_or_deleted_annotation_is_unreadable_on_every_live_channel(run,
     from django.test import Client
     assert Client().get(f"/api/annotations/{hidden['id']}/").status_code == 404
 
+    first = seq_of(redis_client.xrange(log_key(RUN), count=1)[0][0])
     base = f"ws://127.0.0.1:{nchan.port}/live/runs/{RUN}/"
     channels = {
         "full, last_event_id, ws+meta.nchan": lambda: _read_nchan(base, sentinel, meta=True),
@@ -106,7 +110,7 @@ def test_a_hidden_or_deleted_annotation_is_unreadable_on_every_live_channel(run,
         "full, last_event_id": lambda: _read_nchan(base, sentinel, meta=False),
         "full, Last-Event-ID header": lambda: _read_nchan(base, sentinel, meta=True, header=True),
         "hub, resume from the start": lambda: asyncio.run(_read_hub(
-            lambda: create(member, title="another", body="nothing secret").json()["id"])),
+            lambda: create(member, title="another", body="nothing secret").json()["id"], first - 1)),
     }
     for channel, read in channels.items():
         texts = read()
