@@ -39,15 +39,31 @@ class LivePublisher:
         """Nothing is held back: every send was appended before it returned."""
 
 
-class LiveBuffer:
-    """Coalesces changes per run; flush_due() pushes each run at most once per `interval` seconds."""
+SUMMARY_HOLD_S = 1.0  # changes that are only the run's summary (a heartbeat) wait this long for the next step's
 
-    def __init__(self, send, interval: float = 0.1):
+
+def _summary_only(ch: RunChanges) -> bool:
+    return not (ch.points or ch.rewinds or ch.events or ch.new_series)
+
+
+class LiveBuffer:
+    """Coalesces changes per run; flush_due() pushes each run at most once per `interval` seconds, and changes that
+    are only the run's summary (a heartbeat between two steps) at most SUMMARY_HOLD_S late, with the next step's
+    points when they come sooner: one entry, so one message per viewer per step."""
+
+    def __init__(self, send, interval: float = 0.1, summary_hold: float = SUMMARY_HOLD_S):
         self.send = send  # callable(run_id, *payloads)
-        self.interval = interval
+        self.interval, self.summary_hold = interval, summary_hold
         self.pending: dict[str, RunChanges] = {}
+        self.since: dict[str, float] = {}  # run id -> when its pending changes began
         self.last_push: dict[str, float] = {}
         self.pushes = 0
+
+    def _due_at(self, run_id: str) -> float:
+        at = self.last_push.get(run_id, -1e9) + self.interval
+        if _summary_only(self.pending[run_id]):
+            at = max(at, self.since.get(run_id, -1e9) + self.summary_hold)
+        return at
 
     def add(self, changes: dict[str, RunChanges]) -> None:
         """One committed batch's changes, {run id: RunChanges} (an Ingestor's on_changes)."""
@@ -58,16 +74,17 @@ class LiveBuffer:
                 self.pending[run_id].merge(ch)
             else:
                 self.pending[run_id] = ch
+                self.since[run_id] = time.monotonic()
 
     def next_due_in(self, now: float | None = None) -> float | None:
         if not self.pending:
             return None
         now = time.monotonic() if now is None else now
-        return max(0.0, min(self.last_push.get(r, -1e9) + self.interval - now for r in self.pending))
+        return max(0.0, min(self._due_at(r) - now for r in self.pending))
 
     def flush_due(self, now: float | None = None, force: bool = False) -> int:
         now = time.monotonic() if now is None else now
-        due = [r for r in self.pending if force or now - self.last_push.get(r, -1e9) >= self.interval]
+        due = [r for r in self.pending if force or now >= self._due_at(r)]
         return self.flush_runs(due, now)
 
     def flush_runs(self, run_ids, now: float | None = None) -> int:
@@ -78,6 +95,7 @@ class LiveBuffer:
         """The run's pending changes now, whatever the interval, and feature frames about them after them in the same
         message (the frames alone when nothing is pending); whether changes were pushed."""
         changes = self.pending.pop(run_id, None)
+        self.since.pop(run_id, None)
         if changes is None:
             if frames:
                 self.send(run_id, *frames)

@@ -53,3 +53,24 @@ def test_a_log_redis_lost_starts_again_above_every_number_it_gave(redis_client, 
 def test_an_empty_entry_is_refused(redis_client, run_id):
     with pytest.raises(ValueError, match="at least one frame"):
         livelog.LiveLog(redis_client).append(run_id, [])
+
+
+def test_a_heartbeat_between_two_steps_rides_in_the_next_steps_entry():
+    """At most one entry (one message per viewer) per step: changes that are only the run's summary wait up to
+    SUMMARY_HOLD_S for the next step's points, and go alone only when none come."""
+    from webapp.live.push import LiveBuffer
+    from webapp.metrics.changes import RunChanges
+
+    sent = []
+    buf = LiveBuffer(lambda run, *bodies: sent.append((run, bodies)), interval=0.1, summary_hold=1.0)
+    buf.add({"r": RunChanges(run={"last_step": 1})})
+    t = buf.since["r"]
+    assert buf.flush_due(now=t + 0.5) == 0 and sent == []  # a heartbeat alone: held
+    points = RunChanges(run={"last_step": 2})
+    points.add_point("loss", 2, 0.5, 0)
+    buf.add({"r": points})
+    assert buf.flush_due(now=t + 0.6) == 1
+    assert len(sent) == 1 and sent[0][1][0]["series"]["loss"]["steps"] == [2]
+    buf.add({"r": RunChanges(run={"last_step": 2})})
+    assert buf.next_due_in(now=buf.since["r"]) == 1.0
+    assert buf.flush_due(now=buf.since["r"] + 1.0) == 1 and sent[-1][1][0]["run"] == {"last_step": 2}
