@@ -4,17 +4,17 @@
     .venv/bin/python bench/latency.py --tier nchan --others 1000     # through the push tier, 1,000 others watching
 
 The real chain — `observatory.streams.Publisher` (the trainer's) → Redis stream → `manage.py ingest`
-(subprocess) → channel layer → the web server (subprocess; uvicorn as `make run` starts it, or daphne) → a real
+(subprocess) → the run's live log → the web server (subprocess; uvicorn as `make run` starts it, or daphne) → a real
 Chromium page on the run's dashboard (Playwright). Each step carries the demo trainer's full metric width
 (~240 series, bench/fanout.py's names) unless `--width 2` (loss and LR only). The page's WebSocket frames
 (coalesced batches included) are timestamped in the browser (Date.now(), same host clock as the publisher), and
 each step's latency is (arrival of the step in the page) − (time `Publisher.metrics` was called for it);
 `path` names the chain measured. The part of the delay before the page, per tier (the other tier's keys are absent,
-not null): hub: `ingest_*` up to ingest's push (a listener on the run's channel-layer group); `relay_mean_ms` (ingest's
+not null): hub: `ingest_*` up to ingest's append (a reader of the run's live log); `relay_mean_ms` (ingest's
 push → the web process's fan-out) and `publish_to_fanout_mean_ms` from the web server's /metrics histograms.
-`--tier nchan`: the page through nginx + nchan with the relay feeding it, as `make run` starts them (its live path
-skips ingest and the web process): `push_*` up to a socket of the bench's own on the page's channel (publish → relay
-→ nchan → a socket, the push tier's share). `--others K`: K other viewers of the run on the same path meanwhile
+`--tier nchan`: the page through nginx + nchan with the relay feeding it from the live log, as `make run` starts
+them (no web process in its live path): `push_*` up to a socket of the bench's own on the page's channel
+(publish → ingest → live log → relay → nchan → a socket, the push tier's share). `--others K`: K other viewers of the run on the same path meanwhile
 (bench/viewers.c), with their own delays (`others_*`) and each step's first arrival at any of them (`first_socket_*`).
 Uses Redis db 14 and a throw-away SQLite file, so it never touches a developer's runs.
 """
@@ -66,8 +66,8 @@ Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
 
 
 SCRAPE_TOKEN = "latency-bench-scrape"  # /metrics answers operators and this token only
-PATHS = {"hub": "publish -> Redis -> ingest -> channel layer -> web hub -> page",
-         "nchan": "publish -> Redis -> relay -> nchan -> page"}
+PATHS = {"hub": "publish -> Redis -> ingest -> live log -> web hub -> page",
+         "nchan": "publish -> Redis -> ingest -> live log -> relay -> nchan -> page"}
 
 
 class NchanTap(threading.Thread):
@@ -91,9 +91,10 @@ class NchanTap(threading.Thread):
                 except TimeoutError:
                     continue
                 now = time.time()
-                frame = json.loads(text.partition("\n\n")[2])  # nchan's headers, a blank line, the frame
-                for s in (frame.get("series") or {}).get(contract.M_LOSS, {}).get("steps", []):
-                    self.pushed.setdefault(s, now)
+                msg = json.loads(text.partition("\n\n")[2])  # nchan's headers, a blank line, the frame(s)
+                for frame in msg if isinstance(msg, list) else [msg]:
+                    for s in (frame.get("series") or {}).get(contract.M_LOSS, {}).get("steps", []):
+                        self.pushed.setdefault(s, now)
 
 
 def prometheus_means(url: str) -> dict[str, float]:

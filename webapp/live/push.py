@@ -51,19 +51,34 @@ class LiveBuffer:
     are only the run's summary (a heartbeat between two steps) at most SUMMARY_HOLD_S late, with the next step's
     points when they come sooner: one entry, so one message per viewer per step."""
 
-    def __init__(self, send, interval: float = 0.1, summary_hold: float = SUMMARY_HOLD_S):
+    def __init__(self, send, interval: float = 0.1, summary_hold: float = SUMMARY_HOLD_S, hold_all: bool = False):
+        """hold_all (ingest with early points): everything pending after a commit (events, new series, the
+        summary, hooks' frames) waits up to summary_hold for the next batch's points entry (take())."""
         self.send = send  # callable(run_id, *payloads)
-        self.interval, self.summary_hold = interval, summary_hold
+        self.interval, self.summary_hold, self.hold_all = interval, summary_hold, hold_all
         self.pending: dict[str, RunChanges] = {}
+        self.frames: dict[str, list[dict]] = {}  # run id -> feature frames held with its pending changes
         self.since: dict[str, float] = {}  # run id -> when its pending changes began
         self.last_push: dict[str, float] = {}
         self.pushes = 0
 
     def _due_at(self, run_id: str) -> float:
         at = self.last_push.get(run_id, -1e9) + self.interval
-        if _summary_only(self.pending[run_id]):
+        if self.hold_all or _summary_only(self.pending[run_id]):
             at = max(at, self.since.get(run_id, -1e9) + self.summary_hold)
         return at
+
+    def hold(self, run_id: str, frames: list[dict]) -> None:
+        """Feature frames (hold_all): they go with the run's next entry, at most summary_hold late."""
+        if run_id not in self.pending:
+            self.pending[run_id] = RunChanges()
+            self.since[run_id] = time.monotonic()
+        self.frames.setdefault(run_id, []).extend(frames)
+
+    def take(self, run_id: str) -> tuple[RunChanges | None, list[dict]]:
+        """Everything pending for the run (to ride in the entry about to be appended)."""
+        self.since.pop(run_id, None)
+        return self.pending.pop(run_id, None), self.frames.pop(run_id, [])
 
     def add(self, changes: dict[str, RunChanges]) -> None:
         """One committed batch's changes, {run id: RunChanges} (an Ingestor's on_changes)."""
@@ -96,11 +111,15 @@ class LiveBuffer:
         message (the frames alone when nothing is pending); whether changes were pushed."""
         changes = self.pending.pop(run_id, None)
         self.since.pop(run_id, None)
+        frames = [*self.frames.pop(run_id, []), *frames]
         if changes is None:
             if frames:
                 self.send(run_id, *frames)
             return False
         self.last_push[run_id] = time.monotonic() if now is None else now
+        if not changes and frames:
+            self.send(run_id, *frames)
+            return False
         self.send(run_id, update_body(changes), *frames)
         self.pushes += 1
         return True

@@ -15,6 +15,7 @@ from websockets.sync.client import connect
 from observatory import contract
 from observatory.streams.nchan import NchanPublisher, PushError
 from tests.web.servers import free_port, stop, wait_for, wait_port
+from webapp.live.livelog import log_key
 from webapp.live.push import LivePublisher
 from webapp.live.relay import Relay, cursor_key
 from webapp.metrics.models import Point
@@ -117,10 +118,12 @@ def relay(redis_client, nchan):
 
 @pytest.fixture
 def ingest(redis_client):
-    """Ingest as `manage.py ingest` runs it, appending every committed batch to its run's live log at once."""
+    """Ingest as `manage.py ingest` runs it: a batch's points appended to its run's live log before the SQL write,
+    what storage made (events, summary, new series) after it, every batch at once."""
     from webapp.live.pipeline import LiveIngest
 
-    return LiveIngest(redis_client, LivePublisher(redis_client).send, consumer="test-ingest", interval=0.0)
+    return LiveIngest(redis_client, LivePublisher(redis_client).send, consumer="test-ingest", interval=0.0,
+                      early_points=True)
 
 
 def relay_all(relay: Relay, ingest) -> None:
@@ -272,7 +275,7 @@ def test_a_bad_publisher_url_is_refused_with_a_clear_error(url):
         NchanPublisher(url)
 
 
-def test_metrics_report_each_relay(relay, nchan, trainer, ingest, run_id, client, settings):
+def test_metrics_report_each_relay(relay, nchan, trainer, ingest, run_id, client, settings, redis_client):
     settings.OBS_LIVE_PUSH_URL = nchan.pub_url
     settings.OBS_METRICS_TOKEN = "push-tier-scrape"
     viewers = [nchan.viewer(run_id) for _ in range(2)]
@@ -283,7 +286,8 @@ def test_metrics_report_each_relay(relay, nchan, trainer, ingest, run_id, client
     body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer push-tier-scrape").content.decode()
     name = relay.token[:12]
     assert f'observatory_push_subscribers{{relay="{name}"}} 2' in body  # the two on the full channel
-    assert f'observatory_push_frames_total{{relay="{name}"}} 1' in body
+    entries = redis_client.xlen(log_key(run_id))  # the step's points, then what storage made of it
+    assert f'observatory_push_frames_total{{relay="{name}"}} {entries}' in body
     assert f'observatory_push_relay_lag_entries{{relay="{name}"}} 0' in body
     assert f'observatory_push_delay_seconds{{quantile="0.5",relay="{name}"}}' in body
     for v in viewers:
