@@ -183,9 +183,10 @@ def run_bench(args) -> dict:
             pushpin_port, pushpin_runner, pushpin_helper = pushpin_tier.start(tmp, env, env.get("OBS_LIVE_PUSH_URL"))
             procs += pushpin_helper
             tier_procs["pushpin"] = pushpin_runner + pushpin_helper  # cpu_s counts their children (condure, zurl, ...)
-        if nchan_port or pushpin_port:
-            relay_proc = start_relay(env)
-            procs.append(relay_proc)
+        if nchan_port or pushpin_port:  # --relays N: N relays sharing the runs by leases (one holds this run)
+            relay_procs = [start_relay(env) for _ in range(args.relays)]
+            relay_proc = relay_procs[0]
+            procs += relay_procs
         procs.append(subprocess.Popen([py, "manage.py", "ingest", "--block-ms", "100"], cwd=ROOT, env=env))
         ingest_proc = procs[-1]
         web = [subprocess.Popen(server_cmd(args.server, p), cwd=ROOT, env=env) for p in ports]
@@ -222,7 +223,7 @@ def run_bench(args) -> dict:
         tap.start()
         others = {"ingest": [psutil.Process(ingest_proc.pid)], "redis": [psutil.Process(redis_proc.pid)]}
         if relay_proc is not None:
-            others["relay"] = [psutil.Process(relay_proc.pid)]
+            others["relay"] = [psutil.Process(p.pid) for p in relay_procs]
         for tier in args.tiers:
             urls = ([f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports] if tier == "hub"
                     else [f"ws://127.0.0.1:{nchan_port if tier == 'nchan' else pushpin_port}/live/runs/{run_id}/"
@@ -353,6 +354,7 @@ def main() -> int:
                     "(same publisher, same box); nchan needs nginx-light + libnginx-mod-nchan")
     ap.add_argument("--ramp", "--connect-rate", dest="ramp", type=float, default=250.0,
                     help="new connections per second, in total (0: everyone at once, a reconnect storm)")
+    ap.add_argument("--relays", type=int, default=1, help="manage.py relay processes for the push tier (leases)")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between the last connect and the window")
     ap.add_argument("--tail", type=float, default=3.0, help="seconds viewers keep listening after the window")
     ap.add_argument("--soak", action="store_true", help="also report the web tier's RSS over time")
@@ -369,6 +371,8 @@ def main() -> int:
         ap.error(f"--tier pushpin: {pushpin_tier.missing()}")
     if args.ramp < 0:
         ap.error("--connect-rate must be >= 0")
+    if args.relays < 1:
+        ap.error("--relays must be >= 1")
     if "nchan" in args.tiers and push_tier_missing():
         ap.error(f"--tier nchan: {push_tier_missing()} (apt-get install -y nginx-light libnginx-mod-nchan)")
     if args.client == "c":
