@@ -10,7 +10,8 @@ Redis' current time in microseconds (a log re-created after Redis lost it keeps 
 browser), then counts by one. Appending
 is one Redis script (one round trip, nothing else on the writer's thread: no process on the durable path waits on
 the push tier). The log keeps WINDOW entries (ten minutes at 5 steps/s): what a resume can replay; a reader that
-fell further behind gets a "gap" and refetches the window over HTTP. User-written text never enters it
+fell further behind gets a "gap" and refetches the window over HTTP. The relays count as a reader: while their
+cursor is behind, the entries after it are kept past the window, up to RELAY_HOLD_MAX. User-written text never enters it
 (webapp.annotations.live sends references)."""
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from observatory import contract
 from webapp.live.protocol import encode
 
 WINDOW = 3000  # entries kept per run: what a resume replays (ten minutes at 5 steps/s)
+RELAY_HOLD_MAX = 6000  # entries kept past WINDOW while the relays' cursor is behind (their outage: twenty minutes)
 RUNS_KEY = f"{contract.PREFIX}:live:runs"  # ZSET run id -> the time of its last append (ms): the relays' read set
 LOG_TTL_S = 7 * 86_400  # a run silent this long leaves nothing behind
 
-# KEYS: log, runs; ARGV: frames (JSON list), window, run id, ttl -> the entry's sequence number
+# KEYS: log, runs, relays' cursor; ARGV: frames (JSON list), window, run id, ttl, hold max -> the entry's number.
+# The trim counts the relays as a reader: entries after their cursor are kept (up to the hold max) past the window.
 _APPEND = """
 local last = redis.call('xrevrange', KEYS[1], '+', '-', 'COUNT', 1)
 local t = redis.call('time')
@@ -38,7 +41,13 @@ if last[1] then
 else
   seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-redis.call('xadd', KEYS[1], 'MAXLEN', ARGV[2], string.format('%d-0', seq), 'f', ARGV[1], 't', now)
+local keep = tonumber(ARGV[2])
+local cursor = redis.call('get', KEYS[3])
+if cursor then
+  local behind = seq - tonumber(string.match(cursor, '^(%d+)'))
+  if behind > keep then keep = math.min(behind, tonumber(ARGV[5])) end
+end
+redis.call('xadd', KEYS[1], 'MAXLEN', keep, string.format('%d-0', seq), 'f', ARGV[1], 't', now)
 redis.call('expire', KEYS[1], ARGV[4])
 redis.call('zadd', KEYS[2], now, ARGV[3])
 return seq
@@ -47,6 +56,11 @@ return seq
 
 def log_key(run_id: str) -> str:
     return contract.run_key(run_id, "live")
+
+
+def relay_cursor_key(run_id: str) -> str:
+    """A STRING "<seq> <nchan id, full> <nchan id, lite>": the last entry the relays published (webapp.live.relay)."""
+    return contract.run_key(run_id, "relay")
 
 
 def run_of(key: str) -> str | None:
@@ -66,8 +80,9 @@ class LiveLog:
         raises (a caller on ingest's path leaves its entries unacknowledged, so they are replayed and appended)."""
         if not frames:
             raise ValueError("an entry holds at least one frame")
-        return int(self._append(keys=[log_key(run_id), RUNS_KEY],
-                                args=[encode(frames), self.window, run_id, LOG_TTL_S]))
+        return int(self._append(keys=[log_key(run_id), RUNS_KEY, relay_cursor_key(run_id)],
+                                args=[encode(frames), self.window, run_id, LOG_TTL_S,
+                                      max(self.window, RELAY_HOLD_MAX)]))
 
 
 def seq_of(entry_id) -> int:

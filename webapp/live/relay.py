@@ -57,10 +57,7 @@ LITE_NAMES = frozenset({"train/loss", "train/cross_entropy_loss", "optim/learnin
 LITE_PREFIXES = ("train/loss/", "mixture/weight/", "train/router/layer_0/routing_hist/")
 
 
-def cursor_key(run_id: str) -> str:
-    """A STRING "<seq> <nchan id, full> <nchan id, lite>": the last entry of the run's live log the relays
-    published, and nchan's last message id on each channel after it."""
-    return contract.run_key(run_id, "relay")
+cursor_key = livelog.relay_cursor_key  # "<seq> <nchan id, full> <nchan id, lite>": the last entry published
 
 
 def lease_key(run_id: str) -> str:

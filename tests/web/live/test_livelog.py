@@ -74,3 +74,21 @@ def test_a_heartbeat_between_two_steps_rides_in_the_next_steps_entry():
     buf.add({"r": RunChanges(run={"last_step": 2})})
     assert buf.next_due_in(now=buf.since["r"]) == 1.0
     assert buf.flush_due(now=buf.since["r"] + 1.0) == 1 and sent[-1][1][0]["run"] == {"last_step": 2}
+
+
+def test_the_trim_keeps_what_the_relays_have_not_published_up_to_a_cap(redis_client, run_id, monkeypatch):
+    """The relays count as a reader: entries after their cursor stay past the window (an outage of the push tier
+    loses nothing up to RELAY_HOLD_MAX); past that cap the oldest go (the relay sends a gap frame)."""
+    monkeypatch.setattr(livelog, "RELAY_HOLD_MAX", 30)
+    log = livelog.LiveLog(redis_client, window=10)
+    first = log.append(run_id, [{"type": "x"}])
+    redis_client.set(livelog.relay_cursor_key(run_id), f"{first} - -")  # the relays published the first only
+    for _ in range(24):
+        log.append(run_id, [{"type": "x"}])
+    assert redis_client.xlen(livelog.log_key(run_id)) == 24  # 25 appended, all but the published one kept
+    for _ in range(20):
+        log.append(run_id, [{"type": "x"}])
+    assert redis_client.xlen(livelog.log_key(run_id)) == 30  # the cap
+    redis_client.delete(livelog.relay_cursor_key(run_id))  # no relay (no push tier): the window alone
+    log.append(run_id, [{"type": "x"}])
+    assert redis_client.xlen(livelog.log_key(run_id)) == 10
