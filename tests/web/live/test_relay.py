@@ -132,8 +132,16 @@ def relay_all(relay: Relay, ingest) -> None:
     relay.drain()
 
 
+def open_channels(relay: Relay, ingest, trainer) -> None:
+    """The run announces itself and the relay publishes that: nchan subscribes viewers to channels that exist only
+    (deploy/push.conf: a run the relay never published is refused). Viewers then start from FROM_START."""
+    trainer.send("run", name=trainer.run_id, config={})
+    relay_all(relay, ingest)
+
+
 def test_a_viewer_gets_every_step_in_order(relay, nchan, trainer, ingest, run_id):
-    viewer = nchan.viewer(run_id)
+    open_channels(relay, ingest, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
     for step in range(30):
         trainer.metrics(step, loss=1.0 / (step + 1), acc=step / 30)
         if step % 7 == 0:
@@ -148,7 +156,8 @@ def test_a_viewer_gets_every_step_in_order(relay, nchan, trainer, ingest, run_id
 
 
 def test_a_rewind_cuts_what_storage_does_not_keep(relay, nchan, trainer, ingest, run_id):
-    viewer = nchan.viewer(run_id)
+    open_channels(relay, ingest, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
     for step in range(10):
         trainer.metrics(step, loss=float(step))
     relay_all(relay, ingest)  # the viewer shows steps 0-9 ...
@@ -164,7 +173,8 @@ def test_a_rewind_cuts_what_storage_does_not_keep(relay, nchan, trainer, ingest,
 
 
 def test_the_lite_channel_carries_the_default_dashboards_series_and_every_rewind(relay, nchan, trainer, ingest, run_id):
-    full, lite = nchan.viewer(run_id), nchan.viewer(run_id, channel="lite")
+    open_channels(relay, ingest, trainer)
+    full, lite = nchan.viewer(run_id, FROM_START), nchan.viewer(run_id, FROM_START, channel="lite")
     for step in range(6):
         trainer.metrics_named(step, {"train/loss": 1.0, "train/loss/docs_text": 2.0, "time/step_s": 0.1})
     trainer.send("rewind", from_step=5, to_step=3)
@@ -180,7 +190,8 @@ def test_the_lite_channel_carries_the_default_dashboards_series_and_every_rewind
 
 
 def test_a_reconnect_resumes_with_no_hole_and_no_duplicate(relay, nchan, trainer, ingest, run_id):
-    viewer = nchan.viewer(run_id)
+    open_channels(relay, ingest, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
     for step in range(5):
         trainer.metrics(step, loss=float(step))
         relay_all(relay, ingest)
@@ -198,7 +209,8 @@ def test_a_reconnect_resumes_with_no_hole_and_no_duplicate(relay, nchan, trainer
 def test_a_full_width_frame_is_published(relay, nchan, trainer, ingest, run_id):
     """The demo's ~240 series in one step: ~20 KB, past nginx's in-memory body buffer (a temp file that nchan's
     worker could not write under a private var/ answered 400)."""
-    viewer = nchan.viewer(run_id)
+    open_channels(relay, ingest, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
     names = [f"train/router/layer_{i}/routing_hist/{e}" for i in range(16) for e in range(32)]
     trainer.metrics_named(0, {n: 0.123456789 for n in names})
     relay_all(relay, ingest)
@@ -208,6 +220,7 @@ def test_a_full_width_frame_is_published(relay, nchan, trainer, ingest, run_id):
 
 def test_a_restarted_relay_resumes_from_its_cursor(redis_client, nchan, trainer, ingest, run_id):
     first = Relay(redis_client, NchanPublisher(nchan.pub_url))
+    open_channels(first, ingest, trainer)
     viewer = nchan.viewer(run_id, FROM_START)
     for step in range(4):
         trainer.metrics(step, loss=float(step))
@@ -255,8 +268,8 @@ def test_every_producer_appends_to_the_log_and_only_the_relay_publishes(relay, n
     pub.send(run_id, {"series": {"loss": {"steps": [1], "values": [1.0], "nonfinite": []}}, "rewinds": [],
                       "events": [{"id": 7, "kind": "event"}], "run": {"id": run_id}, "t": 1.0})
     pub.send(run_id, {"type": "anomaly", "run_id": run_id, "id": 3})
-    viewer, lite = nchan.viewer(run_id, FROM_START), nchan.viewer(run_id, FROM_START, channel="lite")
     relay.drain()
+    viewer, lite = nchan.viewer(run_id, FROM_START), nchan.viewer(run_id, FROM_START, channel="lite")
     viewer.read_until(lambda: len(viewer.frames) >= 2, "two frames")
     lite.read_until(lambda: len(lite.frames) >= 2, "two frames on the lite channel")
     first = viewer.frames[0]["seq"]
@@ -278,8 +291,10 @@ def test_a_bad_publisher_url_is_refused_with_a_clear_error(url):
 def test_metrics_report_each_relay(relay, nchan, trainer, ingest, run_id, client, settings, redis_client):
     settings.OBS_LIVE_PUSH_URL = nchan.pub_url
     settings.OBS_METRICS_TOKEN = "push-tier-scrape"
-    viewers = [nchan.viewer(run_id) for _ in range(2)]
     trainer.metrics(0, loss=1.0)
+    relay_all(relay, ingest)
+    viewers = [nchan.viewer(run_id) for _ in range(2)]
+    trainer.metrics(1, loss=1.0)
     relay_all(relay, ingest)
     relay.next_report = 0.0
     relay.report()

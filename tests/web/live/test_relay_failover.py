@@ -30,11 +30,11 @@ def test_a_killed_relays_runs_are_taken_over_with_no_hole_and_no_repeat(redis_cl
     viewer gets every number once."""
     a = Relay(redis_client, NchanPublisher(nchan.pub_url), lease_ms=600, token="relay-a")
     b = Relay(redis_client, NchanPublisher(nchan.pub_url), lease_ms=600, token="relay-b")
-    viewer = nchan.viewer(run_id, FROM_START)
     trainer.metrics(0, loss=0.0)
     ingest.drain()
     a.drain()
     b.drain()
+    viewer = nchan.viewer(run_id, FROM_START)
     assert run_id in a.cursors and run_id not in b.cursors  # one run, one holder
     for step in range(1, 4):
         trainer.metrics(step, loss=float(step))
@@ -61,8 +61,8 @@ def test_a_run_started_while_no_relay_runs_is_delivered_from_its_first_step(redi
         trainer.metrics(step, loss=float(step))
     ingest.drain()
     relay = Relay(redis_client, NchanPublisher(nchan.pub_url))
-    viewer = nchan.viewer(run_id, FROM_START)
     relay.drain()
+    viewer = nchan.viewer(run_id, FROM_START)
     viewer.read_until(lambda: 4 in viewer.points.get("loss", {}), "step 4")
     assert viewer.received["loss"] == list(range(5))
     relay.close()
@@ -98,10 +98,10 @@ def test_a_frozen_push_tier_costs_ingest_nothing_and_viewers_nothing(redis_clien
     publishes time out and are tried again; after the thaw the viewer gets the backlog in order, every number once
     (a publish that timed out but that nginx took anyway is recognised by nchan's last message id)."""
     relay = Relay(redis_client, NchanPublisher(nchan.pub_url, timeout=0.5))
-    viewer = nchan.viewer(run_id, FROM_START)
     for step in range(3):
         trainer.metrics(step, loss=float(step))
     relay_all(relay, ingest)
+    viewer = nchan.viewer(run_id, FROM_START)
     viewer.read_until(lambda: 2 in viewer.points.get("loss", {}), "step 2")
     frozen = [psutil.Process(nchan.proc.pid), *psutil.Process(nchan.proc.pid).children()]  # master and workers
     for p in frozen:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.web.live.test_relay import (  # noqa: F401 (fixtures: the push tier as make run has it)
-    ingest, nchan, relay, relay_all)
+    ingest, nchan, open_channels, relay, relay_all)
 from tests.web.servers import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,6 +37,7 @@ def exe(tmp_path_factory):
 
 @pytest.mark.django_db(transaction=True)
 def test_every_published_step_reaches_every_viewer_once(relay, nchan, trainer, ingest, run_id, exe):  # noqa: F811
+    open_channels(relay, ingest, trainer)  # the run's channels exist (nchan refuses made-up runs)
     views = CViewers([f"ws://127.0.0.1:{nchan.port}/live/runs/{run_id}/lite/",
                       f"ws://127.0.0.1:{nchan.port}/live/runs/{run_id}/"], 6, rate=0, exe=exe)
     try:
