@@ -155,6 +155,36 @@ if not SECRET_KEY:
     SECRET_KEY = "dev-only-insecure-key-never-use-in-production"
 
 ALLOWED_HOSTS = env_list("OBS_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+
+
+def public_url(raw: str) -> str:
+    """OBS_PUBLIC_URL ("https://observatory.example.org", "http://127.0.0.1:8000"): scheme, host and port only;
+    ImproperlyConfigured naming what is wrong."""
+    u = urlparse(raw.strip())
+    try:
+        u.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        raise ImproperlyConfigured(f"OBS_PUBLIC_URL {raw!r}: the port is not a number") from None
+    if u.scheme not in ("http", "https") or not u.hostname or u.path.strip("/") or u.query or u.fragment \
+            or u.username or u.password:
+        raise ImproperlyConfigured(f"OBS_PUBLIC_URL {raw!r} must be http(s)://host[:port], the address browsers "
+                                   "use, with no path, query or credentials")
+    return f"{u.scheme}://{u.netloc.lower()}"
+
+
+# The address browsers use: CSRF's trusted origin, and every absolute link (og:url, og:image, oEmbed, mail links,
+# notifications: webapp.public.absolute). Unset, links follow each request's Host (a proxy must pass it with its
+# port: deploy/nginx.conf, deploy/run_local.py) and notifications name http://127.0.0.1:8000.
+OBS_PUBLIC_URL_SET = bool(os.environ.get("OBS_PUBLIC_URL", "").strip())
+OBS_PUBLIC_URL = public_url(os.environ.get("OBS_PUBLIC_URL", "") or "http://127.0.0.1:8000")
+# Set by make run for the web it puts behind its nginx on a unix socket: webapp.proxied.
+OBS_PROXY_SOCKET = env_str("OBS_PROXY_SOCKET", "")
+if OBS_PUBLIC_URL_SET:
+    CSRF_TRUSTED_ORIGINS = [OBS_PUBLIC_URL]
+    _public_host = urlparse(OBS_PUBLIC_URL).hostname
+    if "*" not in ALLOWED_HOSTS and not any(
+            h == _public_host or (h.startswith(".") and _public_host.endswith(h)) for h in ALLOWED_HOSTS):
+        ALLOWED_HOSTS.append(f"[{_public_host}]" if ":" in _public_host else _public_host)
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 if urlparse(REDIS_URL).scheme not in ("redis", "rediss", "unix"):
     raise ImproperlyConfigured(f"REDIS_URL {REDIS_URL!r} is not a redis://, rediss:// or unix:// URL")
@@ -359,7 +389,6 @@ CELERY_BEAT_SCHEDULE = {
 OBS_LOST_AFTER_S = 300  # a run silent this long after its heartbeat expired is "lost" rather than "stale"
 OBS_ANOMALY_WATCH_S = 86_400  # ingest's stall/heartbeat timer watches runs that changed within this window
 OBS_OPERATOR_RECHECK_S = 5  # the operator socket re-reads its user's role this often: a demoted operator is closed
-OBS_PUBLIC_URL = env_str("OBS_PUBLIC_URL", "http://127.0.0.1:8000")  # links in anomaly notifications
 # GET /metrics: operators (session) or `Authorization: Bearer <this>` (Prometheus' scrape); nobody else.
 OBS_METRICS_TOKEN = env_secret("OBS_METRICS_TOKEN")
 # A request's headers (webapp.serving) and its body (webapp.limits.BodyLimits) must arrive within these, or the

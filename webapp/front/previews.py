@@ -25,6 +25,7 @@ from webapp.front.moments import plain
 from webapp.metrics import queries
 from webapp.metrics.models import Series
 from webapp.runs.models import Run
+from webapp.public import absolute
 
 POINTS = 600  # buckets of min and max: one pair per ~2 px of the 1,104 px plot
 BUCKETS_PER_RUN = 64
@@ -125,9 +126,9 @@ def meta(request, run: Run) -> dict | None:
         step = f", step {run.last_step:,}" if run.last_step is not None else ""
         desc = f"{name}: {run.state}{step}. Live loss curve, anomalies and the community's notes, every spike kept."
         image = reverse("preview-run", args=[run.id])
-    image = request.build_absolute_uri(f"{image}?v={version}")
+    image = absolute(request, f"{image}?v={version}")
     return {"og:type": "website", "og:site_name": "Observatory", "og:title": title, "og:description": desc,
-            "og:url": request.build_absolute_uri(page), "og:image": image, "og:image:type": "image/png",
+            "og:url": absolute(request, page), "og:image": image, "og:image:type": "image/png",
             "og:image:width": str(render.W), "og:image:height": str(render.H),
             "og:image:alt": f"Training loss of {name}" + (", the annotated steps shaded" if note else ""),
             "twitter:card": "summary_large_image", "twitter:title": title, "twitter:description": desc,

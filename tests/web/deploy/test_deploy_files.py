@@ -292,3 +292,35 @@ def test_the_push_tiers_run_id_pattern_is_the_contracts():
     conf = (ROOT / "deploy" / "push.conf").read_text()
     found = re.findall(r'location ~ "\^/(?:pub|live)/runs/\((.+?)\)\(/lite\)', conf)
     assert len(found) == 2 and {f"^{x}$" for x in found} == {contract.RUN_ID_PATTERN}
+
+
+def test_make_run_renders_the_one_nchan_config_and_nginx_accepts_it(tmp_path):
+    """deploy/push.conf's channel rules, rendered for one nginx: every mark replaced, nothing else changed; the proxy
+    passes the Host with its port and no nginx version."""
+    import push_tier
+
+    if push_tier.push_tier_missing():
+        pytest.skip(f"no push tier here ({push_tier.push_tier_missing()}); CI installs it")
+    (tmp_path / "nginx").mkdir()
+    (tmp_path / "logs").mkdir()
+    conf = push_tier.nchan_config(tmp_path, "127.0.0.1", 8100, str(tmp_path / "web.sock"), 8101)
+    source = (DEPLOY / "push.conf").read_text()
+    assert "@" not in conf.split("from deploy/push.conf")[1].replace("`@", "")
+    for line in source.splitlines():
+        if "# @" not in line:
+            assert line in conf  # the channel rules are push.conf's own lines
+    assert "proxy_set_header Host $http_host;" in conf and "server_tokens off;" in conf
+    assert "listen 127.0.0.1:8101;" in conf and "listen 127.0.0.1:8100;" in conf
+    (tmp_path / "nginx.conf").write_text(conf)
+    out = subprocess.run(["nginx", "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path / "nginx"), "-e",
+                          str(tmp_path / "logs" / "err.log")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    with pytest.raises(ValueError, match="unknown mark @nope"):
+        push_tier.render_push_conf("listen 1;  # @nope\n", {})
+
+
+def test_the_deploy_proxy_passes_the_host_with_its_port():
+    conf = (DEPLOY / "nginx.conf").read_text()
+    assert re.search(r"^\s*proxy_set_header Host \$http_host;", conf, re.M)
+    assert not re.search(r"proxy_set_header Host \$host;", conf)
+    assert "server_tokens off;" in conf
