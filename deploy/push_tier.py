@@ -126,7 +126,7 @@ def front_door_problem(public_url: str) -> str | None:
     try:
         opener.open(f"{base}/accounts/login/", timeout=10).read()
         token = next((c.value for c in jar if c.name == "csrftoken"), "")
-        req = urllib.request.Request(f"{base}/healthz", data=b"", method="POST", headers={
+        req = urllib.request.Request(f"{base}/accounts/logout/", data=b"", method="POST", headers={  # no-op
             "Origin": base, "Referer": f"{base}/accounts/login/", "X-CSRFToken": token})
         opener.open(req, timeout=10).read()
     except urllib.error.HTTPError as e:
