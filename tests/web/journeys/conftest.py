@@ -57,7 +57,8 @@ def stack(request, redis_url, tmp_path_factory):
         pytest.skip(f"push tier not installed ({push_tier_missing()}): apt-get install -y nginx-light "
                     "libnginx-mod-nchan (CI installs them)")
     var = tmp_path_factory.mktemp(f"make-run-{request.param}")
-    config = TinyConfigs(var)(**{k: v for k, v in WEB_TINY.items()})
+    # a budget the module never reaches: the run is still training when the operator journey steers it
+    config = TinyConfigs(var)(**WEB_TINY, train={"token_budget": 100_000_000})
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "OBS_EMAIL_DIR", "OBS_PUBLIC_URL",
                                                              "OBS_TESTING", "DJANGO_SETTINGS_MODULE")}
     env["REDIS_URL"] = redis_url

@@ -128,3 +128,16 @@ def test_wrong_passwords_from_one_address_lock_out_that_address_only(stack):
     assert codes[-1] == 429, codes
     owner = Browserless(stack.url, "127.0.0.3")
     assert owner.log_in("grace", PASSWORD) == 302
+
+
+def test_rate_limits_count_each_client_address(stack):
+    """Sign-ups are limited per client address (10 a minute): one address past it gets 429s, another does not."""
+    busy = Browserless(stack.url, "127.0.0.4")
+    busy.request("GET", "/accounts/signup/")
+    codes = []
+    while 429 not in codes:  # the limit counts in windows of the clock: a window may end on the way (<= 2 windows)
+        codes.append(busy.request("POST", "/accounts/signup/", {"username": "x"})[0])
+        assert len(codes) <= 25, codes
+    other = Browserless(stack.url, "127.0.0.5")
+    other.request("GET", "/accounts/signup/")
+    assert other.request("POST", "/accounts/signup/", {"username": "x"})[0] == 200  # the form's errors, not 429
