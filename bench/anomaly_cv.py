@@ -99,7 +99,8 @@ def held_out(detections, match) -> dict:
     out, cfg = {}, Config()
     for name, path, labels in _files(HELD):
         rel = str(path.relative_to(DATA.parent.parent))
-        checks = [verify(rel), verify(str(path.with_name(name + ".labels.json").relative_to(DATA.parent.parent)))]
+        lab = str(path.with_name(name + ".labels.json").relative_to(DATA.parent.parent))
+        checks = [verify(p, reporter="bench/anomaly_cv.py") for p in (rel, lab)]
         bad = [c["reason"] for c in checks if not c["ok"]]
         if bad:
             out[name] = {"file": rel, "refused": "; ".join(bad)}

@@ -31,8 +31,10 @@ def _entry_at(root: Path, commit: str, manifest: str, path: str) -> dict | None:
         return None
 
 
-def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST) -> dict:
-    """Whether `path` (from the repository root) may be reported as held out, and the commit that froze it."""
+def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST, reporter: str | None = None) -> dict:
+    """Whether `path` (from the repository root) may be reported as held out, and the commit that froze it.
+    `reporter`: the file of the code that reports it; its first commit must come after the freezing one (a
+    reporter not yet committed comes after it too)."""
     try:
         entry = json.loads((root / manifest).read_text()).get("files", {}).get(path)
     except (OSError, ValueError) as e:
@@ -63,8 +65,15 @@ def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST) -> dict:
         return {"ok": False, "reason": f"{path}: unreadable: {e}"}
     if now != want:
         return {"ok": False, "reason": f"{path}: the file on disk does not hash to its manifest entry"}
+    if reporter is not None:
+        first = _git(root, "log", "--format=%H", "--reverse", "--", reporter).stdout.decode().split()
+        if first and (first[0] == frozen_by
+                      or _git(root, "merge-base", "--is-ancestor", frozen_by, first[0]).returncode != 0):
+            return {"ok": False, "reason": f"{path}: frozen by {frozen_by[:12]}, not before {reporter} "
+                                           f"(first committed in {first[0][:12]})"}
     return {"ok": True, "frozen_by": frozen_by, "sha256": want}
 
 
-def verify_all(paths: list[str], *, root: Path = ROOT, manifest: str = MANIFEST) -> dict[str, dict]:
-    return {p: verify(p, root=root, manifest=manifest) for p in paths}
+def verify_all(paths: list[str], *, root: Path = ROOT, manifest: str = MANIFEST,
+               reporter: str | None = None) -> dict[str, dict]:
+    return {p: verify(p, root=root, manifest=manifest, reporter=reporter) for p in paths}

@@ -99,12 +99,13 @@ def development() -> dict:
             "options": {"fit": FIT_OPTIONS, "band": BAND_OPTIONS}, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def held_out() -> dict:
-    """The held-out ladders with the code's constants, each file verified first."""
-    out, bands = {}, []
+def held_out(bootstrap: int = 200) -> dict:
+    """The held-out ladders with the code's constants, each file verified first; beside each, the landed band
+    (bootstrap percentiles widened to the held-out margin, 95%, `bootstrap` resamples) on the same points."""
+    out, bands, landed = {}, [], []
     for name, (rel, _, _) in scaling_ladders.HELDOUT.items():
         path = f"bench/data/{rel}"
-        v = heldout.verify(path)
+        v = heldout.verify(path, reporter="bench/scaling_cv.py")
         if not v["ok"]:
             out[name] = {"file": path, "refused": v["reason"]}
             continue
@@ -114,16 +115,25 @@ def held_out() -> dict:
         pred = f.predict(held)
         band = {"inside": ((truth >= lo) & (truth <= hi)).tolist(), "half_width": ((hi - lo) / 2 / pred).tolist()}
         bands.append(band)
+        h = d["heldout"]
+        old = scaling.fit(scaling.Points.of(N=d["N"][~h], D=d["D"][~h], C=d["C"][~h]), d["L"][~h], "auto",
+                          bootstrap=bootstrap)
+        olo, ohi = old.interval(held)
+        landed.append({"inside": ((truth >= olo) & (truth <= ohi)).tolist(),
+                       "half_width": ((ohi - olo) / 2 / old.predict(held)).tolist()})
         out[name] = {"file": path, "frozen_by": v["frozen_by"], "rungs": int((~d["heldout"]).sum()),
                      "heldout": int(d["heldout"].sum()), **_score(f, held, truth),
                      "coverage": float(np.mean(band["inside"])),
                      "median_half_width": statistics.median(band["half_width"]),
-                     "low": lo.tolist(), "high": hi.tolist()}
+                     "low": lo.tolist(), "high": hi.tolist(),
+                     "landed_band": {"coverage": float(np.mean(landed[-1]["inside"])),
+                                     "median_half_width": statistics.median(landed[-1]["half_width"])}}
     scored = {n: r for n, r in out.items() if "refused" not in r}
     pooled = _pooled(bands) if bands else None
     met = None if not scored else {
         "mean_rel_error_every_ladder": all(r["mean_rel_error"] <= TARGET["mean_rel_error"] for r in scored.values()),
         "coverage": TARGET["coverage"][0] <= pooled["coverage"] <= TARGET["coverage"][1],
         "median_half_width": pooled["median_half_width"] <= TARGET["median_half_width"]}
-    return {"ladders": out, "pooled_band": pooled, "target": TARGET, "met": met,
+    return {"ladders": out, "pooled_band": pooled, "landed_pooled_band": _pooled(landed) if landed else None,
+            "target": TARGET, "met": met,
             "refused": sorted(n for n, r in out.items() if "refused" in r)}

@@ -99,10 +99,20 @@ def test_a_file_without_an_entry_is_refused(repo):
     assert not r["ok"] and "no entry" in r["reason"]
 
 
+def test_a_file_frozen_with_or_after_the_code_that_reports_it_is_refused(repo):
+    path, frozen = repo
+    (path / "report.py").write_text("# scores the held-out file\n")
+    assert check(path)["ok"] and heldout.verify(FILE, root=path, manifest=MAN, reporter="report.py")["ok"]
+    commit(path, "the reporter, after the freeze")
+    assert heldout.verify(FILE, root=path, manifest=MAN, reporter="report.py")["ok"]
+    r = heldout.verify(FILE, root=path, manifest=MAN, reporter="README")      # README was committed before
+    assert not r["ok"] and f"frozen by {frozen[:12]}, not before README" in r["reason"]
+
+
 def test_this_repositorys_held_out_files_are_frozen():
     files = json.loads((ROOT / heldout.MANIFEST).read_text())["files"]
     assert len(files) >= 10
     if subprocess.run(["git", "-C", str(ROOT), "rev-parse"], capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
-    for path, r in heldout.verify_all(sorted(files)).items():
+    for path, r in heldout.verify_all(sorted(files), reporter="bench/scaling_cv.py").items():
         assert r["ok"], r["reason"]
