@@ -4,7 +4,8 @@
                                         [--landed REF | --no-landed]
 
 The built-in set (bench/anomaly_synth.py) is synthetic events injected at known steps into real-shaped curves,
-one event per run, plus clean runs that must raise nothing. Recorded curves are added (read by the scanner's CSV reader, fed the same way):
+one event per run, plus clean runs that must raise nothing. Recorded curves are added (read by the scanner's CSV
+reader, fed the same way):
 by default every bench/data/anomalies/*.csv.gz beside its .labels.json (the real demo trainer, recorded by
 bench/anomaly_curves.py), or those named with `--curve`; a recorded run without labels is a clean run, and
 "recorded_clean" counts its alarms per kind and severity (a clean demo run must raise no warning or critical).
@@ -16,6 +17,7 @@ neither as false alarms nor towards recall. Deterministic: fixed seeds. Benchmar
 made by bench/anomaly_public.py): per source, each incident found or not, with its delay in logged points, the
 precision, and warnings on the clean curves. "landed": the same report for the detectors of git ref REF (default
 main), exported and run in a child process during the same run, and "vs_landed" the two side by side.
+"development" / "held_out": see bench/anomaly_cv.py (issue 48).
 """
 
 from __future__ import annotations
@@ -357,6 +359,10 @@ def main() -> int:
                               for d, ok in zip(dets, match(dets, labels)[1]) if not ok][:20],
               "runs": {"injected": len(inj), "clean": len(cln), "external": len(ext)},
               "public": public(), "cost": cost(), "wall_s": None}
+    if not args.core:  # development (leave-one-log-out CV) and held_out (manifest-verified): bench/anomaly_cv.py
+        import anomaly_cv
+        report.update(development=anomaly_cv.development(detections, match), held_out=anomaly_cv.held_out(
+            detections, match))
     false_alarms(report["per_kind"], cln + [r for r in ext if not r[2]])
     if not args.no_landed:
         report["landed"] = landed(args.landed)

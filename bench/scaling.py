@@ -20,6 +20,12 @@ per ladder and law (and `auto`), the mean and max relative error on the held-out
 "ladders_summary" gives `auto`'s numbers and the ladders meeting issue 27's bar (mean ≤ 3%, coverage ≥ 80%).
 With --compare REF (e.g. the merge base), the core at REF is measured the same way in the same run
 ("ladders_landed", "ladders_landed_summary").
+
+"development" and "held_out" (bench/scaling_cv.py, issue 48): the development ladders' leave-one-ladder-out
+cross-validated errors and calibrated-band coverage (the fit and band options chosen on the other ladders), and
+the held-out ladders of bench/data/heldout scored with the code's constants, each file verified against
+MANIFEST.json first (refused, with the reason, if its hash or entry changed after the commit that froze it).
+--no-cv leaves both out.
 """
 
 from __future__ import annotations
@@ -107,6 +113,7 @@ def main() -> None:
     ap.add_argument("--public-only", action="store_true", help="only the real ladders (no synthetic timings)")
     ap.add_argument("--ladders-bootstrap", type=int, default=200, help="bootstrap fits per law on the public ladders")
     ap.add_argument("--compare", metavar="REF", help="also measure the core at this git ref on the public ladders")
+    ap.add_argument("--no-cv", action="store_true", help="leave out the development and held_out blocks")
     args = ap.parse_args()
     if args.public_only:
         print(json.dumps({"public": public(args.ladder), **ladders(args)}, indent=1))
@@ -137,7 +144,12 @@ def main() -> None:
 
 def ladders(args) -> dict:
     from observatory import scaling
-    out = {"ladders": scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap)}
+    out = {}
+    if not args.no_cv:
+        from bench import scaling_cv
+        out["development"] = scaling_cv.development()
+        out["held_out"] = scaling_cv.held_out()
+    out["ladders"] = scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap)
     out["ladders_summary"] = scaling_ladders.summary(out["ladders"])
     if args.compare:
         out["ladders_landed"] = scaling_ladders.landed(args.compare, args.ladders_bootstrap)

@@ -1,7 +1,12 @@
 """The demo ladder held to its forecast: run the ladder, then its target, and compare. Prints one JSON object.
 
     .venv/bin/python bench/scaling.py --demo --json [--config training/configs/ladder.toml] [--workdir DIR]
-        [--keep] [--cold] [--redis]
+        [--keep] [--cold] [--redis] [--only dense|moe]
+
+Two ladders by default: the dense demo ladder (training/configs/ladder.toml: demo_forecast, demo_error, ...) and
+the hero's own MoE family (training/configs/ladder_moe.toml, issue 48: the same figures under "moe", and
+moe_demo_error / moe_inside_band at the top level). --config runs that one ladder as the dense one; --only one of
+the two.
 
 Runs `python -m training ladder --with-target` (the rungs, the fit, then the target) in a fresh working
 directory (a temporary one unless --workdir: its var/ holds the ladder's state, checkpoints and registration), with
@@ -77,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/scaling.py --demo")
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/ladder.toml")
+    ap.add_argument("--moe-config", type=Path, default=ROOT / "training/configs/ladder_moe.toml")
+    ap.add_argument("--only", choices=("dense", "moe"), help="run only this ladder")
     ap.add_argument("--workdir", type=Path, help="run here (kept); default: a temporary directory, removed after")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
     ap.add_argument("--cold", action="store_true", help="an empty compilation cache instead of var/jax-cache")
@@ -85,7 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="demo-ladder-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        out = run_demo(args.config, work.resolve(), cold=args.cold, redis=args.redis)
+        out = {}
+        if args.only != "moe":
+            (work / "dense").mkdir(exist_ok=True)
+            out = run_demo(args.config, (work / "dense").resolve(), cold=args.cold, redis=args.redis)
+        if args.only != "dense":
+            (work / "moe").mkdir(exist_ok=True)
+            moe = run_demo(args.moe_config, (work / "moe").resolve(), cold=args.cold, redis=args.redis)
+            out.update(moe=moe, moe_demo_error=moe["demo_error"], moe_inside_band=moe["inside_band"])
     finally:
         if not (args.workdir or args.keep):
             shutil.rmtree(work, ignore_errors=True)

@@ -35,11 +35,15 @@ LADDERS = {
     "gadre2024_rpj": ("ladders/gadre2024_rpj.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
     "gadre2024_rw": ("ladders/gadre2024_rw.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
 }
+# Frozen before tuning (bench/data/heldout/README.md): scored only through bench/scaling_cv.py, which checks each
+# file against bench/data/heldout/MANIFEST.json first.
+HELDOUT = {name: (f"heldout/ladders/{name}.csv", {"N": "N", "D": "D", "L": "L"}, "split")
+           for name in ("misfitting_li2025", "marin2026_comma", "marin2026_dclm", "marin2026_nemotron")}
 
 
 def load(name: str) -> dict:
     """{"N", "D", "C", "L": arrays, "heldout": bool array, "file": path}; ValueError naming a bad row."""
-    rel, cols, rule = LADDERS[name]
+    rel, cols, rule = LADDERS[name] if name in LADDERS else HELDOUT[name]
     path = DATA / rel
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
