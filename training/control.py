@@ -156,8 +156,8 @@ class ControlChannel:
                 pipe.hset(self.seen_key, cmd.id, json.dumps(rec))
             if pruned:
                 pipe.hdel(self.seen_key, *pruned)
-            pipe.xadd(self.acks, contract.ack_fields(cmd.id, status, detail[:1000], step), maxlen=ACKS_MAXLEN,
-                      approximate=True)
+            pipe.xadd(self.acks, contract.ack_fields(cmd.id, status, detail[:1000], step, entry=cmd.entry_id),
+                      maxlen=ACKS_MAXLEN, approximate=True)
             if cmd.entry_id:
                 pipe.xack(self.stream, contract.TRAINER_GROUP, cmd.entry_id)
             pipe.execute()
@@ -222,7 +222,7 @@ class ControlChannel:
         if not cmd.refused:
             try:
                 reader.client.xadd(self.acks, contract.ack_fields(
-                    cmd.id, "accepted", "queued for the next step boundary"),
+                    cmd.id, "accepted", "queued for the next step boundary", entry=entry_id),
                     maxlen=ACKS_MAXLEN, approximate=True)
             except Exception as e:
                 log.warning("control %s: could not send accepted ack: %s", self.run_id, e)
@@ -230,7 +230,7 @@ class ControlChannel:
 
     def _ack(self, reader: StreamConsumer, cmd_id: str, status: str, detail: str, entry_id: str) -> None:
         pipe = reader.client.pipeline(transaction=False)
-        pipe.xadd(self.acks, contract.ack_fields(cmd_id, status, detail[:1000]), maxlen=ACKS_MAXLEN,
+        pipe.xadd(self.acks, contract.ack_fields(cmd_id, status, detail[:1000], entry=entry_id), maxlen=ACKS_MAXLEN,
                   approximate=True)
         pipe.xack(self.stream, contract.TRAINER_GROUP, entry_id)
         pipe.execute()

@@ -304,8 +304,11 @@ def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = N
             "reason": reason, "user": user, "t": repr(time.time()), "nonce": secrets.token_hex(16)}
 
 
-def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = None) -> dict[str, str]:
+def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = None,
+               entry: str = "") -> dict[str, str]:
+    """One entry on ack_stream(run). `entry`: the control-stream entry id it answers, so that a reader matches acks
+    to sends by the control stream's order (ack-stream ids are another stream's: they may equal a send's id)."""
     if status not in ACK_STATUSES:
         raise ValueError(f"ack status {status!r} not in {ACK_STATUSES}")
     return {"v": SCHEMA_VERSION, "id": cmd_id, "status": status, "detail": detail,
-            "step": "" if step is None else str(int(step)), "t": repr(time.time())}
+            "step": "" if step is None else str(int(step)), "t": repr(time.time()), "entry": entry}

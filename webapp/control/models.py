@@ -31,7 +31,7 @@ class OperatorCommand(models.Model):
     detail = models.TextField(blank=True)
     step = models.BigIntegerField(null=True)
     updated_at = models.DateTimeField(auto_now=True)
-    sent_entry = models.CharField(max_length=40, blank=True)  # control-stream entry id: acks after it count
+    sent_entry = models.CharField(max_length=40, blank=True)  # the first send's control entry (channel.answers)
     sent_count = models.PositiveIntegerField(default=1)  # a retry puts the same id on the stream again
     undone_by = models.CharField(max_length=200, blank=True)  # the rollback's command id, or "restart"
     undone_at = models.DateTimeField(null=True, blank=True)
