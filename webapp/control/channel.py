@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from observatory import contract
 from observatory.streams import text
-from webapp.control.models import OperatorCommand
+from webapp.control.models import OperatorCommand, RunControlKey
 from webapp.redis import get_redis
 from webapp.runs.models import RunEvent
 
@@ -30,17 +30,25 @@ class NoControlKey(RuntimeError):
     pass
 
 
-def _key() -> bytes:
-    key = settings.OBS_CONTROL_KEY
-    if key is None:
+def run_key(run_id: str) -> bytes:
+    """The run's control key, derived from the master only the web tier holds, at the run's generation."""
+    master = settings.OBS_CONTROL_KEY
+    if master is None:
         raise NoControlKey("the web tier has no control key (OBS_CONTROL_KEY or OBS_CONTROL_KEY_FILE)")
-    return key
+    return contract.run_control_key(master, run_id, RunControlKey.generation_of(run_id))
+
+
+def run_key_or_none(run_id: str) -> bytes | None:
+    try:
+        return run_key(run_id)
+    except NoControlKey:
+        return None
 
 
 def send(cmd: OperatorCommand) -> None:
     """Put the command on its run's control stream, signed; the first send's entry goes on `cmd.sent_entry` (the
     caller saves it). A retry sends the same id again and leaves `sent_entry` as it was: acks of every send count."""
-    key = _key()
+    key = run_key(cmd.run_id)
     who = cmd.user.get_username() if cmd.user else cmd.sender
     fields = contract.sign_command(cmd.run_id, contract.command_fields(cmd.id, cmd.name, cmd.args, cmd.reason, who),
                                    key)
@@ -54,7 +62,6 @@ def _fields(raw: dict) -> dict[str, str]:
 
 def _import_foreign(run_ids: list[str], pipe_results) -> None:
     """Commands on the control streams that no record holds yet (sent with the CLI): record them as sent."""
-    key = settings.OBS_CONTROL_KEY
     found = {}
     for run_id, entries in zip(run_ids, pipe_results):
         for eid, raw in entries:
@@ -64,11 +71,14 @@ def _import_foreign(run_ids: list[str], pipe_results) -> None:
     if not found:
         return
     known = set(OperatorCommand.objects.filter(pk__in=list(found)).values_list("pk", flat=True))
+    keys: dict[str, bytes | None] = {}
     for cmd_id, (run_id, eid, raw, f) in found.items():
         if cmd_id in known:
             continue
-        try:  # only signed commands are operator commands; anything else the trainer rejects anyway
-            contract.verify_command(run_id, raw, key)
+        if run_id not in keys:
+            keys[run_id] = run_key_or_none(run_id)
+        try:  # only commands signed with the run's key are operator commands; the trainer rejects anything else
+            contract.verify_command(run_id, raw, keys[run_id])
             cmd = contract.parse_command(raw)
         except contract.CommandError:
             continue

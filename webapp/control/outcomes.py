@@ -4,7 +4,6 @@ memory. The operator paths (the panel, a send) record the same through channel.s
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.utils import timezone
 
 from observatory import contract
@@ -50,11 +49,12 @@ def _unrecorded(run_id: str, entries) -> list[OperatorCommand]:
             found[f["id"]] = (text(eid), raw)
     known = set(OperatorCommand.objects.filter(pk__in=list(found)).values_list("pk", flat=True))
     out = []
+    key = channel.run_key_or_none(run_id) if set(found) - known else None
     for cmd_id, (eid, raw) in found.items():
         if cmd_id in known:
             continue
-        try:  # only signed commands are operator commands; anything else the trainer rejects anyway
-            contract.verify_command(run_id, raw, settings.OBS_CONTROL_KEY)
+        try:  # only commands signed with the run's key are operator commands; the trainer rejects anything else
+            contract.verify_command(run_id, raw, key)
             cmd = contract.parse_command(raw)
         except contract.CommandError:
             continue
