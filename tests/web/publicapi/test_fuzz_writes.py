@@ -80,10 +80,9 @@ def _pinned(doc: dict, ids: dict[str, int]) -> dict:
     doc = _bare(doc)
     for path, ops in doc["paths"].items():
         kind = next((k for k in ids if path.startswith(f"/{k}/") or f"/{k}/{{pk}}" in path), None)
-        for op in ops.values():
-            for p in op.get("parameters", []):
-                if p["name"] == "pk" and kind:
-                    p["schema"] = {"type": "integer", "enum": [ids[kind]]}
+        for op in ops.values():  # new parameter objects: the document shares one PK parameter between paths
+            op["parameters"] = [{**p, "schema": {"type": "integer", "enum": [ids[kind]]}}
+                                if p["name"] == "pk" and kind else p for p in op.get("parameters", [])]
     return doc
 
 
