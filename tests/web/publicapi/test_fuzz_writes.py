@@ -174,6 +174,7 @@ def test_the_telemetry_intake_with_a_write_token_never_answers_5xx(live_server, 
     session.headers["Authorization"] = f"Bearer {secret}"
     seen, failures, n, spoiled = _fuzz_writes(doc, live_server.url + "/api/v1", session,
                                               only=lambda o: "telemetry" in o.path)
+    print(f"intake fuzz: {n} examples ({spoiled} with a lone surrogate)", seen)
     assert not failures, "\n\n".join(failures)
     assert n >= EXAMPLES // 2 and all(_reached(s) for s in seen.values()), seen
 
