@@ -78,3 +78,25 @@ def test_compose_trusts_its_proxy_alone_and_exposes_the_web_only_to_it():
             assert (addr or {}).get("ipv4_address") != proxy_ip, f"{name} could take the proxy's address"
     assert "ports" not in services["web"], "the web replicas are reached through the proxy only"
     assert services["web"]["environment"]["OBS_TRUSTED_PROXIES"] == proxy_ip
+
+
+def test_the_trainers_get_their_runs_key_and_never_the_master():
+    """A trainer host may steer its own run only: in compose and in the cluster it is given its run's key
+    (OBS_RUN_CONTROL_KEY_FILE) and neither the master's variable nor a volume holding the master."""
+    c = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    trainer = c["services"]["trainer"]
+    env = trainer["environment"]
+    assert env["OBS_CONTROL_KEY_FILE"] == "" and env["OBS_RUN_CONTROL_KEY_FILE"].endswith("/control_key")
+    assert not any(v.startswith("secrets:") for v in trainer["volumes"])  # the master's volume
+    assert c["services"]["web"]["environment"]["OBS_CONTROL_KEY_FILE"]
+    init = " ".join(c["services"]["secrets-init"]["command"])
+    assert 'run_control_key(f.read().strip(), "demo")' in init  # the demo trainer's --run-id
+    assert '"--run-id", "demo"' in str(trainer["command"]).replace("'", '"')
+    sts = next(d for d in _k8s() if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "trainer")
+    pod = sts["spec"]["template"]["spec"]
+    ctr = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["OBS_CONTROL_KEY_FILE"] == "" and env["OBS_RUN_CONTROL_KEY_FILE"]
+    secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"observatory-run-key-demo"}  # not observatory-secrets, which holds the master
+    assert "control_key demo" in (DEPLOY / "k8s" / "README.md").read_text()
