@@ -75,14 +75,23 @@ def _bare(doc: dict) -> dict:
     return doc
 
 
+def _pin(param: dict, pk: int | None) -> dict:
+    if pk is not None:
+        return {**param, "schema": {"type": "integer", "enum": [pk]}}
+    if param["name"] == "run_id" and param["in"] == "path":  # the run fuzz_run made: its writes, not 404s
+        return {**param, "schema": {"type": "string", "enum": [param["example"]]}}
+    return param
+
+
 def _pinned(doc: dict, ids: dict[str, int]) -> dict:
-    """The document with each {pk} pinned to a real object of its kind (random ids would only ever find 404)."""
+    """The document with each {pk} pinned to a real object of its kind and each {run_id} to the fixture's run
+    (random ones would only ever find 404)."""
     doc = _bare(doc)
     for path, ops in doc["paths"].items():
         kind = next((k for k in ids if path.startswith(f"/{k}/") or f"/{k}/{{pk}}" in path), None)
         for op in ops.values():  # new parameter objects: the document shares one PK parameter between paths
-            op["parameters"] = [{**p, "schema": {"type": "integer", "enum": [ids[kind]]}}
-                                if p["name"] == "pk" and kind else p for p in op.get("parameters", [])]
+            op["parameters"] = [_pin(p, ids[kind] if p["name"] == "pk" and kind else None)
+                                for p in op.get("parameters", [])]
     return doc
 
 
