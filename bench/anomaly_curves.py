@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from observatory import contract  # noqa: E402
 from observatory.anomalies.routing import watched  # noqa: E402
-from tests.support import PrivateRedis  # noqa: E402
+from harness import PrivateRedis  # noqa: E402
 
 OUT = ROOT / "bench" / "data" / "anomalies"
 # scenario -> (steps, [(after step, fault words)]); one run carries every fault, far enough apart to recover

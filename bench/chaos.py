@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.ingest import Database  # noqa: E402
-from tests.support import free_port, listening, wait_for as wait  # noqa: E402
+from harness import add_save_flag, report, free_port, listening, wait_for as wait  # noqa: E402
 from observatory import contract  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",
@@ -177,6 +177,7 @@ def main() -> int:
     ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, JSONL, Redis files)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    add_save_flag(ap)
     args = ap.parse_args()
     import redis
 
@@ -305,7 +306,7 @@ def main() -> int:
         if not args.keep and ok:
             shutil.rmtree(work, ignore_errors=True)
     out["ok"] = ok
-    print(json.dumps(out, indent=None if args.json else 2, default=str))
+    report("chaos", out, args.json, not args.no_save)
     return 0 if ok else 1
 
 

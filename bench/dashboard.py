@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import django_here, web_server  # noqa: E402
+from harness import add_save_flag, report, django_here, web_server  # noqa: E402
 
 RUN_ID = "bench-dashboard"
 SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
@@ -206,7 +206,7 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
     from pagecost import LONG_TASKS_JS, TRACE_CATEGORIES, Cdp, profile_summary, trace_tasks
     from playwright.sync_api import sync_playwright
 
-    from tests.conftest import CHROMIUM_ARGS, chromium_path
+    from harness import CHROMIUM_ARGS, chromium_path
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
     acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
@@ -350,6 +350,7 @@ def main() -> int:
                          "may then include some of the bundle's evaluation)")
     ap.add_argument("--compare", metavar="TREE",
                     help="another checkout (e.g. what has landed) served alongside this one; repetitions alternate")
+    add_save_flag(ap)
     args = ap.parse_args()
     if args.cpu_throttle < 1:
         ap.error("--cpu-throttle must be at least 1 (1: no throttling)")
@@ -384,7 +385,7 @@ def main() -> int:
     result["load_average"] = os.getloadavg()[0]
     result["targets_ms"] = {"first_paint": 1000, "first_paint_cpu_browser": 1000, "first_paint_4x_throttle": 3000,
                             "zoom": 100}
-    print(json.dumps(result, indent=2))
+    report("dashboard", result, False, not args.no_save)
     return 0
 
 

@@ -1,83 +1,13 @@
-"""bench/fanout.py's parts: the push tier's start-up, the viewer processes of either client (bench/viewers.c, the
-default where gcc is, or bench/fanout_viewers.py's Python ones), CPU/RSS sampling and the per-tier summary."""
+"""bench/fanout.py's parts: the viewer processes of either client (bench/viewers.c, the
+default where gcc is, or bench/fanout_viewers.py's Python ones), and the per-tier summary."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
-import subprocess
-import sys
-from pathlib import Path
 
-import psutil
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "deploy"))
-
-from fanout_viewers import worker  # noqa: E402
-from latency import pct  # noqa: E402
-from run_local import nchan_config  # noqa: E402
-from tests.support import free_port  # noqa: E402
-from viewer_client import CViewers, got, pairs, wpct  # noqa: E402
-
-from observatory import contract  # noqa: E402
-
-
-def start_push_tier(tmp: str, env: dict, web_port: int, relay: bool = True) -> tuple[int, list[subprocess.Popen]]:
-    """nginx + nchan as `make run` configures it (deploy/run_local.py), in front of the first replica, and the relay
-    (unless relay=False: the caller starts it); returns (nginx's port, [nginx, relay]). env gains OBS_LIVE_PUSH_URL
-    (ingest and web publish there too)."""
-    port, pub_port = free_port(), free_port()
-    var = Path(tmp)
-    (var / "nginx").mkdir(parents=True, exist_ok=True)
-    (var / "logs").mkdir(parents=True, exist_ok=True)
-    conf = var / "nginx" / "nginx.conf"
-    conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port))
-    env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
-    nginx = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
-                              str(var / "logs" / "nginx-error.log")])
-    return port, [nginx, start_relay(env)] if relay else [nginx]
-
-
-def start_relay(env: dict) -> subprocess.Popen:
-    """`manage.py relay`, publishing to env's OBS_LIVE_PUSH_URL."""
-    return subprocess.Popen([sys.executable, "manage.py", "relay", "--block-ms", "100"], cwd=ROOT, env=env)
-
-
-def cpu_s(procs: list[psutil.Process], user_only: bool = False) -> float:
-    """CPU seconds of procs and their children: user + kernel, or user space alone (the engine's own work; on
-    loopback the kernel time of a send also carries the receiving viewer's TCP path)."""
-    total = 0.0
-    for p in procs:
-        try:
-            for q in [p, *p.children(recursive=True)]:
-                t = q.cpu_times()
-                total += t.user + (0 if user_only else t.system)
-        except psutil.Error:
-            pass
-    return total
-
-
-def rss_mb(procs: list[psutil.Process]) -> float:
-    total = 0
-    for p in procs:
-        try:
-            total += sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
-        except psutil.Error:
-            pass
-    return round(total / 2**20, 1)
-
-
-def publish_times(redis_url: str, run_id: str) -> dict[int, float]:
-    import redis
-
-    r = redis.Redis.from_url(redis_url, decode_responses=True)
-    out = {}
-    for _id, f in r.xrange(contract.telemetry_stream(run_id)):
-        if f.get("kind") == "metrics":
-            d = json.loads(f["data"])
-            out[d["step"]] = d["t"]
-    return out
+from fanout_viewers import worker
+from harness import pct
+from viewer_client import CViewers, got, pairs, wpct
 
 
 class PyViewers:

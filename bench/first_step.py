@@ -26,6 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import add_save_flag, report  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/demo.toml")
     ap.add_argument("--compare", type=Path, help="another source tree, measured interleaved with this one")
+    add_save_flag(ap)
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     config = args.config.resolve()
@@ -96,11 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         out["ratio_first_step_compare_over_this"] = {
             s: round(out["compare"][s]["first_step_s"] / out["this"][s]["first_step_s"], 2) for s, _, _ in STARTS}
-    print(json.dumps({"config": str(args.config), **(out if args.compare else out["this"]),
-                      "trees": {k: str(v) for k, v in trees.items()},
-                      "loadavg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)},
-                      "cpus": os.cpu_count()}, indent=1))
-    return 0
+    return report("first_step", {"config": str(args.config), **(out if args.compare else out["this"]),
+                                 "trees": {k: str(v) for k, v in trees.items()},
+                                 "loadavg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}},
+                  args.json, not args.no_save)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from _common import django_here, web_server  # noqa: E402 (bench/, this script's directory, is on sys.path)
+from harness import add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
 
 RUN_ID = "bench-front"
 
@@ -62,7 +62,7 @@ def seed(steps: int, runs: int) -> None:
 def measure(url: str, ready_js: str, repeat: int) -> dict:
     from playwright.sync_api import sync_playwright
 
-    from tests.conftest import CHROMIUM_ARGS, chromium_path
+    from harness import CHROMIUM_ARGS, chromium_path
 
     fcp, ready, errors = [], [], []
     with sync_playwright() as pw:
@@ -90,6 +90,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-front.sqlite3"))
+    add_save_flag(ap)
     args = ap.parse_args()
     base = args.base or subprocess.check_output(["git", "merge-base", "HEAD", "main"], cwd=ROOT, text=True).strip()
     env = django_here(args.db)
@@ -107,7 +108,7 @@ def main() -> int:
     out["fcp_ratio_front_over_landed"] = round(out["front"]["fcp_ms"] / out["landed"]["fcp_ms"], 2)
     out["ready_ratio_front_over_landed"] = round(out["front"]["ready_ms"] / out["landed"]["ready_ms"], 2)
     out["load1"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(out, indent=None if args.json else 2))
+    report("frontpage", out, args.json, not args.no_save)
     return 0
 
 

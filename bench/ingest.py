@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support import PrivateRedis  # noqa: E402
+from harness import PrivateRedis, add_save_flag, report  # noqa: E402
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -254,6 +254,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
+    add_save_flag(ap)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.redis, args.batch)
@@ -278,8 +279,8 @@ def main() -> int:
                 db.close()
     finally:
         redis.close()
-    print(json.dumps({"runs": args.runs, "steps": args.steps, "width": args.width, "batch": args.batch,
-                      "cpus": os.cpu_count(), "results": results}, indent=None if args.json else 2))
+    report("ingest", {"runs": args.runs, "steps": args.steps, "width": args.width, "batch": args.batch,
+                      "results": results}, args.json, not args.no_save and not failed)
     return 1 if failed else 0
 
 

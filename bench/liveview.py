@@ -51,10 +51,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from fanout import demo_names  # noqa: E402
-from latency import pct, wait_http  # noqa: E402
-from tests.support import free_port  # noqa: E402
-from _common import close_site, site_processes, throwaway_site  # noqa: E402
+from harness import (CHROMIUM_ARGS, Stack, add_save_flag, chromium_path, demo_names, pct, report,  # noqa: E402
+                     wait_http)
 from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks  # noqa: E402
 
 from observatory import contract  # noqa: E402
@@ -191,11 +189,9 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             page_js: str = "") -> dict:
     from playwright.sync_api import sync_playwright
 
-    from tests.conftest import CHROMIUM_ARGS, chromium_path
-
-    redis_url, tmp, env = throwaway_site("liveview")
-    port = free_port()
-    procs = site_processes(env, port)
+    stack = Stack("liveview").site()
+    port, redis_url = stack.web(wait=False).port, stack.redis_url
+    stack.ingest()
     names, run_id = demo_names(), f"liveview-{int(time.time())}"
     pub = Publisher(redis_url, run_id)
     base = f"http://127.0.0.1:{port}"
@@ -270,7 +266,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             browser.close()
     finally:
         pub.close()
-        close_site(procs, tmp)
+        stack.close()
     # an update: from one live message to the next, up to the window's end (the bench's own probes of the page
     # follow it, and the task that marked it is the bench's: not counted)
     end = next((t for t, name in marks if name == "obs-bench-end"), None)
@@ -281,7 +277,8 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
     upd, upd_cpu = per_update(tasks, stamps, end), per_update(tasks, stamps, end, cpu=True)
     r = lambda x: round(x, 2)  # noqa: E731
     return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(names), "history_steps": history,
-            "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd), "frames_counted": frames,
+            "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd),
+            "frames_counted": frames,
             "update_main_ms": {"p50": r(pct(upd, 50)), "p99": r(pct(upd, 99)), "max": r(max(upd)),
                                "mean": r(statistics.fmean(upd))} if upd else None,
             "update_main_cpu_ms": {"p50": r(pct(upd_cpu, 50)), "p99": r(pct(upd_cpu, 99)), "max": r(max(upd_cpu))}
@@ -314,6 +311,7 @@ def main() -> int:
     ap.add_argument("--page-js", metavar="JS", default="",
                     help="run JS in the settled page before the window (hide or stub out a part to see what it costs)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    add_save_flag(ap)
     args = ap.parse_args()
     if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
         ap.error("--seconds and --rate must be positive, --history at least 1, --charts at least 0, "
@@ -323,7 +321,7 @@ def main() -> int:
     out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
                   args.trace_out, args.heap_profile, args.page_js)
     out["targets"] = {"update_main_p99_ms": 8, "long_tasks_per_min": 0 if not args.charts else 1}
-    print(json.dumps(out, indent=None if args.json else 2))
+    report("liveview", out, args.json, not args.no_save)
     return 0
 
 

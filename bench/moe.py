@@ -32,6 +32,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 
 SEQS = (128, 256, 512, 1024, 2048, 4096)
 DEMO_TOML = ROOT / "training" / "configs" / "demo.toml"
@@ -286,9 +288,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="bench/moe.py", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--rounds", type=int, default=10, help="timed steps per measurement (median taken)")
+    add_save_flag(ap)
     args = ap.parse_args(argv)
     result = bench_moe(args.rounds)
-    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    report("moe", result, args.json, not args.no_save)
     return 0
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from _common import django_here, web_server  # noqa: E402 (bench/, this script's directory, is on sys.path)
+from harness import add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
 
 RUN_ID = "bench-ogimage"
 
@@ -82,6 +82,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-ogimage.sqlite3"))
+    add_save_flag(ap)
     args = ap.parse_args()
     env = django_here(args.db)
     from django.core.cache import cache
@@ -129,7 +130,7 @@ def main() -> int:
            "cold_ms": {"median": med(cold), "max": round(max(cold), 2), "n": len(cold)},
            "png_bytes": len(body), "updates_as_run_advances": follows,
            "load1": round(os.getloadavg()[0], 2), "target_cached_ms": 100}
-    print(json.dumps(out, indent=None if args.json else 2))
+    report("ogimage", out, args.json, not args.no_save)
     return 0 if follows else 1
 
 

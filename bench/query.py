@@ -31,6 +31,8 @@ DB_ROOT = ROOT
 if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout's code, use this one's database
     ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 # production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
 os.environ.setdefault("OBS_DEBUG", "0")
@@ -70,6 +72,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--compare: alternations of the two trees")
     ap.add_argument("--compare", help="another checkout to time on the same data (e.g. the landed main)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_save_flag(ap)
     args = ap.parse_args()
     if not args.child:
         call_command("migrate", verbosity=0)
@@ -78,7 +81,7 @@ def main() -> int:
             out = windows_bench(args)
         else:
             out = bench(args.points_total, args.points, args.repeat, args.keep)
-        print(json.dumps(out, indent=2))
+        report("query", out, False, not args.no_save)
     finally:
         if OWN_DB is not None and not args.keep and not args.child:
             connection.close()

@@ -38,6 +38,7 @@ from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, 
 from observatory.scaling.fit import holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
 from bench import scaling_ladders  # noqa: E402
+from bench.harness import add_save_flag, report  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "scaling"
 CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
@@ -107,10 +108,10 @@ def main() -> None:
     ap.add_argument("--public-only", action="store_true", help="only the real ladders (no synthetic timings)")
     ap.add_argument("--ladders-bootstrap", type=int, default=200, help="bootstrap fits per law on the public ladders")
     ap.add_argument("--compare", metavar="REF", help="also measure the core at this git ref on the public ladders")
+    add_save_flag(ap)
     args = ap.parse_args()
     if args.public_only:
-        print(json.dumps({"public": public(args.ladder), **ladders(args)}, indent=1))
-        return
+        return report("scaling_ladders", {"public": public(args.ladder), **ladders(args)}, args.json, not args.no_save)
     sizes = max(2, args.rungs // 4)
     N = np.repeat(np.geomspace(3e7, 3e9, sizes), 4)
     pts = Points.of(N=N, D=N * np.tile([10.0, 40.0, 160.0, 640.0], sizes))
@@ -132,7 +133,7 @@ def main() -> None:
                                 "pruned_minus_full_relative": float(pruned.min() / full.min() - 1)}
     out["public"] = public(args.ladder)
     out.update(ladders(args))
-    print(json.dumps(out, indent=1))
+    return report("scaling", out, args.json, not args.no_save)
 
 
 def ladders(args) -> dict:
@@ -146,4 +147,4 @@ def ladders(args) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

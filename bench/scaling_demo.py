@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 
 from training import ladder as lad  # noqa: E402  (no JAX: planning and reading metrics only)
 
@@ -81,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
     ap.add_argument("--cold", action="store_true", help="an empty compilation cache instead of var/jax-cache")
     ap.add_argument("--redis", action="store_true", help="publish the rungs and the target to Redis (the dashboard)")
+    add_save_flag(ap)
     args = ap.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="demo-ladder-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not (args.workdir or args.keep):
             shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(out, indent=1))
+    report("scaling_demo", out, args.json, not args.no_save)
     return 0
 
 

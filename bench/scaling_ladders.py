@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import add_save_flag, report  # noqa: E402
+
 DATA = Path(__file__).resolve().parent / "data"
 CHINCHILLA_HELDOUT_C = 2e21   # Hoffmann et al.'s largest isoFLOP profile (~3e21) and their 1.3e22 run
 
@@ -108,7 +111,7 @@ def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:
         archive = subprocess.run(["git", "-C", str(root), "archive", ref, "observatory"], capture_output=True,
                                  check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run([sys.executable, __file__, "--core", tmp, "--bootstrap", str(bootstrap),
+        out = subprocess.run([sys.executable, __file__, "--no-save", "--core", tmp, "--bootstrap", str(bootstrap),
                               "--seed", str(seed)], capture_output=True, text=True, check=True, cwd=root)
     return json.loads(out.stdout)
 
@@ -128,10 +131,11 @@ def main() -> None:
     ap.add_argument("--core", type=Path, default=None, help="directory holding the observatory package to use")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    add_save_flag(ap)
     args = ap.parse_args()
     sys.path.insert(0, str(args.core or Path(__file__).resolve().parent.parent))
     from observatory import scaling
-    print(json.dumps(evaluate_all(scaling, args.bootstrap, args.seed)))
+    report("scaling_ladders", evaluate_all(scaling, args.bootstrap, args.seed), False, not args.no_save)
 
 
 if __name__ == "__main__":

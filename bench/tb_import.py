@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 
 
 def write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
@@ -64,6 +66,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20_000)
     ap.add_argument("--tags", type=int, default=4)
     ap.add_argument("--json", action="store_true")
+    add_save_flag(ap)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
@@ -81,7 +84,7 @@ def main() -> int:
            "reimport_unchanged": {**again, "values_per_cpu_s": round(values / again["cpu_s"])},
            "import_after_append": {**appended, "values_per_cpu_s": round((values + extra) / appended["cpu_s"])},
            "load": os.getloadavg()}
-    print(json.dumps(out, indent=None if a.json else 2))
+    report("tb_import", out, a.json, not a.no_save)
     return 0
 
 

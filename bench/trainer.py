@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/trainer.py [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
 
-Also the start-up cost of reading the default corpora (`corpus_load_s`). One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps with a rotating
+Also the start-up cost of reading the default corpora (`corpus_load_s`). One process, one compiled step.
+Sink set-ups are measured in interleaved blocks of steps with a rotating
 order, so drift from other load hits every arm alike; each arm reports its median block. The baseline runs as
 two identical arms (an A/A test): their gap is the noise floor to read the overhead against.
 """
@@ -23,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 
 
 def _steps_per_block(trainer, sink, n: int) -> float:
@@ -75,6 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--block-steps", type=int, default=25)
     ap.add_argument("--saves", type=int, default=4)
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    add_save_flag(ap)
     ns = ap.parse_args(argv)
 
     import jax
@@ -153,7 +157,7 @@ def main(argv=None) -> int:
     except Exception:
         pass
     shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(out, indent=2))
+    report("trainer", out, False, not ns.no_save)
     return 0
 
 

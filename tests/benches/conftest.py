@@ -1,0 +1,42 @@
+"""Every bench still runs: its --help, and a smoke-sized run (seconds, not minutes) whose JSON is read back from
+where the harness files it (bench/results/<topic>.json, here a temporary directory). The smoke runs are marked
+`slow` (tests/conftest.py starts their files first) and `bench` (`-m "not bench"` leaves them out)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHES = ("annotations", "anomalies", "anomaly_curves", "anomaly_live", "anomaly_public", "chaos", "dashboard",
+           "export", "fanout", "first_step", "frontpage", "ingest", "latency", "liveview", "moe", "ogimage",
+           "operate", "query", "scaling", "scaling_demo", "scaling_ladders", "tb_import", "trainer", "trim")
+
+
+@pytest.fixture
+def run_bench(redis_url, tmp_path):
+    """run_bench(name, *args, topic=name) -> (the newest filed result, seconds): the bench as a user runs it, on the
+    test's own Redis database, its results filed under tmp_path; fails with the bench's output if it fails."""
+
+    def run(name: str, *args: str, topic: str | None = None, timeout: float = 300) -> tuple[dict, float]:
+        env = {**os.environ, "BENCH_REDIS_URL": redis_url, "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1",
+               "BENCH_RESULTS_DIR": str(tmp_path / "results"), "OBS_DATA_DIR": str(tmp_path / "var")}
+        env.pop("DATABASE_URL", None) if name in ("operate",) else None
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, f"bench/{name}.py", *args], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=timeout)
+        took = time.monotonic() - t0
+        assert out.returncode == 0, f"bench/{name}.py {' '.join(args)}: exit {out.returncode}\n{out.stderr[-4000:]}"
+        filed = json.loads((tmp_path / "results" / f"{topic or name}.json").read_text())
+        run = filed["runs"][-1]
+        assert run["commit"] and run["machine"]["cpus"] and run["date"], run
+        print(f"smoke bench/{name}.py: {took:.1f} s")
+        return run["result"], took
+
+    return run
