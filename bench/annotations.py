@@ -2,15 +2,7 @@
 
     .venv/bin/python bench/annotations.py [--posts 24] [--many 1000] [--server uvicorn|daphne]
 
-It starts what it needs: Redis db 14 (flushed), a throw-away SQLite file, the web server as `make run` starts it.
-- live: members POST annotations (Python, HTTP with session + CSRF) while an anonymous Chromium page watches the
-  run: `frame_ms` = the `annotation` frame's arrival in the page − the POST's start; `drawn_ms` = the band
-  present in the loss chart's Plotly layout (checked every animation frame) − the POST's start. Same host clock.
-  Target: within 1 s.
-- many: a run holding N annotations (every chart draws each: N bands or markers per chart) against the same run
-  without any: `ready_ms` = navigation → the loss chart shows its data and its labelled marks (annotations.js
-  labels at most 40 and merges the rest into spans past 150); `pan_ms` = median
-  `Plotly.relayout` of the loss chart's x range (10 pans); `new_drawn_ms` = one more live annotation, drawn.
+What it measures and how: docs/PERFORMANCE.md, `annotations` (bench/results/annotations.md).
 """
 
 from __future__ import annotations

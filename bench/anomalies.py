@@ -3,20 +3,7 @@
     .venv/bin/python bench/anomalies.py [--json] [--curve CURVE.csv LABELS.json ...] [--map COLUMN=METRIC ...]
                                         [--landed REF | --no-landed]
 
-The built-in set (bench/anomaly_synth.py) is synthetic events injected at known steps into real-shaped curves,
-one event per run, plus clean runs that must raise nothing. Recorded curves are added
-(read by the scanner's CSV reader, fed the same way):
-by default every bench/data/anomalies/*.csv.gz beside its .labels.json (the real demo trainer, recorded by
-bench/anomaly_curves.py), or those named with `--curve`; a recorded run without labels is a clean run, and
-"recorded_clean" counts its alarms per kind and severity (a clean demo run must raise no warning or critical).
-A labels file is a JSON list of {"kind", "start_step", "end_step", "also": [kinds], "run"?};
-"also" names kinds the event legitimately causes too (a loss spike moves the grad norm), which then count
-neither as false alarms nor towards recall. Deterministic: fixed seeds. Benchmark, not a test.
-
-"public": the public incident logs of large open runs and the clean public curves (bench/data/anomalies/public,
-made by bench/anomaly_public.py): per source, each incident found or not, with its delay in logged points, the
-precision, and warnings on the clean curves. "landed": the same report for the detectors of git ref REF (default
-main), exported and run in a child process during the same run, and "vs_landed" the two side by side.
+What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
 """
 
 from __future__ import annotations

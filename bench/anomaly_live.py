@@ -2,14 +2,7 @@
 
     .venv/bin/python bench/anomaly_live.py [--steps 600] [--database-url postgres://...]
 
-Publishes steps of the demo trainer's width (~235 metrics: losses, 57 per-parameter grad norms, 4 router layers x
-16 experts of loads and biases, throughput, hardware, data) to a run's Redis stream and runs the real
-`live.LiveIngest` over them: `live` delivers each step as its own batch (ingest keeping up with a trainer, the
-usual case), `catchup` in batches of 500 (after an ingest restart). Reported: seconds in ingest's step (read,
-validate, apply, commit, XACK, push) and the part spent in the anomaly hook (Monitor, anomaly upserts, detector
-state saves), and their ratio: measured in the same run, so that a busy machine slows both alike.
-Uses a private redis-server and a
-throw-away SQLite file unless told otherwise, so it never touches a developer's runs.
+What it measures and how: docs/PERFORMANCE.md, `anomaly_live` (bench/results/anomaly_live.md).
 """
 
 from __future__ import annotations

@@ -2,20 +2,7 @@
 
     .venv/bin/python bench/chaos.py [--steps 1000] [--db sqlite|postgresql] [--json]
 
-Starts what it needs: a private redis-server with an append-only file fsynced every second, a throw-away database
-(SQLite file, or a PostgreSQL database on OBS_BENCH_PG's server, dropped afterwards), two `manage.py ingest`
-(3 s leases), daphne, the demo trainer (`python -m training run --config training/configs/demo.toml`, a tiny
-model through --set, every record mirrored to a JSONL file) and a WebSocket client that watches the loss the way
-the dashboard does (resume after every reconnect, drop what it already holds). While the run trains (when the
-trainer is at 20%, 40% and 60% of its steps):
-  1. kill -9 Redis, then start it again on its append-only file (what a supervisor does);
-  2. kill -9 the ingest holding the run's lease: the other must take the run over by itself (then a new one is
-     started, as a supervisor would, and must join);
-  3. stop the web server and start a new one: the client must reconnect and resume by itself.
-Then: every (series, step) in the trainer's JSONL is in the database with its value and nothing else is (no step
-lost, none doubled, the stream holds no entry twice); the client's loss series equals the database's (no gap);
-the trainer exited 0 having dropped nothing; every process is up; nothing was dead-lettered. Prints one JSON
-object; exits 1 on any failure.
+What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
 """
 
 from __future__ import annotations

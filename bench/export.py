@@ -2,10 +2,7 @@
 
     .venv/bin/python bench/export.py --json [--points N] [--repeat R]
 
-Loads an N-point series (raw points, bulk COPY/executemany) into a throwaway run on the configured database
-(SQLite file, or PostgreSQL via DATABASE_URL), streams each format through the export view's generators as a
-client would read them (bytes counted, then dropped), reports points/s, MB/s and the Python heap's peak growth
-(tracemalloc, a separate pass), then deletes the run.
+What it measures and how: docs/PERFORMANCE.md, `export` (bench/results/export.md).
 """
 
 from __future__ import annotations

@@ -4,28 +4,7 @@
     .venv/bin/python bench/fanout.py --viewers 1000 --soak --seconds 300 --json      # RSS over time
     .venv/bin/python bench/fanout.py --tier hub,nchan --viewers 3000 --connect-rate 0 --json  # both tiers, a storm
 
---tier hub,nchan measures each tier in turn in one run, on one publisher: the hub (viewers on the web server's
-/ws/runs/<id>/) and the push tier (nginx + nchan as `make run` configures it, fed by `manage.py relay`; viewers on
-/live/runs/<id>/lite/, the default dashboard's series, or /live/runs/<id>/ with --subscribe all; no resume).
-Per tier: p50_ms, p99_ms, delivered_fraction, connected, server_cpu
-(the web replicas, or nginx), cpu_us_per_frame (that CPU per (viewer, step) delivered), connect_cpu_ms (its CPU
-while the viewers connected, per viewer), connect_s, viewer_procs_cpu, and ingest's, Redis's and the relay's CPU.
-
-It starts what it needs: a private redis-server, a throw-away SQLite database (or --database-url), `manage.py
-ingest`, R web replicas (daphne or uvicorn) and a publisher at the demo trainer's full width: by default a
-synthetic one through `observatory.streams.Publisher` with the demo's ~240 series per step at 5 steps/s (the demo
-config's names: 4 layers, 16 experts, 4 domains), or with `--publisher demo` the real demo trainer (which needs
-a core of its own). Viewers are spread over several processes and round-robin over the replicas: `--client c`
-(the default where gcc is) runs bench/viewers.c, thousands of viewers per process (epoll; compiled on first use
-into var/bench/), `--client python` bench/fanout_viewers.py (websockets, permessage-deflate offered; the viewers'
-CPU limited it past ~3,000). Each opens /ws/runs/<id>/ like a browser (Origin header), reads the hello, then sends
-the dashboard's default subscription as a `resume` after the hello's last step (`--subscribe all`: none, i.e.
-every series).
-
-delay = a step's arrival at a viewer − its publish time (`data.t` of the metrics entry, same host clock);
-delivered = the fraction of (viewer, step) pairs received, for steps published in the measured window (coalesced
-frames and backfills count). server_cpu is in cores (1.0 = one core busy) over the window, summed over the web
-replicas; server_rss_mb is their total RSS at the end. Ingest, Redis and the viewer processes are reported too.
+What it measures and how: docs/PERFORMANCE.md, `fanout` (bench/results/fanout.md).
 """
 
 from __future__ import annotations

@@ -2,15 +2,7 @@
 
     .venv/bin/python bench/first_step.py --json [--config training/configs/demo.toml] [--compare OTHER_TREE]
 
-Three starts of `python -m training run` (no Redis) in a temporary working directory whose var/ keeps the
-compilation cache (var/jax-cache) and the data cache (var/data-cache) across them, as `make run` does:
-"cold_new" (empty caches, a new run: its BPE tokenizer is trained), "warm_resumed" (the same run again, as
-`make run` continues it) and "warm_new" (`make run RUN=new`). Measured: launch to the first `metrics` record of
-the run's JSONL mirror, the trainer's start-up (until `compiling`) and its compile, the CPU seconds of the whole
-start (it is stopped by SIGTERM once it has stepped; that stop's checkpoint included), which depend little on the
-load, and what the caches spared (the manifest's `data_cache`, the compiled event's `compile_cache`).
-`--compare DIR` runs the same starts of another source tree (e.g. `git archive` of the landed commit) interleaved
-with this one's, each in its own working directory, so both see the same load. The load average is reported.
+What it measures and how: docs/PERFORMANCE.md, `first_step` (bench/results/first_step.md).
 """
 
 from __future__ import annotations

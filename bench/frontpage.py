@@ -3,13 +3,7 @@ live chart, moments, experiments), both served in the same run from the same dat
 
     .venv/bin/python bench/frontpage.py [--json] [--base COMMIT] [--steps 200000] [--runs 20] [--repeat 7]
 
-The landed code is `git archive`d from --base (default: the merge base with `main`) into a temporary folder and
-served with the same venv (no migration differs); each page is opened `--repeat` times in a fresh Chromium context:
-  fcp_ms    first contentful paint (the paint timing entry)
-  ready_ms  the page's content in place: the landed page's table (DOMContentLoaded), ours once the loss chart has
-            drawn (its SVG) — what a visitor came to see
-The featured run's train/loss has `--steps` points (storage.bulk_load) plus an anomaly and an annotation; `--runs`
-more runs fill the table. Wall times on a shared machine: the 1-minute load average is printed with them.
+What it measures and how: docs/PERFORMANCE.md, `frontpage` (bench/results/frontpage.md).
 """
 
 from __future__ import annotations

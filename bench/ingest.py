@@ -3,14 +3,7 @@
     .venv/bin/python bench/ingest.py [--runs 8] [--steps 300] [--width 242] [--consumers 1,2]
                                      [--backends sqlite,postgresql] [--json]
 
-Starts what it needs: a private redis-server, a throw-away SQLite file and a throw-away PostgreSQL database (on
-DATABASE_URL's server, default postgres://postgres@127.0.0.1:5432/, dropped afterwards). Each trial pre-fills
-`runs` streams with `steps` metrics entries of `width` series each (the demo trainer publishes ~242 per step),
-starts the consumers (`Ingestor` in subprocesses, as `manage.py ingest` runs it), and times them from "go" until
-every stream's consumer group has nothing pending and nothing unread. "Durable": every batch is committed
-(PostgreSQL with synchronous_commit on; SQLite WAL with synchronous=NORMAL, the project's settings) before its
-entries are acknowledged. Reports points/s and points per CPU-second (ingest processes; and with the database
-server's backends, for PostgreSQL). Prints one JSON object.
+What it measures and how: docs/PERFORMANCE.md, `ingest` (bench/results/ingest.md).
 """
 
 from __future__ import annotations

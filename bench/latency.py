@@ -3,20 +3,7 @@
     .venv/bin/python bench/latency.py [--seconds 30] [--rate 5] [--width full|2] [--server uvicorn|daphne]
     .venv/bin/python bench/latency.py --tier nchan --others 1000     # through the push tier, 1,000 others watching
 
-The real chain — `observatory.streams.Publisher` (the trainer's) → Redis stream → `manage.py ingest`
-(subprocess) → channel layer → the web server (subprocess; uvicorn as `make run` starts it, or daphne) → a real
-Chromium page on the run's dashboard (Playwright). Each step carries the demo trainer's full metric width
-(~240 series, bench/fanout.py's names) unless `--width 2` (loss and LR only). The page's WebSocket frames
-(coalesced batches included) are timestamped in the browser (Date.now(), same host clock as the publisher), and
-each step's latency is (arrival of the step in the page) − (time `Publisher.metrics` was called for it);
-`path` names the chain measured. The part of the delay before the page, per tier (the other tier's keys are absent,
-not null): hub: `ingest_*` up to ingest's push (a listener on the run's channel-layer group); `relay_mean_ms` (ingest's
-push → the web process's fan-out) and `publish_to_fanout_mean_ms` from the web server's /metrics histograms.
-`--tier nchan`: the page through nginx + nchan with the relay feeding it, as `make run` starts them (its live path
-skips ingest and the web process): `push_*` up to a socket of the bench's own on the page's channel (publish → relay
-→ nchan → a socket, the push tier's share). `--others K`: K other viewers of the run on the same path meanwhile
-(bench/viewers.c), with their own delays (`others_*`) and each step's first arrival at any of them (`first_socket_*`).
-Uses Redis db 14 and a throw-away SQLite file, so it never touches a developer's runs.
+What it measures and how: docs/PERFORMANCE.md, `latency` (bench/results/latency.md).
 """
 
 from __future__ import annotations

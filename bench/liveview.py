@@ -3,34 +3,7 @@
     .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
                                        [--profile] [--heap-profile] [--trace-out FILE] [--page-js JS] [--json]
 
-The real chain, as bench/latency.py runs it: the trainer's `Publisher` → Redis → `manage.py ingest` (subprocess)
-→ the web server `make run` starts (subprocess) → a real Chromium page on the run's dashboard (Playwright, 1400 ×
-900). The run first gets `--history` steps at once, then one full-width step (~240 series, bench/fanout.py's
-names) every 1/`--rate` s for `--seconds`, with a heartbeat every 2 s as the trainer sends (its steps/s), while
-Chromium traces the page. The live window starts once the page has settled (every chart drawn by Plotly: the
-first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
-  update_main_ms   p50/p99/max of the page's main-thread time per live update: the top-level tasks of the
-                   renderer's main thread (script, style, layout, paint, GC) from one WebSocket message to the next
-  update_main_cpu_ms  the same, in the main thread's CPU time: without the time it waited (for a core, on a box
-                   whose two cores also run the server, ingest and Redis; or for the compositor)
-  update_main_ms_without_major_gc  (a diagnostic) p50/p99 of the updates that had under 1 ms of a major GC's
-                   main-thread work in them, and how many had more (left_out): the page's own cost apart from V8's
-                   pauses
-  main_ms_per_step  the live window's main-thread time (the updates' sum) per published step: what a step costs the
-                   page however many messages it came in (a step's points and the anomaly frame about them: one)
-  long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
-  settle_long_tasks_ms  the page's long tasks before the window (its load: first paint, Plotly's first draws), for
-                      what the window leaves out; bench/dashboard.py measures the load itself
-  main_thread_busy    the main thread's share of the live window
-  trace_self_ms       where the live window's main-thread time went (self time by trace event name)
-  worst_updates       the six costliest updates: when (s into the window) and where their time went
-  gc                  V8's major and minor collections in the window, the major ones' pauses and causes, and how fast
-                      the heap grew between them (KB/s; 'global': V8's and Blink's, which paces major GCs)
-  allocations         (--heap-profile) the window's JS allocations, KB/s, by function and by the page's function
-                      nearest it: the garbage that paces V8's GCs (Blink's own heap is not in it: see ARCHITECTURE.md)
-with the default charts open, or with `--charts N` charts (the defaults then more of the run's series).
-Uses Redis db 14 (flushed) and a throw-away SQLite file. Targets (issue 24): p99 <= 8 ms per update, no long task
-with the default charts, <= 1 a minute with 20.
+What it measures and how: docs/PERFORMANCE.md, `liveview` (bench/results/liveview.md).
 """
 
 from __future__ import annotations

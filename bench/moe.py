@@ -1,19 +1,6 @@
 """MoE benchmark: `.venv/bin/python bench/moe.py --json` prints one JSON object (progress goes to stderr).
 
-- drop_table: dropped-assignment fraction of the real MoE layer (training/moe.py) at a fixed token batch for
-  context lengths 128..4096, standard vs pooled_wave, capacity factors 1.0 and 1.25. The router input is
-  text-like: packed documents of lognormal length, each with a topic; tokens come from a Zipfian mixture of
-  a global and a per-topic vocabulary with bursty repeats, and the hidden state is the token embedding plus
-  the document's topic vector (consecutive tokens route alike). The router bias is first balanced on the
-  global stream by the aux-loss-free update itself, as in training, so what is left is per-group skew.
-- step_timing: the trainer's own compiled step (training/step.py: AdamW, sharded state, in/out shardings) for
-  the demo and a larger config, standard vs pooled_wave dispatch, on 1 device and on 8 fake CPU devices as a
-  data 2 x expert 4 mesh, each device count in its own process (it is fixed when JAX starts), same global
-  batch. Step time is to device completion (median); tokens/s and MFU follow, with MFU from
-  training.flops.mfu over training.telemetry.peak_flops: the very numbers the dashboard shows for a run.
-- pooled_vs_standard_step_time: what pooled_wave's (waves + 1)x dispatch buffers and compaction cost.
-- memory_by_ep_on_8_devices: train-state bytes on the fullest device, and of it the routed experts' params and
-  Adam moments, for expert axis 1, 2, 4, 8.
+What it measures and how: docs/PERFORMANCE.md, `moe` (bench/results/moe.md).
 """
 
 from __future__ import annotations

@@ -2,15 +2,7 @@
 
     .venv/bin/python bench/ogimage.py [--json] [--steps 1000000] [--repeat 30] [--db PATH]
 
-Seeds a run whose train/loss has `--steps` points (webapp/metrics/storage.bulk_load, a throw-away SQLite file kept
-between calls), serves it with the web server `make run` uses (subprocess; the cache is its Redis cache, db 14),
-then asks GET /runs/<id>/preview.png:
-  cached_ms   the same image again (what a crawler or a chat app gets while the run is in the same step bucket)
-  cold_ms     after dropping the cached bytes: the loss window query + the Pillow render + the cache write
-  not_modified_ms  a revalidation with If-None-Match (304)
-and checks that the image follows the run: points past the next step bucket give a new ETag and new bytes.
-Timings are wall clock on this machine; the 1-minute load average is printed with them (a shared box inflates them).
-Target (issue 28): cached median <= 100 ms.
+What it measures and how: docs/PERFORMANCE.md, `ogimage` (bench/results/ogimage.md).
 """
 
 from __future__ import annotations

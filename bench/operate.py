@@ -2,10 +2,7 @@
 
     .venv/bin/python bench/operate.py [--runs 50] [--commands 200] [--points 2000] [--repeat 15]
 
-Creates throwaway runs (ids bench-operate-*) with series, heartbeats, checkpoint lists, commands and acks on the
-configured database (DATABASE_URL, else a SQLite file of its own) and the bench Redis database,
-times `snapshot.build()` and `channel.sync()`,
-then deletes what it made. Prints one JSON object. Each socket of a web process shares one build per 0.5 s tick.
+What it measures and how: docs/PERFORMANCE.md, `operate` (bench/results/operate.md).
 """
 
 from __future__ import annotations

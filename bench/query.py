@@ -4,14 +4,7 @@
     .venv/bin/python bench/query.py --windows [--steps 1000000] [--series 5] [--spans 2000 ...] [--width 1200]
                                     [--repeat R] [--rounds K] [--compare TREE] [--keep]
 
-Loads an N-point series with 5 one-step spikes into a throwaway run, times full-range and zoomed window queries,
-checks every spike is kept, then deletes the run.
---windows: the zoom's read, GET /api/runs/<id>/windows/?series=a,b,...&start=&end=&points=<width>, timed in process
-(Django's test client: view, queries, JSON) on a run of --series series of --steps steps each, at each window span
-centred in the run; --compare TREE times another checkout (e.g. the landed main) on the same database in the same
-run, rounds alternating, each tree in its own process. Benchmark, not a test: run it on the database you deploy on
-(PostgreSQL via DATABASE_URL, migrated first); without DATABASE_URL on its own SQLite file under OBS_DATA_DIR
-(var/bench-query.sqlite3), migrated, and deleted afterwards unless --keep.
+What it measures and how: docs/PERFORMANCE.md, `query` (bench/results/query.md).
 """
 
 from __future__ import annotations

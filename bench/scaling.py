@@ -4,22 +4,7 @@ the largest run from the smaller ones on real ladders. Prints one JSON object.
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py --json [--bootstrap 200] [--rungs 24] [--full-grid]
         [--ladder var/ladder/demo-scaling/rungs.csv] [--public-only] [--ladders-bootstrap 200] [--compare REF]
 
-Synthetic ladders (Chinchilla with Besiroglu et al.'s estimates, 0.3% noise; the Marin compute law; the
-over-trained form with γ = 0.03). For each law: seconds for one fit with `--bootstrap` resamples and its
-held-out error. With --full-grid, also refines every point of Chinchilla's 4500-point grid (seconds) and reports
-how far the default 64-start optimum is from it (relative objective; 0 means the same optimum).
-
-Real ladders ("public"): the 245 Chinchilla runs (bench/data/scaling/README.md) and, when present, the demo
-ladder's rungs.csv (`python -m training ladder --config training/configs/ladder.toml` writes it). For each law:
-fit on every run but the largest-compute one (ties included), predict it, and report the relative error
-|L̂/L − 1| ("largest"); likewise with the largest quarter held out ("largest_quarter", mean error). None where the
-rows left are fewer than the law's parameters.
-
-Public ladders with held-out larger runs ("ladders", bench/scaling_ladders.py, bench/data/ladders/README.md):
-per ladder and law (and `auto`), the mean and max relative error on the held-out runs and the band coverage;
-"ladders_summary" gives `auto`'s numbers and the ladders meeting issue 27's bar (mean ≤ 3%, coverage ≥ 80%).
-With --compare REF (e.g. the merge base), the core at REF is measured the same way in the same run
-("ladders_landed", "ladders_landed_summary").
+What it measures and how: docs/PERFORMANCE.md, `scaling` (bench/results/scaling.md).
 """
 
 from __future__ import annotations

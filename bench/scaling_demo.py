@@ -3,12 +3,7 @@
     .venv/bin/python bench/scaling.py --demo --json [--config training/configs/ladder.toml] [--workdir DIR]
         [--keep] [--cold] [--redis]
 
-Runs `python -m training ladder --with-target` (the rungs, the fit, then the target) in a fresh working
-directory (a temporary one unless --workdir: its var/ holds the ladder's state, checkpoints and registration), with
-the repository's persistent compilation cache (var/jax-cache; --cold: an empty one), and without Redis unless
---redis. demo_error = |forecast / actual - 1| (the ladder's <dir>/target.json); the actual loss is read from
-the target's metrics exactly as a rung's final loss is (training.ladder.final_loss). Wall times are of this box,
-whatever else runs on it: the load average at the start and the end is reported beside them.
+What it measures and how: docs/PERFORMANCE.md, `scaling_demo` (bench/results/scaling_demo.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Public scaling ladders with held-out larger runs (bench/data/ladders/README.md), and how a law forecasts them.
 
-Each ladder: rungs to fit on and held-out larger runs (Gadre et al.'s 1.4B/6.9B models, 3.5–17× the largest
-rung's parameters; Chinchilla's largest-compute runs, C ≥ 2e21). For each law (and `auto`):
-fit on the rungs with bootstrap bands, predict the held-out runs, report the mean and max relative error
-|L̂/L − 1|, the band coverage (fraction of held-out runs whose loss lies in [low, high]) and the band's mean
-relative width. Uses only the
-`observatory.scaling` API that the landed code has too (`fit`, `Fit.predict`, `Fit.interval`), so the same
-function measures another checkout of the core (`bench/scaling.py --compare REF`).
-
-    .venv/bin/python bench/scaling_ladders.py [--core DIR] [--bootstrap 200]   # one JSON object per ladder
+What it measures and how: docs/PERFORMANCE.md, `scaling_ladders` (bench/results/scaling_ladders.md).
 """
 
 from __future__ import annotations

@@ -2,11 +2,7 @@
 
     .venv/bin/python bench/tb_import.py [--runs 2] [--steps 20000] [--tags 4] [--json]
 
-Writes `runs` runs of `steps` steps x `tags` scalar tags into a throw-away logdir, migrates a throw-away SQLite
-database, then times three imports as `manage.py` subprocesses: the first (everything new), a second (nothing
-new: reads and compares only) and one after 10% more steps were appended to every run. Reports wall seconds, the
-command's CPU seconds, and scalar values per CPU-second (each value is also stored with its wall time: two points).
-Prints one JSON object.
+What it measures and how: docs/PERFORMANCE.md, `tb_import` (bench/results/tb_import.md).
 """
 
 from __future__ import annotations

@@ -2,10 +2,7 @@
 
     .venv/bin/python bench/trainer.py [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
 
-Also the start-up cost of reading the default corpora (`corpus_load_s`). One process, one compiled step.
-Sink set-ups are measured in interleaved blocks of steps with a rotating
-order, so drift from other load hits every arm alike; each arm reports its median block. The baseline runs as
-two identical arms (an A/A test): their gap is the noise floor to read the overhead against.
+What it measures and how: docs/PERFORMANCE.md, `trainer` (bench/results/trainer.md).
 """
 
 from __future__ import annotations

@@ -2,11 +2,7 @@
 
     .venv/bin/python bench/trim.py [--read 500000] [--behind 1500000] [--width 1] [--json]
 
-On a private redis-server: a run's Publisher (default caps: contract.STREAM_MAXLEN, STREAM_HARD_MAXLEN) writes
-`read` metrics entries that the `ingest` group reads and acknowledges (XGROUP SETID: as if ingest had), then
-`behind` more that nobody reads. Then a consumer reads the group's backlog back and checks every step is there.
-Reports the entries lost (missing from the backlog) and counted (contract.telemetry_lost_key), the publish rate,
-the stream's length and Redis' memory at the end. Prints one JSON object.
+What it measures and how: docs/PERFORMANCE.md, `trim` (bench/results/trim.md).
 """
 
 from __future__ import annotations
