@@ -18,11 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from harness import Stack, add_save_flag, pct, report, wait_http  # noqa: E402
+from harness import ROOT, Stack, add_save_flag, pct, report, wait_http  # noqa: E402
 
 STEPS = 2000
 CSRF = "b" * 32  # a CSRF secret of our choosing: cookie and header agree

@@ -17,10 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from harness import add_save_flag, report, PrivateRedis  # noqa: E402
+from harness import ROOT, add_save_flag, report, PrivateRedis  # noqa: E402
 
 DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
 PARAMS = [f"layers/{i}/{w}" for i in range(4) for w in (

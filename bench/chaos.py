@@ -22,11 +22,8 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.ingest import Database  # noqa: E402
-from harness import add_save_flag, report, free_port, listening, wait_for as wait  # noqa: E402
+from harness import ROOT, add_save_flag, free_port, listening, report, wait_for as wait  # noqa: E402
+from ingest import Database  # noqa: E402
 from observatory import contract  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",

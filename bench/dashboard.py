@@ -20,11 +20,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from harness import add_save_flag, report, django_here, web_server  # noqa: E402
+from harness import ROOT, add_save_flag, report, django_here, web_server  # noqa: E402
 
 RUN_ID = "bench-dashboard"
 SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",

@@ -20,8 +20,7 @@ from harness import (PushTap, Stack, SyntheticTrainer, add_save_flag, cpu_s, das
                      demo_names, free_port, publish_times, push_tier_missing, report, rss_mb, wait_for, wait_http)
 
 import psutil  # noqa: E402
-from fanout_tiers import start_viewers, summarize  # noqa: E402
-from viewer_client import build, gcc  # noqa: E402
+from viewer_client import build, start_viewers, summarize  # noqa: E402
 
 from observatory import contract  # noqa: E402
 
@@ -101,12 +100,11 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
         resume = {"type": "resume", "metrics": dashboard_subscription(demo_names())}
     elif args.subscribe == "embed":  # an embed or a report's chart block (static/js/minichart.js): one series
         resume = {"type": "resume", "metrics": [contract.M_LOSS]}
-    per_proc = 5000 if args.client == "c" else 400  # viewers per process by default
-    nw = args.workers or max(1, min(8, math.ceil(args.viewers / per_proc)))
+    nw = args.workers or max(1, min(8, math.ceil(args.viewers / 5000)))  # 5,000 viewers per process by default
     per = [args.viewers // nw + (1 if i < args.viewers % nw else 0) for i in range(nw)]
     t_connect = time.time()
     cpu_ramp = cpu_s(ps_server)
-    workers = start_viewers(args.client, urls, per, args.ramp, tier == "hub", resume)
+    workers = start_viewers(urls, per, args.ramp, tier == "hub", resume)
     try:
         return measure(args, workers, ps_server, others, trainer, tap, t_connect, cpu_ramp)
     finally:
@@ -165,11 +163,10 @@ def main() -> int:
                          "embed: one series (train/loss), what an embed or a report chart subscribes")
     ap.add_argument("--publisher", choices=("synthetic", "demo"), default="synthetic")
     ap.add_argument("--rate", type=float, default=5.0, help="synthetic steps per second (the demo's rate)")
-    ap.add_argument("--client", choices=("c", "python"), default="c" if gcc() else "python",
-                    help="viewer processes: bench/viewers.c (built with gcc on first use; the default where gcc is) "
-                         "or bench/fanout_viewers.py (Python websockets)")
+    ap.add_argument("--client", choices=("c",), default="c",
+                    help="viewer processes: bench/viewers.c (built with gcc on first use)")
     ap.add_argument("--workers", type=int, default=0,
-                    help="viewer processes (default: one per 5,000 viewers for c, per 400 for python; at most 8)")
+                    help="viewer processes (default: one per 5,000 viewers; at most 8)")
     ap.add_argument("--tier", default="hub", help="comma list of hub, nchan: measured one after the other in one run "
                     "(same publisher, same box); nchan needs nginx-light + libnginx-mod-nchan")
     ap.add_argument("--ramp", "--connect-rate", dest="ramp", type=float, default=250.0,
@@ -191,8 +188,7 @@ def main() -> int:
         ap.error("--connect-rate must be >= 0")
     if "nchan" in args.tiers and push_tier_missing():
         ap.error(f"--tier nchan: {push_tier_missing()} (apt-get install -y nginx-light libnginx-mod-nchan)")
-    if args.client == "c":
-        build()  # before any clock starts (cached in var/bench/ by the source's hash)
+    build()  # before any clock starts (cached in var/bench/ by the source's hash)
     if not args.json:
         print(f"fan-out: {args.viewers} viewers, {args.replicas} {args.server} replica(s), {args.seconds:.0f}s",
               file=sys.stderr)

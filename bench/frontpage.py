@@ -18,9 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from harness import add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
+from harness import ROOT, add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
 
 RUN_ID = "bench-front"
 

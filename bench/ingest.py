@@ -22,10 +22,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from harness import PrivateRedis, add_save_flag, report  # noqa: E402
+from harness import ROOT, PrivateRedis, add_save_flag, report  # noqa: E402
 
 GO, STOP = "bench:go", "bench:stop"
 

@@ -20,11 +20,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from harness import (CHROMIUM_ARGS, Stack, add_save_flag, chromium_path, demo_names, pct, report,  # noqa: E402
+from harness import (ROOT, CHROMIUM_ARGS, Stack, add_save_flag, chromium_path, demo_names, pct, report,  # noqa: E402
                      wait_http)
 from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks  # noqa: E402
 

@@ -17,9 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import add_save_flag, report  # noqa: E402
+from harness import ROOT, add_save_flag, report  # noqa: E402
 
 
 def write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:

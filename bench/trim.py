@@ -13,10 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from harness import add_save_flag, report, PrivateRedis  # noqa: E402
+from harness import ROOT, add_save_flag, report, PrivateRedis  # noqa: E402
 
 
 def publish(pub, steps, names) -> float:
