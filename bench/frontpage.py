@@ -1,5 +1,5 @@
-"""First paint of the front page: the landed `/` (the run table) against this checkout's `/` (the featured run's
-live chart, moments, experiments), both served in the same run from the same database. Prints one JSON object.
+"""First paint of the front page (the featured run's live chart, moments, experiments): the landed commit's `/`
+against this checkout's, both served in the same run from the same database. Prints one JSON object.
 
     .venv/bin/python bench/frontpage.py [--json] [--base COMMIT] [--steps 200000] [--runs 20] [--repeat 7]
 
@@ -91,10 +91,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as landed:
         archive = subprocess.run(["git", "archive", base], cwd=ROOT, check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", landed], input=archive, check=True)
-        sides = (("landed", Path(landed), "() => !!document.querySelector('#runs tbody tr')"),
-                 ("front", ROOT, "() => !!document.querySelector('#front-chart .main-svg') && "
-                                 "document.querySelectorAll('#moments li.moment').length >= 2"))
-        for name, tree, ready_js in sides:
+        ready_js = ("() => !!document.querySelector('#front-chart .main-svg') && "
+                    "document.querySelectorAll('#moments li.moment').length >= 2")
+        for name, tree in (("landed", Path(landed)), ("front", ROOT)):
             with web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree) as server:
                 out[name] = measure(f"http://127.0.0.1:{server.port}/", ready_js, args.repeat)
     out["fcp_ratio_front_over_landed"] = round(out["front"]["fcp_ms"] / out["landed"]["fcp_ms"], 2)
