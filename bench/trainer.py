@@ -97,8 +97,12 @@ def main(argv=None) -> int:
                                                              every_minutes=0.0))
     run_id = f"bench-{int(time.time())}"
     trainer = build_trainer(cfg, run_id, redis_url=None)
+    from training.compile_cache import CacheCounter
+
+    trainer.compile_cache = CacheCounter().start()  # as Trainer.run() sets it up before _setup and _compile
     trainer._setup()
     trainer._compile()
+    trainer.compile_cache.stop()
     out.update({"run_id": run_id, "devices": str(jax.devices()), "tokens_per_step": trainer.tokens_per_step,
                 "cpu_count": os.cpu_count(), "load1_at_start": os.getloadavg()[0]})
 

@@ -24,11 +24,6 @@ def test_first_step(run_bench, tiny):
     assert out["cold_new"]["first_step_s"] > 0 and out["warm_resumed"]["compile_s"] >= 0
 
 
-def test_moe_quick(run_bench):
-    out, _ = run_bench("moe", "--quick", "--rounds", "1", "--json")
-    assert out["drop_table"] and out["step_timing"]
-
-
 def test_chaos(run_bench):
     out, _ = run_bench("chaos", "--steps", "60", "--json")
     assert out
