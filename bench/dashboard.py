@@ -168,9 +168,7 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
     long tasks. targets: {name: (url, server pid)}; with several, the repetitions alternate between them (one
     browser, the same minutes), each measured on its own."""
     from pagecost import LONG_TASKS_JS, TRACE_CATEGORIES, Cdp, profile_summary, trace_tasks
-    from playwright.sync_api import sync_playwright
-
-    from harness import CHROMIUM_ARGS, chromium_path
+    from harness import Stack
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
     acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
@@ -178,8 +176,8 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                   "errors": [], "plotly": [],
                   "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
                   "zoom_long": [], "summary": {}} for name in targets}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+    with Stack("dashboard-browser") as browsers:
+        browser = browsers.browser()
         for i in range(repeat):
             for name, (url, server_pid) in targets.items():
                 A = acc[name]
@@ -266,7 +264,6 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                 if shots and i == 0:
                     page.screenshot(path=os.path.join(shots, f"bench-zoomed-{name}.png"), full_page=False)
                 context.close()
-        browser.close()
     med = lambda xs: round(statistics.median(xs), 1)  # noqa: E731
     out = {}
     for name, A in acc.items():

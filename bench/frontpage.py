@@ -52,13 +52,11 @@ def seed(steps: int, runs: int) -> None:
 
 
 def measure(url: str, ready_js: str, repeat: int) -> dict:
-    from playwright.sync_api import sync_playwright
-
-    from harness import CHROMIUM_ARGS, chromium_path
+    from harness import Stack
 
     fcp, ready, errors = [], [], []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+    with Stack("frontpage-browser") as browsers:
+        browser = browsers.browser()
         for _ in range(repeat):
             ctx = browser.new_context(viewport={"width": 1440, "height": 900})
             page = ctx.new_page()
@@ -69,7 +67,6 @@ def measure(url: str, ready_js: str, repeat: int) -> dict:
             page.wait_for_function("() => performance.getEntriesByName('first-contentful-paint').length > 0")
             fcp.append(page.evaluate("() => performance.getEntriesByName('first-contentful-paint')[0].startTime"))
             ctx.close()
-        browser.close()
     med = lambda xs: round(statistics.median(xs), 1)  # noqa: E731
     return {"fcp_ms": med(fcp), "ready_ms": med(ready), "console_errors": errors[:5]}
 

@@ -170,8 +170,8 @@ class Stack(ExitStack):
     def __init__(self, name: str):
         super().__init__()
         self.name, self.procs = name, []
-        self.tmp = tempfile.mkdtemp(prefix=f"obs-bench-{name}-")
-        self.callback(shutil.rmtree, self.tmp, True)
+        self.tmp, self.keep = tempfile.mkdtemp(prefix=f"obs-bench-{name}-"), False  # keep: the directory stays
+        self.callback(lambda: self.keep or shutil.rmtree(self.tmp, True))
         self.redis_url, self.env = bench_redis_url(), dict(os.environ)
 
     def site(self, private_redis: bool = False, database_url: str = "", migrate: bool = True, **extra: str):
@@ -196,12 +196,14 @@ class Stack(ExitStack):
         return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, check=check,
                               stdout=subprocess.DEVNULL)
 
-    def start(self, cmd: list[str], cwd: Path = ROOT, quiet: bool = True, **kw) -> subprocess.Popen:
-        """A process of the stack, stopped when it closes."""
+    def start(self, cmd: list[str], cwd: Path = ROOT, quiet: bool = True, log: Path | None = None,
+              **kw) -> subprocess.Popen:
+        """A process of the stack (its output dropped, shown, or appended to `log`), stopped when it closes."""
         if not self.procs:  # stopped before what was set up earlier (Redis), after what is registered later
             self.callback(lambda: stop_all(self.procs, 15))
-        out = subprocess.DEVNULL if quiet else None
-        proc = subprocess.Popen(cmd, cwd=cwd, env=kw.pop("env", self.env), stdout=out, stderr=out, **kw)
+        out = self.enter_context(open(log, "ab")) if log else subprocess.DEVNULL if quiet else None
+        proc = subprocess.Popen(cmd, cwd=cwd, env=kw.pop("env", self.env), stdout=out,
+                                stderr=subprocess.STDOUT if log else out, **kw)
         self.procs.append(proc)
         return proc
 

@@ -20,8 +20,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from harness import (ROOT, CHROMIUM_ARGS, Stack, add_save_flag, chromium_path, demo_names, pct, report,  # noqa: E402
-                     wait_http)
+from harness import ROOT, Stack, add_save_flag, demo_names, pct, report, wait_http  # noqa: E402
 from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks  # noqa: E402
 
 from observatory import contract  # noqa: E402
@@ -156,8 +155,6 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
 def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
             data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False,
             page_js: str = "") -> dict:
-    from playwright.sync_api import sync_playwright
-
     stack = Stack("liveview").site()
     port, redis_url = stack.web(wait=False).port, stack.redis_url
     stack.ingest()
@@ -182,57 +179,55 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             except Exception:
                 pass
             time.sleep(0.5)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.add_init_script(LONG_TASKS_JS + MARK_JS)
-            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{base}/runs/{run_id}/")
-            url = chart_url(base, run_id, page, charts)
-            if charts:
-                page.goto(url)
-            cdp = Cdp(page, throttle)
-            page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                                   "window.__obsFrames > 0", timeout=60_000)
-            # the live window starts on the settled page: every chart drawn by Plotly (first paint and Plotly's
-            # loading after it are bench/dashboard.py's to measure)
-            page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
-            if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
-                page.evaluate(page_js)
-            open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
-            browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
-            if profile:
-                cdp.start_profile()
-            if heap_profile:
-                cdp.start_heap_profile()
-            t_page = page.evaluate("() => performance.now()")
-            frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
-            t0 = time.monotonic()
-            n = int(seconds * rate)
-            for k in range(1, n + 1):
-                time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
-                pub.metrics(history + k - 1, values(history + k - 1, names, data))
-                if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
-                    heartbeat(pub, history + k - 1, rate)
-            page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
-            page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
-                                   f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
-            wall = time.monotonic() - t0
-            main = cdp.main_thread_ms() - main0
-            every_long = page.evaluate("() => window.__obsLong")
-            long_tasks = [d for t, d in every_long if t >= t_page]
-            settle_long = [d for t, d in every_long if t < t_page]
-            frames = page.evaluate("() => window.__obsFrames") - frames0
-            redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
-            prof = profile_summary(cdp.stop_profile()) if profile else None
-            heap = heap_summary(cdp.stop_heap_profile(), wall) if heap_profile else None
-            trace = browser.stop_tracing()
-            if trace_out:
-                Path(trace_out).write_bytes(trace)
-            pieces: list = []
-            tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
-            browser.close()
+        browser = stack.browser()
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.add_init_script(LONG_TASKS_JS + MARK_JS)
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{base}/runs/{run_id}/")
+        url = chart_url(base, run_id, page, charts)
+        if charts:
+            page.goto(url)
+        cdp = Cdp(page, throttle)
+        page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                               "window.__obsFrames > 0", timeout=60_000)
+        # the live window starts on the settled page: every chart drawn by Plotly (first paint and Plotly's
+        # loading after it are bench/dashboard.py's to measure)
+        page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+        if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
+            page.evaluate(page_js)
+        open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
+        browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
+        if profile:
+            cdp.start_profile()
+        if heap_profile:
+            cdp.start_heap_profile()
+        t_page = page.evaluate("() => performance.now()")
+        frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
+        t0 = time.monotonic()
+        n = int(seconds * rate)
+        for k in range(1, n + 1):
+            time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
+            pub.metrics(history + k - 1, values(history + k - 1, names, data))
+            if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
+                heartbeat(pub, history + k - 1, rate)
+        page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
+        page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
+                               f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
+        wall = time.monotonic() - t0
+        main = cdp.main_thread_ms() - main0
+        every_long = page.evaluate("() => window.__obsLong")
+        long_tasks = [d for t, d in every_long if t >= t_page]
+        settle_long = [d for t, d in every_long if t < t_page]
+        frames = page.evaluate("() => window.__obsFrames") - frames0
+        redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
+        prof = profile_summary(cdp.stop_profile()) if profile else None
+        heap = heap_summary(cdp.stop_heap_profile(), wall) if heap_profile else None
+        trace = browser.stop_tracing()
+        if trace_out:
+            Path(trace_out).write_bytes(trace)
+        pieces: list = []
+        tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
     finally:
         pub.close()
         stack.close()

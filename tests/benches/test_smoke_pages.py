@@ -7,7 +7,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.bench, pytest.mark.browser]
 
 def test_dashboard(run_bench):
     out, _ = run_bench("dashboard", "--steps", "2000", "--repeat", "1")
-    assert out
+    assert out["first_paint_ms"]["median"] > 0 and out["zoom_gesture_ms"]["every_chart_median"] > 0
 
 
 def test_liveview(run_bench):
@@ -22,7 +22,7 @@ def test_annotations(run_bench):
 
 def test_ogimage(run_bench):
     out, _ = run_bench("ogimage", "--steps", "2000", "--repeat", "2", "--json")
-    assert out
+    assert out["png_bytes"] > 0 and out["updates_as_run_advances"] and out["cached_ms"]["median"] > 0
 
 
 def test_frontpage(run_bench):

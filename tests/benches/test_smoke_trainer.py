@@ -26,7 +26,7 @@ def test_first_step(run_bench, tiny):
 
 def test_chaos(run_bench):
     out, _ = run_bench("chaos", "--steps", "60", "--json")
-    assert out
+    assert out["ok"] and out["lost"] == 0 and len(out["faults"]) == 3
 
 
 def test_scaling_demo(run_bench, tiny, tmp_path):
