@@ -42,6 +42,8 @@ def load_demo():
 LARGER = {"d_model": 256, "n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "d_ff": 512, "seq_len": 128}
 LARGER_MOE = {"n_routed": 32, "top_k": 4, "n_shared": 1, "group_size": 128}
 LARGER_BATCH = 8
+TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64, "seq_len": 32}  # --quick only
+TINY_MOE = {"n_routed": 4, "top_k": 2, "group_size": 32}
 
 
 def run_config(name: str, dispatch: str, data: int, expert: int):
@@ -49,10 +51,11 @@ def run_config(name: str, dispatch: str, data: int, expert: int):
     from training.config import load
 
     over = {"mesh.data": data, "mesh.expert": expert, "model.moe.dispatch": dispatch, "train.eval_every": 0}
-    if name == "larger":
-        over.update({f"model.{k}": v for k, v in LARGER.items()})
-        over.update({f"model.moe.{k}": v for k, v in LARGER_MOE.items()})
-        over["train.batch_size"] = LARGER_BATCH
+    if name in ("larger", "tiny"):
+        model, moe_set = (LARGER, LARGER_MOE) if name == "larger" else (TINY, TINY_MOE)
+        over.update({f"model.{k}": v for k, v in model.items()})
+        over.update({f"model.moe.{k}": v for k, v in moe_set.items()})
+        over["train.batch_size"] = LARGER_BATCH if name == "larger" else 4
     return load(DEMO_TOML, over)
 
 
@@ -227,7 +230,7 @@ def bench_moe(rounds: int, quick: bool = False) -> dict:
     import jax
 
     t_start = time.perf_counter()
-    seqs, devices, configs = ((128,), (1,), ("demo",)) if quick else (SEQS, (1, 8), ("demo", "larger"))
+    seqs, devices, configs = ((128,), (1,), ("tiny",)) if quick else (SEQS, (1, 8), ("demo", "larger"))
     rows, setup = drop_table(**({"tokens": 4096, "group": 1024, "seqs": seqs, "balance_steps": 20} if quick else {}))
     log(f"step timing: {devices} fake devices, each in its own process (the trainer's step, real mesh)")
     eps = {n: run_ep(n, rounds, configs) for n in devices}
@@ -277,7 +280,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--rounds", type=int, default=10, help="timed steps per measurement (median taken)")
     ap.add_argument("--quick", action="store_true",
-                    help="smoke-sized (one length, one device, the demo config): the code paths, not a measurement")
+                    help="smoke-sized (one length, one device, a tiny config): the code paths, not a measurement")
     add_save_flag(ap)
     args = ap.parse_args(argv)
     result = bench_moe(args.rounds, args.quick)

@@ -1,4 +1,4 @@
-"""Smoke run of the MoE bench (--quick: one sequence length, one device, the demo config; its own file, so that
+"""Smoke run of the MoE bench (--quick: one sequence length, one device, a tiny config; its own file, so that
 xdist runs it beside the trainer smoke runs)."""
 
 import pytest
