@@ -50,9 +50,17 @@ def flatten(value, prefix: str = "") -> list[tuple[str, object]]:
 
 
 def ratios(result: dict) -> list[tuple[str, object]]:
-    """The landed-vs-new comparisons a run measured: keys naming a ratio, a comparison or the landed tree."""
-    marks = ("ratio", "_vs_", "vs_landed", "landed", "compare")
-    return [(k, v) for k, v in flatten(result) if any(m in k for m in marks)]
+    """The comparisons a run measured in the same run: ratios (`ratio`, `_over_`, `_vs_` in a key's last part, not a
+    property of the data such as `compute_ratio`) and `vs_landed` tables; never a landed tree's whole result."""
+    out = []
+    for k, v in flatten(result):
+        parts = k.split(".")
+        last = parts[-1]
+        if parts[0] in ("landed", "ladders_landed") or last == "compute_ratio":
+            continue
+        if parts[0] == "vs_landed" or any(m in last for m in ("ratio", "_over_", "_vs_")):
+            out.append((k, v))
+    return out
 
 
 def cell(v) -> str:
@@ -79,8 +87,10 @@ def section(topic: str) -> list[str]:
         if len(rows) > MAX_ROWS:
             lines.append(f"| ... | {len(rows) - MAX_ROWS} more in bench/results/{topic}.json |")
         comp = ratios(run["result"])
-        lines += [""] + ([f"Landed vs new (same run): " + "; ".join(f"{k} = {cell(v)}" for k, v in comp), ""]
-                         if comp else [])
+        if comp:
+            lines += ["", "Compared in the same run (landed vs new, or the run's own alternatives):", "",
+                      "| comparison | value |", "|---|---|", *[f"| {k} | {cell(v)} |" for k, v in comp[:MAX_ROWS]]]
+        lines.append("")
     else:
         lines += [f"No run filed in bench/results/{topic}.json yet: the figures are the narrative's below.", ""]
     story = RESULTS / f"{topic}.md"

@@ -31,5 +31,5 @@ def test_a_filed_run_renders_as_the_newest_figures_with_target_and_ratio(tmp_pat
     text = "\n".join(report.section("latency"))
     assert "| p50_ms | 41.5 |" in text and "| p50_ms | 99.0 |" not in text and "| p50_ms | 1.0 |" not in text
     assert "**Target:** publish → browser p50 ≤ 50 ms" in text
-    assert "Landed vs new (same run): ratio_this_over_landed = 0.8" in text
+    assert "| ratio_this_over_landed | 0.8 |" in text.split("Compared in the same run")[1]
     assert "63.8 / 450.9 ms" in text and "(3 run(s) filed)" not in text and "(2 run(s) filed)" in text
