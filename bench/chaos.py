@@ -166,8 +166,8 @@ def main() -> int:
         wait(lambda: listening(wport), 60, "the web server")
 
     def moved_on(since: int, by: int = 5, timeout: float = 120):
-        t0 = time.monotonic()
-        wait(lambda: db_last_step(db, run_id) >= since + by, timeout, f"the database past step {since + by}")
+        t0, target = time.monotonic(), min(since + by, args.steps)  # a run that ended meanwhile stored its last
+        wait(lambda: db_last_step(db, run_id) >= target, timeout, f"the database at step {target}")
         return round(time.monotonic() - t0, 2)
 
     watcher = None

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +22,16 @@ BENCHES = ("annotations", "anomalies", "anomaly_curves", "anomaly_live", "anomal
 
 
 @pytest.fixture
-def run_bench(redis_url, tmp_path):
+def short_tmp():
+    """A temporary directory with a short path: the benches' TMPDIR (Chromium's singleton socket lives under it, and
+    a Unix socket's path must stay under ~100 bytes, which pytest's per-test paths under xdist do not)."""
+    path = Path(tempfile.mkdtemp(prefix="obs-b-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def run_bench(redis_url, tmp_path, short_tmp):
     """run_bench(name, *args, topic=name) -> (the newest filed result, seconds): the bench as a user runs it, on the
     test's own Redis database, its results filed under tmp_path; fails with the bench's output if it fails."""
 
@@ -28,7 +39,7 @@ def run_bench(redis_url, tmp_path):
             ) -> tuple[dict, float]:
         env = {**os.environ, "BENCH_REDIS_URL": redis_url, "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1",
                "BENCH_RESULTS_DIR": str(tmp_path / "results"), "OBS_DATA_DIR": str(tmp_path / "var"),
-               "TMPDIR": str(tmp_path)}  # the benches' own SQLite files and work directories: this test's
+               "TMPDIR": str(short_tmp)}  # the benches' own SQLite files and work directories: this test's
         env.pop("DATABASE_URL", None)  # never the suite's database
         t0 = time.monotonic()
         out = subprocess.run([sys.executable, f"bench/{name}.py", *args], cwd=ROOT, env=env, capture_output=True,

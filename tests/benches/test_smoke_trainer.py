@@ -25,7 +25,7 @@ def test_first_step(run_bench, tiny):
 
 
 def test_chaos(run_bench):
-    out, _ = run_bench("chaos", "--steps", "60", "--json")
+    out, _ = run_bench("chaos", "--steps", "300", "--json")  # long enough for the faults to land mid-run
     assert out["ok"] and out["lost"] == 0 and len(out["faults"]) == 3
 
 
