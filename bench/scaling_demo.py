@@ -8,12 +8,7 @@ the hero's own MoE family (training/configs/ladder_moe.toml, issue 48: the same 
 moe_demo_error / moe_inside_band at the top level). --config runs that one ladder as the dense one; --only one of
 the two.
 
-Runs `python -m training ladder --with-target` (the rungs, the fit, then the target) in a fresh working
-directory (a temporary one unless --workdir: its var/ holds the ladder's state, checkpoints and registration), with
-the repository's persistent compilation cache (var/jax-cache; --cold: an empty one), and without Redis unless
---redis. demo_error = |forecast / actual - 1| (the ladder's <dir>/target.json); the actual loss is read from
-the target's metrics exactly as a rung's final loss is (training.ladder.final_loss). Wall times are of this box,
-whatever else runs on it: the load average at the start and the end is reported beside them.
+What it measures and how: docs/PERFORMANCE.md, `scaling_demo` (bench/results/scaling_demo.md).
 """
 
 from __future__ import annotations
@@ -31,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 
 from training import ladder as lad  # noqa: E402  (no JAX: planning and reading metrics only)
 
@@ -88,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
     ap.add_argument("--cold", action="store_true", help="an empty compilation cache instead of var/jax-cache")
     ap.add_argument("--redis", action="store_true", help="publish the rungs and the target to Redis (the dashboard)")
+    add_save_flag(ap)
     args = ap.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="demo-ladder-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -103,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not (args.workdir or args.keep):
             shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(out, indent=1))
+    report("scaling_demo", out, args.json, not args.no_save)
     return 0
 
 
