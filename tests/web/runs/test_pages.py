@@ -105,6 +105,16 @@ def test_mfu_is_hidden_when_the_peak_is_a_guess_and_shown_when_known(client, run
     assert page["bounds"][contract.M_TOKENS_PER_S]["max"] == pytest.approx(989e12 / 1e9)
 
 
+def test_a_measured_cpu_peak_flags_no_real_step_as_impossible(client, run):
+    # issue 43: the demo's throughput chart said "26 impossible ▲" on real steps: its peak is the trainer's own
+    # best-of matmul, measured while other processes shared the CPU, and real steps went past it
+    RunEvent.objects.create(run=run, kind="event", name="compiled", step=0,
+                            payload={"peak_flops": 2.1e11, "flops_per_token": 1e6,
+                                     "peak_flops_source": "cpu: measured 512x512 fp32 matmul"})
+    page = page_data(client.get("/runs/r1/").content.decode())
+    assert page["peak"]["known"] and page["bounds"] == {}
+
+
 def test_a_restart_keeps_the_first_start_and_reads_as_resumed(client, run):
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     RunEvent.objects.create(run=run, kind="state", name="starting", step=0, t=t0)
