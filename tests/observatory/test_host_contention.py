@@ -60,3 +60,15 @@ def test_the_same_slowdowns_with_the_trainers_cpu_share_intact_are_training_anom
     assert {a.kind for a in found} >= TRAINING_KINDS
     assert any(a.severity in ("warning", "critical") for a in found)
     assert not any(a.kind == "host_contention" for a in found)
+
+
+def test_a_rewind_into_a_contended_stretch_and_a_snapshot_keep_the_silent_detectors_quiet():
+    _, rows = recorded()
+    mon = Monitor()
+    events = []
+    for r in rows[:140]:  # inside the hogs' stretch: host notice open, the throughput detectors silent
+        events += mon.observe(r["step"], r["values"], t=r["t"])
+    assert [a.kind for a in mon.open_anomalies()] == ["host_contention"]
+    again = Monitor().restore(json.loads(json.dumps(mon.snapshot())))
+    gone = again.rewind(100)
+    assert {e.anomaly.kind for e in gone} <= {"host_contention"}
