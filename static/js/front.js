@@ -94,7 +94,8 @@ window.Obs = window.Obs || {};
       const li = node("li", {class: "moment moment-" + m.kind, "data-moment": m.kind + "-" + m.id});
       li.append(node("span", {class: "badge"}, m.kind), " ", node("a", {href: m.url}, m.title), " ");
       const replies = m.count === null || m.count === undefined ? "" : ` · ${m.count} repl${m.count === 1 ? "y" : "ies"}`;
-      li.append(node("span", {class: "muted"}, `${m.run_name} · step ${m.step}${replies}`));
+      const together = m.n > 1 ? ` · ${m.n} together` : ""; // one cause seen on several series (front/moments.py)
+      li.append(node("span", {class: "muted"}, `${m.run_name} · step ${m.step}${together}${replies}`));
       if (m.detail) li.append(node("p", {class: "moment-detail"}, m.detail));
       return li;
     });
