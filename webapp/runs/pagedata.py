@@ -21,6 +21,9 @@ DASHBOARD_CHARTS = (
      "secondary": [contract.M_MFU], "topic": "throughput"},
     {"title": "Token drop", "metrics": [contract.M_DROP], "topic": "token_drop"},
 )
+# A run with a pre-registered forecast shows its held-out loss too: the forecast band is drawn there (forecast.js)
+HELD_OUT_CHART = {"title": "Held-out loss", "metrics": [contract.M_EVAL_LOSS],
+                  "extra_prefix": contract.eval_domain_loss(""), "topic": "loss"}
 MAX_ANCHORS = 1000  # (step, time) pairs for the wall-time axis; more are thinned evenly
 # A peak FLOP/s that is a guess (an assumed CPU rate, an unknown device) makes MFU meaningless. A measured one (the
 # trainer's best-of matmul on CPU, training.telemetry.peak_flops) is this machine's own figure, as bench/moe.py uses.
@@ -60,8 +63,22 @@ def bounds(peak: dict) -> dict:
     return out
 
 
-def charts(peak: dict) -> list[dict]:
+def _has(spec: dict, names: set[str]) -> bool:
+    p = spec.get("extra_prefix")
+    return any(m in names for m in spec["metrics"] + spec.get("optional", [])) or bool(
+        p and any(n.startswith(p) and "/" not in n[len(p):] for n in names))
+
+
+def charts(peak: dict, names: set[str] | None = None, forecast: bool = False) -> list[dict]:
+    """The default charts. `names`: the run's series; once it has any, a chart none of whose series it has is left
+    out (a client run logging its loss gets no empty Throughput or Token drop chart; the picker still offers every
+    series). Before its first point (a trainer compiling) every default chart is there, saying why it is empty.
+    `forecast`: the held-out loss chart joins after the training loss, whether or not it has points yet."""
     specs = [dict(c) for c in DASHBOARD_CHARTS]
+    if forecast:
+        specs.insert(1, dict(HELD_OUT_CHART))
+    if names:
+        specs = [c for c in specs if _has(c, names) or (forecast and c["metrics"] == HELD_OUT_CHART["metrics"])]
     if not peak["known"]:  # MFU against a guessed peak is not a number anyone should read
         for c in specs:
             if contract.M_MFU in c.get("optional", []):
