@@ -8,7 +8,9 @@ GET /experiments/<name>/        goal, hypothesis, and per target run: forecast v
                                 before step 0 of <run>" when it was), the rung runs
 GET /api/runs/<id>/forecast/    {"run_id", "verified", "problem", "published_step", "first_started",
                                  "registered_before_start", "tokens_per_step", "rungs": [{id, exists, name,
-                                 tokens_per_step, series}], "experiment_url", "registration": <the record as published>}
+                                 tokens_per_step, series}], "experiment_url", "outcome": {status, actual, source,
+                                 tokens, fraction, inside, error_pct, verdict} (outcome.py),
+                                 "registration": <the record as published>}
                                 404 when the run published none. Public; the record is served exactly as published
                                 (not redacted: anyone can re-hash it).
 """
@@ -66,6 +68,7 @@ def summary(reg: forecast_lib.Registration, run: Run | None) -> dict:
                    "series": series.get(rid, [])}
                   for rid in reg.rung_runs],
         "experiment_url": reverse("experiment-detail", args=[reg.name]),
+        "outcome": outcome_lib.outcome(reg, run),
         "registration": reg.record,
     }
 
@@ -92,7 +95,7 @@ def _display(reg: forecast_lib.Registration, run: Run | None) -> dict:
                sha256=str(reg.record.get("sha256", "")), forecast_sha256=str(fc.get("sha256", "")),
                created=_utc(reg.created_at), config_hash=str(target.get("config_hash", "")),
                experiment=reg.experiment, name=reg.name)
-    result = outcome_lib.outcome(reg, run)
+    result = out["outcome"]
     out.update(outcome=result, actual=_g(result["actual"]), ladder_svg=outcome_lib.ladder_svg(reg, result),
                error=None if result["error_pct"] is None else f"{result['error_pct']:+.2f}%",
                trained=None if result["fraction"] is None else f"{100 * result['fraction']:.0f}%")
