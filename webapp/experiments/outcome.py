@@ -168,8 +168,9 @@ def ladder_svg(reg, result: dict) -> str:
     if line["C"]:
         d = " ".join(f"{'M' if i == 0 else 'L'}{px(c):.1f},{py(v):.1f}" for i, (c, v) in
                      enumerate(zip(line["C"], line["loss"])))
-        parts.append(f'<path class="fit" data-testid="fit-line" d="{d}"><title>{escape(str(fc.get("law", "")))} law fitted on '
-                     f'the rungs</title></path>')
+        law = escape(str(fc.get("law", "")))
+        parts.append(f'<path class="fit" data-testid="fit-line" d="{d}"><title>{law} law fitted on the rungs</title>'
+                     '</path>')
     for c, v in zip(rc, rl):
         parts.append(f'<circle class="rung" data-testid="rung" cx="{px(c):.1f}" cy="{py(v):.1f}" r="4">'
                      f'<title>rung: C {c:.3g}, final loss {v:.4g}</title></circle>')
