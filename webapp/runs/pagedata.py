@@ -118,18 +118,19 @@ def time_anchors(run: Run) -> list[list[float]]:
 
 def rewinds(run: Run) -> list[dict]:
     """Every restart and every rewind that superseded steps, for the charts' markers (the page's event list holds
-    only the latest events): {from_step, to_step, label}; a restart's reads "resumed at N", a rollback's
-    "↺ back to N"."""
+    only the latest events): {from_step, to_step, label, t}; a restart's reads "resumed at N", a rollback's
+    "↺ back to N"; `t` (ISO, when it happened) tells marks made on the abandoned branch from the new timeline's."""
     out, restarting = [], False
     rows = (run.events.filter(kind__in=[RunEvent.KIND_REWIND, RunEvent.KIND_STATE])
-            .order_by("id").values_list("kind", "name", "payload"))
-    for kind, name, payload in rows.iterator():
+            .order_by("id").values_list("kind", "name", "payload", "t"))
+    for kind, name, payload, t in rows.iterator():
         if kind == RunEvent.KIND_STATE:
             restarting = name == "starting" or (restarting and name not in ("training", "stopped", "failed"))
             continue
         a, b = payload.get("from_step"), payload.get("to_step")
         if isinstance(a, int) and isinstance(b, int) and (a > b or (restarting and a == b)):  # a restart: marked
-            out.append({"from_step": a, "to_step": b, "label": f"resumed at {b}" if restarting else f"↺ back to {b}"})
+            out.append({"from_step": a, "to_step": b, "label": f"resumed at {b}" if restarting else f"↺ back to {b}",
+                        "t": t.isoformat() if t else None})
     return out
 
 
