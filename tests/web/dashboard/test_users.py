@@ -63,3 +63,60 @@ def test_the_band_is_on_the_held_out_loss_and_a_finished_target_says_how_it_ende
     assert "vs actual" in text and f"{final:.4g}" in text and "runs high" not in text
     assert "registration intact" in text
     assert errors == []
+
+
+BOX = """(sel) => { const e = document.querySelector(sel); if (!e) return null;
+  const r = e.getBoundingClientRect(); return r.width ? {x: r.x, y: r.y, w: r.width, h: r.height} : null; }"""
+
+
+def test_on_a_phone_the_mode_bar_leaves_the_held_out_charts_legend_with_its_forecast_readable(trainer, servers,
+                                                                                              new_page, run_id):
+    reg = records.registration(run_id, rungs=())
+    records.publish(trainer, reg)
+    records.metrics(trainer, reg, range(0, 101, 20))
+    for s in range(0, 101, 20):
+        trainer.metrics_named(s, {contract.M_EVAL_LOSS: 4.0, **{contract.eval_domain_loss(d): 4.0
+                                                                 for d in ("web", "code", "math")}})
+    wait_ingested(run_id, 100)
+    servers.wait_web()
+    page = new_page(viewport={"width": 390, "height": 844})
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    chart = "chart-eval-loss"
+    page.wait_for_function(f"() => {{ const d = document.getElementById('{chart}'); return d && d.data && "
+                           "d.data.some((t) => t.meta === 'forecast') && d.layout && d.layout.showlegend; }",
+                           timeout=30_000)
+    page.locator(f"#{chart}").scroll_into_view_if_needed()
+    page.hover(f"#{chart} .nsewdrag")  # the mode bar shows while the chart is hovered (tapped, on a phone)
+    page.wait_for_function(f"() => ({BOX})('#{chart} .modebar')", timeout=10_000)
+    bar = page.evaluate(BOX, f"#{chart} .modebar")
+    items = page.evaluate(f"""() => [...document.querySelectorAll('#{chart} .infolayer .legend .traces')].map((e) => {{
+      const r = e.getBoundingClientRect(); return {{x: r.x, y: r.y, w: r.width, h: r.height}}; }})""")
+    names = page.evaluate(f"() => [...document.querySelectorAll('#{chart} .infolayer .legend .traces')].map((e) => e.textContent)")
+    assert len(items) == 5, names  # eval/loss, three domains, the forecast
+    hit = [b for b in items if b["x"] < bar["x"] + bar["w"] and bar["x"] < b["x"] + b["w"]
+           and b["y"] < bar["y"] + bar["h"] and bar["y"] < b["y"] + b["h"]]
+    assert hit == [], (bar, hit)
+
+
+def test_on_a_phone_the_front_pages_mode_bar_leaves_its_legend_readable(trainer, servers, new_page, run_id):
+    reg = records.registration(run_id, rungs=())
+    records.publish(trainer, reg)
+    records.metrics(trainer, reg, range(0, 101, 20))
+    trainer.send("heartbeat", step=100, phase="training", tokens=100 * records.TPS, token_budget=records.D,
+                 eta_s=120.0, steps_per_s=2.0)
+    wait_ingested(run_id, 100)
+    servers.wait_web()
+    page = new_page(viewport={"width": 390, "height": 844})
+    page.goto(f"{servers.url}/")
+    page.wait_for_function("() => { const d = document.getElementById('front-chart'); return d && d.layout && "
+                           "d.layout.showlegend; }", timeout=30_000)
+    page.locator("#front-chart").scroll_into_view_if_needed()
+    page.hover("#front-chart .nsewdrag")
+    page.wait_for_function(f"() => ({BOX})('#front-chart .modebar')", timeout=10_000)
+    bar = page.evaluate(BOX, "#front-chart .modebar")
+    items = page.evaluate("""() => [...document.querySelectorAll('#front-chart .infolayer .legend .traces')]
+      .map((e) => { const r = e.getBoundingClientRect(); return {x: r.x, y: r.y, w: r.width, h: r.height}; })""")
+    assert len(items) == 2  # the forecast and the loss (the caption names the band)
+    hit = [b for b in items if b["x"] < bar["x"] + bar["w"] and bar["x"] < b["x"] + b["w"]
+           and b["y"] < bar["y"] + bar["h"] and bar["y"] < b["y"] + b["h"]]
+    assert hit == [], (bar, hit)
