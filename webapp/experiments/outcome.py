@@ -165,6 +165,7 @@ def ladder_svg(reg, result: dict) -> str:
         parts.append(f'<text class="tick" x="{PAD_L - 4}" y="{py(v) + 4:.1f}" text-anchor="end">{_fmt(v)}</text>')
     parts.append(f'<text class="label" x="{(PAD_L + W - PAD_R) / 2:.0f}" y="{H - 6}" text-anchor="middle">'
                  f'training compute C (FLOPs)</text>')
+    parts.append(f'<text class="label" x="4" y="{PAD_T + 4}" text-anchor="start">final loss</text>')
     if line["C"]:
         d = " ".join(f"{'M' if i == 0 else 'L'}{px(c):.1f},{py(v):.1f}" for i, (c, v) in
                      enumerate(zip(line["C"], line["loss"])))
@@ -180,6 +181,8 @@ def ladder_svg(reg, result: dict) -> str:
                      f'height="{max(1.0, py(low) - py(high)):.1f}"><title>band [{low:.4g}, {high:.4g}]</title></rect>')
     parts.append(f'<path class="forecast" data-testid="forecast-point" d="M{x - 6:.1f},{py(hl):.1f}h12">'
                  f'<title>forecast {hl:.4g} at C {hc:.3g}</title></path>')
+    parts.append(f'<text class="label" x="{x - 10:.1f}" y="{py(high or hl) - 8:.1f}" text-anchor="end">target'
+                 f'</text>')
     if act:
         parts.append(f'<circle class="actual" data-testid="actual-point" cx="{x:.1f}" cy="{py(act):.1f}" r="5">'
                      f'<title>actual {act:.4g}</title></circle>')
