@@ -82,10 +82,10 @@ def test_on_a_phone_the_mode_bar_leaves_the_held_out_charts_legend_with_its_fore
     page = new_page(viewport={"width": 390, "height": 844})
     page.goto(f"{servers.url}/runs/{run_id}/")
     chart = "chart-eval-loss"
+    page.locator(f"#{chart}").scroll_into_view_if_needed()  # (a chart off screen draws nothing: a phone's second)
     page.wait_for_function(f"() => {{ const d = document.getElementById('{chart}'); return d && d.data && "
                            "d.data.some((t) => t.meta === 'forecast') && d.layout && d.layout.showlegend; }",
                            timeout=30_000)
-    page.locator(f"#{chart}").scroll_into_view_if_needed()
     page.hover(f"#{chart} .nsewdrag")  # the mode bar shows while the chart is hovered (tapped, on a phone)
     page.wait_for_function(f"() => ({BOX})('#{chart} .modebar')", timeout=10_000)
     bar = page.evaluate(BOX, f"#{chart} .modebar")
@@ -108,9 +108,9 @@ def test_on_a_phone_the_front_pages_mode_bar_leaves_its_legend_readable(trainer,
     servers.wait_web()
     page = new_page(viewport={"width": 390, "height": 844})
     page.goto(f"{servers.url}/")
+    page.locator("#front-chart").scroll_into_view_if_needed()
     page.wait_for_function("() => { const d = document.getElementById('front-chart'); return d && d.layout && "
                            "d.layout.showlegend; }", timeout=30_000)
-    page.locator("#front-chart").scroll_into_view_if_needed()
     page.hover("#front-chart .nsewdrag")
     page.wait_for_function(f"() => ({BOX})('#front-chart .modebar')", timeout=10_000)
     bar = page.evaluate(BOX, "#front-chart .modebar")
