@@ -97,6 +97,7 @@ def _display(reg: forecast_lib.Registration, run: Run | None) -> dict:
                experiment=reg.experiment, name=reg.name)
     result = out["outcome"]
     out.update(outcome=result, actual=_g(result["actual"]), ladder_svg=outcome_lib.ladder_svg(reg, result),
+               ladder_actual=result["status"] == "finished",
                error=None if result["error_pct"] is None else f"{result['error_pct']:+.2f}%",
                trained=None if result["fraction"] is None else f"{100 * result['fraction']:.0f}%")
     return out

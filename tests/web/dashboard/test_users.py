@@ -91,7 +91,8 @@ def test_on_a_phone_the_mode_bar_leaves_the_held_out_charts_legend_with_its_fore
     bar = page.evaluate(BOX, f"#{chart} .modebar")
     items = page.evaluate(f"""() => [...document.querySelectorAll('#{chart} .infolayer .legend .traces')].map((e) => {{
       const r = e.getBoundingClientRect(); return {{x: r.x, y: r.y, w: r.width, h: r.height}}; }})""")
-    names = page.evaluate(f"() => [...document.querySelectorAll('#{chart} .infolayer .legend .traces')].map((e) => e.textContent)")
+    names = page.evaluate(f"() => [...document.querySelectorAll('#{chart} .infolayer .legend .traces')]"
+                          ".map((e) => e.textContent)")
     assert len(items) == 5, names  # eval/loss, three domains, the forecast
     hit = [b for b in items if b["x"] < bar["x"] + bar["w"] and bar["x"] < b["x"] + b["w"]
            and b["y"] < bar["y"] + bar["h"] and bar["y"] < b["y"] + b["h"]]
