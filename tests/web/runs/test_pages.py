@@ -151,7 +151,8 @@ def test_a_restart_keeps_the_first_start_and_reads_as_resumed(client, run):
     html = client.get("/runs/r1/").content.decode()
     assert "2026-01-01 00:00" in html  # "started": the first start, not the restart
     page = page_data(html)
-    assert page["rewinds"] == [{"from_step": 29, "to_step": 20, "label": "resumed at 20"}]
+    assert page["rewinds"] == [{"from_step": 29, "to_step": 20, "label": "resumed at 20",
+                                "t": (t0 + dt.timedelta(hours=1)).isoformat()}]  # (when: marks before it abandoned)
     assert [a[0] for a in page["time_anchors"]] == [0, 20]  # step -> time for the wall-time axis
 
 
