@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from observatory.contract import load_control_key
 from observatory.streams.nchan import NchanPublisher
+from webapp.public import public_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -155,21 +156,6 @@ if not SECRET_KEY:
     SECRET_KEY = "dev-only-insecure-key-never-use-in-production"
 
 ALLOWED_HOSTS = env_list("OBS_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
-
-
-def public_url(raw: str) -> str:
-    """OBS_PUBLIC_URL ("https://observatory.example.org", "http://127.0.0.1:8000"): scheme, host and port only;
-    ImproperlyConfigured naming what is wrong."""
-    u = urlparse(raw.strip())
-    try:
-        u.port  # noqa: B018 (raises on a port that is not a number)
-    except ValueError:
-        raise ImproperlyConfigured(f"OBS_PUBLIC_URL {raw!r}: the port is not a number") from None
-    if u.scheme not in ("http", "https") or not u.hostname or u.path.strip("/") or u.query or u.fragment \
-            or u.username or u.password:
-        raise ImproperlyConfigured(f"OBS_PUBLIC_URL {raw!r} must be http(s)://host[:port], the address browsers "
-                                   "use, with no path, query or credentials")
-    return f"{u.scheme}://{u.netloc.lower()}"
 
 
 # The address browsers use: CSRF's trusted origin, and every absolute link (og:url, og:image, oEmbed, mail links,
