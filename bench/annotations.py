@@ -2,15 +2,7 @@
 
     .venv/bin/python bench/annotations.py [--posts 24] [--many 1000] [--server uvicorn|daphne]
 
-It starts what it needs: Redis db 14 (flushed), a throw-away SQLite file, the web server as `make run` starts it.
-- live: members POST annotations (Python, HTTP with session + CSRF) while an anonymous Chromium page watches the
-  run: `frame_ms` = the `annotation` frame's arrival in the page − the POST's start; `drawn_ms` = the band
-  present in the loss chart's Plotly layout (checked every animation frame) − the POST's start. Same host clock.
-  Target: within 1 s.
-- many: a run holding N annotations (every chart draws each: N bands or markers per chart) against the same run
-  without any: `ready_ms` = navigation → the loss chart shows its data and its labelled marks (annotations.js
-  labels at most 40 and merges the rest into spans past 150); `pan_ms` = median
-  `Plotly.relayout` of the loss chart's x range (10 pans); `new_drawn_ms` = one more live annotation, drawn.
+What it measures and how: docs/PERFORMANCE.md, `annotations` (bench/results/annotations.md).
 """
 
 from __future__ import annotations
@@ -26,13 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from latency import pct, wait_http  # noqa: E402
-from tests.support import free_port  # noqa: E402
-from _common import close_site, throwaway_site  # noqa: E402
+from harness import ROOT, Stack, add_save_flag, pct, report, wait_http  # noqa: E402
 
 STEPS = 2000
 CSRF = "b" * 32  # a CSRF secret of our choosing: cookie and header agree
@@ -132,69 +118,54 @@ def _pans(page) -> float:
 
 
 def measure(posts: int, many: int, server: str) -> dict:
-    from fanout import server_cmd
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        return {"skipped": "no Debian chromium on PATH"}
-    _redis_url, tmp, env = throwaway_site("annotations")
-    _django(env)
-    members = max(1, (posts + 7) // 8)  # the posting rate limit is 10/min per member
-    many_run, live_run, bare_run = "bench-ann-many", "bench-ann-live", "bench-ann-bare"
-    sessions = _world([many_run, live_run, bare_run], many, members)
-    port = free_port()
-    proc = subprocess.Popen(server_cmd(server, port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    out: dict = {"server": server, "posts": posts, "annotations": many}
-    try:
+    with Stack("annotations") as stack:
+        _django(stack.site().env)
+        members = max(1, (posts + 7) // 8)  # the posting rate limit is 10/min per member
+        many_run, live_run, bare_run = "bench-ann-many", "bench-ann-live", "bench-ann-bare"
+        sessions = _world([many_run, live_run, bare_run], many, members)
+        base = f"http://127.0.0.1:{stack.web(server).port}"
+        out: dict = {"server": server, "posts": posts, "annotations": many}
         wait_http(f"{base}/api/runs/")
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox",
-                                                                        "--disable-gpu", "--no-first-run"])
+        browser = stack.browser()
 
-            def open_page(run_id):
-                page = browser.new_page(viewport={"width": 1280, "height": 800})
-                page.add_init_script(HOOK)
-                page.goto(f"{base}/runs/{run_id}/")
-                page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'",
-                                       timeout=30_000)
-                page.wait_for_function(DATA_JS, timeout=30_000)
-                page.wait_for_function("() => document.getElementById('ann-hint').textContent !== ''")
-                return page
+        def open_page(run_id):
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.add_init_script(HOOK)
+            page.goto(f"{base}/runs/{run_id}/")
+            page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'",
+                                   timeout=30_000)
+            page.wait_for_function(DATA_JS, timeout=30_000)
+            page.wait_for_function("() => document.getElementById('ann-hint').textContent !== ''")
+            return page
 
-            page = open_page(live_run)
-            frame, drawn = [], []
-            for i in range(posts):
-                title = f"live {i}"
-                t = _post(base, live_run, sessions[i // 8], title, 10 * i)
-                drawn.append(_drawn_after(page, title) - t)
-                frame.append(page.evaluate(f"() => window.__ann[{json.dumps(title)}]") - t)
-            out["live"] = {"frame_p50_ms": round(pct(frame, 50), 1), "frame_p99_ms": round(pct(frame, 99), 1),
-                           "drawn_p50_ms": round(pct(drawn, 50), 1), "drawn_p99_ms": round(pct(drawn, 99), 1),
-                           "drawn_max_ms": round(max(drawn), 1), "target_ms": 1000}
+        page = open_page(live_run)
+        frame, drawn = [], []
+        for i in range(posts):
+            title = f"live {i}"
+            t = _post(base, live_run, sessions[i // 8], title, 10 * i)
+            drawn.append(_drawn_after(page, title) - t)
+            frame.append(page.evaluate(f"() => window.__ann[{json.dumps(title)}]") - t)
+        out["live"] = {"frame_p50_ms": round(pct(frame, 50), 1), "frame_p99_ms": round(pct(frame, 99), 1),
+                       "drawn_p50_ms": round(pct(drawn, 50), 1), "drawn_p99_ms": round(pct(drawn, 99), 1),
+                       "drawn_max_ms": round(max(drawn), 1), "target_ms": 1000}
+        page.close()
+
+        for label, run_id, n in (("without", bare_run, 0), ("with", many_run, many)):
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.add_init_script(HOOK)
+            page.goto(f"{base}/runs/{run_id}/")
+            page.wait_for_function(f"() => ({DATA_JS})() && ({LABELS_JS})().length >= {min(n, 40)}", polling="raf",
+                                   timeout=60_000)
+            ready = page.evaluate("() => performance.now()")
+            res = {"ready_ms": round(ready, 1), "pan_ms": round(_pans(page), 1)}
+            if n:
+                page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'")
+                t = _post(base, run_id, sessions[-1], "one more", 1500)
+                res["new_drawn_ms"] = round(_drawn_after(page, "one more") - t, 1)
+            out[f"{label}_annotations"] = res
             page.close()
-
-            for label, run_id, n in (("without", bare_run, 0), ("with", many_run, many)):
-                page = browser.new_page(viewport={"width": 1280, "height": 800})
-                page.add_init_script(HOOK)
-                page.goto(f"{base}/runs/{run_id}/")
-                page.wait_for_function(f"() => ({DATA_JS})() && ({LABELS_JS})().length >= {min(n, 40)}", polling="raf",
-                                       timeout=60_000)
-                ready = page.evaluate("() => performance.now()")
-                res = {"ready_ms": round(ready, 1), "pan_ms": round(_pans(page), 1)}
-                if n:
-                    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'")
-                    t = _post(base, run_id, sessions[-1], "one more", 1500)
-                    res["new_drawn_ms"] = round(_drawn_after(page, "one more") - t, 1)
-                out[f"{label}_annotations"] = res
-                page.close()
-            browser.close()
-    finally:
-        close_site([proc], tmp)
-    out["mean_frame_ms"] = round(statistics.fmean(frame), 1) if frame else None
-    return out
+        out["mean_frame_ms"] = round(statistics.fmean(frame), 1) if frame else None
+        return out
 
 
 def main() -> int:
@@ -202,11 +173,11 @@ def main() -> int:
     ap.add_argument("--posts", type=int, default=24)
     ap.add_argument("--many", type=int, default=1000)
     ap.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
+    add_save_flag(ap)
     args = ap.parse_args()
     print(f"measuring {args.posts} live annotations and a run with {args.many} ...", file=sys.stderr)
-    out = {**measure(args.posts, args.many, args.server), "machine_load1": round(os.getloadavg()[0], 2)}
-    print(json.dumps(out, indent=2))
-    return 0
+    return report("annotations", measure(args.posts, args.many, args.server), args.json, not args.no_save)
 
 
 if __name__ == "__main__":

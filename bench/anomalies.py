@@ -3,19 +3,7 @@
     .venv/bin/python bench/anomalies.py [--json] [--curve CURVE.csv LABELS.json ...] [--map COLUMN=METRIC ...]
                                         [--landed REF | --no-landed]
 
-The built-in set (bench/anomaly_synth.py) is synthetic events injected at known steps into real-shaped curves,
-one event per run, plus clean runs that must raise nothing. Recorded curves are added (read by the scanner's CSV reader, fed the same way):
-by default every bench/data/anomalies/*.csv.gz beside its .labels.json (the real demo trainer, recorded by
-bench/anomaly_curves.py), or those named with `--curve`; a recorded run without labels is a clean run, and
-"recorded_clean" counts its alarms per kind and severity (a clean demo run must raise no warning or critical).
-A labels file is a JSON list of {"kind", "start_step", "end_step", "also": [kinds], "run"?};
-"also" names kinds the event legitimately causes too (a loss spike moves the grad norm), which then count
-neither as false alarms nor towards recall. Deterministic: fixed seeds. Benchmark, not a test.
-
-"public": the public incident logs of large open runs and the clean public curves (bench/data/anomalies/public,
-made by bench/anomaly_public.py): per source, each incident found or not, with its delay in logged points, the
-precision, and warnings on the clean curves. "landed": the same report for the detectors of git ref REF (default
-main), exported and run in a child process during the same run, and "vs_landed" the two side by side.
+What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
 """
 
 from __future__ import annotations
@@ -43,6 +31,7 @@ from observatory.anomalies import Monitor  # noqa: E402
 from observatory.anomalies.model import OPENED, AnomalyLog  # noqa: E402
 from observatory.anomalies.scan import open_text, parse_maps, read_rows, scan_rows  # noqa: E402
 
+from harness import add_save_flag, report as file_result, save  # noqa: E402
 from anomaly_synth import DOMAINS, EXPERTS, TICK_S, TOKENS_PER_STEP, Curves, build_set  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "anomalies"
@@ -310,7 +299,7 @@ def landed(ref: str) -> dict:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha.stdout.strip(), "observatory"],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run([sys.executable, __file__, "--json", "--no-landed", "--core", tmp],
+        out = subprocess.run([sys.executable, __file__, "--json", "--no-save", "--no-landed", "--core", tmp],
                              capture_output=True, text=True)
     if out.returncode:
         return {"ref": ref, "error": out.stderr.strip().splitlines()[-1:]}
@@ -343,6 +332,7 @@ def main() -> int:
     ap.add_argument("--landed", default="main", metavar="REF", help="git ref whose detectors to compare with")
     ap.add_argument("--no-landed", action="store_true", help="no comparison with the landed detectors")
     ap.add_argument("--core", metavar="DIR", help="judge the observatory package in DIR (used by --landed)")
+    add_save_flag(ap)
     args = ap.parse_args()
     t0 = time.perf_counter()
     injected, clean = build_set()
@@ -357,6 +347,10 @@ def main() -> int:
                               for d, ok in zip(dets, match(dets, labels)[1]) if not ok][:20],
               "runs": {"injected": len(inj), "clean": len(cln), "external": len(ext)},
               "public": public(), "cost": cost(), "wall_s": None}
+    if not args.core:  # development (leave-one-log-out CV) and held_out (manifest-verified): bench/anomaly_cv.py
+        import anomaly_cv
+        report.update(development=anomaly_cv.development(detections, match), held_out=anomaly_cv.held_out(
+            detections, match))
     false_alarms(report["per_kind"], cln + [r for r in ext if not r[2]])
     if not args.no_landed:
         report["landed"] = landed(args.landed)
@@ -364,8 +358,7 @@ def main() -> int:
             report["vs_landed"] = side_by_side(report, report["landed"])
     report["wall_s"] = round(time.perf_counter() - t0, 1)
     if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
+        return file_result("anomalies", report, False, not args.no_save)
     print(f"{'kind':22} {'labels':>6} {'recall':>7} {'dets':>5} {'precision':>9} {'delay':>6} {'FA/10k':>7} "
           f"{'warn+':>6}")
     for kind, r in sorted(report["per_kind"].items()):
@@ -381,6 +374,8 @@ def main() -> int:
           f"curves: {pub['clean_warning_or_critical']}")
     if "vs_landed" in report:
         print(json.dumps({"vs_landed [landed, this]": report["vs_landed"]}, indent=1))
+    if not args.no_save:
+        save("anomalies", report)
     return 0
 
 

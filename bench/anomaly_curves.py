@@ -4,13 +4,7 @@ for bench/anomalies.py (which reads every bench/data/anomalies/*.csv.gz by defau
     nice -n 10 .venv/bin/python bench/anomaly_curves.py [--only clean,faults]   # record (slow: minutes per run)
     .venv/bin/python bench/anomaly_curves.py --evaluate                          # = bench/anomalies.py --json
 
-Each scenario runs the real demo, `python -m training run --config training/configs/demo.toml` (no overrides but
-a private checkpoint dir), for a fixed number of steps. `clean` runs with `--no-redis` (nothing to steer);
-`faults` publishes to a private redis-server and sends `python -m training control RUN inject-fault ...` at
-chosen steps, as an operator would. The columns the detectors read (plus step and time) go to
-bench/data/anomalies/demo-<scenario>.csv.gz, and its labels, derived from what the trainer recorded, to
-demo-<scenario>.labels.json: the steps with `fault/active` set (lr-spike, nan: the injected faults in order), the
-longest gap between two steps after the stall was sent (stall).
+What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
 """
 
 from __future__ import annotations
@@ -32,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from observatory import contract  # noqa: E402
 from observatory.anomalies.routing import watched  # noqa: E402
-from tests.support import PrivateRedis  # noqa: E402
+from harness import PrivateRedis  # noqa: E402
 
 OUT = ROOT / "bench" / "data" / "anomalies"
 # scenario -> (steps, [(after step, fault words)]); one run carries every fault, far enough apart to recover
@@ -165,10 +159,13 @@ def main() -> int:
     ap.add_argument("--evaluate", action="store_true", help="print the evaluation with the recorded curves")
     ap.add_argument("--convert", nargs=2, metavar=("SCENARIO", "JSONL"),
                     help="write the CSV and labels from a trainer's --metrics-jsonl (e.g. a run cut short)")
+    ap.add_argument("--out", type=Path, default=OUT, help="where the CSVs and labels go (default: bench/data/...)")
     args = ap.parse_args()
+    globals()["OUT"] = args.out
     if args.evaluate:
         return subprocess.run([sys.executable, str(ROOT / "bench" / "anomalies.py"), "--json"], cwd=ROOT).returncode
     if args.convert:
+        args.out.mkdir(parents=True, exist_ok=True)
         name, path = args.convert
         records = []
         for line in Path(path).read_text().splitlines():

@@ -2,13 +2,7 @@
 
     .venv/bin/python bench/anomaly_live.py [--steps 600] [--database-url postgres://...]
 
-Publishes steps of the demo trainer's width (~235 metrics: losses, 57 per-parameter grad norms, 4 router layers x
-16 experts of loads and biases, throughput, hardware, data) to a run's Redis stream and runs the real
-`live.LiveIngest` over them: `live` delivers each step as its own batch (ingest keeping up with a trainer, the
-usual case), `catchup` in batches of 500 (after an ingest restart). Reported: seconds in ingest's step (read,
-validate, apply, commit, XACK, push) and the part spent in the anomaly hook (Monitor, anomaly upserts, detector
-state saves), and their ratio: measured in the same run, so that a busy machine slows both alike. Uses a private redis-server and a
-throw-away SQLite file unless told otherwise, so it never touches a developer's runs.
+What it measures and how: docs/PERFORMANCE.md, `anomaly_live` (bench/results/anomaly_live.md).
 """
 
 from __future__ import annotations
@@ -23,10 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support import PrivateRedis  # noqa: E402
+from harness import ROOT, add_save_flag, report, PrivateRedis  # noqa: E402
 
 DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
 PARAMS = [f"layers/{i}/{w}" for i in range(4) for w in (
@@ -98,6 +89,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--database-url", default=None, help="default: a throw-away SQLite file")
+    add_save_flag(ap)
     args = ap.parse_args()
     with PrivateRedis() as redis:
         return run(args, redis.url)
@@ -130,7 +122,7 @@ def run(args, redis_url: str) -> int:
 
             connection.close()
             shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(out, indent=2))
+    report("anomaly_live", out, False, not args.no_save)
     return 0
 
 

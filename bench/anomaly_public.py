@@ -2,14 +2,7 @@
 
     .venv/bin/python bench/anomaly_public.py --bigscience DIR --nanogpt DIR
 
-DIR: a checkout of github.com/bigscience-workshop/bigscience (commit 9e64edec) and of
-github.com/KellerJordan/modded-nanogpt (commit f411b3d3). Every number comes from a log line the authors pasted
-(the chronicles' Megatron-DeepSpeed lines) or logged (llm.c's main.log): the line ranges are below, and nothing is
-added between logged points. Labels name the incidents as the chronicles describe them (bench/data/anomalies/
-README.md quotes each). Megatron fields map to contract names: `lm loss` -> train/loss, `grad norm` ->
-grad/norm/total, `loss scale` -> optim/loss_scale, `elapsed time per iteration` -> time/step_s (seconds),
-`TFLOPs` (per GPU) -> throughput/mfu (MFU is TFLOPs over a fixed peak: the ratio the detector reads is the same),
-`validation loss ... lm loss value` -> eval/loss.
+What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
 """
 
 from __future__ import annotations

@@ -254,8 +254,8 @@ def build_set() -> tuple[list[tuple[str, Curves]], list[tuple[str, Curves]]]:
                                                           ("grad_spike", lambda c: grad_spike(c, 5)),
                                                           ("drop_surge", lambda c: drop_surge(c, 3)))]
     # appended last, so the runs above keep their seeds
-    plans += [(f"coarse_climb-every{k}", coarse_climb, {"every": k, "noise": z, "n": 2500}) for k, z in ((10, 1), (50, 1),
-                                                                                            (10, 2))]
+    plans += [(f"coarse_climb-every{k}", coarse_climb, {"every": k, "noise": z, "n": 2500})
+              for k, z in ((10, 1), (50, 1), (10, 2))]
     injected = []
     for seed, (name, inject, opts) in enumerate(plans):
         c = Curves(1000 + seed, opts.get("n", 1500), opts.get("every", 1), opts.get("loss_scale", False),

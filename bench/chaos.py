@@ -2,20 +2,7 @@
 
     .venv/bin/python bench/chaos.py [--steps 1000] [--db sqlite|postgresql] [--json]
 
-Starts what it needs: a private redis-server with an append-only file fsynced every second, a throw-away database
-(SQLite file, or a PostgreSQL database on OBS_BENCH_PG's server, dropped afterwards), two `manage.py ingest`
-(3 s leases), daphne, the demo trainer (`python -m training run --config training/configs/demo.toml`, a tiny
-model through --set, every record mirrored to a JSONL file) and a WebSocket client that watches the loss the way
-the dashboard does (resume after every reconnect, drop what it already holds). While the run trains (when the
-trainer is at 20%, 40% and 60% of its steps):
-  1. kill -9 Redis, then start it again on its append-only file (what a supervisor does);
-  2. kill -9 the ingest holding the run's lease: the other must take the run over by itself (then a new one is
-     started, as a supervisor would, and must join);
-  3. stop the web server and start a new one: the client must reconnect and resume by itself.
-Then: every (series, step) in the trainer's JSONL is in the database with its value and nothing else is (no step
-lost, none doubled, the stream holds no entry twice); the client's loss series equals the database's (no gap);
-the trainer exited 0 having dropped nothing; every process is up; nothing was dead-lettered. Prints one JSON
-object; exits 1 on any failure.
+What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
 """
 
 from __future__ import annotations
@@ -26,20 +13,16 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.ingest import Database  # noqa: E402
-from tests.support import free_port, listening, wait_for as wait  # noqa: E402
+from harness import (ROOT, PrivateRedis, Stack, add_save_flag, free_port, listening, report,  # noqa: E402
+                     wait_for as wait, web_command)
+from ingest import Database  # noqa: E402
 from observatory import contract  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",
@@ -47,40 +30,6 @@ TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_h
         "train.batch_size=4", 'data.builtin_domains=["python_stdlib", "licenses"]',
         "data.max_bytes_per_domain=200000", "checkpoint.every_steps=0", "checkpoint.every_minutes=0.0",
         "train.eval_every=0", "sinks.heartbeat_s=0.5"]
-
-
-class Procs:
-    """Children in their own sessions (a kill -9 hits exactly one), logs under the work directory."""
-
-    def __init__(self, work: Path, env: dict):
-        self.work, self.env, self.procs = work, env, {}
-
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.work / f"{name}.log", "ab")
-        p = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-        self.procs[name] = p
-        return p
-
-    def kill(self, name: str, sig=signal.SIGKILL) -> None:
-        p = self.procs[name]
-        if p.poll() is None:
-            p.send_signal(sig)
-        p.wait(30)
-
-    def log_tail(self, name: str, n: int = 1500) -> str:
-        path = self.work / f"{name}.log"
-        return path.read_bytes()[-n:].decode("utf-8", "replace") if path.exists() else ""
-
-    def close(self) -> None:
-        for name, p in reversed(list(self.procs.items())):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(5)
 
 
 class Watcher(threading.Thread):
@@ -177,38 +126,48 @@ def main() -> int:
     ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, JSONL, Redis files)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    add_save_flag(ap)
     args = ap.parse_args()
     import redis
 
-    work = Path(tempfile.mkdtemp(prefix="obs-chaos-"))
+    stack = Stack("chaos")
+    work = Path(stack.tmp)
     run_id = f"chaos-{int(time.time())}"
     db = Database(args.db, os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/"))
-    rport, wport = free_port(), free_port()
-    redis_url = f"redis://127.0.0.1:{rport}/0"
-    env = {**db.env, "REDIS_URL": redis_url, "OBS_DEBUG": "1", "OBS_LOG_LEVEL": "INFO", "WANDB_MODE": "disabled"}
-    procs = Procs(work, env)
+    redis_server, wport = PrivateRedis(work, appendonly=True), free_port()
+    redis_url = redis_server.url
+    stack.callback(redis_server.stop)  # after the processes that use it, before the directory goes
+    stack.env = {**db.env, "REDIS_URL": redis_url, "OBS_DEBUG": "1", "OBS_LOG_LEVEL": "INFO",
+                 "WANDB_MODE": "disabled"}
+    procs: dict[str, subprocess.Popen] = {}  # by name; children in their own sessions (a kill -9 hits exactly one)
     out: dict = {"run_id": run_id, "steps": args.steps, "db": args.db, "faults": [], "work": str(work)}
-    client = redis.Redis(port=rport)
-    redis_argv = [shutil.which("redis-server"), "--port", str(rport), "--bind", "127.0.0.1", "--dir", str(work),
-                  "--appendonly", "yes", "--appendfsync", "everysec", "--save", ""]
+    client = redis.Redis(port=redis_server.port)
     ok = False
 
+    def start(name, argv):
+        procs[name] = stack.start(argv, log=work / f"{name}.log", start_new_session=True)
+        return procs[name]
+
+    def kill(name, sig=signal.SIGKILL):
+        if procs[name].poll() is None:
+            procs[name].send_signal(sig)
+        procs[name].wait(30)
+
     def up_redis():
-        procs.start("redis", redis_argv)
-        wait(lambda: _ping(client), 30, "Redis to answer")
+        redis_server.start()
+        procs["redis"] = redis_server.proc
 
     def ingest(name):
-        return procs.start(name, [sys.executable, "manage.py", "ingest", "--consumer", f"chaos-{name}",
-                                  "--block-ms", "100", "--lease-ms", "3000"])
+        return start(name, [sys.executable, "manage.py", "ingest", "--consumer", f"chaos-{name}",
+                            "--block-ms", "100", "--lease-ms", "3000"])
 
     def web():
-        procs.start("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(wport),
-                            "webapp.asgi:application"])
+        start("web", web_command("127.0.0.1", wport, "daphne"))
         wait(lambda: listening(wport), 60, "the web server")
 
     def moved_on(since: int, by: int = 5, timeout: float = 120):
-        t0 = time.monotonic()
-        wait(lambda: db_last_step(db, run_id) >= since + by, timeout, f"the database past step {since + by}")
+        t0, target = time.monotonic(), min(since + by, args.steps)  # a run that ended meanwhile stored its last
+        wait(lambda: db_last_step(db, run_id) >= target, timeout, f"the database at step {target}")
         return round(time.monotonic() - t0, 2)
 
     watcher = None
@@ -218,7 +177,7 @@ def main() -> int:
         ingest("ingest2")
         web()
         jsonl = work / "trainer.jsonl"
-        trainer = procs.start("trainer", [
+        trainer = start("trainer", [
             sys.executable, "-m", "training", "run", "--config", "training/configs/demo.toml", "--run-id", run_id,
             "--steps", str(args.steps), "--metrics-jsonl", str(jsonl), "--redis-url", redis_url,
             "--set", f'checkpoint.dir="{work / "ckpt"}"', *[a for s in TINY for a in ("--set", s)]])
@@ -229,7 +188,7 @@ def main() -> int:
         # 1. Redis: kill -9, restart on its append-only file.
         wait(lambda: trainer_step(jsonl) >= args.steps // 5, 300, "a fifth of the run")
         at, live = db_last_step(db, run_id), trainer_step(jsonl)
-        procs.kill("redis")
+        redis_server.stop(kill=True)
         time.sleep(1.0)  # down for a second: the trainer's publisher buffers, ingest and web retry
         up_redis()
         after = db_last_step(db, run_id)
@@ -241,7 +200,7 @@ def main() -> int:
         lease = client.get(f"obs:ingest:lease:{contract.telemetry_stream(run_id)}")
         holder = lease.decode().split(":")[0].removeprefix("chaos-") if lease else "ingest1"
         at, live = db_last_step(db, run_id), trainer_step(jsonl)
-        procs.kill(holder)
+        kill(holder)
         took = moved_on(at, by=1)
         ingest(holder + "b")
         out["faults"].append({"fault": f"kill -9 the lease holder ({holder})", "db_step": at, "trainer_step": live,
@@ -250,7 +209,7 @@ def main() -> int:
         # 3. the web tier: stop, start again; the client reconnects and resumes by itself.
         wait(lambda: trainer_step(jsonl) >= 3 * args.steps // 5, 300, "60% of the run")
         at, connects, live = max(watcher.steps, default=-1), watcher.connects, trainer_step(jsonl)
-        procs.kill("web", signal.SIGTERM)
+        kill("web", signal.SIGTERM)
         t0 = time.monotonic()
         web()
         wait(lambda: watcher.connects > connects and max(watcher.steps, default=-1) > at + 5, 120,
@@ -278,8 +237,8 @@ def main() -> int:
         ws_loss = sorted(watcher.steps)
         pub = re.findall(rb"publisher: (\d+) published, (\d+) dropped, (\d+) reconnects",
                          (work / "trainer.log").read_bytes())
-        alive = {n: p.poll() is None for n, p in procs.procs.items() if n not in ("trainer", "ingest1", "ingest2")}
-        alive.update({n: procs.procs[n].poll() is None for n in ("ingest1", "ingest2") if n != holder})
+        alive = {n: p.poll() is None for n, p in procs.items() if n not in ("trainer", "ingest1", "ingest2")}
+        alive.update({n: procs[n].poll() is None for n in ("ingest1", "ingest2") if n != holder})
         dead = {k.decode(): int(v) for k, v in client.hgetall(contract.DEADLETTER_COUNT_KEY).items()}
         out.update({
             "trainer_exit": rc, "final_step": final, "points_in_jsonl": len(want), "points_in_db": len(got),
@@ -296,16 +255,15 @@ def main() -> int:
               and all(alive.values()) and not dead and (not pub or int(pub[-1][1]) == 0))
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
-        out["logs"] = {n: procs.log_tail(n) for n in procs.procs}
+        out["logs"] = {n: _tail(work / f"{n}.log") for n in procs}
     finally:
         if watcher is not None:
             watcher.stop.set()
-        procs.close()
+        stack.keep = args.keep or not ok  # the logs, the JSONL and Redis's files stay
+        stack.close()
         db.close()
-        if not args.keep and ok:
-            shutil.rmtree(work, ignore_errors=True)
     out["ok"] = ok
-    print(json.dumps(out, indent=None if args.json else 2, default=str))
+    report("chaos", out, args.json, not args.no_save)
     return 0 if ok else 1
 
 
@@ -316,11 +274,8 @@ def _around(log: list, gaps: list) -> list:
     return log[max(0, at - 25):at + 5]
 
 
-def _ping(client) -> bool:
-    try:
-        return client.ping()
-    except Exception:
-        return False
+def _tail(path: Path, n: int = 1500) -> str:
+    return path.read_bytes()[-n:].decode("utf-8", "replace") if path.exists() else ""
 
 
 def _drained(client, run_id: str) -> bool:

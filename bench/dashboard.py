@@ -3,39 +3,7 @@
     .venv/bin/python bench/dashboard.py [--steps 1000000] [--repeat 7] [--cpu-throttle 4] [--profile] [--db PATH]
                                         [--shots DIR] [--compare TREE]
 
-Seeds a run with `--steps` steps in each of the default charts' series straight through
-webapp/metrics/storage.bulk_load (a throw-away SQLite file, kept between calls: the seed is reused), serves it
-with the web server `make run` uses (subprocess), then per repetition opens the dashboard in a fresh browser
-context and reads the page's own performance marks:
-  first_paint_ms   navigation start -> every default chart in view has drawn its history ("obs-first-paint")
-  plotly_drawn_ms  navigation start -> every chart in view is a Plotly chart (hover, zoom; "obs-plotly-drawn"):
-                   where the first paint is the light renderer's (static/js/sketch.js), Plotly loads after it
-  zoom_gesture_ms  the zoom as a user feels it: from the gesture (the moment before Plotly.relayout zooms the chart,
-                   as a drag-zoom ends) to every visible chart drawn with its window read from the API
-                   (every_chart_median: "obs-zoom-done"; zoomed_chart_median: the chart zoomed; by_chart_median
-                   where the page reports each chart's), for windows from 200k steps to 20. A page that writes the
-                   windows onto its drawn lines first (static/js/zoom.js) also says when Plotly itself has redrawn
-                   every such chart (every_chart_by_plotly_median, "obs-zoom-plotly"; else the same as
-                   every_chart_median) and how many charts it drew in place
-  zoom_ms          the older definition, kept for comparison: from the page's "obs-zoom-start" (its relayout event,
-                   after Plotly's own redraw of the zoomed chart) -> every visible chart drawn with its window;
-                   zoomed_chart_median: until the chart that was zoomed has drawn its own
-and what the page's main thread spent (bench/pagecost.py): main_thread_ms (Chromium's TaskDuration: script,
-style, layout, paint, GC) and long_tasks (> 50 ms, the page's PerformanceObserver) up to first paint and per zoom.
---cpu-throttle N slows the page's CPU N times (CDP Emulation.setCPUThrottlingRate; 4 stands for a phone);
---profile adds a sampling profile of the first paint (self time by script and function) and a trace summary, and
-the same for the first repetition's zooms with a timeline of each (zoom_timelines: the windows request sent and
-answered, its JSON, every Plotly call with its duration, in ms from the gesture; works on any tree).
-A page that loads Plotly after its first paint (templates/runs/_chart_scripts.html) gets the bundle only once the
-first paint's CPU and main-thread time have been read, so that they are the first paint's alone (--free-plotly: not
-held, for plotly_drawn_ms as a user sees it).
---compare TREE serves another checkout (its own code and static files, the same database) next to this one and
-alternates the repetitions between them: "this", "other" and their ratios, measured in the same minutes.
-Wall times depend on the machine's load (the 1-minute load average at the end is printed with them); cpu_median
-is the CPU both sides spent (the page's renderer + the web server), the wall time an idle machine would approach.
-Medians are what to compare with the targets (issue 24: first paint <= 1000 ms and browser CPU <= 1000 ms, <= 3000
-ms at 4x throttling; zoom <= 100 ms). Console errors are listed. Uses Redis db 14 (the live socket connects;
-nothing is written).
+What it measures and how: docs/PERFORMANCE.md, `dashboard` (bench/results/dashboard.md).
 """
 
 from __future__ import annotations
@@ -52,11 +20,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _common import django_here, web_server  # noqa: E402
+from harness import ROOT, add_save_flag, report, django_here, web_server  # noqa: E402
 
 RUN_ID = "bench-dashboard"
 SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
@@ -204,9 +168,7 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
     long tasks. targets: {name: (url, server pid)}; with several, the repetitions alternate between them (one
     browser, the same minutes), each measured on its own."""
     from pagecost import LONG_TASKS_JS, TRACE_CATEGORIES, Cdp, profile_summary, trace_tasks
-    from playwright.sync_api import sync_playwright
-
-    from tests.conftest import CHROMIUM_ARGS, chromium_path
+    from harness import Stack
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
     acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
@@ -214,8 +176,8 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                   "errors": [], "plotly": [],
                   "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
                   "zoom_long": [], "summary": {}} for name in targets}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+    with Stack("dashboard-browser") as browsers:
+        browser = browsers.browser()
         for i in range(repeat):
             for name, (url, server_pid) in targets.items():
                 A = acc[name]
@@ -302,7 +264,6 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                 if shots and i == 0:
                     page.screenshot(path=os.path.join(shots, f"bench-zoomed-{name}.png"), full_page=False)
                 context.close()
-        browser.close()
     med = lambda xs: round(statistics.median(xs), 1)  # noqa: E731
     out = {}
     for name, A in acc.items():
@@ -350,6 +311,7 @@ def main() -> int:
                          "may then include some of the bundle's evaluation)")
     ap.add_argument("--compare", metavar="TREE",
                     help="another checkout (e.g. what has landed) served alongside this one; repetitions alternate")
+    add_save_flag(ap)
     args = ap.parse_args()
     if args.cpu_throttle < 1:
         ap.error("--cpu-throttle must be at least 1 (1: no throttling)")
@@ -384,7 +346,7 @@ def main() -> int:
     result["load_average"] = os.getloadavg()[0]
     result["targets_ms"] = {"first_paint": 1000, "first_paint_cpu_browser": 1000, "first_paint_4x_throttle": 3000,
                             "zoom": 100}
-    print(json.dumps(result, indent=2))
+    report("dashboard", result, False, not args.no_save)
     return 0
 
 

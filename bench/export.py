@@ -2,24 +2,23 @@
 
     .venv/bin/python bench/export.py --json [--points N] [--repeat R]
 
-Loads an N-point series (raw points, bulk COPY/executemany) into a throwaway run on the configured database
-(SQLite file, or PostgreSQL via DATABASE_URL), streams each format through the export view's generators as a
-client would read them (bytes counted, then dropped), reports points/s, MB/s and the Python heap's peak growth
-(tracemalloc, a separate pass), then deletes the run.
+What it measures and how: docs/PERFORMANCE.md, `export` (bench/results/export.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import json
 import sys
 import time
 import tracemalloc
 
-from _common import setup_django  # bench/, this script's directory, is first on sys.path
+from harness import add_save_flag, django_here, report  # bench/, this script's directory, is first on sys.path
 
 # production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
-setup_django(OBS_DEBUG="0", DJANGO_SECRET_KEY="bench-only")
+django_here(os.path.join(tempfile.gettempdir(), "obs-bench-export.sqlite3"), debug=False)
 
 import django  # noqa: E402
 from django.test import RequestFactory  # noqa: E402
@@ -75,8 +74,9 @@ def main() -> int:
     ap.add_argument("--points", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", action="store_true", help="print the result as JSON (the only output format)")
+    add_save_flag(ap)
     args = ap.parse_args()
-    print(json.dumps(bench(args.points, args.repeat), indent=2))
+    report("export", bench(args.points, args.repeat), args.json, not args.no_save)
     return 0
 
 

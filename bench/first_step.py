@@ -2,15 +2,7 @@
 
     .venv/bin/python bench/first_step.py --json [--config training/configs/demo.toml] [--compare OTHER_TREE]
 
-Three starts of `python -m training run` (no Redis) in a temporary working directory whose var/ keeps the
-compilation cache (var/jax-cache) and the data cache (var/data-cache) across them, as `make run` does:
-"cold_new" (empty caches, a new run: its BPE tokenizer is trained), "warm_resumed" (the same run again, as
-`make run` continues it) and "warm_new" (`make run RUN=new`). Measured: launch to the first `metrics` record of
-the run's JSONL mirror, the trainer's start-up (until `compiling`) and its compile, the CPU seconds of the whole
-start (it is stopped by SIGTERM once it has stepped; that stop's checkpoint included), which depend little on the
-load, and what the caches spared (the manifest's `data_cache`, the compiled event's `compile_cache`).
-`--compare DIR` runs the same starts of another source tree (e.g. `git archive` of the landed commit) interleaved
-with this one's, each in its own working directory, so both see the same load. The load average is reported.
+What it measures and how: docs/PERFORMANCE.md, `first_step` (bench/results/first_step.md).
 """
 
 from __future__ import annotations
@@ -25,6 +17,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import add_save_flag, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/demo.toml")
     ap.add_argument("--compare", type=Path, help="another source tree, measured interleaved with this one")
+    add_save_flag(ap)
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     config = args.config.resolve()
@@ -96,11 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         out["ratio_first_step_compare_over_this"] = {
             s: round(out["compare"][s]["first_step_s"] / out["this"][s]["first_step_s"], 2) for s, _, _ in STARTS}
-    print(json.dumps({"config": str(args.config), **(out if args.compare else out["this"]),
-                      "trees": {k: str(v) for k, v in trees.items()},
-                      "loadavg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)},
-                      "cpus": os.cpu_count()}, indent=1))
-    return 0
+    return report("first_step", {"config": str(args.config), **(out if args.compare else out["this"]),
+                                 "trees": {k: str(v) for k, v in trees.items()},
+                                 "loadavg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}},
+                  args.json, not args.no_save)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,9 @@
-"""First paint of the front page: the landed `/` (the run table) against this checkout's `/` (the featured run's
-live chart, moments, experiments), both served in the same run from the same database. Prints one JSON object.
+"""First paint of the front page (the featured run's live chart, moments, experiments): the landed commit's `/`
+against this checkout's, both served in the same run from the same database. Prints one JSON object.
 
     .venv/bin/python bench/frontpage.py [--json] [--base COMMIT] [--steps 200000] [--runs 20] [--repeat 7]
 
-The landed code is `git archive`d from --base (default: the merge base with `main`) into a temporary folder and
-served with the same venv (no migration differs); each page is opened `--repeat` times in a fresh Chromium context:
-  fcp_ms    first contentful paint (the paint timing entry)
-  ready_ms  the page's content in place: the landed page's table (DOMContentLoaded), ours once the loss chart has
-            drawn (its SVG) — what a visitor came to see
-The featured run's train/loss has `--steps` points (storage.bulk_load) plus an anomaly and an annotation; `--runs`
-more runs fill the table. Wall times on a shared machine: the 1-minute load average is printed with them.
+What it measures and how: docs/PERFORMANCE.md, `frontpage` (bench/results/frontpage.md).
 """
 
 from __future__ import annotations
@@ -24,9 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from _common import django_here, web_server  # noqa: E402 (bench/, this script's directory, is on sys.path)
+from harness import ROOT, add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
 
 RUN_ID = "bench-front"
 
@@ -60,13 +52,11 @@ def seed(steps: int, runs: int) -> None:
 
 
 def measure(url: str, ready_js: str, repeat: int) -> dict:
-    from playwright.sync_api import sync_playwright
-
-    from tests.conftest import CHROMIUM_ARGS, chromium_path
+    from harness import Stack
 
     fcp, ready, errors = [], [], []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+    with Stack("frontpage-browser") as browsers:
+        browser = browsers.browser()
         for _ in range(repeat):
             ctx = browser.new_context(viewport={"width": 1440, "height": 900})
             page = ctx.new_page()
@@ -77,7 +67,6 @@ def measure(url: str, ready_js: str, repeat: int) -> dict:
             page.wait_for_function("() => performance.getEntriesByName('first-contentful-paint').length > 0")
             fcp.append(page.evaluate("() => performance.getEntriesByName('first-contentful-paint')[0].startTime"))
             ctx.close()
-        browser.close()
     med = lambda xs: round(statistics.median(xs), 1)  # noqa: E731
     return {"fcp_ms": med(fcp), "ready_ms": med(ready), "console_errors": errors[:5]}
 
@@ -90,6 +79,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-front.sqlite3"))
+    add_save_flag(ap)
     args = ap.parse_args()
     base = args.base or subprocess.check_output(["git", "merge-base", "HEAD", "main"], cwd=ROOT, text=True).strip()
     env = django_here(args.db)
@@ -98,16 +88,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as landed:
         archive = subprocess.run(["git", "archive", base], cwd=ROOT, check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", landed], input=archive, check=True)
-        sides = (("landed", Path(landed), "() => !!document.querySelector('#runs tbody tr')"),
-                 ("front", ROOT, "() => !!document.querySelector('#front-chart .main-svg') && "
-                                 "document.querySelectorAll('#moments li.moment').length >= 2"))
-        for name, tree, ready_js in sides:
+        ready_js = ("() => !!document.querySelector('#front-chart .main-svg') && "
+                    "document.querySelectorAll('#moments li.moment').length >= 2")
+        for name, tree in (("landed", Path(landed)), ("front", ROOT)):
             with web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree) as server:
                 out[name] = measure(f"http://127.0.0.1:{server.port}/", ready_js, args.repeat)
     out["fcp_ratio_front_over_landed"] = round(out["front"]["fcp_ms"] / out["landed"]["fcp_ms"], 2)
     out["ready_ratio_front_over_landed"] = round(out["front"]["ready_ms"] / out["landed"]["ready_ms"], 2)
     out["load1"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(out, indent=None if args.json else 2))
+    report("frontpage", out, args.json, not args.no_save)
     return 0
 
 

@@ -3,14 +3,7 @@
     .venv/bin/python bench/ingest.py [--runs 8] [--steps 300] [--width 242] [--consumers 1,2]
                                      [--backends sqlite,postgresql] [--json]
 
-Starts what it needs: a private redis-server, a throw-away SQLite file and a throw-away PostgreSQL database (on
-DATABASE_URL's server, default postgres://postgres@127.0.0.1:5432/, dropped afterwards). Each trial pre-fills
-`runs` streams with `steps` metrics entries of `width` series each (the demo trainer publishes ~242 per step),
-starts the consumers (`Ingestor` in subprocesses, as `manage.py ingest` runs it), and times them from "go" until
-every stream's consumer group has nothing pending and nothing unread. "Durable": every batch is committed
-(PostgreSQL with synchronous_commit on; SQLite WAL with synchronous=NORMAL, the project's settings) before its
-entries are acknowledged. Reports points/s and points per CPU-second (ingest processes; and with the database
-server's backends, for PostgreSQL). Prints one JSON object.
+What it measures and how: docs/PERFORMANCE.md, `ingest` (bench/results/ingest.md).
 """
 
 from __future__ import annotations
@@ -29,10 +22,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support import PrivateRedis  # noqa: E402
+from harness import ROOT, PrivateRedis, add_save_flag, report  # noqa: E402
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -254,6 +244,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
+    add_save_flag(ap)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.redis, args.batch)
@@ -278,8 +269,8 @@ def main() -> int:
                 db.close()
     finally:
         redis.close()
-    print(json.dumps({"runs": args.runs, "steps": args.steps, "width": args.width, "batch": args.batch,
-                      "cpus": os.cpu_count(), "results": results}, indent=None if args.json else 2))
+    report("ingest", {"runs": args.runs, "steps": args.steps, "width": args.width, "batch": args.batch,
+                      "results": results}, args.json, not args.no_save and not failed)
     return 1 if failed else 0
 
 

@@ -3,43 +3,23 @@
     .venv/bin/python bench/latency.py [--seconds 30] [--rate 5] [--width full|2] [--server uvicorn|daphne]
     .venv/bin/python bench/latency.py --tier nchan --others 1000     # through the push tier, 1,000 others watching
 
-The real chain — `observatory.streams.Publisher` (the trainer's) → Redis stream → `manage.py ingest`
-(subprocess) → the run's live log → the web server (subprocess; uvicorn as `make run` starts it, or daphne) → a real
-Chromium page on the run's dashboard (Playwright). Each step carries the demo trainer's full metric width
-(~240 series, bench/fanout.py's names) unless `--width 2` (loss and LR only). The page's WebSocket frames
-(coalesced batches included) are timestamped in the browser (Date.now(), same host clock as the publisher), and
-each step's latency is (arrival of the step in the page) − (time `Publisher.metrics` was called for it);
-`path` names the chain measured. The part of the delay before the page, per tier (the other tier's keys are absent,
-not null): hub: `ingest_*` up to ingest's append (a reader of the run's live log); `relay_mean_ms` (ingest's
-push → the web process's fan-out) and `publish_to_fanout_mean_ms` from the web server's /metrics histograms.
-`--tier nchan`: the page through nginx + nchan with the relay feeding it from the live log, as `make run` starts
-them (no web process in its live path): `push_*` up to a socket of the bench's own on the page's channel
-(publish → ingest → live log → relay → nchan → a socket, the push tier's share). `--others K`: K other viewers of the run on the same path meanwhile
-(bench/viewers.c), with their own delays (`others_*`) and each step's first arrival at any of them (`first_socket_*`).
-Uses Redis db 14 and a throw-away SQLite file, so it never touches a developer's runs.
+What it measures and how: docs/PERFORMANCE.md, `latency` (bench/results/latency.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from harness import PushTap, Stack, add_save_flag, demo_names, free_port, pct, report, wait_for, wait_http
 
-from observatory import contract  # noqa: E402
-from observatory.streams import Publisher  # noqa: E402
-from tests.support import free_port  # noqa: E402
-from _common import close_site, site_processes, throwaway_site  # noqa: E402
+from observatory import contract
+from observatory.streams import Publisher
 
 HOOK = """
 window.__obsFrames = [];
@@ -116,109 +96,81 @@ def prometheus_means(url: str) -> dict[str, float]:
     return {k: round(1000 * sums[k] / counts[k], 1) for k in sums if counts.get(k)}
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))]
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except Exception:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer in {timeout}s")
-
-
 def measure_latency(seconds: float, rate: float, width: str = "full", server: str = "uvicorn", tier: str = "hub",
                     others: int = 0) -> dict:
-    from fanout import PushTap, demo_names
+    with Stack("latency") as stack:
+        stack.site(OBS_METRICS_TOKEN=SCRAPE_TOKEN)
+        return measure(stack, seconds, rate, width, server, tier, others)
 
-    from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not chromium:
-        return {"skipped": "no Debian chromium on PATH (apt-get install -y chromium)"}
-    redis_url, tmp, env = throwaway_site("latency", OBS_METRICS_TOKEN=SCRAPE_TOKEN)
+def run_created(base: str, run_id: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=1).read()
+        return True
+    except Exception:
+        return False
+
+
+def measure(stack: Stack, seconds: float, rate: float, width: str, server: str, tier: str, others: int) -> dict:
     port = free_port()
-    front, push_procs, crowd, push_tap = port, [], None, None
+    front, crowd, push_tap = port, None, None
     if tier == "nchan":  # the page through nginx + nchan as `make run` has it, the relay feeding it (--tier nchan)
-        from fanout_tiers import start_push_tier
-
-        front, push_procs = start_push_tier(tmp, env, port)
-    procs = push_procs + site_processes(env, port, server)
+        front, _ = stack.push_tier(port)
+    stack.web(server, port=port, wait=False)
+    stack.ingest()
     names = demo_names() if width == "full" else [contract.M_LOSS, contract.M_LR]
     run_id = f"bench-{int(time.time())}"
-    pub = Publisher(redis_url, run_id)
+    pub = Publisher(stack.redis_url, run_id)
+    stack.callback(pub.close)
     sent: dict[int, float] = {}
-    try:
-        pub.publish("run", {"t": time.time(), "name": "latency bench", "config": {}})
-        pub.metrics(0, {n: 1.0 for n in names})
-        pub.flush()
-        tap = PushTap(redis_url, run_id)
-        tap.start()
-        base = f"http://127.0.0.1:{front}"
-        wait_http(f"{base}/api/runs/")
-        deadline = time.monotonic() + 120  # a loaded box starts ingest slowly; without the run the page is a 404
-        while True:  # ingest has created the run
-            try:
-                urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=1).read()
-                break
-            except Exception as e:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"ingest did not create run {run_id} within 120 s: {e!r}") from None
-                time.sleep(0.2)
-        if tier == "nchan":
-            push_tap = NchanTap(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
-            push_tap.start()
-            if not push_tap.ready.wait(30):  # open before the first step is published
-                raise RuntimeError(f"no socket on nchan's channel for {run_id} within 30 s")
-        if others:  # --others K: K viewers on the run's live path meanwhile (bench/viewers.c), connected first
-            from viewer_client import CViewers
+    pub.publish("run", {"t": time.time(), "name": "latency bench", "config": {}})
+    pub.metrics(0, {n: 1.0 for n in names})
+    pub.flush()
+    tap = PushTap(stack.redis_url, run_id)
+    tap.start()
+    stack.callback(tap.stop.set)
+    base = f"http://127.0.0.1:{front}"
+    wait_http(f"{base}/api/runs/", 60)
+    # a loaded box starts ingest slowly; without the run the page is a 404
+    wait_for(lambda: run_created(base, run_id), 120, f"ingest creating run {run_id}")
+    if tier == "nchan":
+        push_tap = NchanTap(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
+        push_tap.start()
+        stack.callback(lambda: push_tap.stop.set() or push_tap.join())
+        if not push_tap.ready.wait(30):  # open before the first step is published
+            raise RuntimeError(f"no socket on nchan's channel for {run_id} within 30 s")
+    if others:  # --others K: K viewers on the run's live path meanwhile (bench/viewers.c), connected first
+        from viewer_client import CViewers
 
-            crowd = CViewers([f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/" if tier == "nchan" else
-                              f"ws://127.0.0.1:{port}/ws/runs/{run_id}/"], others, rate=0, hub=tier == "hub",
-                             resume={"type": "resume", "metrics": [contract.M_LOSS]})
-            crowd_ready = crowd.ready()
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-            page = browser.new_page()
-            page.add_init_script(HOOK % {"loss": json.dumps(contract.M_LOSS)})
-            page.goto(f"{base}/runs/{run_id}/")
-            # history loaded, socket open and subscribed: the resume's backfill frame names the series
-            page.wait_for_function("() => window.__obsFrames !== undefined && (window.__obsFrames.length > 0"
-                                   + (" || window.__obsOpen > 0)" if tier == "nchan" else ")"), timeout=30_000)
-            n = int(seconds * rate)
-            t0 = time.monotonic()
-            for step in range(1, n + 1):
-                target = t0 + step / rate
-                time.sleep(max(0.0, target - time.monotonic()))
-                sent[step] = time.time() * 1000.0
-                vals = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
-                vals[contract.M_LOSS] = 5.0 / (1 + step / 100)
-                pub.metrics(step, vals)
-            try:  # the last step's arrival; a lost step is reported in steps_received, not waited for forever
-                page.wait_for_function(f"() => window.__obsFrames.some((f) => f[2].includes({n}))", timeout=10_000)
-            except Exception:
-                pass
-            frames = page.evaluate("() => window.__obsFrames")
-            browser.close()
-        server_stats = prometheus_means(f"http://127.0.0.1:{port}/metrics")
-        if crowd is not None:
-            crowd.stop(0)
-            crowd_out = crowd.result()
-    finally:
-        pub.close()
-        if push_tap is not None:
-            push_tap.stop.set()
-            push_tap.join()
-        if crowd is not None:
-            crowd.kill()
-        close_site(procs, tmp)
+        crowd = CViewers([f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/" if tier == "nchan" else
+                          f"ws://127.0.0.1:{port}/ws/runs/{run_id}/"], others, rate=0, hub=tier == "hub",
+                         resume={"type": "resume", "metrics": [contract.M_LOSS]})
+        stack.callback(crowd.kill)
+        crowd_ready = crowd.ready()
+    page = stack.browser().new_page()
+    page.add_init_script(HOOK % {"loss": json.dumps(contract.M_LOSS)})
+    page.goto(f"{base}/runs/{run_id}/")
+    # history loaded, socket open and subscribed: the resume's backfill frame names the series
+    page.wait_for_function("() => window.__obsFrames !== undefined && (window.__obsFrames.length > 0"
+                           + (" || window.__obsOpen > 0)" if tier == "nchan" else ")"), timeout=30_000)
+    n = int(seconds * rate)
+    t0 = time.monotonic()
+    for step in range(1, n + 1):
+        target = t0 + step / rate
+        time.sleep(max(0.0, target - time.monotonic()))
+        sent[step] = time.time() * 1000.0
+        vals = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
+        vals[contract.M_LOSS] = 5.0 / (1 + step / 100)
+        pub.metrics(step, vals)
+    try:  # the last step's arrival; a lost step is reported in steps_received, not waited for forever
+        page.wait_for_function(f"() => window.__obsFrames.some((f) => f[2].includes({n}))", timeout=10_000)
+    except Exception:
+        pass
+    frames = page.evaluate("() => window.__obsFrames")
+    server_stats = prometheus_means(f"http://127.0.0.1:{port}/metrics")
+    if crowd is not None:
+        crowd.stop(0)
+        crowd_out = crowd.result()
     arrived: dict[int, float] = {}
     for now, _typ, steps in frames:
         for s in steps:
@@ -265,13 +217,14 @@ def main() -> int:
     ap.add_argument("--others", type=int, default=0,
                     help="K other viewers of the run meanwhile (bench/viewers.c; nchan's lite channel, or the hub's "
                          "socket with a one-series resume)")
+    ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
+    add_save_flag(ap)
     args = ap.parse_args()
     print(f"measuring publish → browser latency for {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
     out = {"publish_to_browser": measure_latency(args.seconds, args.rate, args.width, args.server,
                                                        args.tier, args.others),
-           "targets": {"p50_ms": 50, "p99_ms": 250}, "machine_load1": round(os.getloadavg()[0], 2)}
-    print(json.dumps(out, indent=2))
-    return 0
+           "targets": {"p50_ms": 50, "p99_ms": 250}}
+    return report("latency" if args.tier == "hub" else "latency_nchan", out, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

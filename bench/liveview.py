@@ -3,34 +3,7 @@
     .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
                                        [--profile] [--heap-profile] [--trace-out FILE] [--page-js JS] [--json]
 
-The real chain, as bench/latency.py runs it: the trainer's `Publisher` → Redis → `manage.py ingest` (subprocess)
-→ the web server `make run` starts (subprocess) → a real Chromium page on the run's dashboard (Playwright, 1400 ×
-900). The run first gets `--history` steps at once, then one full-width step (~240 series, bench/fanout.py's
-names) every 1/`--rate` s for `--seconds`, with a heartbeat every 2 s as the trainer sends (its steps/s), while
-Chromium traces the page. The live window starts once the page has settled (every chart drawn by Plotly: the
-first paint and Plotly's arrival after it are bench/dashboard.py's). Reported:
-  update_main_ms   p50/p99/max of the page's main-thread time per live update: the top-level tasks of the
-                   renderer's main thread (script, style, layout, paint, GC) from one WebSocket message to the next
-  update_main_cpu_ms  the same, in the main thread's CPU time: without the time it waited (for a core, on a box
-                   whose two cores also run the server, ingest and Redis; or for the compositor)
-  update_main_ms_without_major_gc  (a diagnostic) p50/p99 of the updates that had under 1 ms of a major GC's
-                   main-thread work in them, and how many had more (left_out): the page's own cost apart from V8's
-                   pauses
-  main_ms_per_step  the live window's main-thread time (the updates' sum) per published step: what a step costs the
-                   page however many messages it came in (a step's points and the anomaly frame about them: one)
-  long_tasks_per_min  tasks over 50 ms (the page's PerformanceObserver) per minute of the live window
-  settle_long_tasks_ms  the page's long tasks before the window (its load: first paint, Plotly's first draws), for
-                      what the window leaves out; bench/dashboard.py measures the load itself
-  main_thread_busy    the main thread's share of the live window
-  trace_self_ms       where the live window's main-thread time went (self time by trace event name)
-  worst_updates       the six costliest updates: when (s into the window) and where their time went
-  gc                  V8's major and minor collections in the window, the major ones' pauses and causes, and how fast
-                      the heap grew between them (KB/s; 'global': V8's and Blink's, which paces major GCs)
-  allocations         (--heap-profile) the window's JS allocations, KB/s, by function and by the page's function
-                      nearest it: the garbage that paces V8's GCs (Blink's own heap is not in it: see ARCHITECTURE.md)
-with the default charts open, or with `--charts N` charts (the defaults then more of the run's series).
-Uses Redis db 14 (flushed) and a throw-away SQLite file. Targets (issue 24): p99 <= 8 ms per update, no long task
-with the default charts, <= 1 a minute with 20.
+What it measures and how: docs/PERFORMANCE.md, `liveview` (bench/results/liveview.md).
 """
 
 from __future__ import annotations
@@ -47,14 +20,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from fanout import demo_names  # noqa: E402
-from latency import pct, wait_http  # noqa: E402
-from tests.support import free_port  # noqa: E402
-from _common import close_site, site_processes, throwaway_site  # noqa: E402
+from harness import ROOT, Stack, add_save_flag, demo_names, pct, report, wait_http  # noqa: E402
 from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks  # noqa: E402
 
 from observatory import contract  # noqa: E402
@@ -189,13 +155,9 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
 def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
             data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False,
             page_js: str = "") -> dict:
-    from playwright.sync_api import sync_playwright
-
-    from tests.conftest import CHROMIUM_ARGS, chromium_path
-
-    redis_url, tmp, env = throwaway_site("liveview")
-    port = free_port()
-    procs = site_processes(env, port)
+    stack = Stack("liveview").site()
+    port, redis_url = stack.web(wait=False).port, stack.redis_url
+    stack.ingest()
     names, run_id = demo_names(), f"liveview-{int(time.time())}"
     pub = Publisher(redis_url, run_id)
     base = f"http://127.0.0.1:{port}"
@@ -217,60 +179,58 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             except Exception:
                 pass
             time.sleep(0.5)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.add_init_script(LONG_TASKS_JS + MARK_JS)
-            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{base}/runs/{run_id}/")
-            url = chart_url(base, run_id, page, charts)
-            if charts:
-                page.goto(url)
-            cdp = Cdp(page, throttle)
-            page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                                   "window.__obsFrames > 0", timeout=60_000)
-            # the live window starts on the settled page: every chart drawn by Plotly (first paint and Plotly's
-            # loading after it are bench/dashboard.py's to measure)
-            page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
-            if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
-                page.evaluate(page_js)
-            open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
-            browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
-            if profile:
-                cdp.start_profile()
-            if heap_profile:
-                cdp.start_heap_profile()
-            t_page = page.evaluate("() => performance.now()")
-            frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
-            t0 = time.monotonic()
-            n = int(seconds * rate)
-            for k in range(1, n + 1):
-                time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
-                pub.metrics(history + k - 1, values(history + k - 1, names, data))
-                if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
-                    heartbeat(pub, history + k - 1, rate)
-            page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
-            page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
-                                   f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
-            wall = time.monotonic() - t0
-            main = cdp.main_thread_ms() - main0
-            every_long = page.evaluate("() => window.__obsLong")
-            long_tasks = [d for t, d in every_long if t >= t_page]
-            settle_long = [d for t, d in every_long if t < t_page]
-            frames = page.evaluate("() => window.__obsFrames") - frames0
-            redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
-            prof = profile_summary(cdp.stop_profile()) if profile else None
-            heap = heap_summary(cdp.stop_heap_profile(), wall) if heap_profile else None
-            trace = browser.stop_tracing()
-            if trace_out:
-                Path(trace_out).write_bytes(trace)
-            pieces: list = []
-            tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
-            browser.close()
+        browser = stack.browser()
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.add_init_script(LONG_TASKS_JS + MARK_JS)
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{base}/runs/{run_id}/")
+        url = chart_url(base, run_id, page, charts)
+        if charts:
+            page.goto(url)
+        cdp = Cdp(page, throttle)
+        page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                               "window.__obsFrames > 0", timeout=60_000)
+        # the live window starts on the settled page: every chart drawn by Plotly (first paint and Plotly's
+        # loading after it are bench/dashboard.py's to measure)
+        page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+        if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
+            page.evaluate(page_js)
+        open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
+        browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
+        if profile:
+            cdp.start_profile()
+        if heap_profile:
+            cdp.start_heap_profile()
+        t_page = page.evaluate("() => performance.now()")
+        frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
+        t0 = time.monotonic()
+        n = int(seconds * rate)
+        for k in range(1, n + 1):
+            time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
+            pub.metrics(history + k - 1, values(history + k - 1, names, data))
+            if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
+                heartbeat(pub, history + k - 1, rate)
+        page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
+        page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
+                               f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
+        wall = time.monotonic() - t0
+        main = cdp.main_thread_ms() - main0
+        every_long = page.evaluate("() => window.__obsLong")
+        long_tasks = [d for t, d in every_long if t >= t_page]
+        settle_long = [d for t, d in every_long if t < t_page]
+        frames = page.evaluate("() => window.__obsFrames") - frames0
+        redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
+        prof = profile_summary(cdp.stop_profile()) if profile else None
+        heap = heap_summary(cdp.stop_heap_profile(), wall) if heap_profile else None
+        trace = browser.stop_tracing()
+        if trace_out:
+            Path(trace_out).write_bytes(trace)
+        pieces: list = []
+        tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
     finally:
         pub.close()
-        close_site(procs, tmp)
+        stack.close()
     # an update: from one live message to the next, up to the window's end (the bench's own probes of the page
     # follow it, and the task that marked it is the bench's: not counted)
     end = next((t for t, name in marks if name == "obs-bench-end"), None)
@@ -281,7 +241,8 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
     upd, upd_cpu = per_update(tasks, stamps, end), per_update(tasks, stamps, end, cpu=True)
     r = lambda x: round(x, 2)  # noqa: E731
     return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(names), "history_steps": history,
-            "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd), "frames_counted": frames,
+            "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd),
+            "frames_counted": frames,
             "update_main_ms": {"p50": r(pct(upd, 50)), "p99": r(pct(upd, 99)), "max": r(max(upd)),
                                "mean": r(statistics.fmean(upd))} if upd else None,
             "update_main_cpu_ms": {"p50": r(pct(upd_cpu, 50)), "p99": r(pct(upd_cpu, 99)), "max": r(max(upd_cpu))}
@@ -314,6 +275,7 @@ def main() -> int:
     ap.add_argument("--page-js", metavar="JS", default="",
                     help="run JS in the settled page before the window (hide or stub out a part to see what it costs)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    add_save_flag(ap)
     args = ap.parse_args()
     if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
         ap.error("--seconds and --rate must be positive, --history at least 1, --charts at least 0, "
@@ -323,7 +285,7 @@ def main() -> int:
     out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
                   args.trace_out, args.heap_profile, args.page_js)
     out["targets"] = {"update_main_p99_ms": 8, "long_tasks_per_min": 0 if not args.charts else 1}
-    print(json.dumps(out, indent=None if args.json else 2))
+    report("liveview", out, args.json, not args.no_save)
     return 0
 
 

@@ -1,19 +1,6 @@
 """MoE benchmark: `.venv/bin/python bench/moe.py --json` prints one JSON object (progress goes to stderr).
 
-- drop_table: dropped-assignment fraction of the real MoE layer (training/moe.py) at a fixed token batch for
-  context lengths 128..4096, standard vs pooled_wave, capacity factors 1.0 and 1.25. The router input is
-  text-like: packed documents of lognormal length, each with a topic; tokens come from a Zipfian mixture of
-  a global and a per-topic vocabulary with bursty repeats, and the hidden state is the token embedding plus
-  the document's topic vector (consecutive tokens route alike). The router bias is first balanced on the
-  global stream by the aux-loss-free update itself, as in training, so what is left is per-group skew.
-- step_timing: the trainer's own compiled step (training/step.py: AdamW, sharded state, in/out shardings) for
-  the demo and a larger config, standard vs pooled_wave dispatch, on 1 device and on 8 fake CPU devices as a
-  data 2 x expert 4 mesh, each device count in its own process (it is fixed when JAX starts), same global
-  batch. Step time is to device completion (median); tokens/s and MFU follow, with MFU from
-  training.flops.mfu over training.telemetry.peak_flops: the very numbers the dashboard shows for a run.
-- pooled_vs_standard_step_time: what pooled_wave's (waves + 1)x dispatch buffers and compaction cost.
-- memory_by_ep_on_8_devices: train-state bytes on the fullest device, and of it the routed experts' params and
-  Adam moments, for expert axis 1, 2, 4, 8.
+What it measures and how: docs/PERFORMANCE.md, `moe` (bench/results/moe.md).
 """
 
 from __future__ import annotations
@@ -32,6 +19,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 
 SEQS = (128, 256, 512, 1024, 2048, 4096)
 DEMO_TOML = ROOT / "training" / "configs" / "demo.toml"
@@ -53,6 +42,8 @@ def load_demo():
 LARGER = {"d_model": 256, "n_layers": 4, "n_heads": 8, "n_kv_heads": 2, "d_ff": 512, "seq_len": 128}
 LARGER_MOE = {"n_routed": 32, "top_k": 4, "n_shared": 1, "group_size": 128}
 LARGER_BATCH = 8
+TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1, "d_ff": 64, "seq_len": 32}  # --quick only
+TINY_MOE = {"n_routed": 4, "top_k": 2, "group_size": 32}
 
 
 def run_config(name: str, dispatch: str, data: int, expert: int):
@@ -60,10 +51,11 @@ def run_config(name: str, dispatch: str, data: int, expert: int):
     from training.config import load
 
     over = {"mesh.data": data, "mesh.expert": expert, "model.moe.dispatch": dispatch, "train.eval_every": 0}
-    if name == "larger":
-        over.update({f"model.{k}": v for k, v in LARGER.items()})
-        over.update({f"model.moe.{k}": v for k, v in LARGER_MOE.items()})
-        over["train.batch_size"] = LARGER_BATCH
+    if name in ("larger", "tiny"):
+        model, moe_set = (LARGER, LARGER_MOE) if name == "larger" else (TINY, TINY_MOE)
+        over.update({f"model.{k}": v for k, v in model.items()})
+        over.update({f"model.moe.{k}": v for k, v in moe_set.items()})
+        over["train.batch_size"] = LARGER_BATCH if name == "larger" else 4
     return load(DEMO_TOML, over)
 
 
@@ -98,7 +90,7 @@ def step_timer(cfg):
     return once, memory
 
 
-def ep_worker(rounds: int) -> dict:
+def ep_worker(rounds: int, configs: tuple[str, ...] = ("demo", "larger")) -> dict:
     """In a process with N (fake) devices: step time, tokens/s and MFU of demo and larger, standard vs pooled,
     on one mesh for N = 1 and on data 2 x expert 4 for N = 8; and the state memory per device at every EP."""
     import jax
@@ -110,7 +102,7 @@ def ep_worker(rounds: int) -> dict:
     data, expert = (1, 1) if n == 1 else (n // 4, 4)
     peak, how = peak_flops(jax.devices()[0].device_kind, n)
     rows = []
-    for name in ("demo", "larger"):
+    for name in configs:
         timers = {d: step_timer(run_config(name, d, data, expert)) for d in ("standard", "pooled_wave")}
         times = {d: [] for d in timers}
         for _ in range(rounds):  # alternate so that load from other processes hits both alike
@@ -137,9 +129,9 @@ def ep_worker(rounds: int) -> dict:
     return {"devices": n, "peak_flops": peak, "peak_flops_source": how, "rows": rows, "memory_by_ep": memory}
 
 
-def run_ep(devices: int, rounds: int) -> dict:
+def run_ep(devices: int, rounds: int, configs: tuple[str, ...]) -> dict:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-    out = subprocess.run([sys.executable, __file__, "_ep", str(rounds)], env=env,
+    out = subprocess.run([sys.executable, __file__, "_ep", str(rounds), *configs], env=env,
                          capture_output=True, text=True, check=True, timeout=1800)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -188,7 +180,7 @@ class TextLikeStream:
         return np.concatenate([self.sequence(seq_len) for _ in range(tokens // seq_len)])[None]
 
 
-def drop_table(tokens=32768, group=4096, batches=2) -> tuple[list[dict], dict]:
+def drop_table(tokens=32768, group=4096, batches=2, seqs=SEQS, balance_steps=400) -> tuple[list[dict], dict]:
     import jax
     import jax.numpy as jnp
 
@@ -210,14 +202,14 @@ def drop_table(tokens=32768, group=4096, batches=2) -> tuple[list[dict], dict]:
 
     bias = jnp.zeros((1, E))
     before = imbalance(bias[0])
-    for _ in range(400):
+    for _ in range(balance_steps):
         load = load_fn(jnp.asarray(stream.batch(2048, 128)[0]), bias[0])
         bias = moe.update_bias(bias, load[None], 0.02)
     balanced = imbalance(bias[0])
     log(f"router bias balanced: held-out global max/mean load {before:.3f} -> {balanced:.3f}")
 
     rows = []
-    for seq_len in SEQS:
+    for seq_len in seqs:
         hs = [jnp.asarray(stream.batch(tokens, seq_len)) for _ in range(batches)]
         for cf in (1.0, 1.25):
             for mode in ("standard", "pooled_wave"):
@@ -234,19 +226,20 @@ def drop_table(tokens=32768, group=4096, batches=2) -> tuple[list[dict], dict]:
     return rows, setup
 
 
-def bench_moe(rounds: int) -> dict:
+def bench_moe(rounds: int, quick: bool = False) -> dict:
     import jax
 
     t_start = time.perf_counter()
-    rows, setup = drop_table()
-    log("step timing: 1 and 8 fake devices, each in its own process (the trainer's step, real mesh)")
-    ep1, ep8 = run_ep(1, rounds), run_ep(8, rounds)
-    timing = ep1["rows"] + ep8["rows"]
+    seqs, devices, configs = ((128,), (1,), ("tiny",)) if quick else (SEQS, (1, 8), ("demo", "larger"))
+    rows, setup = drop_table(**({"tokens": 4096, "group": 1024, "seqs": seqs, "balance_steps": 20} if quick else {}))
+    log(f"step timing: {devices} fake devices, each in its own process (the trainer's step, real mesh)")
+    eps = {n: run_ep(n, rounds, configs) for n in devices}
+    timing = [r for ep in eps.values() for r in ep["rows"]]
 
     def t(config, dispatch, devices):
         return next(r for r in timing if (r["config"], r["dispatch"], r["devices"]) == (config, dispatch, devices))
 
-    longest = max(SEQS)
+    longest = max(seqs)
 
     def drop(mode, cf, seq):
         key = (mode, cf, seq)
@@ -262,18 +255,18 @@ def bench_moe(rounds: int) -> dict:
         "step_timing": timing,
         "pooled_vs_standard_step_time": {f"{c}@{n}": round(t(c, "pooled_wave", n)["step_s"]
                                                            / t(c, "standard", n)["step_s"], 3)
-                                         for c in ("demo", "larger") for n in (1, 8)},
+                                         for c in configs for n in devices},
         "ep8_vs_ep1_step_time_ratio": {c: round(t(c, "standard", 8)["step_s"] / t(c, "standard", 1)["step_s"], 3)
-                                       for c in ("demo", "larger")},
-        "memory_by_ep_on_8_devices": ep8["memory_by_ep"],
-        "peak_flops": {"1": ep1["peak_flops"], "8": ep8["peak_flops"], "source": ep1["peak_flops_source"]},
+                                       for c in configs if 8 in devices},
+        "memory_by_ep_on_8_devices": eps[8]["memory_by_ep"] if 8 in eps else [],
+        "peak_flops": {**{str(n): ep["peak_flops"] for n, ep in eps.items()}, "source": eps[1]["peak_flops_source"]},
         "demo": {"d_model": demo.model.d_model, "n_layers": demo.model.n_layers, "seq_len": demo.model.seq_len,
                  "batch": demo.train.batch_size, "n_routed": demo.model.moe.n_routed, "top_k": demo.model.moe.top_k,
                  "group_size": demo.model.moe.group_size, "capacity_factor": demo.model.moe.capacity_factor},
         "larger": {**LARGER, **LARGER_MOE, "batch": LARGER_BATCH},
         "host": {"cpus": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend(),
                  "load1": os.getloadavg()[0]},
-        "rounds": rounds,
+        "rounds": rounds, **({"quick": "smoke-sized: not a measurement"} if quick else {}),
         "wall_s": round(time.perf_counter() - t_start, 1),
     }
 
@@ -281,14 +274,17 @@ def bench_moe(rounds: int) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_ep":
-        print(json.dumps(ep_worker(int(argv[1]))))
+        print(json.dumps(ep_worker(int(argv[1]), tuple(argv[2:]) or ("demo", "larger"))))
         return 0
     ap = argparse.ArgumentParser(prog="bench/moe.py", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     ap.add_argument("--rounds", type=int, default=10, help="timed steps per measurement (median taken)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke-sized (one length, one device, a tiny config): the code paths, not a measurement")
+    add_save_flag(ap)
     args = ap.parse_args(argv)
-    result = bench_moe(args.rounds)
-    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+    result = bench_moe(args.rounds, args.quick)
+    report("moe", result, args.json, not args.no_save)
     return 0
 
 

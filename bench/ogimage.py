@@ -2,15 +2,7 @@
 
     .venv/bin/python bench/ogimage.py [--json] [--steps 1000000] [--repeat 30] [--db PATH]
 
-Seeds a run whose train/loss has `--steps` points (webapp/metrics/storage.bulk_load, a throw-away SQLite file kept
-between calls), serves it with the web server `make run` uses (subprocess; the cache is its Redis cache, db 14),
-then asks GET /runs/<id>/preview.png:
-  cached_ms   the same image again (what a crawler or a chat app gets while the run is in the same step bucket)
-  cold_ms     after dropping the cached bytes: the loss window query + the Pillow render + the cache write
-  not_modified_ms  a revalidation with If-None-Match (304)
-and checks that the image follows the run: points past the next step bucket give a new ETag and new bytes.
-Timings are wall clock on this machine; the 1-minute load average is printed with them (a shared box inflates them).
-Target (issue 28): cached median <= 100 ms.
+What it measures and how: docs/PERFORMANCE.md, `ogimage` (bench/results/ogimage.md).
 """
 
 from __future__ import annotations
@@ -26,9 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from _common import django_here, web_server  # noqa: E402 (bench/, this script's directory, is on sys.path)
+from harness import ROOT, add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
 
 RUN_ID = "bench-ogimage"
 
@@ -82,6 +72,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-ogimage.sqlite3"))
+    add_save_flag(ap)
     args = ap.parse_args()
     env = django_here(args.db)
     from django.core.cache import cache
@@ -129,7 +120,7 @@ def main() -> int:
            "cold_ms": {"median": med(cold), "max": round(max(cold), 2), "n": len(cold)},
            "png_bytes": len(body), "updates_as_run_advances": follows,
            "load1": round(os.getloadavg()[0], 2), "target_cached_ms": 100}
-    print(json.dumps(out, indent=None if args.json else 2))
+    report("ogimage", out, args.json, not args.no_save)
     return 0 if follows else 1
 
 

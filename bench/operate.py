@@ -1,23 +1,24 @@
 """The operator panel's cost: one snapshot (what /ws/operate/ pushes) and one audit-trail sync, for many runs.
 
-    OBS_DEBUG=1 .venv/bin/python bench/operate.py [--runs 50] [--commands 200] [--points 2000] [--repeat 15]
+    .venv/bin/python bench/operate.py [--runs 50] [--commands 200] [--points 2000] [--repeat 15]
 
-Creates throwaway runs (ids bench-operate-*) with series, heartbeats, checkpoint lists, commands and acks on the
-configured database and on Redis database 5 (REDIS_URL overrides), times `snapshot.build()` and `channel.sync()`,
-then deletes what it made. Prints one JSON object. Each socket of a web process shares one build per 0.5 s tick.
+What it measures and how: docs/PERFORMANCE.md, `operate` (bench/results/operate.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
 import statistics
 import sys
 import time
 
-from _common import setup_django  # bench/, this script's directory, is first on sys.path
+from harness import add_save_flag, django_here, report  # bench/, this script's directory, is first on sys.path
 
-setup_django(REDIS_URL="redis://127.0.0.1:6379/5", OBS_CONTROL_KEY="bench-operate-key-0123456789")
+os.environ.setdefault("OBS_CONTROL_KEY", "bench-operate-key-0123456789")
+django_here(os.path.join(tempfile.gettempdir(), "obs-bench-operate.sqlite3"))  # DATABASE_URL, else this file
 
 from django.db import connection, transaction  # noqa: E402
 
@@ -84,6 +85,7 @@ def main() -> int:
     ap.add_argument("--commands", type=int, default=200)
     ap.add_argument("--points", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=15)
+    add_save_flag(ap)
     a = ap.parse_args()
     ids = setup(a.runs, a.commands, a.points)
     try:
@@ -95,7 +97,7 @@ def main() -> int:
                   "snapshot_build": timed(snapshot.build, a.repeat)}
     finally:
         cleanup(ids)
-    print(json.dumps(result, indent=2))
+    report("operate", result, False, not a.no_save)
     return 0
 
 

@@ -1,11 +1,6 @@
 """What a page costs its main thread, read from Chromium itself (bench/dashboard.py, bench/liveview.py).
 
-  LONG_TASKS_JS       an init script: the page's long tasks (> 50 ms, PerformanceObserver) into window.__obsLong
-  Cdp(page, throttle) a CDP session: CPU throttling (Emulation.setCPUThrottlingRate, 4 stands for a phone),
-                      main-thread busy time (Performance.getMetrics TaskDuration), sampling CPU and heap profiles
-  profile_summary()   a CPU profile's self time by script and by function: where the main thread went
-  heap_summary()      a sampling heap profile's allocations per second by function: what paces the GCs
-  trace_tasks()       the renderer main thread's top-level tasks and the page's user-timing marks, from a trace
+What it measures and how: docs/PERFORMANCE.md, `dashboard` (bench/results/dashboard.md).
 """
 
 from __future__ import annotations

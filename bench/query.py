@@ -4,14 +4,7 @@
     .venv/bin/python bench/query.py --windows [--steps 1000000] [--series 5] [--spans 2000 ...] [--width 1200]
                                     [--repeat R] [--rounds K] [--compare TREE] [--keep]
 
-Loads an N-point series with 5 one-step spikes into a throwaway run, times full-range and zoomed window queries,
-checks every spike is kept, then deletes the run.
---windows: the zoom's read, GET /api/runs/<id>/windows/?series=a,b,...&start=&end=&points=<width>, timed in process
-(Django's test client: view, queries, JSON) on a run of --series series of --steps steps each, at each window span
-centred in the run; --compare TREE times another checkout (e.g. the landed main) on the same database in the same
-run, rounds alternating, each tree in its own process. Benchmark, not a test: run it on the database you deploy on
-(PostgreSQL via DATABASE_URL, migrated first); without DATABASE_URL on its own SQLite file under OBS_DATA_DIR
-(var/bench-query.sqlite3), migrated, and deleted afterwards unless --keep.
+What it measures and how: docs/PERFORMANCE.md, `query` (bench/results/query.md).
 """
 
 from __future__ import annotations
@@ -31,6 +24,8 @@ DB_ROOT = ROOT
 if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout's code, use this one's database
     ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 # production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
 os.environ.setdefault("OBS_DEBUG", "0")
@@ -70,6 +65,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--compare: alternations of the two trees")
     ap.add_argument("--compare", help="another checkout to time on the same data (e.g. the landed main)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_save_flag(ap)
     args = ap.parse_args()
     if not args.child:
         call_command("migrate", verbosity=0)
@@ -78,7 +74,7 @@ def main() -> int:
             out = windows_bench(args)
         else:
             out = bench(args.points_total, args.points, args.repeat, args.keep)
-        print(json.dumps(out, indent=2))
+        report("query", out, False, not args.no_save)
     finally:
         if OWN_DB is not None and not args.keep and not args.child:
             connection.close()

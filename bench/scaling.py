@@ -4,22 +4,7 @@ the largest run from the smaller ones on real ladders. Prints one JSON object.
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py --json [--bootstrap 200] [--rungs 24] [--full-grid]
         [--ladder var/ladder/demo-scaling/rungs.csv] [--public-only] [--ladders-bootstrap 200] [--compare REF]
 
-Synthetic ladders (Chinchilla with Besiroglu et al.'s estimates, 0.3% noise; the Marin compute law; the
-over-trained form with γ = 0.03). For each law: seconds for one fit with `--bootstrap` resamples and its
-held-out error. With --full-grid, also refines every point of Chinchilla's 4500-point grid (seconds) and reports
-how far the default 64-start optimum is from it (relative objective; 0 means the same optimum).
-
-Real ladders ("public"): the 245 Chinchilla runs (bench/data/scaling/README.md) and, when present, the demo
-ladder's rungs.csv (`python -m training ladder --config training/configs/ladder.toml` writes it). For each law:
-fit on every run but the largest-compute one (ties included), predict it, and report the relative error
-|L̂/L − 1| ("largest"); likewise with the largest quarter held out ("largest_quarter", mean error). None where the
-rows left are fewer than the law's parameters.
-
-Public ladders with held-out larger runs ("ladders", bench/scaling_ladders.py, bench/data/ladders/README.md):
-per ladder and law (and `auto`), the mean and max relative error on the held-out runs and the band coverage;
-"ladders_summary" gives `auto`'s numbers and the ladders meeting issue 27's bar (mean ≤ 3%, coverage ≥ 80%).
-With --compare REF (e.g. the merge base), the core at REF is measured the same way in the same run
-("ladders_landed", "ladders_landed_summary").
+What it measures and how: docs/PERFORMANCE.md, `scaling` (bench/results/scaling.md).
 """
 
 from __future__ import annotations
@@ -38,6 +23,7 @@ from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, 
 from observatory.scaling.fit import holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
 from bench import scaling_ladders  # noqa: E402
+from bench.harness import add_save_flag, report  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "scaling"
 CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
@@ -107,10 +93,11 @@ def main() -> None:
     ap.add_argument("--public-only", action="store_true", help="only the real ladders (no synthetic timings)")
     ap.add_argument("--ladders-bootstrap", type=int, default=200, help="bootstrap fits per law on the public ladders")
     ap.add_argument("--compare", metavar="REF", help="also measure the core at this git ref on the public ladders")
+    ap.add_argument("--no-cv", action="store_true", help="leave out the development and held_out blocks")
+    add_save_flag(ap)
     args = ap.parse_args()
     if args.public_only:
-        print(json.dumps({"public": public(args.ladder), **ladders(args)}, indent=1))
-        return
+        return report("scaling_ladders", {"public": public(args.ladder), **ladders(args)}, args.json, not args.no_save)
     sizes = max(2, args.rungs // 4)
     N = np.repeat(np.geomspace(3e7, 3e9, sizes), 4)
     pts = Points.of(N=N, D=N * np.tile([10.0, 40.0, 160.0, 640.0], sizes))
@@ -132,12 +119,17 @@ def main() -> None:
                                 "pruned_minus_full_relative": float(pruned.min() / full.min() - 1)}
     out["public"] = public(args.ladder)
     out.update(ladders(args))
-    print(json.dumps(out, indent=1))
+    return report("scaling", out, args.json, not args.no_save)
 
 
 def ladders(args) -> dict:
     from observatory import scaling
-    out = {"ladders": scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap)}
+    out = {}
+    if not args.no_cv:
+        from bench import scaling_cv
+        out["development"] = scaling_cv.development()
+        out["held_out"] = scaling_cv.held_out()
+    out["ladders"] = scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap)
     out["ladders_summary"] = scaling_ladders.summary(out["ladders"])
     if args.compare:
         out["ladders_landed"] = scaling_ladders.landed(args.compare, args.ladders_bootstrap)
@@ -146,4 +138,4 @@ def ladders(args) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,14 +1,14 @@
 """The demo ladder held to its forecast: run the ladder, then its target, and compare. Prints one JSON object.
 
     .venv/bin/python bench/scaling.py --demo --json [--config training/configs/ladder.toml] [--workdir DIR]
-        [--keep] [--cold] [--redis]
+        [--keep] [--cold] [--redis] [--only dense|moe]
 
-Runs `python -m training ladder --with-target` (the rungs, the fit, then the target) in a fresh working
-directory (a temporary one unless --workdir: its var/ holds the ladder's state, checkpoints and registration), with
-the repository's persistent compilation cache (var/jax-cache; --cold: an empty one), and without Redis unless
---redis. demo_error = |forecast / actual - 1| (the ladder's <dir>/target.json); the actual loss is read from
-the target's metrics exactly as a rung's final loss is (training.ladder.final_loss). Wall times are of this box,
-whatever else runs on it: the load average at the start and the end is reported beside them.
+Two ladders by default: the dense demo ladder (training/configs/ladder.toml: demo_forecast, demo_error, ...) and
+the hero's own MoE family (training/configs/ladder_moe.toml, issue 48: the same figures under "moe", and
+moe_demo_error / moe_inside_band at the top level). --config runs that one ladder as the dense one; --only one of
+the two.
+
+What it measures and how: docs/PERFORMANCE.md, `scaling_demo` (bench/results/scaling_demo.md).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 
 from training import ladder as lad  # noqa: E402  (no JAX: planning and reading metrics only)
 
@@ -77,19 +79,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/scaling.py --demo")
     ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/ladder.toml")
+    ap.add_argument("--moe-config", type=Path, default=ROOT / "training/configs/ladder_moe.toml")
+    ap.add_argument("--only", choices=("dense", "moe"), help="run only this ladder")
     ap.add_argument("--workdir", type=Path, help="run here (kept); default: a temporary directory, removed after")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
     ap.add_argument("--cold", action="store_true", help="an empty compilation cache instead of var/jax-cache")
     ap.add_argument("--redis", action="store_true", help="publish the rungs and the target to Redis (the dashboard)")
+    add_save_flag(ap)
     args = ap.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="demo-ladder-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        out = run_demo(args.config, work.resolve(), cold=args.cold, redis=args.redis)
+        out = {}
+        if args.only != "moe":
+            (work / "dense").mkdir(exist_ok=True)
+            out = run_demo(args.config, (work / "dense").resolve(), cold=args.cold, redis=args.redis)
+        if args.only != "dense":
+            (work / "moe").mkdir(exist_ok=True)
+            moe = run_demo(args.moe_config, (work / "moe").resolve(), cold=args.cold, redis=args.redis)
+            out.update(moe=moe, moe_demo_error=moe["demo_error"], moe_inside_band=moe["inside_band"])
     finally:
         if not (args.workdir or args.keep):
             shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(out, indent=1))
+    report("scaling_demo", out, args.json, not args.no_save)
     return 0
 
 

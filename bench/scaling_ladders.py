@@ -1,14 +1,6 @@
 """Public scaling ladders with held-out larger runs (bench/data/ladders/README.md), and how a law forecasts them.
 
-Each ladder: rungs to fit on and held-out larger runs (Gadre et al.'s 1.4B/6.9B models, 3.5–17× the largest
-rung's parameters; Chinchilla's largest-compute runs, C ≥ 2e21). For each law (and `auto`):
-fit on the rungs with bootstrap bands, predict the held-out runs, report the mean and max relative error
-|L̂/L − 1|, the band coverage (fraction of held-out runs whose loss lies in [low, high]) and the band's mean
-relative width. Uses only the
-`observatory.scaling` API that the landed code has too (`fit`, `Fit.predict`, `Fit.interval`), so the same
-function measures another checkout of the core (`bench/scaling.py --compare REF`).
-
-    .venv/bin/python bench/scaling_ladders.py [--core DIR] [--bootstrap 200]   # one JSON object per ladder
+What it measures and how: docs/PERFORMANCE.md, `scaling_ladders` (bench/results/scaling_ladders.md).
 """
 
 from __future__ import annotations
@@ -24,6 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import add_save_flag, report  # noqa: E402
+
 DATA = Path(__file__).resolve().parent / "data"
 CHINCHILLA_HELDOUT_C = 2e21   # Hoffmann et al.'s largest isoFLOP profile (~3e21) and their 1.3e22 run
 
@@ -35,11 +30,15 @@ LADDERS = {
     "gadre2024_rpj": ("ladders/gadre2024_rpj.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
     "gadre2024_rw": ("ladders/gadre2024_rw.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
 }
+# Frozen before tuning (bench/data/heldout/README.md): scored only through bench/scaling_cv.py, which checks each
+# file against bench/data/heldout/MANIFEST.json first.
+HELDOUT = {name: (f"heldout/ladders/{name}.csv", {"N": "N", "D": "D", "L": "L"}, "split")
+           for name in ("misfitting_li2025", "marin2026_comma", "marin2026_dclm", "marin2026_nemotron")}
 
 
 def load(name: str) -> dict:
     """{"N", "D", "C", "L": arrays, "heldout": bool array, "file": path}; ValueError naming a bad row."""
-    rel, cols, rule = LADDERS[name]
+    rel, cols, rule = LADDERS[name] if name in LADDERS else HELDOUT[name]
     path = DATA / rel
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -108,7 +107,7 @@ def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:
         archive = subprocess.run(["git", "-C", str(root), "archive", ref, "observatory"], capture_output=True,
                                  check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run([sys.executable, __file__, "--core", tmp, "--bootstrap", str(bootstrap),
+        out = subprocess.run([sys.executable, __file__, "--no-save", "--core", tmp, "--bootstrap", str(bootstrap),
                               "--seed", str(seed)], capture_output=True, text=True, check=True, cwd=root)
     return json.loads(out.stdout)
 
@@ -128,10 +127,11 @@ def main() -> None:
     ap.add_argument("--core", type=Path, default=None, help="directory holding the observatory package to use")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    add_save_flag(ap)
     args = ap.parse_args()
     sys.path.insert(0, str(args.core or Path(__file__).resolve().parent.parent))
     from observatory import scaling
-    print(json.dumps(evaluate_all(scaling, args.bootstrap, args.seed)))
+    report("scaling_ladders", evaluate_all(scaling, args.bootstrap, args.seed), False, not args.no_save)
 
 
 if __name__ == "__main__":

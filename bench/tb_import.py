@@ -2,11 +2,7 @@
 
     .venv/bin/python bench/tb_import.py [--runs 2] [--steps 20000] [--tags 4] [--json]
 
-Writes `runs` runs of `steps` steps x `tags` scalar tags into a throw-away logdir, migrates a throw-away SQLite
-database, then times three imports as `manage.py` subprocesses: the first (everything new), a second (nothing
-new: reads and compares only) and one after 10% more steps were appended to every run. Reports wall seconds, the
-command's CPU seconds, and scalar values per CPU-second (each value is also stored with its wall time: two points).
-Prints one JSON object.
+What it measures and how: docs/PERFORMANCE.md, `tb_import` (bench/results/tb_import.md).
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, add_save_flag, report  # noqa: E402
 
 
 def write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
@@ -64,6 +60,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20_000)
     ap.add_argument("--tags", type=int, default=4)
     ap.add_argument("--json", action="store_true")
+    add_save_flag(ap)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
@@ -81,7 +78,7 @@ def main() -> int:
            "reimport_unchanged": {**again, "values_per_cpu_s": round(values / again["cpu_s"])},
            "import_after_append": {**appended, "values_per_cpu_s": round((values + extra) / appended["cpu_s"])},
            "load": os.getloadavg()}
-    print(json.dumps(out, indent=None if a.json else 2))
+    report("tb_import", out, a.json, not a.no_save)
     return 0
 
 

@@ -2,9 +2,7 @@
 
     .venv/bin/python bench/trainer.py [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
 
-Also the start-up cost of reading the default corpora (`corpus_load_s`). One process, one compiled step. Sink set-ups are measured in interleaved blocks of steps with a rotating
-order, so drift from other load hits every arm alike; each arm reports its median block. The baseline runs as
-two identical arms (an A/A test): their gap is the noise floor to read the overhead against.
+What it measures and how: docs/PERFORMANCE.md, `trainer` (bench/results/trainer.md).
 """
 
 from __future__ import annotations
@@ -23,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import add_save_flag, report  # noqa: E402
 
 
 def _steps_per_block(trainer, sink, n: int) -> float:
@@ -75,6 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--block-steps", type=int, default=25)
     ap.add_argument("--saves", type=int, default=4)
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    add_save_flag(ap)
     ns = ap.parse_args(argv)
 
     import jax
@@ -96,8 +97,12 @@ def main(argv=None) -> int:
                                                              every_minutes=0.0))
     run_id = f"bench-{int(time.time())}"
     trainer = build_trainer(cfg, run_id, redis_url=None)
+    from training.compile_cache import CacheCounter
+
+    trainer.compile_cache = CacheCounter().start()  # as Trainer.run() sets it up before _setup and _compile
     trainer._setup()
     trainer._compile()
+    trainer.compile_cache.stop()
     out.update({"run_id": run_id, "devices": str(jax.devices()), "tokens_per_step": trainer.tokens_per_step,
                 "cpu_count": os.cpu_count(), "load1_at_start": os.getloadavg()[0]})
 
@@ -153,7 +158,7 @@ def main(argv=None) -> int:
     except Exception:
         pass
     shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(out, indent=2))
+    report("trainer", out, False, not ns.no_save)
     return 0
 
 

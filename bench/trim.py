@@ -2,11 +2,7 @@
 
     .venv/bin/python bench/trim.py [--read 500000] [--behind 1500000] [--width 1] [--json]
 
-On a private redis-server: a run's Publisher (default caps: contract.STREAM_MAXLEN, STREAM_HARD_MAXLEN) writes
-`read` metrics entries that the `ingest` group reads and acknowledges (XGROUP SETID: as if ingest had), then
-`behind` more that nobody reads. Then a consumer reads the group's backlog back and checks every step is there.
-Reports the entries lost (missing from the backlog) and counted (contract.telemetry_lost_key), the publish rate,
-the stream's length and Redis' memory at the end. Prints one JSON object.
+What it measures and how: docs/PERFORMANCE.md, `trim` (bench/results/trim.md).
 """
 
 from __future__ import annotations
@@ -17,10 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support import PrivateRedis  # noqa: E402
+from harness import ROOT, add_save_flag, report, PrivateRedis  # noqa: E402
 
 
 def publish(pub, steps, names) -> float:
@@ -84,7 +77,8 @@ def measure(read: int, behind: int, width: int) -> dict:
             "width": width, "acknowledged_before": read, "behind": behind,
             "entries_lost": missing, "lost_counted": counted, "other_entries_in_backlog": other,
             "in_order": steps == sorted(steps), "stream_length_at_end": length,
-            "publish_s": round(t_read + t_behind, 1), "publish_rate_per_s": round((read + behind) / (t_read + t_behind)),
+            "publish_s": round(t_read + t_behind, 1),
+            "publish_rate_per_s": round((read + behind) / (t_read + t_behind)),
             "read_back_s": round(t_back, 1), "redis_used_memory_mb": round(mem["used_memory"] / 2**20),
             "redis_peak_memory_mb": round(mem["used_memory_peak"] / 2**20),
             "bytes_per_entry": round(mem["used_memory"] / max(1, length))}
@@ -96,8 +90,9 @@ def main() -> None:
     ap.add_argument("--behind", type=int, default=1_500_000, help="entries published after ingest stopped")
     ap.add_argument("--width", type=int, default=1, help="metrics per entry (the demo trainer publishes ~242)")
     ap.add_argument("--json", action="store_true", help="(the output is JSON either way)")
+    add_save_flag(ap)
     args = ap.parse_args()
-    print(json.dumps(measure(args.read, args.behind, args.width)))
+    report("trim", measure(args.read, args.behind, args.width), args.json, not args.no_save)
 
 
 if __name__ == "__main__":

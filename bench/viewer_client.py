@@ -2,8 +2,9 @@
 
 `build()` compiles it with gcc on first use into var/bench/ (cached by the source's hash); `CViewers` runs one
 process of N viewers and speaks its stdin/stdout protocol ("ready C F", "stop T", one JSON result); `pairs()` turns
-its per-step histograms into (delay ms, viewers) pairs that `wpct` reads percentiles from, the same figures
-bench/fanout_viewers.py's per-viewer dicts give (each (viewer, step) pair counted once, at its first arrival).
+its per-step histograms into (delay ms, viewers) pairs that `wpct` reads percentiles from (each (viewer, step)
+pair counted once, at its first arrival); `start_viewers()` spreads viewers over processes, `summarize()` turns one
+tier's measurement into bench/fanout.py's figures.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+
+from harness import pct
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "bench" / "viewers.c"
@@ -33,7 +36,7 @@ def build(out_dir: Path | None = None) -> Path:
         return exe
     cc = gcc()
     if not cc:
-        raise RuntimeError("the C viewer client needs gcc (apt-get install -y gcc), or use --client python")
+        raise RuntimeError("the C viewer client needs gcc (apt-get install -y gcc)")
     out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".viewers-")
     os.close(fd)
@@ -136,3 +139,58 @@ def wpct(ws: list[tuple[float, int]], q: float) -> float:
             return v
         k -= w
     return ws[-1][0]
+
+
+def start_viewers(urls: list[str], per: list[int], ramp: float, hub: bool, resume: dict | None) -> list:
+    """One viewer process per entry of `per` (its viewer count), each on the URLs rotated, ramp/len(per) per s."""
+    return [CViewers(urls[i % len(urls):] + urls[:i % len(urls)], n, rate=ramp / len(per), hub=hub, resume=resume)
+            for i, n in enumerate(per)]
+
+
+def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
+    window = {s for s, t in times.items() if raw["t_start"] <= t < raw["t_end"]}
+    ds, fan, n_got = [], [], 0
+    state = {"connected": 0, "failed": 0, "dropped": 0, "duplicates": 0, "errors": {}}
+    for res in raw["results"]:
+        for k in state:
+            if k != "errors":
+                state[k] += res.get(k, 0)
+        for e, n in res["errors"].items():
+            state["errors"][e] = state["errors"].get(e, 0) + n
+        ds += pairs(res, times, window)
+        fan += pairs(res, tap.pushed, window)
+        n_got += got(res, window)
+    expected = len(window) * args.viewers
+    wall, c0, c1 = raw["wall"], raw["c0"], raw["c1"]
+    cpu = {k: round((c1[k] - c0[k]) / wall, 3) for k in c0}
+
+    def q(ws, p):
+        return round(wpct(ws, p), 1) if ws else None
+    out = {"tier": tier, "viewers": args.viewers, "p50_ms": q(ds, 50), "p99_ms": q(ds, 99),
+           "delivered_fraction": round(n_got / expected, 4) if expected else None,
+           "server_cpu": cpu["server"], "server_rss_mb": raw["rss"][-1][1],
+           # server CPU per (viewer, step) delivered, in microseconds
+           "cpu_us_per_frame": round((c1["server"] - c0["server"]) * 1e6 / n_got, 2) if n_got else None,
+           # the same in user space only (the kernel's share is the socket writes, the same work for every tier)
+           **({"user_cpu_us_per_frame": round((c1["server_user"] - c0["server_user"]) * 1e6 / n_got, 2)}
+              if n_got and "server_user" in c0 else {}),
+           "connect_cpu_ms": round(raw["cpu_ramp"] * 1000 / max(1, args.viewers), 2),
+           "connect_s": round(raw["connect_s"], 1),
+           # WebSocket messages each tier wrote per (viewer, step) in the window, and its CPU per message (the hub
+           # coalesces steps into fewer messages when behind; nchan sends one per publish)
+           **({"messages_per_viewer_step": round(raw["messages"] / n_got, 3) if n_got else None,
+               "cpu_us_per_message": round((c1["server"] - c0["server"]) * 1e6 / raw["messages"], 2)}
+              if raw.get("messages") else {}),
+           "steps_in_window": len(window), "seconds": round(wall, 1),
+           "max_ms": round(max(d for d, _ in ds), 1) if ds else None,
+           "viewer_procs": len(raw["results"]), "viewer_procs_cpu": cpu["viewers"], "ingest_cpu": cpu["ingest"],
+           "redis_cpu": cpu["redis"], **({"relay_cpu": cpu["relay"]} if "relay" in cpu else {}), **state}
+    if tier == "hub":
+        # the two halves of the hub's delay: publish -> ingest's push (ingest), push -> viewer (fan-out)
+        ingest = [(tap.pushed[s] - times[s]) * 1000 for s in window if s in tap.pushed]
+        out.update({"ingest_p50_ms": round(pct(ingest, 50), 1) if ingest else None,
+                    "ingest_p99_ms": round(pct(ingest, 99), 1) if ingest else None,
+                    "fanout_p50_ms": q(fan, 50), "fanout_p99_ms": q(fan, 99)})
+    if args.soak:
+        out["rss_mb_over_time"] = raw["rss"]
+    return out

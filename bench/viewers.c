@@ -248,7 +248,10 @@ static void send_frame(Conn *c, int op, const char *p, size_t n) {
     h[hl++] = 0x80 | (unsigned char)op;
     if (n < 126) h[hl++] = 0x80 | (unsigned char)n;
     else if (n < 65536) { h[hl++] = 0x80 | 126; h[hl++] = n >> 8; h[hl++] = n & 255; }
-    else { h[hl++] = 0x80 | 127; for (int i = 7; i >= 0; i--) h[hl++] = (unsigned char)(((uint64_t)n >> (8 * i)) & 255); }
+    else {
+        h[hl++] = 0x80 | 127;
+        for (int i = 7; i >= 0; i--) h[hl++] = (unsigned char)(((uint64_t)n >> (8 * i)) & 255);
+    }
     uint32_t k = (uint32_t)random();
     unsigned char *mask = h + hl;
     memcpy(mask, &k, 4);
@@ -270,7 +273,11 @@ static void start_conn(int i) {
     c->deadline = now() + timeout_s;
     Url *u = &urls[c->url];
     c->fd = socket(u->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (c->fd < 0) { c->state = S_CONNECTING; fail(c, errno == EMFILE || errno == ENFILE ? "EMFILE" : "socket"); return; }
+    if (c->fd < 0) {
+        c->state = S_CONNECTING;
+        fail(c, errno == EMFILE || errno == ENFILE ? "EMFILE" : "socket");
+        return;
+    }
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->state = S_CONNECTING;
@@ -312,7 +319,10 @@ static void opened(Conn *c) {
 /* The hub's hello: its run's last_step (a browser resumes after it), or -1. */
 static void on_hello(Conn *c, const char *p, size_t n) {
     const char *end = p + n;
-    if (!memmem(p, n, "\"type\":\"hello\"", 14) && !memmem(p, n, "\"type\": \"hello\"", 15)) { fail(c, "no_hello"); return; }
+    if (!memmem(p, n, "\"type\":\"hello\"", 14) && !memmem(p, n, "\"type\": \"hello\"", 15)) {
+        fail(c, "no_hello");
+        return;
+    }
     long long last = -1;
     const char *run = memmem(p, n, "\"run\":", 6);
     const char *ls = run ? memmem(run, end - run, "\"last_step\":", 12) : NULL;
@@ -369,7 +379,8 @@ static size_t frames(Conn *c, char *p, size_t n, double t) {
             if (op == 9) send_frame(c, 10, pl, (size_t)len);
             else if (op == 8) {
                 char kind[32] = "closed";
-                if (len >= 2) snprintf(kind, sizeof kind, "closed_%d", (unsigned char)pl[0] << 8 | (unsigned char)pl[1]);
+                if (len >= 2)
+                    snprintf(kind, sizeof kind, "closed_%d", (unsigned char)pl[0] << 8 | (unsigned char)pl[1]);
                 send_frame(c, 8, pl, len >= 2 ? 2 : 0);
                 fail(c, kind);
                 return off;
@@ -393,7 +404,10 @@ static size_t frames(Conn *c, char *p, size_t n, double t) {
         } else if (!fin) {  /* a message's first fragment */
             if (c->msg_op) { fail(c, "protocol"); return off; }
             c->msg_op = op;
-            if ((size_t)len > c->msg_cap) { c->msg_cap = (size_t)len * 2 + 1024; c->msg = xrealloc(c->msg, c->msg_cap); }
+            if ((size_t)len > c->msg_cap) {
+                c->msg_cap = (size_t)len * 2 + 1024;
+                c->msg = xrealloc(c->msg, c->msg_cap);
+            }
             memcpy(c->msg, pl, (size_t)len);
             c->msg_len = (size_t)len;
         } else {
@@ -436,7 +450,10 @@ static void on_readable(Conn *c) {
         size_t room;
         if (c->in_len == 0) { dst = rbuf; room = sizeof rbuf; }
         else {
-            if (c->in_cap - c->in_len < 16384) { c->in_cap = c->in_len * 2 + 32768; c->in = xrealloc(c->in, c->in_cap); }
+            if (c->in_cap - c->in_len < 16384) {
+                c->in_cap = c->in_len * 2 + 32768;
+                c->in = xrealloc(c->in, c->in_cap);
+            }
             dst = c->in + c->in_len;
             room = c->in_cap - c->in_len;
         }
@@ -536,7 +553,12 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--hub")) { hub = 1; continue; }
         if (!v) usage();
         i++;
-        if (!strcmp(a, "--url")) { if (nurls == MAX_URLS || parse_url(v, &urls[nurls++])) { fprintf(stderr, "viewers: bad url %s\n", v); return 2; } }
+        if (!strcmp(a, "--url")) {
+            if (nurls == MAX_URLS || parse_url(v, &urls[nurls++])) {
+                fprintf(stderr, "viewers: bad url %s\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--count")) count = atoi(v);
         else if (!strcmp(a, "--rate")) rate = atof(v);
         else if (!strcmp(a, "--origin")) origin = v;
@@ -631,7 +653,10 @@ int main(int argc, char **argv) {
                 int err = 0;
                 socklen_t el = sizeof err;
                 getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
-                if (err) { fail(c, err == ECONNREFUSED ? "ECONNREFUSED" : err == ETIMEDOUT ? "ETIMEDOUT" : "connect"); continue; }
+                if (err) {
+                    fail(c, err == ECONNREFUSED ? "ECONNREFUSED" : err == ETIMEDOUT ? "ETIMEDOUT" : "connect");
+                    continue;
+                }
                 if (!(evs[e].events & EPOLLOUT)) continue;
                 want_write(c, 0);
                 send_handshake(c);

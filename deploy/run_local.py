@@ -7,9 +7,9 @@ so no orphan keeps training or holding port 8000.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,9 +17,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # deploy/'s modules, whether run or imported
+from push_tier import NCHAN_MODULE, _RUN_RE, front_door_problem, nchan_config, push_tier_missing  # noqa: E402,F401
+from supervisor import Supervisor  # noqa: E402  (restarts the push tier, nginx and the relay, when they exit)
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("OBS_DATA_DIR", ROOT / "var"))
@@ -86,53 +92,6 @@ def free_port() -> int:
     raise RuntimeError(f"no port free of a hand-out in {PORTS_DIR}")
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: ask the kernel to SIGTERM this child when the supervisor dies, however it dies."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-class Supervisor:
-    def __init__(self) -> None:
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.stopping = False
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        VAR.joinpath("logs").mkdir(parents=True, exist_ok=True)
-        # Own session: Ctrl-C reaches only the supervisor, which then stops children in order (a second,
-        # direct SIGINT would interrupt the trainer's final checkpoint).
-        p = subprocess.Popen(argv, cwd=ROOT, env=env, preexec_fn=_die_with_parent, start_new_session=True)
-        self.procs.append((name, p))
-        log(f"started {name} (pid {p.pid})")
-        return p
-
-    def stop(self) -> None:
-        if self.stopping:
-            return
-        self.stopping = True
-        log("stopping children...")
-        # Producer first, so that ingest still stores the trainer's final checkpoint and "stopped" state;
-        # then the rest. The trainer gets SIGINT (checkpoint, then exit), the others SIGTERM.
-        stage_of = {"trainer": 0, "redis": 2}  # everything else (web, ingest, celery) is stage 1
-        for stage in (0, 1, 2):
-            group = [(n, p) for n, p in self.procs if stage_of.get(n, 1) == stage]
-            for name, p in group:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGINT if name == "trainer" else signal.SIGTERM)
-            for name, p in group:
-                try:
-                    p.wait(60 if name == "trainer" else 15)
-                except subprocess.TimeoutExpired:
-                    log(f"{name} did not stop in time: killing")
-                    p.kill()
-                    p.wait()
-            if stage == 0 and group:
-                time.sleep(1.0)  # let ingest store the trainer's last messages
-        log("all stopped")
-
-
 # The web server: uvicorn (uvloop, httptools, sans-I/O websockets) without per-message deflate, so that a live frame
 # encoded once per run is written as is to every viewer (bench/fanout.py measured it against daphne, which still
 # works: OBS_WEB_SERVER=daphne). The Dockerfile and deploy/compose.yaml use the same flags.
@@ -163,117 +122,34 @@ def proxy_flags() -> list[str]:
     return ["--proxy-headers", "--forwarded-allow-ips", ",".join(nets)] if nets else ["--no-proxy-headers"]
 
 
-def web_command(host: str, port: int, server: str | None = None) -> list[str]:
+def web_command(host: str, port: int, server: str | None = None, uds: str | None = None) -> list[str]:
+    """The web server on host:port, or on the unix socket `uds` (behind make run's nginx)."""
     server = server or os.environ.get("OBS_WEB_SERVER", "uvicorn")
     if server == "daphne":  # (daphne reads no proxy header unless told to, and then from anyone: never here)
-        return [PY, "-m", "daphne", "-b", host, "-p", str(port), "-v", "0", "webapp.asgi:application"]
-    return [PY, "-m", "uvicorn", *UVICORN_FLAGS, *proxy_flags(), "--host", host, "--port", str(port),
-            "webapp.asgi:application"]
+        where = ["-u", uds] if uds else ["-b", host, "-p", str(port)]
+        return [PY, "-m", "daphne", *where, "-v", "0", "webapp.asgi:application"]
+    where = ["--uds", uds] if uds else ["--host", host, "--port", str(port)]
+    return [PY, "-m", "uvicorn", *UVICORN_FLAGS, *proxy_flags(), *where, "webapp.asgi:application"]
 
 
-NCHAN_MODULE = Path(os.environ.get("OBS_NCHAN_MODULE", "/usr/lib/nginx/modules/ngx_nchan_module.so"))
-# A run id as a channel name, in nchan's location regexes: contract.RUN_ID_PATTERN without its anchors (this
-# script runs without the repository on its path; tests/web/deploy/test_deploy_files.py holds the two equal).
-_RUN_RE = "[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
-# A run's channels: run/<id> (every series) and run/<id>/lite (the default dashboard's: webapp/live/relay.py).
-
-
-def push_tier_missing() -> str | None:
-    """Why `make run` cannot start the push tier (nginx with nchan), or None when it can."""
-    if os.environ.get("OBS_PUSH_TIER", "auto") == "off":
-        return "OBS_PUSH_TIER=off"
-    if not shutil.which("nginx"):
-        return "no nginx on PATH"
-    if not NCHAN_MODULE.exists():
-        return f"no nchan module at {NCHAN_MODULE}"
-    return None
-
-
-def nchan_config(var: Path, host: str, port: int, web_port: int, pub_port: int) -> str:
-    """nginx.conf for the push tier: nchan's websocket subscribers at /live/runs/<run>/ and everything else proxied
-    to the web server, on host:port; nchan's publisher at 127.0.0.1:pub_port/pub/runs/<run> for this machine only
-    (the relay and the frame producers POST there, OBS_LIVE_PUSH_URL). Files under var/nginx/."""
+def start_push_tier(sup: Supervisor, env: dict[str, str], host: str, port: int, var: Path | None = None) -> str:
+    """Start nginx with nchan on host:port and the relay; returns the unix socket the web server must listen on, in
+    a directory of its own that only this user may open: the web trusts the client address nginx passes through it
+    (OBS_PROXY_SOCKET, webapp.serving.SocketProxyHeaders) and nothing else reaches it."""
+    var = var or VAR
+    pub_port = free_port()
     d = var / "nginx"
-    temps = "\n".join(f"    {k}_temp_path {d / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    listen = f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
-    return f"""# Generated by deploy/run_local.py (make run): the push tier in front of the web server (overwritten).
-load_module {NCHAN_MODULE};
-worker_processes 1;
-worker_rlimit_nofile 65536;
-daemon off;
-pid {d / "nginx.pid"};
-error_log {var / "logs" / "nginx-error.log"} warn;
-events {{ worker_connections 32768; }}
-http {{
-    access_log off;
-{temps}
-    nchan_shared_memory_size 128m;
-    upstream observatory_web {{ server 127.0.0.1:{web_port}; keepalive 32; }}
-    map $http_upgrade $connection_upgrade {{ default upgrade; "" ""; }}
-
-    server {{  # nchan's publisher: this machine's relay and producers only, never the public
-        listen 127.0.0.1:{pub_port};
-        client_max_body_size 4m;
-        client_body_buffer_size 4m;  # a frame stays in memory (nchan's workers may not write var/ as another user)
-        location ~ "^/pub/runs/({_RUN_RE})(/lite)?$" {{
-            allow 127.0.0.1;
-            deny all;
-            nchan_publisher http;
-            nchan_channel_id run/$1$2;
-            nchan_message_buffer_length 3000;  # ten minutes at 5 steps/s: what a reconnect resumes from
-            nchan_message_timeout 10m;
-        }}
-        location / {{ return 404; }}
-    }}
-
-    server {{
-        listen {listen};
-        client_max_body_size 4m;
-        client_header_timeout 10s;
-        client_body_timeout 30s;
-        large_client_header_buffers 4 16k;
-        proxy_set_header Host $host;
-        proxy_set_header X-Forwarded-For $remote_addr;
-        proxy_set_header X-Real-IP $remote_addr;
-        proxy_set_header X-Forwarded-Proto $scheme;
-        proxy_set_header Upgrade $http_upgrade;
-        proxy_set_header Connection $connection_upgrade;
-        proxy_http_version 1.1;
-
-        location ~ "^/live/runs/({_RUN_RE})(/lite)?/$" {{  # public runs' live frames (webapp/live/relay.py)
-            nchan_subscriber websocket;
-            nchan_channel_id run/$1$2;
-            nchan_subscriber_first_message newest;  # earlier ones by ?last_event_id= (static/js/live.js)
-            nchan_websocket_ping_interval 30;
-        }}
-        location /ws/ {{
-            proxy_pass http://observatory_web;
-            proxy_read_timeout 1h;
-            proxy_send_timeout 1h;
-            proxy_buffering off;
-        }}
-        location / {{
-            proxy_pass http://observatory_web;
-            proxy_read_timeout 60s;
-        }}
-    }}
-}}
-"""
-
-
-def start_push_tier(sup: Supervisor, env: dict[str, str], host: str, port: int) -> int:
-    """Start nginx with nchan on host:port and the relay; returns the port the web server must listen on."""
-    web_port, pub_port = free_port(), free_port()
-    d = VAR / "nginx"
     d.mkdir(parents=True, exist_ok=True)
-    (VAR / "logs").mkdir(parents=True, exist_ok=True)
+    (var / "logs").mkdir(parents=True, exist_ok=True)
+    sock = os.path.join(tempfile.mkdtemp(prefix="obs-web-"), "web.sock")  # 0700; short (a socket path <= 107 bytes)
     conf = d / "nginx.conf"
-    conf.write_text(nchan_config(VAR, host, port, web_port, pub_port))
+    conf.write_text(nchan_config(var, host, port, sock, pub_port))
     env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
-    sup.start("nginx", [shutil.which("nginx"), "-c", str(conf), "-p", str(d), "-e", str(VAR / "logs" /
-                                                                                         "nginx-error.log")], env)
+    env["OBS_PROXY_SOCKET"] = sock
+    sup.start("nginx", [shutil.which("nginx"), "-c", str(conf), "-p", str(d), "-e",
+                        str(var / "logs" / "nginx-error.log")], env)
     sup.start("relay", [PY, "manage.py", "relay"], env)
-    return web_port
+    return sock
 
 
 def find_or_start_redis(sup: Supervisor) -> str:
@@ -347,6 +223,61 @@ def prepare_keys(env: dict[str, str], var: Path = VAR) -> None:
         key_file("secret.key", var)
 
 
+def public_url(host: str, port: int) -> str:
+    return f"http://[{host.strip('[]')}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def start_stack(sup: Supervisor, env: dict[str, str], host: str, port: int, run_id: str | None, config: str,
+                var: Path | None = None, push: bool | None = None) -> str:
+    """What `make run` starts once Redis is found (env["REDIS_URL"]): the database's migrations, then web, ingest,
+    Celery, the push tier (nginx + nchan and the relay) unless `push` is False or it is not installed (push None),
+    and the trainer on `config` when `run_id` is given. Returns the public URL (OBS_PUBLIC_URL, by default
+    http://host:port): CSRF's trusted origin and every absolute link. The browser tests start the same stack."""
+    var = var or VAR
+    env["OBS_DATA_DIR"] = str(var)
+    env.setdefault("OBS_DEBUG", "1")
+    env.setdefault("OBS_PUBLIC_URL", public_url(host, port))
+    env["PYTHONUNBUFFERED"] = "1"
+    prepare_keys(env, var)
+    log("applying database migrations...")
+    subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    missing = "asked for without it" if push is False else push_tier_missing()
+    if missing:
+        log(f"push tier off ({missing}): live updates go through the web server's hub")
+        sup.start("web", web_command(host, port), env)
+    else:
+        sock = start_push_tier(sup, env, host, port, var)
+        sup.start("web", web_command(host, port, uds=sock), env)
+        log(f"push tier: nginx + nchan on {host}:{port}, the web server behind it on {sock}")
+    sup.start("ingest", [PY, "manage.py", "ingest"], env)
+    sup.start("celery", [PY, "-m", "celery", "-A", "webapp", "worker", "-B", "--concurrency", "1",
+                         "--loglevel", "warning", "-s", str(var / "celerybeat-schedule")], env)
+    if run_id:
+        sup.start("trainer", [PY, "-m", "training", "run", "--config", config, "--run-id", run_id], env)
+    return env["OBS_PUBLIC_URL"]
+
+
+def wait_front_door(sup: Supervisor, url: str) -> str | None:
+    """Once the site answers at `url` (or a child exits first), what stops browsers there, or None."""
+    while not answers(url):
+        if any(p.poll() is not None for name, p in sup.procs if name != "trainer"):
+            return "a process exited during start (see its output above)"
+        time.sleep(0.2)
+    return front_door_problem(url)
+
+
+def answers(url: str) -> bool:
+    """Whether the web server answers at `url` (a proxy's 502 or 504 while it starts does not count)."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/healthz", timeout=5):
+            return True
+    except urllib.error.HTTPError as e:
+        return e.code not in (502, 504)
+    except OSError:
+        return False
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--run", choices=["new", "continue"], default="continue")
@@ -372,41 +303,15 @@ def main() -> int:
     try:
         env = dict(os.environ)
         env["REDIS_URL"] = find_or_start_redis(sup)
-        env.setdefault("OBS_DEBUG", "1")
-        prepare_keys(env)
-        env["PYTHONUNBUFFERED"] = "1"
-        log("applying database migrations...")
-        subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True,
-                       stdout=subprocess.DEVNULL)
         run_id = choose_run_id(args.run)
-        missing = push_tier_missing()
-        if missing:
-            log(f"push tier off ({missing}): live updates go through the web server's hub")
-            sup.start("web", web_command(args.host, args.port), env)
-        else:
-            web_port = start_push_tier(sup, env, args.host, args.port)
-            sup.start("web", web_command("127.0.0.1", web_port), env)
-            log(f"push tier: nginx + nchan on {args.host}:{args.port}, the web server behind it on port {web_port}")
-        sup.start("ingest", [PY, "manage.py", "ingest"], env)
-        sup.start("celery", [PY, "-m", "celery", "-A", "webapp", "worker", "-B", "--concurrency", "1",
-                             "--loglevel", "warning", "-s", str(VAR / "celerybeat-schedule")], env)
-        sup.start("trainer", [PY, "-m", "training", "run", "--config", args.config, "--run-id", run_id], env)
-        url = f"http://{args.host}:{args.port}/runs/{run_id}/"
-        log(f"dashboard: {url}   (all runs: http://{args.host}:{args.port}/)   Ctrl-C stops everything")
-        while not stop_requested:
-            for name, p in sup.procs:
-                rc = p.poll()
-                if rc is not None:
-                    if name == "trainer" and rc == 0:
-                        log("the trainer finished; the web stays up (Ctrl-C to stop)")
-                        sup.procs.remove((name, p))
-                        break
-                    log(f"{name} exited with status {rc}; stopping the rest")
-                    sup.stop()
-                    return rc or 1
-            time.sleep(0.2)
-        sup.stop()
-        return 0
+        site = start_stack(sup, env, args.host, args.port, run_id, args.config)
+        problem = wait_front_door(sup, site)
+        if problem:
+            log(f"the site at {site} cannot take a browser's form: {problem}")
+            sup.stop()
+            return 2
+        log(f"dashboard: {site}/runs/{run_id}/   (all runs: {site}/)   Ctrl-C stops everything")
+        return sup.watch(stop_requested)  # the push tier restarted when it exits; anything else stops all
     except subprocess.CalledProcessError as e:
         log(f"setup step failed: {e}")
         sup.stop()

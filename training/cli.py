@@ -94,20 +94,23 @@ def configure_logging() -> None:
         logger.propagate = False  # libraries may configure the root logger; print each line once
 
 
-def control_key() -> bytes | None:
-    """The run's control key (OBS_CONTROL_KEY or OBS_CONTROL_KEY_FILE): commands must be signed with it."""
+def control_key(run_id: str) -> bytes | None:
+    """Run `run_id`'s control key (contract.load_run_control_key: OBS_RUN_CONTROL_KEY(_FILE), that run's own key,
+    else derived from a master in OBS_CONTROL_KEY(_FILE) or `make run`'s var/control.key): commands of this run
+    must be signed with it, and it signs for no other run."""
     env = dict(os.environ)
     local = os.path.join(os.environ.get("OBS_DATA_DIR", "var"), "control.key")  # what `make run` created
-    if not (env.get(contract.CONTROL_KEY_ENV) or env.get(contract.CONTROL_KEY_ENV + "_FILE")) and \
-            os.path.exists(local):
+    if not any(env.get(n) for n in (contract.CONTROL_KEY_ENV, contract.CONTROL_KEY_ENV + "_FILE",
+                                    contract.RUN_CONTROL_KEY_ENV, contract.RUN_CONTROL_KEY_ENV + "_FILE")) \
+            and os.path.exists(local):
         env[contract.CONTROL_KEY_ENV + "_FILE"] = local
     try:
-        key = contract.load_control_key(env)
+        key = contract.load_run_control_key(run_id, env)
     except (OSError, ValueError) as e:
-        raise ConfigError(contract.CONTROL_KEY_ENV, str(e)) from None
+        raise ConfigError(contract.RUN_CONTROL_KEY_ENV, str(e)) from None
     if key is None:
         log.warning("no control key (%s or %s_FILE): this run accepts no operator commands",
-                    contract.CONTROL_KEY_ENV, contract.CONTROL_KEY_ENV)
+                    contract.RUN_CONTROL_KEY_ENV, contract.RUN_CONTROL_KEY_ENV)
     return key
 
 
@@ -139,7 +142,7 @@ def build_trainer(cfg: RunConfig, run_id: str, *, redis_url: str | None, fresh: 
         s = cfg.sinks
         sinks.append(WandbSink(s.wandb_project, run_id, cfg.to_dict(), dir=s.wandb_dir, name=cfg.run.name,
                                mode=s.wandb))
-    control = ControlChannel(url, run_id, control_key()) if url else None
+    control = ControlChannel(url, run_id, control_key(run_id)) if url else None
     return Trainer(cfg, run_id, CompositeSink(sinks), control=control, fresh=fresh, registration=registration)
 
 
@@ -209,13 +212,13 @@ def cmd_control(ns) -> int:
         args = contract.validate_command(ns.command, args)  # say what is wrong before sending anything
         if ns.cmd_id is not None and not contract.COMMAND_ID_RE.match(ns.cmd_id):
             raise CommandError(f"--id {ns.cmd_id!r} must be {contract.COMMAND_ID_RULE}")
-        key = control_key()
+        key = control_key(ns.run_id)
     except (CommandError, ConfigError) as e:
         log.error("control: %s", e)
         return 1
     if key is None:
-        log.error("control: no control key: set %s or %s_FILE to the run's key", contract.CONTROL_KEY_ENV,
-                  contract.CONTROL_KEY_ENV)
+        log.error("control: no control key: set %s or %s_FILE to the run's key (manage.py control_key <run>)",
+                  contract.RUN_CONTROL_KEY_ENV, contract.RUN_CONTROL_KEY_ENV)
         return 1
     try:
         r = connect(url, timeout=5.0, decode_responses=True)

@@ -6,7 +6,11 @@ once, answers `accepted` for the rest and queues them; the loop takes them at st
 `wait()` while paused), applies them and calls `applied()` / `rejected()`. Every id answered is remembered with its
 outcome (run_state.seen_record) here, in a Redis hash and in checkpoints: a repeat of a queued or applied id is
 acknowledged but never applied twice; a replay of a rejected or undone id is refused, as is a command issued
-outside contract.check_fresh's window. Redis trouble never reaches the loop: failed writes are logged and dropped.
+outside contract.check_fresh's window. Within that window, the nonce of every command accepted is remembered too,
+here, in a Redis key of its own with a TTL (contract.seen_nonce_key) and in checkpoints (the seen records carry it):
+a copy of an entry is refused by its nonce even when the id memory lost it (the hash deleted, and the trainer
+restored from a checkpoint older than the command). Redis trouble never reaches the loop: failed writes are logged
+and dropped.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class ControlChannel:
         self._caught_up = threading.Event()  # set once a read found nothing more: every waiting command is queued
         self._lock = threading.Lock()
         self.seen: dict[str, dict] = {}  # id -> seen_record, for every id answered (pruned: run_state.prune_seen)
+        self.nonces: dict[str, tuple[float, str]] = {}  # nonce -> (issue time, control entry) accepted lately
         self._pending_ids: set[str] = set()  # accepted and queued, not yet applied or rejected
         self._writer = connect(redis_url, timeout=1.0)
         self._thread = threading.Thread(target=self._run, name=f"control-{run_id}", daemon=True)
@@ -57,9 +62,12 @@ class ControlChannel:
             if resumed_step is not None else []
         for i in lost:
             stored[i] = {**stored[i], "outcome": "undone", "by": "restart", "step": resumed_step}
-        merged = prune_seen(merge_seen(known, stored), time.time())
+        now = time.time()
+        merged = prune_seen(merge_seen(known, stored), now)
         with self._lock:
             self.seen = dict(merged)
+            self.nonces = {r["nonce"]: (float(r["t"]), "") for r in merged.values()
+                           if r.get("nonce") and now - float(r.get("t") or 0) <= contract.NONCE_MEMORY_S}
         self._store(merged, replace=True)
         self._thread.start()
         return merged, lost
@@ -156,8 +164,8 @@ class ControlChannel:
                 pipe.hset(self.seen_key, cmd.id, json.dumps(rec))
             if pruned:
                 pipe.hdel(self.seen_key, *pruned)
-            pipe.xadd(self.acks, contract.ack_fields(cmd.id, status, detail[:1000], step), maxlen=ACKS_MAXLEN,
-                      approximate=True)
+            pipe.xadd(self.acks, contract.ack_fields(cmd.id, status, detail[:1000], step, entry=cmd.entry_id),
+                      maxlen=ACKS_MAXLEN, approximate=True)
             if cmd.entry_id:
                 pipe.xack(self.stream, contract.TRAINER_GROUP, cmd.entry_id)
             pipe.execute()
@@ -217,20 +225,45 @@ class ControlChannel:
             contract.check_fresh(cmd.t, time.time())
         except CommandError as e:  # the loop records the refusal (a replay of it is then refused by id)
             cmd.refused = str(e)
+        if not cmd.refused and self._nonce_seen(reader, cmd, text(entry_id)):  # a copy the id memory lost
+            self._ack(reader, cmd.id, "rejected", f"replayed: nonce of a command already received (id {cmd.id}); "
+                      "send it again with a new id", entry_id)
+            return
         with self._lock:
             self._pending_ids.add(cmd.id)
         if not cmd.refused:
             try:
                 reader.client.xadd(self.acks, contract.ack_fields(
-                    cmd.id, "accepted", "queued for the next step boundary"),
+                    cmd.id, "accepted", "queued for the next step boundary", entry=entry_id),
                     maxlen=ACKS_MAXLEN, approximate=True)
             except Exception as e:
                 log.warning("control %s: could not send accepted ack: %s", self.run_id, e)
         self._q.put(cmd)
 
+    def _nonce_seen(self, reader: StreamConsumer, cmd: Command, entry_id: str) -> bool:
+        """Whether this command's nonce came before on another control entry (here, or in Redis's memory of it): a
+        copy. The same entry read again (this consumer's pending entries after a reconnect or a restart) is not.
+        If new, the nonce is remembered now, before the command is queued; a Redis error propagates (the reader
+        retries the entry)."""
+        now = time.time()
+        with self._lock:
+            prev = self.nonces.get(cmd.nonce)
+            for n, (t, _) in list(self.nonces.items()):
+                if now - t > contract.NONCE_MEMORY_S:
+                    del self.nonces[n]
+        if prev is not None:
+            return prev[1] != entry_id
+        key = contract.seen_nonce_key(self.run_id, cmd.nonce)
+        if not reader.client.set(key, entry_id, nx=True, ex=contract.NONCE_MEMORY_S) and \
+                text(reader.client.get(key) or b"") != entry_id:
+            return True
+        with self._lock:
+            self.nonces[cmd.nonce] = (cmd.t, entry_id)
+        return False
+
     def _ack(self, reader: StreamConsumer, cmd_id: str, status: str, detail: str, entry_id: str) -> None:
         pipe = reader.client.pipeline(transaction=False)
-        pipe.xadd(self.acks, contract.ack_fields(cmd_id, status, detail[:1000]), maxlen=ACKS_MAXLEN,
+        pipe.xadd(self.acks, contract.ack_fields(cmd_id, status, detail[:1000], entry=entry_id), maxlen=ACKS_MAXLEN,
                   approximate=True)
         pipe.xack(self.stream, contract.TRAINER_GROUP, entry_id)
         pipe.execute()

@@ -34,8 +34,8 @@ from training.experiment import config_hash
 from training.flops import counts, training_flops
 
 FINAL_TRAIN_STEPS = 10
-LADDER_KEYS = {"name", "base", "target", "law", "tokens_per_param", "eval_points", "bootstrap", "seed", "dir", "min_margin",
-               "registration", "set", "rung", "target_run_id"}
+LADDER_KEYS = {"name", "base", "target", "law", "tokens_per_param", "eval_points", "bootstrap", "seed", "dir",
+               "min_margin", "registration", "set", "rung", "target_run_id", "band"}
 RUNG_KEYS = {"name", "set", "tokens", "tokens_per_param"}
 
 
@@ -64,6 +64,7 @@ class Ladder:
     target_run_id: str | None
     rungs: list[Rung] = field(default_factory=list)
     min_margin: float = 0.0  # the forecast band's least relative half-width (observatory.scaling Fit.margin)
+    band: str = "bootstrap"  # "calibrated": the band from the rungs' own extrapolation errors (scaling/calibrate.py)
 
     @property
     def state_path(self) -> Path:
@@ -121,12 +122,15 @@ def load_ladder(path: str | Path) -> Ladder:
     min_margin = lad.get("min_margin", 0.0)
     if isinstance(min_margin, bool) or not isinstance(min_margin, (int, float)) or not 0 <= min_margin < 0.5:
         raise ConfigError("ladder.min_margin", "must be a number in [0, 0.5): the band's least relative half-width")
+    band = lad.get("band", "bootstrap")
+    if band not in ("bootstrap", "calibrated"):
+        raise ConfigError("ladder.band", "must be bootstrap or calibrated")
     here = path.parent
     out_dir = Path(lad.get("dir") or f"var/ladder/{lad['name']}")
     ladder = Ladder(name=lad["name"], path=path, base=here / lad["base"], target=here / lad["target"], law=law,
                     bootstrap=bootstrap, seed=seed, dir=out_dir,
                     registration=Path(lad.get("registration") or out_dir / "registration.json"),
-                    target_run_id=lad.get("target_run_id"), min_margin=float(min_margin))
+                    target_run_id=lad.get("target_run_id"), min_margin=float(min_margin), band=band)
     common = _sets(lad.get("set", {}), "ladder.set")
     tpp_default = lad.get("tokens_per_param")
     rungs = lad.get("rung")
@@ -275,7 +279,7 @@ def register(ladder: Ladder, state: dict, now: float | None = None) -> dict:
     done = [state["rungs"][r.run_id] for r in ladder.rungs]
     pts = Points.of(N=[r["N"] for r in done], D=[r["tokens"] for r in done], C=[r["C"] for r in done])
     result = fit(pts, [r["loss"] for r in done], ladder.law, bootstrap=ladder.bootstrap, seed=ladder.seed,
-                 min_margin=ladder.min_margin)
+                 min_margin=ladder.min_margin, band=ladder.band)
     tcfg = target_cfg(ladder)
     c = counts(tcfg.model)
     N, D = float(c["params_active"]), float(tcfg.train.token_budget)

@@ -63,8 +63,9 @@ class RunState:
 
 
 def seen_record(cmd: Command, outcome: str, detail: str = "") -> dict:
-    """What the trainer remembers of a command id: its outcome, issue time and name (and why it was rejected)."""
-    rec = {"outcome": outcome, "t": cmd.t, "command": cmd.name}
+    """What the trainer remembers of a command id: its outcome, issue time, nonce and name (and why it was
+    rejected). The recent ones' nonces are the checkpoint's share of the replay memory (control.ControlChannel)."""
+    rec = {"outcome": outcome, "t": cmd.t, "command": cmd.name, "nonce": cmd.nonce}
     return {**rec, "detail": detail[:300]} if detail else rec
 
 

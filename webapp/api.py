@@ -56,7 +56,7 @@ def int_param(request, name: str, default: int | None, lo: int | None = None, hi
 
 
 def json_body(request, max_bytes: int) -> dict:
-    """A request's JSON object body: 413 past `max_bytes`, 400 for anything but a JSON object."""
+    """A request's JSON object body: 413 past `max_bytes`, 400 for anything but a JSON object of well-formed text."""
     if len(request.body) > max_bytes:
         raise ApiError(413, f"body larger than {max_bytes} bytes")
     try:
@@ -65,7 +65,43 @@ def json_body(request, max_bytes: int) -> dict:
         raise ApiError(400, "body must be a JSON object") from None
     if not isinstance(data, dict):
         raise ApiError(400, "body must be a JSON object")
+    well_formed(data)
     return data
+
+
+def _bad_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def malformed_text(obj, path: str = "") -> str | None:
+    """The path (`a.b[2]`) of the first string, or object key, in decoded JSON that is not well-formed Unicode (a lone
+    UTF-16 surrogate: JSON's `\\ud800` escape decodes to one, and nothing downstream can encode it); None if all are.
+    Iterative, so depth is bounded by the decoder alone."""
+    stack = [(obj, path)]
+    while stack:
+        val, at = stack.pop()
+        if isinstance(val, str):
+            if _bad_text(val):
+                return at or "body"
+        elif isinstance(val, dict):
+            if any(isinstance(k, str) and _bad_text(k) for k in val):
+                return at or "body"
+            stack.extend(reversed([(v, f"{at}.{k}" if at else str(k)) for k, v in val.items()]))
+        elif isinstance(val, list):
+            stack.extend(reversed([(v, f"{at}[{i}]") for i, v in enumerate(val)]))
+    return None
+
+
+def well_formed(obj, path: str = "") -> None:
+    """ApiError 400 naming the field (`field`) unless every string in `obj` is well-formed Unicode."""
+    bad = malformed_text(obj, path)
+    if bad is not None:
+        bad = bad[:200]
+        raise ApiError(400, f"{bad} is not well-formed text (a lone UTF-16 surrogate)", field=bad)
 
 
 def cached(request, resp, immutable: bool):

@@ -19,10 +19,11 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from webapp.live.auth import SessionAuth  # noqa: E402 (channels.auth.AuthMiddlewareStack when a session exists)
 from webapp.limits import BodyLimits  # noqa: E402
+from webapp.proxied import SocketProxyHeaders  # noqa: E402
 from webapp.live.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter({
+application = SocketProxyHeaders(ProtocolTypeRouter({
     "http": BodyLimits(django_http),  # a body over the size limit or slower than OBS_BODY_TIMEOUT_S: refused
     # Browsers always send Origin; the validator rejects cross-site pages (and clients without Origin).
     "websocket": AllowedHostsOriginValidator(SessionAuth(URLRouter(websocket_urlpatterns))),
-})
+}))

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from observatory.contract import load_control_key
 from observatory.streams.nchan import NchanPublisher
+from webapp.public import public_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -155,6 +156,21 @@ if not SECRET_KEY:
     SECRET_KEY = "dev-only-insecure-key-never-use-in-production"
 
 ALLOWED_HOSTS = env_list("OBS_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+
+
+# The address browsers use: CSRF's trusted origin, and every absolute link (og:url, og:image, oEmbed, mail links,
+# notifications: webapp.public.absolute). Unset, links follow each request's Host (a proxy must pass it with its
+# port: deploy/nginx.conf, deploy/run_local.py) and notifications name http://127.0.0.1:8000.
+OBS_PUBLIC_URL_SET = bool(os.environ.get("OBS_PUBLIC_URL", "").strip())
+OBS_PUBLIC_URL = public_url(os.environ.get("OBS_PUBLIC_URL", "") or "http://127.0.0.1:8000")
+# Set by make run for the web it puts behind its nginx on a unix socket: webapp.proxied.
+OBS_PROXY_SOCKET = env_str("OBS_PROXY_SOCKET", "")
+if OBS_PUBLIC_URL_SET:
+    CSRF_TRUSTED_ORIGINS = [OBS_PUBLIC_URL]
+    _public_host = urlparse(OBS_PUBLIC_URL).hostname
+    if "*" not in ALLOWED_HOSTS and not any(
+            h == _public_host or (h.startswith(".") and _public_host.endswith(h)) for h in ALLOWED_HOSTS):
+        ALLOWED_HOSTS.append(f"[{_public_host}]" if ":" in _public_host else _public_host)
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 if urlparse(REDIS_URL).scheme not in ("redis", "rediss", "unix"):
     raise ImproperlyConfigured(f"REDIS_URL {REDIS_URL!r} is not a redis://, rediss:// or unix:// URL")
@@ -359,7 +375,6 @@ CELERY_BEAT_SCHEDULE = {
 OBS_LOST_AFTER_S = 300  # a run silent this long after its heartbeat expired is "lost" rather than "stale"
 OBS_ANOMALY_WATCH_S = 86_400  # ingest's stall/heartbeat timer watches runs that changed within this window
 OBS_OPERATOR_RECHECK_S = 5  # the operator socket re-reads its user's role this often: a demoted operator is closed
-OBS_PUBLIC_URL = env_str("OBS_PUBLIC_URL", "http://127.0.0.1:8000")  # links in anomaly notifications
 # GET /metrics: operators (session) or `Authorization: Bearer <this>` (Prometheus' scrape); nobody else.
 OBS_METRICS_TOKEN = env_secret("OBS_METRICS_TOKEN")
 # A request's headers (webapp.serving) and its body (webapp.limits.BodyLimits) must arrive within these, or the

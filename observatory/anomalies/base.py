@@ -46,7 +46,8 @@ class SeriesDetector:
         st["last"] = min(st["last"], to_step)
         ep = st.get("ep")
         if ep is not None and ep["start"] > to_step:
-            gone.append(anomaly(self.kind, self.metric, ep))
+            if not ep.get("silent"):  # (a silent episode was never told: nothing to supersede)
+                gone.append(anomaly(self.kind, self.metric, ep))
             st["ep"] = None
         eps = st.get("eps")
         if eps:

@@ -208,7 +208,7 @@ class Monitor:
 
 
 def _episodes(st: dict) -> list[dict]:
-    eps = [st["ep"]] if st.get("ep") else []
+    eps = [st["ep"]] if st.get("ep") and not st["ep"].get("silent") else []  # (silent: a shift told elsewhere)
     eps += list((st.get("eps") or {}).values())
     if st.get("hb"):
         eps.append(st["hb"])

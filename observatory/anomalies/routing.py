@@ -51,8 +51,9 @@ class Config:
                                           crit=5.0, rise_n=None)  # no burst: update norms grow with the LR warmup
     skipped: SkipDetector = SkipDetector(kind="overflow")
     loss_scale: LossScaleDetector = LossScaleDetector(kind="overflow")
-    # host=True: a shift while other processes take the trainer's CPU is info (see observatory/anomalies/shift.py)
-    throughput: ShiftDetector = ShiftDetector(kind="throughput_drop", direction=-1, k=3.0, host=True)
+    # host=True: a shift while other processes take the trainer's CPU is the host's: step time tells it as one
+    # host_contention notice, throughput keeps quiet (silent) (see observatory/anomalies/shift.py)
+    throughput: ShiftDetector = ShiftDetector(kind="throughput_drop", direction=-1, k=3.0, host=True, silent=True)
     step_time: ShiftDetector = ShiftDetector(kind="step_time_rise", direction=+1, k=3.0, host=True)
     # the first few hundred steps drop more while the router's logits grow and the bias catches up (warmup)
     drops: ShiftDetector = ShiftDetector(kind="drop_surge", direction=+1, rel=0.5, abs_min=0.02, sustain=3,

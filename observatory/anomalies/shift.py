@@ -1,6 +1,7 @@
 """Sustained level shifts of a smoothed series (throughput, step time, token drops) against a slow baseline; with
-`host=True` a shift while other processes take the CPU is `info`. How: docs/ANOMALIES.md "Level shifts and the
-host's CPU".
+`host=True` a shift that opens while other processes take the CPU is the host's: one `host_contention` notice
+(info, from the step-time detector; the throughput detectors stay silent), not a training anomaly. How:
+docs/ANOMALIES.md "Level shifts and the host's CPU".
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from observatory.anomalies.base import NO_EVENTS, SeriesDetector, robust_ema
 from observatory.anomalies.model import CRITICAL, INFO, WARNING, close_ep, fmt, open_ep, peak_ep
 
 VALUE, HOST_CPU, PROC_CPU, TIME = "x", "cpu", "proc", "t"  # the members of a host-aware detector's group
+HOST_NOTE = "the host, not the run: "  # a host_contention notice's explanation starts with it
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,11 @@ class ShiftDetector(SeriesDetector):
     #                          of it (proc/cpu < 1: less than 1/cores of the busy CPU): contended from the start
     alpha_share: float = 0.05  # EMA weight of the usual share, per hardware reading outside a shift
     min_s: float = 5.0  # wall time a shift must also last before it opens (when the group carries "t")
+    # A shift that opens while other processes take the CPU is the host's, not the run's: the step-time detector
+    # tells it as one `host_contention` notice (info); the throughput ones, which see the same slowdown, keep
+    # quiet (silent=True), so one contended stretch is one notice, never a training anomaly.
+    host_kind: str = "host_contention"
+    silent: bool = False
 
     def fresh(self) -> dict:
         return {"n": 0, "buf": [], "base": None, "nb": 0, "dev": 0.0, "streak": 0, "since": None,
@@ -90,6 +97,12 @@ class ShiftDetector(SeriesDetector):
         thr = max(self.rel * abs(base), self.abs_min, self.k * dev)
         shift = delta / max(abs(base), self.abs_min, 1e-12)  # a zero baseline (no drops at all) stays finite
         ep = st["ep"]
+        if ep is not None and ep.get("silent"):  # the host's slowdown, told by the step-time detector
+            if delta < thr / 2 or ep["n"] + 1 >= self.settle:
+                st.update(ep=None, streak=0, since=None, busy=False, **({"base": y} if delta >= thr / 2 else {}))
+            else:
+                st["ep"] = {**ep, "n": ep["n"] + 1}
+            return st, NO_EVENTS
         if ep is not None:
             if delta < thr / 2:
                 st.update(ep=None, streak=0, since=None, busy=False)
@@ -98,9 +111,10 @@ class ShiftDetector(SeriesDetector):
                 st.update(ep=None, streak=0, since=None, base=y, busy=False)
                 return st, close_ep(self.kind, self.metric, ep, step)
             host = ep.get("host", False) or st.get("busy", False)
-            ep, events = peak_ep(self.kind, self.metric, ep, step, shift, self._sev(shift, host),
-                                 self._why(y, base, shift, ep["n"] + 1 + self.sustain, ep["start"], st if host
-                                           else None), host=host)
+            why = self._why(y, base, shift, ep["n"] + 1 + self.sustain, ep["start"], st if host else None)
+            if ep.get("kind") == self.host_kind:
+                why = HOST_NOTE + why
+            ep, events = peak_ep(self.kind, self.metric, ep, step, shift, self._sev(shift, host), why, host=host)
             st["ep"] = {**ep, "n": ep["n"] + 1}
             return st, events
         if n >= self.warmup and delta >= thr:
@@ -112,9 +126,13 @@ class ShiftDetector(SeriesDetector):
             long_enough = t is None or st.get("since_t") is None or t - st["since_t"] >= self.min_s
             if streak >= self.sustain and long_enough:
                 host = st.get("busy", False)
+                if host and self.silent:
+                    st["ep"] = {"start": st["since"], "n": 0, "silent": True}
+                    return st, NO_EVENTS
+                why = self._why(y, base, shift, streak, st["since"], st if host else None)
                 st["ep"], events = open_ep(self.kind, self.metric, step, st["since"], shift, self._sev(shift, host),
-                                           self._why(y, base, shift, streak, st["since"], st if host else None),
-                                           n=0, host=host)
+                                           HOST_NOTE + why if host else why, n=0, host=host,
+                                           **({"kind": self.host_kind} if host else {}))
                 return st, events
             return st, NO_EVENTS
         st["streak"], st["since"] = 0, None

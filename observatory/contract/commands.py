@@ -20,17 +20,25 @@ from typing import Any, Mapping
 
 from observatory.contract.messages import SCHEMA_VERSION, SUPPORTED_VERSIONS, _dumps
 
-__all__ = ["ACK_STATUSES", "FAULTS", "STALE_AFTER_S", "MAX_CLOCK_SKEW_S", "MAX_FAULT_STEPS", "MAX_COMMAND_ID_LEN",
+__all__ = ["ACK_STATUSES", "FAULTS", "STALE_AFTER_S", "MAX_CLOCK_SKEW_S", "DELIVERY_S", "NONCE_MEMORY_S",
+           "MAX_FAULT_STEPS", "MAX_COMMAND_ID_LEN",
            "COMMAND_ID_PATTERN", "COMMAND_ID_RE", "COMMAND_ID_RULE", "MIXTURE_RULE", "MixtureError", "check_mixture",
            "CommandError", "ArgSpec", "CommandSpec", "COMMAND_SPECS", "COMMANDS", "Command", "validate_command",
            "parse_command", "command_args_from_words", "check_fresh", "command_fields", "ack_fields",
-           "CONTROL_KEY_ENV", "SIGNED_FIELDS", "load_control_key", "command_signature", "sign_command",
-           "verify_command"]
+           "CONTROL_KEY_ENV", "RUN_CONTROL_KEY_ENV", "SIGNED_FIELDS", "load_control_key", "run_control_key",
+           "load_run_control_key", "command_signature", "sign_command", "verify_command"]
 
 ACK_STATUSES = ("accepted", "applied", "rejected")
 FAULTS = ("lr-spike", "nan", "stall")
-STALE_AFTER_S = 600  # a command issued longer ago than this when the trainer reads it is refused
-MAX_CLOCK_SKEW_S = 30  # how far a sender's clock may run ahead of the trainer's: later issue times are refused
+MAX_CLOCK_SKEW_S = 30  # how far a sender's clock may run ahead of (or behind) the trainer's
+DELIVERY_S = 60  # how long a command may wait on the stream: the trainer's reader reads continuously, from before a
+#                  restarted trainer restores its checkpoint and compiles
+# A command issued longer ago than this when the trainer reads it is refused (send it again): a sender's clock up to
+# MAX_CLOCK_SKEW_S slow, plus the delivery time, and no more: within it, replays are refused by their nonce.
+STALE_AFTER_S = 2 * MAX_CLOCK_SKEW_S + DELIVERY_S
+# How long the trainer remembers an accepted command's nonce: as long as a copy could still pass check_fresh
+# (issued at most MAX_CLOCK_SKEW_S ahead of the trainer's clock, accepted until STALE_AFTER_S after its issue).
+NONCE_MEMORY_S = STALE_AFTER_S + MAX_CLOCK_SKEW_S
 MAX_FAULT_STEPS = 1000
 MAX_COMMAND_ID_LEN = 200
 COMMAND_ID_PATTERN = rf"^[A-Za-z0-9_.:-]{{8,{MAX_COMMAND_ID_LEN}}}$"  # JSON Schema / JS
@@ -251,27 +259,48 @@ def command_args_from_words(name: str, words: list[str]) -> dict:
     return args
 
 
-CONTROL_KEY_ENV = "OBS_CONTROL_KEY"
+CONTROL_KEY_ENV = "OBS_CONTROL_KEY"  # the master key: only the web tier needs it (run keys derive from it)
+RUN_CONTROL_KEY_ENV = "OBS_RUN_CONTROL_KEY"  # one run's key, for that run's trainer and its operators' CLI
 SIGNED_FIELDS = ("v", "id", "command", "args", "reason", "user", "t", "nonce")
 
 
-def load_control_key(environ: Mapping[str, str] | None = None) -> bytes | None:
-    """OBS_CONTROL_KEY, or the contents of the file named by OBS_CONTROL_KEY_FILE; None when neither is set."""
+def load_control_key(environ: Mapping[str, str] | None = None, name: str = CONTROL_KEY_ENV) -> bytes | None:
+    """The master key: OBS_CONTROL_KEY, or the contents of the file named by OBS_CONTROL_KEY_FILE; None when neither
+    is set (`name`: another variable read the same way, e.g. RUN_CONTROL_KEY_ENV)."""
     env = os.environ if environ is None else environ
-    direct, path = env.get(CONTROL_KEY_ENV), env.get(CONTROL_KEY_ENV + "_FILE")
+    direct, path = env.get(name), env.get(name + "_FILE")
     if direct and path:
-        raise ValueError(f"set {CONTROL_KEY_ENV} or {CONTROL_KEY_ENV}_FILE, not both")
+        raise ValueError(f"set {name} or {name}_FILE, not both")
     if path:
         with open(path, "rb") as f:
             key = f.read().strip()
         if len(key) < 16:
-            raise ValueError(f"{CONTROL_KEY_ENV}_FILE={path!r} holds a key shorter than 16 bytes")
+            raise ValueError(f"{name}_FILE={path!r} holds a key shorter than 16 bytes")
         return key
     if direct:
         if len(direct) < 16:
-            raise ValueError(f"{CONTROL_KEY_ENV} is shorter than 16 characters")
+            raise ValueError(f"{name} is shorter than 16 characters")
         return direct.encode()
     return None
+
+
+def run_control_key(master: bytes, run_id: str, generation: int = 0) -> bytes:
+    """Run `run_id`'s control key, derived from the master key only the web tier holds (64 hex characters of
+    HMAC-SHA256(master, "observatory control key", run id, generation)): a key signs for its own run only, and
+    rotating one run's key is a new generation of that run alone."""
+    msg = "".join(f"{len(x)}:{x}" for x in ("observatory control key", run_id, str(int(generation))))
+    return hmac.new(master, msg.encode(), hashlib.sha256).hexdigest().encode()
+
+
+def load_run_control_key(run_id: str, environ: Mapping[str, str] | None = None) -> bytes | None:
+    """The key a trainer or the CLI signs and verifies `run_id`'s commands with: OBS_RUN_CONTROL_KEY (or _FILE),
+    that run's key as `manage.py control_key <run>` printed it; else derived (generation 0) from the master in
+    OBS_CONTROL_KEY (or _FILE) where this host holds it (`make run` on one machine, the tests); None if neither."""
+    own = load_control_key(environ, RUN_CONTROL_KEY_ENV)
+    if own is not None:
+        return own
+    master = load_control_key(environ)
+    return run_control_key(master, run_id) if master is not None else None
 
 
 def command_signature(run_id: str, fields: Mapping[Any, Any], key: bytes) -> str:
@@ -294,7 +323,8 @@ def verify_command(run_id: str, fields: Mapping[Any, Any], key: bytes | None) ->
     if not sig:
         raise CommandError("unsigned command: sign it with the run's control key")
     if not hmac.compare_digest(sig, command_signature(run_id, fields, key)):
-        raise CommandError("bad signature: not signed with this run's control key")
+        raise CommandError(f"bad signature: not signed with run {run_id}'s control key (a key of another run, or "
+                           "one replaced by a rotation, signs nothing here)")
 
 
 def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = None, reason: str = "",
@@ -304,8 +334,11 @@ def command_fields(cmd_id: str, command: str, args: Mapping[str, Any] | None = N
             "reason": reason, "user": user, "t": repr(time.time()), "nonce": secrets.token_hex(16)}
 
 
-def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = None) -> dict[str, str]:
+def ack_fields(cmd_id: str, status: str, detail: str = "", step: int | None = None,
+               entry: str = "") -> dict[str, str]:
+    """One entry on ack_stream(run). `entry`: the control-stream entry id it answers, so that a reader matches acks
+    to sends by the control stream's order (ack-stream ids are another stream's: they may equal a send's id)."""
     if status not in ACK_STATUSES:
         raise ValueError(f"ack status {status!r} not in {ACK_STATUSES}")
     return {"v": SCHEMA_VERSION, "id": cmd_id, "status": status, "detail": detail,
-            "step": "" if step is None else str(int(step)), "t": repr(time.time())}
+            "step": "" if step is None else str(int(step)), "t": repr(time.time()), "entry": entry}

@@ -5,7 +5,7 @@ from __future__ import annotations
 __all__ = ["PREFIX", "RUNS_KEY", "DEADLETTER_STREAM", "DEADLETTER_COUNT_KEY", "INGEST_GROUP", "TRAINER_GROUP",
            "STREAM_MAXLEN", "STREAM_HARD_MAXLEN", "TRIM_EVERY_S", "TELEMETRY_LOST_EVENT", "HEARTBEAT_TTL_S",
            "run_key", "telemetry_stream", "telemetry_lost_key", "telemetry_trim_key", "control_stream", "ack_stream",
-           "seen_commands_key", "checkpoints_key", "heartbeat_key", "live_group"]
+           "seen_commands_key", "seen_nonce_key", "checkpoints_key", "heartbeat_key", "live_group"]
 
 PREFIX = "obs"
 RUNS_KEY = f"{PREFIX}:runs"  # SET of run ids that have ever published
@@ -55,6 +55,13 @@ def seen_commands_key(run_id: str) -> str:
     """HASH command id -> JSON {"outcome": applied|rejected|undone, "t", "command", "detail", "by"}: every id the
     trainer has answered, so a repeat is never applied twice and a replay of a rejected or undone one is refused."""
     return run_key(run_id, "control", "seen")
+
+
+def seen_nonce_key(run_id: str, nonce: str) -> str:
+    """A STRING per accepted command's nonce, with a TTL of contract.NONCE_MEMORY_S (as long as a copy of the entry
+    could pass the freshness check): a replay inside the window is refused even when the id memory (the hash above,
+    a checkpoint) has lost the command. A key of its own per nonce, so deleting the hash does not delete it."""
+    return run_key(run_id, "control", "nonce", nonce)
 
 
 def checkpoints_key(run_id: str) -> str:

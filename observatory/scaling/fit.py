@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from observatory.scaling.calibrate import Calibration, calibrate
 from observatory.scaling.laws import LAWS, Law, Points, get_law
 from observatory.scaling.solver import HUBER_DELTA, best_grid_starts, huber, solve
 
@@ -47,6 +48,7 @@ class Fit:
     holdout_max: float | None = None     # the largest |L̂/L − 1| among those held-out rungs
     holdout_reach: float = 0.0           # ln(C_max / C_max of the rungs fitted) of that held-out fit
     min_margin: float = 0.0              # a declared floor on the band's relative half-width (see margin())
+    calibration: Calibration | None = None  # band="calibrated": the band's width rule (calibrate.py)
 
     @property
     def params(self) -> dict[str, float]:
@@ -81,7 +83,12 @@ class Fit:
     def interval(self, points: Points) -> tuple[np.ndarray, np.ndarray] | None:
         """The band at `points` (None without bootstrap): the bootstrap fits' percentile band, widened to at
         least L̂·(1 ± margin). The bootstrap sees only the rungs' noise; a forecast also misses by the law's
-        own extrapolation error, which the held-out fit measured (docs/SCALING.md, "Bands")."""
+        own extrapolation error, which the held-out fit measured (docs/SCALING.md, "Bands").
+        A fit made with band="calibrated": L̂·exp(±h), h from the ladder's own extrapolation errors
+        (calibrate.py; nominal coverage `calibration.level`), bootstrap or not."""
+        if self.calibration is not None:
+            pred, h = self.predict(points), self.calibration.half_width(points)
+            return pred * np.exp(-h), pred * np.exp(h)
         if not len(self.boot):
             return None
         lo, hi = self._quantiles(self.law.predict(self.boot, points))
@@ -178,15 +185,19 @@ def _resamples(rng: np.random.Generator, n: int, K: int, need: int) -> np.ndarra
 
 def fit_law(law: Law | str, points: Points, loss, *, bootstrap: int = 200, seed: int = 0, level: float = 0.95,
             starts: int | None = DEFAULT_STARTS, holdout: int | None = None, delta: float = HUBER_DELTA,
-            power: float = WEIGHT_POWER, min_margin: float = 0.0, _held: tuple | None | bool = False) -> Fit:
+            power: float = WEIGHT_POWER, min_margin: float = 0.0, band: str = "bootstrap",
+            _held: tuple | None | bool = False) -> Fit:
     """Fit one law to all the rungs, with `bootstrap` rung resamples for the bands (0: no bands). Each rung's
     Huber term weighs (C / C_max)^power (0: unweighted). `min_margin`: the bands' least relative half-width
-    (Fit.margin). `_held`: the held-out fit's result when the
+    (Fit.margin). band="calibrated": the forecast band from the ladder's own extrapolation errors
+    (calibrate.py), not the bootstrap and margins. `_held`: the held-out fit's result when the
     caller has it (auto), None to skip it, False (default) to run it."""
     law = get_law(law) if isinstance(law, str) else law
     loss = _check(law, points, loss)
     if not 0.0 <= min_margin < 1.0:
         raise ValueError("min_margin must be in [0, 1)")
+    if band not in ("bootstrap", "calibrated"):
+        raise ValueError("band must be bootstrap or calibrated")
     y, X = np.log(loss), law.design(points)
     w = compute_weights(points.C, power)
     theta, grid_starts = _best(law, X, y, starts, delta, w)
@@ -200,11 +211,16 @@ def fit_law(law: Law | str, points: Points, loss, *, bootstrap: int = 200, seed:
         pick = np.argmin(fb.reshape(len(idx), m), axis=1)
         boot = tb.reshape(len(idx), m, -1)[np.arange(len(idx)), pick]
     ho = _holdout(law, points, y, holdout, starts, delta, power) if _held is False else _held
+    cal = None
+    if band == "calibrated":
+        def refit(pts: Points, lss: np.ndarray) -> np.ndarray:
+            return _best(law, law.design(pts), np.log(lss), starts, delta, compute_weights(pts.C, power))[0]
+        cal = calibrate(law, points, loss, refit, theta)
     return Fit(law=law, theta=theta, points=points, loss=loss, boot=boot, level=level, seed=seed,
                objective=float(huber(law.log_predict(theta, points) - y, delta, w)),
                holdout_error=None if ho is None else ho[0], holdout_max=None if ho is None else ho[1],
                holdout_reach=0.0 if ho is None else ho[2], holdout_rows=int(holdout_mask(points, holdout).sum()),
-               min_margin=float(min_margin))
+               min_margin=float(min_margin), calibration=cal)
 
 
 def fit(points: Points, loss, law: str = "auto", *, candidates: tuple[str, ...] | None = None, **kw) -> Fit:

@@ -23,7 +23,7 @@ window.Obs = window.Obs || {};
     const tone = a.hidden ? [120, 120, 120] : [21, 101, 192];
     const alpha = a.id === S.openId ? 0.26 : 0.13;
     return {id: "annotation-" + a.id, x0: a.step_start, x1: band ? a.step_end : undefined,
-            metric: a.metric || undefined, onClick: () => A.openThread(a.id),
+            metric: a.metric || undefined, onClick: () => A.openThread(a.id), collapse: true, // (labels fold)
             label: labelled ? (a.hidden ? "⊘ " : "✎ ") + plotlyText(short(a.title, 28)) +
               (a.reply_count ? ` (${a.reply_count})` : "") : undefined,
             color: band ? `rgba(${tone},${alpha})` : `rgb(${tone})`, textColor: a.hidden ? "#8a8f96" : "#3b78d8"};
@@ -46,8 +46,16 @@ window.Obs = window.Obs || {};
     return out;
   }
 
+  // A note made before a rewind (a rollback, a restart from a checkpoint) on steps past where it went back is on
+  // the abandoned branch: those steps were trained again, so it is not drawn on the new timeline (the panel and its
+  // thread keep it).
+  function abandoned(a) {
+    const made = Date.parse(a.created_at);
+    return (S.ctx && S.ctx.rewinds || []).some((r) => r.t && a.step_start > r.to_step && made < Date.parse(r.t));
+  }
+
   function overlays() {
-    const items = [...S.byId.values()].filter((a) => !a.deleted);
+    const items = [...S.byId.values()].filter((a) => !a.deleted && !abandoned(a));
     const rank = (a) => (a.id === S.openId ? 1e9 : 0) + a.reply_count * 1e4 + a.id / 1e6;
     const labelled = new Set(items.slice().sort((a, b) => rank(b) - rank(a)).slice(0, MAX_LABELS).map((a) => a.id));
     if (items.length <= MERGE_ABOVE) return items.map((a) => mark(a, labelled.has(a.id)));
@@ -245,6 +253,9 @@ window.Obs = window.Obs || {};
       relayout(p, {"xaxis.range": [Math.max(0, a.step_start - pad), a.step_end + pad], "xaxis.autorange": false});
     });
   }
+
+  Obs.onEvents = Obs.onEvents || [];
+  Obs.onEvents.push((list) => { if (S.loaded && list.some((e) => e.kind === "rewind")) changed(); });
 
   Obs.onStart.push(async (ctx, page) => {
     S.ctx = ctx; S.runId = page.run_id;

@@ -94,7 +94,7 @@
     box.id = "anomaly-panel";
     box.className = "panel anomalies";
     box.innerHTML = '<h2>Anomalies <span class="muted count"></span><a class="more" href="">full log →</a></h2>' +
-      '<ol class="anomaly-list"></ol><p class="empty">None so far.</p>';
+      '<ol class="anomaly-list"></ol><p class="empty" hidden>None so far.</p>';
     box.querySelector("a.more").href = logUrl;
     const anchor = document.querySelector("section.events") || document.getElementById("charts");
     anchor.parentNode.insertBefore(box, anchor);
@@ -149,7 +149,9 @@
   // storm's rows changing ten times a second were most of Blink's garbage: ~1.1 of ~1.5 MB/s, bench/liveview.py's
   // gc.heap_growth_kb_per_s).
   const PANEL_EVERY_MS = 1000;
-  let renderQueued = false, panelSeen = true, panelAt = -Infinity, panelTimer = 0;
+  // The log's first answer is written at once, on screen or not: the panel never says "None so far." while the run
+  // has anomalies (it said so until scrolled into view), nor before the answer came.
+  let renderQueued = false, panelSeen = true, panelAt = -Infinity, panelTimer = 0, answered = false, written = false;
   function render() {
     if (renderQueued) return;
     renderQueued = true;
@@ -164,7 +166,7 @@
       Obs.setOverlays(SOURCE, marks, changed);
       if (ctx) ctx.schedule();
     }
-    if (unlisted.size && panelSeen) renderPanel();
+    if ((unlisted.size && panelSeen) || (answered && !written)) renderPanel();
   }
 
   function renderPanel() {
@@ -174,9 +176,10 @@
       return;
     }
     panelAt = performance.now();
+    written = written || answered;
     const box = panel();
     Obs.put(box.querySelector(".count"), byKey.size ? `${byKey.size} · ${open} ongoing` : "");
-    Obs.putHidden(box.querySelector(".empty"), byKey.size > 0);
+    Obs.putHidden(box.querySelector(".empty"), byKey.size > 0 || !answered);
     top = listed();
     unlisted.clear();
     const list = box.querySelector(".anomaly-list"), lis = top.map(row);
@@ -257,9 +260,11 @@
       const body = await r.json();
       // frames that arrived meanwhile are newer than this answer: keep them
       const seen = new Set(byKey.keys());
+      answered = true;
       upsert((body.anomalies || []).filter((a) => !seen.has(a.key)), false);
     } catch (e) {
       console.warn("anomalies:", e);
+      answered = true;
       render();
     }
   });

@@ -49,7 +49,14 @@
     view.set({charts: [...view.charts.filter((c) => c !== name), name]});
     charts.get(name)?.box.scrollIntoView({block: "nearest"});
   });
-  const live = new Obs.LiveSocket(runId, store, () => events.lastId, handle, (t) => { $("stat-conn").textContent = t; });
+  // The connection's word, except that an ended run is "stopped" (or "failed"), not "live", while its socket is open.
+  let conn = "";
+  const ENDED = new Set(["stopped", "failed"]); // runs/models.py ENDED_STATES
+  const showConn = () => {
+    const t = conn === "live" && ENDED.has(ctx.runState) ? ctx.runState : conn;
+    if (t && $("stat-conn").textContent !== t) $("stat-conn").textContent = t;
+  };
+  const live = new Obs.LiveSocket(runId, store, () => events.lastId, handle, (t) => { conn = t; showConn(); });
   views.add(router); views.add(data);
   (page.rewinds || []).forEach(addRewind);
 
@@ -317,7 +324,9 @@
   function showRun(run) {
     if (!run) return;
     header.show(run);
-    if (ctx.runState !== run.state) { ctx.runState = run.state; charts.forEach((ch) => ch.note()); } // "compiling…"
+    if (ctx.runState !== run.state) { // "compiling…" on empty charts; "stopped" for the connection
+      ctx.runState = run.state; charts.forEach((ch) => ch.note()); showConn();
+    }
     const p = run.progress || run.heartbeat; // the trainer's rate: live charts keep room on x for the next points
     if (p && typeof p.steps_per_s === "number") ctx.stepsPerS = Obs.heard(run) ? p.steps_per_s : 0;
     if (run.last_heartbeat_at && run.last_step !== null) ctx.xaxis.anchor(run.last_step, Date.parse(run.last_heartbeat_at) / 1000);

@@ -80,10 +80,10 @@ window.Obs = window.Obs || {};
         out.group = "restart";
         if (this.restarting) {
           out.text = `Resumed at step ${to}` + (redo ? ` (steps ${to + 1}–${from} are trained again)` : "");
-          this.onRewind({from_step: from, to_step: to, label: `resumed at ${to}`}); // a restart is marked
+          this.onRewind({from_step: from, to_step: to, label: `resumed at ${to}`, t: ev.t}); // a restart is marked
         } else {
           out.text = `Went back to step ${to}` + (redo ? ` (steps ${to + 1}–${from} superseded)` : "");
-          if (redo) this.onRewind({from_step: from, to_step: to, label: `↺ back to ${to}`});
+          if (redo) this.onRewind({from_step: from, to_step: to, label: `↺ back to ${to}`, t: ev.t});
         }
       } else if (RESTARTS.has(ev.name)) {
         out.group = "restart";

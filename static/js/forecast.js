@@ -6,7 +6,9 @@
 // A panel compares the forecast final loss with a live extrapolation: the forecast curve scaled by the ratio of the
 // live loss (eval/loss when the run has it, else the smoothed train/loss) to the forecast at the same tokens. The
 // curve is a final-loss envelope, so while the learning rate still decays that ratio, and the extrapolation, run
-// high: the panel says so. An unverified registration is drawn dashed and labelled, never as a trusted forecast.
+// high: the panel says so; once the target finished it shows the actual final loss and the verdict instead (the
+// API's `outcome`). The band is drawn on eval/loss (held out, clear); on train/loss only while the run has no
+// eval/loss point. An unverified registration is drawn dashed and labelled, never as a trusted forecast.
 "use strict";
 
 window.Obs = window.Obs || {};
@@ -16,6 +18,7 @@ window.Obs = window.Obs || {};
   let TRAIN = null, EVAL = null, CHARTS = new Set(); // the loss series it is drawn on: page.loss_metrics (contract)
   const SMOOTH = 0.9; // EMA retention of the live train loss for the extrapolation (the dashboard's smoothing scale)
   const BAND = {fill: "rgba(46,125,50,0.16)", line: "#2e7d32", bad: "rgba(229,57,53,0.14)", badLine: "#c62828"};
+  const ENDED = new Set(["stopped", "failed"]); // runs/models.py ENDED_STATES
   const F = {data: null, ctx: null, page: null, rungs: new Map(), panel: null, timer: null, tokens: null, live: new Map()};
 
   const fmt = (v, d = 4) => (Number.isFinite(v) ? Number(v).toPrecision(d).replace(/\.?0+(e|$)/, "$1") : "–");
@@ -51,8 +54,13 @@ window.Obs = window.Obs || {};
     return hi;
   }
 
+  // The band goes on the held-out loss, where it reads clearly; on the noisy train loss only while the run has no
+  // eval/loss point (a run without evaluations, or before its first).
+  function hasEval() { const ev = F.live.get(EVAL); return !!(ev && ev.steps.length); }
+  function drawsOn(id) { return id === EVAL || (id === TRAIN && !hasEval()); }
+
   function traces(chart) {
-    if (!F.data || !CHARTS.has(chart.id)) return null;
+    if (!F.data || !CHARTS.has(chart.id) || !drawsOn(chart.id)) return null;
     const reg = F.data.registration, c = reg.forecast && reg.forecast.curve;
     if (!c || !Array.isArray(c.tokens)) return null;
     const ok = F.data.verified, hero = reg.forecast.hero || {};
@@ -108,8 +116,16 @@ window.Obs = window.Obs || {};
     const q = (s) => F.panel.querySelector(s);
     const band = Number.isFinite(hero.low) ? ` [${fmt(hero.low)}, ${fmt(hero.high)}]` : "";
     let extra = "–", how = "waiting for live points";
-    const now = live();
-    if (now && Array.isArray(c.tokens) && now[0] >= c.tokens[0]) {
+    const now = live(), out = F.data.outcome || {}, ended = ENDED.has(F.ctx.runState);
+    q(".fc-vs").textContent = out.status === "finished" ? "vs actual" : "vs live extrapolation";
+    if (out.status === "finished") { // the target finished: the verdict, never an extrapolation
+      extra = fmt(out.actual);
+      how = `${out.verdict}, error ${out.error_pct >= 0 ? "+" : ""}${fmt(out.error_pct, 3)}% (${out.source})`;
+    } else if (ended) {
+      extra = fmt(out.actual);
+      how = out.status === "short" ? "the run stopped short of its token budget: no verdict" :
+        "the run has ended: the verdict is on the experiment page";
+    } else if (now && Array.isArray(c.tokens) && now[0] >= c.tokens[0]) {
       const [t, y, src] = now, at = interpLog(c.tokens, c.loss, t);
       extra = fmt(hero.loss * y / at);
       how = `the forecast curve scaled by the ${src} ${fmt(y)} over the forecast ${fmt(at)} at ${tokensFmt(t)} ` +
@@ -118,6 +134,12 @@ window.Obs = window.Obs || {};
     q(".fc-forecast").textContent = fmt(hero.loss) + band;
     q(".fc-live").textContent = extra;
     q(".fc-how").textContent = how;
+  }
+
+  let hadEval = false;
+  function evalSeen() { // the first eval/loss point moves the band from the train loss to the held-out loss
+    if (hasEval() !== hadEval) { hadEval = hasEval(); Obs.setTraces(SOURCE, traces); F.ctx.schedule(); }
+    schedulePanel();
   }
 
   function schedulePanel() { if (F.panel && !F.timer) F.timer = setTimeout(renderPanel, 300); }
@@ -129,12 +151,14 @@ window.Obs = window.Obs || {};
     box.id = "forecast-panel";
     box.setAttribute("aria-labelledby", "forecast-title");
     box.innerHTML = '<h2 id="forecast-title">Pre-registered forecast <a class="fc-exp"></a> <span class="badge fc-badge"></span></h2>' +
-      '<p class="fc-final">final loss: forecast <b class="fc-forecast"></b> vs live extrapolation <b class="fc-live"></b> ' +
+      '<p class="fc-final">final loss: forecast <b class="fc-forecast"></b> ' +
+      '<span class="fc-vs">vs live extrapolation</span> ' +
+      '<b class="fc-live"></b> ' +
       '<span class="muted fc-how"></span></p><p class="muted fc-meta"></p>';
     const q = (s) => box.querySelector(s);
     q(".fc-exp").textContent = exp.name || d.run_id;
     q(".fc-exp").href = d.experiment_url;
-    q(".fc-badge").textContent = d.verified ? "verified" : "unverified";
+    q(".fc-badge").textContent = d.verified ? "registration intact" : "registration not intact";
     if (!d.verified) { q(".fc-badge").classList.add("sev-warning"); q(".fc-badge").title = d.problem || ""; }
     const created = Number.isFinite(reg.created_at) ? new Date(reg.created_at * 1000).toISOString().replace(".000", "") : "?";
     q(".fc-meta").textContent = `${(reg.forecast || {}).law || "?"} law · sha256 ${String(reg.sha256 || "").slice(0, 16)}… · ` +
@@ -166,10 +190,14 @@ window.Obs = window.Obs || {};
     const resp = await fetch("/api/runs/" + encodeURIComponent(page.run_id) + "/forecast/");
     if (!resp.ok) { console.warn("forecast:", resp.status); return; }
     const data = await resp.json();
-    if (F.data && F.data.registration.sha256 === data.registration.sha256 && F.data.verified === data.verified) return;
+    if (F.data && F.data.registration.sha256 === data.registration.sha256 && F.data.verified === data.verified) {
+      const was = (F.data.outcome || {}).status;
+      if (was !== (data.outcome || {}).status) { F.data.outcome = data.outcome; renderPanel(); }
+      return;
+    }
     F.data = data;
     if (!F.live.size) {
-      const watcher = {reset: schedulePanel, added: schedulePanel}; // the panel's own view of the live series
+      const watcher = {reset: evalSeen, added: evalSeen}; // the panel's own view of the live series
       for (const name of [TRAIN, EVAL]) F.live.set(name, ctx.store.want(name, watcher, {points: 1000}));
     }
     if (!F.data.tokens_per_step && !F.tokens) {
@@ -195,6 +223,8 @@ window.Obs = window.Obs || {};
   Obs.onEvents.push((list) => {
     if (!F.page) return; // the page's own history: onStart reads it
     const fresh = list.filter((e) => e.kind === "event" && e.name === "forecast");
-    if (fresh.some((e) => !F.data || (e.payload || {}).sha256 !== F.data.registration.sha256)) load(F.ctx, F.page);
+    const ended = F.data && list.some((e) => e.kind === "state" && ENDED.has(e.name)); // the verdict may be in
+    const changed = fresh.some((e) => !F.data || (e.payload || {}).sha256 !== F.data.registration.sha256);
+    if (ended || changed) load(F.ctx, F.page);
   });
 })(window.Obs);

@@ -30,13 +30,17 @@ window.Obs = window.Obs || {};
     if (b) {
       traces.push({x: b.steps, y: b.low, mode: "lines", line: {width: 0}, hoverinfo: "skip", showlegend: false});
       traces.push({x: b.steps, y: b.high, mode: "lines", line: {width: 0}, fill: "tonexty",
-                   fillcolor: "rgba(46,125,50,0.16)", name: "forecast band", hoverinfo: "skip"});
+                   fillcolor: "rgba(46,125,50,0.16)", name: "forecast band", hoverinfo: "skip",
+                   showlegend: false}); // (the caption names the green band: one legend row fits beside the bar)
       traces.push({x: b.steps, y: b.loss, mode: "lines", line: {color: "#2e7d32", dash: "dash", width: 1.5},
                    name: "forecast"});
     }
     traces.push({x: line.steps, y: line.values, mode: "lines", line: {color: "#1a56b0", width: 1.6}, name: METRIC});
     const hi = Math.max(line.last, 1);
-    const layout = {margin: {l: 50, r: 10, t: b ? 30 : 10, b: 44}, paper_bgcolor: t.card, plot_bgcolor: t.card,
+    // the legend sits above the plot, the mode bar top right (~200 px): on a narrow chart (a phone) the legend
+    // reaches under it (it covered the legend), so the legend's row goes below the bar
+    const top = !b ? 10 : box.clientWidth < 640 ? 58 : 30;
+    const layout = {margin: {l: 50, r: 10, t: top, b: 44}, paper_bgcolor: t.card, plot_bgcolor: t.card,
                     font: {color: t.fg}, showlegend: !!b,
                     legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
                     xaxis: {title: {text: "step"}, gridcolor: t.grid, range: b ? undefined : [0, hi]},
@@ -94,7 +98,8 @@ window.Obs = window.Obs || {};
       const li = node("li", {class: "moment moment-" + m.kind, "data-moment": m.kind + "-" + m.id});
       li.append(node("span", {class: "badge"}, m.kind), " ", node("a", {href: m.url}, m.title), " ");
       const replies = m.count === null || m.count === undefined ? "" : ` · ${m.count} repl${m.count === 1 ? "y" : "ies"}`;
-      li.append(node("span", {class: "muted"}, `${m.run_name} · step ${m.step}${replies}`));
+      const together = m.n > 1 ? ` · ${m.n} together` : ""; // one cause seen on several series (front/moments.py)
+      li.append(node("span", {class: "muted"}, `${m.run_name} · step ${m.step}${together}${replies}`));
       if (m.detail) li.append(node("p", {class: "moment-detail"}, m.detail));
       return li;
     });

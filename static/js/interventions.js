@@ -1,5 +1,5 @@
 // Operator interventions on the public dashboard: every applied command drawn as a marker at the step the trainer
-// applied it, labelled with its reason (and the operator's name where they opted in); undone ones in grey. Labels
+// applied it, labelled with its reason (and the operator's name where they opted in); undone ones not. Labels
 // too close to read at the chart's zoom fold into one with a count (charts.js), each reason in full on hover.
 // Source: GET /api/runs/<id>/interventions/ (public). Drawn through Obs.setOverlays("interventions", ...).
 "use strict";
@@ -54,7 +54,9 @@ window.Obs = window.Obs || {};
       try {
         const r = await fetch(url);
         if (!r.ok) return;
-        const list = (await r.json()).interventions.filter((c) => c.step !== null);
+        // an undone command (a rollback went back past it) is on the abandoned branch: not drawn on the new
+        // timeline's steps (the log and the event list keep it)
+        const list = (await r.json()).interventions.filter((c) => c.step !== null && !c.undone_by);
         const key = JSON.stringify(list.map((c) => [c.id, c.undone_by]));
         if (key === shown) return;
         shown = key;

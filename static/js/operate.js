@@ -420,7 +420,7 @@
 
   $("op-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
-    const [runId, name] = formFor.split("/");
+    const sent = formFor, [runId, name] = sent.split("/");
     const spec = specs.get(name), reason = $("op-reason").value.trim(), args = collectArgs(spec);
     $("op-error").textContent = "";
     if (!reason) { $("op-error").textContent = "give a reason: it is published with the command"; return; }
@@ -434,7 +434,9 @@
     $("op-send").disabled = true;
     const ok = await post(runId, {id, command: name, args, reason, confirm: spec.destructive ? true : undefined});
     $("op-send").disabled = false;
-    if (ok) { // done with this form: its preview (a band, a plan) no longer describes anything
+    // done with this form (its preview, a band or a plan, no longer describes anything), unless the operator
+    // has opened another command's form while the answer was on its way
+    if (ok && formFor === sent) {
       $("op-reason").value = ""; $("op-confirm").checked = false;
       formFor = null; chart.preview = null; $("op-form").hidden = true; renderDetail();
     }

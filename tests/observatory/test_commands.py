@@ -125,7 +125,29 @@ def test_freshness_is_measured_against_now_with_a_stated_clock_skew():
     now = 1_000_000.0
     contract.check_fresh(now - contract.STALE_AFTER_S, now)
     contract.check_fresh(now + contract.MAX_CLOCK_SKEW_S, now)
-    with pytest.raises(CommandError, match=r"^stale: issued 601 s ago \(more than 600 s\)"):
+    with pytest.raises(CommandError, match=rf"^stale: issued {contract.STALE_AFTER_S + 1} s ago \(more than "
+                                           rf"{contract.STALE_AFTER_S} s\)"):
         contract.check_fresh(now - contract.STALE_AFTER_S - 1, now)
     with pytest.raises(CommandError, match=r"issued 31 s in the future"):
         contract.check_fresh(now + contract.MAX_CLOCK_SKEW_S + 1, now)
+
+
+def test_a_run_key_is_derived_per_run_and_generation_and_loaded_for_one_run(tmp_path):
+    master = b"m" * 32
+    a0, a1, b0 = (contract.run_control_key(master, r, g) for r, g in (("run-a", 0), ("run-a", 1), ("run-b", 0)))
+    assert len({a0, a1, b0, master}) == 4 and a0 == contract.run_control_key(master, "run-a")
+    assert len(a0) == 64 and a0 != contract.run_control_key(b"n" * 32, "run-a")
+    # the run id and the generation are length-prefixed: no choice of id makes two runs' keys collide
+    assert contract.run_control_key(master, "a1", 0) != contract.run_control_key(master, "a", 10)
+    f = contract.sign_command("run-b", contract.command_fields("cmd-00000001", "pause"), a0)
+    with pytest.raises(CommandError, match="not signed with run run-b's control key"):
+        contract.verify_command("run-b", f, b0)
+    # a trainer or the CLI: its own run's key as given, else derived from a master this host holds
+    assert contract.load_run_control_key("run-a", {"OBS_RUN_CONTROL_KEY": a1.decode()}) == a1
+    assert contract.load_run_control_key("run-a", {"OBS_CONTROL_KEY": master.decode()}) == a0
+    (tmp_path / "k").write_bytes(a1 + b"\n")
+    assert contract.load_run_control_key("run-a", {"OBS_RUN_CONTROL_KEY_FILE": str(tmp_path / "k"),
+                                                   "OBS_CONTROL_KEY": master.decode()}) == a1
+    assert contract.load_run_control_key("run-a", {}) is None
+    with pytest.raises(ValueError, match="OBS_RUN_CONTROL_KEY is shorter"):
+        contract.load_run_control_key("run-a", {"OBS_RUN_CONTROL_KEY": "short"})

@@ -199,7 +199,10 @@ def test_a_killed_redis_with_an_append_only_file_loses_and_doubles_nothing(tmp_p
         assert pub.flush(10)
         assert [m.data["step"] for m in _entries(client, "aof-run")] == list(range(60))
         st = pub.stats()
-        assert st["resent"] == 0 and st["published"] == 60 and st["unconfirmed"] == 0
+        # (resent may be > 0: under a busy disk, Redis with appendfsync everysec postpones its AOF write up to 2 s
+        # after confirming, a kill -9 then loses those entries, and the publisher writes them again; seen in a run
+        # at load 12 on 2 cores. Nothing lost, nothing doubled either way: the list above.)
+        assert st["published"] == 60 and st["unconfirmed"] == 0
     finally:
         pub.close()
         redis.stop()

@@ -87,7 +87,7 @@ class Sender:
         cmd_id = cmd_id or uuid.uuid4().hex
         fields = contract.command_fields(cmd_id, command, args, "retention test", "tester")
         self.client.xadd(contract.control_stream(self.run_id),
-                         contract.sign_command(self.run_id, fields, contract.load_control_key()))
+                         contract.sign_command(self.run_id, fields, contract.load_run_control_key(self.run_id)))
         return cmd_id
 
     def final_acks(self, cmd_id) -> list[dict]:

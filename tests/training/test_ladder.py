@@ -243,12 +243,13 @@ def test_sigterm_stops_a_ladder_like_sigint_without_compiling_on(tmp_path, tiny,
     assert not [r for r in jsonl(first) if r["kind"] == "metrics"]
 
 
-def test_the_demo_ladder_spans_30x_in_compute_past_warm_up_and_its_target_is_within_10x_counted_alike():
+@pytest.mark.parametrize("name", ["ladder.toml", "ladder_moe.toml"])
+def test_the_demo_ladder_spans_30x_in_compute_past_warm_up_and_its_target_is_within_10x_counted_alike(name):
     from training.flops import training_flops
     from training.ladder import load_ladder, target_cfg
     from training.schedule import Schedule
 
-    ladder = load_ladder(ROOT / "training/configs/ladder.toml")
+    ladder = load_ladder(ROOT / "training/configs" / name)
     C = [r.C for r in ladder.rungs]
     tcfg = target_cfg(ladder)
     target_C = training_flops(tcfg.model, tcfg.train.token_budget)
@@ -282,6 +283,31 @@ def test_a_bad_ladder_config_exits_2_naming_the_key(tmp_path, tiny):
 def test_the_demo_ladder_declares_its_band_floor():
     from training.ladder import load_ladder
     assert load_ladder(ROOT / "training/configs/ladder.toml").min_margin == pytest.approx(0.02)
+
+
+def test_the_moe_ladder_is_the_heros_family_counted_by_active_parameters_with_the_calibrated_band(tmp_path):
+    """Rungs and target are MoE models of one routing (experts, top-k, shared experts fixed across the family), N
+    counts the active parameters, and the band comes from the rule in code (no declared floor)."""
+    from training.errors import ConfigError
+    from training.ladder import load_ladder, target_cfg
+
+    path = ROOT / "training/configs/ladder_moe.toml"
+    ladder = load_ladder(path)
+    assert ladder.band == "calibrated" and ladder.min_margin == 0.0
+    tcfg = target_cfg(ladder)
+    for cfg in [load(ladder.base, r.overrides) for r in ladder.rungs] + [tcfg]:
+        assert cfg.model.mlp == "moe" and (cfg.model.moe.n_routed, cfg.model.moe.top_k) == (8, 2)
+        c = counts(cfg.model)
+        assert c["params_active"] < c["params_total"]
+    assert [r.N for r in ladder.rungs] == [float(counts(load(ladder.base, r.overrides).model)["params_active"])
+                                           for r in ladder.rungs]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(path.read_text().replace('band = "calibrated"', 'band = "wide"').replace(
+        'base = "demo.toml"', f'base = "{ROOT / "training/configs/demo.toml"}"').replace(
+        'target = "ladder_moe_target.toml"', f'target = "{ROOT / "training/configs/ladder_moe_target.toml"}"'))
+    with pytest.raises(ConfigError, match="bootstrap or calibrated") as e:
+        load_ladder(bad)
+    assert "ladder.band" in e.value.line()
 
 
 def test_a_missing_or_broken_ladder_file_is_a_config_error_naming_it(tmp_path):

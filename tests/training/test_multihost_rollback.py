@@ -32,7 +32,8 @@ def _env(devices: int, **extra: str) -> dict:
 def _send_rollback(client, run_id: str) -> str:
     cmd_id = uuid.uuid4().hex
     fields = contract.command_fields(cmd_id, "rollback", {"step": TARGET, "skip_batches": SKIP}, "test", "tester")
-    client.xadd(contract.control_stream(run_id), contract.sign_command(run_id, fields, contract.load_control_key()))
+    key = contract.load_run_control_key(run_id)
+    client.xadd(contract.control_stream(run_id), contract.sign_command(run_id, fields, key))
     return cmd_id
 
 

@@ -108,3 +108,28 @@ def test_database_0_keeps_the_default_channel_prefix():
     assert s.channel_layers("redis://127.0.0.1:6379/0")["default"]["CONFIG"]["prefix"] == "asgi"
     assert s.channel_layers("redis://127.0.0.1:6379")["default"]["CONFIG"]["prefix"] == "asgi"
     assert s.channel_layers("unix:///run/redis.sock?db=3")["default"]["CONFIG"]["prefix"] == "asgi-db3"
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://example.org", "http://example.org/site", "http://",
+                                 "http://example.org:port", "http://user:pw@example.org", "https://example.org?x=1"])
+def test_a_wrong_public_url_stops_the_site_naming_it(url):
+    from webapp.settings import public_url
+
+    with pytest.raises(ImproperlyConfigured, match="OBS_PUBLIC_URL"):
+        public_url(url)
+
+
+def test_the_public_url_is_the_trusted_origin_and_an_allowed_host(tmp_path):
+    code = ("import json; from django.conf import settings as s; print(json.dumps({'origins': "
+            "getattr(s, 'CSRF_TRUSTED_ORIGINS', []), 'hosts': s.ALLOWED_HOSTS, 'url': s.OBS_PUBLIC_URL}))")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OBS_", "DJANGO_"))}
+    env = {**base, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1", "OBS_DATA_DIR": str(tmp_path)}
+    got = subprocess.run([sys.executable, "-c", "import django; django.setup(); " + code], cwd=ROOT, text=True,
+                         capture_output=True, env={**env, "OBS_PUBLIC_URL": "https://Obs.Example.org:8443/"})
+    assert got.returncode == 0, got.stderr
+    got = json.loads(got.stdout)
+    assert got["origins"] == ["https://obs.example.org:8443"] and got["url"] == "https://obs.example.org:8443"
+    assert "obs.example.org" in got["hosts"]
+    bad = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, text=True,
+                         capture_output=True, env={**env, "OBS_PUBLIC_URL": "obs.example.org"})
+    assert bad.returncode != 0 and "OBS_PUBLIC_URL 'obs.example.org'" in bad.stderr

@@ -28,12 +28,13 @@ from webapp.accounts.forms import ProfileForm, SignupForm, WriteTokenForm
 from webapp.accounts.models import Profile, WriteToken
 from webapp.accounts.permissions import can, requires
 from webapp.accounts.tokens import confirmation_token
+from webapp.public import absolute
 
 WRITE_RATE = "10/m"  # per client address, on every account write (sign-up, log-in, reset, profile)
 
 
 def _send_confirmation(request, user) -> None:
-    link = request.build_absolute_uri(reverse("account-confirm", kwargs={
+    link = absolute(request, reverse("account-confirm", kwargs={
         "uidb64": urlsafe_base64_encode(force_bytes(user.pk)), "token": confirmation_token.make_token(user)}))
     body = render_to_string("accounts/confirm_email.txt", {"user": user, "link": link})
     send_mail("Confirm your Observatory account", body, None, [user.email])

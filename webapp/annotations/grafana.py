@@ -8,6 +8,7 @@ whose x axis is the step (or a JSON-API/Infinity data source reading this URL) d
 """
 
 from __future__ import annotations
+from webapp.public import absolute
 
 
 def _ms(t) -> int | None:
@@ -18,7 +19,7 @@ def export(items, request) -> list[dict]:
     out = []
     for a in items:
         text = a.title if not a.body else f"{a.title}\n\n{a.body}"
-        url = request.build_absolute_uri(f"/runs/{a.run_id}/?annotation={a.id}")
+        url = absolute(request, f"/runs/{a.run_id}/?annotation={a.id}")
         out.append({
             "id": a.id, "dashboardUID": a.run_id, "panelId": None,
             "time": a.step_start, "timeEnd": a.step_end, "tags": list(a.tags), "text": text,

@@ -11,7 +11,7 @@ from django_ratelimit.decorators import ratelimit
 from webapp.accounts.permissions import api_requires, can, public
 from webapp.anomalies import filters
 from webapp.anomalies.models import Anomaly, TriageError
-from webapp.api import ApiError, api_view
+from webapp.api import ApiError, api_view, well_formed
 from webapp.pagination import page
 from webapp.runs.api import get_run
 
@@ -50,6 +50,10 @@ def anomaly_triage(request, run_id: str, pk: int):
         body = None
     if not isinstance(body, dict):
         return JsonResponse({"error": "body must be a JSON object"}, status=400)
+    try:
+        well_formed(body)
+    except ApiError as e:
+        return JsonResponse({"error": e.message, **e.extra}, status=e.status)
     try:
         a.triage(body.get("action"), request.user, body.get("note", ""))
     except TriageError as e:

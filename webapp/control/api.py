@@ -103,9 +103,8 @@ def _retry(existing: OperatorCommand, run: Run, body: dict, args: dict) -> JsonR
         channel.send(existing)
     except Exception as e:
         raise ApiError(503, f"could not resend: {type(e).__name__}: {e}"[:300]) from None
-    existing.sent_count += 1
-    OperatorCommand.objects.filter(pk=existing.pk).update(sent_count=F("sent_count") + 1,
-                                                          sent_entry=existing.sent_entry)
+    existing.sent_count += 1  # sent_entry stays the first send's: the acks of every send count (channel.follow)
+    OperatorCommand.objects.filter(pk=existing.pk).update(sent_count=F("sent_count") + 1)
     return JsonResponse(existing.as_json(), status=202)
 
 

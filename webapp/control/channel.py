@@ -2,7 +2,7 @@
 
 Everything a page shows about a command is read from shared state, so any web replica (or one restarted
 mid-flight) tells the same story: `sync()` imports commands other senders (the CLI) put on the control stream,
-moves each open command along the trainer's acks (only acks written after its latest send count), and marks
+moves each open command along the trainer's acks (matched by command id: see `follow`), and marks
 commands undone from the `commands_rolled_back` events ingest stored. Every step is idempotent.
 """
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from observatory import contract
 from observatory.streams import text
-from webapp.control.models import OperatorCommand
+from webapp.control.models import OperatorCommand, RunControlKey
 from webapp.redis import get_redis
 from webapp.runs.models import RunEvent
 
@@ -30,22 +30,30 @@ class NoControlKey(RuntimeError):
     pass
 
 
-def _key() -> bytes:
-    key = settings.OBS_CONTROL_KEY
-    if key is None:
+def run_key(run_id: str) -> bytes:
+    """The run's control key, derived from the master only the web tier holds, at the run's generation."""
+    master = settings.OBS_CONTROL_KEY
+    if master is None:
         raise NoControlKey("the web tier has no control key (OBS_CONTROL_KEY or OBS_CONTROL_KEY_FILE)")
-    return key
+    return contract.run_control_key(master, run_id, RunControlKey.generation_of(run_id))
+
+
+def run_key_or_none(run_id: str) -> bytes | None:
+    try:
+        return run_key(run_id)
+    except NoControlKey:
+        return None
 
 
 def send(cmd: OperatorCommand) -> None:
-    """Put the command on its run's control stream, signed, and note the entry on `cmd.sent_entry` (the caller
-    saves it); a retry sends the same id again."""
-    key = _key()
+    """Put the command on its run's control stream, signed; the first send's entry goes on `cmd.sent_entry` (the
+    caller saves it). A retry sends the same id again and leaves `sent_entry` as it was: acks of every send count."""
+    key = run_key(cmd.run_id)
     who = cmd.user.get_username() if cmd.user else cmd.sender
     fields = contract.sign_command(cmd.run_id, contract.command_fields(cmd.id, cmd.name, cmd.args, cmd.reason, who),
                                    key)
     entry = get_redis().xadd(contract.control_stream(cmd.run_id), fields, maxlen=CONTROL_MAXLEN, approximate=True)
-    cmd.sent_entry = text(entry)
+    cmd.sent_entry = cmd.sent_entry or text(entry)
 
 
 def _fields(raw: dict) -> dict[str, str]:
@@ -54,7 +62,6 @@ def _fields(raw: dict) -> dict[str, str]:
 
 def _import_foreign(run_ids: list[str], pipe_results) -> None:
     """Commands on the control streams that no record holds yet (sent with the CLI): record them as sent."""
-    key = settings.OBS_CONTROL_KEY
     found = {}
     for run_id, entries in zip(run_ids, pipe_results):
         for eid, raw in entries:
@@ -64,11 +71,14 @@ def _import_foreign(run_ids: list[str], pipe_results) -> None:
     if not found:
         return
     known = set(OperatorCommand.objects.filter(pk__in=list(found)).values_list("pk", flat=True))
+    keys: dict[str, bytes | None] = {}
     for cmd_id, (run_id, eid, raw, f) in found.items():
         if cmd_id in known:
             continue
-        try:  # only signed commands are operator commands; anything else the trainer rejects anyway
-            contract.verify_command(run_id, raw, key)
+        if run_id not in keys:
+            keys[run_id] = run_key_or_none(run_id)
+        try:  # only commands signed with the run's key are operator commands; the trainer rejects anything else
+            contract.verify_command(run_id, raw, keys[run_id])
             cmd = contract.parse_command(raw)
         except contract.CommandError:
             continue
@@ -78,42 +88,98 @@ def _import_foreign(run_ids: list[str], pipe_results) -> None:
             sender=cmd.user[:150], created_at=when, sent_entry=eid))
 
 
-def _entry_key(eid: str) -> tuple[int, int]:
-    ms, _, seq = eid.partition("-")
-    return (int(ms or 0), int(seq or 0))
+def entry_key(eid: str) -> tuple[int, int]:
+    """A stream entry id's order; anything unparsable (a forged field) sorts first."""
+    ms, _, seq = (eid or "").partition("-")
+    try:
+        return (int(ms or 0), int(seq or 0))
+    except ValueError:
+        return (-1, -1)
 
 
-def _apply_acks(open_cmds: list[OperatorCommand], acks: list) -> None:
+def scan_start(cmds: list[OperatorCommand]) -> str:
+    """Where to read a run's ack stream from: the millisecond of its oldest open command's first send."""
+    first = min((entry_key(c.sent_entry or "0-0") for c in cmds), default=(0, 0))
+    return f"{first[0]}-0" if first > (0, 0) else "-"
+
+
+def answers(cmd: OperatorCommand, ack_id: str, f: dict[str, str]) -> bool:
+    """Whether an ack (its id on the ack stream, its fields) answers a send of `cmd`: its id is the command's, and
+    the control entry it names is the first send or a later one (one stream: the order is meaningful). An ack that
+    names no entry (an older trainer) counts from the first send's millisecond on: ack-stream ids are another
+    stream's, and a refusal may get the very id of the send it answers."""
+    if f.get("id") != cmd.id:
+        return False
+    first = entry_key(cmd.sent_entry or "0-0")
+    if f.get("entry"):
+        return entry_key(f["entry"]) >= first
+    return entry_key(ack_id)[0] >= first[0]
+
+
+def follow(open_cmds: list[OperatorCommand], acks: list) -> list[OperatorCommand]:
+    """Move each open command along the acks (in stream order) that answer it; the first final ack is what the
+    trainer did, and a later one (a refused replay, a duplicate's answer) never changes it. The one rule for the
+    recorded trail (sync) and the public reads (outcomes), in memory; returns the commands that changed."""
     order = {s: i for i, s in enumerate(OperatorCommand.STATUSES)}
     by_id = {c.id: c for c in open_cmds}
+    changed: dict[str, OperatorCommand] = {}
     for eid, raw in acks:
         f = _fields(raw)
-        cmd = by_id.get(f.get("id", ""))
-        status = f.get("status", "")
-        if cmd is None or status not in order or _entry_key(text(eid)) <= _entry_key(cmd.sent_entry or "0-0"):
+        cmd, status = by_id.get(f.get("id", "")), f.get("status", "")
+        if cmd is None or status not in order or cmd.final or order[status] <= order[cmd.status]:
             continue
-        if cmd.final or order[status] <= order[cmd.status]:  # the first final ack is what the trainer did
+        if not answers(cmd, text(eid), f):
             continue
         cmd.status, cmd.detail = status, f.get("detail", "")[:2000]
         step = f.get("step", "")
         cmd.step = int(step) if step.isdigit() else cmd.step
+        changed[cmd.id] = cmd
+    return list(changed.values())
+
+
+def _apply_acks(open_cmds: list[OperatorCommand], acks: list) -> None:
+    order = {s: i for i, s in enumerate(OperatorCommand.STATUSES)}
+    for cmd in follow(open_cmds, acks):
         # only forward: a slower replica applying an older ack must not move the record back
-        OperatorCommand.objects.filter(pk=cmd.pk, status__in=[s for s in OPEN if order[s] < order[status]]) \
-            .update(status=status, detail=cmd.detail, step=cmd.step, updated_at=timezone.now())
+        OperatorCommand.objects.filter(pk=cmd.pk, status__in=[s for s in OPEN if order[s] < order[cmd.status]]) \
+            .update(status=cmd.status, detail=cmd.detail, step=cmd.step, updated_at=timezone.now())
+
+
+def undo_of(payload) -> tuple[list[str], str, str] | None:
+    """A `commands_rolled_back` event's (ids, by, detail), or None when it names none."""
+    ids = payload.get("ids") if isinstance(payload, dict) else None
+    if not isinstance(ids, list) or not ids:
+        return None
+    by = str(payload.get("by") or "restart")[:200]
+    detail = str(payload.get("detail") or "")[:1000]
+    if by == "restart":
+        detail = f"lost in a restart from the checkpoint at step {payload.get('resumed_step')}: {detail}"
+    return [str(i) for i in ids][:1000], by, detail
+
+
+def undo(cmds: list[OperatorCommand], events: list[tuple[dict, object]]) -> list[OperatorCommand]:
+    """Mark the applied, not yet undone commands each event (payload, when) undid, in memory, in event order; the
+    first undo stands. The one rule for the recorded trail and the public reads; returns those marked."""
+    applied = {c.id: c for c in cmds if c.status == "applied" and c.undone_at is None}
+    marked = []
+    for payload, when in events:
+        found = undo_of(payload) if applied else None
+        for cmd_id in (found[0] if found else []):
+            cmd = applied.pop(cmd_id, None)
+            if cmd is not None:
+                cmd.undone_by, cmd.undone_at, cmd.undone_detail = found[1], when, found[2]
+                marked.append(cmd)
+    return marked
 
 
 def _apply_undos(run_ids: list[str]) -> None:
     events = RunEvent.objects.filter(run_id__in=run_ids, name="commands_rolled_back").order_by("id")
     for ev in events:
-        ids = ev.payload.get("ids") if isinstance(ev.payload, dict) else None
-        if not isinstance(ids, list) or not ids:
+        found = undo_of(ev.payload)
+        if found is None:
             continue
-        by = str(ev.payload.get("by") or "restart")[:200]
-        detail = str(ev.payload.get("detail") or "")[:1000]
-        if by == "restart":
-            detail = f"lost in a restart from the checkpoint at step {ev.payload.get('resumed_step')}: {detail}"
-        OperatorCommand.objects.filter(run_id=ev.run_id, pk__in=[str(i) for i in ids][:1000], status="applied",
-                                       undone_at__isnull=True) \
+        ids, by, detail = found
+        OperatorCommand.objects.filter(run_id=ev.run_id, pk__in=ids, status="applied", undone_at__isnull=True) \
             .update(undone_by=by, undone_at=ev.t or ev.created_at, undone_detail=detail)
 
 
@@ -134,8 +200,7 @@ def sync(run_ids: list[str]) -> None:
     if by_run:
         pipe = r.pipeline(transaction=False)
         for run_id, cmds in by_run.items():
-            start = min((c.sent_entry or "0-0" for c in cmds), key=_entry_key)
-            pipe.xrange(contract.ack_stream(run_id), min=f"({start}" if start != "0-0" else "-", count=ACK_SCAN)
+            pipe.xrange(contract.ack_stream(run_id), min=scan_start(cmds), count=ACK_SCAN)
         for cmds, acks in zip(by_run.values(), pipe.execute()):
             _apply_acks(cmds, acks)
     _apply_undos(run_ids)

@@ -33,6 +33,7 @@ from webapp.control import snapshot
 log = logging.getLogger("observatory.control")
 TICK_S = 0.5
 CLOSE_FORBIDDEN = 4403
+MAX_FRAME_CHARS = 4096  # the panel sends {"type": "ping"} and {"type": "refresh"}: anything longer is dropped
 _shared = {"t": 0.0, "text": None, "runs": []}  # this process's latest build, reused by its other sockets within a tick
 _lock: asyncio.Lock | None = None
 
@@ -86,8 +87,8 @@ class OperateConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None):
         try:
-            msg = json.loads(text_data or "")
-        except ValueError:
+            msg = json.loads(text_data or "") if len(text_data or "") <= MAX_FRAME_CHARS else None
+        except (ValueError, RecursionError):  # thousands of '[' overflow the decoder's own recursion
             return
         if not isinstance(msg, dict):
             return

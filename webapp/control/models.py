@@ -31,7 +31,7 @@ class OperatorCommand(models.Model):
     detail = models.TextField(blank=True)
     step = models.BigIntegerField(null=True)
     updated_at = models.DateTimeField(auto_now=True)
-    sent_entry = models.CharField(max_length=40, blank=True)  # control-stream entry id: acks after it count
+    sent_entry = models.CharField(max_length=40, blank=True)  # the first send's control entry (channel.answers)
     sent_count = models.PositiveIntegerField(default=1)  # a retry puts the same id on the stream again
     undone_by = models.CharField(max_length=200, blank=True)  # the rollback's command id, or "restart"
     undone_at = models.DateTimeField(null=True, blank=True)
@@ -75,3 +75,16 @@ class OperatorCommand(models.Model):
         if not public:
             out["sent_count"] = self.sent_count
         return out
+
+
+class RunControlKey(models.Model):
+    """A run's control-key generation: the run's key is contract.run_control_key(master, run id, generation), where
+    the master (OBS_CONTROL_KEY) stays with the web tier. No row: generation 0. `manage.py control_key <run>
+    --rotate` moves one run to its next generation and leaves every other run's key as it was."""
+    run_id = models.CharField(primary_key=True, max_length=200)  # also before the run is registered
+    generation = models.PositiveIntegerField(default=0)
+    rotated_at = models.DateTimeField(default=timezone.now)
+
+    @classmethod
+    def generation_of(cls, run_id: str) -> int:
+        return cls.objects.filter(pk=run_id).values_list("generation", flat=True).first() or 0

@@ -4,7 +4,6 @@ memory. The operator paths (the panel, a send) record the same through channel.s
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.utils import timezone
 
 from observatory import contract
@@ -13,9 +12,6 @@ from webapp.control import channel
 from webapp.control.models import OperatorCommand
 from webapp.redis import get_redis
 from webapp.runs.models import RunEvent, from_unix
-
-_ORDER = {s: i for i, s in enumerate(OperatorCommand.STATUSES)}
-
 
 def current(run_id: str, rows) -> list[OperatorCommand]:
     """`rows` (some of the run's records) and the run's unrecorded shell commands, brought up to date; newest
@@ -44,11 +40,6 @@ def _fields(raw) -> dict[str, str]:
     return {text(k): text(v) for k, v in raw.items()}
 
 
-def _entry_key(eid: str) -> tuple[int, int]:
-    ms, _, seq = eid.partition("-")
-    return (int(ms or 0), int(seq or 0))
-
-
 def _unrecorded(run_id: str, entries) -> list[OperatorCommand]:
     """Signed commands on the control stream that no record holds (sent with the CLI), as unsaved records."""
     found = {}
@@ -58,11 +49,12 @@ def _unrecorded(run_id: str, entries) -> list[OperatorCommand]:
             found[f["id"]] = (text(eid), raw)
     known = set(OperatorCommand.objects.filter(pk__in=list(found)).values_list("pk", flat=True))
     out = []
+    key = channel.run_key_or_none(run_id) if set(found) - known else None
     for cmd_id, (eid, raw) in found.items():
         if cmd_id in known:
             continue
-        try:  # only signed commands are operator commands; anything else the trainer rejects anyway
-            contract.verify_command(run_id, raw, settings.OBS_CONTROL_KEY)
+        try:  # only commands signed with the run's key are operator commands; the trainer rejects anything else
+            contract.verify_command(run_id, raw, key)
             cmd = contract.parse_command(raw)
         except contract.CommandError:
             continue
@@ -73,37 +65,14 @@ def _unrecorded(run_id: str, entries) -> list[OperatorCommand]:
 
 
 def _follow_acks(r, run_id: str, open_cmds: list[OperatorCommand]) -> None:
-    """Each open command moved forward along the acks written after its latest send."""
-    if not open_cmds:
-        return
-    start = min((c.sent_entry or "0-0" for c in open_cmds), key=_entry_key)
-    acks = r.xrange(contract.ack_stream(run_id), min=f"({start}" if start != "0-0" else "-", count=channel.ACK_SCAN)
-    by_id = {c.id: c for c in open_cmds}
-    for eid, raw in acks:
-        f = _fields(raw)
-        cmd, status = by_id.get(f.get("id", "")), f.get("status", "")
-        if cmd is None or status not in _ORDER or _entry_key(text(eid)) <= _entry_key(cmd.sent_entry or "0-0"):
-            continue
-        if not cmd.final and _ORDER[status] > _ORDER[cmd.status]:  # the first final ack is what happened
-            step = f.get("step", "")
-            cmd.status, cmd.detail = status, f.get("detail", "")[:2000]
-            cmd.step = int(step) if step.isdigit() else cmd.step
+    """Each open command moved forward along the acks that answer it (channel.follow, the recording rule)."""
+    if open_cmds:
+        channel.follow(open_cmds, r.xrange(contract.ack_stream(run_id), min=channel.scan_start(open_cmds),
+                                           count=channel.ACK_SCAN))
 
 
 def _undo(run_id: str, cmds: list[OperatorCommand]) -> None:
-    """Applied commands a rollback (or a restart from an older checkpoint) undid."""
-    applied = {c.id: c for c in cmds if c.status == "applied" and c.undone_at is None}
-    if not applied:
-        return
-    for ev in RunEvent.objects.filter(run_id=run_id, name="commands_rolled_back").order_by("id"):
-        ids = ev.payload.get("ids") if isinstance(ev.payload, dict) else None
-        if not isinstance(ids, list):
-            continue
-        by = str(ev.payload.get("by") or "restart")[:200]
-        detail = str(ev.payload.get("detail") or "")[:1000]
-        if by == "restart":
-            detail = f"lost in a restart from the checkpoint at step {ev.payload.get('resumed_step')}: {detail}"
-        for cmd_id in [str(i) for i in ids][:1000]:
-            cmd = applied.pop(cmd_id, None)
-            if cmd is not None:
-                cmd.undone_by, cmd.undone_at, cmd.undone_detail = by, ev.t or ev.created_at, detail
+    """Applied commands a rollback (or a restart from an older checkpoint) undid (channel.undo, the recording rule)."""
+    if any(c.status == "applied" and c.undone_at is None for c in cmds):
+        events = RunEvent.objects.filter(run_id=run_id, name="commands_rolled_back").order_by("id")
+        channel.undo(cmds, [(ev.payload, ev.t or ev.created_at) for ev in events])

@@ -1,12 +1,16 @@
 """Experiments: every run that published a pre-registered forecast, grouped by the experiment it states.
 
-GET /experiments/               the list: name, goal, target runs, verified or not
-GET /experiments/<name>/        goal, hypothesis, and per target run the frozen forecast: law, formula, parameters
+GET /experiments/               the list: name, goal, target runs, came true or not, registration intact or not
+GET /experiments/<name>/        goal, hypothesis, and per target run: forecast vs actual with a verdict once the
+                                target finished (webapp/experiments/outcome.py), the ladder's fit with the target's
+                                point (an SVG), the frozen forecast: law, formula, parameters
                                 with their bands, predicted final loss with its band, sha256, created_at ("registered
                                 before step 0 of <run>" when it was), the rung runs
 GET /api/runs/<id>/forecast/    {"run_id", "verified", "problem", "published_step", "first_started",
                                  "registered_before_start", "tokens_per_step", "rungs": [{id, exists, name,
-                                 tokens_per_step, series}], "experiment_url", "registration": <the record as published>}
+                                 tokens_per_step, series}], "experiment_url", "outcome": {status, actual, source,
+                                 tokens, fraction, inside, error_pct, verdict} (outcome.py),
+                                 "registration": <the record as published>}
                                 404 when the run published none. Public; the record is served exactly as published
                                 (not redacted: anyone can re-hash it).
 """
@@ -23,6 +27,7 @@ from django.views.decorators.http import require_GET
 from observatory import contract
 from webapp.accounts.permissions import public
 from webapp.api import api_view, found
+from webapp.experiments import outcome as outcome_lib
 from webapp.metrics.models import Series
 from webapp.runs import forecast as forecast_lib
 from webapp.runs import pagedata
@@ -63,6 +68,7 @@ def summary(reg: forecast_lib.Registration, run: Run | None) -> dict:
                    "series": series.get(rid, [])}
                   for rid in reg.rung_runs],
         "experiment_url": reverse("experiment-detail", args=[reg.name]),
+        "outcome": outcome_lib.outcome(reg, run),
         "registration": reg.record,
     }
 
@@ -89,7 +95,25 @@ def _display(reg: forecast_lib.Registration, run: Run | None) -> dict:
                sha256=str(reg.record.get("sha256", "")), forecast_sha256=str(fc.get("sha256", "")),
                created=_utc(reg.created_at), config_hash=str(target.get("config_hash", "")),
                experiment=reg.experiment, name=reg.name)
+    result = out["outcome"]
+    out.update(outcome=result, actual=_g(result["actual"]), ladder_svg=outcome_lib.ladder_svg(reg, result),
+               ladder_actual=result["status"] == "finished",
+               error=None if result["error_pct"] is None else f"{result['error_pct']:+.2f}%",
+               trained=None if result["fraction"] is None else f"{100 * result['fraction']:.0f}%")
     return out
+
+
+def _result_line(reg: forecast_lib.Registration, run: Run | None) -> str:
+    """One line of the list's "Came true?" column: the verdict once the target finished, else where it is."""
+    r = outcome_lib.outcome(reg, run)
+    err = "" if r["error_pct"] is None else f" ({r['error_pct']:+.1f}%)"
+    if r["status"] == "finished":
+        return r["verdict"] + err
+    if r["status"] == "short":
+        return "stopped short of its token budget: no verdict"
+    if r["status"] == "training":
+        return "training" + (f", {100 * r['fraction']:.0f}% of its tokens" if r["fraction"] is not None else "")
+    return "not started" if r["status"] == "waiting" else "target not on this site"
 
 
 @public
@@ -98,8 +122,10 @@ def experiment_list(request):
     groups: dict[str, list] = {}
     for reg in forecast_lib.all_latest():
         groups.setdefault(reg.name, []).append(reg)
+    runs = {r.id: r for r in Run.objects.filter(pk__in=[reg.run_id for regs in groups.values() for reg in regs])}
     rows = [{"name": name, "experiment": regs[0].experiment, "runs": [r.run_id for r in regs],
-             "verified": all(r.verified for r in regs), "created": _utc(regs[0].created_at)}
+             "verified": all(r.verified for r in regs), "created": _utc(regs[0].created_at),
+             "results": [_result_line(reg, runs.get(reg.run_id)) for reg in regs]}
             for name, regs in groups.items()]
     return render(request, "experiments/list.html", {"rows": rows})
 

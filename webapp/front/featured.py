@@ -45,11 +45,21 @@ def band(run: Run, reg) -> dict | None:
             "experiment_url": reverse("experiment-detail", args=[reg.name])}
 
 
+HELD_OUT_POINTS = 5  # held-out evaluations a run needs before its band is drawn on them rather than on train/loss
+
+
 def chart(run: Run) -> dict:
-    """The featured run's loss window (whole run) and forecast band, for first paint without an API round trip."""
-    loss = Series.objects.filter(run=run, name=contract.M_LOSS).first()
+    """The featured run's loss window (whole run) and forecast band, for first paint without an API round trip.
+    With a band, the held-out loss once the run has a few evaluations (the band reads clearly there; the train loss
+    is noisy), else the training loss."""
+    b = band(run, forecast_lib.latest(run.id))
+    name = contract.M_LOSS
+    if b is not None and Series.objects.filter(run=run, name=contract.M_EVAL_LOSS,
+                                               count__gte=HELD_OUT_POINTS).exists():
+        name = contract.M_EVAL_LOSS
+    loss = Series.objects.filter(run=run, name=name).first()
     window = metrics_api.series_window(run, loss, 0, metrics_api.MAX_STEP, POINTS) if loss else None
-    return {"metric": contract.M_LOSS, "window": window, "band": band(run, forecast_lib.latest(run.id))}
+    return {"metric": name, "window": window, "band": b}
 
 
 def experiments() -> list[dict]:

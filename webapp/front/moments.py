@@ -49,17 +49,50 @@ def _iso(t) -> str | None:
     return t.isoformat() if t else None
 
 
+GROUP_STEPS = 50  # anomalies of one kind on one run starting within this many steps: one moment (one cause)
+GROUP_SCAN = 8  # anomalies read per moment asked for (a fault trips one kind on many series at once)
+_SEV = {"info": 0, "warning": 1, "critical": 2}
+
+
+def _group(rows) -> list[list]:
+    """Anomalies (newest first) folded into groups of one kind on one run whose starts lie within GROUP_STEPS of
+    the group's first: one injected fault spiking every domain's loss is one group."""
+    groups: list[list] = []
+    open_: dict[tuple, list] = {}
+    for a in rows:
+        k = (a.run_id, a.kind)
+        g = open_.get(k)
+        if g is not None and abs(g[0].start_step - a.start_step) <= GROUP_STEPS:
+            g.append(a)
+            continue
+        open_[k] = g = [a]
+        groups.append(g)
+    return groups
+
+
 def anomalies(limit: int) -> list[dict]:
     # newest first by primary key: ids follow creation, and the key's index serves it (no index on created_at)
-    rows = Anomaly.objects.filter(superseded=False).select_related("run").order_by("-id")[:limit]
+    rows = Anomaly.objects.filter(superseded=False).select_related("run").order_by("-id")[:limit * GROUP_SCAN]
     out = []
-    for a in rows:
-        lo, hi = a.zoom()
-        out.append({"kind": "anomaly", "id": str(a.id), "run_id": a.run_id, "run_name": a.run.name or a.run_id,
-                    "step": a.peak_step, "from": lo, "to": hi, "severity": a.severity,
-                    "title": a.kind.replace("_", " ") + (f" on {a.metric}" if "/" in a.metric else ""),
-                    "detail": _cut(a.explanation), "count": None, "t": _iso(a.created_at),
-                    "url": chart_url(a.run_id, lo, hi, anomaly=a.id)})
+    for g in _group(rows)[:limit]:
+        worst = max(g, key=lambda a: (_SEV.get(a.severity, 0), a.score))
+        zooms = [a.zoom() for a in g]
+        lo, hi = min(z[0] for z in zooms), max(z[1] for z in zooms)
+        metrics = sorted({a.metric for a in g})
+        kind = worst.kind.replace("_", " ")
+        if len(metrics) > 1:
+            title = f"{kind} on {len(metrics)} series"
+            detail = _cut(worst.explanation + " · also " + ", ".join(m for m in metrics if m != worst.metric))
+        else:
+            title = kind + (f" on {worst.metric}" if "/" in worst.metric else "")
+            detail = _cut(worst.explanation)
+        out.append({"kind": "anomaly", "id": str(worst.id), "run_id": worst.run_id,
+                    "run_name": worst.run.name or worst.run_id, "step": min(a.peak_step for a in g),
+                    "from": lo, "to": hi, "severity": worst.severity, "title": title, "detail": detail,
+                    "count": None, "n": len(g), "t": _iso(max(a.created_at for a in g)),
+                    # info (a host notice, a per-domain blip) is context: below what a visitor should see first
+                    "rank": 1 if worst.severity == "info" else 0,
+                    "url": chart_url(worst.run_id, lo, hi, anomaly=worst.id)})
     return out
 
 

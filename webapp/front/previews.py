@@ -25,11 +25,15 @@ from webapp.front.moments import plain
 from webapp.metrics import queries
 from webapp.metrics.models import Series
 from webapp.runs.models import Run
+from webapp.public import absolute
 
 POINTS = 600  # buckets of min and max: one pair per ~2 px of the 1,104 px plot
 BUCKETS_PER_RUN = 64
 CACHE_S = 24 * 3600  # a key names its data exactly; expiry only frees memory
-MAX_AGE_S = 60  # browsers and crawlers may reuse an answer this long without asking
+MAX_AGE_S = 60  # browsers and crawlers may reuse a run's image this long without asking
+# An annotation's image: `no-cache` (with its ETag): every cache asks again each time, a 304 while nothing changed, so
+# a moderator's hiding takes effect at once (the next answer is a 404), never up to MAX_AGE_S later.
+MODERATED_CACHE = "no-cache"
 DESCRIPTION_CHARS = 200
 
 
@@ -70,14 +74,14 @@ def _image(run: Run, loss: Series | None, note: Annotation | None) -> tuple[str,
     return key, body
 
 
-def _answer(request, key: str, body: bytes):
+def _answer(request, key: str, body: bytes, moderated: bool = False):
     etag = f'"{key}"'
     if etag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
         resp = HttpResponseNotModified()
     else:
         resp = HttpResponse(body, content_type="image/png")
     resp["ETag"] = etag
-    resp["Cache-Control"] = f"public, max-age={MAX_AGE_S}"
+    resp["Cache-Control"] = MODERATED_CACHE if moderated else f"public, max-age={MAX_AGE_S}"
     return resp
 
 
@@ -96,7 +100,7 @@ def run_image(request, run_id: str):
 @require_GET
 def annotation_image(request, pk: int):
     note = _public_note(pk)
-    return _answer(request, *_image(note.run, _loss(note.run), note))
+    return _answer(request, *_image(note.run, _loss(note.run), note), moderated=True)
 
 
 def _plain(html: str) -> str:
@@ -125,9 +129,9 @@ def meta(request, run: Run) -> dict | None:
         step = f", step {run.last_step:,}" if run.last_step is not None else ""
         desc = f"{name}: {run.state}{step}. Live loss curve, anomalies and the community's notes, every spike kept."
         image = reverse("preview-run", args=[run.id])
-    image = request.build_absolute_uri(f"{image}?v={version}")
+    image = absolute(request, f"{image}?v={version}")
     return {"og:type": "website", "og:site_name": "Observatory", "og:title": title, "og:description": desc,
-            "og:url": request.build_absolute_uri(page), "og:image": image, "og:image:type": "image/png",
+            "og:url": absolute(request, page), "og:image": image, "og:image:type": "image/png",
             "og:image:width": str(render.W), "og:image:height": str(render.H),
             "og:image:alt": f"Training loss of {name}" + (", the annotated steps shaded" if note else ""),
             "twitter:card": "summary_large_image", "twitter:title": title, "twitter:description": desc,

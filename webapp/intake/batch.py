@@ -10,7 +10,7 @@ import redis
 from observatory import contract
 from observatory.streams import add_telemetry
 from observatory.streams.trim import maybe_trim
-from webapp.api import ApiError
+from webapp.api import ApiError, malformed_text
 
 log = logging.getLogger("observatory.intake")
 
@@ -28,6 +28,10 @@ def read_entries(request, run_id: str) -> list[dict[str, str]]:
         obj = json.loads(body)
     except (ValueError, RecursionError):
         raise ApiError(400, "body is not JSON", reason="bad_json") from None
+    bad = malformed_text(obj)
+    if bad is not None:
+        raise ApiError(400, f"{bad[:200]} is not well-formed text (a lone UTF-16 surrogate)", field=bad[:200],
+                       reason="bad_text")
     messages = obj.get("messages") if isinstance(obj, dict) else None
     if not isinstance(messages, list):
         raise ApiError(400, 'body must be {"messages": [{"kind": ..., "data": {...}}, ...]}', reason="bad_body")

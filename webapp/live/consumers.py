@@ -102,6 +102,14 @@ class RunConsumer(AsyncWebsocketConsumer):
     # No per-socket channel-layer inbox: the hub holds the run's one subscription for the whole process.
     channel_layer_alias = "observatory.live.no-per-socket-channel"
 
+    closed = False  # set by our first close: frames still arriving are dropped, and no second close is sent
+
+    async def close(self, code=None, reason=None):
+        if self.closed:  # a second websocket.close is an ASGI error (uvicorn logs a RuntimeError)
+            return
+        self.closed = True
+        await super().close(code=code, reason=reason)
+
     async def connect(self):
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
         self.feed = self.box = None
@@ -144,6 +152,8 @@ class RunConsumer(AsyncWebsocketConsumer):
         asyncio.get_running_loop().create_task(self.close(code=code, reason=reason))
 
     async def receive(self, text_data=None, bytes_data=None):
+        if self.closed:
+            return
         if not self.bucket.take():
             stats.count("closed_rate")
             return await self.close(code=protocol.CLOSE_RATE,

@@ -38,8 +38,8 @@ def healthz(request):
     finally:
         r.close()
     body = {"status": "ok" if db is None and rd is None else "unavailable",
-            "database": _public_error("database", db), "redis": _public_error("redis", rd), "ingest_lag": lag,
-            "uptime_s": round(time.time() - STARTED, 1)}
+            "database": _public_error("database", db), "redis": _public_error("redis", rd), "ingest_lag": lag}
+    # no uptime: when a process last restarted is for operators (/metrics' start time), not the public
     for check in exposition.health_checks:  # e.g. the live path's lag, apart from ingest's
         try:
             body.update(check())

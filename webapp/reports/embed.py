@@ -26,6 +26,7 @@ from webapp.api import ApiError, api_view, found, int_param
 from webapp.live.relay import add_page_data as live_page_data
 from webapp.reports import blocks, display
 from webapp.runs.models import Run
+from webapp.public import absolute
 
 DEFAULT_SERIES = contract.M_LOSS
 WIDTH, HEIGHT = 640, 360  # the iframe oEmbed offers, unless maxwidth / maxheight ask for less
@@ -61,7 +62,7 @@ def embed_chart(request, run_id: str):
     live_page_data(request, run, page)
     return framable(render(request, "reports/embed_chart.html", {
         "run": run, "series": series, "page": page,
-        "link": request.build_absolute_uri(display.run_url(run.id, start, end, series)),
+        "link": absolute(request, display.run_url(run.id, start, end, series)),
     }))
 
 
@@ -109,16 +110,16 @@ def oembed(request):
     run, series, start, end = _target(request, url)
     width = min(WIDTH, int_param(request, "maxwidth", WIDTH, lo=MIN_SIZE, hi=10_000))
     height = min(HEIGHT, int_param(request, "maxheight", HEIGHT, lo=MIN_SIZE, hi=10_000))
-    src = request.build_absolute_uri(embed_url(run.id, series, start, end))
+    src = absolute(request, embed_url(run.id, series, start, end))
     title = f"{run.name or run.id} · {series}"
     html = (f'<iframe src="{escape(src)}" width="{width}" height="{height}" title="{escape(title)}" '
             f'style="border:0" loading="lazy"></iframe>')
     return JsonResponse({"version": "1.0", "type": "rich", "provider_name": "Observatory",
-                         "provider_url": request.build_absolute_uri("/"), "title": title, "html": html,
+                         "provider_url": absolute(request, "/"), "title": title, "html": html,
                          "width": width, "height": height})
 
 
 def oembed_link(request, run) -> str:
     """The discovery URL for a run page (the `<link rel="alternate" type="application/json+oembed">`)."""
-    page = request.build_absolute_uri(reverse("run-dashboard", args=[run.id]))
+    page = absolute(request, reverse("run-dashboard", args=[run.id]))
     return reverse("oembed") + "?" + urlencode({"url": page, "format": "json"})

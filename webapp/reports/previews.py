@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils.html import strip_tags
 
 from webapp.runs import pagedata
+from webapp.public import absolute
 
 DESCRIPTION_CHARS = 200
 
@@ -20,7 +21,7 @@ def meta(request, report, cited_runs: list) -> list[tuple[str, str]]:
     base = dict(pagedata.preview_meta(request, cited_runs[0])) if cited_runs else {}
     base.update({"og:type": "article", "og:site_name": "Observatory", "og:title": report.title,
                  "og:description": desc or "A report on a live training run, with its charts.",
-                 "og:url": request.build_absolute_uri(reverse("report-detail", args=[report.pk]))})
+                 "og:url": absolute(request, reverse("report-detail", args=[report.pk]))})
     if "og:image" not in base:
         base["twitter:card"] = "summary"
     return list(base.items())

@@ -21,6 +21,9 @@ DASHBOARD_CHARTS = (
      "secondary": [contract.M_MFU], "topic": "throughput"},
     {"title": "Token drop", "metrics": [contract.M_DROP], "topic": "token_drop"},
 )
+# A run with a pre-registered forecast shows its held-out loss too: the forecast band is drawn there (forecast.js)
+HELD_OUT_CHART = {"title": "Held-out loss", "metrics": [contract.M_EVAL_LOSS],
+                  "extra_prefix": contract.eval_domain_loss(""), "topic": "loss"}
 MAX_ANCHORS = 1000  # (step, time) pairs for the wall-time axis; more are thinned evenly
 # A peak FLOP/s that is a guess (an assumed CPU rate, an unknown device) makes MFU meaningless. A measured one (the
 # trainer's best-of matmul on CPU, training.telemetry.peak_flops) is this machine's own figure, as bench/moe.py uses.
@@ -48,7 +51,11 @@ def peak_info(run: Run) -> dict:
 
 
 def bounds(peak: dict) -> dict:
-    """Values no real step can reach, per metric: drawn as flagged marks, never as part of the line."""
+    """Values no real step can reach, per metric: drawn as flagged marks, never as part of the line. Only against
+    a data-sheet (or configured) peak: a peak the trainer measured itself (a best-of matmul on a CPU that other
+    processes share) can sit below what the run then reaches, so real steps above it are not impossible."""
+    if _MEASURED in peak["source"].lower():
+        return {}
     out = {contract.M_MFU: {"max": 1.0, "why": "above 100% of the hardware's peak: a timing artefact"}}
     if peak["known"] and peak["flops"] and peak["flops_per_token"]:
         out[contract.M_TOKENS_PER_S] = {"max": peak["flops"] / peak["flops_per_token"],
@@ -56,8 +63,22 @@ def bounds(peak: dict) -> dict:
     return out
 
 
-def charts(peak: dict) -> list[dict]:
+def _has(spec: dict, names: set[str]) -> bool:
+    p = spec.get("extra_prefix")
+    return any(m in names for m in spec["metrics"] + spec.get("optional", [])) or bool(
+        p and any(n.startswith(p) and "/" not in n[len(p):] for n in names))
+
+
+def charts(peak: dict, names: set[str] | None = None, forecast: bool = False) -> list[dict]:
+    """The default charts. `names`: the run's series; once it has any, a chart none of whose series it has is left
+    out (a client run logging its loss gets no empty Throughput or Token drop chart; the picker still offers every
+    series). Before its first point (a trainer compiling) every default chart is there, saying why it is empty.
+    `forecast`: the held-out loss chart joins after the training loss, whether or not it has points yet."""
     specs = [dict(c) for c in DASHBOARD_CHARTS]
+    if forecast:
+        specs.insert(1, dict(HELD_OUT_CHART))
+    if names:
+        specs = [c for c in specs if _has(c, names) or (forecast and c["metrics"] == HELD_OUT_CHART["metrics"])]
     if not peak["known"]:  # MFU against a guessed peak is not a number anyone should read
         for c in specs:
             if contract.M_MFU in c.get("optional", []):
@@ -97,18 +118,19 @@ def time_anchors(run: Run) -> list[list[float]]:
 
 def rewinds(run: Run) -> list[dict]:
     """Every restart and every rewind that superseded steps, for the charts' markers (the page's event list holds
-    only the latest events): {from_step, to_step, label}; a restart's reads "resumed at N", a rollback's
-    "↺ back to N"."""
+    only the latest events): {from_step, to_step, label, t}; a restart's reads "resumed at N", a rollback's
+    "↺ back to N"; `t` (ISO, when it happened) tells marks made on the abandoned branch from the new timeline's."""
     out, restarting = [], False
     rows = (run.events.filter(kind__in=[RunEvent.KIND_REWIND, RunEvent.KIND_STATE])
-            .order_by("id").values_list("kind", "name", "payload"))
-    for kind, name, payload in rows.iterator():
+            .order_by("id").values_list("kind", "name", "payload", "t"))
+    for kind, name, payload, t in rows.iterator():
         if kind == RunEvent.KIND_STATE:
             restarting = name == "starting" or (restarting and name not in ("training", "stopped", "failed"))
             continue
         a, b = payload.get("from_step"), payload.get("to_step")
         if isinstance(a, int) and isinstance(b, int) and (a > b or (restarting and a == b)):  # a restart: marked
-            out.append({"from_step": a, "to_step": b, "label": f"resumed at {b}" if restarting else f"↺ back to {b}"})
+            out.append({"from_step": a, "to_step": b, "label": f"resumed at {b}" if restarting else f"↺ back to {b}",
+                        "t": t.isoformat() if t else None})
     return out
 
 

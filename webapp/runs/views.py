@@ -45,14 +45,16 @@ def _rows(runs, limit: int) -> list[dict]:
 def dashboard(request, run_id: str):
     run = get_object_or_404(Run, pk=run_id)
     peak = pagedata.peak_info(run)
+    has_forecast = forecast.published(run.id)
+    names = set(run.series.values_list("name", flat=True))
     page = {"run_id": run.id, "default_metrics": list(contract.DEFAULT_DASHBOARD_METRICS),
             "heartbeat_ttl_s": contract.HEARTBEAT_TTL_S,
-            "charts": pagedata.charts(peak),
+            "charts": pagedata.charts(peak, names, has_forecast),
             "peak": peak, "bounds": pagedata.bounds(peak),
             "registry": contract.registry(),
             "time_anchors": pagedata.time_anchors(run), "rewinds": pagedata.rewinds(run),
             "tokens_metric": contract.M_TOTAL_TOKENS,
-            "forecast": forecast.published(run.id),  # static/js/forecast.js reads /api/runs/<id>/forecast/
+            "forecast": has_forecast,  # static/js/forecast.js reads /api/runs/<id>/forecast/
             "loss_metrics": {"train": contract.M_LOSS, "eval": contract.M_EVAL_LOSS},  # where forecast.js draws it
             # "train/router/layer_{layer}/{name}"; expert e of routing_hist is "<...>/routing_hist/{e}"
             "router_metric": contract.ROUTER_METRIC,

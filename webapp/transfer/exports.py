@@ -16,6 +16,7 @@ from observatory.downsample import FINITE, NAN, POSINF
 from webapp.api import ApiError, int_param
 from webapp.metrics import queries
 from webapp.metrics.models import Point, Series
+from webapp.public import absolute
 
 CHUNK = 10_000  # rows per keyset page (and per Parquet row group)
 MAX_POINTS = 1_000_000  # points per export request (all series together); the rest is the next page
@@ -125,7 +126,7 @@ class Plan:
         params = QueryDict(mutable=True)
         params.update(request.GET)
         params["start"] = str(self.next_start)
-        return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        return absolute(request, f"{request.path}?{params.urlencode()}")
 
     def chunks(self):
         """(series name, [(step, value), ...]) pages, series by series."""

@@ -35,7 +35,7 @@ def test_a_command_is_recorded_then_signed_onto_the_control_stream(operator, run
     resp = post(operator, id="cmd-00000001", command="set-lr-multiplier", args={"value": 0.5}, reason="calmer")
     assert resp.status_code == 202 and resp.json()["outcome"] == "sent" and resp.json()["user"] == "olga"
     [entry] = fake_trainer.sent()
-    contract.verify_command(RUN, entry, contract.load_control_key())  # signed with the run's key
+    contract.verify_command(RUN, entry, contract.load_run_control_key(RUN))  # signed with the run's key
     assert entry["id"] == "cmd-00000001" and json.loads(entry["args"]) == {"value": 0.5}
     assert OperatorCommand.objects.get(pk="cmd-00000001").sent_entry
 
@@ -144,7 +144,8 @@ def test_an_unanswered_command_shows_as_no_answer(operator, run):
 
 def test_commands_sent_with_the_cli_join_the_audit_trail_and_forged_ones_do_not(operator, run, redis_client):
     fields = contract.command_fields("cli-0000001", "set-lr-multiplier", {"value": 2.0}, "from a shell", "ana")
-    redis_client.xadd(contract.control_stream(RUN), contract.sign_command(RUN, fields, contract.load_control_key()))
+    key = contract.load_run_control_key(RUN)
+    redis_client.xadd(contract.control_stream(RUN), contract.sign_command(RUN, fields, key))
     forged = contract.command_fields("cli-0000002", "stop", {}, "forged", "mallory")
     redis_client.xadd(contract.control_stream(RUN), contract.sign_command(RUN, forged, b"x" * 32))
     got = outcomes(operator)

@@ -37,7 +37,8 @@ def outcomes_only_redis_knows(run, redis_client, fake_trainer):
                                    sent_entry="1-0")
     fake_trainer.ack("pub-0000001", "applied", "paused at step 40", 40)
     fields = contract.command_fields("cli-0000001", "checkpoint", {}, "from a shell", "ana")
-    redis_client.xadd(contract.control_stream(RUN), contract.sign_command(RUN, fields, contract.load_control_key()))
+    key = contract.load_run_control_key(RUN)
+    redis_client.xadd(contract.control_stream(RUN), contract.sign_command(RUN, fields, key))
     OperatorCommand.objects.create(id="lr-00000001", run=run, name="set-lr-multiplier", args={"value": 0.5},
                                    reason="calmer", status="applied", step=30, sent_entry="2-0")
     RunEvent.objects.create(run=run, kind="event", name="commands_rolled_back", step=20, entry_id="9-0",

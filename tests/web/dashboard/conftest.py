@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -91,9 +92,19 @@ AXE_JS = """async () => {
 }"""
 
 
+# axe-core is a test-only asset: vendored under tests/assets/, never under static/ (collectstatic would ship it).
+AXE = Path(__file__).resolve().parents[2] / "assets" / "axe.min.js"
+AXE_URL = "/__tests__/axe.min.js"  # a same-origin address (the page's CSP allows 'self' scripts) answered by the test
+
+
 def axe_violations(page) -> list:
-    """Serious and critical WCAG 2.1 A/AA violations on the page (axe-core, vendored in static/vendor)."""
-    page.add_script_tag(url="/static/vendor/axe.min.js")
+    """Serious and critical WCAG 2.1 A/AA violations on the page (axe-core, from tests/assets, served to the page
+    at a same-origin address by a Playwright route: the site itself serves no test asset)."""
+    page.route("**" + AXE_URL, lambda route: route.fulfill(path=AXE, content_type="text/javascript"))
+    try:
+        page.add_script_tag(url=AXE_URL)
+    finally:
+        page.unroute("**" + AXE_URL)
     return page.evaluate(AXE_JS)
 
 

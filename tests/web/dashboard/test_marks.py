@@ -102,3 +102,59 @@ def test_on_a_phone_the_mode_bar_does_not_cover_the_legend(live_env, web, new_pa
     page.wait_for_function(f"() => ({BOX})('#{LOSS} .modebar')", timeout=10_000)
     bar, legend = page.evaluate(BOX, f"#{LOSS} .modebar"), page.evaluate(BOX, f"#{LOSS} .legend")
     assert legend and not overlap(bar, legend), (bar, legend)
+
+
+NOTES = f"""() => ((document.getElementById('{LOSS}').layout || {{}}).annotations || [])
+  .filter((a) => a.overlayId).map((a) => ({{id: String(a.overlayId), text: a.text, hover: a.hovertext || ''}}))"""
+
+
+def test_notes_anomalies_and_commands_never_overprint_and_an_abandoned_branch_is_not_drawn(live_env, web, new_page):
+    """Issue 43: community notes' labels were drawn each on its own and overprinted each other and the others'
+    labels; notes and commands of a branch a restart abandoned (steps 36-39, trained again) were drawn at the new
+    timeline's steps."""
+    import datetime as dt
+
+    from django.contrib.auth import get_user_model
+
+    from webapp.annotations.models import Annotation
+    from webapp.anomalies.models import Anomaly
+    from webapp.control.models import OperatorCommand
+    from webapp.runs.models import Run
+
+    apply("marks", demo_messages("marks"))
+    run = Run.objects.get(pk="marks")
+    user = get_user_model().objects.create_user("noter", "n@example.org", "x" * 12)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # demo_messages' start; its restart is at t0 + 101 s
+    for i, step in enumerate((20, 21, 22, 23)):
+        Annotation.objects.create(run=run, author=user, title=f"note {i} about this bump", body="b",
+                                  body_html="<p>b</p>", step_start=step, step_end=step,
+                                  created_at=t0 + dt.timedelta(seconds=60))
+    Anomaly.objects.create(run=run, key="loss_spike train/loss 21", kind="loss_spike", metric="train/loss",
+                           start_step=21, peak_step=21, end_step=21, detected_step=21, severity="warning",
+                           score=3.0, explanation="loss 3x its level")
+    OperatorCommand.objects.create(id="m0", run_id="marks", name="set-lr-multiplier", args={"value": 0.5},
+                                   reason="near the notes", status="applied", step=22, detail="lr 0.5")
+    # the abandoned branch: a note and a command at step 38 from before the restart; a note after it
+    old = Annotation.objects.create(run=run, author=user, title="abandoned note", body="b", body_html="<p>b</p>",
+                                    step_start=38, step_end=38, created_at=t0 + dt.timedelta(seconds=60))
+    OperatorCommand.objects.create(id="m1", run_id="marks", name="set-lr-multiplier", args={"value": 0.5},
+                                   reason="undone by the restart", status="applied", step=38, detail="lr 0.5",
+                                   undone_by="restart", undone_detail="the restart went back to step 35")
+    new = Annotation.objects.create(run=run, author=user, title="new timeline note", body="b", body_html="<p>b</p>",
+                                    step_start=38, step_end=38, created_at=t0 + dt.timedelta(seconds=200))
+
+    page = new_page(viewport={"width": 1000, "height": 900})
+    page.goto(f"{web.url}/runs/marks/?from=0&to=59")
+    page.wait_for_function(f"() => ({NOTES})().some((a) => (a.text + a.hover).includes('new timeline note'))",
+                           timeout=30_000)
+    page.wait_for_function(f"() => ({NOTES})().some((a) => (a.text + a.hover).includes('near the notes'))",
+                           timeout=30_000)
+    assert not overprinting(page.evaluate(BOXES)), "no two marker labels overprint"
+    drawn = page.evaluate(NOTES)
+    ids = " ".join(a["id"] for a in drawn)
+    text = " ".join(a["text"] + " " + a["hover"] for a in drawn)
+    assert f"annotation-{old.id}" not in ids and "abandoned note" not in text
+    assert f"annotation-{new.id}" in ids  # the note made on the new timeline is drawn
+    assert "intervention-m1" not in ids and "undone by the restart" not in text
+    for i in range(4):  # folded, every note still named in a hover
+        assert f"note {i} about this bump" in text, i

@@ -66,7 +66,7 @@ def test_the_band_is_drawn_live_from_the_first_points(redis_client, servers, new
     hero_fc = api["registration"]["forecast"]["hero"]
     panel = page.text_content("#forecast-panel")
     assert f"forecast {hero_fc['loss']:.4g} [{hero_fc['low']:.4g}, {hero_fc['high']:.4g}]" in panel
-    assert "before step 0 of " + run_id in panel and "verified" in panel
+    assert "before step 0 of " + run_id in panel and "registration intact" in panel
     page.wait_for_function("() => /^[0-9.]+$/.test(document.querySelector('#forecast-panel .fc-live').textContent)")
 
     records.metrics(hero, reg, range(4, 9))  # live points join; the band stays

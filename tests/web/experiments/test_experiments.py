@@ -80,7 +80,7 @@ def test_an_edited_record_is_shown_unverified_and_not_trusted(client, redis_clie
     assert body["verified"] is False and "hash mismatch" in body["problem"]
     page = client.get("/experiments/ladder-demo/").content.decode()
     assert 'data-testid="unverified"' in page and "Not trusted: " in page and "hash mismatch" in page
-    assert "unverified" in client.get("/experiments/").content.decode()
+    assert ">not intact</span>" in client.get("/experiments/").content.decode()  # the hash check, named for what it is
 
 
 def test_a_registration_for_another_run_is_unverified(client, redis_client, live_ingest, run_id):

@@ -48,6 +48,18 @@ def test_the_front_page_features_the_live_run_with_its_loss_and_forecast_band(cl
     assert 'href="/runs/"' in html  # the run table, one click away
 
 
+def test_the_band_goes_on_the_held_out_loss_once_the_run_has_a_few_evaluations(client, hero, trainer, ingestor):
+    # issue 43: the band was drawn on the noisy training loss even where the run had a clear held-out loss
+    for s in range(0, 60, 10):
+        trainer.metrics_named(s, {contract.M_EVAL_LOSS: 4.0 - s / 100})
+    ingestor.drain()
+    html = client.get("/").content.decode()
+    data = page_data(html)
+    assert data["chart"]["metric"] == contract.M_EVAL_LOSS and data["chart"]["band"]
+    assert data["chart"]["window"]["metric"] == contract.M_EVAL_LOSS and len(data["chart"]["window"]["steps"]) == 6
+    assert "held-out loss (eval/loss), live" in html
+
+
 def test_moments_across_runs_link_to_the_chart_at_their_step(client, hero):
     other = Run.objects.create(id="other-run", name="other")
     Anomaly.objects.create(run=hero, key="loss_spike train/loss 30", kind="loss_spike", metric=contract.M_LOSS,

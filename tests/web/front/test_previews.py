@@ -96,6 +96,19 @@ def test_a_hidden_annotation_previews_nothing_of_itself(client, run):
     assert client.get(f"/annotations/{note.pk}/preview.png").status_code == 404
 
 
+def test_an_annotations_image_is_revalidated_every_time_so_hiding_it_takes_effect_at_once(client, run):
+    """Not `public, max-age`: a cache would go on serving a hidden annotation's image for that long."""
+    note = Annotation.objects.create(run=run, title="to be hidden", body="b", body_html="<p>b</p>", step_start=1,
+                                     step_end=2)
+    first = client.get(f"/annotations/{note.pk}/preview.png")
+    assert first.status_code == 200 and first["Cache-Control"] == "no-cache" and first["ETag"]
+    again = client.get(f"/annotations/{note.pk}/preview.png", HTTP_IF_NONE_MATCH=first["ETag"])
+    assert again.status_code == 304 and again["Cache-Control"] == "no-cache"
+    Annotation.objects.filter(pk=note.pk).update(hidden=True)
+    assert client.get(f"/annotations/{note.pk}/preview.png", HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 404
+    assert "max-age" in client.get(f"/runs/{RUN}/preview.png")["Cache-Control"]  # a run's image: nothing moderated
+
+
 def test_an_unknown_run_is_a_plain_404_with_no_host_path(client, db):
     resp = client.get("/runs/nope/preview.png")
     body = resp.content.decode(errors="replace")

@@ -16,8 +16,10 @@ TWO_FRAMES = "() => new Promise((r) => requestAnimationFrame(() => requestAnimat
 
 
 def test_a_chart_scrolled_into_view_draws_what_arrived_while_it_was_off_screen(trainer, servers, new_page, run_id):
-    def step(s):
-        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.01 * s, contract.M_GRAD_NORM: 1.0 + 0.01 * s})
+    def step(s):  # (the learning rate too: a run gets the default charts of the series it has, and the grad-norm
+        # chart, the third, is then on the second row, below the fold)
+        trainer.metrics(s, **{contract.M_LOSS: 4.0 - 0.01 * s, contract.M_LR: 1e-3,
+                              contract.M_GRAD_NORM: 1.0 + 0.01 * s})
 
     trainer.send("run", name="off screen", config={})
     trainer.send("state", state="training", step=0, detail="")

@@ -138,3 +138,21 @@ async def test_a_signed_in_viewer_is_judged_by_its_session_roles(trainer, ingest
     assert connected
     assert (await comm.receive_json_from(timeout=5))["type"] == "hello"
     await comm.disconnect()
+
+
+async def test_a_socket_closed_with_4429_is_closed_once_and_reads_nothing_more(trainer, ingestor, run_id):
+    """Frames already on their way after the 4429 must not close it again: a second websocket.close is what made
+    uvicorn log `RuntimeError: Unexpected ASGI message 'websocket.close'`."""
+    trainer.metrics(0, loss=1.0)
+    await database_sync_to_async(ingestor.drain)()
+    comm = await _open(run_id)
+    for _ in range(protocol.RATE_BURST * 3):
+        await comm.send_to(text_data='{"type": "ping"}')
+    closes = []
+    while not closes:
+        out = await comm.receive_output(timeout=5)
+        closes += [out] if out["type"] == "websocket.close" else []
+    for _ in range(5):  # more frames after the close
+        await comm.send_to(text_data='{"type": "ping"}')
+    assert await comm.receive_nothing(timeout=0.5), "a second message after websocket.close"
+    assert closes[0]["code"] == protocol.CLOSE_RATE

@@ -31,12 +31,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 class Nchan:
     """nginx with nchan as `make run` configures it (no web server behind it here)."""
 
-    def __init__(self, var: Path, web_port: int | None = None, pub_port: int | None = None):
+    def __init__(self, var: Path, web_port: int | None = None, pub_port: int | None = None,
+                 conn_limit: int | None = None):
         self.port, self.pub_port = free_port(), pub_port or free_port()
         (var / "nginx").mkdir(parents=True)
         (var / "logs").mkdir()
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port or free_port(), self.pub_port))
+        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port or free_port(), self.pub_port,
+                                     conn_limit=conn_limit))
         self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                                       str(var / "logs" / "nginx-error.log")], stderr=subprocess.PIPE)
         wait_port(self.port)

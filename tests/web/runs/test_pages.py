@@ -105,6 +105,40 @@ def test_mfu_is_hidden_when_the_peak_is_a_guess_and_shown_when_known(client, run
     assert page["bounds"][contract.M_TOKENS_PER_S]["max"] == pytest.approx(989e12 / 1e9)
 
 
+def test_a_client_run_gets_only_the_charts_of_the_series_it_has(client, run):
+    # issue 43: a client run logging loss and LR showed empty Throughput and Token drop charts with the trainer's text
+    from webapp.metrics.models import Series
+
+    for name in (contract.M_LOSS, contract.M_LR, "eval/accuracy"):
+        Series.objects.create(run=run, name=name, count=1, first_step=0, last_step=0)
+    page = page_data(client.get("/runs/r1/").content.decode())
+    assert [c["topic"] for c in page["charts"]] == ["loss", "learning_rate"]
+    Series.objects.create(run=run, name=contract.domain_loss("code"), count=1, first_step=0, last_step=0)
+    Series.objects.create(run=run, name=contract.M_DROP, count=1, first_step=0, last_step=0)
+    page = page_data(client.get("/runs/r1/").content.decode())
+    assert [c["topic"] for c in page["charts"]] == ["loss", "learning_rate", "token_drop"]
+
+
+def test_a_run_with_a_forecast_shows_its_held_out_loss_where_the_band_is_drawn(client, run):
+    from webapp.metrics.models import Series
+
+    Series.objects.create(run=run, name=contract.M_LOSS, count=1, first_step=0, last_step=0)
+    RunEvent.objects.create(run=run, kind="event", name="forecast", step=0, payload={})
+    page = page_data(client.get("/runs/r1/").content.decode())
+    assert [c["metrics"][0] for c in page["charts"]] == [contract.M_LOSS, contract.M_EVAL_LOSS]
+    assert page["charts"][1]["title"] == "Held-out loss"
+
+
+def test_a_measured_cpu_peak_flags_no_real_step_as_impossible(client, run):
+    # issue 43: the demo's throughput chart said "26 impossible ▲" on real steps: its peak is the trainer's own
+    # best-of matmul, measured while other processes shared the CPU, and real steps went past it
+    RunEvent.objects.create(run=run, kind="event", name="compiled", step=0,
+                            payload={"peak_flops": 2.1e11, "flops_per_token": 1e6,
+                                     "peak_flops_source": "cpu: measured 512x512 fp32 matmul"})
+    page = page_data(client.get("/runs/r1/").content.decode())
+    assert page["peak"]["known"] and page["bounds"] == {}
+
+
 def test_a_restart_keeps_the_first_start_and_reads_as_resumed(client, run):
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
     RunEvent.objects.create(run=run, kind="state", name="starting", step=0, t=t0)
@@ -117,7 +151,8 @@ def test_a_restart_keeps_the_first_start_and_reads_as_resumed(client, run):
     html = client.get("/runs/r1/").content.decode()
     assert "2026-01-01 00:00" in html  # "started": the first start, not the restart
     page = page_data(html)
-    assert page["rewinds"] == [{"from_step": 29, "to_step": 20, "label": "resumed at 20"}]
+    assert page["rewinds"] == [{"from_step": 29, "to_step": 20, "label": "resumed at 20",
+                                "t": (t0 + dt.timedelta(hours=1)).isoformat()}]  # (when: marks before it abandoned)
     assert [a[0] for a in page["time_anchors"]] == [0, 20]  # step -> time for the wall-time axis
 
 

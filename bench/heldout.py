@@ -1,0 +1,79 @@
+"""Held-out files and their freeze (bench/data/heldout/README.md): which files may be reported as held out.
+
+`verify(path)` -> {"ok": True, "frozen_by": commit, "sha256": ...} or {"ok": False, "reason": ...}. A file is
+frozen by the first commit whose MANIFEST.json holds its entry; it may be reported as held out only if that
+commit's entry is the entry now, the file in that commit and on disk hash to it, and no later commit changed the
+file or the entry. Uses the git repository the manifest sits in (`root`), so a test can build its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = "bench/data/heldout/MANIFEST.json"
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True)
+
+
+def _entry_at(root: Path, commit: str, manifest: str, path: str) -> dict | None:
+    r = _git(root, "show", f"{commit}:{manifest}")
+    if r.returncode != 0:
+        return None
+    try:
+        return json.loads(r.stdout).get("files", {}).get(path)
+    except (ValueError, AttributeError):
+        return None
+
+
+def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST, reporter: str | None = None) -> dict:
+    """Whether `path` (from the repository root) may be reported as held out, and the commit that froze it.
+    `reporter`: the file of the code that reports it; its first commit must come after the freezing one (a
+    reporter not yet committed comes after it too)."""
+    try:
+        entry = json.loads((root / manifest).read_text()).get("files", {}).get(path)
+    except (OSError, ValueError) as e:
+        return {"ok": False, "reason": f"{manifest} unreadable: {e}"}
+    if not entry or "sha256" not in entry:
+        return {"ok": False, "reason": f"{path} has no entry in {manifest}"}
+    log = _git(root, "log", "--format=%H", "--reverse", "--", manifest)
+    commits = log.stdout.decode().split() if log.returncode == 0 else []
+    frozen_by = next((c for c in commits if _entry_at(root, c, manifest, path) is not None), None)
+    if frozen_by is None:
+        return {"ok": False, "reason": f"{path}: no commit holds its manifest entry (not frozen)"}
+    later = commits[commits.index(frozen_by):]
+    changed = [c for c in later if _entry_at(root, c, manifest, path) != _entry_at(root, frozen_by, manifest, path)]
+    if changed or _entry_at(root, frozen_by, manifest, path) != entry:
+        return {"ok": False, "reason": f"{path}: its manifest entry changed after the freezing commit {frozen_by[:12]}"}
+    want = entry["sha256"]
+    blob = _git(root, "show", f"{frozen_by}:{path}")
+    if blob.returncode != 0 or hashlib.sha256(blob.stdout).hexdigest() != want:
+        return {"ok": False, "reason": f"{path}: the file in the freezing commit {frozen_by[:12]} does not hash to "
+                                       "its manifest entry"}
+    after = _git(root, "log", "--format=%H", f"{frozen_by}..HEAD", "--", path).stdout.decode().split()
+    if after:
+        return {"ok": False, "reason": f"{path}: changed by {after[-1][:12]} after the freezing commit "
+                                       f"{frozen_by[:12]}"}
+    try:
+        now = hashlib.sha256((root / path).read_bytes()).hexdigest()
+    except OSError as e:
+        return {"ok": False, "reason": f"{path}: unreadable: {e}"}
+    if now != want:
+        return {"ok": False, "reason": f"{path}: the file on disk does not hash to its manifest entry"}
+    if reporter is not None:
+        first = _git(root, "log", "--format=%H", "--reverse", "--", reporter).stdout.decode().split()
+        if first and (first[0] == frozen_by
+                      or _git(root, "merge-base", "--is-ancestor", frozen_by, first[0]).returncode != 0):
+            return {"ok": False, "reason": f"{path}: frozen by {frozen_by[:12]}, not before {reporter} "
+                                           f"(first committed in {first[0][:12]})"}
+    return {"ok": True, "frozen_by": frozen_by, "sha256": want}
+
+
+def verify_all(paths: list[str], *, root: Path = ROOT, manifest: str = MANIFEST,
+               reporter: str | None = None) -> dict[str, dict]:
+    return {p: verify(p, root=root, manifest=manifest, reporter=reporter) for p in paths}

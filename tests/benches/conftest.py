@@ -1,0 +1,56 @@
+"""Every bench still runs: its --help, and a smoke-sized run (seconds, not minutes) whose JSON is read back from
+where the harness files it (bench/results/<topic>.json, here a temporary directory). The smoke runs are marked
+`slow` (tests/conftest.py starts their files first) and `bench` (`-m "not bench"` leaves them out)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHES = ("annotations", "anomalies", "anomaly_curves", "anomaly_live", "anomaly_public", "chaos", "dashboard",
+           "export", "fanout", "first_step", "frontpage", "ingest", "latency", "liveview", "moe", "ogimage",
+           "operate", "query", "scaling", "scaling_demo", "scaling_ladders", "tb_import", "trainer", "trim")
+
+
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a short path: the benches' TMPDIR (Chromium's singleton socket lives under it, and
+    a Unix socket's path must stay under ~100 bytes, which pytest's per-test paths under xdist do not)."""
+    path = Path(tempfile.mkdtemp(prefix="obs-b-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def run_bench(redis_url, tmp_path, short_tmp):
+    """run_bench(name, *args, topic=name) -> (the newest filed result, seconds): the bench as a user runs it, on the
+    test's own Redis database, its results filed under tmp_path; fails with the bench's output if it fails."""
+
+    def run(name: str, *args: str, topic: str | None = None, timeout: float = 300, filed: bool = True
+            ) -> tuple[dict, float]:
+        env = {**os.environ, "BENCH_REDIS_URL": redis_url, "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1",
+               "BENCH_RESULTS_DIR": str(tmp_path / "results"), "OBS_DATA_DIR": str(tmp_path / "var"),
+               "TMPDIR": str(short_tmp)}  # the benches' own SQLite files and work directories: this test's
+        env.pop("DATABASE_URL", None)  # never the suite's database
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, f"bench/{name}.py", *args], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=timeout)
+        took = time.monotonic() - t0
+        assert out.returncode == 0, f"bench/{name}.py {' '.join(args)}: exit {out.returncode}\n{out.stderr[-4000:]}"
+        print(f"smoke bench/{name}.py: {took:.1f} s")
+        if not filed:  # a tool that files no measurement (a data recorder): its JSON line on stdout
+            return json.loads(out.stdout.strip().splitlines()[-1]), took
+        run = json.loads((tmp_path / "results" / f"{topic or name}.json").read_text())["runs"][-1]
+        assert run["commit"] and run["machine"]["cpus"] and run["date"], run
+        return run["result"], took
+
+    return run

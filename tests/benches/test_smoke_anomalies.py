@@ -1,0 +1,10 @@
+"""Smoke run of the anomaly detectors' evaluation (the whole labelled set: the longest of the core benches)."""
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.bench]
+
+
+def test_anomalies(run_bench):
+    out, _ = run_bench("anomalies", "--no-landed", "--json")
+    assert out["per_kind"] and out["runs"]["injected"] > 0

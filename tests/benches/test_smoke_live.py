@@ -1,0 +1,32 @@
+"""Smoke runs of the live-path benches: the hub and the push tier with a few viewers, a browser on the page."""
+
+import shutil
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.bench]
+FEW = ("--viewers", "5", "--seconds", "2", "--settle", "0.5", "--tail", "0.5", "--json")
+
+
+def test_fanout_hub(run_bench):
+    out, _ = run_bench("fanout", *FEW)
+    assert out["tiers"]["hub"]["connected"] == 5 and out["tiers"]["hub"]["delivered_fraction"] > 0
+
+
+@pytest.mark.skipif(not shutil.which("nginx"), reason="nginx + nchan not installed")
+def test_fanout_both_tiers(run_bench):
+    out, _ = run_bench("fanout", "--tier", "hub,nchan", *FEW, topic="push_tier")
+    assert out["tiers"]["nchan"]["connected"] == 5
+
+
+@pytest.mark.browser
+def test_latency(run_bench):
+    out, _ = run_bench("latency", "--seconds", "2", "--width", "2", "--json")
+    assert out["publish_to_browser"]["steps_received"] > 0
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not shutil.which("nginx"), reason="nginx + nchan not installed")
+def test_latency_through_the_push_tier(run_bench):
+    out, _ = run_bench("latency", "--seconds", "2", "--tier", "nchan", "--json", topic="latency_nchan")
+    assert out["publish_to_browser"]["push_steps_received"] > 0

@@ -1,0 +1,30 @@
+"""Smoke runs of the benches that measure pages in a real Chromium: a short history, one repetition."""
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.bench, pytest.mark.browser]
+
+
+def test_dashboard(run_bench):
+    out, _ = run_bench("dashboard", "--steps", "2000", "--repeat", "1")
+    assert out["first_paint_ms"]["median"] > 0 and out["zoom_gesture_ms"]["every_chart_median"] > 0
+
+
+def test_liveview(run_bench):
+    out, _ = run_bench("liveview", "--seconds", "2", "--history", "50", "--json")
+    assert out["updates"] > 0
+
+
+def test_annotations(run_bench):
+    out, _ = run_bench("annotations", "--posts", "2", "--many", "20", "--json")
+    assert out["live"]["drawn_p50_ms"] > 0
+
+
+def test_ogimage(run_bench):
+    out, _ = run_bench("ogimage", "--steps", "2000", "--repeat", "2", "--json")
+    assert out["png_bytes"] > 0 and out["updates_as_run_advances"] and out["cached_ms"]["median"] > 0
+
+
+def test_frontpage(run_bench):
+    out, _ = run_bench("frontpage", "--steps", "2000", "--runs", "2", "--repeat", "1", "--base", "HEAD", "--json")
+    assert out["fcp_ratio_front_over_landed"] > 0
