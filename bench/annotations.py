@@ -31,7 +31,7 @@ window.WebSocket = function (url, protocols) {
     const now = Date.now();
     const got = JSON.parse(ev.data);
     for (const f of Array.isArray(got) ? got : [got]) {
-      if (f.type === "annotation" && f.event === "upsert") window.__ann[f.annotation.title] = now;
+      if (f.type === "annotation" && f.event === "upsert") window.__ann[f.id] = now;  // (by reference)
     }
   });
   return ws;
@@ -95,6 +95,7 @@ def _post(base: str, run_id: str, session: str, title: str, step: int) -> float:
     t = time.time() * 1000.0
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.status == 201, resp.status
+        _post.last_id = json.loads(resp.read())["id"]
     return t
 
 
@@ -145,7 +146,7 @@ def measure(posts: int, many: int, server: str) -> dict:
             title = f"live {i}"
             t = _post(base, live_run, sessions[i // 8], title, 10 * i)
             drawn.append(_drawn_after(page, title) - t)
-            frame.append(page.evaluate(f"() => window.__ann[{json.dumps(title)}]") - t)
+            frame.append(page.evaluate(f"() => window.__ann[{_post.last_id}]") - t)
         out["live"] = {"frame_p50_ms": round(pct(frame, 50), 1), "frame_p99_ms": round(pct(frame, 99), 1),
                        "drawn_p50_ms": round(pct(drawn, 50), 1), "drawn_p99_ms": round(pct(drawn, 99), 1),
                        "drawn_max_ms": round(max(drawn), 1), "target_ms": 1000}
