@@ -31,7 +31,7 @@ window.WebSocket = function (url, protocols) {
     const now = Date.now();
     const got = JSON.parse(ev.data);
     for (const f of Array.isArray(got) ? got : [got]) {
-      if (f.type === "annotation" && f.event === "upsert") window.__ann[f.id] = now;  // (by reference)
+      if (f.type === "annotation" && f.event === "upsert") window.__ann[f.annotation ? f.annotation.id : f.id] = now;
     }
   });
   return ws;

@@ -148,7 +148,9 @@ window.Obs.toast = window.Obs.toast || (() => {
     // Names whose history is in: what a (re)connect resumes.
     ready() { return [...this.map.values()].filter((s) => !s.loading && !s.waiting).map((s) => s.name); }
 
-    url(name, query) { return this.apiBase + "/metrics/" + encodeURI(name) + "/?" + query; }
+    // One series' window: through the batch endpoint, which answers null for a series not stored yet (a live frame
+    // can name a series before ingest has committed it: the live log is written first; a 404 is a console error).
+    url(name, query) { return this.apiBase + "/windows/?" + query + "&series=" + encodeURIComponent(name); }
 
     async load(s) {
       if (this.exists && !this.exists.has(s.name)) { s.waiting = true; s.loaded = true; return; }
@@ -169,9 +171,9 @@ window.Obs.toast = window.Obs.toast || (() => {
         if (gen !== s.gen || this.map.get(s.name) !== s) return; // superseded or dropped
         if (r.status === 404) { this.setHistory(s, null); return; }
         if (!r.ok) throw new Error("HTTP " + r.status);
-        const data = await r.json();
+        const data = (await r.json()).windows[s.name];
         if (gen !== s.gen || this.map.get(s.name) !== s) return;
-        this.setHistory(s, data);
+        this.setHistory(s, data || null);
       } catch (e) {
         console.warn("history of", s.name, "failed:", e);
         setTimeout(() => { if (gen === s.gen && this.map.get(s.name) === s) this.load(s); }, 2000);

@@ -97,7 +97,7 @@ def test_a_compiling_run_says_so_on_its_empty_charts_with_no_console_error_then_
         trainer.metrics(step, **{contract.M_LOSS: 4.0 - step, contract.M_LR: 1e-3})
     page.wait_for_function("() => { const d = document.getElementById('chart-train-loss'); "
                            "return d && d.data && d.data[0].x.length === 3; }", timeout=30_000)
-    assert errors == [] and failed == []
+    assert failed == [] and errors == [], (failed, errors)
     servers.stop_ingest()
 
 
