@@ -170,3 +170,15 @@ def wait_trace(page, plot_id: str, condition: str, trace: int = 0, timeout: floa
     """Until `condition` (a JS expression over `x`, the trace's steps) holds for a chart's trace."""
     steps = trace_js(plot_id, "x", trace)
     page.wait_for_function(f"() => {{ const x = ({steps})(); return x !== null && ({condition}); }}", timeout=timeout)
+
+
+def sign_up(page, base: str, username: str, email: str, display_name: str, password: str) -> None:
+    """Fill and send the sign-up form at `base` as a visitor does, until the page asks to check the mail."""
+    page.goto(f"{base}/accounts/signup/")
+    page.fill("#id_username", username)
+    page.fill("#id_email", email)
+    page.fill("#id_display_name", display_name)
+    page.fill("#id_password1", password)
+    page.fill("#id_password2", password)
+    page.click("button[type=submit]")
+    page.wait_for_selector("text=Check your email")

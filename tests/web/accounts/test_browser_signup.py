@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ..servers import free_port, start_web, stop, wait_for, wait_port
+from ..servers import free_port, sign_up, start_web, stop, wait_for, wait_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -22,14 +22,7 @@ def test_sign_up_confirm_by_email_log_in_and_out(live_env, new_page, tmp_path):
         page = new_page()
         errors = []
         page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-        page.goto(f"{base}/accounts/signup/")
-        page.fill("#id_username", "ada")
-        page.fill("#id_email", "ada@example.org")
-        page.fill("#id_display_name", "Ada L.")
-        page.fill("#id_password1", "an unguessable passphrase 42")
-        page.fill("#id_password2", "an unguessable passphrase 42")
-        page.click("button[type=submit]")
-        page.wait_for_selector("text=Check your email")
+        sign_up(page, base, "ada", "ada@example.org", "Ada L.", "an unguessable passphrase 42")
 
         def emailed_link():
             for f in mail_dir.glob("*.log") if mail_dir.exists() else ():

@@ -19,6 +19,7 @@ import pytest
 
 from tests.support import wait_for
 
+from ..servers import sign_up
 from .conftest import Browserless
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "deploy"))
@@ -67,14 +68,7 @@ def test_a_new_member_signs_up_by_the_mailed_link_logs_in_and_annotates(stack, n
     page = new_page()
     problems = []
     page.on("console", lambda m: m.type == "error" and problems.append(m.text))
-    page.goto(f"{stack.url}/accounts/signup/")
-    page.fill("#id_username", "ada")
-    page.fill("#id_email", "ada@example.org")
-    page.fill("#id_display_name", "Ada L.")
-    page.fill("#id_password1", PASSWORD)
-    page.fill("#id_password2", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_selector("text=Check your email")
+    sign_up(page, stack.url, "ada", "ada@example.org", "Ada L.", PASSWORD)
     link = wait_for(lambda: stack.mailed_link(r"http://\S+/accounts/confirm/\S+"), 60, "the confirmation mail")
     assert link.startswith(stack.url + "/")  # the port included: the link works as mailed
     page.goto(link)
