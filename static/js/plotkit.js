@@ -1,6 +1,6 @@
-// What every chart shares: theme colours for Plotly, the Plotly config (no cloud upload), a keyboard-friendly
-// mode bar (one tab stop, arrow keys inside), debiased EMA smoothing, number formatting, the data-table
-// alternative to a chart, and the overlay registry feature modules draw through (Obs.setOverlays).
+// What every chart shares: theme colours, a keyboard-friendly tool bar (one tab stop, arrow keys inside), number
+// formatting, the data-table alternative to a chart, the overlay registry feature modules draw through
+// (Obs.setOverlays), and Plotly fetched on demand for the one chart that is no line (the router's heatmap, moe.js).
 "use strict";
 
 window.Obs = window.Obs || {};
@@ -31,10 +31,9 @@ window.Obs = window.Obs || {};
   Obs.plotConfig = () => CONFIG;
 
   // Plotly off the first paint's path (templates/runs/_chart_scripts.html): the page names the bundle in
-  // <link rel="preload" as="script" id="plotly-bundle"> (downloaded early, not run) and line charts draw their
-  // first windows with the light renderer (sketch.js); the bundle runs once the page has painted (soon(): an idle
-  // moment, or at once when a chart is touched: load()). ready(fn) runs fn once Plotly is there (at once if it is:
-  // a page that loads it with a plain <script> tag). Pages without the link: nothing to load, Plotly is theirs.
+  // <link rel="prefetch" id="plotly-bundle"> and the heatmap asks for it once it has something to draw (soon(): an
+  // idle moment). ready(fn) runs fn once Plotly is there (at once if it is: a page that loads it with a plain
+  // <script> tag, the operator panel). Pages without the link: nothing to load.
   const waiting = [];
   let loading = null;
   const arrived = () => {
@@ -115,38 +114,6 @@ window.Obs = window.Obs || {};
     select.addEventListener("change", () => { if (!arrows) commit(); });
     select.addEventListener("blur", commit);
     return {set: (v) => { select.value = v; committed = select.value; }};
-  };
-
-  // Debiased exponential moving average (TensorBoard's): the early points are not dragged towards zero.
-  // Returns {y, last, n} so that live points can continue it.
-  // A line of sorted x at most ~2 points a bucket: each of `buckets` equal x spans keeps its min and its max, in x
-  // order (a one-point spike survives), as the server's pyramid downsamples. Returns [x, y].
-  Obs.minmax = (x, y, buckets) => {
-    const n = x.length, X = [], Y = [];
-    if (n < 3) return [x.slice(), y.slice()];
-    const x0 = x[0], w = (x[n - 1] - x0) / buckets || 1;
-    for (let i = 0; i < n;) {
-      const b = Math.floor((x[i] - x0) / w);
-      let lo = i, hi = i, j = i;
-      for (; j < n && Math.floor((x[j] - x0) / w) === b; j++) {
-        if (y[j] < y[lo]) lo = j;
-        if (y[j] > y[hi]) hi = j;
-      }
-      for (const k of lo === hi ? [lo] : [Math.min(lo, hi), Math.max(lo, hi)]) { X.push(x[k]); Y.push(y[k]); }
-      i = j;
-    }
-    return [X, Y];
-  };
-
-  Obs.ema = (values, w, state) => {
-    let last = state ? state.last : 0, n = state ? state.n : 0;
-    const y = new Array(values.length);
-    for (let i = 0; i < values.length; i++) {
-      last = last * w + (1 - w) * values[i];
-      n++;
-      y[i] = last / (1 - Math.pow(w, n));
-    }
-    return {y, last, n};
   };
 
   Obs.fmt = (v) => {
@@ -331,48 +298,6 @@ window.Obs = window.Obs || {};
   Obs.overlayClicked = (id) => {
     overlaySources.forEach((list) => list.forEach((o) => { if (o.id === id && o.onClick) o.onClick(o); }));
   };
-  // Labelled marks whose labels would overprint at the chart's current scale, in groups: sorted by pixel x, a mark
-  // joins the group before it when it starts before that group's label ends (its first label's estimated width
-  // at `charPx` a character, or the group's "+N" label's). px(step): the mark's x in pixels at the current zoom.
-  // A mark with anchor "center" has its label centred on it.
-  Obs.labelGroups = (marks, px, charPx) => {
-    const width = (chars) => chars * charPx + 8; // a label's width in pixels, from its length
-    const left = (o, chars) => { // its left edge
-      const at = px(o.x0);
-      return o.anchor === "center" ? at - width(chars) / 2 : at;
-    };
-    const sorted = marks.map((o) => {
-      const chars = String(o.label).length;
-      return {o, left: left(o, chars), chars};
-    }).filter((m) => Number.isFinite(m.left)).sort((a, b) => a.left - b.left);
-    const groups = [];
-    let cur = null;
-    for (const m of sorted) {
-      if (cur && m.left < cur.end) {
-        cur.marks.push(m.o);
-        const chars = groupLabelLength(cur.marks, cur.chars); // (the label drawn: its length, not the text)
-        cur.end = Math.max(cur.end, left(cur.marks[0], chars) + width(chars));
-      } else {
-        cur = {marks: [m.o], end: m.left + width(m.chars), chars: m.chars};
-        groups.push(cur);
-      }
-    }
-    return groups.map((g) => g.marks);
-  };
-  // One label for a group: the first mark's, shortened to GROUP_FIRST_CHARS, and how many more; its hover text lists
-  // every mark in full. groupLabelLength: its length, from the first label's (`first` characters), without making it.
-  const GROUP_FIRST_CHARS = 14;
-  const groupLabelLength = (marks, first) => marks.length === 1 ? first
-    : Math.min(first, GROUP_FIRST_CHARS) + ` +${marks.length - 1}`.length;
-  Obs.groupLabel = (marks) => {
-    if (marks.length === 1) return String(marks[0].label);
-    const first = String(marks[0].label);
-    return (first.length > GROUP_FIRST_CHARS ? first.slice(0, GROUP_FIRST_CHARS - 1) + "…" : first) +
-      ` +${marks.length - 1}`;
-  };
-  const hoverSafe = (s) => String(s).replace(/[<>&]/g, " "); // Plotly reads tags in hover text
-  Obs.groupHover = (marks) => marks.flatMap((o) => [].concat(o.hover || o.label)).map(hoverSafe).join("<br>");
-
   // Extra traces, drawn after a chart's own (whose order is kept): Obs.setTraces(source, (chart) => [trace, ...]
   // or null); then ctx.schedule(). forecast.js draws a forecast band and reference runs this way.
   const traceSources = new Map();
