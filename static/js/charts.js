@@ -69,6 +69,10 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           }
         }).observe(this.plot);
       }
+      this.plot.addEventListener("pointerenter", () => { // hover values from the first pointer on
+        this.pointer = true;
+        if (this.plot.layout) this.plot.layout.hovermode = "x unified";
+      });
       Obs.watchSeen(this.box, (seen) => { // (its first answer: this.visible above)
         this.visible = seen; this.observed = true;
         if (seen && this.stale) this.setRange();
@@ -233,7 +237,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       const log = view.log.has(this.id);
       const range = view.range ? xa.toX([view.range[0], view.range[1]]) : null;
       const lay = {margin: this.margins(traces, sec, multi, xa.mode === "time"), showlegend: !!multi,
-                   hovermode: "x unified", dragmode: Obs.coarsePointer() ? false : "zoom",
+                   hovermode: this.pointer ? "x unified" : false, dragmode: Obs.coarsePointer() ? false : "zoom",
                    xaxis: {title: {text: xa.title()}, type: xa.axisType()},
                    yaxis: {type: log ? "log" : "linear"}};
       if (range) { lay.xaxis.range = range; lay.xaxis.autorange = false; } else lay.xaxis.autorange = true;

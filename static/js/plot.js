@@ -200,6 +200,7 @@ window.Obs = window.Obs || {};
   // Hover: every line's value at the pointer's x
   function hover(u, fig) {
     const i = u.cursor.idx;
+    if (!fig.layout.hovermode) return;
     if (i === null || i === undefined || u.cursor.left < 0) { if (!fig.labelTip) hideTip(fig); return; }
     const xv = u.data[0][i], rows = [fig.fmtX(xv)];
     fig.lines.forEach((tr, k) => {

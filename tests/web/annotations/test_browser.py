@@ -72,7 +72,7 @@ def test_a_member_annotates_live_for_an_anonymous_viewer_who_follows_the_thread(
     author = _open(new_page, url, member, viewport={"width": 1280, "height": 800})
 
     # the member shift-drags across a range of the loss chart
-    box = author.locator(f"#{LOSS} .nsewdrag").first.bounding_box()
+    box = author.locator(f"#{LOSS} .u-over").first.bounding_box()
     y = box["y"] + box["height"] / 2
     author.keyboard.down("Shift")
     author.mouse.move(box["x"] + box["width"] * 0.45, y)
@@ -195,7 +195,7 @@ def test_a_charts_first_label_after_its_plotly_draw_is_drawn_in_place(trainer, s
     label.wait_for(state="visible", timeout=10_000)
     assert page.evaluate(f"() => window.__draws[{LOSS!r}]") == draws, "the chart was drawn again by Plotly"
     assert page.evaluate(PLOT_TOP) == top, "the plot area moved"
-    box, plot = label.bounding_box(), page.locator(f"#{LOSS} .nsewdrag").first.bounding_box()
+    box, plot = label.bounding_box(), page.locator(f"#{LOSS} .u-over").first.bounding_box()
     assert box["y"] + box["height"] <= plot["y"] + 1, (box, plot)  # in the room above the plot
     label.click()
     page.wait_for_selector("#ann-thread h3", state="visible")

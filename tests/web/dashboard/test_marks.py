@@ -98,7 +98,7 @@ def test_on_a_phone_the_mode_bar_does_not_cover_the_legend(live_env, web, new_pa
     page.wait_for_function(f"() => {{ const d = document.getElementById('{LOSS}'); return d && d.data && "
                            "d.data.filter((t) => t.showlegend).length === 3; }", timeout=30_000)
     page.locator(f"#{LOSS}").scroll_into_view_if_needed()
-    page.hover(f"#{LOSS} .nsewdrag")  # the mode bar shows while the chart is hovered (tapped, on a phone)
+    page.hover(f"#{LOSS} .u-over")  # the mode bar shows while the chart is hovered (tapped, on a phone)
     page.wait_for_function(f"() => ({BOX})('#{LOSS} .modebar')", timeout=10_000)
     bar, legend = page.evaluate(BOX, f"#{LOSS} .modebar"), page.evaluate(BOX, f"#{LOSS} .legend")
     assert legend and not overlap(bar, legend), (bar, legend)

@@ -86,7 +86,7 @@ def test_on_a_phone_the_mode_bar_leaves_the_held_out_charts_legend_with_its_fore
     page.wait_for_function(f"() => {{ const d = document.getElementById('{chart}'); return d && d.data && "
                            "d.data.some((t) => t.meta === 'forecast') && d.layout && d.layout.showlegend; }",
                            timeout=30_000)
-    page.hover(f"#{chart} .nsewdrag")  # the mode bar shows while the chart is hovered (tapped, on a phone)
+    page.hover(f"#{chart} .u-over")  # the mode bar shows while the chart is hovered (tapped, on a phone)
     page.wait_for_function(f"() => ({BOX})('#{chart} .modebar')", timeout=10_000)
     bar = page.evaluate(BOX, f"#{chart} .modebar")
     items = page.evaluate(f"""() => [...document.querySelectorAll('#{chart} .infolayer .legend .traces')].map((e) => {{
@@ -112,7 +112,7 @@ def test_on_a_phone_the_front_pages_mode_bar_leaves_its_legend_readable(trainer,
     page.locator("#front-chart").scroll_into_view_if_needed()
     page.wait_for_function("() => { const d = document.getElementById('front-chart'); return d && d.layout && "
                            "d.layout.showlegend; }", timeout=30_000)
-    page.hover("#front-chart .nsewdrag")
+    page.hover("#front-chart .u-over")
     page.wait_for_function(f"() => ({BOX})('#front-chart .modebar')", timeout=10_000)
     bar = page.evaluate(BOX, "#front-chart .modebar")
     items = page.evaluate("""() => [...document.querySelectorAll('#front-chart .infolayer .legend .traces')]
