@@ -29,10 +29,20 @@ window.Obs = window.Obs || {};
 
   // Tick labels as short as the axis needs: 1.2k, 3e-4, 0.25
   const num = (v) => {
+    if (v === null || v === undefined) return "";
     if (v === 0) return "0";
     const a = Math.abs(v);
-    if (a >= 1e4 || a < 1e-3) return v.toExponential(1).replace(/\.0e/, "e").replace("e+", "e");
-    return String(+v.toPrecision(4));
+    if (a >= 1e4 || a < 1e-3) return v.toExponential(1).replace(/\.0e/, "e").replace("e+", "e").replace("-", "\u2212");
+    return String(+v.toPrecision(4)).replace("-", "\u2212");
+  };
+  // A log axis: powers of ten as 1e−3 (the splits between them unlabelled unless the axis spans under 2 decades)
+  const logNum = (vals) => {
+    const pos = vals.filter((v) => v > 0), span = pos.length ? Math.log10(Math.max(...pos) / Math.min(...pos)) : 0;
+    return vals.map((v) => {
+      if (!(v > 0)) return "";
+      const e = Math.round(Math.log10(v)), pow = Math.abs(v / 10 ** e - 1) < 1e-9;
+      return pow ? ("1e" + e).replace("-", "\u2212") : span < 2 ? num(v) : "";
+    });
   };
   Obs.tickLabel = num;
 
@@ -62,7 +72,8 @@ window.Obs = window.Obs || {};
     const axis = (scale, side, size) => ({
       scale, side, size, stroke: t.muted, font: FONT, labelFont: FONT, gap: 4,
       grid: {show: side !== 1, stroke: t.grid, width: 1}, ticks: {show: true, stroke: t.grid, width: 1, size: 4},
-      values: scale === "x" && time ? undefined : (u, vals) => vals.map(num)});
+      values: scale === "x" && time ? undefined
+        : (u, vals) => (fig.ticks[scale] = fig.log[scale] ? logNum(vals) : vals.map(num))});
     const series = [{}];
     const bands = [];
     lines.forEach((tr, i) => {
@@ -93,7 +104,7 @@ window.Obs = window.Obs || {};
                    labelSize: 14}, axis("y", 3, m.l)];
     if (layout.yaxis3) axes.push({...axis("y3", 1, m.r), label: (layout.yaxis3.title || {}).text || "", labelSize: 14,
                                   values: layout.yaxis3.tickformat ? (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")
-                                    : (u, v) => v.map(num)});
+                                    : (u, v) => (fig.ticks.y3 = v.map(num))});
     const drag = layout.dragmode !== false;
     return {
       width: fig.width, height: fig.height, ms: 1, legend: {show: false}, series, axes, scales, bands,
@@ -103,7 +114,7 @@ window.Obs = window.Obs || {};
                       ...(drag ? {} : {mousedown: () => () => null})}},
       hooks: {
         drawAxes: [(u) => drawShapes(u, fig, true)],
-        draw: [(u) => { drawShapes(u, fig, false); drawMarkers(u, fig); placeLabels(u, fig); }],
+        draw: [(u) => { drawShapes(u, fig, false); drawMarkers(u, fig); placeLabels(u, fig); drawn(u, fig); }],
         setSelect: [(u) => {
           const s = u.select;
           if (s.width < 3) return;
@@ -119,6 +130,18 @@ window.Obs = window.Obs || {};
         })],
       },
     };
+  }
+
+  // What is drawn, written back into the figure's layout (as Plotly's did): the axes' ranges and tick labels.
+  function drawn(u, fig) {
+    const layout = fig.layout, sx = u.scales.x, sy = u.scales.y;
+    if (sx.min !== undefined && sx.min !== null && layout.xaxis) {
+      layout.xaxis.range = fig.log.x ? [Math.log10(sx.min), Math.log10(sx.max)] : [sx.min, sx.max];
+    }
+    if (sy.min !== undefined && sy.min !== null && layout.yaxis) {
+      layout.yaxis.range = fig.log.y ? [Math.log10(sy.min), Math.log10(sy.max)] : [sy.min, sy.max];
+      layout.yaxis.ticklabels = fig.ticks.y;
+    }
   }
 
   // Vertical marks: lines and bands spanning the plot (bands first, under the lines)
@@ -228,7 +251,7 @@ window.Obs = window.Obs || {};
   }
 
   function legend(fig, layout, lines) {
-    const el = fig.legend, show = layout.showlegend ? lines.filter((t) => t.showlegend) : [];
+    const el = fig.legend, show = layout.showlegend ? lines.filter((t) => t.showlegend !== false && t.name) : [];
     const key = show.map((t) => t.name + "\u0000" + (t.line || {}).color).join("|");
     el.hidden = !show.length;
     if (el.dataset.key === key) return;
@@ -249,7 +272,7 @@ window.Obs = window.Obs || {};
     let fig = node._figure;
     const width = node.clientWidth || 600, height = node.clientHeight || 260;
     if (!fig) {
-      fig = node._figure = {node, ranges: {}, log: {}};
+      fig = node._figure = {node, ranges: {}, log: {}, ticks: {}};
       node.classList.add("figure");
       fig.legend = document.createElement("div"); fig.legend.className = "legend";
       fig.labels = document.createElement("div"); fig.labels.className = "mark-labels";
@@ -285,15 +308,7 @@ window.Obs = window.Obs || {};
         fig.u.setData(data, true);
       });
     }
-    const u = fig.u, sx = u.scales.x, sy = u.scales.y;
-    // what is drawn, written back (as Plotly's layout said it)
-    if (sx.min !== undefined && sx.min !== null) {
-      layout.xaxis.range = fig.log.x ? [Math.log10(sx.min), Math.log10(sx.max)] : [sx.min, sx.max];
-    }
-    if (sy.min !== undefined && sy.min !== null && layout.yaxis) {
-      layout.yaxis.range = fig.log.y ? [Math.log10(sy.min), Math.log10(sy.max)] : [sy.min, sy.max];
-    }
-    return u;
+    return fig.u;
   };
 
   // The x pixel (from the plot area's left) of x, as drawn; the plot area's box in the node (CSS px)

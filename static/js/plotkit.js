@@ -31,7 +31,7 @@ window.Obs = window.Obs || {};
   Obs.plotConfig = () => CONFIG;
 
   // Plotly off the first paint's path (templates/runs/_chart_scripts.html): the page names the bundle in
-  // <link rel="prefetch" id="plotly-bundle"> and the heatmap asks for it once it has something to draw (soon(): an
+  // <meta id="plotly-bundle" content="its URL"> (nothing fetched) and the heatmap asks for it once it has something to draw (soon(): an
   // idle moment). ready(fn) runs fn once Plotly is there (at once if it is: a page that loads it with a plain
   // <script> tag, the operator panel). Pages without the link: nothing to load.
   const waiting = [];
@@ -49,7 +49,7 @@ window.Obs = window.Obs || {};
       const link = document.getElementById("plotly-bundle");
       if (!link) return;
       loading = document.createElement("script");
-      loading.src = link.href;
+      loading.src = link.content;
       loading.addEventListener("load", arrived);
       loading.addEventListener("error", () => { console.error("the charts' library failed to load"); loading = null; });
       document.head.appendChild(loading);

@@ -96,7 +96,7 @@ def test_a_member_annotates_live_for_an_anonymous_viewer_who_follows_the_thread(
     # the anonymous viewer sees the band appear without a reload, and opens the thread from it
     viewer.evaluate("() => { window.__sameDocument = true; }")
     viewer.wait_for_function(BAND_JS, timeout=10_000)
-    viewer.locator(f"#{LOSS} .annotation-text-g", has_text="Loss spike").first.click()
+    viewer.locator(f"#{LOSS} .mark-label", has_text="Loss spike").first.click()
     viewer.wait_for_selector("#ann-thread h3", state="visible")
     assert viewer.inner_text("#ann-thread h3") == TITLE
     body = viewer.locator("#ann-thread .ann-post .ann-body").first
@@ -191,7 +191,7 @@ def test_a_charts_first_label_after_its_plotly_draw_is_drawn_in_place(trainer, s
       body: JSON.stringify({{title: 'Loader restarted', body: 'shard 7', tags: ['spike'],
                             metric: {contract.M_LOSS!r}, step_start: 20, step_end: 30}})}})).status""")
     assert status == 201
-    label = page.locator(f"#{LOSS} .annotation-text-g", has_text="Loader restarted").first
+    label = page.locator(f"#{LOSS} .mark-label", has_text="Loader restarted").first
     label.wait_for(state="visible", timeout=10_000)
     assert page.evaluate(f"() => window.__draws[{LOSS!r}]") == draws, "the chart was drawn again by Plotly"
     assert page.evaluate(PLOT_TOP) == top, "the plot area moved"
