@@ -25,6 +25,12 @@ window.Obs = window.Obs || {};
     const n = parseInt(hex.slice(1), 16);
     return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
   };
+  // Colours: the page's theme (plotkit.js), else (an embed) the text colour, muted
+  const theme = () => {
+    if (Obs.theme) return Obs.theme();
+    const fg = getComputedStyle(document.body).color || "#333";
+    return {fg, muted: fg, grid: "rgba(128,128,128,0.25)"};
+  };
   const isLine = (t) => t.mode === "lines" && t.x && t.x.length !== undefined;
 
   // Tick labels as short as the axis needs: 1.2k, 3e-4, 0.25
@@ -67,7 +73,7 @@ window.Obs = window.Obs || {};
     JSON.stringify(layout.margin), layout.dragmode, document.documentElement.dataset.theme || ""].join("#");
 
   function options(node, fig, lines, layout, on) {
-    const t = Obs.theme(), m = layout.margin || {l: 50, r: 12, t: 10, b: 30};
+    const t = theme(), m = layout.margin || {l: 50, r: 12, t: 10, b: 30};
     const time = layout.xaxis && layout.xaxis.type === "date";
     const axis = (scale, side, size) => ({
       scale, side, size, stroke: t.muted, font: FONT, labelFont: FONT, gap: 4,
