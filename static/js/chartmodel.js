@@ -33,7 +33,9 @@
   // Live points of one line: x and y in Float64Arrays that double when full (amortised: no allocation a point).
   // view() hands the filled part as subarrays (views of the same memory) to the renderer.
   class LiveBuffer {
-    constructor(capacity = 1024) { this.x = new Float64Array(capacity); this.y = new Float64Array(capacity); this.n = 0; }
+    constructor(capacity = 1024) {
+      this.x = new Float64Array(capacity); this.y = new Float64Array(capacity); this.n = 0;
+    }
     push(x, y) {
       if (this.n === this.x.length) {
         const X = new Float64Array(this.n * 2), Y = new Float64Array(this.n * 2);

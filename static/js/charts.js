@@ -29,7 +29,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
   const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span
   const TABLE_ROWS = 1000;
   const TOOLBAR_PX = 80; // the chart's tool bar (plot.js), top right: the legend's rows stay left of it
-  const LABEL_CHAR_PX = 5.6; // a marker label's width per character (9 px font), to tell when two would overprint
   const LABEL_ROW_PX = 22; // the room above the plot for marker labels (rewinds, overlays), kept with or without one
   const EMPTY = {steps: [], values: [], nfSteps: [], nfKinds: []};
   const BUSY = {starting: "the run is starting… (data, model)", compiling: "compiling… the first step follows"};
@@ -265,7 +264,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
           for (const v of tr.y) { if (v < lo) lo = v; if (v > hi) hi = v; }
         }
         if (!(hi >= lo)) return 4;
-        const label = (v) => (Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(2) : v.toPrecision(3))
+        const label = (v) => (Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(2)
+          : v.toPrecision(3))
           .replace(/\.?0+(e|$)/, "$1").length;
         return Math.max(label(lo), label(hi), label((lo + hi) / 2)) + 1;
       };
@@ -287,7 +287,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       let lo = Infinity, hi = -Infinity;
       for (const tr of traces) {
         if ((tr.yaxis || "y") !== name || tr.mode !== "lines") continue;
-        const i = range ? Obs.lowerBound(tr.x, range[0]) : 0, j = range ? Obs.lowerBound(tr.x, range[1] + 1e-9) : tr.x.length;
+        const i = range ? Obs.lowerBound(tr.x, range[0]) : 0;
+        const j = range ? Obs.lowerBound(tr.x, range[1] + 1e-9) : tr.x.length;
         for (let k = Math.max(0, i - 1); k < Math.min(tr.y.length, j + 1); k++) {
           const v = tr.y[k];
           if (log && !(v > 0)) continue;
@@ -321,70 +322,14 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         const [xa, xb] = this.ctx.xaxis.toX([a.step, b.step]);
         perS = (xb - xa) / ((b.t - a.t) / 1000);
       } else if (sps > 0) { // else from the trainer's heartbeat (its steps/s)
-        const s = this.items[0] && this.items[0].series, at = a ? a.step : s && s.steps.length ? s.steps[s.steps.length - 1] : 0;
+        const s = this.items[0] && this.items[0].series;
+        const at = a ? a.step : s && s.steps.length ? s.steps[s.steps.length - 1] : 0;
         const [xa, xb] = this.ctx.xaxis.toX([at, at + sps * 10]);
         perS = (xb - xa) / 10;
       }
       if (perS > 0) ahead = Math.min((hi - lo) * LIVE_AHEAD_MAX, Math.max(ahead, perS * LIVE_AHEAD_S));
       axis.range = [lo, hi + ahead];
       axis.autorange = false;
-    }
-
-    marks(lay, t, traces) { // rewinds and feature overlays (anomalies, annotations, interventions): Obs.setOverlays
-      const xa = this.ctx.xaxis, x = (step) => xa.xOf(step);
-      const rw = this.ctx.rewinds || [];
-      lay.shapes = rw.map((r) => ({type: "line", x0: x(r.to_step), x1: x(r.to_step),
-                                   line: {color: t.muted, width: 1, dash: "dash"}}));
-      lay.annotations = [];
-      // a rewind's label (centred on its line) folds with close command and anomaly labels too
-      const folding = rw.map((r, i) => ({id: "rewind-" + i, x0: r.to_step, textColor: t.muted, anchor: "center",
-                                         label: r.label || `↺ ${r.from_step}→${r.to_step}`, collapse: true}));
-      for (const o of Obs.overlaysFor(this)) {
-        const x0 = x(o.x0), band = o.x1 !== undefined && o.x1 !== o.x0;
-        lay.shapes.push(band ? {type: "rect", x0, x1: x(o.x1), fillcolor: o.color || "rgba(255,160,0,0.18)", line: {width: 0}}
-          : {type: "line", x0, x1: x0, line: {color: o.color || "#ef6c00", width: 1.5}});
-        if (o.label && o.collapse) folding.push(o);
-        else if (o.label) lay.annotations.push(this.markLabel(x, [o]));
-      }
-      // close labels fold into one at this zoom (a click on it zooms in on them; its hover lists them all)
-      const px = this.pixels(lay, traces);
-      this.groups = new Map();
-      for (const g of Obs.labelGroups(folding, (step) => px(x(step)), LABEL_CHAR_PX)) {
-        lay.annotations.push(this.markLabel(x, g));
-        if (g.length > 1) this.groups.set(this.groupId(g), g);
-      }
-    }
-
-    groupId(g) { return "group:" + g.map((o) => o.id).join(","); }
-
-    markLabel(x, g) {
-      const o = g[0], many = g.length > 1;
-      return {x: x(o.x0), xanchor: o.anchor || "left", font: {color: o.textColor || "#8d4a00"}, text: Obs.groupLabel(g),
-              hovertext: many || o.hover ? Obs.groupHover(g) : undefined, captureevents: many || !!o.onClick,
-              overlayId: many ? this.groupId(g) : o.id};
-    }
-
-    // x (axis units) -> pixels from the plot's left edge, for the x range this layout draws (its own, else the
-    // lines' extent).
-    pixels(lay, traces) {
-      let [lo, hi] = lay.xaxis.autorange === false && lay.xaxis.range ? lay.xaxis.range : [Infinity, -Infinity];
-      if (!(hi > lo)) {
-        for (const tr of traces || []) {
-          if (tr.mode !== "lines" || !tr.x || !tr.x.length) continue;
-          lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
-        }
-      }
-      const width = Math.max(50, (this.width || 600) - lay.margin.l - lay.margin.r);
-      return hi > lo ? (v) => (v - lo) / (hi - lo) * width : () => 0; // (no extent: every mark at one place)
-    }
-
-    clickedLabel(id) {
-      const g = this.groups && this.groups.get(id);
-      if (!g) { Obs.overlayClicked(id); return; }
-      const steps = g.map((o) => o.x0), lo = Math.min(...steps), hi = Math.max(...steps);
-      if (hi - lo < 1) { Obs.overlayClicked(g[0].id); return; } // (one step: zooming would not part them)
-      const pad = Math.max(2, (hi - lo) * 0.5);
-      if (Obs.zoomTo) Obs.zoomTo(Math.max(0, lo - pad), hi + pad); // (the dashboard's)
     }
 
     // ---------------------------------------------------------------------------------------- drawing

@@ -56,9 +56,8 @@ window.Obs = window.Obs || {};
   // drawn across).
   function columns(lines) {
     if (lines.length === 1) return [lines[0].x, lines[0].y];
-    if (lines.every((t) => t.x === lines[0].x || (t.x.length === lines[0].x.length &&
-                                                  t.x[0] === lines[0].x[0] && t.x[t.x.length - 1] === lines[0].x[t.x.length - 1]
-                                                  && sameX(t.x, lines[0].x)))) {
+    const x0 = lines[0].x;
+    if (lines.every((t) => t.x === x0 || (t.x.length === x0.length && sameX(t.x, x0)))) {
       return [lines[0].x, ...lines.map((t) => t.y)];
     }
     return uPlot.join(lines.map((t) => [t.x, t.y]));
@@ -97,19 +96,24 @@ window.Obs = window.Obs || {};
       const log = fig.log[key];
       if (key === "x" && !log) return [lo, hi];
       if (key === "x") return [lo > 0 ? lo : 1e-9, hi];
-      if (log) { const a = Math.log10(lo), b = Math.log10(hi), p = (b - a) * 0.06 || 0.3; return [10 ** (a - p), 10 ** (b + p)]; }
+      if (log) {
+        const a = Math.log10(lo), b = Math.log10(hi), p = (b - a) * 0.06 || 0.3;
+        return [10 ** (a - p), 10 ** (b + p)];
+      }
       const p = (hi - lo) * 0.06;
       return [lo - p, hi + p];
     };
     const logOf = (a) => !!(a && a.type === "log");
     fig.log = {x: logOf(layout.xaxis), y: logOf(layout.yaxis), y3: logOf(layout.yaxis3)};
-    const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1}, y: {range: rng("y"), distr: fig.log.y ? 3 : 1}};
+    const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1},
+                    y: {range: rng("y"), distr: fig.log.y ? 3 : 1}};
     if (layout.yaxis3) scales.y3 = {range: rng("y3"), distr: fig.log.y3 ? 3 : 1};
     const xa = layout.xaxis || {}, ticks = xa.tickvals ? {splits: () => xa.tickvals, values: () => xa.ticktext} : {};
-    const axes = [{...axis("x", 2, m.b), ...ticks, label: layout.xaxis && layout.xaxis.title ? layout.xaxis.title.text : "",
+    const axes = [{...axis("x", 2, m.b), ...ticks, label: xa.title ? xa.title.text : "",
                    labelSize: 14}, axis("y", 3, m.l)];
     if (layout.yaxis3) axes.push({...axis("y3", 1, m.r), label: (layout.yaxis3.title || {}).text || "", labelSize: 14,
-                                  values: layout.yaxis3.tickformat ? (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")
+                                  values: layout.yaxis3.tickformat
+                                    ? (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")
                                     : (u, v) => (fig.ticks.y3 = v.map(num))});
     const drag = layout.dragmode !== false;
     return {
@@ -202,9 +206,13 @@ window.Obs = window.Obs || {};
       if (!el) {
         el = layer.appendChild(document.createElement("span"));
         el.className = "mark-label";
-        el.addEventListener("mouseenter", () => { if (el.obsLabel.hovertext) showTip(fig, el, el.obsLabel.hovertext); });
+        el.addEventListener("mouseenter", () => {
+          if (el.obsLabel.hovertext) showTip(fig, el, el.obsLabel.hovertext);
+        });
         el.addEventListener("mouseleave", () => hideTip(fig));
-        el.addEventListener("click", () => { if (el.obsLabel.captureevents && fig.on.label) fig.on.label(el.obsLabel.overlayId); });
+        el.addEventListener("click", () => {
+          if (el.obsLabel.captureevents && fig.on.label) fig.on.label(el.obsLabel.overlayId);
+        });
       }
       el.obsLabel = a;
       if (el.textContent !== a.text) el.textContent = a.text;
@@ -291,8 +299,10 @@ window.Obs = window.Obs || {};
     const time = layout.xaxis && layout.xaxis.type === "date";
     fig.log = {x: !!(layout.xaxis && layout.xaxis.type === "log"), y: !!(layout.yaxis && layout.yaxis.type === "log"),
                y3: !!(layout.yaxis3 && layout.yaxis3.type === "log")};
-    fig.fmtX = time ? (v) => new Date(v).toISOString().slice(0, 19).replace("T", " ") : (v) => Number(v).toLocaleString("en-US");
-    fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%" : num(v) + (tr.unit ? " " + tr.unit : ""));
+    fig.fmtX = time ? (v) => new Date(v).toISOString().slice(0, 19).replace("T", " ")
+      : (v) => Number(v).toLocaleString("en-US");
+    fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"
+      : num(v) + (tr.unit ? " " + tr.unit : ""));
     const fixed = (a, key) => {
       if (!a || !a.range || a.autorange === true) return null;
       return fig.log[key] ? [10 ** a.range[0], 10 ** a.range[1]] : a.range.slice();
@@ -327,7 +337,9 @@ window.Obs = window.Obs || {};
   Obs.figureXAt = (node, px) => node._figure && node._figure.u ? node._figure.u.posToVal(px, "x") : NaN;
   Obs.figureResize = (node) => {
     const fig = node._figure;
-    if (fig && fig.u && node.clientWidth) fig.u.setSize({width: node.clientWidth, height: node.clientHeight || fig.height});
+    if (fig && fig.u && node.clientWidth) {
+      fig.u.setSize({width: node.clientWidth, height: node.clientHeight || fig.height});
+    }
   };
   Obs.savePNG = (node) => { // the chart's canvas as a PNG file (named after the chart's element)
     const u = node._figure && node._figure.u;
