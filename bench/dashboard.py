@@ -20,7 +20,7 @@ import time
 from contextlib import ExitStack
 
 from harness import ROOT, add_save_flag, report, django_here, web_server  # noqa: E402
-from trees import JS_BEFORE_PAINT, tree  # noqa: E402
+from trees import JS_BEFORE_PAINT, tree as checkout  # noqa: E402
 
 RUN_ID = "bench-dashboard"
 SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
@@ -328,7 +328,7 @@ def main() -> int:
     targets = {}
     with ExitStack() as stack:  # each checkout served by its own code and static files, same database
         if args.compare:
-            trees["other"] = stack.enter_context(tree(args.compare))
+            trees["other"] = stack.enter_context(checkout(args.compare))
         for name, tree in trees.items():
             server = stack.enter_context(web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree))
             targets[name] = (f"http://127.0.0.1:{server.port}/runs/{RUN_ID}/", server.pid)
