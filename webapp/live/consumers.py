@@ -16,6 +16,7 @@ from webapp.live import protocol, stats
 from webapp.live.backfill import backfill, run_summary
 from webapp.live.coalesce import Coalescer
 from webapp.live.hub import Outbox, get_hub
+from webapp.live.livelog import decode_entry, log_key, seq_of
 
 log = logging.getLogger("observatory.live")
 SUMMARY_TTL_S = 1.0  # a thousand viewers arriving at once read the run's summary once, not a thousand times
@@ -38,6 +39,32 @@ async def _backfill_text(run_id: str, after: dict[str, int], after_event: int | 
         body = await database_sync_to_async(backfill)(run_id, after, after_event)
         return protocol.encode({"type": "backfill", "run_id": run_id, **body})
     return await co.get((run_id, tuple(sorted(after.items())), after_event), read)
+
+
+def _after_seq(scope) -> int | None:
+    """?after_seq=<n> of the socket's URL (live.js's reconnect), or None (absent or not a number >= 0)."""
+    for part in scope.get("query_string", b"").decode("latin-1").split("&"):
+        key, _, value = part.partition("=")
+        if key == "after_seq" and value.isdigit() and len(value) < 20:
+            return int(value)
+    return None
+
+
+async def _log_text(run_id: str, after_seq: int) -> str:
+    """The live log's entries after `after_seq` as one batch, the frames as the hub sends them; a "gap" frame (with
+    the log's last number) instead when some are no longer kept or more than RESUME_MAX_ENTRIES would come: the
+    page refetches the window over HTTP. A resume is never megabytes."""
+    r = get_hub().redis
+    entries = await r.xrange(log_key(run_id), f"{after_seq + 1}-0", "+", count=protocol.RESUME_MAX_ENTRIES + 1)
+    if entries and (seq_of(entries[0][0]) != after_seq + 1 or len(entries) > protocol.RESUME_MAX_ENTRIES):
+        last = await r.xrevrange(log_key(run_id), count=1)
+        return protocol.encode({"type": "gap", "run_id": run_id, "seq": seq_of(last[0][0])})
+    frames = []
+    for entry_id, fields in entries:
+        for f in decode_entry(run_id, entry_id, fields)[2]:
+            f.pop("t", None)
+            frames.append(f)
+    return protocol.encode(frames)
 
 
 async def _summary(run_id: str) -> dict | None:
@@ -104,6 +131,9 @@ class RunConsumer(AsyncWebsocketConsumer):
             self.box = None
             return await self.close(code=protocol.CLOSE_TRY_AGAIN, reason="live updates unavailable, retry later")
         await self._send({"type": "hello", "run": run, "limits": protocol.LIMITS})
+        after_seq = _after_seq(self.scope)
+        if after_seq is not None:  # a reconnect: the log's entries since its last one first (live ones wait)
+            await self.send(text_data=await _log_text(self.run_id, after_seq))
         self.box.release()
 
     async def disconnect(self, code):
@@ -144,6 +174,14 @@ class RunConsumer(AsyncWebsocketConsumer):
             after, after_event = protocol.parse_resume(msg)
         except protocol.ProtocolError as e:
             return await self._error(str(e))
+        if msg.get("after_seq") is not None:  # the live log's entries after this number (or a gap)
+            self.box.hold = True
+            try:
+                await self.send(text_data=await _log_text(self.run_id, msg["after_seq"]))
+            finally:
+                self.box.release()
+            if not after:
+                return
         if after:  # a resume naming no series (events only) leaves the subscription as it was
             names = frozenset(after) | (self.box.sub or frozenset())
             self.box.sub = get_hub().key(self.feed, names)

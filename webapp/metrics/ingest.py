@@ -62,6 +62,9 @@ class Ingestor:
         # stream leaves when that read comes back empty, and new entries (">") are read from then on
         self.pending: dict[str, str] = {}
         self.defer_acks = False  # True: process() leaves acknowledging to ack() (live pushes go first)
+        # callable([contract.Message]) or None: a batch's valid messages, in stream order, before they are written
+        # (live appends their points to the run's live log at once: a viewer's delay does not wait on SQL)
+        self.on_decoded: Callable[[list], None] | None = None
         self.unacked: dict[str, list[str]] = {}  # stream -> entry ids applied, awaiting ack()
         self.last_ids: dict[str, str] = {}  # held stream -> last entry id when found empty (blocking wait)
         self.scanned: set[str] = set()
@@ -234,6 +237,8 @@ class Ingestor:
                 except Exception as e:  # a validator bug must not kill ingest either
                     bad.append((stream, entry_id, "internal", f"{type(e).__name__}: {e}"))
                     log.exception("decode crashed on %s %s: %s", stream, entry_id, e)
+        if self.on_decoded is not None and good:
+            self.on_decoded([m for s, _, m in good if s in self.streams])
         bad.extend(self._write(good))
         bad = [b for b in bad if b[0] in self.streams]
         acks = {s: ids for s, ids in acks.items() if s in self.streams}
