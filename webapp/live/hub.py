@@ -16,6 +16,8 @@ import time
 from typing import Callable
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from django.conf import settings
 
 from webapp.live import protocol, stats
@@ -31,6 +33,7 @@ FRAME_BUDGET = settings.OBS_LIVE_FRAME_BUDGET
 MAX_VARIANTS = 64  # distinct subscriptions per run per process; past it a socket gets every series
 LINGER_S = 5.0  # keep a run's subscription this long after its last viewer left (reloads, reconnects)
 MAX_PENDING_BYTES = 16 * 2**20
+READ_BLOCK_MS = 5000  # one blocking read of a run's log (the client's socket timeout is longer)
 
 
 class Outbox:
@@ -117,15 +120,21 @@ class Feed:
             self.reader.cancel()
 
     async def _read(self) -> None:
+        failing = 0
         while True:
             try:
-                reply = await self.hub.redis.xread({self.key: self.cursor}, count=500, block=5000)
+                reply = await self.hub.redis.xread({self.key: self.cursor}, count=500, block=READ_BLOCK_MS)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # Redis away: read on from the cursor when it is back (a trim shows as a gap)
-                log.warning("live: reading the live log of %s failed: %s", self.run_id, e)
-                await asyncio.sleep(1.0)
+            except Exception as e:  # Redis away: read on from the cursor when it is back (a new log: a hole)
+                if not failing:
+                    log.warning("live: reading the live log of %s failed: %s; retrying", self.run_id, e)
+                failing += 1
+                await asyncio.sleep(min(2.0, 0.1 * 2 ** min(failing, 5)))
                 continue
+            if failing:
+                log.info("live: reading the live log of %s again after %d failed reads", self.run_id, failing)
+                failing = 0
             for _key, entries in reply or ():
                 for entry_id, fields in entries:
                     self.cursor = entry_id
@@ -211,7 +220,11 @@ class Hub:
     """The process's feeds, by run id. One per event loop (the ASGI server's)."""
 
     def __init__(self, client=None):
-        self.redis = client or aioredis.from_url(settings.REDIS_URL, socket_connect_timeout=2)
+        # The socket timeout is longer than a blocking read: a timeout means a hung Redis, not a quiet run. A read
+        # on a pooled connection that a Redis restart closed is retried on a new one (they are all reads).
+        self.redis = client or aioredis.from_url(settings.REDIS_URL, socket_connect_timeout=2,
+                                                 socket_timeout=READ_BLOCK_MS / 1000 + 5,
+                                                 retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2))
         self.feeds: dict[str, Feed] = {}
         self.sockets = 0
         self.keys: dict[frozenset, frozenset] = {}  # interned subscription keys

@@ -7,7 +7,8 @@ path: the relay (webapp.live.relay) is the only thing that posts to the push tie
 An entry is one message (the frames that belong together: a step's points and the anomaly about them), its id
 `<seq>-0`, so the id IS the sequence number: XRANGE by number, no counter key to lose. A new log starts at
 Redis' current time in microseconds (a log re-created after Redis lost it keeps increasing; below 2^53, exact in a
-browser), then counts by one. Appending
+browser), then counts by one; the first append after a Redis restart numbers from the clock too, so a restart that
+lost the log's tail never gives a number a viewer saw to other frames (the viewer sees a hole and refetches). Appending
 is one Redis script (one round trip, nothing else on the writer's thread: no process on the durable path waits on
 the push tier). The log keeps WINDOW entries (ten minutes at 5 steps/s): what a resume can replay; a reader that
 fell further behind gets a "gap" and refetches the window over HTTP. The relays count as a reader: while their
@@ -29,18 +30,23 @@ RELAY_HOLD_MAX = 6000  # entries kept past WINDOW while the relays' cursor is be
 RUNS_KEY = f"{contract.PREFIX}:live:runs"  # ZSET run id -> the time of its last append (ms): the relays' read set
 LOG_TTL_S = 7 * 86_400  # a run silent this long leaves nothing behind
 
-# KEYS: log, runs, relays' cursor; ARGV: frames (JSON list), window, run id, ttl, hold max -> the entry's number.
+# KEYS: log, runs, relays' cursor, the id of the Redis server that appended last; ARGV: frames (JSON list),
+# window, run id, ttl, hold max -> the entry's number.
 # The trim counts the relays as a reader: entries after their cursor are kept (up to the hold max) past the window.
+# The first append after a Redis restart (a server id other than the last appender's) numbers from the clock: a
+# restart that lost the log's tail (an append-only file fsynced every second) never gives a number twice.
 _APPEND = """
 local last = redis.call('xrevrange', KEYS[1], '+', '-', 'COUNT', 1)
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local seq
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local server = string.match(redis.call('info', 'server'), 'run_id:(%w+)')
+local seq = floor
 if last[1] then
   seq = tonumber(string.match(last[1][1], '^(%d+)')) + 1
-else
-  seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if redis.call('get', KEYS[4]) ~= server and seq < floor then seq = floor end
 end
+if redis.call('get', KEYS[4]) ~= server then redis.call('set', KEYS[4], server) end
 local keep = tonumber(ARGV[2])
 local cursor = redis.call('get', KEYS[3])
 if cursor then
@@ -49,6 +55,7 @@ if cursor then
 end
 redis.call('xadd', KEYS[1], 'MAXLEN', keep, string.format('%d-0', seq), 'f', ARGV[1], 't', now)
 redis.call('expire', KEYS[1], ARGV[4])
+redis.call('expire', KEYS[4], ARGV[4])
 redis.call('zadd', KEYS[2], now, ARGV[3])
 return seq
 """
@@ -56,6 +63,11 @@ return seq
 
 def log_key(run_id: str) -> str:
     return contract.run_key(run_id, "live")
+
+
+def server_key(run_id: str) -> str:
+    """The run id of the Redis server that appended the log's last entry (INFO server): a new one has restarted."""
+    return contract.run_key(run_id, "live:server")
 
 
 def relay_cursor_key(run_id: str) -> str:
@@ -80,7 +92,7 @@ class LiveLog:
         raises (a caller on ingest's path leaves its entries unacknowledged, so they are replayed and appended)."""
         if not frames:
             raise ValueError("an entry holds at least one frame")
-        return int(self._append(keys=[log_key(run_id), RUNS_KEY, relay_cursor_key(run_id)],
+        return int(self._append(keys=[log_key(run_id), RUNS_KEY, relay_cursor_key(run_id), server_key(run_id)],
                                 args=[encode(frames), self.window, run_id, LOG_TTL_S,
                                       max(self.window, RELAY_HOLD_MAX)]))
 

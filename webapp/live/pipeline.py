@@ -13,6 +13,7 @@ import time
 import redis
 from django.db import InterfaceError, OperationalError, ProgrammingError
 
+from observatory import contract
 from observatory.downsample import classify
 from webapp.live.push import LiveBuffer, LivePublisher
 from webapp.live.protocol import update_body
@@ -37,6 +38,9 @@ class LiveIngest:
         self.early_points = early_points
         if early_points:  # `manage.py ingest`: points before the SQL write, the rest after it (one entry a step)
             self.ingestor.on_decoded = self._decoded
+        # early points: stream -> ids of the entries whose changes the buffer holds for the next points entry
+        # (acknowledged once that entry is appended: a successor replays only those, not the run's history)
+        self.held: dict[str, set[str]] = {}
         self.next_timer = time.monotonic() + hooks.TIMER_EVERY_S
         self.hook_s = 0.0  # time spent in later apps' hooks and timers (anomaly detection), for stats and benches
 
@@ -60,6 +64,7 @@ class LiveIngest:
             if not (ch.points or ch.rewinds):
                 continue
             held, frames = self.buffer.take(run_id)  # what the last commits made, waiting for these points
+            self.held.pop(contract.telemetry_stream(run_id), None)
             if held is not None:
                 ch.events, ch.run, ch.new_series = held.events, held.run, held.new_series
             body = update_body(ch)
@@ -130,7 +135,16 @@ class LiveIngest:
 
     def flush(self, force: bool = False) -> None:
         self.buffer.flush_due(force=force)
-        self.ingestor.ack(except_runs=set(self.buffer.pending))  # what was pushed (or had nothing to push)
+        batch, self.ingestor.last_batch = self.ingestor.last_batch, {}
+        if not self.early_points:
+            self.ingestor.ack(except_runs=set(self.buffer.pending))  # what was pushed (or had nothing to push)
+        else:  # held: the entries whose changes wait in the buffer (the rest went out with points entries)
+            pending = {contract.telemetry_stream(r) for r in self.buffer.pending}
+            for stream, ids in batch.items():
+                if stream in pending:
+                    self.held.setdefault(stream, set()).update(ids)
+            self.held = {s: ids for s, ids in self.held.items() if s in pending}
+            self.ingestor.ack(keep=self.held)
         self.ingestor.stats["pushes"] = self.buffer.pushes
         self.ingestor.stats["hook_ms"] = int(self.hook_s * 1000)
 

@@ -66,6 +66,7 @@ class Ingestor:
         # (live appends their points to the run's live log at once: a viewer's delay does not wait on SQL)
         self.on_decoded: Callable[[list], None] | None = None
         self.unacked: dict[str, list[str]] = {}  # stream -> entry ids applied, awaiting ack()
+        self.last_batch: dict[str, set[str]] = {}  # stream -> ids process() applied since the caller took them
         self.last_ids: dict[str, str] = {}  # held stream -> last entry id when found empty (blocking wait)
         self.scanned: set[str] = set()
         self.bad_run_ids: set[str] = set()
@@ -254,6 +255,7 @@ class Ingestor:
         if self.defer_acks:
             for stream, ids in acks.items():
                 self.unacked.setdefault(stream, []).extend(ids)
+                self.last_batch.setdefault(stream, set()).update(ids)  # (the caller takes and clears it)
         else:
             self._xack(acks)
         n = sum(len(ids) for ids in acks.values())
@@ -261,13 +263,21 @@ class Ingestor:
         self.stats["deadlettered"] += len(bad)
         return n
 
-    def ack(self, except_runs: set[str] = frozenset()) -> None:
-        """Acknowledge the entries process() applied (with defer_acks), but those of `except_runs`."""
-        acks = {s: ids for s, ids in self.unacked.items() if self.streams.get(s) not in except_runs}
+    def ack(self, except_runs: set[str] = frozenset(), keep: dict[str, set[str]] | None = None) -> None:
+        """Acknowledge the entries process() applied (with defer_acks), but those of `except_runs` and the ids in
+        `keep` ({stream: ids}: entries whose changes are still to be pushed)."""
+        acks, left = {}, {}
+        for s, ids in self.unacked.items():
+            if self.streams.get(s) in except_runs:
+                left[s] = ids
+                continue
+            held = (keep or {}).get(s, ())
+            acks[s] = [i for i in ids if i not in held]
+            left[s] = [i for i in ids if i in held]
+        acks = {s: ids for s, ids in acks.items() if ids}
         if acks:
             self._xack(acks)
-            for s in acks:
-                del self.unacked[s]
+        self.unacked = {s: ids for s, ids in left.items() if ids}
 
     def _xack(self, acks: dict[str, list[str]]) -> None:
         pipe = self.r.pipeline(transaction=False)

@@ -187,3 +187,33 @@ async def test_a_reconnect_gets_the_logs_entries_since_its_last_number_then_live
     await comm.receive_json_from(timeout=5)
     assert await comm.receive_json_from(timeout=5) == {"type": "gap", "run_id": run_id, "seq": held + 4}
     await comm.disconnect()
+
+
+async def test_live_frames_wait_for_a_new_sockets_first_resume(trainer, redis_client, run_id):
+    """A frame appended between a socket's hello and its resume: sent before the backfill, it made a client that
+    keeps only steps after the last it holds drop the backfill's older points (bench/chaos.py's client after a
+    resync missed ten steps). It waits for the resume's backfill and comes after it."""
+    from webapp.live.hub import get_hub
+    from webapp.live.livelog import LiveLog
+
+    trainer.send("run", name="ws", config={})
+    for step in range(3):
+        trainer.metrics(step, **{contract.M_LOSS: float(step)})
+    ingestor = LiveIngest(redis_client, LivePublisher().send, consumer="ws-hold", interval=0.0)
+    await _drain(ingestor)
+    comm = await _open(run_id)
+    seq = LiveLog(redis_client).append(run_id, [{"type": "update", "run_id": run_id, "rewinds": [], "series": {
+        contract.M_LOSS: {"steps": [3], "values": [3.0], "nonfinite": []}}}])
+    feed = get_hub().feeds[run_id]
+    for _ in range(500):  # the hub has read it and flushed it to the socket's outbox
+        if feed.last_seq == seq and not feed.queue:
+            break
+        await asyncio.sleep(0.01)
+    assert feed.last_seq == seq and not feed.queue
+    await comm.send_json_to({"type": "resume", "metrics": [contract.M_LOSS], "after": {contract.M_LOSS: -1}})
+    first = await comm.receive_json_from(timeout=5)
+    assert first["type"] == "backfill", first
+    assert first["series"][contract.M_LOSS]["steps"] == [0, 1, 2, 3]
+    update = await _until(comm, "update", has=contract.M_LOSS)
+    assert update["series"][contract.M_LOSS]["steps"] == [3] and update["seq"] == seq
+    await comm.disconnect()
