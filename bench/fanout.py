@@ -34,7 +34,8 @@ def run_bench(args) -> dict:
         ports = [free_port() for _ in range(args.replicas)]
         tier_procs, relay_proc = {}, None
         if "nchan" in args.tiers:  # first: ingest and the web publish to its OBS_LIVE_PUSH_URL too
-            nchan_port, push_procs = stack.push_tier(ports[0])
+            # every viewer comes from 127.0.0.1: push.conf's sockets-per-address limit lifted to the crowd's size
+            nchan_port, push_procs = stack.push_tier(ports[0], conn_limit=args.viewers + 100)
             tier_procs["nchan"], relay_proc = push_procs[:1], push_procs[1]
             relay_procs = [relay_proc] + [stack.relay() for _ in range(args.relays - 1)]  # --relays: by leases
         web = tier_procs["hub"] = [stack.web(args.server, wait=False, port=p) for p in ports]

@@ -223,9 +223,11 @@ class Stack(ExitStack):
             wait_port(port, 60)
         return proc
 
-    def push_tier(self, web_port: int, relay: bool = True) -> tuple[int, list[subprocess.Popen]]:
+    def push_tier(self, web_port: int, relay: bool = True, conn_limit: int | None = None
+                  ) -> tuple[int, list[subprocess.Popen]]:
         """nginx + nchan as `make run` configures it, in front of the web server at web_port, and the relay (unless
-        relay=False); returns (nginx's port, [nginx, relay]). The environment gains OBS_LIVE_PUSH_URL."""
+        relay=False); returns (nginx's port, [nginx, relay]). The environment gains OBS_LIVE_PUSH_URL. conn_limit:
+        sockets per client address instead of push.conf's (a bench's viewers all come from 127.0.0.1)."""
         missing = push_tier_missing()
         if missing:
             raise RuntimeError(f"the push tier cannot start: {missing}")
@@ -233,7 +235,7 @@ class Stack(ExitStack):
         for sub in ("nginx", "logs"):
             (var / sub).mkdir(parents=True, exist_ok=True)
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port))
+        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port, conn_limit=conn_limit))
         self.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
         nginx = self.start(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                             str(var / "logs" / "nginx-error.log")], quiet=False)

@@ -115,7 +115,7 @@ def measure(stack: Stack, seconds: float, rate: float, width: str, server: str, 
     port = free_port()
     front, crowd, push_tap = port, None, None
     if tier == "nchan":  # the page through nginx + nchan as `make run` has it, the relay feeding it (--tier nchan)
-        front, _ = stack.push_tier(port)
+        front, _ = stack.push_tier(port, conn_limit=others + 100)  # the crowd shares 127.0.0.1: limit lifted
     stack.web(server, port=port, wait=False)
     stack.ingest()
     names = demo_names() if width == "full" else [contract.M_LOSS, contract.M_LR]
