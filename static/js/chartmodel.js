@@ -121,6 +121,7 @@
     return (first.length > GROUP_FIRST_CHARS ? first.slice(0, GROUP_FIRST_CHARS - 1) + "…" : first) +
       ` +${marks.length - 1}`;
   };
-  Obs.groupHover = (marks) => marks.flatMap((o) => [].concat(o.hover || o.label)).map(String).join("\n");
+  // (lines joined by <br>: plot.js shows each on a line of its own, as text)
+  Obs.groupHover = (marks) => marks.flatMap((o) => [].concat(o.hover || o.label)).map(String).join("<br>");
 
 })(typeof window !== "undefined" ? (window.Obs = window.Obs || {}) : module.exports);

@@ -88,4 +88,4 @@ def test_close_labels_fold_into_one_with_a_count_and_every_text_on_hover(model):
     }""")
     assert got["ids"] == [["a", "b", "c"], ["e"], ["d"]]
     assert got["labels"] == ["loss spike at… +2", "centred", "far away"]
-    assert got["hover"] == "loss spike at 0\ngrad norm jump\nlr changed"
+    assert got["hover"] == "loss spike at 0<br>grad norm jump<br>lr changed"
