@@ -161,25 +161,6 @@ window.Obs = window.Obs || {};
   window.addEventListener("resize", () => { // (a breakpoint's font size: measured again at the next value)
     document.querySelectorAll(".obs-figure").forEach(unbox);
   });
-  // a and b hold the same data as JSON sees it (undefined and function members left out, NaN as null), keys in any
-  // order, without making the strings (a chart's labels carry their hover texts, every mark listed: compared at
-  // each marks redraw)
-  Obs.sameJSON = (a, b) => {
-    const nul = (v) => v === null || (typeof v === "number" && !Number.isFinite(v)); // (JSON writes null for these)
-    if (a === b || (nul(a) && nul(b))) return true;
-    if (a === null || b === null || typeof a !== "object" || typeof b !== "object" ||
-        Array.isArray(a) !== Array.isArray(b)) return false;
-    if (Array.isArray(a)) return a.length === b.length && a.every((v, i) => Obs.sameJSON(v, b[i]));
-    const skip = (v) => v === undefined || typeof v === "function";
-    let n = 0;
-    for (const k in a) {
-      if (skip(a[k])) continue;
-      if (skip(b[k]) || !Obs.sameJSON(a[k], b[k])) return false;
-      n++;
-    }
-    for (const k in b) if (!skip(b[k])) n--;
-    return n === 0;
-  };
   Obs.putAttr = (el, name, value) => { value = String(value); if (el.getAttribute(name) !== value) el.setAttribute(name, value); };
   Obs.putClass = (el, cls) => { if (el.className !== cls) el.className = cls; };
   Obs.putHidden = (el, hidden) => { if (el.hidden !== !!hidden) el.hidden = !!hidden; };
