@@ -273,10 +273,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       let top = this.labelRow() ? LABEL_ROW_PX : 8; // marker labels (rewinds, overlays) sit just above the plot
       if (multi) {
         const width = this.items.reduce((a, it) => a + 44 + 6 * this.label(it.name).length, 0);
-        const rows = Math.ceil(width / Math.max(200, (this.width || 600) - 60));
-        top += 20 * rows;
-        // the legend's first row reaching under the mode bar (top right; a phone's narrow chart): room above it
-        if (rows > 1 || px(chars("y")) + width > (this.width || 600) - TOOLBAR_PX) top += 30;
+        // (the legend's rows: left of the tool bar, top right; plot.js lays them out)
+        top += 20 * Math.ceil(width / Math.max(160, (this.width || 600) - 60 - TOOLBAR_PX));
       }
       return {l: px(chars("y")), r: sec ? px(chars("y3")) + 14 : 12, t: top, b: time ? 52 : 38};
     }
