@@ -155,6 +155,25 @@ def test_the_transitional_exemptions_name_files_that_still_need_them():
         assert {("lines" if " lines " in f else "width") for f in still} == rules, (rel, still)
 
 
+def test_one_nchan_configuration():
+    """deploy/push.conf is the one nchan configuration: no other source file writes an nchan directive, and the
+    nginx.conf `make run` starts (deploy/push_tier.py nchan_config) holds every directive of it but the replicas'."""
+    from pathlib import Path
+
+    from deploy.push_tier import nchan_config
+
+    directive = re.compile(r"^\s*(nchan_[a-z_]+)\s", re.M)
+    # the one exception: the size of make run's one nginx process (an http-level setting, no channel rule)
+    process = {"deploy/push_tier.py": ["nchan_shared_memory_size"]}
+    writers = {str(p.relative_to(ROOT)): directive.findall(p.read_text(errors="replace")) for p in source_files()}
+    assert {p: d for p, d in writers.items() if d and p != "deploy/push.conf"} == process
+    rendered = nchan_config(Path("/var/obs"), "127.0.0.1", 8000, 8001, 8002)
+    wanted = [line.split("#")[0].strip() for line in (ROOT / "deploy" / "push.conf").read_text().splitlines()
+              if directive.match(line) and "@replica" not in line]
+    assert wanted and [w for w in wanted if w not in rendered] == []
+    assert "nchan_redis" not in rendered  # one nginx keeps its channels in memory
+
+
 def test_performance_md_is_what_the_results_render():
     """docs/PERFORMANCE.md is generated: after a bench files a run (or a narrative changes), run bench/report.py."""
     import subprocess
