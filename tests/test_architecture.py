@@ -251,7 +251,7 @@ STATIC_OWNERS = {
     "anomalies": ("js/anomalies.js",),
     "experiments": ("js/forecast.js",),
     "annotations": ("js/annotation-thread.js", "js/annotations.js"),
-    "control": ("js/operate.js", "js/interventions.js"),
+    "control": ("js/operate.js", "js/operate-chart.js", "js/interventions.js"),
     "live": ("js/live.js",),
     "reports": ("js/minichart.js", "css/embed.css"),
     "publicapi": ("css/apidocs.css", "js/apidocs.js"),
