@@ -106,8 +106,7 @@ def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]
 
 
 # --profile: what happens between a zoom's gesture and its charts' redraws, on any tree (no page code needed): the
-# windows request (sent, answered, parsed) and every Plotly call (react, relayout, newPlot) with its duration, in
-# page time (performance.now()); the bench reads window.__obsSpy after each zoom.
+# windows request (sent, answered, parsed), in page time (performance.now()); the bench reads window.__obsSpy.
 ZOOM_SPY_JS = """
 window.__obsSpy = [];
 (() => {
@@ -126,19 +125,6 @@ window.__obsSpy = [];
       return r;
     });
   };
-  const wrap = () => {
-    for (const fn of ['react', 'relayout', 'newPlot']) {
-      const orig = window.Plotly[fn];
-      window.Plotly[fn] = function (gd, ...rest) {
-        const t0 = performance.now(), out = orig.call(this, gd, ...rest), id = (typeof gd === 'string' ? gd : gd.id);
-        log(fn + ' ' + id, t0, performance.now());
-        return out;
-      };
-    }
-  };
-  let P;
-  Object.defineProperty(window, 'Plotly', {configurable: true, get: () => P,
-                                          set: (v) => { P = v; if (v && v.react) wrap(); }});
 })();
 """
 
@@ -172,7 +158,7 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
     acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
-                  "gesture_plotly": [], "gesture_charts": {}, "timelines": [], "in_place": [],
+                  "gesture_charts": {}, "timelines": [],
                   "errors": [], "plotly": [], "js_run": [], "js_fetched": [], "js_files": [],
                   "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
                   "zoom_long": [], "summary": {}} for name in targets}
@@ -248,9 +234,6 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                         "train/loss", z["ms"])
                     A["gesture"].append(z["done"] - t0)
                     A["gesture_own"].append(z["start"] + own - t0)
-                    A["gesture_plotly"].append(z["start"] + z.get("plotlyMs", z["ms"]) - t0)
-                    if "inPlace" in z:  # charts drawn onto their lines (else by a Plotly redraw at once)
-                        A["in_place"].append((len(z["inPlace"]), len(z["charts"])))
                     for cid, at in (z.get("charts") or {}).items():  # (a tree whose page reports each chart's)
                         A["gesture_charts"].setdefault(cid, []).append(z["start"] + at - t0)
                     if profiling:
@@ -290,9 +273,6 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                                             "scripts_run": A["js_files"]},
             "zoom_gesture_ms": {"every_chart_median": med(A["gesture"]), "zoomed_chart_median": med(A["gesture_own"]),
                                 "by_chart_median": {k: med(v) for k, v in sorted(A["gesture_charts"].items())},
-                                "every_chart_by_plotly_median": med(A["gesture_plotly"]),
-                                "charts_drawn_in_place": f"{sum(a for a, _ in A['in_place'])} of "
-                                                         f"{sum(b for _, b in A['in_place'])}",
                                 "runs": [round(x, 1) for x in A["gesture"]]},
             "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(A["own"]),
                         "cpu_median": med([a + b for a, b in zoom_cpu]),
@@ -319,8 +299,8 @@ def main() -> int:
                     help="never hold Plotly's bundle back (plotly_drawn_ms as a user sees it; the first paint's CPU "
                          "may then include some of the bundle's evaluation)")
     ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
-                    help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed) served "
-                         "alongside this one; repetitions alternate")
+                    help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed) "
+                         "served alongside this one; repetitions alternate")
     add_save_flag(ap)
     args = ap.parse_args()
     if args.cpu_throttle < 1:
@@ -350,8 +330,7 @@ def main() -> int:
                            ("first_paint_ms", "main_thread_median"), ("plotly_drawn_ms", "median"),
                            ("js_before_first_paint_bytes", "run_median"),
                            ("zoom_ms", "median"), ("zoom_ms", "zoomed_chart_median"),
-                           ("zoom_gesture_ms", "every_chart_median"), ("zoom_gesture_ms", "zoomed_chart_median"),
-                           ("zoom_gesture_ms", "every_chart_by_plotly_median"))}})
+                           ("zoom_gesture_ms", "every_chart_median"), ("zoom_gesture_ms", "zoomed_chart_median"))}})
     else:
         result.update(out["this"])
     result["load_average"] = os.getloadavg()[0]

@@ -1,6 +1,7 @@
 // Run dashboard: history from the JSON API, then live updates over the WebSocket (live.js; no polling).
 // Series live in one Obs.Store (series.js: history, resume bookkeeping, dedup, rewinds); views draw them: line
-// charts (charts.js over plot.js), the MoE router heatmap (moe.js), the data panel (datapanel.js), the run header (runhead.js),
+// charts (charts.js, drawn by plot.js), the MoE router heatmap (moe.js), the data panel (datapanel.js), the run
+// header (runhead.js),
 // the event log (events.js). The view — charts in order, visible steps, x axis, log axes, smoothing — lives in the
 // URL and localStorage (view.js); zooming any chart zooms them all and each reads its window's finer data.
 //

@@ -31,9 +31,9 @@ window.Obs = window.Obs || {};
   Obs.plotConfig = () => CONFIG;
 
   // Plotly off the first paint's path (templates/runs/_chart_scripts.html): the page names the bundle in
-  // <meta id="plotly-bundle" content="its URL"> (nothing fetched) and the heatmap asks for it once it has something to draw (soon(): an
-  // idle moment). ready(fn) runs fn once Plotly is there (at once if it is: a page that loads it with a plain
-  // <script> tag, the operator panel). Pages without the link: nothing to load.
+  // <meta id="plotly-bundle" content="its URL"> (nothing fetched) and the heatmap asks for it once it has something
+  // to draw (soon(): an idle moment). ready(fn) runs fn once Plotly is there (at once if it is: a page that loads it
+  // with a plain <script> tag, the operator panel). Pages without the link: nothing to load.
   const waiting = [];
   let loading = null;
   const arrived = () => {
@@ -105,9 +105,14 @@ window.Obs = window.Obs || {};
   // only move the selection — Enter, or leaving the field, then applies it. fn(value).
   Obs.onCommit = (select, fn) => {
     let arrows = false, committed = select.value;
-    const commit = () => { arrows = false; if (select.value !== committed) { committed = select.value; fn(select.value); } };
+    const commit = () => {
+      arrows = false;
+      if (select.value !== committed) { committed = select.value; fn(select.value); }
+    };
     select.addEventListener("keydown", (ev) => {
-      if (ev.key.startsWith("Arrow") || ev.key === "Home" || ev.key === "End" || ev.key.startsWith("Page")) arrows = true;
+      if (ev.key.startsWith("Arrow") || ev.key === "Home" || ev.key === "End" || ev.key.startsWith("Page")) {
+        arrows = true;
+      }
       else if (ev.key === "Enter") { ev.preventDefault(); commit(); }
     });
     select.addEventListener("pointerdown", () => { arrows = false; });
@@ -123,7 +128,8 @@ window.Obs = window.Obs || {};
     if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(3);
     return (+v.toPrecision(5)).toLocaleString("en-US", {maximumFractionDigits: 6});
   };
-  Obs.count = (n) => n === undefined || n === null || !Number.isFinite(+n) ? "–" : n >= 1e12 ? (n / 1e12).toFixed(2) + "T"
+  Obs.count = (n) => n === undefined || n === null || !Number.isFinite(+n) ? "–"
+    : n >= 1e12 ? (n / 1e12).toFixed(2) + "T"
     : n >= 1e9 ? (n / 1e9).toFixed(2) + "B" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M"
     : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(Math.round(n));
   // Writes that leave the DOM alone when nothing changed: a live page rewrites its header, panels and notes on every
@@ -161,7 +167,10 @@ window.Obs = window.Obs || {};
   window.addEventListener("resize", () => { // (a breakpoint's font size: measured again at the next value)
     document.querySelectorAll(".obs-figure").forEach(unbox);
   });
-  Obs.putAttr = (el, name, value) => { value = String(value); if (el.getAttribute(name) !== value) el.setAttribute(name, value); };
+  Obs.putAttr = (el, name, value) => {
+    value = String(value);
+    if (el.getAttribute(name) !== value) el.setAttribute(name, value);
+  };
   Obs.putClass = (el, cls) => { if (el.className !== cls) el.className = cls; };
   Obs.putHidden = (el, hidden) => { if (el.hidden !== !!hidden) el.hidden = !!hidden; };
   // Draw only what is seen: fn(seen) whenever `el` comes within 100 px of the viewport or leaves it; returns what to
@@ -190,7 +199,8 @@ window.Obs = window.Obs || {};
     return "≈ " + Obs.duration(eta);
   };
   // Whether the run's trainer is still heard from (its rate and estimate mean something).
-  Obs.heard = (run) => run.health !== "lost" && run.health !== "ended" && run.state !== "stopped" && run.state !== "failed";
+  Obs.heard = (run) => run.health !== "lost" && run.health !== "ended" && run.state !== "stopped" &&
+    run.state !== "failed";
 
   // One column of the data table: a series' points (finite ones, then the non-finite kinds), only those with
   // lo <= step <= hi when lo is given.
@@ -288,7 +298,9 @@ window.Obs = window.Obs || {};
   };
   Obs.tracesFor = (chart) => {
     const out = [];
-    traceSources.forEach((fn) => { try { out.push(...(fn(chart) || [])); } catch (e) { console.error("traces:", e); } });
+    traceSources.forEach((fn) => {
+      try { out.push(...(fn(chart) || [])); } catch (e) { console.error("traces:", e); }
+    });
     return out;
   };
   Obs.registerChart = (chart) => charts.add(chart);
