@@ -277,7 +277,7 @@ def summarise(w: dict, seconds: float, rate: float, history: int, charts: int, t
     tasks = [(t, d, c) for t, d, c in tasks if not t <= end <= t + d]
     upd, upd_cpu = per_update(tasks, stamps, end), per_update(tasks, stamps, end, cpu=True)
     r = lambda x: round(x, 2)  # noqa: E731
-    return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(names), "history_steps": history,
+    return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(demo_names()), "history_steps": history,
             "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd),
             "frames_counted": frames,
             "update_main_ms": {"p50": r(pct(upd, 50)), "p99": r(pct(upd, 99)), "max": r(max(upd)),
