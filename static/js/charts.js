@@ -334,7 +334,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     redraw() {
       if (!this.dirty || !this.visible) return; // off screen: drawn once scrolled into view
       if (!this.lastFull && this.items.some((it) => it.series && it.series.loading)) return; // its reset() calls
-      const now = performance.now(), C = Obs.redrawCounts;
+      const now = performance.now(), C = Obs.redrawCounts, wasFull = this.full || !this.lastFull;
       C[this.full ? "full" : this.appended ? "append" : "remark"]++;
       this.dirty = false;
       const traces = this.traces();
@@ -345,9 +345,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.lastFull = now;
       this.full = false; this.appended = false;
       this.items.forEach((it) => { it.pending = null; });
-      Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
+      if (wasFull) Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
       this.note();
-      if (Obs.downloadLinks) Obs.downloadLinks(this);
+      if (Obs.downloadLinks && wasFull) Obs.downloadLinks(this); // (what they link to changes with a full redraw)
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
       if (this.els.table.open && now - (this.tableAt || 0) > 1000) this.renderTable();
     }
