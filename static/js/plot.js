@@ -200,7 +200,8 @@ window.Obs = window.Obs || {};
   function placeLabels(u, fig) {
     const layer = fig.labels, dpr = devicePixelRatio || 1, want = (fig.layout.annotations || []).filter((a) => a.text);
     while (layer.childNodes.length > want.length) layer.lastChild.remove();
-    const plotLeft = u.over.offsetLeft, plotTop = u.over.offsetTop, w = u.bbox.width / dpr;
+    // (the plot area from uPlot's box, canvas pixels: reading the overlay's offsets would force a layout)
+    const plotLeft = u.bbox.left / dpr, plotTop = u.bbox.top / dpr, w = u.bbox.width / dpr;
     want.forEach((a, i) => {
       let el = layer.childNodes[i];
       if (!el) {
