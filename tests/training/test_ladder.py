@@ -301,6 +301,11 @@ def test_the_moe_ladder_is_the_heros_family_counted_by_active_parameters_with_th
         assert c["params_active"] < c["params_total"]
     assert [r.N for r in ladder.rungs] == [float(counts(load(ladder.base, r.overrides).model)["params_active"])
                                            for r in ladder.rungs]
+    # the target is watched against its band from half its budget on: forecast_deviation needs 5 evaluations there
+    from observatory.anomalies.forecast import ForecastDetector
+    steps = tcfg.train.token_budget // (tcfg.train.batch_size * tcfg.model.seq_len)
+    rule = ForecastDetector()
+    assert steps * (1 - rule.from_fraction) // tcfg.train.eval_every >= 2 * rule.sustain
     bad = tmp_path / "bad.toml"
     bad.write_text(path.read_text().replace('band = "calibrated"', 'band = "wide"').replace(
         'base = "demo.toml"', f'base = "{ROOT / "training/configs/demo.toml"}"').replace(
