@@ -34,8 +34,10 @@ def run_bench(args) -> dict:
         ports = [free_port() for _ in range(args.replicas)]
         tier_procs, relay_proc = {}, None
         if "nchan" in args.tiers:  # first: ingest and the web publish to its OBS_LIVE_PUSH_URL too
-            nchan_port, push_procs = stack.push_tier(ports[0])
+            # every viewer comes from 127.0.0.1: push.conf's sockets-per-address limit lifted to the crowd's size
+            nchan_port, push_procs = stack.push_tier(ports[0], conn_limit=args.viewers + 100)
             tier_procs["nchan"], relay_proc = push_procs[:1], push_procs[1]
+            relay_procs = [relay_proc] + [stack.relay() for _ in range(args.relays - 1)]  # --relays: by leases
         web = tier_procs["hub"] = [stack.web(args.server, wait=False, port=p) for p in ports]
         ingest_proc = stack.ingest()
         if args.profile:  # py-spy samples each replica until it exits; collapsed stacks in DIR/web-<i>.txt
@@ -59,7 +61,7 @@ def run_bench(args) -> dict:
         stack.callback(tap.stop.set)
         others = {"ingest": [psutil.Process(ingest_proc.pid)], "redis": [psutil.Process(stack.redis.proc.pid)]}
         if relay_proc is not None:
-            others["relay"] = [psutil.Process(relay_proc.pid)]
+            others["relay"] = [psutil.Process(p.pid) for p in relay_procs]
         for tier in args.tiers:
             urls = ([f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports] if tier == "hub"
                     else [f"ws://127.0.0.1:{nchan_port}/live/runs/{run_id}/"
@@ -171,6 +173,7 @@ def main() -> int:
                     "(same publisher, same box); nchan needs nginx-light + libnginx-mod-nchan")
     ap.add_argument("--ramp", "--connect-rate", dest="ramp", type=float, default=250.0,
                     help="new connections per second, in total (0: everyone at once, a reconnect storm)")
+    ap.add_argument("--relays", type=int, default=1, help="manage.py relay processes for the push tier (leases)")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between the last connect and the window")
     ap.add_argument("--tail", type=float, default=3.0, help="seconds viewers keep listening after the window")
     ap.add_argument("--soak", action="store_true", help="also report the web tier's RSS over time")
@@ -184,6 +187,8 @@ def main() -> int:
     bad = set(args.tiers) - {"hub", "nchan"}
     if bad or not args.tiers:
         ap.error(f"--tier: expected a comma list of hub, nchan (got {args.tier!r})")
+    if args.relays < 1:
+        ap.error("--relays must be >= 1")
     if args.ramp < 0:
         ap.error("--connect-rate must be >= 0")
     if "nchan" in args.tiers and push_tier_missing():

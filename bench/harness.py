@@ -6,7 +6,7 @@ A bench is its measurement and its report only; what it runs against comes from 
 - processes, all tracked by a `Stack` and stopped when it closes: `manage.py ingest`, the web server as `make run`
   starts it (deploy/run_local.py's web_command), `manage.py relay`, the nginx + nchan push tier (run_local's
   nchan_config), a headless Debian Chromium through Playwright;
-- the demo trainer's telemetry without its compute (SyntheticTrainer), a tap on the hub's channel-layer group;
+- the demo trainer's telemetry without its compute (SyntheticTrainer), a tap on the run's live log;
 - `report(topic, result, ...)`: the JSON on stdout and appended to bench/results/<topic>.json with the machine, its
   load, the commit and the date (BENCH_RESULTS_DIR elsewhere; `--no-save` nowhere); bench/report.py renders them.
 Only this module imports deploy/ (its public helpers); benches import this module, never each other's internals.
@@ -223,9 +223,11 @@ class Stack(ExitStack):
             wait_port(port, 60)
         return proc
 
-    def push_tier(self, web_port: int, relay: bool = True) -> tuple[int, list[subprocess.Popen]]:
+    def push_tier(self, web_port: int, relay: bool = True, conn_limit: int | None = None
+                  ) -> tuple[int, list[subprocess.Popen]]:
         """nginx + nchan as `make run` configures it, in front of the web server at web_port, and the relay (unless
-        relay=False); returns (nginx's port, [nginx, relay]). The environment gains OBS_LIVE_PUSH_URL."""
+        relay=False); returns (nginx's port, [nginx, relay]). The environment gains OBS_LIVE_PUSH_URL. conn_limit:
+        sockets per client address instead of push.conf's (a bench's viewers all come from 127.0.0.1)."""
         missing = push_tier_missing()
         if missing:
             raise RuntimeError(f"the push tier cannot start: {missing}")
@@ -233,7 +235,7 @@ class Stack(ExitStack):
         for sub in ("nginx", "logs"):
             (var / sub).mkdir(parents=True, exist_ok=True)
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port))
+        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port, conn_limit=conn_limit))
         self.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
         nginx = self.start(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                             str(var / "logs" / "nginx-error.log")], quiet=False)
@@ -332,32 +334,31 @@ class SyntheticTrainer(threading.Thread):
 
 
 class PushTap(threading.Thread):
-    """Listens to the run's channel-layer group like a web replica does and notes when ingest pushed each step:
-    splits a viewer's delay into publish -> push (ingest) and push -> viewer (the fan-out)."""
+    """Reads the run's live log like a web replica and the relay do and notes when ingest appended each step:
+    splits a viewer's delay into publish -> the log (ingest) and the log -> viewer (the fan-out)."""
 
     def __init__(self, redis_url: str, run_id: str):
         super().__init__(daemon=True)
         import redis
-        from channels_redis.serializers import registry
 
         from observatory import contract
 
-        self.ser = registry.get_serializer("msgpack")
-        self.ps = redis.Redis.from_url(redis_url).pubsub(ignore_subscribe_messages=True)
-        # the layer's prefix is "asgi", or "asgi-db<N>" on database N (webapp.settings.channel_layers): any of them
-        self.ps.psubscribe(f"asgi*__group__{contract.live_group(run_id)}")
+        self.r = redis.Redis.from_url(redis_url)
+        self.key = contract.run_key(run_id, "live")  # webapp.live.livelog.log_key (no Django here)
         self.pushed: dict[int, float] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
+        cursor = "$"
         while not self.stop.is_set():
-            m = self.ps.get_message(timeout=0.2)
-            if not m:
-                continue
+            reply = self.r.xread({self.key: cursor}, count=100, block=200)
             now = time.time()
-            body = self.ser.deserialize(m["data"]).get("payload", {})
-            for s in (body.get("series") or {}).get("train/loss", {}).get("steps", []):
-                self.pushed.setdefault(s, now)
+            for _key, entries in reply or ():
+                for entry_id, fields in entries:
+                    cursor = entry_id
+                    for frame in json.loads(fields[b"f"]):
+                        for s in (frame.get("series") or {}).get("train/loss", {}).get("steps", []):
+                            self.pushed.setdefault(s, now)
 
 
 def publish_times(redis_url: str, run_id: str) -> dict[int, float]:

@@ -46,8 +46,8 @@ Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3})
 
 
 SCRAPE_TOKEN = "latency-bench-scrape"  # /metrics answers operators and this token only
-PATHS = {"hub": "publish -> Redis -> ingest -> channel layer -> web hub -> page",
-         "nchan": "publish -> Redis -> relay -> nchan -> page"}
+PATHS = {"hub": "publish -> Redis -> ingest -> live log -> web hub -> page",
+         "nchan": "publish -> Redis -> ingest -> live log -> relay -> nchan -> page"}
 
 
 class NchanTap(threading.Thread):
@@ -71,9 +71,10 @@ class NchanTap(threading.Thread):
                 except TimeoutError:
                     continue
                 now = time.time()
-                frame = json.loads(text.partition("\n\n")[2])  # nchan's headers, a blank line, the frame
-                for s in (frame.get("series") or {}).get(contract.M_LOSS, {}).get("steps", []):
-                    self.pushed.setdefault(s, now)
+                msg = json.loads(text.partition("\n\n")[2])  # nchan's headers, a blank line, the frame(s)
+                for frame in msg if isinstance(msg, list) else [msg]:
+                    for s in (frame.get("series") or {}).get(contract.M_LOSS, {}).get("steps", []):
+                        self.pushed.setdefault(s, now)
 
 
 def prometheus_means(url: str) -> dict[str, float]:
@@ -114,7 +115,7 @@ def measure(stack: Stack, seconds: float, rate: float, width: str, server: str, 
     port = free_port()
     front, crowd, push_tap = port, None, None
     if tier == "nchan":  # the page through nginx + nchan as `make run` has it, the relay feeding it (--tier nchan)
-        front, _ = stack.push_tier(port)
+        front, _ = stack.push_tier(port, conn_limit=others + 100)  # the crowd shares 127.0.0.1: limit lifted
     stack.web(server, port=port, wait=False)
     stack.ingest()
     names = demo_names() if width == "full" else [contract.M_LOSS, contract.M_LR]

@@ -59,7 +59,8 @@ def _listen(host: str, port: int) -> str:
     return f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int) -> str:
+def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int,
+                 conn_limit: int | None = None) -> str:
     """nginx.conf for `make run`'s push tier: deploy/push.conf rendered for one nginx (nchan's websocket
     subscribers at /live/runs/<run>/, its publisher at 127.0.0.1:pub_port for this machine only: OBS_LIVE_PUSH_URL)
     with everything else proxied to the web server (`web`: a unix socket's path, or a port on 127.0.0.1).
@@ -70,8 +71,12 @@ def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int)
     d = var / "nginx"
     temps = "\n".join(f"    {k}_temp_path {d / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     upstream = f"unix:{web}" if isinstance(web, str) else f"127.0.0.1:{web}"
-    servers = render_push_conf(PUSH_CONF.read_text(), {
+    text = PUSH_CONF.read_text()
+    if conn_limit is not None:  # tests: a small per-address limit to reach
+        text = re.sub(r"limit_conn live_per_addr \d+;", f"limit_conn live_per_addr {int(conn_limit)};", text)
+    servers = render_push_conf(text, {
         "replica": None,
+        "real-ip": None,  # make run's nginx is the edge: the peer is the client
         "publisher-listen": f"listen 127.0.0.1:{pub_port};",
         "public-listen": f"listen {_listen(host, port)};",
         "public-rest": """location /ws/ {

@@ -7,7 +7,6 @@ so no orphan keeps training or holding port 8000.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import ipaddress
 import os
 import re
@@ -26,6 +25,7 @@ from urllib.parse import urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # deploy/'s modules, whether run or imported
 from push_tier import NCHAN_MODULE, _RUN_RE, front_door_problem, nchan_config, push_tier_missing  # noqa: E402,F401
+from supervisor import Supervisor  # noqa: E402  (restarts the push tier, nginx and the relay, when they exit)
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = Path(os.environ.get("OBS_DATA_DIR", ROOT / "var"))
@@ -90,53 +90,6 @@ def free_port() -> int:
             except FileNotFoundError:
                 pass
     raise RuntimeError(f"no port free of a hand-out in {PORTS_DIR}")
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: ask the kernel to SIGTERM this child when the supervisor dies, however it dies."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-class Supervisor:
-    def __init__(self) -> None:
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.stopping = False
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        VAR.joinpath("logs").mkdir(parents=True, exist_ok=True)
-        # Own session: Ctrl-C reaches only the supervisor, which then stops children in order (a second,
-        # direct SIGINT would interrupt the trainer's final checkpoint).
-        p = subprocess.Popen(argv, cwd=ROOT, env=env, preexec_fn=_die_with_parent, start_new_session=True)
-        self.procs.append((name, p))
-        log(f"started {name} (pid {p.pid})")
-        return p
-
-    def stop(self) -> None:
-        if self.stopping:
-            return
-        self.stopping = True
-        log("stopping children...")
-        # Producer first, so that ingest still stores the trainer's final checkpoint and "stopped" state;
-        # then the rest. The trainer gets SIGINT (checkpoint, then exit), the others SIGTERM.
-        stage_of = {"trainer": 0, "redis": 2}  # everything else (web, ingest, celery) is stage 1
-        for stage in (0, 1, 2):
-            group = [(n, p) for n, p in self.procs if stage_of.get(n, 1) == stage]
-            for name, p in group:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGINT if name == "trainer" else signal.SIGTERM)
-            for name, p in group:
-                try:
-                    p.wait(60 if name == "trainer" else 15)
-                except subprocess.TimeoutExpired:
-                    log(f"{name} did not stop in time: killing")
-                    p.kill()
-                    p.wait()
-            if stage == 0 and group:
-                time.sleep(1.0)  # let ingest store the trainer's last messages
-        log("all stopped")
 
 
 # The web server: uvicorn (uvloop, httptools, sans-I/O websockets) without per-message deflate, so that a live frame
@@ -358,20 +311,7 @@ def main() -> int:
             sup.stop()
             return 2
         log(f"dashboard: {site}/runs/{run_id}/   (all runs: {site}/)   Ctrl-C stops everything")
-        while not stop_requested:
-            for name, p in sup.procs:
-                rc = p.poll()
-                if rc is not None:
-                    if name == "trainer" and rc == 0:
-                        log("the trainer finished; the web stays up (Ctrl-C to stop)")
-                        sup.procs.remove((name, p))
-                        break
-                    log(f"{name} exited with status {rc}; stopping the rest")
-                    sup.stop()
-                    return rc or 1
-            time.sleep(0.2)
-        sup.stop()
-        return 0
+        return sup.watch(stop_requested)  # the push tier restarted when it exits; anything else stops all
     except subprocess.CalledProcessError as e:
         log(f"setup step failed: {e}")
         sup.stop()

@@ -368,7 +368,10 @@ def test_the_template_checker_sees_a_later_apps_names():
     assert chain_offences("front", template_names(text), {"run-log": "control"}) == []
 
 
-def test_the_live_message_type_is_written_once():
-    """Apps before live send frames through runs.extensions.send_frame, never a channel-layer message of their own."""
-    places = [p.relative_to(ROOT).as_posix() for p in _files("webapp") if '"live.update"' in p.read_text()]
-    assert places == ["webapp/live/push.py"]
+def test_only_live_writes_the_live_log():
+    """Apps before live send frames through runs.extensions.send_frame, never to the run's live log themselves; and
+    only the relay posts to the push tier (no process on the durable path calls nchan)."""
+    places = [p.relative_to(ROOT).as_posix() for p in _files("webapp") if "livelog" in p.read_text()]
+    assert places and all(p.startswith("webapp/live/") for p in places), places
+    posting = [p.relative_to(ROOT).as_posix() for p in _files("webapp") if "NchanPublisher(" in p.read_text()]
+    assert sorted(posting) == ["webapp/live/management/commands/relay.py", "webapp/settings.py"]

@@ -32,24 +32,37 @@ class NchanPublisher:
 
     def publish(self, run_id: str, text: str, channel: str = "") -> dict:
         """nchan's answer, the channel's info ({"messages", "subscribers", "last_message_id"}), or PushError."""
-        body = text.encode()
-        for attempt in (0, 1):  # a kept-alive connection nginx closed meanwhile: one fresh try
+        status, answer = self._request("POST", run_id, channel, text.encode())
+        if status not in (200, 201, 202):
+            raise PushError(f"nchan publisher answered {status} to a {len(text)}-byte message for {run_id!r}: "
+                            f"{answer[:120]!r}")
+        return _channel_info(answer)
+
+    def info(self, run_id: str, channel: str = "") -> dict | None:
+        """The channel's info (its last message id among it), None when nchan has no such channel; or PushError."""
+        status, answer = self._request("GET", run_id, channel, None)
+        if status == 404:
+            return None
+        if status != 200:
+            raise PushError(f"nchan publisher answered {status} to a channel info request for {run_id!r}")
+        return _channel_info(answer)
+
+    def _request(self, method: str, run_id: str, channel: str, body: bytes | None) -> tuple[int, bytes]:
+        for attempt in (0, 1):  # a kept-alive connection nginx closed meanwhile (no answer at all): one fresh try
             conn = self._conn()
             try:
-                conn.request("POST", self.path + quote(run_id, safe="") + (f"/{channel}" if channel else ""), body,
+                conn.request(method, self.path + quote(run_id, safe="") + (f"/{channel}" if channel else ""), body,
                              {"Content-Type": "application/json", "Accept": "text/json"})
                 resp = conn.getresponse()
-                answer = resp.read()
+                return resp.status, resp.read()
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 self.local.conn = None
-                if attempt:
+                # Only a connection closed before any answer is tried again: after a timeout or a garbled answer
+                # nginx may have taken the message, and a second POST would publish it twice.
+                closed = isinstance(e, (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError))
+                if attempt or not closed:
                     raise PushError(f"nchan publisher at {self.host}:{self.port}: {e}") from None
-                continue
-            if resp.status not in (200, 201, 202):
-                raise PushError(f"nchan publisher answered {resp.status} to a {len(body)}-byte message for {run_id!r}: "
-                                f"{answer[:120]!r}")
-            return _channel_info(answer)
         raise AssertionError("unreachable")
 
     def publish_all(self, run_id: str, text: str) -> None:

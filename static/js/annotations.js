@@ -183,13 +183,44 @@ window.Obs = window.Obs || {};
     if (S.openId === id) { A.closeThread(); Obs.toast("That annotation was removed.", "info"); }
   }
 
+  // A frame names a post (id, version, counts), never its text: the post is read over HTTP as this viewer may see
+  // it, so a note hidden meanwhile answers 404 here and is never shown. One read per id at a time; a newer
+  // version arriving during it reads again once it is done.
+  const reading = new Map(); // annotation id -> the version still to read after the current read, or null
+  function fetchNote(id, version) {
+    if (reading.has(id)) { reading.set(id, version); return; }
+    reading.set(id, null);
+    api("GET", `/api/annotations/${id}/?v=${encodeURIComponent(version || "")}`).then((t) => {
+      A.merge(t.annotation);
+      if (S.openId === id) S.thread = t;
+    }).catch(() => { // gone for this viewer (hidden, deleted): as a "remove"
+      if (S.byId.has(id) && !S.viewer.can.moderate) { S.byId.delete(id); S.removed.add(id); }
+    }).finally(() => {
+      const again = reading.get(id);
+      reading.delete(id);
+      if (again !== null && again !== undefined) { fetchNote(id, again); return; }
+      if (S.openId !== null && S.thread) A.renderThread();
+      changed();
+    });
+  }
+
   Obs.frameHandlers.annotation = (f, ctx) => {
     S.ctx = ctx;
     const t = S.thread;
     switch (f.event) {
-      case "upsert": A.merge(f.annotation); break;
+      case "upsert": {
+        const a = S.byId.get(f.id);
+        if (a && a.reply_count !== f.reply_count) a.reply_count = f.reply_count;
+        if (!a || (a.edited_at || a.created_at) !== f.version || a.hidden) fetchNote(f.id, f.version);
+        break;
+      }
       case "remove": removed(f.id); break;
-      case "reply": A.upsertReply(f.reply, f.reply_count); break;
+      case "reply": {
+        const a = S.byId.get(f.annotation_id);
+        if (a) a.reply_count = f.reply_count;
+        if (t && t.annotation.id === f.annotation_id) { t.annotation.reply_count = f.reply_count; A.refresh(); }
+        break;
+      }
       case "reply_remove": {
         const a = S.byId.get(f.annotation_id);
         if (a) a.reply_count = f.reply_count;

@@ -7,6 +7,10 @@
 // first connect for what followed a moment before the page was made. Series whose history comes in later replay
 // the recent frames kept here (what nchan sent while their history was read). A page starts on the run's lite
 // channel (the default dashboard's series) and moves to the full one, from a moment before, once it wants another.
+// Both roads carry the same frames from the run's live log (webapp/live/livelog.py), numbered ("seq"): one decoder
+// and one hole check (take) for both. A reconnect to the hub asks for the log's entries after the last number held
+// (?after_seq=), as one to nchan does by its id; a repeat is dropped, and a hole or a "gap" frame makes the page
+// refetch its window over HTTP.
 "use strict";
 
 window.Obs = window.Obs || {};
@@ -34,7 +38,7 @@ window.Obs = window.Obs || {};
       this.runId = runId; this.store = store; this.lastEvent = lastEvent; this.handle = handle;
       this.status = status; // (text) -> shown in the header
       this.ws = null; this.attempts = 0; this.pending = new Set(); this.flushQueued = false;
-      this.push = pushConfig(); this.lastId = null; this.recent = [];
+      this.push = pushConfig(); this.lastId = null; this.recent = []; this.lastSeq = null;
       this.lite = Boolean(this.push && this.push.lite); this.loadedAt = Date.now();
     }
 
@@ -47,7 +51,7 @@ window.Obs = window.Obs || {};
     // Push tier: a series outside the lite channel is wanted: the full channel from a moment ago (its ids are its
     // own; the store drops what it holds, and the frames replayed since then are contiguous, rewinds included).
     widen() {
-      this.lite = false;
+      this.lite = false; this.lastSeq = null; // the full channel's frames from a moment ago are wanted again
       const elapsed = (Date.now() - this.loadedAt) / 1000; // since: a margin before the page was made (server clock)
       this.lastId = Math.floor(Number(this.push.since.split(":")[0]) + elapsed) + ":0";
       const ws = this.ws;
@@ -93,9 +97,34 @@ window.Obs = window.Obs || {};
       }
     }
 
+    // The one hole check: frames of the live log carry its number, the frames of one entry the same one. A number at
+    // or below the last taken is a repeat (a relay that took over, a resume overlapping live frames): dropped. One
+    // past the next, or a "gap" frame (what came between is no longer kept), is a hole: refetch the window.
+    take(frames) {
+      const out = [];
+      let entry = null;
+      for (const f of frames) {
+        if (typeof f.seq !== "number") { out.push(f); continue; } // hello, backfill, pong, error
+        if (f.seq === entry) { out.push(f); continue; }
+        if (this.lastSeq !== null && f.seq <= this.lastSeq) continue;
+        const hole = f.type === "gap" || (this.lastSeq !== null && f.seq > this.lastSeq + 1);
+        this.lastSeq = entry = f.seq;
+        if (hole) this.refetch();
+        if (f.type !== "gap") out.push(f);
+      }
+      return out;
+    }
+
+    // A hole: every series the page holds is read again over HTTP (its answer is newer than what the hole held;
+    // ingest commits before it appends), then resumed or replayed as after a first load.
+    refetch() {
+      this.holes = (this.holes || 0) + 1;
+      if (typeof this.store.all === "function") for (const s of [...this.store.all()]) this.store.reload(s.name);
+    }
+
     receive(text) {
       const msg = JSON.parse(text);
-      const frames = Array.isArray(msg) ? msg : [msg]; // a coalesced batch: its frames in order
+      const frames = this.take(Array.isArray(msg) ? msg : [msg]); // a coalesced batch: its frames in order
       if (this.push) {
         this.recent.push(...frames);
         if (this.recent.length > RECENT) this.recent.splice(0, this.recent.length - RECENT);
@@ -107,7 +136,9 @@ window.Obs = window.Obs || {};
     url() {
       const proto = location.protocol === "https:" ? "wss://" : "ws://";
       const run = encodeURIComponent(this.runId) + (this.lite ? "/lite/" : "/");
-      if (!this.push) return proto + location.host + "/ws/runs/" + run;
+      if (!this.push) { // a reconnect: the log's entries after the last number held come first (or a gap)
+        return proto + location.host + "/ws/runs/" + run + (this.lastSeq === null ? "" : "?after_seq=" + this.lastSeq);
+      }
       const since = encodeURIComponent(this.lastId || this.push.since);
       return proto + location.host + this.push.path + run + "?last_event_id=" + since;
     }

@@ -8,7 +8,7 @@ class LiveConfig(AppConfig):
     label = "live"
 
     def ready(self):
-        from webapp.live.metrics import collect
+        from webapp.live.metrics import collect, live_health
         from webapp.live.pipeline import IngestProcess
         from webapp.live.relay import add_page_data
         from webapp.metrics import changes
@@ -20,6 +20,8 @@ class LiveConfig(AppConfig):
 
         if collect not in exposition.collectors:  # ready() may run twice
             exposition.collectors.append(collect)
+        if live_health not in exposition.health_checks:
+            exposition.health_checks.append(live_health)
         extensions.add_page_data(add_page_data)
         extensions.add_script("js/live.js", order=10)
         extensions.set_sender(send_frame)  # earlier apps' frames (annotations) go out through live

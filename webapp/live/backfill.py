@@ -1,5 +1,7 @@
 """The reply to a `resume`: every stored point after the steps the client holds, plus missed events and rewinds,
-read in a few queries for all the series at once (a browser resumes ~35 series; thousands reconnect together)."""
+read in a few queries for all the series at once (a browser resumes ~35 series; thousands reconnect together), and
+the points of the live log's newest entries that storage may not hold yet (ingest appends a batch's points to the
+log before its SQL write: a socket that joined the log after them must get them from the backfill)."""
 
 from __future__ import annotations
 
@@ -48,3 +50,31 @@ def backfill(run_id: str, after: dict[str, int], after_event: int | None) -> dic
     series = {name: protocol.series_json(rows[sid]) for name, sid in sids.items()}
     truncated = sorted(name for name, sid in sids.items() if sid in truncated_ids)
     return {"series": series, "rewinds": rewinds, "events": events, "truncated": truncated}
+
+
+def with_unstored(body: dict, after: dict[str, int], tail: list[dict]) -> dict:
+    """The backfill `body` with the points of `tail` (the live log's newest update frames, oldest first) past the
+    steps it holds: what ingest appended to the log but had not committed when the backfill was read. A rewind in
+    the tail drops what follows its step, as the page does. Series not asked for are left out."""
+    series = {name: dict(s, steps=list(s["steps"]), values=list(s["values"]), nonfinite=list(s["nonfinite"]))
+              for name, s in body["series"].items()}
+    for frame in tail:
+        for rw in frame.get("rewinds") or ():
+            to = rw.get("to_step")
+            for s in series.values() if isinstance(to, int) else ():
+                keep = sum(1 for st in s["steps"] if st <= to)
+                s["steps"], s["values"] = s["steps"][:keep], s["values"][:keep]
+                s["nonfinite"] = [nf for nf in s["nonfinite"] if nf[0] <= to]
+        for name, got in (frame.get("series") or {}).items():
+            if name not in after:
+                continue
+            s = series.setdefault(name, {"steps": [], "values": [], "nonfinite": []})
+            floor = max(after[name], s["steps"][-1] if s["steps"] else -1)
+            for st, v in zip(got["steps"], got["values"]):
+                if st > floor:
+                    s["steps"].append(st)
+                    s["values"].append(v)
+                    floor = st
+            s["nonfinite"] += [nf for nf in got.get("nonfinite") or () if nf[0] > after[name]
+                               and nf not in s["nonfinite"]]
+    return {**body, "series": series}

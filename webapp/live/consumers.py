@@ -10,16 +10,20 @@ import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from redis.exceptions import RedisError
 
 from webapp.accounts.permissions import can
 from webapp.live import protocol, stats
-from webapp.live.backfill import backfill, run_summary
+from webapp.live.backfill import backfill, run_summary, with_unstored
 from webapp.live.coalesce import Coalescer
 from webapp.live.hub import Outbox, get_hub
+from webapp.live.livelog import decode_entry, log_key, seq_of
 
 log = logging.getLogger("observatory.live")
 SUMMARY_TTL_S = 1.0  # a thousand viewers arriving at once read the run's summary once, not a thousand times
 STALE_OK_S = 30.0  # an older summary still answers while a fresh one is read (updates carry the newest anyway)
+RESUME_WAIT_S = 1.0  # live frames wait this long at most for a new socket's first resume
+UNSTORED_TAIL, UNSTORED_S = 50, 30.0  # the log's newest entries a backfill adds (ingest appends before it commits)
 _summaries: dict[str, tuple[float, dict | None]] = {}
 _backfills: dict[int, Coalescer] = {}  # per event loop: single-flight database reads
 
@@ -35,9 +39,50 @@ async def _backfill_text(run_id: str, after: dict[str, int], after_event: int | 
     co = _coalescer()
 
     async def read() -> str:
+        # the log's tail first: an entry appended after this read is the socket's as a live frame (it joined the
+        # hub's reader before), one appended before it whose points were not committed yet comes from here
+        tail = await _unstored_tail(run_id)
         body = await database_sync_to_async(backfill)(run_id, after, after_event)
-        return protocol.encode({"type": "backfill", "run_id": run_id, **body})
+        return protocol.encode({"type": "backfill", "run_id": run_id, **with_unstored(body, after, tail)})
     return await co.get((run_id, tuple(sorted(after.items())), after_event), read)
+
+
+async def _unstored_tail(run_id: str) -> list[dict]:
+    """The update frames of the live log's newest entries (at most UNSTORED_TAIL, appended in the last
+    UNSTORED_S), oldest first: points ingest may have appended but not committed yet."""
+    entries = await get_hub().redis.xrevrange(log_key(run_id), count=UNSTORED_TAIL)
+    out, floor = [], time.time() - UNSTORED_S
+    for entry_id, fields in reversed(entries):
+        _seq, t, frames = decode_entry(run_id, entry_id, fields)
+        if t >= floor:
+            out += [f for f in frames if f.get("type") == "update"]
+    return out
+
+
+def _after_seq(scope) -> int | None:
+    """?after_seq=<n> of the socket's URL (live.js's reconnect), or None (absent or not a number >= 0)."""
+    for part in scope.get("query_string", b"").decode("latin-1").split("&"):
+        key, _, value = part.partition("=")
+        if key == "after_seq" and value.isdigit() and len(value) < 20:
+            return int(value)
+    return None
+
+
+async def _log_text(run_id: str, after_seq: int) -> str:
+    """The live log's entries after `after_seq` as one batch, the frames as the hub sends them; a "gap" frame (with
+    the log's last number) instead when some are no longer kept or more than RESUME_MAX_ENTRIES would come: the
+    page refetches the window over HTTP. A resume is never megabytes."""
+    r = get_hub().redis
+    entries = await r.xrange(log_key(run_id), f"{after_seq + 1}-0", "+", count=protocol.RESUME_MAX_ENTRIES + 1)
+    if entries and (seq_of(entries[0][0]) != after_seq + 1 or len(entries) > protocol.RESUME_MAX_ENTRIES):
+        last = await r.xrevrange(log_key(run_id), count=1)
+        return protocol.encode({"type": "gap", "run_id": run_id, "seq": seq_of(last[0][0])})
+    frames = []
+    for entry_id, fields in entries:
+        for f in decode_entry(run_id, entry_id, fields)[2]:
+            f.pop("t", None)
+            frames.append(f)
+    return protocol.encode(frames)
 
 
 async def _summary(run_id: str) -> dict | None:
@@ -85,7 +130,7 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     async def connect(self):
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
-        self.feed = self.box = None
+        self.feed = self.box = self.release_timer = None
         self.bucket = protocol.TokenBucket()
         await self.accept()  # accept first: a custom close code needs an open socket
         user = self.scope.get("user")
@@ -104,9 +149,18 @@ class RunConsumer(AsyncWebsocketConsumer):
             self.box = None
             return await self.close(code=protocol.CLOSE_TRY_AGAIN, reason="live updates unavailable, retry later")
         await self._send({"type": "hello", "run": run, "limits": protocol.LIMITS})
-        self.box.release()
+        after_seq = _after_seq(self.scope)
+        if after_seq is not None:  # a reconnect: the log's entries since its last one first (live ones wait)
+            await self.send(text_data=await _log_text(self.run_id, after_seq))
+            self.box.release()
+        else:  # live frames wait for the client's first resume (its backfill first), or RESUME_WAIT_S at most: a
+            # live frame first would make a client that resumes by step drop the backfill's older points
+            box = self.box
+            self.release_timer = asyncio.get_running_loop().call_later(RESUME_WAIT_S, box.release)
 
     async def disconnect(self, code):
+        if self.release_timer is not None:
+            self.release_timer.cancel()
         if self.feed is not None:
             get_hub().leave(self.feed, self.box)
             self.feed = None
@@ -144,6 +198,17 @@ class RunConsumer(AsyncWebsocketConsumer):
             after, after_event = protocol.parse_resume(msg)
         except protocol.ProtocolError as e:
             return await self._error(str(e))
+        if self.release_timer is not None:  # the first resume: its answer releases the live frames
+            self.release_timer.cancel()
+            self.release_timer = None
+        if msg.get("after_seq") is not None:  # the live log's entries after this number (or a gap)
+            self.box.hold = True
+            try:
+                await self.send(text_data=await _log_text(self.run_id, msg["after_seq"]))
+            finally:
+                self.box.release()
+            if not after:
+                return
         if after:  # a resume naming no series (events only) leaves the subscription as it was
             names = frozenset(after) | (self.box.sub or frozenset())
             self.box.sub = get_hub().key(self.feed, names)
@@ -152,6 +217,9 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.box.hold = True
         try:
             await self.send(text_data=await _backfill_text(self.run_id, after, after_event))
+        except RedisError as e:  # Redis away (the log's tail): a clean close the client retries, never a 500
+            log.warning("live: cannot answer a resume for run %s: %s", self.run_id, e)
+            return await self.close(code=protocol.CLOSE_TRY_AGAIN, reason="live updates unavailable, retry later")
         finally:
             self.box.release()
 

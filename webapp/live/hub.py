@@ -1,5 +1,6 @@
-"""Per-process fan-out: ONE channel-layer subscription per watched run, each update encoded once per subscription
-variant and shared (the same str object) by every socket of that variant, sent at most once per interval.
+"""Per-process fan-out: ONE reader of the run's live log (webapp.live.livelog) per watched run, each entry encoded
+once per subscription variant and shared (the same str object) by every socket of that variant, sent at most once
+per interval. Frames carry the log's sequence number ("seq"), the same the push tier's viewers see.
 
 Why: per-socket group membership and per-socket JSON encoding made the cost of an update grow with the viewers
 (bench/fanout.py: 100 viewers 6 s late). Here a run's update costs one decode + one encode per variant in each
@@ -14,11 +15,14 @@ import logging
 import time
 from typing import Callable
 
-from channels.layers import get_channel_layer
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from django.conf import settings
 
-from observatory import contract
 from webapp.live import protocol, stats
+from webapp.live.livelog import decode_entry, log_key, seq_of
+from webapp.live.protocol import frame_of  # noqa: F401  (re-exported: the hub's frames are the log's)
 
 log = logging.getLogger("observatory.live")
 
@@ -29,6 +33,7 @@ FRAME_BUDGET = settings.OBS_LIVE_FRAME_BUDGET
 MAX_VARIANTS = 64  # distinct subscriptions per run per process; past it a socket gets every series
 LINGER_S = 5.0  # keep a run's subscription this long after its last viewer left (reloads, reconnects)
 MAX_PENDING_BYTES = 16 * 2**20
+READ_BLOCK_MS = 5000  # one blocking read of a run's log (the client's socket timeout is longer)
 
 
 class Outbox:
@@ -86,77 +91,75 @@ class Outbox:
 
 
 class Feed:
-    """One run in one process: its subscription, its sockets, the updates not yet flushed to them."""
+    """One run in one process: its log reader, its sockets, the updates not yet flushed to them."""
 
     def __init__(self, hub: Hub, run_id: str):
         self.hub, self.run_id = hub, run_id
-        self.group = contract.live_group(run_id)
+        self.key = log_key(run_id)
         self.outboxes: set[Outbox] = set()
         self.queue: list[dict] = []  # decoded frames since the last flush, in order
         self.last_flush = float("-inf")
         self.timer: asyncio.TimerHandle | None = None
-        self.seqs: dict[str, int] = {}  # publisher id -> last sequence number seen
-        self.owner: str | None = None  # the ingest (publisher id) whose ordered updates this feed relays
-        self.channel: str | None = None
+        self.last_seq: int | None = None  # the last entry of the log received
+        self.cursor = "0-0"
         self.reader: asyncio.Task | None = None
         self.ready: asyncio.Future | None = None
         self.linger: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
-        layer = self.hub.layer
-        self.channel = await layer.new_channel("live-hub.")
-        await layer.group_add(self.group, self.channel)
+        """Read the log from its end (sockets that join now resume the rest from the database or the log)."""
+        last = await self.hub.redis.xrevrange(self.key, count=1)
+        if last:
+            self.cursor, self.last_seq = last[0][0], seq_of(last[0][0])
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
     async def stop(self) -> None:
         if self.timer:
             self.timer.cancel()
         if self.reader:
-            self.reader.cancel()  # the layer unsubscribes the channel when its receive is cancelled
-        if self.channel:
-            try:
-                await self.hub.layer.group_discard(self.group, self.channel)
-            except Exception as e:
-                log.warning("live: leaving %s: %s", self.group, e)
+            self.reader.cancel()
 
     async def _read(self) -> None:
+        failing = 0
         while True:
             try:
-                msg = await self.hub.layer.receive(self.channel)
+                reply = await self.hub.redis.xread({self.key: self.cursor}, count=500, block=READ_BLOCK_MS)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # the layer reconnects by itself; what was lost is caught by the seq check
-                log.warning("live: receive for %s failed: %s", self.run_id, e)
-                await asyncio.sleep(1.0)
+            except Exception as e:  # Redis away: read on from the cursor when it is back (a new log: a hole)
+                if not failing:
+                    log.warning("live: reading the live log of %s failed: %s; retrying", self.run_id, e)
+                failing += 1
+                await asyncio.sleep(min(2.0, 0.1 * 2 ** min(failing, 5)))
                 continue
-            try:
-                self.receive(msg)
-            except Exception:
-                log.exception("live: bad message for %s", self.run_id)
+            if failing:
+                log.info("live: reading the live log of %s again after %d failed reads", self.run_id, failing)
+                failing = 0
+            for _key, entries in reply or ():
+                for entry_id, fields in entries:
+                    self.cursor = entry_id
+                    try:
+                        seq, t, frames = decode_entry(self.run_id, entry_id, fields)
+                        self.receive({"seq": seq, "sent": t, "payload": frames[0], "more": frames[1:]})
+                    except Exception:
+                        log.exception("live: bad live log entry for %s", self.run_id)
 
     def receive(self, msg: dict) -> None:
-        """A group message from a publisher (push.py): check its sequence, queue its frames, flush when due."""
-        src, seq = msg.get("src"), msg.get("seq")
-        if src is not None and isinstance(seq, int):
-            last = self.seqs.get(src)
-            if last is None and len(self.seqs) >= 256:  # publishers come and go (restarts): forget old ones
-                self.seqs.clear()
-            self.seqs[src] = seq
-            if last is not None and seq != last + 1:
-                self.resync(f"missed {seq - last - 1} update(s)")
+        """An entry of the run's live log: check its sequence number, queue its frames, flush when due."""
+        seq = msg.get("seq")
+        if isinstance(seq, int):
+            last, self.last_seq = self.last_seq, seq
+            if last is not None and seq != last + 1:  # trimmed before it was read, or the log was re-created
+                self.resync(f"missed {seq - last - 1} entries of the live log" if seq > last else "the log restarted")
                 return
-            if msg.get("ordered") and src != self.owner:
-                # Another ingest took the run's stream over (a kill, a lease lost while Redis was down). What the
-                # old owner committed but could not push (Redis away) is invisible to the sequence check, which is
-                # per publisher: every socket resumes, and the backfill fills whatever hole there is.
-                first, self.owner = self.owner is None, src
-                if not first:
-                    self.resync("the run's ingest changed hands")
-                    return
-        now = time.time()
-        stats.relayed(now, msg.get("sent"), msg.get("payload", {}).get("t"))
-        self.queue.append(frame_of(self.run_id, msg.get("payload") or {}))
-        self.queue += [frame_of(self.run_id, body) for body in msg.get("more") or () if isinstance(body, dict)]
+        payload = dict(msg.get("payload") or {})
+        stats.relayed(time.time(), msg.get("sent"), payload.pop("t", None))
+        for body in [payload, *(b for b in msg.get("more") or () if isinstance(b, dict))]:
+            frame = frame_of(self.run_id, body)
+            frame.pop("t", None)
+            if isinstance(seq, int):
+                frame["seq"] = seq
+            self.queue.append(frame)
         self._schedule()
 
     def _schedule(self) -> None:
@@ -192,15 +195,6 @@ class Feed:
             box.on_overflow(protocol.CLOSE_RESYNC, why)
 
 
-def frame_of(run_id: str, payload: dict) -> dict:
-    """The browser frame for a pushed body: an "update" unless the body names its own type (feature frames)."""
-    payload = dict(payload)
-    payload.pop("t", None)
-    if "type" in payload:
-        return payload
-    return {"type": "update", "run_id": run_id, **payload}
-
-
 def variant(frame: dict, sub: frozenset | None) -> dict | None:
     """The frame as a socket subscribed to `sub` sees it; None when nothing in it concerns that socket."""
     if sub is None or frame.get("type") != "update":
@@ -208,7 +202,8 @@ def variant(frame: dict, sub: frozenset | None) -> dict | None:
     series = {n: s for n, s in frame.get("series", {}).items() if n in sub}
     if not series and not (frame.get("rewinds") or frame.get("events") or frame.get("run")
                            or frame.get("new_series")):
-        return None
+        # nothing for this socket, but a frame of the log's: its number goes (the page's hole check)
+        return {"type": "update", "run_id": frame.get("run_id"), "seq": frame["seq"]} if "seq" in frame else None
     return {**frame, "series": series}
 
 
@@ -224,8 +219,12 @@ def batch(frames: list[dict], sub: frozenset | None) -> tuple[str, str, int] | N
 class Hub:
     """The process's feeds, by run id. One per event loop (the ASGI server's)."""
 
-    def __init__(self, layer=None):
-        self.layer = layer or get_channel_layer()
+    def __init__(self, client=None):
+        # The socket timeout is longer than a blocking read: a timeout means a hung Redis, not a quiet run. A read
+        # on a pooled connection that a Redis restart closed is retried on a new one (they are all reads).
+        self.redis = client or aioredis.from_url(settings.REDIS_URL, socket_connect_timeout=2,
+                                                 socket_timeout=READ_BLOCK_MS / 1000 + 5,
+                                                 retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2))
         self.feeds: dict[str, Feed] = {}
         self.sockets = 0
         self.keys: dict[frozenset, frozenset] = {}  # interned subscription keys
@@ -244,7 +243,7 @@ class Hub:
 
     async def join(self, run_id: str, box: Outbox) -> Feed:
         """Register a socket with its run's feed, subscribing the process to the run first if needed. Raises
-        what the channel layer raises when Redis is unreachable."""
+        what Redis raises when it is unreachable."""
         feed = self.feeds.get(run_id)
         if feed is None:
             feed = self.feeds[run_id] = Feed(self, run_id)

@@ -1,5 +1,6 @@
 """Ingest wired to live pushes, what `manage.py ingest` (webapp.metrics) runs: every batch metrics' Ingestor
-commits becomes coalesced pushes to the browsers watching its run (at most one per run per interval), after later
+commits becomes coalesced entries of its run's live log (at most one per run per interval; webapp.live.livelog, which
+the hub and the relay read: ingest never calls the push tier), after later
 apps' hooks (metrics.changes.on_commit_hooks, timers: anomaly detection) have seen it and pushed their frames.
 Entries are XACKed only once their run's changes were pushed: an ingest killed in between leaves them pending, and
 the ingest that takes its streams over replays and pushes them, so a live viewer misses nothing."""
@@ -12,9 +13,13 @@ import time
 import redis
 from django.db import InterfaceError, OperationalError, ProgrammingError
 
+from observatory import contract
+from observatory.downsample import classify
 from webapp.live.push import LiveBuffer, LivePublisher
+from webapp.live.protocol import update_body
 from webapp.live.reporting import StatsReporter
 from webapp.metrics import changes as hooks
+from webapp.metrics.changes import RunChanges
 from webapp.metrics.ingest import Ingestor
 
 log = logging.getLogger("observatory.ingest")
@@ -22,16 +27,50 @@ log = logging.getLogger("observatory.ingest")
 
 class LiveIngest:
     def __init__(self, client: redis.Redis, send, *, consumer: str = "ingest-1", batch: int = 500,
-                 interval: float = 0.1, lease_ms: int | None = None):
+                 interval: float = 0.1, lease_ms: int | None = None, early_points: bool = False):
         """send: callable(run_id, *bodies), the run's bodies in order in one message, e.g. LivePublisher.send.
         lease_ms: see metrics.ingest.LEASE_MS."""
         self.send = send
-        self.buffer = LiveBuffer(send, interval=interval)
+        self.buffer = LiveBuffer(send, interval=interval, hold_all=early_points)
         self.ingestor = Ingestor(client, on_changes=self._committed, consumer=consumer, batch=batch,
                                  **({"lease_ms": lease_ms} if lease_ms else {}))
         self.ingestor.defer_acks = True
+        self.early_points = early_points
+        if early_points:  # `manage.py ingest`: points before the SQL write, the rest after it (one entry a step)
+            self.ingestor.on_decoded = self._decoded
+        # early points: stream -> ids of the entries whose changes the buffer holds for the next points entry
+        # (acknowledged once that entry is appended: a successor replays only those, not the run's history)
+        self.held: dict[str, set[str]] = {}
         self.next_timer = time.monotonic() + hooks.TIMER_EVERY_S
         self.hook_s = 0.0  # time spent in later apps' hooks and timers (anomaly detection), for stats and benches
+
+    def _decoded(self, messages) -> None:
+        """A batch read and valid: its points and rewinds go to the runs' live logs now, before the SQL write (a
+        viewer's delay does not include it), one entry per run, with the run's summary if one was waiting for it.
+        What only storage knows (event ids, the summary, new series) follows after the commit (_committed). A batch
+        written again (a database error, a takeover) appends its points again: the page drops steps it holds."""
+        by_run: dict[str, RunChanges] = {}
+        for msg in messages:
+            if msg.kind == "metrics":
+                ch = by_run.setdefault(msg.run, RunChanges())
+                step = msg.data["step"]
+                for name, x in msg.data["values"].items():
+                    ch.add_point(name, step, *classify(x))
+                ch.times[step] = msg.data["t"]
+            elif msg.kind == "rewind":
+                by_run.setdefault(msg.run, RunChanges()).rewind(msg.data["from_step"], msg.data["to_step"])
+        for run_id, ch in by_run.items():
+            ch.points = {name: pts for name, pts in ch.points.items() if pts}
+            if not (ch.points or ch.rewinds):
+                continue
+            held, frames = self.buffer.take(run_id)  # what the last commits made, waiting for these points
+            self.held.pop(contract.telemetry_stream(run_id), None)
+            if held is not None:
+                ch.events, ch.run, ch.new_series = held.events, held.run, held.new_series
+            body = update_body(ch)
+            if not body["events"]:
+                del body["events"]
+            self.send(run_id, body, *frames)
 
     def _committed(self, changes) -> None:
         """A batch committed: later apps' hooks (metrics.changes.on_commit_hooks) first, then the coalesced push.
@@ -40,12 +79,18 @@ class LiveIngest:
         the browser draws once (two messages were two sends 50 ms apart, the hub's minimum interval, and two
         redraws: bench/liveview.py)."""
         frames = self._run_hooks(hooks.on_commit_hooks, changes)
+        if self.early_points:
+            for ch in changes.values():  # points and rewinds went before the write (_decoded)
+                ch.points, ch.rewinds, ch.times = {}, [], {}
         self.buffer.add(changes)
         by_run: dict[str, list[dict]] = {}
         for run_id, frame in frames:
             by_run.setdefault(run_id, []).append(frame)
         for run_id, run_frames in by_run.items():
-            self.buffer.flush_with(run_id, run_frames)
+            if self.early_points:  # with the next batch's points (at most SUMMARY_HOLD_S late): one entry a step
+                self.buffer.hold(run_id, run_frames)
+            else:
+                self.buffer.flush_with(run_id, run_frames)
 
     def _run_hooks(self, fns, arg) -> list[tuple[str, dict]]:
         t0 = time.perf_counter()
@@ -90,7 +135,16 @@ class LiveIngest:
 
     def flush(self, force: bool = False) -> None:
         self.buffer.flush_due(force=force)
-        self.ingestor.ack(except_runs=set(self.buffer.pending))  # what was pushed (or had nothing to push)
+        batch, self.ingestor.last_batch = self.ingestor.last_batch, {}
+        if not self.early_points:
+            self.ingestor.ack(except_runs=set(self.buffer.pending))  # what was pushed (or had nothing to push)
+        else:  # held: the entries whose changes wait in the buffer (the rest went out with points entries)
+            pending = {contract.telemetry_stream(r) for r in self.buffer.pending}
+            for stream, ids in batch.items():
+                if stream in pending:
+                    self.held.setdefault(stream, set()).update(ids)
+            self.held = {s: ids for s, ids in self.held.items() if s in pending}
+            self.ingestor.ack(keep=self.held)
         self.ingestor.stats["pushes"] = self.buffer.pushes
         self.ingestor.stats["hook_ms"] = int(self.hook_s * 1000)
 
@@ -100,9 +154,9 @@ class IngestProcess:
     through a LivePublisher, its counters left in Redis for /metrics (webapp.live.reporting)."""
 
     def __init__(self, client: redis.Redis, *, consumer: str, batch: int, interval: float, lease_ms: int):
-        self.publisher = LivePublisher()
+        self.publisher = LivePublisher(client)
         self.live = LiveIngest(client, self.publisher.send, consumer=consumer, batch=batch, interval=interval,
-                               lease_ms=lease_ms)
+                               lease_ms=lease_ms, early_points=True)
         self.reporter = StatsReporter(client, consumer)
         self.stats = self.live.ingestor.stats
 

@@ -20,6 +20,7 @@ MAX_DEPTH = 16  # a resume is 3 deep; json.loads itself would recurse thousands 
 RATE_PER_S = 10.0  # a browser sends one resume per loaded series chunk and a ping now and then
 RATE_BURST = 60
 MAX_PENDING_FRAMES = 300  # ~a minute of updates at 5/s
+RESUME_MAX_ENTRIES = 300  # a resume from the live log replays at most this many entries; further back: a "gap"
 
 CLOSE_TRY_AGAIN = 1013
 CLOSE_TOO_SLOW = 4008
@@ -30,7 +31,7 @@ CLOSE_RATE = 4429
 
 LIMITS = {"max_frame_bytes": MAX_FRAME_BYTES, "max_resume_metrics": MAX_RESUME_METRICS,
           "backfill_limit": BACKFILL_LIMIT, "max_backfill_points": MAX_BACKFILL_POINTS, "max_depth": MAX_DEPTH,
-          "rate_per_s": RATE_PER_S, "rate_burst": RATE_BURST}
+          "rate_per_s": RATE_PER_S, "rate_burst": RATE_BURST, "resume_max_entries": RESUME_MAX_ENTRIES}
 
 
 class ProtocolError(ValueError):
@@ -66,6 +67,14 @@ def update_body(changes: RunChanges) -> dict:
     return out
 
 
+def frame_of(run_id: str, payload: dict) -> dict:
+    """The frame for a pushed body: an "update" unless the body names its own type (feature frames). An update's
+    "t" (the newest step's publish time) stays for the readers' delay metrics; they strip it before browsers."""
+    if "type" in payload:
+        return dict(payload)
+    return {"type": "update", "run_id": run_id, **payload}
+
+
 def _step(value, field: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < -1:
         raise ProtocolError(f"{field} must be an integer >= -1")
@@ -92,7 +101,10 @@ def parse_resume(msg: dict) -> tuple[dict[str, int], int | None]:
     if after_event is not None and (not isinstance(after_event, int) or isinstance(after_event, bool)
                                     or after_event < 0):
         raise ProtocolError("after_event must be an integer >= 0")
-    unknown = set(msg) - {"type", "metrics", "after_step", "after", "after_event"}
+    after_seq = msg.get("after_seq")
+    if after_seq is not None and (not isinstance(after_seq, int) or isinstance(after_seq, bool) or after_seq < 0):
+        raise ProtocolError("after_seq must be an integer >= 0")
+    unknown = set(msg) - {"type", "metrics", "after_step", "after", "after_event", "after_seq"}
     if unknown:
         raise ProtocolError(f"unknown fields {sorted(unknown)}")
     return out, after_event

@@ -1,97 +1,84 @@
-"""Server-side live push: what ingest changed (metrics' RunChanges), coalesced to <= 1 group message per run per
-interval, sent to the run's Channels group as an "update" frame body (webapp.live.protocol).
+"""Server-side live push: what ingest changed (metrics' RunChanges), coalesced to <= 1 message per run per
+interval, appended as "update" frames (webapp.live.protocol) to the run's live log (webapp.live.livelog), the one
+ordered source of every live channel: the hub (webapp.live.hub) and the relay (webapp.live.relay, the only thing that
+posts to the push tier) read it. Appending is one Redis script on the caller's thread: ingest never waits on the push
+tier, and an append that fails raises (ingest leaves the batch unacknowledged, so it is replayed and appended).
 
-Ingest pushes through LivePublisher, which owns one event loop thread and therefore one Redis pub/sub connection,
-instead of spinning a loop per send; a one-off push (a Celery task) uses push_now.
-
-Every group message carries this process's publisher id and a per-run sequence number, so that a web process
-(webapp.live.hub) notices an update lost on the way (pub/sub drops messages across a Redis reconnect) and has its
-sockets resume, and the time it was sent (push-delay metrics). Bodies are encoded once per process there.
+Ingest appends through LivePublisher; a one-off push (a Celery task) uses push_now; apps before live in the chain
+(annotations: references only) use send_frame through runs.extensions.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
-import threading
 import time
-import uuid
-from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import Future
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from django.conf import settings
+import redis
 
-from observatory import contract
-from observatory.streams import nchan
-from webapp.live.protocol import encode, update_body
+from webapp.live import livelog
+from webapp.live.protocol import frame_of, update_body
 from webapp.metrics.changes import RunChanges
 
 log = logging.getLogger("observatory.live")
-MESSAGE_TYPE = "live.update"  # handled by RunConsumer.live_update
 
 
 class LivePublisher:
-    """group_send from sync code through one private event loop thread."""
+    """Appends a run's messages to its live log (ingest: `manage.py ingest`)."""
 
-    def __init__(self):
-        self.layer = get_channel_layer()
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="live-publisher", daemon=True)
-        self.thread.start()
-        self.inflight: set[Future] = set()
-        self.summaries: dict[str, float] = {}  # run id -> when the push tier last got a summary-only frame
+    def __init__(self, client: redis.Redis | None = None):
+        self.log = livelog.LiveLog(client) if client is not None else livelog.shared()
 
     def send(self, run_id: str, *payloads: dict) -> None:
-        """Bodies for one run, in order, in ONE group message: a web process queues them together and its next
-        batch carries them all (points and the anomaly frame about them: one browser message, one redraw)."""
-        for payload in payloads:
-            to_push_tier(run_id, payload, self.summaries)
-        if self.layer is None or not payloads:
-            return
-        fut = asyncio.run_coroutine_threadsafe(self.layer.group_send(*_group_message(run_id, *payloads, ordered=True)),
-                                               self.loop)
-        self.inflight.add(fut)
-        fut.add_done_callback(self._done)
-
-    def _done(self, fut: Future) -> None:
-        self.inflight.discard(fut)
-        if fut.exception() is not None:
-            log.warning("live push failed: %s", fut.exception())
+        """Bodies for one run, in order, in ONE entry (one sequence number, one browser message): points and the
+        anomaly frame about them are drawn once."""
+        if payloads:
+            self.log.append(run_id, [frame_of(run_id, p) for p in payloads])
 
     def close(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        for fut in list(self.inflight):
-            try:
-                fut.result(max(0.0, deadline - time.monotonic()))
-            except Exception:
-                pass
-        if self.layer is not None and hasattr(self.layer, "flush"):
-            try:
-                asyncio.run_coroutine_threadsafe(self.layer.flush(), self.loop).result(
-                    max(0.1, deadline - time.monotonic()))
-            except Exception:
-                pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout)
-        if not self.thread.is_alive():
-            # close now, here: channels_redis hooks loop.close() to flush its layer, which breaks if the loop is
-            # instead garbage-collected later while some other event loop is running in the collecting thread
-            self.loop.close()
+        """Nothing is held back: every send was appended before it returned."""
+
+
+SUMMARY_HOLD_S = 1.0  # changes that are only the run's summary (a heartbeat) wait this long for the next step's
+
+
+def _summary_only(ch: RunChanges) -> bool:
+    return not (ch.points or ch.rewinds or ch.events or ch.new_series)
 
 
 class LiveBuffer:
-    """Coalesces changes per run; flush_due() pushes each run at most once per `interval` seconds."""
+    """Coalesces changes per run; flush_due() pushes each run at most once per `interval` seconds, and changes that
+    are only the run's summary (a heartbeat between two steps) at most SUMMARY_HOLD_S late, with the next step's
+    points when they come sooner: one entry, so one message per viewer per step."""
 
-    def __init__(self, send, interval: float = 0.1):
+    def __init__(self, send, interval: float = 0.1, summary_hold: float = SUMMARY_HOLD_S, hold_all: bool = False):
+        """hold_all (ingest with early points): everything pending after a commit (events, new series, the
+        summary, hooks' frames) waits up to summary_hold for the next batch's points entry (take())."""
         self.send = send  # callable(run_id, *payloads)
-        self.interval = interval
+        self.interval, self.summary_hold, self.hold_all = interval, summary_hold, hold_all
         self.pending: dict[str, RunChanges] = {}
+        self.frames: dict[str, list[dict]] = {}  # run id -> feature frames held with its pending changes
+        self.since: dict[str, float] = {}  # run id -> when its pending changes began
         self.last_push: dict[str, float] = {}
         self.pushes = 0
+
+    def _due_at(self, run_id: str) -> float:
+        at = self.last_push.get(run_id, -1e9) + self.interval
+        if self.hold_all or _summary_only(self.pending[run_id]):
+            at = max(at, self.since.get(run_id, -1e9) + self.summary_hold)
+        return at
+
+    def hold(self, run_id: str, frames: list[dict]) -> None:
+        """Feature frames (hold_all): they go with the run's next entry, at most summary_hold late."""
+        if run_id not in self.pending:
+            self.pending[run_id] = RunChanges()
+            self.since[run_id] = time.monotonic()
+        self.frames.setdefault(run_id, []).extend(frames)
+
+    def take(self, run_id: str) -> tuple[RunChanges | None, list[dict]]:
+        """Everything pending for the run (to ride in the entry about to be appended)."""
+        self.since.pop(run_id, None)
+        return self.pending.pop(run_id, None), self.frames.pop(run_id, [])
 
     def add(self, changes: dict[str, RunChanges]) -> None:
         """One committed batch's changes, {run id: RunChanges} (an Ingestor's on_changes)."""
@@ -102,16 +89,17 @@ class LiveBuffer:
                 self.pending[run_id].merge(ch)
             else:
                 self.pending[run_id] = ch
+                self.since[run_id] = time.monotonic()
 
     def next_due_in(self, now: float | None = None) -> float | None:
         if not self.pending:
             return None
         now = time.monotonic() if now is None else now
-        return max(0.0, min(self.last_push.get(r, -1e9) + self.interval - now for r in self.pending))
+        return max(0.0, min(self._due_at(r) - now for r in self.pending))
 
     def flush_due(self, now: float | None = None, force: bool = False) -> int:
         now = time.monotonic() if now is None else now
-        due = [r for r in self.pending if force or now - self.last_push.get(r, -1e9) >= self.interval]
+        due = [r for r in self.pending if force or now >= self._due_at(r)]
         return self.flush_runs(due, now)
 
     def flush_runs(self, run_ids, now: float | None = None) -> int:
@@ -122,11 +110,16 @@ class LiveBuffer:
         """The run's pending changes now, whatever the interval, and feature frames about them after them in the same
         message (the frames alone when nothing is pending); whether changes were pushed."""
         changes = self.pending.pop(run_id, None)
+        self.since.pop(run_id, None)
+        frames = [*self.frames.pop(run_id, []), *frames]
         if changes is None:
             if frames:
                 self.send(run_id, *frames)
             return False
         self.last_push[run_id] = time.monotonic() if now is None else now
+        if not changes and frames:
+            self.send(run_id, *frames)
+            return False
         self.send(run_id, update_body(changes), *frames)
         self.pushes += 1
         return True
@@ -134,75 +127,13 @@ class LiveBuffer:
 
 def push_now(run_id: str, changes: RunChanges) -> None:
     """One-off push from sync code that is not ingest (e.g. a Celery task noticing a dead run)."""
-    to_push_tier(run_id, update_body(changes))
-    layer = get_channel_layer()
-    if layer is not None:
-        async_to_sync(layer.group_send)(*_group_message(run_id, update_body(changes)))
+    livelog.shared().append(run_id, [frame_of(run_id, update_body(changes))])
 
 
 def send_frame(run_id: str, frame: dict) -> None:
     """A feature frame (its "type" names it) from sync code of an app before live in the chain, through the
     runs.extensions sender slot (annotations). A failure is logged: the write stands, viewers see it on reload."""
-    to_push_tier(run_id, frame)
-    layer = get_channel_layer()
-    if layer is None:
-        return
     try:
-        async_to_sync(layer.group_send)(*_group_message(run_id, frame))
-    except Exception as e:
-        log.warning("live push of a %s frame to %s failed: %s", frame.get("type"), run_id, e)
-
-
-SUMMARY_EVERY_S = 1.0  # a frame that carries only the run's summary (ingest has one per batch) goes this often
-
-
-def push_tier_frame(run_id: str, body: dict, summaries: dict[str, float] | None = None) -> dict | None:
-    """What the push tier gets of a frame body sent to the hub: a feature frame as it is; of an update, only what
-    the relay (webapp.live.relay) cannot know from the stream: events (with their ids), the run's summary, new
-    series. Never its points or rewinds: the relay sent those already, and a late rewind would cut newer points."""
-    frame = {k: v for k, v in body.items() if k != "t"}
-    if "type" in frame:
-        return frame
-    out = {"type": "update", "run_id": run_id}
-    out.update({k: frame[k] for k in ("events", "run", "new_series") if frame.get(k)})
-    if "events" not in out and "new_series" not in out:
-        if "run" not in out or summaries is None:
-            return out if "run" in out else None
-        now = time.monotonic()
-        if now - summaries.get(run_id, float("-inf")) < SUMMARY_EVERY_S:
-            return None
-        summaries[run_id] = now
-    return out
-
-
-def to_push_tier(run_id: str, body: dict, summaries: dict[str, float] | None = None) -> None:
-    """Publish push_tier_frame(...) to the run's nchan channel when there is a push tier (OBS_LIVE_PUSH_URL). A
-    failure is logged: the hub and the HTTP API still carry it."""
-    url = settings.OBS_LIVE_PUSH_URL
-    frame = push_tier_frame(run_id, body, summaries) if url else None
-    if frame is None:
-        return
-    try:
-        nchan.shared(url).publish_all(run_id, encode(frame))
-    except nchan.PushError as e:
-        log.warning("push tier: frame for run %s lost: %s", run_id, e)
-
-
-_SRC = uuid.uuid4().hex[:12]  # this process, as a publisher
-_seq: defaultdict[str, itertools.count] = defaultdict(lambda: itertools.count(1))
-_seq_lock = threading.Lock()
-
-
-def _group_message(run_id: str, body: dict, *more: dict, ordered: bool = False) -> tuple[str, dict]:
-    """(group, message) for the run's watchers; each web process's hub (webapp.live.hub) receives the message:
-    "payload" the body, "more" the bodies that follow it (queued with it, never a send apart).
-    ordered: sent by the ingest that owns the run's stream (LivePublisher), whose messages carry the run's data in
-    order; a hub that sees a new ordered publisher knows the run changed hands (webapp.live.hub.Feed.receive)."""
-    with _seq_lock:
-        seq = next(_seq[run_id])
-    msg = {"type": MESSAGE_TYPE, "run_id": run_id, "payload": body, "src": _SRC, "seq": seq, "sent": time.time()}
-    if more:
-        msg["more"] = list(more)
-    if ordered:
-        msg["ordered"] = True
-    return contract.live_group(run_id), msg
+        livelog.shared().append(run_id, [frame_of(run_id, frame)])
+    except redis.RedisError as e:
+        log.warning("live log: a %s frame for %s not appended: %s", frame.get("type"), run_id, e)

@@ -1,45 +1,50 @@
-"""The push tier's relay (`manage.py relay`): each run's points and rewinds, read from its Redis telemetry stream
-(the durable, ordered log) as they arrive and published to the run's nchan channel, in parallel with ingest's SQL
-storage, so a viewer's delay no longer includes the database write.
+"""The push tier's relay (`manage.py relay`): the ONLY thing that posts to nchan. It reads each run's live log
+(webapp.live.livelog: every frame a viewer may see, in order, numbered, appended by ingest after its commit and by
+the other producers) and publishes each entry as one message on the run's full channel and one on its lite channel,
+the frames carrying the entry's number ("seq"), so a viewer checks for holes and drops repeats whichever relay sent
+them.
 
-Frames are the "update" frames the dashboard already parses (webapp.live.protocol): the entries of one read, per
-run, make one frame, in stream order; a rewind in them cuts the points before it that storage will not keep, and
-travels as `rewinds` so viewers cut what they hold. Entries the contract refuses (ingest dead-letters them) are
-never published. Events, the run's summary and feature frames come from their producers after they commit
-(webapp.live.push, webapp.annotations.live). The relay reads with XREAD (no consumer group: it acknowledges
-nothing and holds nothing back from ingest) from a cursor per run kept in Redis after each publish, so a restarted
-relay resumes where it stopped: no hole (a frame published just before a crash may come twice; viewers drop
-points they hold and a repeated rewind is followed by the points after it).
+Relays scale out and fail over: any number run, sharing the runs through a lease per run
+(`obs:live:relay:lease:<run>`, SET NX PX with a token unique per process, renewed every step, TTL LEASE_MS; each
+relay holds at most its share, ceil(active runs / live relays), announced in RELAYS_KEY). The cursor per run (the
+last number published, and nchan's last message id on each channel after it) is written after each entry only while
+the lease is the writer's (one script: a relay that lost its lease cannot move it), so a relay killed with -9 is
+replaced within LEASE_MS + a discovery round, and its successor resumes after the cursor: no hole; and an entry the
+dead relay published but could not record is recognised by nchan's last message id on that channel and not sent
+again: no duplicate. A cursor older than the log's window (a relay down longer than it keeps) is followed by a "gap"
+frame (the page refetches the window over HTTP). Runs idle for IDLE_S leave the read set; a run with no cursor (new,
+or appeared while no relay ran) is read from the start of its log.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
+import uuid
 from collections import Counter
 
 import redis
 from django.conf import settings
 
 from observatory import contract
-from observatory.downsample import classify
 from observatory.streams import streams_reply, text
 from observatory.streams.nchan import NchanPublisher
-from webapp.live import protocol
-from webapp.metrics.changes import RunChanges
-from webapp.metrics.ingest import STREAM_PATTERN, run_of
+from webapp.live import livelog, protocol
+from webapp.metrics.leases import _RENEW
 
 log = logging.getLogger("observatory.relay")
 
-DISCOVER_EVERY_S = 1.0
-SCAN_EVERY_S = 10.0
+DISCOVER_EVERY_S = 0.5
+LEASE_MS = 3000  # a dead relay's runs are taken over within this and one discovery round
+IDLE_S = 600.0  # a run with no append for this long leaves the read set (its cursor stays for when it returns)
 CURSOR_TTL_S = 7 * 86_400
 SINCE_MARGIN_S = 30  # a first subscription replays nchan's buffer from this long before its page was made
-FRESH_MAX = 10_000  # a run that appears while the relay runs is relayed from its first entry unless it has more
+LEASE_PREFIX = f"{contract.PREFIX}:live:relay:lease:"
+RELAYS_KEY = f"{contract.PREFIX}:live:relays"  # ZSET relay token -> its announcement's expiry (ms)
 
-
-STATS_KEY = f"{contract.PREFIX}:relay:stats"  # HASH the relay refreshes for /metrics (webapp.live.metrics)
-STATS_EVERY_S = 5.0
+STATS_KEY = f"{contract.PREFIX}:relay:stats"  # HASH per relay: STATS_KEY:<token>, refreshed for /metrics
+STATS_EVERY_S = 2.0
 STATS_TTL_S = 60
 
 
@@ -52,9 +57,11 @@ LITE_NAMES = frozenset({"train/loss", "train/cross_entropy_loss", "optim/learnin
 LITE_PREFIXES = ("train/loss/", "mixture/weight/", "train/router/layer_0/routing_hist/")
 
 
-def cursor_key(run_id: str) -> str:
-    """A STRING: the last telemetry entry id the relay published for the run."""
-    return contract.run_key(run_id, "relay")
+cursor_key = livelog.relay_cursor_key  # "<seq> <nchan id, full> <nchan id, lite>": the last entry published
+
+
+def lease_key(run_id: str) -> str:
+    return LEASE_PREFIX + run_id
 
 
 def add_page_data(request, run, page: dict) -> None:
@@ -66,119 +73,194 @@ def add_page_data(request, run, page: dict) -> None:
                              "lite": {"names": sorted(LITE_NAMES), "prefixes": list(LITE_PREFIXES)}}
 
 
-def update_frame(run_id: str, entries) -> dict | None:
-    """One read's entries of a run, in stream order -> an "update" frame of its points and rewinds, or None."""
-    ch = RunChanges()
-    for _entry_id, fields in entries:
-        if not fields:
-            continue
-        try:
-            msg = contract.decode(fields, expect_run=run_id)
-        except contract.ContractError:
-            continue  # ingest dead-letters it: storage keeps nothing of it, so no viewer sees it
-        if msg.kind == "metrics":
-            step = msg.data["step"]
-            for name, x in msg.data["values"].items():
-                ch.add_point(name, step, *classify(x))
-            ch.times[step] = msg.data["t"]
-        elif msg.kind == "rewind":
-            ch.rewind(msg.data["from_step"], msg.data["to_step"])
-    ch.points = {name: pts for name, pts in ch.points.items() if pts}
-    if not (ch.points or ch.rewinds):
-        return None
-    body = protocol.update_body(ch)
-    del body["events"]
-    return {"type": "update", "run_id": run_id, **body}  # with "t", the newest step's publish time: pop it to send
+def lite_frames(frames: list[dict]) -> list[dict]:
+    """An entry's frames as the lite channel carries them: updates with only LITE series (rewinds, events, the
+    summary always); every frame kept, so the lite channel has every number too (its viewers' hole check)."""
+    out = []
+    for f in frames:
+        if f.get("type") == "update" and f.get("series"):
+            f = {**f, "series": {n: s for n, s in f["series"].items()
+                                 if n in LITE_NAMES or n.startswith(LITE_PREFIXES)}}
+        out.append(f)
+    return out
 
 
-def lite_frame(frame: dict) -> dict | None:
-    """An update frame as the lite channel carries it: only LITE series (rewinds always); None if nothing is left."""
-    series = {n: s for n, s in frame["series"].items() if n in LITE_NAMES or n.startswith(LITE_PREFIXES)}
-    if not series and not frame["rewinds"]:
-        return None
-    return {**frame, "series": series}
+# KEYS: lease, cursor; ARGV: token, cursor value, ttl -> 1 written, 0 the lease is not ours
+_SAVE = """
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('set', KEYS[2], ARGV[2], 'EX', ARGV[3])
+return 1
+"""
 
 
 class Relay:
-    """Reads every run's telemetry stream from its cursor and publishes what arrives. Call step() in a loop."""
+    """Publishes the live logs of the runs it holds. Call step() in a loop; close() hands its runs back."""
 
-    def __init__(self, client: redis.Redis, publisher: NchanPublisher, batch: int = 500):
-        self.r, self.pub, self.batch = client, publisher, batch
-        self.cursors: dict[str, str] = {}  # stream -> last entry id published
-        self.started = False
-        self.next_discover = self.next_scan = 0.0
-        self.scanned: set[str] = set()
+    def __init__(self, client: redis.Redis, publisher: NchanPublisher, batch: int = 500, lease_ms: int = LEASE_MS,
+                 token: str | None = None):
+        self.r, self.pub, self.batch, self.lease_ms = client, publisher, batch, lease_ms
+        self.token = token or uuid.uuid4().hex
+        self.cursors: dict[str, str] = {}  # run id -> last log entry id published (the runs held)
+        self.nchan_ids: dict[str, list[str]] = {}  # run id -> nchan's last message id on [full, lite]
+        self.unsure: set[str] = set()  # runs just taken over: their next entry may be out already
+        self.next_discover = 0.0
         self.stats: Counter = Counter()
         self.subscribers: dict[tuple[str, str], int] = {}  # (run id, channel) -> nchan's count at our last publish
-        self.delays: list[float] = []  # publish by the trainer -> published to nchan, seconds, since the last report
+        self.delays: list[float] = []  # appended to the log -> published to nchan, seconds, since the last report
+        self.lags: dict[str, int] = {}  # run id -> entries of its log not yet published, at the last read
         self.next_report = 0.0
+        self._renew = client.register_script(_RENEW)
+        self._save = client.register_script(_SAVE)
 
+    # ------------------------------------------------------------------------------------------ runs and leases
     def discover(self) -> None:
-        found = {contract.telemetry_stream(r) for r in map(text, self.r.smembers(contract.RUNS_KEY))
-                 if contract.RUN_ID_RE.match(r)}
-        if time.monotonic() >= self.next_scan:
-            self.scanned = {text(k) for k in self.r.scan_iter(match=STREAM_PATTERN, count=1000, _type="STREAM")}
-            self.next_scan = time.monotonic() + SCAN_EVERY_S
-        for stream in sorted((found | self.scanned) - self.cursors.keys()):
-            run_id = run_of(stream)
-            if run_id is not None:
-                self.cursors[stream] = self._start(stream, run_id)
-        self.started = True
+        """Announce this relay, renew its leases, let idle runs go, take free runs up to its share."""
+        now_ms = int(time.time() * 1000)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zadd(RELAYS_KEY, {self.token: now_ms + self.lease_ms})
+        pipe.zremrangebyscore(RELAYS_KEY, "-inf", now_ms)
+        pipe.zcard(RELAYS_KEY)
+        pipe.zrangebyscore(livelog.RUNS_KEY, now_ms - IDLE_S * 1000, "+inf")
+        _, _, relays, active = pipe.execute()
+        active = [text(r) for r in active]
+        held = list(self.cursors)
+        if held:
+            lost = self._renew(keys=[lease_key(r) for r in held], args=[self.token, self.lease_ms])
+            for i in lost or ():
+                self._drop(held[int(i) - 1], release=False)
+        for run_id in [r for r in self.cursors if r not in set(active)]:
+            self._drop(run_id)  # idle: out of the read set
+        share = math.ceil(len(active) / max(1, relays))
+        for run_id in active:
+            if len(self.cursors) >= share:
+                break
+            if run_id not in self.cursors and self.r.set(lease_key(run_id), self.token, nx=True, px=self.lease_ms):
+                self._take(run_id)
+        for run_id in list(self.cursors)[share:]:
+            self._drop(run_id)  # more than our share (another relay came): hand it back
         self.next_discover = time.monotonic() + DISCOVER_EVERY_S
 
-    def _start(self, stream: str, run_id: str) -> str:
-        """Where a newly found stream is read from: its cursor; a run that appeared while we run, its start; else
-        its end (viewers who come now read the history over HTTP)."""
+    def _take(self, run_id: str) -> None:
         saved = self.r.get(cursor_key(run_id))
         if saved:
-            return text(saved)
-        if self.started and self.r.xlen(stream) <= FRESH_MAX:
-            return "0-0"
-        last = self.r.xrevrange(stream, count=1)
-        return text(last[0][0]) if last else "0-0"
+            seq, *ids = text(saved).split(" ")
+            self.cursors[run_id] = f"{seq}-0"
+            self.nchan_ids[run_id] = (ids + ["", ""])[:2]
+            self.unsure.add(run_id)
+        else:
+            self.cursors[run_id] = "0-0"  # new, or appeared while no relay ran: from the start of its log
+            self.nchan_ids[run_id] = ["", ""]
+        self.stats["takeovers"] += 1
 
+    def _drop(self, run_id: str, release: bool = True) -> None:
+        self.cursors.pop(run_id, None)
+        self.nchan_ids.pop(run_id, None)
+        self.unsure.discard(run_id)
+        self.lags.pop(run_id, None)
+        if release:
+            self.r.eval("if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end return 0", 1,
+                        lease_key(run_id), self.token)
+
+    def close(self) -> None:
+        for run_id in list(self.cursors):
+            self._drop(run_id)
+        self.r.zrem(RELAYS_KEY, self.token)
+
+    # ------------------------------------------------------------------------------------------ publishing
     def step(self, block_ms: int) -> int:
-        """One read (blocking up to block_ms), published run by run; returns the entries read."""
+        """One read (blocking up to block_ms) of the held runs' logs, published entry by entry; returns entries."""
         if time.monotonic() >= self.next_discover:
             self.discover()
         if not self.cursors:
             time.sleep(min(block_ms / 1000, DISCOVER_EVERY_S))  # nothing to read yet: wait for a run
             return 0
+        keys = {livelog.log_key(r): c for r, c in self.cursors.items()}
+        block = min(block_ms, int(DISCOVER_EVERY_S * 1000))
         n = 0
-        for stream, entries in streams_reply(self.r.xread(self.cursors, count=self.batch, block=block_ms)):
-            stream = text(stream)
-            run_id = run_of(stream)
-            frame = update_frame(run_id, entries)
-            if frame is not None:
-                t = frame.pop("t", None)
-                info = self.pub.publish(run_id, protocol.encode(frame))  # PushError: the cursor stays, we retry
-                self.subscribers[run_id, ""] = int(info.get("subscribers") or 0)
-                lite = lite_frame(frame)
-                if lite is not None:
-                    info = self.pub.publish(run_id, protocol.encode(lite), "lite")
-                    self.subscribers[run_id, "lite"] = int(info.get("subscribers") or 0)
-                self.stats["frames"] += 1
-                if t:
-                    self.delays.append(time.time() - t)
-            last = text(entries[-1][0])
-            self.r.set(cursor_key(run_id), last, ex=CURSOR_TTL_S)
-            self.cursors[stream] = last
-            n += len(entries)
+        for key, entries in streams_reply(self.r.xread(keys, count=self.batch, block=block)):
+            run_id = livelog.run_of(text(key))
+            if run_id not in self.cursors:
+                continue
+            if self.cursors[run_id] != "0-0" and livelog.seq_of(entries[0][0]) != livelog.seq_of(
+                    self.cursors[run_id]) + 1:
+                self._publish_gap(run_id, livelog.seq_of(entries[0][0]) - 1)
+            for entry_id, fields in entries:
+                if not self._publish(run_id, entry_id, fields):
+                    break  # the lease went to another relay
+                n += 1
         self.stats["entries"] += n
         self.report()
         return n
 
+    def drain(self, block_ms: int = 50) -> int:
+        """Everything the held runs' logs hold now (tests, --once)."""
+        total = 0
+        self.next_discover = 0.0
+        while (n := self.step(block_ms)) > 0:
+            total += n
+        return total
+
+    def _publish(self, run_id: str, entry_id, fields: dict) -> bool:
+        seq, t, frames = livelog.decode_entry(run_id, entry_id, fields)
+        for f in frames:
+            f.pop("t", None)
+        saved = self.nchan_ids[run_id]  # nchan's last ids as recorded with the cursor
+        ids = list(saved)
+        try:
+            for i, (channel, body) in enumerate((("", frames), ("lite", lite_frames(frames)))):
+                if run_id in self.unsure:  # did a dead relay, or our own failed try, publish this entry already?
+                    info = self.pub.info(run_id, channel)
+                    last = str(info.get("last_message_id") or "") if info else ""
+                    if last and saved[i] not in ("", "-") and last != saved[i]:
+                        ids[i] = last
+                        continue
+                info = self.pub.publish(run_id, protocol.encode(body[0] if len(body) == 1 else body), channel)
+                ids[i] = str(info.get("last_message_id") or "")
+                self.subscribers[run_id, channel] = int(info.get("subscribers") or 0)
+        except Exception:
+            self.unsure.add(run_id)  # the next try checks nchan before publishing again
+            raise
+        self.unsure.discard(run_id)
+        if not self._save(keys=[lease_key(run_id), cursor_key(run_id)],
+                          args=[self.token, f"{seq} {ids[0] or '-'} {ids[1] or '-'}", CURSOR_TTL_S]):
+            log.warning("relay: lost the lease of run %s before recording entry %d", run_id, seq)
+            self._drop(run_id, release=False)
+            return False
+        self.nchan_ids[run_id] = ids
+        self.cursors[run_id] = text(entry_id)
+        self.stats["frames"] += 1
+        self.delays.append(time.time() - t)
+        return True
+
+    def _publish_gap(self, run_id: str, seq: int) -> None:
+        """Entries after our cursor were trimmed from the log before we published them: viewers refetch."""
+        log.warning("relay: run %s's live log was trimmed past our cursor: a gap frame", run_id)
+        self.stats["gaps"] += 1
+        gap = protocol.encode({"type": "gap", "run_id": run_id, "seq": seq})
+        for i, channel in enumerate(("", "lite")):
+            self.nchan_ids[run_id][i] = str(self.pub.publish(run_id, gap, channel).get("last_message_id") or "")
+
     def report(self) -> None:
-        """Every STATS_EVERY_S: counters, subscribers and the delays since the last report, into STATS_KEY."""
+        """Every STATS_EVERY_S: counters, subscribers, lag and the delays since the last report, into
+        STATS_KEY:<token> (one hash per relay: /metrics shows each)."""
         if time.monotonic() < self.next_report:
             return
         self.next_report = time.monotonic() + STATS_EVERY_S
+        lag = 0
+        for run_id, cursor in self.cursors.items():
+            last = self.r.xrevrange(livelog.log_key(run_id), count=1)
+            if last and cursor != "0-0":
+                lag = max(lag, livelog.seq_of(last[0][0]) - livelog.seq_of(cursor))
+            elif last:
+                lag = max(lag, self.r.xlen(livelog.log_key(run_id)))
         delays, self.delays = sorted(self.delays), []
-        fields = {"frames": self.stats["frames"], "entries": self.stats["entries"],
+        fields = {"frames": self.stats["frames"], "entries": self.stats["entries"], "gaps": self.stats["gaps"],
+                  "runs": len(self.cursors), "lag_entries": lag, "takeovers": self.stats["takeovers"],
                   "subscribers": sum(self.subscribers.values()), "t": time.time(),
                   "delay_p50_s": delays[len(delays) // 2] if delays else 0.0,
                   "delay_max_s": delays[-1] if delays else 0.0}
+        key = f"{STATS_KEY}:{self.token}"
         pipe = self.r.pipeline(transaction=False)
-        pipe.hset(STATS_KEY, mapping=fields)
-        pipe.expire(STATS_KEY, STATS_TTL_S)
+        pipe.hset(key, mapping=fields)
+        pipe.expire(key, STATS_TTL_S)
         pipe.execute()

@@ -62,7 +62,11 @@ class Ingestor:
         # stream leaves when that read comes back empty, and new entries (">") are read from then on
         self.pending: dict[str, str] = {}
         self.defer_acks = False  # True: process() leaves acknowledging to ack() (live pushes go first)
+        # callable([contract.Message]) or None: a batch's valid messages, in stream order, before they are written
+        # (live appends their points to the run's live log at once: a viewer's delay does not wait on SQL)
+        self.on_decoded: Callable[[list], None] | None = None
         self.unacked: dict[str, list[str]] = {}  # stream -> entry ids applied, awaiting ack()
+        self.last_batch: dict[str, set[str]] = {}  # stream -> ids process() applied since the caller took them
         self.last_ids: dict[str, str] = {}  # held stream -> last entry id when found empty (blocking wait)
         self.scanned: set[str] = set()
         self.bad_run_ids: set[str] = set()
@@ -234,6 +238,8 @@ class Ingestor:
                 except Exception as e:  # a validator bug must not kill ingest either
                     bad.append((stream, entry_id, "internal", f"{type(e).__name__}: {e}"))
                     log.exception("decode crashed on %s %s: %s", stream, entry_id, e)
+        if self.on_decoded is not None and good:
+            self.on_decoded([m for s, _, m in good if s in self.streams])
         bad.extend(self._write(good))
         bad = [b for b in bad if b[0] in self.streams]
         acks = {s: ids for s, ids in acks.items() if s in self.streams}
@@ -249,6 +255,7 @@ class Ingestor:
         if self.defer_acks:
             for stream, ids in acks.items():
                 self.unacked.setdefault(stream, []).extend(ids)
+                self.last_batch.setdefault(stream, set()).update(ids)  # (the caller takes and clears it)
         else:
             self._xack(acks)
         n = sum(len(ids) for ids in acks.values())
@@ -256,13 +263,21 @@ class Ingestor:
         self.stats["deadlettered"] += len(bad)
         return n
 
-    def ack(self, except_runs: set[str] = frozenset()) -> None:
-        """Acknowledge the entries process() applied (with defer_acks), but those of `except_runs`."""
-        acks = {s: ids for s, ids in self.unacked.items() if self.streams.get(s) not in except_runs}
+    def ack(self, except_runs: set[str] = frozenset(), keep: dict[str, set[str]] | None = None) -> None:
+        """Acknowledge the entries process() applied (with defer_acks), but those of `except_runs` and the ids in
+        `keep` ({stream: ids}: entries whose changes are still to be pushed)."""
+        acks, left = {}, {}
+        for s, ids in self.unacked.items():
+            if self.streams.get(s) in except_runs:
+                left[s] = ids
+                continue
+            held = (keep or {}).get(s, ())
+            acks[s] = [i for i in ids if i not in held]
+            left[s] = [i for i in ids if i in held]
+        acks = {s: ids for s, ids in acks.items() if ids}
         if acks:
             self._xack(acks)
-            for s in acks:
-                del self.unacked[s]
+        self.unacked = {s: ids for s, ids in left.items() if ids}
 
     def _xack(self, acks: dict[str, list[str]]) -> None:
         pipe = self.r.pipeline(transaction=False)

@@ -42,6 +42,8 @@ def histogram(name: str, help: str, buckets: Iterable[float], counts: list[int],
 
 
 collectors: list[Callable[[], Iterable[Family]]] = []  # in-process numbers of later apps
+# /healthz's words from later apps: callables () -> {key: short public text} (webapp.live: "live_lag")
+health_checks: list[Callable[[], dict[str, str]]] = []
 
 
 def replica_id(name: str, key: str) -> str:

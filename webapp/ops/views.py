@@ -40,6 +40,11 @@ def healthz(request):
     body = {"status": "ok" if db is None and rd is None else "unavailable",
             "database": _public_error("database", db), "redis": _public_error("redis", rd), "ingest_lag": lag}
     # no uptime: when a process last restarted is for operators (/metrics' start time), not the public
+    for check in exposition.health_checks:  # e.g. the live path's lag, apart from ingest's
+        try:
+            body.update(check())
+        except Exception as e:
+            log.warning("healthz: %s failed: %s", getattr(check, "__qualname__", check), e)
     return JsonResponse(body, status=200 if body["status"] == "ok" else 503)
 
 

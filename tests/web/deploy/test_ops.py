@@ -25,7 +25,8 @@ def test_healthz_is_200_json_when_the_database_and_redis_answer(client, db, redi
     assert resp.status_code == 200
     assert resp.json()["status"] == "ok" and resp.json()["database"] == "ok" and resp.json()["redis"] == "ok"
     assert "no-cache" in resp["Cache-Control"]
-    assert set(resp.json()) == {"status", "database", "redis", "ingest_lag"}  # no uptime for the public
+    assert set(resp.json()) == {"status", "database", "redis", "ingest_lag", "live_lag"}  # no uptime for the public
+    assert resp.json()["live_lag"] == "ok (no push tier)"  # the hub reads the live logs in each web process
 
 
 def test_healthz_is_503_when_redis_is_down(client, db, settings):

@@ -97,9 +97,9 @@ def replicas(tmp_path, private_redis):
 
 def test_replicas_share_their_channels_through_redis(replicas, run_id):
     a, b = replicas
+    sent = [a.publish(run_id, {"type": "update", "step": 0})]  # the channel exists once published (push.conf)
     on_b = b.viewer(run_id, "0:0")
-    sent = [a.publish(run_id, {"type": "update", "step": 0}), b.publish(run_id, {"type": "update", "step": 1}),
-            a.publish(run_id, {"type": "update", "step": 2})]
+    sent += [b.publish(run_id, {"type": "update", "step": 1}), a.publish(run_id, {"type": "update", "step": 2})]
     got = [read(on_b) for _ in range(3)]
     # published on either replica, in order, on b, each with the id its publisher was given
     assert got == [(i, {"type": "update", "step": s}) for s, i in enumerate(sent)] and len(set(sent)) == 3
@@ -114,8 +114,9 @@ def test_replicas_share_their_channels_through_redis(replicas, run_id):
 
 def test_a_viewer_reconnecting_to_the_same_replica_resumes_with_no_hole_and_no_duplicate(replicas, run_id):
     a, b = replicas
+    sent = [a.publish(run_id, {"type": "update", "step": 0})]  # the channel exists once published (push.conf)
     on_b = b.viewer(run_id, "0:0")
-    sent = [a.publish(run_id, {"type": "update", "step": s}) for s in range(3)]
+    sent += [a.publish(run_id, {"type": "update", "step": s}) for s in (1, 2)]
     got = [read(on_b) for _ in range(3)]
     assert [i for i, _ in got] == sent
     on_b.close()
@@ -147,8 +148,9 @@ def test_composes_proxy_carries_viewers_to_every_replica_and_publishes_nowhere(r
     proxy = subprocess.Popen(["nginx", "-c", main], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
+        sent = [a.publish(run_id, {"step": 0})]  # the channel exists once published (push.conf)
         viewers = [a.viewer(run_id, "0:0", port=port) for _ in range(4)]  # spread over both replicas
-        sent = [a.publish(run_id, {"step": 0}), b.publish(run_id, {"step": 1})]
+        sent.append(b.publish(run_id, {"step": 1}))
         for v in viewers:
             assert [read(v) for _ in range(2)] == [(sent[0], {"step": 0}), (sent[1], {"step": 1})]
             v.close()

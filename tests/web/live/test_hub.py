@@ -1,5 +1,5 @@
 """The per-process fan-out hub: one encoding per variant shared by every socket, coalesced batches in order, slow
-sockets cut loose, and a hole in a publisher's sequence sending every socket back through resume."""
+sockets cut loose, and a hole in the live log's sequence sending every socket back through resume."""
 
 import asyncio
 import json
@@ -104,9 +104,9 @@ async def test_a_socket_that_does_not_read_is_closed_with_4008_not_buffered_fore
 async def test_a_hole_in_the_sequence_makes_every_socket_resume():
     feed = hubmod.Feed(FakeHub(), "r1")
     boxes, sent, closed = await _boxes(feed, [None, frozenset({"loss"})])
-    feed.receive({**_update(1, loss=1.0), "src": "a", "seq": 1})
-    feed.receive({**_update(2, loss=1.0), "src": "a", "seq": 2})
-    feed.receive({**_update(4, loss=1.0), "src": "a", "seq": 4})  # 3 was lost on the way
+    feed.receive({**_update(1, loss=1.0), "seq": 1})
+    feed.receive({**_update(2, loss=1.0), "seq": 2})
+    feed.receive({**_update(4, loss=1.0), "seq": 4})  # 3 was trimmed from the log before it was read
     await _settle()
     assert sorted(closed) == [(0, protocol.CLOSE_RESYNC), (1, protocol.CLOSE_RESYNC)]
     assert not any('"steps":[4]' in t for s in sent for t in s)  # nothing after the hole goes out first
@@ -121,6 +121,9 @@ async def test_feature_frames_pass_unfiltered_and_updates_without_subscribed_ser
     feed.receive({"type": "live.update", "payload": {"type": "anomaly", "anomaly": {"id": 1}}})
     await _settle()
     assert [json.loads(t)["type"] for t in sent[0]] == ["anomaly"]
+    feed.receive({**_update(2, lr=0.2), "seq": 9})  # a frame of the log: its number goes, without its series
+    await _settle()
+    assert json.loads(sent[0][-1]) == {"type": "update", "run_id": "r1", "seq": 9}
     boxes[0].stop()
 
 
@@ -151,19 +154,20 @@ async def test_identical_backfills_arriving_together_share_a_read_but_never_a_st
     assert len(reads) == 2
 
 
-async def test_a_new_ingest_owning_the_run_makes_every_socket_resume_but_a_one_off_push_does_not():
-    """Ingest A committed steps 3-4 while Redis was away (their pushes lost, the entries acknowledged), then lost
-    its lease; ingest B's first update (its own sequence starts at 1) cannot show the hole by sequence: the change
-    of owner itself sends every socket through resume. A one-off push (a Celery task's push_now) is not ordered
-    and changes nothing."""
+async def test_the_log_has_one_order_whoever_appended_and_a_restarted_log_makes_every_socket_resume():
+    """Every writer (ingest A, ingest B after a takeover, a Celery task's push_now, an annotation) appends to the
+    same live log, so one sequence covers them all: consecutive numbers pass whoever wrote them, with the number on
+    every frame; a number going back (the log re-created after Redis lost it) sends every socket through resume."""
     feed = hubmod.Feed(FakeHub(), "r1")
     boxes, sent, closed = await _boxes(feed, [None])
-    feed.receive({**_update(1, loss=1.0), "src": "a", "seq": 1, "ordered": True})
-    feed.receive({**_update(2, loss=1.0), "src": "a", "seq": 2, "ordered": True})
-    feed.receive({**_update(2, loss=1.0), "src": "celery", "seq": 1})
+    feed.receive({**_update(1, loss=1.0), "seq": 41})
+    feed.receive({**_update(2, loss=1.0), "seq": 42})
+    feed.receive({"payload": {"type": "annotation", "event": "remove", "id": 3}, "seq": 43})
     await _settle()
-    assert closed == [] and sum(t.count('"steps":[2]') for t in sent[0]) == 2
-    feed.receive({**_update(5, loss=1.0), "src": "b", "seq": 1, "ordered": True})
+    assert closed == []
+    frames = [f for t in sent[0] for f in (json.loads(t) if t.startswith("[") else [json.loads(t)])]
+    assert [f["seq"] for f in frames] == [41, 42, 43]
+    feed.receive({**_update(5, loss=1.0), "seq": 7})
     await _settle()
     assert closed == [(0, protocol.CLOSE_RESYNC)]
     assert not any('"steps":[5]' in t for t in sent[0])

@@ -107,8 +107,7 @@ async def test_a_path_outside_the_routes_is_refused_at_the_handshake_not_a_500(r
 async def test_a_handshake_while_redis_is_down_closes_cleanly_with_1013(trainer, ingestor, run_id, settings):
     trainer.metrics(0, loss=1.0)
     await database_sync_to_async(ingestor.drain)()
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-                                           "CONFIG": {"hosts": [f"redis://127.0.0.1:{free_port()}/0"]}}}
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # the live log's Redis is away
     comm = WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=ORIGIN)
     connected, _ = await comm.connect(timeout=10)
     assert connected

@@ -1,5 +1,6 @@
-"""The push tier: the relay (webapp.live.relay) from real Redis streams to a real nginx + nchan (deploy/run_local.py's
-generated config), and viewers on nchan's websocket as static/js/live.js subscribes (ws+meta.nchan, last_event_id)."""
+"""The push tier: the trainer's stream -> ingest (commits, appends to the run's live log) -> the relay
+(webapp.live.relay) -> a real nginx + nchan (deploy/run_local.py's generated config), and viewers on nchan's websocket
+as static/js/live.js subscribes (ws+meta.nchan, last_event_id). Real Redis, the real database."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from websockets.sync.client import connect
 from observatory import contract
 from observatory.streams.nchan import NchanPublisher, PushError
 from tests.web.servers import free_port, stop, wait_for, wait_port
-from webapp.live import push
+from webapp.live.livelog import log_key
+from webapp.live.push import LivePublisher
 from webapp.live.relay import Relay, cursor_key
 from webapp.metrics.models import Point
 
@@ -23,17 +25,20 @@ sys.path.insert(0, str(ROOT / "deploy"))
 from run_local import nchan_config, push_tier_missing  # noqa: E402
 
 FROM_START = "0:0"  # a last_event_id older than anything: nchan's whole buffer
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Nchan:
     """nginx with nchan as `make run` configures it (no web server behind it here)."""
 
-    def __init__(self, var: Path, web_port: int | None = None, pub_port: int | None = None):
+    def __init__(self, var: Path, web_port: int | None = None, pub_port: int | None = None,
+                 conn_limit: int | None = None):
         self.port, self.pub_port = free_port(), pub_port or free_port()
         (var / "nginx").mkdir(parents=True)
         (var / "logs").mkdir()
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port or free_port(), self.pub_port))
+        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port or free_port(), self.pub_port,
+                                     conn_limit=conn_limit))
         self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                                       str(var / "logs" / "nginx-error.log")], stderr=subprocess.PIPE)
         wait_port(self.port)
@@ -57,6 +62,7 @@ class Viewer:
         self.frames: list[dict] = []
         self.points: dict[str, dict[int, float | None]] = {}
         self.received: dict[str, list[int]] = {}  # every step delivered, in order, duplicates included
+        self.seqs: list[int] = []  # the live log's number of every message, in order, repeats included
 
     def read_until(self, condition, what: str, timeout: float = 20.0) -> None:
         def one():
@@ -69,7 +75,9 @@ class Viewer:
             head, _, data = text.partition("\n\n")
             self.last_id = head.split("\n")[0].removeprefix("id: ")
             msg = json.loads(data)
-            for frame in msg if isinstance(msg, list) else [msg]:
+            frames = msg if isinstance(msg, list) else [msg]
+            self.seqs.append(frames[0].get("seq"))
+            for frame in frames:
                 self.apply(frame)
             return condition()
         wait_for(one, timeout, what, every=0)
@@ -105,57 +113,75 @@ def nchan(tmp_path):
 
 @pytest.fixture
 def relay(redis_client, nchan):
-    return Relay(redis_client, NchanPublisher(nchan.pub_url))
+    r = Relay(redis_client, NchanPublisher(nchan.pub_url))
+    yield r
+    r.close()
 
 
-def relay_all(relay: Relay, trainer) -> None:
-    """Step the relay until it has published everything on the trainer's stream."""
-    last = trainer.r.xrevrange(trainer.stream, count=1)[0][0].decode()
-    wait_for(lambda: relay.step(50) >= 0 and relay.cursors.get(trainer.stream) == last, 20, "the relay to catch up")
+@pytest.fixture
+def ingest(redis_client):
+    """Ingest as `manage.py ingest` runs it: a batch's points appended to its run's live log before the SQL write,
+    what storage made (events, summary, new series) after it, every batch at once."""
+    from webapp.live.pipeline import LiveIngest
+
+    return LiveIngest(redis_client, LivePublisher(redis_client).send, consumer="test-ingest", interval=0.0,
+                      early_points=True)
 
 
-def test_a_viewer_gets_every_step_in_order(relay, nchan, trainer, run_id):
-    relay.discover()  # the run appears after the relay started: relayed from its first entry
-    viewer = nchan.viewer(run_id)
+def relay_all(relay: Relay, ingest) -> None:
+    """Ingest what the trainer sent, then step the relay until it has published all of it."""
+    ingest.drain()
+    relay.drain()
+
+
+def open_channels(relay: Relay, ingest, trainer) -> None:
+    """The run announces itself and the relay publishes that: nchan subscribes viewers to channels that exist only
+    (deploy/push.conf: a run the relay never published is refused). Viewers then start from FROM_START."""
+    trainer.send("run", name=trainer.run_id, config={})
+    relay_all(relay, ingest)
+
+
+def test_a_viewer_gets_every_step_in_order(relay, nchan, trainer, ingest, run_id):
+    open_channels(relay, ingest, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
     for step in range(30):
         trainer.metrics(step, loss=1.0 / (step + 1), acc=step / 30)
         if step % 7 == 0:
-            relay_all(relay, trainer)
-    relay_all(relay, trainer)
+            relay_all(relay, ingest)
+    relay_all(relay, ingest)
     viewer.read_until(lambda: 29 in viewer.points.get("loss", {}), "step 29")
     assert viewer.received["loss"] == list(range(30))  # every step once, in order
     assert viewer.received["acc"] == list(range(30))
     assert viewer.points["loss"][29] == pytest.approx(1 / 30)
+    assert viewer.seqs == list(range(viewer.seqs[0], viewer.seqs[0] + len(viewer.seqs)))  # numbered, no hole
     viewer.close()
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_rewind_cuts_what_storage_does_not_keep(relay, nchan, trainer, ingestor, run_id):
-    relay.discover()
-    viewer = nchan.viewer(run_id)
+def test_a_rewind_cuts_what_storage_does_not_keep(relay, nchan, trainer, ingest, run_id):
+    open_channels(relay, ingest, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
     for step in range(10):
         trainer.metrics(step, loss=float(step))
-    relay_all(relay, trainer)  # the viewer shows steps 0-9 ...
+    relay_all(relay, ingest)  # the viewer shows steps 0-9 ...
     trainer.send("rewind", from_step=9, to_step=5)  # ... then the run goes back to its step-5 checkpoint
     for step in range(6, 12):
         trainer.metrics(step, loss=100.0 + step)
-    relay_all(relay, trainer)
+    relay_all(relay, ingest)
     viewer.read_until(lambda: 11 in viewer.points.get("loss", {}), "the steps after the rewind")
-    ingestor.drain()
     stored = dict(Point.objects.filter(series__run_id=run_id, series__name="loss").values_list("step", "value"))
     assert viewer.points["loss"] == stored  # exactly what storage keeps: the old steps 6-9 are gone
     assert viewer.points["loss"][7] == 107.0
     viewer.close()
 
 
-def test_the_lite_channel_carries_the_default_dashboards_series_and_every_rewind(relay, nchan, trainer, run_id):
-    relay.discover()
-    full, lite = nchan.viewer(run_id), nchan.viewer(run_id, channel="lite")
+def test_the_lite_channel_carries_the_default_dashboards_series_and_every_rewind(relay, nchan, trainer, ingest, run_id):
+    open_channels(relay, ingest, trainer)
+    full, lite = nchan.viewer(run_id, FROM_START), nchan.viewer(run_id, FROM_START, channel="lite")
     for step in range(6):
         trainer.metrics_named(step, {"train/loss": 1.0, "train/loss/docs_text": 2.0, "time/step_s": 0.1})
     trainer.send("rewind", from_step=5, to_step=3)
     trainer.metrics_named(4, {"time/step_s": 0.2})  # a step with no lite series: its frame still cuts
-    relay_all(relay, trainer)
+    relay_all(relay, ingest)
     full.read_until(lambda: full.points.get("time/step_s", {}).get(4) == 0.2, "the full channel's step 4")
     lite.read_until(lambda: any(f.get("rewinds") for f in lite.frames), "the rewind on the lite channel")
     assert set(full.points) == {"train/loss", "train/loss/docs_text", "time/step_s"}
@@ -165,68 +191,69 @@ def test_the_lite_channel_carries_the_default_dashboards_series_and_every_rewind
     lite.close()
 
 
-def test_a_reconnect_resumes_with_no_hole_and_no_duplicate(relay, nchan, trainer, run_id):
-    relay.discover()
-    viewer = nchan.viewer(run_id)
+def test_a_reconnect_resumes_with_no_hole_and_no_duplicate(relay, nchan, trainer, ingest, run_id):
+    open_channels(relay, ingest, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
     for step in range(5):
         trainer.metrics(step, loss=float(step))
-        relay_all(relay, trainer)
+        relay_all(relay, ingest)
     viewer.read_until(lambda: 4 in viewer.points.get("loss", {}), "step 4")
     viewer.ws.close()  # the viewer's connection drops; the run goes on
     for step in range(5, 12):
         trainer.metrics(step, loss=float(step))
-        relay_all(relay, trainer)
+        relay_all(relay, ingest)
     viewer.ws = nchan.viewer(run_id, viewer.last_id).ws  # as live.js reconnects: after the last id it has
     viewer.read_until(lambda: 11 in viewer.points["loss"], "step 11 after the reconnect")
     assert viewer.received["loss"] == list(range(12))
     viewer.close()
 
 
-def test_a_full_width_frame_is_published(relay, nchan, trainer, run_id):
+def test_a_full_width_frame_is_published(relay, nchan, trainer, ingest, run_id):
     """The demo's ~240 series in one step: ~20 KB, past nginx's in-memory body buffer (a temp file that nchan's
     worker could not write under a private var/ answered 400)."""
-    relay.discover()
-    viewer = nchan.viewer(run_id)
+    open_channels(relay, ingest, trainer)
+    viewer = nchan.viewer(run_id, FROM_START)
     names = [f"train/router/layer_{i}/routing_hist/{e}" for i in range(16) for e in range(32)]
     trainer.metrics_named(0, {n: 0.123456789 for n in names})
-    relay_all(relay, trainer)
+    relay_all(relay, ingest)
     viewer.read_until(lambda: len(viewer.points) == len(names), "the full-width step")
     viewer.close()
 
 
-def test_a_restarted_relay_resumes_from_its_cursor(redis_client, nchan, trainer, run_id):
+def test_a_restarted_relay_resumes_from_its_cursor(redis_client, nchan, trainer, ingest, run_id):
     first = Relay(redis_client, NchanPublisher(nchan.pub_url))
-    first.discover()
+    open_channels(first, ingest, trainer)
     viewer = nchan.viewer(run_id, FROM_START)
     for step in range(4):
         trainer.metrics(step, loss=float(step))
-    relay_all(first, trainer)
-    assert redis_client.get(cursor_key(run_id)).decode() == first.cursors[trainer.stream]
+    relay_all(first, ingest)
+    assert redis_client.get(cursor_key(run_id)).decode().split(" ")[0] == first.cursors[run_id].split("-")[0]
+    first.close()
     for step in range(4, 9):  # written while no relay runs
         trainer.metrics(step, loss=float(step))
     second = Relay(redis_client, NchanPublisher(nchan.pub_url))
-    relay_all(second, trainer)
+    relay_all(second, ingest)
     viewer.read_until(lambda: 8 in viewer.points.get("loss", {}), "step 8")
     assert viewer.received["loss"] == list(range(9))
+    second.close()
     viewer.close()
 
 
-def test_nothing_but_public_points_and_rewinds_leaves_the_stream(relay, nchan, trainer, redis_client, run_id):
-    """Operator material (commands and their acks on the control streams, a failure's full detail) never reaches
-    the public channel: the relay reads telemetry only, and of it only points and rewinds; refused entries too."""
-    relay.discover()
-    secret = "Traceback-/home/operator/secret.py"
+def test_nothing_but_the_live_log_leaves_for_the_public(relay, nchan, trainer, ingest, redis_client, run_id):
+    """Operator material (commands and their acks on the control streams, a failure's full detail, host paths)
+    never reaches the public channel: the relay reads the live log only, which ingest fills with what the public
+    may see; refused entries are dead-lettered, never appended."""
+    secret = "/home/operator/secret.py"
     redis_client.xadd(contract.control_stream(run_id), {"command": json.dumps({"op": "pause", "note": secret})})
     redis_client.xadd(contract.ack_stream(run_id), {"ack": secret})
-    trainer.send("state", state="failed", step=1, detail=secret)
-    trainer.send("event", name="note", step=1, payload={"text": secret})
+    trainer.send("state", state="failed", step=1, detail=f"Traceback: {secret}")
+    trainer.send("event", name="note", step=1, payload={"file": secret})
     trainer.raw({"v": "1", "run": run_id, "kind": "metrics", "data": json.dumps({"bad": secret})})  # refused
     trainer.metrics(2, loss=0.5)
-    relay_all(relay, trainer)
+    relay_all(relay, ingest)
     viewer = nchan.viewer(run_id, FROM_START)
     viewer.read_until(lambda: 2 in viewer.points.get("loss", {}), "step 2")
     assert secret not in json.dumps(viewer.frames)
-    assert [f["type"] for f in viewer.frames] == ["update"]
     viewer.close()
 
 
@@ -236,23 +263,25 @@ def test_the_publisher_is_not_reachable_from_the_public_port(nchan, run_id):
         bad.publish(run_id, '{"type":"update","run_id":"forged"}')
 
 
-def test_producers_frames_reach_the_channel_without_points(nchan, settings, run_id):
-    """Ingest's copy of an update carries what only storage knows (event ids, the summary), never points or
-    rewinds (the relay sent those; a late rewind would cut newer points); feature frames go as they are."""
-    settings.OBS_LIVE_PUSH_URL = nchan.pub_url
+def test_every_producer_appends_to_the_log_and_only_the_relay_publishes(relay, nchan, redis_client, run_id):
+    """A feature frame (an anomaly), a one-off update (a Celery task) and ingest's messages all go to the run's live
+    log, numbered in the order they came; the relay publishes them on both channels with those numbers."""
+    pub = LivePublisher(redis_client)
+    pub.send(run_id, {"series": {"loss": {"steps": [1], "values": [1.0], "nonfinite": []}}, "rewinds": [],
+                      "events": [{"id": 7, "kind": "event"}], "run": {"id": run_id}, "t": 1.0})
+    pub.send(run_id, {"type": "anomaly", "run_id": run_id, "id": 3})
+    relay.drain()
     viewer, lite = nchan.viewer(run_id, FROM_START), nchan.viewer(run_id, FROM_START, channel="lite")
-    push.to_push_tier(run_id, {"series": {"loss": {"steps": [1], "values": [1.0], "nonfinite": []}},
-                               "rewinds": [{"from_step": 3, "to_step": 0}], "events": [{"id": 7, "kind": "event"}],
-                               "run": {"id": run_id}, "t": 1.0})
-    push.to_push_tier(run_id, {"series": {"loss": {"steps": [2], "values": [2.0], "nonfinite": []}},
-                               "rewinds": [], "events": []})  # points only: nothing to publish
-    push.to_push_tier(run_id, {"type": "anomaly", "run_id": run_id, "id": 3})
     viewer.read_until(lambda: len(viewer.frames) >= 2, "two frames")
     lite.read_until(lambda: len(lite.frames) >= 2, "two frames on the lite channel")
-    assert lite.frames == viewer.frames == [{"type": "update", "run_id": run_id, "events": [{"id": 7, "kind": "event"}],
-                              "run": {"id": run_id}},
-                             {"type": "anomaly", "run_id": run_id, "id": 3}]
+    first = viewer.frames[0]["seq"]
+    assert viewer.frames == [{"type": "update", "run_id": run_id, "series": {"loss": {
+        "steps": [1], "values": [1.0], "nonfinite": []}}, "rewinds": [], "events": [{"id": 7, "kind": "event"}],
+        "run": {"id": run_id}, "seq": first}, {"type": "anomaly", "run_id": run_id, "id": 3, "seq": first + 1}]
+    assert [f["seq"] for f in lite.frames] == [first, first + 1]
+    assert lite.frames[0]["series"] == {}  # "loss" is not a lite series
     viewer.close()
+    lite.close()
 
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/pub/", "http://127.0.0.1:8101/pub", "127.0.0.1:8101/pub/"])
@@ -261,19 +290,22 @@ def test_a_bad_publisher_url_is_refused_with_a_clear_error(url):
         NchanPublisher(url)
 
 
-@pytest.mark.django_db
-def test_metrics_report_the_push_tier(relay, nchan, trainer, run_id, client, settings):
+def test_metrics_report_each_relay(relay, nchan, trainer, ingest, run_id, client, settings, redis_client):
     settings.OBS_LIVE_PUSH_URL = nchan.pub_url
     settings.OBS_METRICS_TOKEN = "push-tier-scrape"
-    relay.discover()
-    viewers = [nchan.viewer(run_id) for _ in range(2)]
     trainer.metrics(0, loss=1.0)
-    relay_all(relay, trainer)
+    relay_all(relay, ingest)
+    viewers = [nchan.viewer(run_id) for _ in range(2)]
+    trainer.metrics(1, loss=1.0)
+    relay_all(relay, ingest)
     relay.next_report = 0.0
     relay.report()
     body = client.get("/metrics", HTTP_AUTHORIZATION="Bearer push-tier-scrape").content.decode()
-    assert "observatory_push_subscribers 2" in body  # the two on the full channel (no lite series published)
-    assert "observatory_push_frames_total 1" in body
-    assert 'observatory_push_delay_seconds{quantile="0.5"}' in body
+    name = relay.token[:12]
+    assert f'observatory_push_subscribers{{relay="{name}"}} 2' in body  # the two on the full channel
+    entries = redis_client.xlen(log_key(run_id))  # the step's points, then what storage made of it
+    assert f'observatory_push_frames_total{{relay="{name}"}} {entries}' in body
+    assert f'observatory_push_relay_lag_entries{{relay="{name}"}} 0' in body
+    assert f'observatory_push_delay_seconds{{quantile="0.5",relay="{name}"}}' in body
     for v in viewers:
         v.close()

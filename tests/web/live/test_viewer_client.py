@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.web.live.test_relay import nchan, relay, relay_all  # noqa: F401 (fixtures: the push tier as make run has it)
+from tests.web.live.test_relay import (  # noqa: F401 (fixtures: the push tier as make run has it)
+    ingest, nchan, open_channels, relay, relay_all)
 from tests.web.servers import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -34,8 +35,9 @@ def exe(tmp_path_factory):
     return build(tmp_path_factory.mktemp("viewers"))
 
 
-def test_every_published_step_reaches_every_viewer_once(relay, nchan, trainer, run_id, exe):  # noqa: F811
-    relay.discover()
+@pytest.mark.django_db(transaction=True)
+def test_every_published_step_reaches_every_viewer_once(relay, nchan, trainer, ingest, run_id, exe):  # noqa: F811
+    open_channels(relay, ingest, trainer)  # the run's channels exist (nchan refuses made-up runs)
     views = CViewers([f"ws://127.0.0.1:{nchan.port}/live/runs/{run_id}/lite/",
                       f"ws://127.0.0.1:{nchan.port}/live/runs/{run_id}/"], 6, rate=0, exe=exe)
     try:
@@ -43,8 +45,8 @@ def test_every_published_step_reaches_every_viewer_once(relay, nchan, trainer, r
         for step in range(40):
             trainer.metrics_named(step, {LOSS: 1.0 / (step + 1), f"{LOSS}/docs_text": 2.0, "optim/learning_rate": 0.1})
             if step % 9 == 0:
-                relay_all(relay, trainer)
-        relay_all(relay, trainer)
+                relay_all(relay, ingest)
+        relay_all(relay, ingest)
         wait_for(lambda: views.count()[0] >= 6 * 40, 20, "every viewer to get every step")
         views.stop(0)
         out = views.result()

@@ -1,6 +1,6 @@
-"""`manage.py relay`: the push tier's relay (webapp.live.relay), from every run's Redis telemetry stream to nchan's
-publisher (OBS_LIVE_PUSH_URL). One is enough (it does little per entry); a second would publish every frame twice.
-SIGTERM/SIGINT finish the current read and exit 0."""
+"""`manage.py relay`: the push tier's relay (webapp.live.relay), from every run's live log to nchan's publisher
+(OBS_LIVE_PUSH_URL). Run as many as you like: they share the runs by leases, and one killed is replaced within
+--lease-ms and a discovery round. SIGTERM/SIGINT finish the current read, hand the runs back and exit 0."""
 
 from __future__ import annotations
 
@@ -14,21 +14,25 @@ from django.core.management.base import BaseCommand, CommandError
 
 from observatory.streams import Backoff, connect
 from observatory.streams.nchan import NchanPublisher, PushError
-from webapp.live.relay import Relay
+from webapp.live.relay import LEASE_MS, Relay
 
 log = logging.getLogger("observatory.relay")
 
 
 class Command(BaseCommand):
-    help = "Publish each run's live points and rewinds from its Redis stream to the push tier (nchan)."
+    help = "Publish each run's live log (every frame a viewer may see, numbered) to the push tier (nchan)."
 
     def add_arguments(self, parser):
         parser.add_argument("--block-ms", type=int, default=500, help="XREAD block time (default 500)")
-        parser.add_argument("--batch", type=int, default=500, help="entries per stream per read (default 500)")
+        parser.add_argument("--batch", type=int, default=500, help="entries per log per read (default 500)")
+        parser.add_argument("--lease-ms", type=int, default=LEASE_MS,
+                            help=f"a run's lease: how soon a dead relay's runs are taken over (default {LEASE_MS})")
 
-    def handle(self, *args, block_ms=500, batch=500, **kw):
+    def handle(self, *args, block_ms=500, batch=500, lease_ms=LEASE_MS, **kw):
         if block_ms < 1 or batch < 1:
             raise CommandError("--block-ms and --batch must be >= 1")
+        if lease_ms < 500:
+            raise CommandError("--lease-ms must be >= 500")
         if not settings.OBS_LIVE_PUSH_URL:
             raise CommandError("OBS_LIVE_PUSH_URL is not set: there is no push tier to relay to")
         client = connect(settings.REDIS_URL, timeout=block_ms / 1000 + 5)
@@ -36,7 +40,7 @@ class Command(BaseCommand):
             client.ping()
         except redis.RedisError as e:
             raise CommandError(f"Redis at {settings.REDIS_URL} is not reachable: {e}") from None
-        relay = Relay(client, NchanPublisher(settings.OBS_LIVE_PUSH_URL), batch=batch)
+        relay = Relay(client, NchanPublisher(settings.OBS_LIVE_PUSH_URL), batch=batch, lease_ms=lease_ms)
         stop = threading.Event()
         old = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
         log.info("relay starting: redis %s -> %s", settings.REDIS_URL, settings.OBS_LIVE_PUSH_URL)
@@ -53,4 +57,8 @@ class Command(BaseCommand):
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            try:
+                relay.close()
+            except redis.RedisError:
+                pass
             log.info("relay stopped: %s", dict(relay.stats))

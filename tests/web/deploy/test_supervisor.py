@@ -1,0 +1,49 @@
+"""make run's supervisor (deploy/supervisor.py) with real child processes: the push tier (nginx, the relay) exiting
+is restarted, with backoff, while the trainer goes on; any other child exiting stops everything."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+from tests.support import wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "deploy"))
+import supervisor  # noqa: E402
+
+SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+def _exits(marker: Path, status: int) -> list[str]:
+    """A child that notes each start in `marker`, then exits with `status` (0: as nginx did under the issue)."""
+    return [sys.executable, "-c", f"open({str(marker)!r}, 'a').write('x'); raise SystemExit({status})"]
+
+
+def test_the_push_tier_is_restarted_and_the_trainer_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(supervisor, "RESTART_FIRST_S", 0.05)
+    sup = supervisor.Supervisor()
+    trainer = sup.start("trainer", SLEEP, {})
+    relay, nginx = tmp_path / "relay", tmp_path / "nginx"
+    sup.start("relay", _exits(relay, 3), {})
+    sup.start("nginx", _exits(nginx, 0), {})
+    stop: list[int] = []
+    rc: list[int] = []
+    t = threading.Thread(target=lambda: rc.append(sup.watch(stop)))
+    t.start()
+    try:
+        wait_for(lambda: relay.exists() and len(relay.read_text()) >= 3 and nginx.exists()
+                 and len(nginx.read_text()) >= 3, 30, "the relay and nginx restarted twice each")
+        assert trainer.poll() is None and t.is_alive()  # the trainer was never stopped
+    finally:
+        stop.append(1)
+        t.join(60)
+    assert rc == [0] and trainer.poll() is not None  # stopped by the request, with the rest
+
+
+def test_another_child_exiting_stops_the_rest(tmp_path):
+    sup = supervisor.Supervisor()
+    trainer = sup.start("trainer", SLEEP, {})
+    sup.start("ingest", _exits(tmp_path / "ingest", 4), {})
+    assert sup.watch([]) == 4
+    assert trainer.poll() is not None

@@ -1,0 +1,92 @@
+"""The push engine enforces the rules (deploy/push.conf, as make run renders it): a subscription to a run the relay
+has not published (a random id: no such run) is refused; one address holds at most the documented number of
+sockets; a resume from the start of a channel's buffer returns at most the documented window, never megabytes.
+Real nginx + nchan, real Redis, the real relay."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from observatory.streams.nchan import NchanPublisher
+from tests.support import wait_for
+from tests.web.servers import stop
+from webapp.live.livelog import LiveLog
+from webapp.live.relay import Relay
+
+from .test_relay import FROM_START, Nchan, push_tier_missing
+
+FULL_WINDOW, LITE_WINDOW = 50, 150  # deploy/push.conf's nchan_message_buffer_length per channel
+
+
+@pytest.fixture
+def limited(tmp_path):
+    missing = push_tier_missing()
+    if missing:
+        pytest.skip(f"push tier not installed ({missing})")
+    n = Nchan(tmp_path, conn_limit=5)
+    yield n
+    stop(n.proc)
+
+
+def _subscribe(n: Nchan, path: str):
+    return connect(f"ws://127.0.0.1:{n.port}/live/runs/{path}", subprotocols=["ws+meta.nchan"], open_timeout=5)
+
+
+def test_a_run_the_relay_never_published_is_refused_and_one_it_did_is_not(limited, redis_client, run_id):
+    LiveLog(redis_client).append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])
+    relay = Relay(redis_client, NchanPublisher(limited.pub_url))
+    relay.drain()
+    refused = 0
+    for _ in range(200):  # random run ids: every one refused at the handshake, none left open
+        try:
+            _subscribe(limited, f"{secrets.token_hex(8)}/").close()
+        except InvalidStatus as e:
+            refused += e.response.status_code == 403
+    assert refused == 200
+    with _subscribe(limited, f"{run_id}/") as ws, _subscribe(limited, f"{run_id}/lite/") as lite:
+        assert ws.protocol.state.name == lite.protocol.state.name == "OPEN"
+    relay.close()
+
+
+def test_one_address_holds_at_most_the_limit(limited, redis_client, run_id):
+    LiveLog(redis_client).append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])
+    relay = Relay(redis_client, NchanPublisher(limited.pub_url))
+    relay.drain()
+    held = [_subscribe(limited, f"{run_id}/lite/") for _ in range(5)]
+    with pytest.raises(InvalidStatus) as e:
+        _subscribe(limited, f"{run_id}/lite/")
+    assert e.value.response.status_code == 429
+    held.pop().close()
+
+    def one_more():
+        try:
+            held.append(_subscribe(limited, f"{run_id}/lite/"))
+            return True
+        except InvalidStatus:
+            return False
+    wait_for(one_more, 10, "a socket once another closed")
+    for ws in held:
+        ws.close()
+    relay.close()
+
+
+def test_a_resume_from_the_start_returns_at_most_the_window(limited, redis_client, run_id):
+    log = LiveLog(redis_client)
+    body = {"train/loss": {"steps": [0], "values": [1.0], "nonfinite": []}}
+    last = [log.append(run_id, [{"type": "update", "run_id": run_id, "series": body, "pad": "x" * 2000}])
+            for _ in range(400)][-1]
+    relay = Relay(redis_client, NchanPublisher(limited.pub_url))
+    relay.drain()
+    for path, window in ((f"{run_id}/", FULL_WINDOW), (f"{run_id}/lite/", LITE_WINDOW)):
+        with connect(f"ws://127.0.0.1:{limited.port}/live/runs/{path}?last_event_id={FROM_START}",
+                     subprotocols=["ws+meta.nchan"]) as ws:
+            got = [ws.recv(timeout=10)]
+            while f'"seq":{last}' not in got[-1]:  # in order: the newest message closes what the resume gives
+                got.append(ws.recv(timeout=10))
+        assert len(got) == window, (path, len(got))
+        assert sum(map(len, got)) < window * 2600  # ~2 KB each: the window, not the 400 published
+    relay.close()

@@ -1,0 +1,141 @@
+"""The push tier's failures: a relay killed between its publish and its cursor write (two relays), a run started
+while no relay runs, nginx frozen under a live run, and /healthz saying the live path's lag apart from ingest's.
+Real Redis, real nginx + nchan, the real database; the viewer counts the live log's numbers as they come."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import psutil
+import pytest
+
+from observatory.streams.nchan import NchanPublisher, PushError
+from tests.support import wait_for
+from webapp.live.livelog import log_key
+from webapp.live.relay import Relay, cursor_key
+from webapp.metrics.models import Point
+
+from .test_relay import FROM_START, ingest, nchan, relay_all  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_killed_relays_runs_are_taken_over_with_no_hole_and_no_repeat(redis_client, nchan, trainer, ingest,
+                                                                         run_id):
+    """Two relays; the one holding the run dies without a word (as kill -9: no close, its lease left to expire)
+    right after publishing an entry it could not record. The other takes the run over once the lease expires,
+    resumes after the recorded cursor, sees on nchan that the unrecorded entry is out already, and goes on: the
+    viewer gets every number once."""
+    a = Relay(redis_client, NchanPublisher(nchan.pub_url), lease_ms=600, token="relay-a")
+    b = Relay(redis_client, NchanPublisher(nchan.pub_url), lease_ms=600, token="relay-b")
+    trainer.metrics(0, loss=0.0)
+    ingest.drain()
+    a.drain()
+    b.drain()
+    viewer = nchan.viewer(run_id, FROM_START)
+    assert run_id in a.cursors and run_id not in b.cursors  # one run, one holder
+    for step in range(1, 4):
+        trainer.metrics(step, loss=float(step))
+        ingest.drain()
+    a._save = lambda **kw: 0  # noqa: SLF001  (dies between nchan's answer and recording its cursor)
+    a.step(50)
+    t0 = time.monotonic()
+    wait_for(lambda: b.step(50) >= 0 and run_id in b.cursors, 10, "relay b to take the run over")
+    took = time.monotonic() - t0
+    for step in range(4, 8):
+        trainer.metrics(step, loss=float(step))
+    relay_all(b, ingest)
+    viewer.read_until(lambda: 7 in viewer.points.get("loss", {}), "step 7")
+    assert viewer.received["loss"] == list(range(8))
+    assert viewer.seqs == list(range(viewer.seqs[0], viewer.seqs[0] + len(viewer.seqs))), viewer.seqs
+    assert took < 5.0
+    b.close()
+    viewer.close()
+
+
+def test_a_run_started_while_no_relay_runs_is_delivered_from_its_first_step(redis_client, nchan, trainer, ingest,
+                                                                            run_id):
+    for step in range(5):
+        trainer.metrics(step, loss=float(step))
+    ingest.drain()
+    relay = Relay(redis_client, NchanPublisher(nchan.pub_url))
+    relay.drain()
+    viewer = nchan.viewer(run_id, FROM_START)
+    viewer.read_until(lambda: 4 in viewer.points.get("loss", {}), "step 4")
+    assert viewer.received["loss"] == list(range(5))
+    relay.close()
+    viewer.close()
+
+
+def test_healthz_reports_the_live_paths_lag_apart_from_ingests(redis_client, nchan, trainer, ingest, run_id, client,
+                                                              settings):
+    settings.OBS_LIVE_PUSH_URL = nchan.pub_url
+    relay = Relay(redis_client, NchanPublisher(nchan.pub_url))
+    trainer.metrics(0, loss=1.0)
+    relay_all(relay, ingest)
+    body = client.get("/healthz").json()
+    assert (body["ingest_lag"], body["live_lag"]) == ("ok", "ok")
+    published = redis_client.xlen(log_key(run_id))
+    relay.close()  # the push tier's relays are gone; ingest goes on
+    for step in range(1, 40):  # one entry each
+        trainer.metrics(step, loss=1.0)
+        ingest.drain()
+    body = client.get("/healthz").json()
+    assert (body["status"], body["ingest_lag"], body["live_lag"]) == ("ok", "ok", f"no relay holds {run_id}")
+    relay = Relay(redis_client, NchanPublisher(nchan.pub_url))
+    relay.discover()  # holds the run again, has published nothing of what came meanwhile
+    behind = redis_client.xlen(log_key(run_id)) - published
+    assert behind >= 39 and client.get("/healthz").json()["live_lag"] == f"{behind} entries behind on {run_id}"
+    relay.drain()
+    assert client.get("/healthz").json()["live_lag"] == "ok"
+    relay.close()
+
+
+def test_a_frozen_push_tier_costs_ingest_nothing_and_viewers_nothing(redis_client, nchan, trainer, ingest, run_id):
+    """nginx frozen (SIGSTOP) under a live run: ingest goes on appending (it never calls nchan), the relay's
+    publishes time out and are tried again; after the thaw the viewer gets the backlog in order, every number once
+    (a publish that timed out but that nginx took anyway is recognised by nchan's last message id)."""
+    relay = Relay(redis_client, NchanPublisher(nchan.pub_url, timeout=0.5))
+    for step in range(3):
+        trainer.metrics(step, loss=float(step))
+    relay_all(relay, ingest)
+    viewer = nchan.viewer(run_id, FROM_START)
+    viewer.read_until(lambda: 2 in viewer.points.get("loss", {}), "step 2")
+    frozen = [psutil.Process(nchan.proc.pid), *psutil.Process(nchan.proc.pid).children()]  # master and workers
+    for p in frozen:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        for step in range(3, 10):
+            trainer.metrics(step, loss=float(step))
+            ingest.drain()  # one entry each, appended at once
+        ingest_s = time.monotonic() - t0
+        with pytest.raises(PushError):
+            relay.step(50)
+    finally:
+        for p in frozen:
+            p.send_signal(signal.SIGCONT)
+    assert ingest_s < 5.0  # no nchan timeout on ingest's thread (each would be 0.5 s here, 5 s in production)
+    assert Point.objects.filter(series__run_id=run_id, series__name="loss").count() == 10
+    wait_for(lambda: relay.drain() >= 0 and 9 in _published(redis_client, run_id), 20, "the relay to catch up",
+             every=0.2)
+    viewer.read_until(lambda: 9 in viewer.points.get("loss", {}), "step 9 after the thaw")
+    assert viewer.received["loss"] == list(range(10))
+    assert viewer.seqs == list(range(viewer.seqs[0], viewer.seqs[0] + len(viewer.seqs))), viewer.seqs
+    relay.close()
+    viewer.close()
+
+
+def _published(client, run_id: str) -> set[int]:
+    """The steps of the live log's entries up to the relays' cursor."""
+    cursor = client.get(cursor_key(run_id))
+    if not cursor:
+        return set()
+    upto = cursor.split(b" ")[0].decode()
+    steps = set()
+    for _id, fields in client.xrange(log_key(run_id), "-", f"{upto}-0"):
+        for f in json.loads(fields[b"f"]):
+            steps |= set((f.get("series") or {}).get("loss", {}).get("steps", []))
+    return steps
