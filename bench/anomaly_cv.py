@@ -1,18 +1,7 @@
-"""Development (cross-validated) and held-out figures for the detectors on public logs (issue 48).
-
-Development: the public incident logs and clean curves of bench/data/anomalies/public — the very snippets the
-coarse-log rules were written from — and the first held-out set of clean curves (bench/data/heldout/anomalies:
-scored once with 171 warnings, so seen, and development data since). The loss detector's two coarse-log
-thresholds (`rise_ratio`, `prev_ratio`) and its confirmation of one-point findings (`sustain`, `sustain_gap`: a
-single point is info until the next logged point still stands out, on logs of at most that many steps between
-points) are chosen by leave-one-log-out cross-validation (a log's incidents leave together; 7 logs, 9 incidents):
-on the other logs, the grid point that finds the most incidents with precision ≥ 0.9 and no warning on the clean
-curves, else (no grid point has none) the most incidents and then the fewest such warnings (ties: nearest the
-code's values), then scored on the log left out. `chosen_on_all` is the choice on every
-development log; `code_matches` says whether the code's defaults are that choice. Held out: the files of
-bench/data/heldout/anomalies2 (frozen before this code scored them), each verified against MANIFEST.json first
-(bench/heldout.py: frozen before the first commit of this file that names that folder), scanned with the code's
-defaults only.
+"""Development (cross-validated) and held-out figures for the detectors on public logs (issue 48; the method and the
+sets: docs/ANOMALIES.md "Development and held-out"). Development: bench/data/anomalies/public and the seen first
+held-out set; the loss detector's rise/prev thresholds and single-point confirmation chosen leave-one-log-out.
+Held out: bench/data/heldout/anomalies2, each file verified (bench/heldout.py) first, scored at the code's defaults.
 """
 
 from __future__ import annotations
@@ -38,22 +27,13 @@ DEFAULT = (Config().loss.rise_ratio, Config().loss.prev_ratio, Config().loss.sus
 
 
 def _files(folder: Path) -> list[tuple[str, Path, list[dict]]]:
-    out = []
-    for path in sorted(folder.glob("*.csv*")):
-        labels = path.with_name(path.name.split(".csv")[0] + ".labels.json")
-        if labels.exists():
-            out.append((path.name.split(".csv")[0], path, json.loads(labels.read_text())))
-    return out
+    pairs = [(p, p.with_name(p.name.split(".csv")[0] + ".labels.json")) for p in sorted(folder.glob("*.csv*"))]
+    return [(p.name.split(".csv")[0], p, json.loads(lab.read_text())) for p, lab in pairs if lab.exists()]
 
 
 def _config(rise: float, prev: float, sustain: int = 1, gap: int | None = None) -> Config:
     c = Config()
     return replace(c, loss=replace(c.loss, rise_ratio=rise, prev_ratio=prev, sustain=sustain, sustain_gap=gap))
-
-
-def _distance(opt: tuple) -> float:
-    """How far a grid point is from the code's values (ties go to the nearest)."""
-    return abs(opt[0] - DEFAULT[0]) + abs(opt[1] - DEFAULT[1]) + (opt[2:] != DEFAULT[2:])
 
 
 def _scan(path: Path, cfg: Config, detections) -> list[dict]:
@@ -83,7 +63,8 @@ def _choose(per_opt: dict, names: list[str], match) -> tuple:
     def key(opt):
         t = _tally(per_opt[opt], names, match)
         ok = (t["precision"] or 1.0) >= 0.9 and t["clean_warning_or_critical"] == 0
-        return (not ok, -t["found"], t["clean_warning_or_critical"], _distance(opt))
+        near = abs(opt[0] - DEFAULT[0]) + abs(opt[1] - DEFAULT[1]) + (opt[2:] != DEFAULT[2:])  # ties: nearest code's
+        return (not ok, -t["found"], t["clean_warning_or_critical"], near)
     return min(per_opt, key=key)
 
 
@@ -104,17 +85,11 @@ def development(detections, match) -> dict:
     return {"cross_validated": {**total, "recall": round(total["found"] / total["incidents"], 3)},
             "logs": folds, "in_sample_at_code_defaults": _tally(per_opt[DEFAULT], names, match),
             "clean_curves": clean, "chosen_on_all": _named(chosen), "code": _named(DEFAULT),
-            "code_matches": chosen == DEFAULT,
-            "grid": {"rise_ratio": RISE, "prev_ratio": PREV, "sustain, sustain_gap": CONFIRM}}
+            "code_matches": chosen == DEFAULT, "grid": {"rise_ratio": RISE, "prev_ratio": PREV, "confirm": CONFIRM}}
 
 
 def _named(opt: tuple) -> dict:
-    return {"rise_ratio": opt[0], "prev_ratio": opt[1], "sustain": opt[2], "sustain_gap": opt[3]}
-
-
-def _points(path: Path) -> int:
-    with open_text(path) as f:
-        return sum(1 for _ in f) - 1
+    return dict(zip(("rise_ratio", "prev_ratio", "sustain", "sustain_gap"), opt))
 
 
 def held_out(detections, match) -> dict:
@@ -129,7 +104,9 @@ def held_out(detections, match) -> dict:
             continue
         d = _scan(path, cfg, detections)
         loud = [x for x in d if x["severity"] != "info"]
-        row = {"file": rel, "frozen_by": checks[0]["frozen_by"], "labels": len(labels), "points": _points(path),
+        with open_text(path) as f:
+            points = sum(1 for _ in f) - 1
+        row = {"file": rel, "frozen_by": checks[0]["frozen_by"], "labels": len(labels), "points": points,
                "warning_or_critical": len(loud), "info": len(d) - len(loud),
                "examples": [f"{x['kind']} {x['severity']} at {x['at']}: {x['explanation']}" for x in loud][:5]}
         if labels:

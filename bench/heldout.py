@@ -35,8 +35,7 @@ def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST, reporter: 
            mention: str | None = None) -> dict:
     """Whether `path` (from the repository root) may be reported as held out, and the commit that froze it.
     `reporter`: the file of the code that reports it; its first commit must come after the freezing one (a
-    reporter not yet committed comes after it too). `mention`: a string of the reporter (the held-out folder it
-    names): then its first commit holding that string (a set added to a reporter that scored others before)."""
+    reporter not yet committed comes after it too); with `mention` (the folder it names), its first commit naming it."""
     try:
         entry = json.loads((root / manifest).read_text()).get("files", {}).get(path)
     except (OSError, ValueError) as e:

@@ -61,7 +61,10 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
     finally:
         os.chdir(cwd)
     rungs = ladder.rungs
-    own = {r.name: _own_seconds(work / ladder.jsonl(r)) for r in rungs}  # each rung's own records: resumes too
+    own = {}
+    for r in rungs:  # each rung's own records, first to last: a rung trained earlier in a resumed workdir too
+        ts = [t for x in (work / ladder.jsonl(r)).read_text().splitlines() if (t := json.loads(x).get("t")) is not None]
+        own[r.name] = round(max(ts) - min(ts), 1) if ts else 0.0
     return {
         "demo_forecast": held["forecast"], "demo_actual": held["actual"], "demo_error": held["error"],
         "inside_band": held["inside_band"], "actual_source": held["source"],
@@ -75,14 +78,6 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
         "loadavg_1m": {"start": round(load0[0], 2), "end": round(os.getloadavg()[0], 2)},
         "cpus": os.cpu_count(), "workdir": str(work),
     }
-
-
-def _own_seconds(path: Path) -> float:
-    """Wall seconds from a run's first record to its last (its --metrics-jsonl mirror): a rung trained by an
-    earlier invocation of the ladder (a resumed workdir) still tells how long it took."""
-    ts = [json.loads(line).get("t") for line in path.read_text().splitlines() if line.strip()]
-    ts = [t for t in ts if isinstance(t, (int, float))]
-    return round(max(ts) - min(ts), 1) if ts else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
