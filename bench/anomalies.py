@@ -319,6 +319,7 @@ def main() -> int:
     ap.add_argument("--landed", default="main", metavar="REF", help="git ref whose detectors to compare with")
     ap.add_argument("--no-landed", action="store_true", help="no comparison with the landed detectors")
     ap.add_argument("--core", metavar="DIR", help="judge the observatory package in DIR (used by --landed)")
+    ap.add_argument("--no-cv", action="store_true", help="leave out the development and held_out blocks (minutes)")
     add_save_flag(ap)
     args = ap.parse_args()
     t0 = time.perf_counter()
@@ -334,7 +335,7 @@ def main() -> int:
                               for d, ok in zip(dets, match(dets, labels)[1]) if not ok][:20],
               "runs": {"injected": len(inj), "clean": len(cln), "external": len(ext)},
               "public": public(), "cost": cost(), "wall_s": None}
-    if not args.core:  # development (leave-one-log-out CV) and held_out (manifest-verified): bench/anomaly_cv.py
+    if not (args.core or args.no_cv):  # development (leave-one-log-out CV) and held_out (verified): anomaly_cv.py
         import anomaly_cv
         report.update(development=anomaly_cv.development(detections, match), held_out=anomaly_cv.held_out(
             detections, match))

@@ -31,10 +31,11 @@ def _entry_at(root: Path, commit: str, manifest: str, path: str) -> dict | None:
         return None
 
 
-def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST, reporter: str | None = None) -> dict:
+def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST, reporter: str | None = None,
+           mention: str | None = None) -> dict:
     """Whether `path` (from the repository root) may be reported as held out, and the commit that froze it.
     `reporter`: the file of the code that reports it; its first commit must come after the freezing one (a
-    reporter not yet committed comes after it too)."""
+    reporter not yet committed comes after it too); with `mention` (the folder it names), its first commit naming it."""
     try:
         entry = json.loads((root / manifest).read_text()).get("files", {}).get(path)
     except (OSError, ValueError) as e:
@@ -66,7 +67,8 @@ def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST, reporter: 
     if now != want:
         return {"ok": False, "reason": f"{path}: the file on disk does not hash to its manifest entry"}
     if reporter is not None:
-        first = _git(root, "log", "--format=%H", "--reverse", "--", reporter).stdout.decode().split()
+        pick = [f"-S{mention}"] if mention else []
+        first = _git(root, "log", "--format=%H", "--reverse", *pick, "--", reporter).stdout.decode().split()
         if first and (first[0] == frozen_by
                       or _git(root, "merge-base", "--is-ancestor", frozen_by, first[0]).returncode != 0):
             return {"ok": False, "reason": f"{path}: frozen by {frozen_by[:12]}, not before {reporter} "

@@ -61,6 +61,10 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
     finally:
         os.chdir(cwd)
     rungs = ladder.rungs
+    own = {}
+    for r in rungs:  # each rung's own records, first to last: a rung trained earlier in a resumed workdir too
+        ts = [t for x in (work / ladder.jsonl(r)).read_text().splitlines() if (t := json.loads(x).get("t")) is not None]
+        own[r.name] = round(max(ts) - min(ts), 1) if ts else 0.0
     return {
         "demo_forecast": held["forecast"], "demo_actual": held["actual"], "demo_error": held["error"],
         "inside_band": held["inside_band"], "actual_source": held["source"],
@@ -68,7 +72,8 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
         "target": {"N": target.N, "D": target.D, "C": target.C, "steps": target.steps},
         "rung_span": rungs[-1].C / rungs[0].C, "target_over_largest_rung": target.C / rungs[-1].C,
         "seconds": {"ladder": round(target_t0 - t0, 1), "target": round(t0 + total_s - target_t0, 1),
-                    "total": round(total_s, 1), "cpu_total": round(cpu_s, 1)},
+                    "total": round(total_s, 1), "cpu_total": round(cpu_s, 1),
+                    "rungs_own": own, "rungs_own_total": round(sum(own.values()), 1)},
         "compile_cache": "cold" if cold else "repository var/jax-cache (warm after a first run)",
         "loadavg_1m": {"start": round(load0[0], 2), "end": round(os.getloadavg()[0], 2)},
         "cpus": os.cpu_count(), "workdir": str(work),

@@ -34,7 +34,10 @@ _VECTOR_RE = re.compile("^" + re.escape(contract.ROUTER_METRIC).replace(r"\{laye
 class Config:
     """Detector templates; `plan` copies one per series with its metric name filled in."""
 
-    loss: SpikeDetector = SpikeDetector(kind="loss_spike")
+    # the total loss: prev_ratio, sustain and sustain_gap chosen by leave-one-log-out cross-validation on the public
+    # development logs (bench/anomaly_cv.py, docs/ANOMALIES.md): in a log of every step a single point is one
+    # batch's loss, and one that is back at the next points is info; coarse logs keep every single point
+    loss: SpikeDetector = SpikeDetector(kind="loss_spike", prev_ratio=1.5, sustain=3, sustain_gap=1)
     # a per-domain loss (train/loss/<domain>) averages the few sequences of its domain in a batch: single points
     # jump by half now and then, so they are info; a climb over several points keeps its severity
     # no rise rule there: three rises in a row are common in so few sequences (the total loss carries a divergence)

@@ -71,6 +71,8 @@ class SpikeDetector(SeriesDetector):
     burst_ratio: float | None = None  # cold (n < warmup): this many times the lowest value so far; None: no rule
     sustain: int = 1  # a single point's finding is info until this many logged points stand >= warn x the
     #                   reference (norms: a one-point spike that decays at once is routine in healthy runs)
+    sustain_gap: int | None = None  # ...only where the point is at most this many steps after the one before it
+    #                                 (a log of every step: one batch's loss; None: at any logging interval)
 
     def fresh(self) -> dict:
         return {"n": 0, "lvl": 0.0, "tr": 0.0, "dev": 0.0, "slow": 0.0, "prev": None, "pstep": None, "ring": [],
@@ -144,7 +146,8 @@ class SpikeDetector(SeriesDetector):
                 elif climb:  # the climb began with the window's first point
                     start = st["ring"][1 - self.climb_win][0] if self.climb_win > 1 else step
                 point = self.point_info and not climb
-                hush = self.sustain > 1 and not climb and not how.startswith("the lowest")
+                hush = (self.sustain > 1 and not climb and not how.startswith("the lowest")
+                        and (self.sustain_gap is None or (pstep is not None and step - pstep <= self.sustain_gap)))
                 if point:  # the level does not learn it, but a climb's window counts it (the next point may be one)
                     self._remember(st, step, expect, spread, lx)
                 else:

@@ -220,7 +220,10 @@
       if (a.superseded) { byKey.delete(a.key); continue; }
       byKey.set(a.key, a);
       if (a.end_step === null) open++;
-      const escalated = old && old.severity !== a.severity && a.severity === "critical";
+      // news: a new warning/critical, one raised to critical, or one raised from info (a single point confirmed by
+      // the points after it, docs/ANOMALIES.md), also when this page never saw its info opening
+      const escalated = old ? old.severity !== a.severity && (a.severity === "critical" || !COLORS[old.severity])
+        : a.event === "updated";
       if (live && COLORS[a.severity] && (a.event === "opened" || escalated)) news.push(a);
     }
     if (news.length) tell(news);

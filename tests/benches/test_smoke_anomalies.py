@@ -6,5 +6,5 @@ pytestmark = [pytest.mark.slow, pytest.mark.bench]
 
 
 def test_anomalies(run_bench):
-    out, _ = run_bench("anomalies", "--no-landed", "--json")
-    assert out["per_kind"] and out["runs"]["injected"] > 0
+    out, _ = run_bench("anomalies", "--no-landed", "--no-cv", "--json")  # the CV alone takes minutes (issue 48)
+    assert out["per_kind"] and out["runs"]["injected"] > 0 and "development" not in out

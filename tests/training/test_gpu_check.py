@@ -5,8 +5,10 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from training.config import load
-from training.flops import counts
+from training.flops import counts, training_flops
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,3 +45,30 @@ def test_summary_takes_medians_past_warm_up_and_the_step_time_ratio(tmp_path):
     assert moe["compile_s"] == 9.0 and moe["drop_fraction_median"] is None
     dense = mod.summarise(str(tmp_path / "dense.jsonl"), skip=2)
     assert abs(moe["step_s_median"] / dense["step_s_median"] - 1.5) < 1e-9
+
+
+def test_the_gpu_ladder_is_the_heros_moe_family_at_real_sizes_and_forecasts_the_hero():
+    """deploy/gpu/ladder_moe.toml: MoE rungs of hero_1b.toml's routing and depth, 8 tokens per active parameter, the
+    calibrated band; its target is the hero's model (hero_1b.toml's shapes) about 3x past the largest rung, with its
+    last evaluation at its last step and enough of them past half the budget for forecast_deviation to judge."""
+    from observatory.anomalies.forecast import ForecastDetector
+    from training.ladder import load_ladder, target_cfg
+
+    ladder = load_ladder(ROOT / "deploy/gpu/ladder_moe.toml")
+    hero, tcfg = load(ROOT / "deploy/gpu/hero_1b.toml"), target_cfg(ladder)
+    assert ladder.band == "calibrated" and ladder.law == "compute" and len(ladder.rungs) >= 4
+    for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "seq_len", "vocab_size", "dtype", "mlp"):
+        assert getattr(tcfg.model, k) == getattr(hero.model, k), k
+    for cfg in [load(ladder.base, r.overrides) for r in ladder.rungs] + [tcfg]:
+        m = cfg.model.moe
+        assert (cfg.model.mlp, m.n_routed, m.top_k, m.n_shared, cfg.model.n_layers) == ("moe", 16, 2, 1, 12)
+        assert cfg.model.head_dim == hero.model.head_dim and cfg.train.lr == tcfg.train.lr
+        assert m.bias_update_rate == tcfg.model.moe.bias_update_rate
+    N = counts(tcfg.model)["params_active"]
+    target_C = training_flops(tcfg.model, tcfg.train.token_budget)
+    assert 100e6 < ladder.rungs[-1].N < N and 2 < target_C / ladder.rungs[-1].C < 4
+    assert tcfg.train.token_budget / N == pytest.approx(8, rel=0.01)
+    steps = tcfg.train.token_budget // (tcfg.train.batch_size * tcfg.model.seq_len)
+    rule = ForecastDetector()
+    assert steps % tcfg.train.eval_every == 0 and steps * (1 - rule.from_fraction) // tcfg.train.eval_every >= 10
+    assert tcfg.experiment.forecast.endswith("gpu-moe-scaling/registration.json")

@@ -280,9 +280,11 @@ def test_a_bad_ladder_config_exits_2_naming_the_key(tmp_path, tiny):
     assert out.returncode == 2 and "config error: ladder.min_margin" in out.stderr
 
 
-def test_the_demo_ladder_declares_its_band_floor():
+@pytest.mark.parametrize("name", ["ladder.toml", "ladder_moe.toml"])
+def test_the_demo_ladders_take_their_band_from_the_rule_in_code_not_a_declared_floor(name):
     from training.ladder import load_ladder
-    assert load_ladder(ROOT / "training/configs/ladder.toml").min_margin == pytest.approx(0.02)
+    ladder = load_ladder(ROOT / "training/configs" / name)
+    assert ladder.band == "calibrated" and ladder.min_margin == 0.0
 
 
 def test_the_moe_ladder_is_the_heros_family_counted_by_active_parameters_with_the_calibrated_band(tmp_path):
@@ -301,6 +303,11 @@ def test_the_moe_ladder_is_the_heros_family_counted_by_active_parameters_with_th
         assert c["params_active"] < c["params_total"]
     assert [r.N for r in ladder.rungs] == [float(counts(load(ladder.base, r.overrides).model)["params_active"])
                                            for r in ladder.rungs]
+    # the target is watched against its band from half its budget on: forecast_deviation needs 5 evaluations there
+    from observatory.anomalies.forecast import ForecastDetector
+    steps = tcfg.train.token_budget // (tcfg.train.batch_size * tcfg.model.seq_len)
+    rule = ForecastDetector()
+    assert steps * (1 - rule.from_fraction) // tcfg.train.eval_every >= 2 * rule.sustain
     bad = tmp_path / "bad.toml"
     bad.write_text(path.read_text().replace('band = "calibrated"', 'band = "wide"').replace(
         'base = "demo.toml"', f'base = "{ROOT / "training/configs/demo.toml"}"').replace(

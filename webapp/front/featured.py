@@ -30,19 +30,8 @@ def status(run: Run) -> dict:
 
 
 def band(run: Run, reg) -> dict | None:
-    """The verified frozen forecast as a band over this run's steps (tokens / tokens per step), or None."""
-    if reg is None or not reg.verified:
-        return None
-    curve = reg.forecast.get("curve")
-    tps = forecast_lib.tokens_per_step(run)
-    if not isinstance(curve, dict) or not tps:
-        return None
-    tokens, loss = curve.get("tokens"), curve.get("loss")
-    low, high = curve.get("low") or loss, curve.get("high") or loss
-    if not all(isinstance(x, list) and len(x) == len(tokens or []) for x in (loss, low, high)) or not tokens:
-        return None
-    return {"steps": [t / tps for t in tokens], "loss": loss, "low": low, "high": high,
-            "experiment_url": reverse("experiment-detail", args=[reg.name])}
+    """The verified frozen forecast as a band over this run's steps (webapp.runs.forecast.band_over_steps)."""
+    return forecast_lib.band_over_steps(run, reg)
 
 
 HELD_OUT_POINTS = 5  # held-out evaluations a run needs before its band is drawn on them rather than on train/loss

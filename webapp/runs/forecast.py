@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db.models import Max
+from django.urls import reverse
 
 from observatory.scaling import registration as reg_lib
 from webapp.runs.models import Run, RunEvent
@@ -96,6 +97,24 @@ def tokens_per_step(run: Run) -> float | None:
     except (TypeError, KeyError, ValueError):
         return None
     return v if v > 0 else None
+
+
+def band_over_steps(run: Run, reg: Registration | None) -> dict | None:
+    """The verified frozen forecast as a band over this run's steps (tokens / tokens per step), or None: what the
+    front page and the run page draw on the live loss, whichever renderer draws it. {"steps", "loss", "low", "high",
+    "experiment_url", "sha256"} (the registration's hash: the detector watches the same band)."""
+    if reg is None or not reg.verified:
+        return None
+    curve = reg.forecast.get("curve")
+    tps = tokens_per_step(run)
+    if not isinstance(curve, dict) or not tps:
+        return None
+    tokens, loss = curve.get("tokens"), curve.get("loss")
+    low, high = curve.get("low") or loss, curve.get("high") or loss
+    if not all(isinstance(x, list) and len(x) == len(tokens or []) for x in (loss, low, high)) or not tokens:
+        return None
+    return {"steps": [t / tps for t in tokens], "loss": loss, "low": low, "high": high,
+            "experiment_url": reverse("experiment-detail", args=[reg.name]), "sha256": reg.record.get("sha256")}
 
 
 def of_event(ev: RunEvent) -> Registration:

@@ -57,6 +57,8 @@ def dashboard(request, run_id: str):
             "time_anchors": pagedata.time_anchors(run), "rewinds": pagedata.rewinds(run),
             "tokens_metric": contract.M_TOTAL_TOKENS,
             "forecast": has_forecast,  # static/js/forecast.js reads /api/runs/<id>/forecast/
+            # the verified band over steps for first paint, as the front page has it (None: none, or unverified)
+            "forecast_band": forecast.band_over_steps(run, forecast.latest(run.id)) if has_forecast else None,
             "loss_metrics": {"train": contract.M_LOSS, "eval": contract.M_EVAL_LOSS},  # where forecast.js draws it
             # "train/router/layer_{layer}/{name}"; expert e of routing_hist is "<...>/routing_hist/{e}"
             "router_metric": contract.ROUTER_METRIC,

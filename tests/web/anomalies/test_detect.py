@@ -98,8 +98,11 @@ def test_a_rewind_supersedes_anomalies_found_on_replaced_points(trainer, live_in
     # the replayed timeline is calm (an info-level bump at most: smoothed levels remember the later, lower loss)
     assert [a for a in curves.stored(run_id) if a[2] > 400 and a[5] != "info"] == []
     gone = Anomaly.objects.filter(run_id=run_id, superseded=True)
-    assert {(a.metric, a.start_step) for a in gone if a.kind == "loss_spike"} == {
-        (contract.M_LOSS, 520), (contract.domain_loss("web"), 520)}
+    spikes = {(a.metric, a.start_step) for a in gone if a.kind == "loss_spike"}
+    # the 3-step spike at 520: the total loss's episode, and the noisy per-domain loss's (a point, then a climb)
+    assert (contract.M_LOSS, 520) in spikes and (contract.domain_loss("web"), 520) in spikes
+    assert {m for m, _ in spikes} == {contract.M_LOSS, contract.domain_loss("web")}
+    assert all(400 < s <= 522 for _, s in spikes)
     assert any(a.kind == "nonfinite" and a.start_step == 420 for a in gone)
     sup = [a for f in frames(live_ingest.pushed) for a in f["anomalies"] if a["event"] == "superseded"]
     assert {a["id"] for a in sup} == set(gone.values_list("id", flat=True))
