@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
                                        [--profile] [--heap-profile] [--trace-out FILE] [--page-js JS] [--json]
+                                       [--compare COMMIT_OR_DIR]
 
 What it measures and how: docs/PERFORMANCE.md, `liveview` (bench/results/liveview.md).
 """
@@ -18,10 +19,12 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 
 from harness import ROOT, Stack, add_save_flag, demo_names, pct, report, wait_http  # noqa: E402
 from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks  # noqa: E402
+from trees import tree  # noqa: E402
 
 from observatory import contract  # noqa: E402
 from observatory.streams import Publisher  # noqa: E402
@@ -154,14 +157,20 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
 
 def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
             data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False,
-            page_js: str = "") -> dict:
+            page_js: str = "", other: Path | None = None) -> dict:
+    """The live window on this tree's page; with `other` (a tree), the same run's next window on that tree's page
+    (its own web server, same database and Redis) right after: {"this": ..., "other": ...}."""
     stack = Stack("liveview").site()
     port, redis_url = stack.web(wait=False).port, stack.redis_url
+    ports = {"this": port}
+    if other is not None:
+        env, stack.env = stack.env, {**stack.env, "PYTHONPATH": str(other)}  # (its own code and static files)
+        ports["other"] = stack.web(cwd=other, wait=False).port
+        stack.env = env
     stack.ingest()
     names, run_id = demo_names(), f"liveview-{int(time.time())}"
     pub = Publisher(redis_url, run_id)
     base = f"http://127.0.0.1:{port}"
-    errors: list[str] = []
     try:
         pub.publish("run", {"t": time.time(), "name": "live view bench", "config": {}})
         pub.publish("state", {"t": time.time(), "state": "training", "step": 0, "detail": ""})
@@ -180,57 +189,85 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
                 pass
             time.sleep(0.5)
         browser = stack.browser()
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.add_init_script(LONG_TASKS_JS + MARK_JS)
-        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(f"{base}/runs/{run_id}/")
-        url = chart_url(base, run_id, page, charts)
-        if charts:
-            page.goto(url)
-        cdp = Cdp(page, throttle)
-        page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                               "window.__obsFrames > 0", timeout=60_000)
-        # the live window starts on the settled page: every chart drawn by Plotly (first paint and Plotly's
-        # loading after it are bench/dashboard.py's to measure)
-        page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
-        if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
-            page.evaluate(page_js)
-        open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
-        browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
-        if profile:
-            cdp.start_profile()
-        if heap_profile:
-            cdp.start_heap_profile()
-        t_page = page.evaluate("() => performance.now()")
-        frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
-        t0 = time.monotonic()
-        n = int(seconds * rate)
-        for k in range(1, n + 1):
-            time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
-            pub.metrics(history + k - 1, values(history + k - 1, names, data))
-            if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
-                heartbeat(pub, history + k - 1, rate)
-        page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
-        page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
-                               f"'chart-train-loss').data[0].x).pop() >= {history + n - 1})", timeout=30_000)
-        wall = time.monotonic() - t0
-        main = cdp.main_thread_ms() - main0
-        every_long = page.evaluate("() => window.__obsLong")
-        long_tasks = [d for t, d in every_long if t >= t_page]
-        settle_long = [d for t, d in every_long if t < t_page]
-        frames = page.evaluate("() => window.__obsFrames") - frames0
-        redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
-        prof = profile_summary(cdp.stop_profile()) if profile else None
-        heap = heap_summary(cdp.stop_heap_profile(), wall) if heap_profile else None
-        trace = browser.stop_tracing()
-        if trace_out:
-            Path(trace_out).write_bytes(trace)
-        pieces: list = []
-        tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
+        windows, step0 = {}, history
+        for name, at in ports.items():
+            wait_http(f"http://127.0.0.1:{at}/api/runs/")
+            windows[name] = live_window(browser, f"http://127.0.0.1:{at}", run_id, pub, names, step0, seconds, rate,
+                                        charts, throttle, profile, data, trace_out, heap_profile, page_js)
+            step0 += int(seconds * rate)
     finally:
         pub.close()
         stack.close()
+    out = {name: summarise(w, seconds, rate, history, charts, throttle, data) for name, w in windows.items()}
+    return out if other is not None else out["this"]
+
+
+def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: int, seconds: float, rate: float,
+                charts: int, throttle: float, profile: bool, data: str, trace_out: str | None, heap_profile: bool,
+                page_js: str) -> dict:
+    """One live window on the dashboard at `base`: the run's steps from step0 on, published at `rate`."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    page.add_init_script(LONG_TASKS_JS + MARK_JS)
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}/runs/{run_id}/")
+    url = chart_url(base, run_id, page, charts)
+    if charts:
+        page.goto(url)
+    cdp = Cdp(page, throttle)
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
+                           "window.__obsFrames > 0", timeout=60_000)
+    # the live window starts on the settled page, every chart drawn and complete (first paint is bench/dashboard.py's
+    # to measure): "obs-plotly-drawn" on a tree that painted first without Plotly, else "obs-charts-drawn"
+    page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0 || "
+                           "performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
+        page.evaluate(page_js)
+    open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
+    browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
+    if profile:
+        cdp.start_profile()
+    if heap_profile:
+        cdp.start_heap_profile()
+    t_page = page.evaluate("() => performance.now()")
+    frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
+    t0 = time.monotonic()
+    n = int(seconds * rate)
+    for k in range(1, n + 1):
+        time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
+        pub.metrics(step0 + k - 1, values(step0 + k - 1, names, data))
+        if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
+            heartbeat(pub, step0 + k - 1, rate)
+    page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
+    page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
+                           f"'chart-train-loss').data[0].x).pop() >= {step0 + n - 1})", timeout=30_000)
+    wall = time.monotonic() - t0
+    main = cdp.main_thread_ms() - main0
+    every_long = page.evaluate("() => window.__obsLong")
+    long_tasks = [d for t, d in every_long if t >= t_page]
+    settle_long = [d for t, d in every_long if t < t_page]
+    frames = page.evaluate("() => window.__obsFrames") - frames0
+    redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
+    prof = profile_summary(cdp.stop_profile()) if profile else None
+    heap = heap_summary(cdp.stop_heap_profile(), wall) if heap_profile else None
+    trace = browser.stop_tracing()
+    if trace_out:
+        Path(trace_out).write_bytes(trace)
+    pieces: list = []
+    tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
+    page.close()
+    return {"wall": wall, "main": main, "long_tasks": long_tasks, "settle_long": settle_long, "frames": frames,
+            "redraws": redraws, "prof": prof, "heap": heap, "trace": trace, "tasks": tasks, "marks": marks,
+            "selfs": selfs, "pieces": pieces, "errors": errors, "open_charts": open_charts, "n": n}
+
+
+def summarise(w: dict, seconds: float, rate: float, history: int, charts: int, throttle: float, data: str) -> dict:
+    """A live window's figures: main-thread time per update (p50, p99), long tasks, what the page redrew."""
+    wall, main, long_tasks, settle_long, frames = w["wall"], w["main"], w["long_tasks"], w["settle_long"], w["frames"]
+    redraws, prof, heap, trace, tasks, marks, selfs = (w[k] for k in ("redraws", "prof", "heap", "trace", "tasks",
+                                                                       "marks", "selfs"))
+    pieces, errors, open_charts, n = w["pieces"], w["errors"], w["open_charts"], w["n"]
     # an update: from one live message to the next, up to the window's end (the bench's own probes of the page
     # follow it, and the task that marked it is the bench's: not counted)
     end = next((t for t, name in marks if name == "obs-bench-end"), None)
@@ -240,7 +277,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
     tasks = [(t, d, c) for t, d, c in tasks if not t <= end <= t + d]
     upd, upd_cpu = per_update(tasks, stamps, end), per_update(tasks, stamps, end, cpu=True)
     r = lambda x: round(x, 2)  # noqa: E731
-    return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(names), "history_steps": history,
+    return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(demo_names()), "history_steps": history,
             "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd),
             "frames_counted": frames,
             "update_main_ms": {"p50": r(pct(upd, 50)), "p99": r(pct(upd, 99)), "max": r(max(upd)),
@@ -259,6 +296,8 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             "redraws_since_load": redraws, "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
 
 
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -275,6 +314,9 @@ def main() -> int:
     ap.add_argument("--page-js", metavar="JS", default="",
                     help="run JS in the settled page before the window (hide or stub out a part to see what it costs)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
+                    help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed): its "
+                         "page's live window follows this one's on the same run")
     add_save_flag(ap)
     args = ap.parse_args()
     if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
@@ -282,9 +324,19 @@ def main() -> int:
                  "--cpu-throttle at least 1")
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
-    out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
-                  args.trace_out, args.heap_profile, args.page_js)
-    out["targets"] = {"update_main_p99_ms": 8, "long_tasks_per_min": 0 if not args.charts else 1}
+    with ExitStack() as trees:
+        other = trees.enter_context(tree(args.compare)) if args.compare else None
+        out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
+                      args.trace_out, args.heap_profile, args.page_js, other)
+    if args.compare:  # this tree's window and the other's, on the same run one after the other: p99s and ratios
+        def ratio(k, f):
+            a, b = (out["this"].get(k) or {}).get(f), (out["other"].get(k) or {}).get(f)
+            return round(a / b, 3) if a is not None and b else None
+
+        out = {"this": out["this"], "other": {"tree": args.compare, **out["other"]},
+               "ratio_this_over_other": {f"update_main_ms.{f}": ratio("update_main_ms", f) for f in ("p50", "p99")},
+               "load_average": round(os.getloadavg()[0], 2)}
+    out["targets"] = {"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0}
     report("liveview", out, args.json, not args.no_save)
     return 0
 

@@ -35,6 +35,9 @@ TARGETS = {
     "live_log": "10,000 viewers through nchan at p99 <= 600 ms, <= 1.0 message per viewer per step, total server CPU "
                 "per delivered (viewer, step) <= 10 us; full-width latency p50/p99 <= 25/150 ms with 1,000 others",
     "chaos": "no point lost, doubled or missing from the live client through Redis, ingest and web crashes",
+    "dashboard": "1M-step run: first paint <= 200 ms, browser CPU <= 250 ms (<= 600 ms at 4x CPU throttling); zoom "
+                 "refetch -> redraw <= 30 ms for every chart; <= 250 KB of JavaScript before first paint",
+    "liveview": "main-thread p99 <= 2 ms an update with the default charts, <= 4 ms with 20; 0 long tasks a minute",
 }
 TITLES = {"push_tier": "Push tier (nchan) against the hub", "latency": "Publish → browser latency (hub)",
           "latency_nchan": "Publish → browser latency (push tier)", "fanout": "Fan-out (hub)",

@@ -244,10 +244,10 @@ def test_the_environment_checker_sees_every_spelling(tmp_path):
 # does, and may name any app's URL. A static file belongs to the app STATIC_OWNERS lists it under; SITE_STATIC
 # (the site's stylesheet, theme switch, icons, vendored libraries) belongs to the project: any template may name it.
 STATIC_OWNERS = {
-    "runs": ("js/series.js", "js/plotkit.js", "js/sketch.js", "js/view.js", "js/downloads.js", "js/charts.js",
-             "js/zoom.js", "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js",
-             "js/dashboard.js", "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js",
-             "js/compareview.js"),
+    "runs": ("js/series.js", "js/plotkit.js", "js/chartmodel.js", "js/plot.js", "js/chartmarks.js", "css/plot.css",
+             "js/view.js", "js/downloads.js", "js/charts.js", "js/zoom.js",
+             "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js", "js/dashboard.js",
+             "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js", "js/compareview.js"),
     "anomalies": ("js/anomalies.js",),
     "experiments": ("js/forecast.js",),
     "annotations": ("js/annotation-thread.js", "js/annotations.js"),

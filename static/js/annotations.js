@@ -10,10 +10,10 @@ window.Obs = window.Obs || {};
   const A = Obs.annotations;
   const {S, $, el, short, api, fail, mine} = A;
   const SOURCE = "annotations";
-  const plotlyText = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;"); // Plotly reads tags
+  const plotlyText = (s) => s; // (labels are drawn as text: plot.js sets textContent)
 
   // ------------------------------------------------------------------------------------------ overlays
-  // Plotly draws every shape and label as SVG on every chart: labels go to at most MAX_LABELS notes (the open
+  // Every chart draws every shape and label: labels go to at most MAX_LABELS notes (the open
   // thread, then the most discussed); past MERGE_ABOVE notes the unlabelled ones merge into spans (per metric)
   // that touch or nearly touch. Every note stays clickable inside its band (noteAt) and listed in the panel.
   const MAX_LABELS = 40, MERGE_ABOVE = 150;
@@ -123,45 +123,39 @@ window.Obs = window.Obs || {};
     return ax && typeof ax.toStep === "function" ? ax.toStep(x) : Number(x);
   }
 
-  // Shift-drag across a chart selects a step range (Plotly's own drag is left alone otherwise); a click on a
-  // point annotates that step; a box selection from Plotly's toolbar works too.
+  // Shift-drag across a chart selects a step range (the chart's own drag-zoom is left alone otherwise); a click
+  // on the plot annotates that step (or opens the note there). Geometry from plot.js (Obs.figureBox, figureXAt).
   function hookPlot(plot) {
-    if (plot.__obsAnnotations || typeof plot.on !== "function") return;
+    if (plot.__obsAnnotations || !plot._figure) return;
     plot.__obsAnnotations = true;
     const metric = () => (plot.closest(".chart") || {dataset: {}}).dataset.metric;
     plot.addEventListener("mousedown", (ev) => {
-      const fl = plot._fullLayout;
-      if (!ev.shiftKey || ev.button !== 0 || !S.viewer.can.create || !fl || !fl.xaxis) return;
-      const left = plot.getBoundingClientRect().left + fl._size.l;
-      if (ev.clientX < left || ev.clientX > left + fl._size.w) return;
+      const z = Obs.figureBox(plot);
+      if (!ev.shiftKey || ev.button !== 0 || !S.viewer.can.create || !z) return;
+      const r = plot.getBoundingClientRect(), left = r.left + z.left;
+      if (ev.clientX < left || ev.clientX > left + z.width) return;
       ev.preventDefault(); ev.stopPropagation();
-      const r = plot.getBoundingClientRect();
       const brush = el("div", {className: "ann-brush"});
-      brush.style.top = r.top + fl._size.t + "px"; brush.style.height = fl._size.h + "px";
+      brush.style.top = r.top + z.top + "px"; brush.style.height = z.height + "px";
       document.body.append(brush);
       const x0 = ev.clientX;
       const draw = (x) => { brush.style.left = Math.min(x0, x) + "px"; brush.style.width = Math.abs(x - x0) + "px"; };
       draw(x0);
-      const move = (e) => draw(Math.max(left, Math.min(left + fl._size.w, e.clientX)));
+      const move = (e) => draw(Math.max(left, Math.min(left + z.width, e.clientX)));
       const up = (e) => {
         window.removeEventListener("mousemove", move, true); window.removeEventListener("mouseup", up, true);
         brush.remove();
-        const x1 = Math.max(left, Math.min(left + fl._size.w, e.clientX));
-        compose(toStep(fl.xaxis.p2l(x0 - left)), toStep(fl.xaxis.p2l(x1 - left)), metric());
+        const x1 = Math.max(left, Math.min(left + z.width, e.clientX));
+        compose(toStep(Obs.figureXAt(plot, x0 - left)), toStep(Obs.figureXAt(plot, x1 - left)), metric());
       };
       window.addEventListener("mousemove", move, true); window.addEventListener("mouseup", up, true);
     }, true);
-    plot.on("plotly_click", (ev) => { // inside a note: its thread; elsewhere (members): a new note here
-      const p = ev && ev.points && ev.points[0];
-      if (!p || p.x === undefined) return;
-      const step = toStep(p.x), fl = plot._fullLayout;
-      const slack = fl && fl.xaxis ? Math.abs(toStep(fl.xaxis.p2l(4)) - toStep(fl.xaxis.p2l(0))) : 0; // 4 px
+    plot.addEventListener("obs-plot-click", (ev) => { // inside a note: its thread; elsewhere (members): a new note
+      const step = toStep(ev.detail.x);
+      const slack = Math.abs(toStep(Obs.figureXAt(plot, 4)) - toStep(Obs.figureXAt(plot, 0))); // 4 px
       const hit = noteAt(step, slack);
       if (hit) A.openThread(hit.id);
       else if (S.viewer.can.create) compose(step, step, metric());
-    });
-    plot.on("plotly_selected", (ev) => {
-      if (ev && ev.range && ev.range.x) compose(toStep(ev.range.x[0]), toStep(ev.range.x[1]), metric());
     });
   }
 
@@ -247,11 +241,7 @@ window.Obs = window.Obs || {};
   // ------------------------------------------------------------------------------------------ start
   function zoomTo(a) {
     const pad = Math.max(20, (a.step_end - a.step_start) * 2);
-    if (Obs.zoomTo) return Obs.zoomTo(Math.max(0, a.step_start - pad), a.step_end + pad); // the view's own zoom
-    const relayout = Plotly._guiRelayout || Plotly.relayout; // as if the user zoomed: later redraws keep it
-    document.querySelectorAll(".chart .plot").forEach((p) => {
-      relayout(p, {"xaxis.range": [Math.max(0, a.step_start - pad), a.step_end + pad], "xaxis.autorange": false});
-    });
+    if (Obs.zoomTo) Obs.zoomTo(Math.max(0, a.step_start - pad), a.step_end + pad); // the view's own zoom
   }
 
   Obs.onEvents = Obs.onEvents || [];

@@ -233,15 +233,9 @@
   Obs.frameHandlers.anomaly = (frame, c) => { ctx = c; upsert(frame.anomalies || [], true); };
 
   // ------------------------------------------------------------------------------------------ zoom
-  // The dashboard's own zoom (Obs.zoomTo: every chart, the URL's from/to) when it has one; else a relayout of
-  // every chart, as if the user had zoomed (so that later redraws keep it).
+  // The dashboard's own zoom (Obs.zoomTo: every chart, the URL's from/to).
   function zoom(from, to) {
-    if (!(to > from)) return;
-    if (Obs.zoomTo) { Obs.zoomTo(from, to); return; }
-    const relayout = Plotly._guiRelayout || Plotly.relayout;
-    document.querySelectorAll("#charts .chart .plot").forEach((el) => {
-      relayout(el, {"xaxis.range": [from, to], "xaxis.autorange": false});
-    });
+    if (to > from && Obs.zoomTo) Obs.zoomTo(from, to);
   }
 
   function zoomFromUrl() {

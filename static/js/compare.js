@@ -33,8 +33,6 @@
     requestAnimationFrame(() => {
       redrawQueued = false;
       charts.forEach((ch) => { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } });
-      // the charts in view painted (by the light renderer): Plotly next, and they become Plotly charts in place
-      if ([...charts.values()].every((ch) => ch.observed && (!ch.visible || !ch.dirty))) Obs.plotly.soon();
     });
   }
 
@@ -223,7 +221,7 @@
     if (keys.includes("runs")) { loadRuns(); runPicker.render(); }
     if (keys.includes("charts")) syncCharts();
     if (keys.includes("x")) { order.forEach((l) => l.setMode(view.x)); redrawAll(); }
-    if (keys.includes("logx")) charts.forEach((ch) => { ch.rangeRev++; }); // a new axis type: Plotly re-ranges
+    if (keys.includes("logx")) charts.forEach((ch) => { ch.rangeRev++; }); // a new axis type
     if (["log", "smooth", "logx"].some((k) => keys.includes(k))) redrawAll();
     if (keys.includes("range")) charts.forEach((ch) => ch.setRange());
     showControls();

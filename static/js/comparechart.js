@@ -35,7 +35,7 @@
       for (const it of this.items) it.run.store.release(this.id, this);
       this.items = [];
       if (this.abort) this.abort.abort();
-      if (this.plotly) Plotly.purge(this.plot);
+      Obs.figurePurge(this.plot);
       this.box.remove();
     }
 
@@ -87,16 +87,6 @@
         Object.assign(xa, Obs.durationTicks(lo, hi, this.width < 500 ? 3 : 6) || {});
       }
       return lay;
-    }
-
-    // A drag or the toolbar on a log x axis reports log10 ranges: the view's range is in x units.
-    relayouted(ev) {
-      if (this.ctx.view.logx) {
-        ev = {...ev};
-        for (const k of ["xaxis.range[0]", "xaxis.range[1]"]) if (k in ev) ev[k] = 10 ** ev[k];
-        if (Array.isArray(ev["xaxis.range"])) ev["xaxis.range"] = ev["xaxis.range"].map((v) => 10 ** v);
-      }
-      super.relayouted(ev);
     }
 
     coarse() { return super.coarse().filter((it) => this.drawable(it)); }

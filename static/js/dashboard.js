@@ -1,6 +1,7 @@
 // Run dashboard: history from the JSON API, then live updates over the WebSocket (live.js; no polling).
 // Series live in one Obs.Store (series.js: history, resume bookkeeping, dedup, rewinds); views draw them: line
-// charts (charts.js), the MoE router heatmap (moe.js), the data panel (datapanel.js), the run header (runhead.js),
+// charts (charts.js, drawn by plot.js), the MoE router heatmap (moe.js), the data panel (datapanel.js), the run
+// header (runhead.js),
 // the event log (events.js). The view — charts in order, visible steps, x axis, log axes, smoothing — lives in the
 // URL and localStorage (view.js); zooming any chart zooms them all and each reads its window's finer data.
 //
@@ -27,19 +28,17 @@
   const charts = new Map(); // chart id -> LineChart
   const FRAME_BUDGET_MS = 8;
   let redrawQueued = false, redrawCursor = 0, manifestFetches = 0, manifestInflight = false, started = false,
-    firstPaint = false,
-    plotlyDrawn = false;
+    firstPaint = false;
   const beforeDraw = new Set(); // feature modules' functions to run at the next frame, before the views draw
   let preDrawing = false;
   let smoothTimer = null; // the smoothing slider is being moved (its value not yet the view's)
-  let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null, zoomCharts = {},
-    zoomPlotly = new Set(), zoomInPlace = [];
+  let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null, zoomCharts = {};
 
   const registry = new Obs.Registry(page.registry);
   const view = new Obs.View([...specs.keys()]);
   const store = new Obs.Store(apiBase, (names) => live.ready(names));
   const ctx = {store, schedule: scheduleRedraw, frame: 0, rewinds: [], view, registry, bounds: page.bounds || {},
-               page, chartAction, zoomTo, zoomDrawn, zoomInPlotly,
+               page, chartAction, zoomTo, zoomDrawn,
                beforeDraw: (fn) => { beforeDraw.add(fn); scheduleRedraw(); }};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
   const events = new Obs.EventLog($("events-section"), addRewind);
@@ -76,25 +75,11 @@
       preDrawing = true;
       for (const fn of pre) { try { fn(); } catch (e) { console.error("pre-draw failed:", e); } }
       preDrawing = false;
-      // A zoom's charts draw first, the zoomed one first, all in this frame (someone waits for them): windows
-      // that are in but could not be written onto the drawn lines (zoom.js); then one chart's preview of the new
-      // range while the windows are read (one a frame: a window that comes in is drawn at once); then the other
-      // views, within the frame's budget.
+      // A zoom's charts draw first, the zoomed one first, all in this frame (someone waits for them); then the
+      // other views, within the frame's budget.
       const ready = [...zoomWaiting].filter((ch) => ch && ch.zoomPending && !ch.fetching && ch.dirty && ch.visible)
         .sort((a, b) => (b === zoomSource) - (a === zoomSource));
       for (const ch of ready) { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } }
-      const previews = [...zoomWaiting].filter((ch) => ch && ch.previewing && ch.visible);
-      if (previews.length) {
-        try { previews[0].preview(); } catch (e) { console.error("zoom preview failed:", e); }
-        if (previews.length > 1) scheduleRedraw();
-      }
-      // Plotly's own redraw of the charts whose windows were drawn onto their lines, one a frame, the zoomed first
-      const catchUp = [...zoomPlotly].filter((ch) => ch && ch.zoomCatchUp && ch.dirty && ch.visible)
-        .sort((a, b) => (b === zoomSource) - (a === zoomSource));
-      if (catchUp.length) {
-        try { catchUp[0].redraw(); } catch (e) { console.error("redraw failed:", e); }
-        if (catchUp.length > 1) scheduleRedraw();
-      }
       const t0 = performance.now(), all = [...views];
       for (let k = 0; k < all.length; k++) {
         const v = all[(redrawCursor + k) % all.length];
@@ -110,13 +95,8 @@
         (it) => it.series && (it.series.loaded || it.series.waiting) && !it.series.loading);
       if (!firstPaint && started && [...charts.values()].every((ch) => ch.observed && (!ch.visible || drawn(ch)))) {
         firstPaint = true;
-        performance.mark("obs-first-paint"); // drawn by the light renderer (sketch.js) unless Plotly was there
-        Obs.plotly.soon(); // Plotly next, off the first paint's path: the charts then become Plotly charts in place
-      }
-      if (firstPaint && !plotlyDrawn && window.Plotly && [...charts.values()].every(
-        (ch) => ch.observed && (!ch.visible || (drawn(ch) && ch.plotly)))) {
-        plotlyDrawn = true;
-        performance.mark("obs-plotly-drawn"); // every chart in view is a Plotly chart (hover, zoom, mode bar)
+        performance.mark("obs-first-paint"); // every chart in view drawn, hover, zoom and tools included
+        performance.mark("obs-charts-drawn");
       }
     });
   }
@@ -168,9 +148,7 @@
   // ------------------------------------------------------------------------------------------ zoom
   // A new visible range (steps; null: the whole run), from a chart (`source`), the step fields or the URL. The
   // page measures itself (bench/dashboard.py): window.__obsZoom = {ms: every visible chart drawn with its window,
-  // sourceMs: the zoomed one, charts: {id: ms}, inPlace: the ids drawn onto their lines (zoom.js drawWindow),
-  // plotlyMs: every chart redrawn by Plotly itself (hover and all), null until then}, from "obs-zoom-start" to
-  // "obs-zoom-done" and "obs-zoom-plotly".
+  // sourceMs: the zoomed one, charts: {id: ms}}, from "obs-zoom-start" to "obs-zoom-done".
   function zoomTo(range, source) {
     if (range) {
       range = [Math.max(0, Math.floor(Math.min(range[0], range[1]))), Math.ceil(Math.max(range[0], range[1]))];
@@ -182,36 +160,24 @@
     window.__obsZoom = null;
     performance.mark("obs-zoom-start");
     zoomWaiting = new Set([...charts.values()].filter((ch) => ch.visible && range));
-    zoomPlotly = new Set(zoomWaiting); zoomCharts = {}; zoomInPlace = [];
+    zoomCharts = {};
     view.set({range});
     if (!zoomWaiting.size) zoomDrawn(null);
   }
   Obs.zoomTo = (from, to) => zoomTo(from === null || from === undefined ? null : [from, to]);
 
-  // `chart` has drawn the zoom's window: by Plotly, or written onto its drawn lines (inPlace: Plotly's redraw
-  // follows, zoomInPlotly).
-  function zoomDrawn(chart, inPlace) {
+  // `chart` has drawn the zoom's window.
+  function zoomDrawn(chart) {
     if (!zoomWaiting.delete(chart) && chart) return;
-    if (!inPlace) zoomPlotly.delete(chart);
     if (zoomT0 === null) return;
     const ms = performance.now() - zoomT0;
     if (chart) zoomCharts[chart.id] = Math.round(ms * 10) / 10;
-    if (chart && inPlace) zoomInPlace.push(chart.id);
     if (chart && chart === zoomSource) zoomSourceMs = ms;
     if (zoomWaiting.size === 0) {
       performance.mark("obs-zoom-done");
-      window.__obsZoom = {ms, sourceMs: zoomSource ? zoomSourceMs : null, charts: zoomCharts, inPlace: zoomInPlace,
-                          plotlyMs: null};
-      zoomInPlotly(null);
+      window.__obsZoom = {ms, sourceMs: zoomSource ? zoomSourceMs : null, charts: zoomCharts};
+      zoomT0 = null;
     }
-  }
-
-  function zoomInPlotly(chart) {
-    zoomPlotly.delete(chart);
-    if (zoomT0 === null || zoomPlotly.size || zoomWaiting.size) return;
-    performance.mark("obs-zoom-plotly");
-    window.__obsZoom.plotlyMs = performance.now() - zoomT0;
-    zoomT0 = null;
   }
 
   // ------------------------------------------------------------------------------------------ controls
@@ -238,7 +204,7 @@
     if (keys.includes("log") || keys.includes("smooth")) redrawAll();
     if (keys.includes("range")) { // the zoomed chart's window first
       [...charts.values()].sort((a, b) => (b === zoomSource) - (a === zoomSource))
-        .forEach((ch) => ch.setRange(ch === zoomSource));
+        .forEach((ch) => ch.setRange());
       router.setRange();
     }
     showControls();
@@ -386,7 +352,6 @@
     showControls();
     view.save(); // the URL now names the whole view: copy it from the address bar
     for (const fn of Obs.onStart) { try { fn(ctx, page); } catch (e) { console.error("module start failed:", e); } }
-    Obs.plotly.ready(scheduleRedraw); // (then "obs-plotly-drawn" once the charts in view are Plotly's)
     live.connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
     setInterval(() => header.tick(), 1000); // display only: heartbeat age, ETA countdown
     scheduleRedraw();

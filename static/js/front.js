@@ -20,12 +20,11 @@ window.Obs = window.Obs || {};
   }
 
   // ------------------------------------------------------------------------------------------- the chart
-  let drawQueued = false, revision = 0;
+  let drawQueued = false;
   function draw() {
     drawQueued = false;
-    revision++; // the line's arrays grow in place: Plotly.react redraws only for a new datarevision
     const box = el("front-chart");
-    if (!box || !window.Plotly) return;
+    if (!box || !window.uPlot) return;
     const t = Obs.theme(), traces = [], b = chart.band;
     if (b) {
       traces.push({x: b.steps, y: b.low, mode: "lines", line: {width: 0}, hoverinfo: "skip", showlegend: false});
@@ -37,18 +36,15 @@ window.Obs = window.Obs || {};
     }
     traces.push({x: line.steps, y: line.values, mode: "lines", line: {color: "#1a56b0", width: 1.6}, name: METRIC});
     const hi = Math.max(line.last, 1);
-    // the legend sits above the plot, the mode bar top right (~200 px): on a narrow chart (a phone) the legend
-    // reaches under it (it covered the legend), so the legend's row goes below the bar
-    const top = !b ? 10 : box.clientWidth < 640 ? 58 : 30;
-    const layout = {margin: {l: 50, r: 10, t: top, b: 44}, paper_bgcolor: t.card, plot_bgcolor: t.card,
-                    font: {color: t.fg}, showlegend: !!b,
-                    legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
-                    xaxis: {title: {text: "step"}, gridcolor: t.grid, range: b ? undefined : [0, hi]},
-                    yaxis: {gridcolor: t.grid}, hovermode: "x", datarevision: revision,
+    // the legend sits above the plot, left of the tool bar (top right)
+    const layout = {margin: {l: 50, r: 10, t: b ? 24 : 10, b: 44}, showlegend: !!b,
+                    xaxis: {title: {text: "step"}, range: b ? undefined : [0, hi], autorange: !!b},
+                    yaxis: {}, hovermode: "x",
                     shapes: marks.filter((m) => m.run_id === page.run_id && Number.isFinite(m.step)).map((m) => ({
-                      type: "line", xref: "x", yref: "paper", x0: m.step, x1: m.step, y0: 0, y1: 1,
+                      type: "line", x0: m.step, x1: m.step,
                       line: {color: MARK[m.kind] || t.muted, width: 1, dash: "dot"}}))};
-    Plotly.react(box, traces, layout, Obs.plotConfig());
+    Obs.drawFigure(box, traces, layout, {toolbar: [{text: "⇩", label: "Download the chart as a PNG image",
+                                                    fn: (node) => Obs.savePNG(node)}]});
     Obs.toolbarA11y(box, "Chart tools: training loss");
     box.dataset.last = String(line.last);
   }

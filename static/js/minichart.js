@@ -1,5 +1,6 @@
-// A minimal live chart (an embed, a report's chart, compare and forecast blocks): an SVG line per run of one series
-// over a step range, drawn by the light renderer (sketch.js: axes with ticks, a legend for several runs). It reads
+// A minimal live chart (an embed, a report's chart, compare and forecast blocks): a line per run of one series
+// over a step range, drawn by the one line renderer (plot.js over uPlot: axes with ticks, a legend for several runs,
+// hover values). It reads
 // the series API once, then follows each run on the dashboard's live path: one Obs.Store and one Obs.LiveSocket
 // per run (series.js, live.js: resume/backfill on the hub, or nchan's channel),
 // shared by every chart of the page. Page data (#page-data): {charts: [{runs, series, start, end}], live_push?}.
@@ -50,19 +51,18 @@ window.Obs = window.Obs || {};
       const b = Obs.lowerBound(s.steps, hi + 1);
       return {x: s.steps.slice(a, b), y: s.values.slice(a, b)};
     }
-    draw() { // through the light renderer (sketch.js), the one the dashboard's charts paint first with
+    draw() { // through plot.js, as every line chart
       const lines = this.series.map((s) => this.visible(s));
       const traces = lines.map((l, i) => ({x: l.x, y: l.y, mode: "lines", name: this.spec.runs[i],
                                            line: {color: COLORS[i % COLORS.length], width: 1.5}}));
-      const xaxis = {exponentformat: "B"};
+      const xaxis = {autorange: true};
       if (this.spec.start != null && this.spec.end != null && this.spec.end > this.spec.start) {
         Object.assign(xaxis, {autorange: false, range: [this.spec.start, this.spec.end]});
       }
       const multi = this.spec.runs.length > 1;
-      const svg = Obs.sketch(this.node, traces, {margin: {l: 52, r: 10, t: multi ? 26 : 10, b: 22}, showlegend: multi,
-                                                 legend: {font: {size: 11}}, xaxis, yaxis: {exponentformat: "e"}},
-                             {role: "img", "aria-label": this.node.getAttribute("aria-label") || this.spec.series});
-      svg.querySelectorAll(".sk-line").forEach((p) => p.setAttribute("data-run", this.spec.runs[+p.dataset.trace]));
+      Obs.drawFigure(this.node, traces, {margin: {l: 52, r: 10, t: multi ? 22 : 10, b: 22}, showlegend: multi,
+                                         xaxis, yaxis: {}, hovermode: "x", dragmode: false});
+      if (!this.node.hasAttribute("role")) this.node.setAttribute("role", "img");
       let last = -1, points = 0;
       lines.forEach((l) => { if (l.x.length) { last = Math.max(last, l.x[l.x.length - 1]); points += l.x.length; } });
       this.node.dataset.lastStep = String(last);

@@ -1,6 +1,6 @@
-// What every chart shares: theme colours for Plotly, the Plotly config (no cloud upload), a keyboard-friendly
-// mode bar (one tab stop, arrow keys inside), debiased EMA smoothing, number formatting, the data-table
-// alternative to a chart, and the overlay registry feature modules draw through (Obs.setOverlays).
+// What every chart shares: theme colours, a keyboard-friendly tool bar (one tab stop, arrow keys inside), number
+// formatting, the data-table alternative to a chart, the overlay registry feature modules draw through
+// (Obs.setOverlays), and Plotly fetched on demand for the one chart that is no line (the router's heatmap, moe.js).
 "use strict";
 
 window.Obs = window.Obs || {};
@@ -31,10 +31,9 @@ window.Obs = window.Obs || {};
   Obs.plotConfig = () => CONFIG;
 
   // Plotly off the first paint's path (templates/runs/_chart_scripts.html): the page names the bundle in
-  // <link rel="preload" as="script" id="plotly-bundle"> (downloaded early, not run) and line charts draw their
-  // first windows with the light renderer (sketch.js); the bundle runs once the page has painted (soon(): an idle
-  // moment, or at once when a chart is touched: load()). ready(fn) runs fn once Plotly is there (at once if it is:
-  // a page that loads it with a plain <script> tag). Pages without the link: nothing to load, Plotly is theirs.
+  // <meta id="plotly-bundle" content="its URL"> (nothing fetched) and the heatmap asks for it once it has something
+  // to draw (soon(): an idle moment). ready(fn) runs fn once Plotly is there (at once if it is: a page that loads it
+  // with a plain <script> tag, the operator panel). Pages without the link: nothing to load.
   const waiting = [];
   let loading = null;
   const arrived = () => {
@@ -50,7 +49,7 @@ window.Obs = window.Obs || {};
       const link = document.getElementById("plotly-bundle");
       if (!link) return;
       loading = document.createElement("script");
-      loading.src = link.href;
+      loading.src = link.content;
       loading.addEventListener("load", arrived);
       loading.addEventListener("error", () => { console.error("the charts' library failed to load"); loading = null; });
       document.head.appendChild(loading);
@@ -106,47 +105,20 @@ window.Obs = window.Obs || {};
   // only move the selection — Enter, or leaving the field, then applies it. fn(value).
   Obs.onCommit = (select, fn) => {
     let arrows = false, committed = select.value;
-    const commit = () => { arrows = false; if (select.value !== committed) { committed = select.value; fn(select.value); } };
+    const commit = () => {
+      arrows = false;
+      if (select.value !== committed) { committed = select.value; fn(select.value); }
+    };
     select.addEventListener("keydown", (ev) => {
-      if (ev.key.startsWith("Arrow") || ev.key === "Home" || ev.key === "End" || ev.key.startsWith("Page")) arrows = true;
+      if (ev.key.startsWith("Arrow") || ev.key === "Home" || ev.key === "End" || ev.key.startsWith("Page")) {
+        arrows = true;
+      }
       else if (ev.key === "Enter") { ev.preventDefault(); commit(); }
     });
     select.addEventListener("pointerdown", () => { arrows = false; });
     select.addEventListener("change", () => { if (!arrows) commit(); });
     select.addEventListener("blur", commit);
     return {set: (v) => { select.value = v; committed = select.value; }};
-  };
-
-  // Debiased exponential moving average (TensorBoard's): the early points are not dragged towards zero.
-  // Returns {y, last, n} so that live points can continue it.
-  // A line of sorted x at most ~2 points a bucket: each of `buckets` equal x spans keeps its min and its max, in x
-  // order (a one-point spike survives), as the server's pyramid downsamples. Returns [x, y].
-  Obs.minmax = (x, y, buckets) => {
-    const n = x.length, X = [], Y = [];
-    if (n < 3) return [x.slice(), y.slice()];
-    const x0 = x[0], w = (x[n - 1] - x0) / buckets || 1;
-    for (let i = 0; i < n;) {
-      const b = Math.floor((x[i] - x0) / w);
-      let lo = i, hi = i, j = i;
-      for (; j < n && Math.floor((x[j] - x0) / w) === b; j++) {
-        if (y[j] < y[lo]) lo = j;
-        if (y[j] > y[hi]) hi = j;
-      }
-      for (const k of lo === hi ? [lo] : [Math.min(lo, hi), Math.max(lo, hi)]) { X.push(x[k]); Y.push(y[k]); }
-      i = j;
-    }
-    return [X, Y];
-  };
-
-  Obs.ema = (values, w, state) => {
-    let last = state ? state.last : 0, n = state ? state.n : 0;
-    const y = new Array(values.length);
-    for (let i = 0; i < values.length; i++) {
-      last = last * w + (1 - w) * values[i];
-      n++;
-      y[i] = last / (1 - Math.pow(w, n));
-    }
-    return {y, last, n};
   };
 
   Obs.fmt = (v) => {
@@ -156,7 +128,8 @@ window.Obs = window.Obs || {};
     if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(3);
     return (+v.toPrecision(5)).toLocaleString("en-US", {maximumFractionDigits: 6});
   };
-  Obs.count = (n) => n === undefined || n === null || !Number.isFinite(+n) ? "–" : n >= 1e12 ? (n / 1e12).toFixed(2) + "T"
+  Obs.count = (n) => n === undefined || n === null || !Number.isFinite(+n) ? "–"
+    : n >= 1e12 ? (n / 1e12).toFixed(2) + "T"
     : n >= 1e9 ? (n / 1e9).toFixed(2) + "B" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M"
     : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(Math.round(n));
   // Writes that leave the DOM alone when nothing changed: a live page rewrites its header, panels and notes on every
@@ -194,26 +167,10 @@ window.Obs = window.Obs || {};
   window.addEventListener("resize", () => { // (a breakpoint's font size: measured again at the next value)
     document.querySelectorAll(".obs-figure").forEach(unbox);
   });
-  // a and b hold the same data as JSON sees it (undefined and function members left out, NaN as null), keys in any
-  // order, without making the strings (a chart's labels carry their hover texts, every mark listed: compared at
-  // each marks redraw)
-  Obs.sameJSON = (a, b) => {
-    const nul = (v) => v === null || (typeof v === "number" && !Number.isFinite(v)); // (JSON writes null for these)
-    if (a === b || (nul(a) && nul(b))) return true;
-    if (a === null || b === null || typeof a !== "object" || typeof b !== "object" ||
-        Array.isArray(a) !== Array.isArray(b)) return false;
-    if (Array.isArray(a)) return a.length === b.length && a.every((v, i) => Obs.sameJSON(v, b[i]));
-    const skip = (v) => v === undefined || typeof v === "function";
-    let n = 0;
-    for (const k in a) {
-      if (skip(a[k])) continue;
-      if (skip(b[k]) || !Obs.sameJSON(a[k], b[k])) return false;
-      n++;
-    }
-    for (const k in b) if (!skip(b[k])) n--;
-    return n === 0;
+  Obs.putAttr = (el, name, value) => {
+    value = String(value);
+    if (el.getAttribute(name) !== value) el.setAttribute(name, value);
   };
-  Obs.putAttr = (el, name, value) => { value = String(value); if (el.getAttribute(name) !== value) el.setAttribute(name, value); };
   Obs.putClass = (el, cls) => { if (el.className !== cls) el.className = cls; };
   Obs.putHidden = (el, hidden) => { if (el.hidden !== !!hidden) el.hidden = !!hidden; };
   // Draw only what is seen: fn(seen) whenever `el` comes within 100 px of the viewport or leaves it; returns what to
@@ -242,7 +199,8 @@ window.Obs = window.Obs || {};
     return "≈ " + Obs.duration(eta);
   };
   // Whether the run's trainer is still heard from (its rate and estimate mean something).
-  Obs.heard = (run) => run.health !== "lost" && run.health !== "ended" && run.state !== "stopped" && run.state !== "failed";
+  Obs.heard = (run) => run.health !== "lost" && run.health !== "ended" && run.state !== "stopped" &&
+    run.state !== "failed";
 
   // One column of the data table: a series' points (finite ones, then the non-finite kinds), only those with
   // lo <= step <= hi when lo is given.
@@ -331,48 +289,6 @@ window.Obs = window.Obs || {};
   Obs.overlayClicked = (id) => {
     overlaySources.forEach((list) => list.forEach((o) => { if (o.id === id && o.onClick) o.onClick(o); }));
   };
-  // Labelled marks whose labels would overprint at the chart's current scale, in groups: sorted by pixel x, a mark
-  // joins the group before it when it starts before that group's label ends (its first label's estimated width
-  // at `charPx` a character, or the group's "+N" label's). px(step): the mark's x in pixels at the current zoom.
-  // A mark with anchor "center" has its label centred on it.
-  Obs.labelGroups = (marks, px, charPx) => {
-    const width = (chars) => chars * charPx + 8; // a label's width in pixels, from its length
-    const left = (o, chars) => { // its left edge
-      const at = px(o.x0);
-      return o.anchor === "center" ? at - width(chars) / 2 : at;
-    };
-    const sorted = marks.map((o) => {
-      const chars = String(o.label).length;
-      return {o, left: left(o, chars), chars};
-    }).filter((m) => Number.isFinite(m.left)).sort((a, b) => a.left - b.left);
-    const groups = [];
-    let cur = null;
-    for (const m of sorted) {
-      if (cur && m.left < cur.end) {
-        cur.marks.push(m.o);
-        const chars = groupLabelLength(cur.marks, cur.chars); // (the label drawn: its length, not the text)
-        cur.end = Math.max(cur.end, left(cur.marks[0], chars) + width(chars));
-      } else {
-        cur = {marks: [m.o], end: m.left + width(m.chars), chars: m.chars};
-        groups.push(cur);
-      }
-    }
-    return groups.map((g) => g.marks);
-  };
-  // One label for a group: the first mark's, shortened to GROUP_FIRST_CHARS, and how many more; its hover text lists
-  // every mark in full. groupLabelLength: its length, from the first label's (`first` characters), without making it.
-  const GROUP_FIRST_CHARS = 14;
-  const groupLabelLength = (marks, first) => marks.length === 1 ? first
-    : Math.min(first, GROUP_FIRST_CHARS) + ` +${marks.length - 1}`.length;
-  Obs.groupLabel = (marks) => {
-    if (marks.length === 1) return String(marks[0].label);
-    const first = String(marks[0].label);
-    return (first.length > GROUP_FIRST_CHARS ? first.slice(0, GROUP_FIRST_CHARS - 1) + "…" : first) +
-      ` +${marks.length - 1}`;
-  };
-  const hoverSafe = (s) => String(s).replace(/[<>&]/g, " "); // Plotly reads tags in hover text
-  Obs.groupHover = (marks) => marks.flatMap((o) => [].concat(o.hover || o.label)).map(hoverSafe).join("<br>");
-
   // Extra traces, drawn after a chart's own (whose order is kept): Obs.setTraces(source, (chart) => [trace, ...]
   // or null); then ctx.schedule(). forecast.js draws a forecast band and reference runs this way.
   const traceSources = new Map();
@@ -382,7 +298,9 @@ window.Obs = window.Obs || {};
   };
   Obs.tracesFor = (chart) => {
     const out = [];
-    traceSources.forEach((fn) => { try { out.push(...(fn(chart) || [])); } catch (e) { console.error("traces:", e); } });
+    traceSources.forEach((fn) => {
+      try { out.push(...(fn(chart) || [])); } catch (e) { console.error("traces:", e); }
+    });
     return out;
   };
   Obs.registerChart = (chart) => charts.add(chart);

@@ -72,7 +72,7 @@ def test_a_member_annotates_live_for_an_anonymous_viewer_who_follows_the_thread(
     author = _open(new_page, url, member, viewport={"width": 1280, "height": 800})
 
     # the member shift-drags across a range of the loss chart
-    box = author.locator(f"#{LOSS} .nsewdrag").first.bounding_box()
+    box = author.locator(f"#{LOSS} .u-over").first.bounding_box()
     y = box["y"] + box["height"] / 2
     author.keyboard.down("Shift")
     author.mouse.move(box["x"] + box["width"] * 0.45, y)
@@ -96,7 +96,7 @@ def test_a_member_annotates_live_for_an_anonymous_viewer_who_follows_the_thread(
     # the anonymous viewer sees the band appear without a reload, and opens the thread from it
     viewer.evaluate("() => { window.__sameDocument = true; }")
     viewer.wait_for_function(BAND_JS, timeout=10_000)
-    viewer.locator(f"#{LOSS} .annotation-text-g", has_text="Loss spike").first.click()
+    viewer.locator(f"#{LOSS} .mark-label", has_text="Loss spike").first.click()
     viewer.wait_for_selector("#ann-thread h3", state="visible")
     assert viewer.inner_text("#ann-thread h3") == TITLE
     body = viewer.locator("#ann-thread .ann-post .ann-body").first
@@ -151,26 +151,13 @@ def test_a_member_annotates_live_for_an_anonymous_viewer_who_follows_the_thread(
     servers.stop_ingest()
 
 
-# Plotly's draws of each chart (by its element's id), counted from the page's first script on.
-COUNT_DRAWS = """(() => { window.__draws = {}; let P;
-  Object.defineProperty(window, "Plotly", {configurable: true, get() { return P; }, set(v) {
-    P = v;
-    for (const name of ["react", "newPlot", "relayout", "restyle"]) {
-      const own = v[name];
-      v[name] = function (gd, ...rest) {
-        window.__draws[gd.id] = (window.__draws[gd.id] || 0) + 1;
-        return own.call(this, gd, ...rest);
-      };
-    }
-  }});
-})();"""
-PLOT_TOP = f"() => document.getElementById({LOSS!r})._fullLayout._size.t"
+PLOT_TOP = f"() => Obs.figureBox(document.getElementById({LOSS!r})).top"
 
 
-def test_a_charts_first_label_after_its_plotly_draw_is_drawn_in_place(trainer, servers, new_page, run_id):
+def test_a_charts_first_label_is_drawn_in_the_room_kept_above_the_plot(trainer, servers, new_page, run_id):
     """A chart drawn with no marker label gets its first one (a note posted while the page is open): the label is
-    drawn into the room kept above the plot, clickable, with no Plotly draw of the chart and the plot area where it
-    was (that room coming with the first label was a full redraw, the long task of a 20-chart page's load)."""
+    drawn into the room kept above the plot, clickable, the plot area where it was (room that came with the first
+    label would move every chart's plot)."""
     trainer.send("run", name="first label", config={})
     trainer.send("state", state="training", step=0, detail="")
     for step in range(60):
@@ -178,12 +165,10 @@ def test_a_charts_first_label_after_its_plotly_draw_is_drawn_in_place(trainer, s
     wait_ingested(run_id, 59)
     member = _session("label-member", "member")
     servers.wait_web()
-    page = _open(new_page, f"{servers.url}/runs/{run_id}/", member, COUNT_DRAWS,
-                 viewport={"width": 1280, "height": 800})
-    page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=30_000)
-    assert page.evaluate(f"() => document.querySelectorAll('#{LOSS} .annotation').length") == 0
-    top, draws = page.evaluate(PLOT_TOP), page.evaluate(f"() => window.__draws[{LOSS!r}]")
-    assert draws >= 1
+    page = _open(new_page, f"{servers.url}/runs/{run_id}/", member, "", viewport={"width": 1280, "height": 800})
+    page.wait_for_function("() => performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=30_000)
+    assert page.evaluate(f"() => document.querySelectorAll('#{LOSS} .mark-label').length") == 0
+    top = page.evaluate(PLOT_TOP)
 
     status = page.evaluate(f"""async () => (await fetch('/api/runs/{run_id}/annotations/', {{method: 'POST',
       credentials: 'same-origin', headers: {{'Content-Type': 'application/json',
@@ -191,11 +176,10 @@ def test_a_charts_first_label_after_its_plotly_draw_is_drawn_in_place(trainer, s
       body: JSON.stringify({{title: 'Loader restarted', body: 'shard 7', tags: ['spike'],
                             metric: {contract.M_LOSS!r}, step_start: 20, step_end: 30}})}})).status""")
     assert status == 201
-    label = page.locator(f"#{LOSS} .annotation-text-g", has_text="Loader restarted").first
+    label = page.locator(f"#{LOSS} .mark-label", has_text="Loader restarted").first
     label.wait_for(state="visible", timeout=10_000)
-    assert page.evaluate(f"() => window.__draws[{LOSS!r}]") == draws, "the chart was drawn again by Plotly"
     assert page.evaluate(PLOT_TOP) == top, "the plot area moved"
-    box, plot = label.bounding_box(), page.locator(f"#{LOSS} .nsewdrag").first.bounding_box()
+    box, plot = label.bounding_box(), page.locator(f"#{LOSS} .u-over").first.bounding_box()
     assert box["y"] + box["height"] <= plot["y"] + 1, (box, plot)  # in the room above the plot
     label.click()
     page.wait_for_selector("#ann-thread h3", state="visible")

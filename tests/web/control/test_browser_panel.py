@@ -126,11 +126,11 @@ def test_an_operator_steers_a_live_run_from_the_panel(servers, live_run, new_pag
     anon = new_page(viewport=DESKTOP)
     anon.goto(f"{servers.url}/runs/{run_id}/")
     # (a label, or the hover of a label that close markers fold into)
-    anon.wait_for_function("""() => [...document.querySelectorAll('.js-plotly-plot')].some(d => {
+    anon.wait_for_function("""() => [...document.querySelectorAll('.figure')].some(d => {
         const said = (d.layout.annotations || []).map(a => String(a.hovertext || a.text)).join(' ');
         return said.includes('look at the grad norm') && said.includes('halve twice: calmer updates'); })""",
                            timeout=60_000)
-    labels = anon.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].flatMap(d =>
+    labels = anon.evaluate("""() => [...document.querySelectorAll('.figure')].flatMap(d =>
         (d.layout.annotations || []).map(a => String(a.text) + String(a.hovertext || '')))""")
     assert not any("olga" in text for text in labels)  # she did not opt in to being named
     anon.screenshot(path=str(SHOTS / "dashboard-markers.png"), full_page=False)

@@ -179,8 +179,8 @@ def demo_messages(run_id: str, steps: int = 60, experts: int = 4, hole: tuple = 
 
 
 def plot_box(page, chart_id: str = "chart-train-loss") -> dict:
-    """The client box of a Plotly chart's drag area."""
-    return page.evaluate(f"""() => {{ const r = document.querySelector('#{chart_id} .nsewdrag').getBoundingClientRect();
+    """The client box of a chart's plot area (uPlot's overlay: where a drag zooms)."""
+    return page.evaluate(f"""() => {{ const r = document.querySelector('#{chart_id} .u-over').getBoundingClientRect();
       return {{x: r.x, y: r.y, w: r.width, h: r.height}}; }}""")
 
 

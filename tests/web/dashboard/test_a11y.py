@@ -15,9 +15,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 SIZES = [(390, 844), (1400, 900)]
 # A chart or panel draws once on screen: each poll brings the next one not yet drawn there, as a reader scrolls.
 SCROLL_TO_UNDRAWN = "(() => { const next = [...document.querySelectorAll('#charts .chart, #router-panel')].find(" \
-                    "(el) => !el.hidden && !el.querySelector('.main-svg')); if (next) next.scrollIntoView(); " \
+                    "(el) => !el.hidden && !el.querySelector('.main-svg, .uplot')); if (next) next.scrollIntoView(); " \
                     "return true; })()"
-DRAWN = f"() => {SCROLL_TO_UNDRAWN} && document.querySelectorAll('#charts .chart .plot .main-svg').length >= 5 && " \
+DRAWN = f"() => {SCROLL_TO_UNDRAWN} && document.querySelectorAll('#charts .chart .plot .uplot').length >= 5 && " \
         "!!document.querySelector('#router-heatmap .main-svg') && document.querySelectorAll('#events li').length > 3"
 
 
@@ -48,7 +48,7 @@ def test_no_overflow_and_no_serious_axe_violation(runs, web, new_page, width, he
     shot(page, f"runs-{width}.png")
 
     page.goto(web.url + "/")  # the front page: the featured run's chart, moments, experiments
-    page.wait_for_function("() => !!document.querySelector('#front-chart .main-svg')", timeout=30_000)
+    page.wait_for_function("() => !!document.querySelector('#front-chart .uplot')", timeout=30_000)
     layout = page.evaluate(OVERFLOW_JS)
     assert layout["bad"] == [] and layout["scrollWidth"] <= width, layout
     assert axe_violations(page) == []
@@ -139,7 +139,7 @@ def test_the_url_holds_smoothing_log_axes_and_the_x_axis(runs, web, new_page):
     assert smooth["y"][0] == pytest.approx(raw["y"][0]), "debiased: the first point is not pulled towards 0"
     assert smooth["y"][-1] > raw["y"][-1], "a falling curve's average lags behind it"
     assert c["layout"]["yaxis"]["type"] == "log" and c["layout"]["hovermode"] is False  # no hover until pointed at
-    page.hover("#chart-train-loss .nsewdrag")
+    page.hover("#chart-train-loss .u-over")
     page.wait_for_function("() => document.getElementById('chart-train-loss').layout.hovermode === 'x unified'")
     assert c["layout"]["xaxis"]["title"]["text"] == "tokens trained"
     assert raw["x"][:3] == [1024, 2048, 3072]  # throughput/total_tokens at steps 0, 1, 2

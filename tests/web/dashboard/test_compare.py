@@ -185,7 +185,7 @@ def test_the_compare_page_fits_a_phone_and_passes_axe_light_and_dark(runs, web, 
     page.goto(web.url + f"/compare/?runs={RESUMED},{RUNG},{IMPORTED}&chart={c.M_LOSS}&chart={c.M_GRAD_NORM}"
                         "&smooth=0.5")
     page.wait_for_function(f"() => {SCROLL_TO_UNDRAWN} && "
-                           "document.querySelectorAll('#charts .chart .plot .main-svg').length >= 2 && "
+                           "document.querySelectorAll('#charts .chart .plot .uplot').length >= 2 && "
                            "(document.getElementById('chart-train-loss').data || []).length >= 9")
     for theme in ("light", "dark"):
         if theme == "dark":

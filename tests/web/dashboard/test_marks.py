@@ -15,7 +15,7 @@ LABELS = f"""() => ((document.getElementById('{LOSS}').layout || {{}}).annotatio
   .filter((a) => a.overlayId && /intervention-/.test(String(a.overlayId)))
   .map((a) => ({{text: a.text, hover: a.hovertext || '', id: String(a.overlayId)}}))"""
 # Every marker label drawn on the loss chart, as boxes on the screen.
-BOXES = f"""() => [...document.querySelectorAll('#{LOSS} .annotation')].map((e) => e.getBoundingClientRect())
+BOXES = f"""() => [...document.querySelectorAll('#{LOSS} .mark-label')].map((e) => e.getBoundingClientRect())
   .filter((r) => r.width > 0).map((r) => ({{x: r.x, y: r.y, w: r.width, h: r.height}}))"""
 BOX = """(sel) => { const e = document.querySelector(sel); if (!e) return null;
   const r = e.getBoundingClientRect(); return r.width ? {x: r.x, y: r.y, w: r.width, h: r.height} : null; }"""
@@ -57,15 +57,15 @@ def test_close_command_labels_fold_into_one_with_every_reason_on_hover(commands,
     assert not overprinting(page.evaluate(BOXES)), "no two marker labels overprint"
 
     # the full reasons on hover, as a viewer sees them
-    page.hover(f"#{LOSS} .annotation:has-text('+')")
-    page.wait_for_selector(f"#{LOSS} .hoverlayer .hovertext", timeout=10_000)
-    shown = page.text_content(f"#{LOSS} .hoverlayer")
+    page.hover(f"#{LOSS} .mark-label:has-text('+')")
+    page.wait_for_selector(f"#{LOSS} .chart-hover:not([hidden])", timeout=10_000)
+    shown = page.text_content(f"#{LOSS} .chart-hover")
     assert "reason number 0" in shown and "reason number 1" in shown
 
     # a click on the folded label zooms in on its markers, which part where there is room
     close_labels = f"({LABELS})().filter((a) => /intervention-m[0-4]/.test(a.id)).length"
     before = page.evaluate(f"() => {close_labels}")
-    page.click(f"#{LOSS} .annotation:has-text('+') >> nth=0")
+    page.click(f"#{LOSS} .mark-label:has-text('+') >> nth=0")
     page.wait_for_function(f"() => {close_labels} > {before}", timeout=30_000)
     frm, to = (int(page.input_value(f"#range-{k}")) for k in ("from", "to"))
     assert frm <= CLOSE[0] and to >= CLOSE[-1] and to - frm < 40, (frm, to)
@@ -98,7 +98,7 @@ def test_on_a_phone_the_mode_bar_does_not_cover_the_legend(live_env, web, new_pa
     page.wait_for_function(f"() => {{ const d = document.getElementById('{LOSS}'); return d && d.data && "
                            "d.data.filter((t) => t.showlegend).length === 3; }", timeout=30_000)
     page.locator(f"#{LOSS}").scroll_into_view_if_needed()
-    page.hover(f"#{LOSS} .nsewdrag")  # the mode bar shows while the chart is hovered (tapped, on a phone)
+    page.hover(f"#{LOSS} .u-over")  # the mode bar shows while the chart is hovered (tapped, on a phone)
     page.wait_for_function(f"() => ({BOX})('#{LOSS} .modebar')", timeout=10_000)
     bar, legend = page.evaluate(BOX, f"#{LOSS} .modebar"), page.evaluate(BOX, f"#{LOSS} .legend")
     assert legend and not overlap(bar, legend), (bar, legend)

@@ -86,12 +86,12 @@ def test_on_a_phone_the_mode_bar_leaves_the_held_out_charts_legend_with_its_fore
     page.wait_for_function(f"() => {{ const d = document.getElementById('{chart}'); return d && d.data && "
                            "d.data.some((t) => t.meta === 'forecast') && d.layout && d.layout.showlegend; }",
                            timeout=30_000)
-    page.hover(f"#{chart} .nsewdrag")  # the mode bar shows while the chart is hovered (tapped, on a phone)
+    page.hover(f"#{chart} .u-over")  # the mode bar shows while the chart is hovered (tapped, on a phone)
     page.wait_for_function(f"() => ({BOX})('#{chart} .modebar')", timeout=10_000)
     bar = page.evaluate(BOX, f"#{chart} .modebar")
-    items = page.evaluate(f"""() => [...document.querySelectorAll('#{chart} .infolayer .legend .traces')].map((e) => {{
+    items = page.evaluate(f"""() => [...document.querySelectorAll('#{chart} .legend .legend-item')].map((e) => {{
       const r = e.getBoundingClientRect(); return {{x: r.x, y: r.y, w: r.width, h: r.height}}; }})""")
-    names = page.evaluate(f"() => [...document.querySelectorAll('#{chart} .infolayer .legend .traces')]"
+    names = page.evaluate(f"() => [...document.querySelectorAll('#{chart} .legend .legend-item')]"
                           ".map((e) => e.textContent)")
     assert len(items) == 5, names  # eval/loss, three domains, the forecast
     hit = [b for b in items if b["x"] < bar["x"] + bar["w"] and bar["x"] < b["x"] + b["w"]
@@ -112,10 +112,10 @@ def test_on_a_phone_the_front_pages_mode_bar_leaves_its_legend_readable(trainer,
     page.locator("#front-chart").scroll_into_view_if_needed()
     page.wait_for_function("() => { const d = document.getElementById('front-chart'); return d && d.layout && "
                            "d.layout.showlegend; }", timeout=30_000)
-    page.hover("#front-chart .nsewdrag")
+    page.hover("#front-chart .u-over")
     page.wait_for_function(f"() => ({BOX})('#front-chart .modebar')", timeout=10_000)
     bar = page.evaluate(BOX, "#front-chart .modebar")
-    items = page.evaluate("""() => [...document.querySelectorAll('#front-chart .infolayer .legend .traces')]
+    items = page.evaluate("""() => [...document.querySelectorAll('#front-chart .legend .legend-item')]
       .map((e) => { const r = e.getBoundingClientRect(); return {x: r.x, y: r.y, w: r.width, h: r.height}; })""")
     assert len(items) == 2  # the forecast and the loss (the caption names the band)
     hit = [b for b in items if b["x"] < bar["x"] + bar["w"] and bar["x"] < b["x"] + b["w"]

@@ -165,7 +165,7 @@ def test_a_page_of_another_origin_embeds_the_live_chart(stack, people, new_page)
         page.on("console", lambda m: m.type == "error" and problems.append(m.text))
         page.goto(f"http://127.0.0.2:{blog.server_port}/")
         frame = page.frame_locator("iframe")
-        frame.locator(".minichart svg .sk-line").first.wait_for(timeout=60_000)
+        frame.locator(".minichart .uplot canvas").first.wait_for(timeout=60_000)
         link = frame.locator(".embed-caption a").get_attribute("href")
         assert link.startswith(f"{stack.url}/runs/{stack.run_id}/")
         assert problems == []

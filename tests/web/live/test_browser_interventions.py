@@ -29,7 +29,7 @@ def test_an_applied_command_is_drawn_once_its_live_event_comes(trainer, servers,
     page.add_init_script(HOLD_SLOW_TIMERS)
     page.goto(f"{servers.url}/runs/{run_id}/")
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                           "performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=60_000)
+                           "performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
     assert "halve it: the norm keeps climbing" not in page.evaluate(SAID)
     assert page.evaluate("() => window.__held") == [60000], "the interventions' slow poll is held"
     first = len(reads)

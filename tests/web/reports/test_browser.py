@@ -87,7 +87,9 @@ def test_a_member_publishes_a_report_whose_live_chart_advances_for_an_anonymous_
     _train(trainer, range(30, 40))
     reader.wait_for_function(LAST_STEP_JS, arg=39, timeout=30_000)  # live, no reload
     assert reader.evaluate("() => window.__sameDocument") is True
-    assert reader.locator(f"{CHART} svg path").count() == 1
+    lines = f"() => document.querySelector(\"{CHART}\").data.filter((t) => t.mode === 'lines').length"
+    assert reader.evaluate(lines) == 1
+    assert reader.locator(f"{CHART} .uplot canvas").count() == 1
     _shot(reader, "report-anonymous")
 
     mod = _open(new_page, report_url, moderator)

@@ -1,0 +1,127 @@
+// The charts' data model: pure functions over plain arrays, no DOM (tests/js/chartmodel.test.js runs them in
+// Node). What a chart draws of a series is its held history with a zoomed window's finer points merged in
+// (mergeWindow), each line at most ~2 points a pixel bucket, spikes kept (minmax, M4's min/max per bucket), live
+// points appended to a growing typed-array buffer without an allocation a point (LiveBuffer), cut back by a rewind
+// (cutAfter), and close labels folded into one at the chart's zoom (labelGroups).
+"use strict";
+
+(function (Obs) {
+  const lowerBound = (arr, x) => { // the first index whose value is >= x (arr sorted)
+    let lo = 0, hi = arr.length;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (arr[mid] < x) lo = mid + 1; else hi = mid; }
+    return lo;
+  };
+
+  // a's points outside [from, to], b's inside (a, b: {steps, values, nfSteps, nfKinds}, steps sorted)
+  Obs.mergeWindow = (a, b, from, to) => {
+    const i = lowerBound(a.steps, from), j = lowerBound(a.steps, to + 1);
+    const k = lowerBound(a.nfSteps, from), l = lowerBound(a.nfSteps, to + 1);
+    return {steps: a.steps.slice(0, i).concat(b.steps, a.steps.slice(j)),
+            values: a.values.slice(0, i).concat(b.values, a.values.slice(j)),
+            nfSteps: a.nfSteps.slice(0, k).concat(b.nfSteps, a.nfSteps.slice(l)),
+            nfKinds: a.nfKinds.slice(0, k).concat(b.nfKinds, a.nfKinds.slice(l))};
+  };
+
+  // A rewind to `step`: the points after it go (the run redoes them); arrays cut in place.
+  Obs.cutAfter = (d, step) => {
+    const i = lowerBound(d.steps, step + 1), j = lowerBound(d.nfSteps || [], step + 1);
+    d.steps.length = i; d.values.length = i;
+    if (d.nfSteps) { d.nfSteps.length = j; d.nfKinds.length = j; }
+    return d;
+  };
+
+  // Live points of one line: x and y in Float64Arrays that double when full (amortised: no allocation a point).
+  // view() hands the filled part as subarrays (views of the same memory) to the renderer.
+  class LiveBuffer {
+    constructor(capacity = 1024) {
+      this.x = new Float64Array(capacity); this.y = new Float64Array(capacity); this.n = 0;
+    }
+    push(x, y) {
+      if (this.n === this.x.length) {
+        const X = new Float64Array(this.n * 2), Y = new Float64Array(this.n * 2);
+        X.set(this.x); Y.set(this.y); this.x = X; this.y = Y;
+      }
+      this.x[this.n] = x; this.y[this.n] = y; this.n++;
+    }
+    cutAfter(x) { this.n = lowerBound(this.x.subarray(0, this.n), x + 1e-9 * Math.max(1, Math.abs(x))); }
+    clear() { this.n = 0; }
+    view() { return [this.x.subarray(0, this.n), this.y.subarray(0, this.n)]; }
+  }
+  Obs.LiveBuffer = LiveBuffer;
+
+  // A line of sorted x at most ~2 points a bucket: each of `buckets` equal x spans keeps its min and its max, in x
+  // order (a one-point spike survives), as the server's pyramid downsamples. Returns [x, y].
+  Obs.minmax = (x, y, buckets) => {
+    const n = x.length, X = [], Y = [];
+    if (n < 3) return [x.slice(), y.slice()];
+    const x0 = x[0], w = (x[n - 1] - x0) / buckets || 1;
+    for (let i = 0; i < n;) {
+      const b = Math.floor((x[i] - x0) / w);
+      let lo = i, hi = i, j = i;
+      for (; j < n && Math.floor((x[j] - x0) / w) === b; j++) {
+        if (y[j] < y[lo]) lo = j;
+        if (y[j] > y[hi]) hi = j;
+      }
+      for (const k of lo === hi ? [lo] : [Math.min(lo, hi), Math.max(lo, hi)]) { X.push(x[k]); Y.push(y[k]); }
+      i = j;
+    }
+    return [X, Y];
+  };
+
+  // Debiased exponential moving average (TensorBoard's): the early points are not dragged towards zero.
+  // Returns {y, last, n} so that live points can continue it.
+  Obs.ema = (values, w, state) => {
+    let last = state ? state.last : 0, n = state ? state.n : 0;
+    const y = new Array(values.length);
+    for (let i = 0; i < values.length; i++) {
+      last = last * w + (1 - w) * values[i];
+      n++;
+      y[i] = last / (1 - Math.pow(w, n));
+    }
+    return {y, last, n};
+  };
+
+
+  // Labelled marks whose labels would overprint at the chart's current scale, in groups: sorted by pixel x, a mark
+  // joins the group before it when it starts before that group's label ends (its first label's estimated width
+  // at `charPx` a character, or the group's "+N" label's). px(step): the mark's x in pixels at the current zoom.
+  // A mark with anchor "center" has its label centred on it.
+  Obs.labelGroups = (marks, px, charPx) => {
+    const width = (chars) => chars * charPx + 8; // a label's width in pixels, from its length
+    const left = (o, chars) => { // its left edge
+      const at = px(o.x0);
+      return o.anchor === "center" ? at - width(chars) / 2 : at;
+    };
+    const sorted = marks.map((o) => {
+      const chars = String(o.label).length;
+      return {o, left: left(o, chars), chars};
+    }).filter((m) => Number.isFinite(m.left)).sort((a, b) => a.left - b.left);
+    const groups = [];
+    let cur = null;
+    for (const m of sorted) {
+      if (cur && m.left < cur.end) {
+        cur.marks.push(m.o);
+        const chars = groupLabelLength(cur.marks, cur.chars); // (the label drawn: its length, not the text)
+        cur.end = Math.max(cur.end, left(cur.marks[0], chars) + width(chars));
+      } else {
+        cur = {marks: [m.o], end: m.left + width(m.chars), chars: m.chars};
+        groups.push(cur);
+      }
+    }
+    return groups.map((g) => g.marks);
+  };
+  // One label for a group: the first mark's, shortened to GROUP_FIRST_CHARS, and how many more; its hover text lists
+  // every mark in full. groupLabelLength: its length, from the first label's (`first` characters), without making it.
+  const GROUP_FIRST_CHARS = 14;
+  const groupLabelLength = (marks, first) => marks.length === 1 ? first
+    : Math.min(first, GROUP_FIRST_CHARS) + ` +${marks.length - 1}`.length;
+  Obs.groupLabel = (marks) => {
+    if (marks.length === 1) return String(marks[0].label);
+    const first = String(marks[0].label);
+    return (first.length > GROUP_FIRST_CHARS ? first.slice(0, GROUP_FIRST_CHARS - 1) + "…" : first) +
+      ` +${marks.length - 1}`;
+  };
+  // (lines joined by <br>: plot.js shows each on a line of its own, as text)
+  Obs.groupHover = (marks) => marks.flatMap((o) => [].concat(o.hover || o.label)).map(String).join("<br>");
+
+})(typeof window !== "undefined" ? (window.Obs = window.Obs || {}) : module.exports);

@@ -1,0 +1,358 @@
+// The one renderer of every time-series line (dashboard, compare, front page, reports, embeds): a figure — lines,
+// point marks, vertical marks and their labels, a legend — drawn on a canvas by uPlot (static/vendor/uPlot.*).
+//   Obs.drawFigure(node, traces, layout, on)  draws into `node` (its size); node.data / node.layout are the figure
+//                                             drawn (public: feature modules and tests read them)
+// A figure is plain data, the charts' model (charts.js makes it):
+//   trace  {x, y, mode: "lines" | "markers", name, yaxis: "y" | "y2" (0..1, the plot's height) | "y3" (right),
+//           showlegend, opacity, line: {width, color, dash}, marker: {color, symbol, size}, text, fill: "tonexty"
+//           (a band down to the trace before), meta}
+//   layout {margin: {l, r, t, b}, showlegend, xaxis: {range, autorange, type: "linear" | "date", title},
+//           yaxis / yaxis3: {range (log10 units on a log axis), type: "linear" | "log"}, shapes: [{type: "line" |
+//           "rect", x0, x1, line: {color, width, dash}, fillcolor, layer}], annotations: [{x, text, hovertext,
+//           captureevents, overlayId, xanchor, font: {color}}], dragmode}
+//   on     {zoom(x0, x1), reset(), label(overlayId), toolbar: [{label, text, fn}]}
+// The same figure's shape (its lines, axes and their types) keeps its uPlot instance: a redraw is setData, no DOM
+// work; the axes' ranges actually drawn are written back into node.layout (xaxis.range, yaxis.range).
+"use strict";
+
+window.Obs = window.Obs || {};
+
+(function (Obs) {
+  const DASH = {dot: [2, 3], dash: [6, 4], solid: null};
+  const FONT = "11px system-ui, sans-serif";
+  const rgba = (hex, a) => {
+    if (a === undefined || a >= 1 || !/^#[0-9a-f]{6}$/i.test(hex || "")) return hex;
+    const n = parseInt(hex.slice(1), 16);
+    return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
+  };
+  // Colours: the page's theme (plotkit.js), else (an embed) the text colour, muted
+  const theme = () => {
+    if (Obs.theme) return Obs.theme();
+    const fg = getComputedStyle(document.body).color || "#333";
+    return {fg, muted: fg, grid: "rgba(128,128,128,0.25)"};
+  };
+  const isLine = (t) => t.mode === "lines" && t.x && t.x.length !== undefined;
+
+  // Tick labels as short as the axis needs: 1.2k, 3e-4, 0.25
+  const num = (v) => {
+    if (v === null || v === undefined) return "";
+    if (v === 0) return "0";
+    const a = Math.abs(v);
+    if (a >= 1e4 || a < 1e-3) return v.toExponential(1).replace(/\.0e/, "e").replace("e+", "e").replace("-", "\u2212");
+    return String(+v.toPrecision(4)).replace("-", "\u2212");
+  };
+  // A log axis: powers of ten as 1e−3 (the splits between them unlabelled unless the axis spans under 2 decades)
+  const logNum = (vals) => {
+    const pos = vals.filter((v) => v > 0), span = pos.length ? Math.log10(Math.max(...pos) / Math.min(...pos)) : 0;
+    return vals.map((v) => {
+      if (!(v > 0)) return "";
+      const e = Math.round(Math.log10(v)), pow = Math.abs(v / 10 ** e - 1) < 1e-9;
+      return pow ? ("1e" + e).replace("-", "\u2212") : span < 2 ? num(v) : "";
+    });
+  };
+  Obs.tickLabel = num;
+
+  // Every line's points on one x (uPlot draws aligned columns): a single line as it is, several joined (gaps null,
+  // drawn across).
+  function columns(lines) {
+    if (lines.length === 1) return [lines[0].x, lines[0].y];
+    const x0 = lines[0].x;
+    if (lines.every((t) => t.x === x0 || (t.x.length === x0.length && sameX(t.x, x0)))) {
+      return [lines[0].x, ...lines.map((t) => t.y)];
+    }
+    return uPlot.join(lines.map((t) => [t.x, t.y]));
+  }
+  function sameX(a, b) { for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false; return true; }
+
+  // A figure's shape: what uPlot's options depend on. The same shape keeps the instance.
+  const shapeKey = (lines, layout) => [
+    lines.map((t) => [t.yaxis || "y", t.name, t.line && t.line.color, t.line && t.line.width, t.line && t.line.dash,
+                      t.opacity, t.fill].join()).join("|"),
+    layout.xaxis && layout.xaxis.type, layout.yaxis && layout.yaxis.type, layout.yaxis3 ? "y3" : "",
+    JSON.stringify(layout.margin), layout.dragmode, document.documentElement.dataset.theme || ""].join("#");
+
+  function options(node, fig, lines, layout, on) {
+    const t = theme(), m = layout.margin || {l: 50, r: 12, t: 10, b: 30};
+    const time = layout.xaxis && layout.xaxis.type === "date";
+    const axis = (scale, side, size) => ({
+      scale, side, size, stroke: t.muted, font: FONT, labelFont: FONT, gap: 4,
+      grid: {show: side !== 1, stroke: t.grid, width: 1}, ticks: {show: true, stroke: t.grid, width: 1, size: 4},
+      values: scale === "x" && time ? undefined
+        : (u, vals) => (fig.ticks[scale] = fig.log[scale] ? logNum(vals) : vals.map(num))});
+    const series = [{}];
+    const bands = [];
+    lines.forEach((tr, i) => {
+      const ln = tr.line || {}, width = ln.width === undefined ? 1.5 : ln.width;
+      series.push({label: tr.name || "", scale: tr.yaxis === "y3" ? "y3" : "y", spanGaps: true,
+                   stroke: width > 0 ? rgba(ln.color || t.fg, tr.opacity) : "transparent", width,
+                   dash: DASH[ln.dash] || undefined, points: {show: false}});
+      if (tr.fill === "tonexty" && i > 0) bands.push({series: [i + 1, i], fill: tr.fillcolor || "rgba(0,0,0,0.1)"});
+    });
+    const rng = (key) => (u, lo, hi) => {
+      const r = fig.ranges[key];
+      if (r) return r.slice();
+      if (!(hi >= lo)) return key === "x" ? [0, 1] : [0, 1];
+      if (hi === lo) { const d = Math.abs(hi) * 0.5 || 1; return [lo - d, hi + d]; }
+      const log = fig.log[key];
+      if (key === "x" && !log) return [lo, hi];
+      if (key === "x") return [lo > 0 ? lo : 1e-9, hi];
+      if (log) {
+        const a = Math.log10(lo), b = Math.log10(hi), p = (b - a) * 0.06 || 0.3;
+        return [10 ** (a - p), 10 ** (b + p)];
+      }
+      const p = (hi - lo) * 0.06;
+      return [lo - p, hi + p];
+    };
+    const logOf = (a) => !!(a && a.type === "log");
+    fig.log = {x: logOf(layout.xaxis), y: logOf(layout.yaxis), y3: logOf(layout.yaxis3)};
+    const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1},
+                    y: {range: rng("y"), distr: fig.log.y ? 3 : 1}};
+    if (layout.yaxis3) scales.y3 = {range: rng("y3"), distr: fig.log.y3 ? 3 : 1};
+    const xa = layout.xaxis || {}, ticks = xa.tickvals ? {splits: () => xa.tickvals, values: () => xa.ticktext} : {};
+    const axes = [{...axis("x", 2, m.b), ...ticks, label: xa.title ? xa.title.text : "",
+                   labelSize: 14}, axis("y", 3, m.l)];
+    if (layout.yaxis3) axes.push({...axis("y3", 1, m.r), label: (layout.yaxis3.title || {}).text || "", labelSize: 14,
+                                  values: layout.yaxis3.tickformat
+                                    ? (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")
+                                    : (u, v) => (fig.ticks.y3 = v.map(num))});
+    const drag = layout.dragmode !== false;
+    return {
+      width: fig.width, height: fig.height, ms: 1, legend: {show: false}, series, axes, scales, bands,
+      padding: [m.t, layout.yaxis3 ? 0 : m.r, 0, 0],
+      cursor: {y: false, points: {show: false}, drag: {x: drag, y: false, setScale: false},
+               bind: {dblclick: () => () => { if (on.reset) on.reset(); return null; },
+                      ...(drag ? {} : {mousedown: () => () => null})}},
+      hooks: {
+        drawAxes: [(u) => drawShapes(u, fig, true)],
+        draw: [(u) => { drawShapes(u, fig, false); drawMarkers(u, fig); placeLabels(u, fig); drawn(u, fig); }],
+        setSelect: [(u) => {
+          const s = u.select;
+          if (s.width < 3) return;
+          const a = u.posToVal(s.left, "x"), b = u.posToVal(s.left + s.width, "x");
+          u.setSelect({left: 0, width: 0, top: 0, height: 0}, false);
+          if (on.zoom) on.zoom(a, b);
+        }],
+        setCursor: [(u) => hover(u, fig)],
+        ready: [(u) => u.over.addEventListener("click", (ev) => {
+          if (u.select.width > 2) return;
+          const x = u.posToVal(ev.offsetX, "x");
+          node.dispatchEvent(new CustomEvent("obs-plot-click", {detail: {x}}));
+        })],
+      },
+    };
+  }
+
+  // What is drawn, written back into the figure's layout (as Plotly's did): the axes' ranges and tick labels.
+  function drawn(u, fig) {
+    const layout = fig.layout, sx = u.scales.x, sy = u.scales.y;
+    if (sx.min !== undefined && sx.min !== null && layout.xaxis) {
+      layout.xaxis.range = fig.log.x ? [Math.log10(sx.min), Math.log10(sx.max)] : [sx.min, sx.max];
+    }
+    if (sy.min !== undefined && sy.min !== null && layout.yaxis) {
+      layout.yaxis.range = fig.log.y ? [Math.log10(sy.min), Math.log10(sy.max)] : [sy.min, sy.max];
+      layout.yaxis.ticklabels = fig.ticks.y;
+    }
+  }
+
+  // Vertical marks: lines and bands spanning the plot (bands first, under the lines)
+  function drawShapes(u, fig, below) {
+    const c = u.ctx, {left, top, width, height} = u.bbox, dpr = devicePixelRatio || 1;
+    c.save();
+    c.beginPath(); c.rect(left, top, width, height); c.clip();
+    for (const s of fig.layout.shapes || []) {
+      if ((s.type === "rect") !== below) continue;
+      const x0 = u.valToPos(+s.x0, "x", true);
+      if (s.type === "rect") {
+        const x1 = u.valToPos(+s.x1, "x", true);
+        c.fillStyle = s.fillcolor || "rgba(255,160,0,0.18)";
+        c.fillRect(Math.min(x0, x1), top, Math.max(1, Math.abs(x1 - x0)), height);
+      } else {
+        const ln = s.line || {};
+        c.strokeStyle = ln.color || "#ef6c00"; c.lineWidth = (ln.width || 1.5) * dpr;
+        c.setLineDash((DASH[ln.dash] || []).map((d) => d * dpr));
+        c.beginPath(); c.moveTo(Math.round(x0) + 0.5, top); c.lineTo(Math.round(x0) + 0.5, top + height); c.stroke();
+      }
+    }
+    c.restore();
+  }
+
+  // Point marks: ✕ and ▲ at their value (y, y3) or at the top of the plot (y2, 0..1 of its height)
+  function drawMarkers(u, fig) {
+    const c = u.ctx, {left, top, width, height} = u.bbox, dpr = devicePixelRatio || 1;
+    for (const tr of fig.markers) {
+      const mk = tr.marker || {}, r = (mk.size || 8) / 2 * dpr;
+      c.strokeStyle = mk.color || "#c62828"; c.lineWidth = 1.6 * dpr; c.setLineDash([]);
+      for (let i = 0; i < tr.x.length; i++) {
+        const x = u.valToPos(tr.x[i], "x", true);
+        if (x < left - r || x > left + width + r) continue;
+        const y = tr.yaxis === "y2" ? top + (1 - tr.y[i] / 1.05) * height + r
+          : u.valToPos(tr.y[i], tr.yaxis === "y3" ? "y3" : "y", true);
+        c.beginPath();
+        if (String(mk.symbol).startsWith("triangle")) {
+          c.moveTo(x, y - r); c.lineTo(x + r, y + r); c.lineTo(x - r, y + r); c.closePath();
+        } else { c.moveTo(x - r, y - r); c.lineTo(x + r, y + r); c.moveTo(x + r, y - r); c.lineTo(x - r, y + r); }
+        c.stroke();
+      }
+    }
+  }
+
+  // Labels above the plot, in HTML (clickable, hoverable, read by screen readers as text)
+  function placeLabels(u, fig) {
+    const layer = fig.labels, dpr = devicePixelRatio || 1, want = (fig.layout.annotations || []).filter((a) => a.text);
+    while (layer.childNodes.length > want.length) layer.lastChild.remove();
+    // (the plot area from uPlot's box, canvas pixels: reading the overlay's offsets would force a layout)
+    const plotLeft = u.bbox.left / dpr, plotTop = u.bbox.top / dpr, w = u.bbox.width / dpr;
+    want.forEach((a, i) => {
+      let el = layer.childNodes[i];
+      if (!el) {
+        el = layer.appendChild(document.createElement("span"));
+        el.className = "mark-label";
+        el.addEventListener("mouseenter", () => {
+          if (el.obsLabel.hovertext) showTip(fig, el, el.obsLabel.hovertext);
+        });
+        el.addEventListener("mouseleave", () => hideTip(fig));
+        el.addEventListener("click", () => {
+          if (el.obsLabel.captureevents && fig.on.label) fig.on.label(el.obsLabel.overlayId);
+        });
+      }
+      el.obsLabel = a;
+      if (el.textContent !== a.text) el.textContent = a.text;
+      const x = u.valToPos(+a.x, "x"), hide = !(x >= -1 && x <= w + 1);
+      const look = [plotLeft + x, plotTop - 16, (a.font && a.font.color) || "", a.xanchor, !!(a.captureevents ||
+                    a.hovertext), hide].join("|");
+      if (el.obsLook === look) return; // (unchanged: no style written, no layout invalidated)
+      el.obsLook = look;
+      el.hidden = hide;
+      el.style.left = (plotLeft + x) + "px";
+      el.style.top = (plotTop - 16) + "px";
+      el.style.color = (a.font && a.font.color) || "";
+      el.classList.toggle("center", a.xanchor === "center");
+      el.classList.toggle("live", !!(a.captureevents || a.hovertext));
+    });
+  }
+
+  function showTip(fig, el, text) {
+    const tip = fig.tip, r = el.getBoundingClientRect(), box = fig.node.getBoundingClientRect();
+    tip.textContent = String(text).replace(/<br>/g, "\n"); tip.hidden = false; fig.labelTip = true;
+    tip.style.left = Math.max(0, Math.min(r.left - box.left, box.width - 240)) + "px";
+    tip.style.top = (r.bottom - box.top + 4) + "px";
+  }
+  function hideTip(fig) { fig.tip.hidden = true; fig.labelTip = false; }
+
+  // Hover: every line's value at the pointer's x
+  function hover(u, fig) {
+    const i = u.cursor.idx;
+    if (!fig.layout.hovermode) return;
+    if (i === null || i === undefined || u.cursor.left < 0) { if (!fig.labelTip) hideTip(fig); return; }
+    const xv = u.data[0][i], rows = [fig.fmtX(xv)];
+    fig.lines.forEach((tr, k) => {
+      const v = u.data[k + 1][i];
+      if (v !== null && v !== undefined && tr.hoverinfo !== "skip") rows.push(`${tr.name}: ${fig.fmtY(v, tr)}`);
+    });
+    const tip = fig.tip, w = u.over.clientWidth;
+    tip.textContent = rows.join("\n"); tip.hidden = false;
+    const x = u.over.offsetLeft + u.cursor.left;
+    tip.style.left = (u.cursor.left > w / 2 ? x - tip.offsetWidth - 12 : x + 12) + "px";
+    tip.style.top = (u.over.offsetTop + 4) + "px";
+  }
+
+  function toolbar(node, on) {
+    const bar = document.createElement("div");
+    bar.className = "modebar";
+    for (const t of on.toolbar || []) {
+      const b = document.createElement("button");
+      b.type = "button"; b.className = "modebar-btn"; b.textContent = t.text;
+      b.setAttribute("aria-label", t.label); b.title = t.label;
+      b.addEventListener("click", () => t.fn(node));
+      bar.appendChild(b);
+    }
+    return bar;
+  }
+
+  function legend(fig, layout, lines) {
+    const el = fig.legend, show = layout.showlegend ? lines.filter((t) => t.showlegend !== false && t.name) : [];
+    const key = show.map((t) => t.name + "\u0000" + (t.line || {}).color).join("|");
+    el.hidden = !show.length;
+    if (el.dataset.key === key) return;
+    el.dataset.key = key;
+    el.replaceChildren(...show.map((t) => {
+      const item = document.createElement("span"), sw = document.createElement("i");
+      item.className = "legend-item";
+      sw.style.borderColor = (t.line || {}).color || "";
+      if ((t.line || {}).dash === "dot") sw.style.borderStyle = "dotted";
+      item.append(sw, document.createTextNode(t.name));
+      return item;
+    }));
+  }
+
+  Obs.drawFigure = (node, traces, layout, on = {}) => {
+    const lines = traces.filter(isLine), markers = traces.filter((t) => t.mode === "markers" && t.x && t.x.length);
+    node.data = traces; node.layout = layout;
+    let fig = node._figure;
+    const width = node.clientWidth || 600, height = node.clientHeight || 260;
+    if (!fig) {
+      fig = node._figure = {node, ranges: {}, log: {}, ticks: {}};
+      node.classList.add("figure");
+      fig.legend = document.createElement("div"); fig.legend.className = "legend";
+      fig.labels = document.createElement("div"); fig.labels.className = "mark-labels";
+      fig.tip = document.createElement("div"); fig.tip.className = "chart-hover"; fig.tip.hidden = true;
+      fig.bar = toolbar(node, on);
+      node.replaceChildren(fig.legend, fig.labels, fig.bar, fig.tip);
+      node.addEventListener("mouseleave", () => hideTip(fig));
+    }
+    fig.on = on; fig.layout = layout; fig.lines = lines; fig.markers = markers; fig.width = width; fig.height = height;
+    const time = layout.xaxis && layout.xaxis.type === "date";
+    fig.log = {x: !!(layout.xaxis && layout.xaxis.type === "log"), y: !!(layout.yaxis && layout.yaxis.type === "log"),
+               y3: !!(layout.yaxis3 && layout.yaxis3.type === "log")};
+    fig.fmtX = time ? (v) => new Date(v).toISOString().slice(0, 19).replace("T", " ")
+      : (v) => Number(v).toLocaleString("en-US");
+    fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"
+      : num(v) + (tr.unit ? " " + tr.unit : ""));
+    const fixed = (a, key) => {
+      if (!a || !a.range || a.autorange === true) return null;
+      return fig.log[key] ? [10 ** a.range[0], 10 ** a.range[1]] : a.range.slice();
+    };
+    const key = shapeKey(lines, layout);
+    const data = lines.length ? columns(lines) : [[], []];
+    if (!lines.length) data.length = 1;
+    legend(fig, layout, lines);
+    if (!fig.u || fig.key !== key) {
+      if (fig.u) fig.u.destroy();
+      fig.key = key;
+      const opts = options(node, fig, lines, layout, on);
+      fig.ranges = {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
+      fig.u = new uPlot(opts, data, (u, init) => { node.insertBefore(u.root, fig.labels); init(); });
+    } else {
+      fig.ranges = {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
+      fig.u.batch(() => {
+        if (fig.u.width !== width || fig.u.height !== height) fig.u.setSize({width, height});
+        fig.u.setData(data, true);
+      });
+    }
+    return fig.u;
+  };
+
+  // The x pixel (from the plot area's left) of x, as drawn; the plot area's box in the node (CSS px)
+  Obs.figureX = (node, x) => node._figure && node._figure.u ? node._figure.u.valToPos(x, "x") : null;
+  Obs.figureBox = (node) => {
+    const u = node._figure && node._figure.u;
+    return u ? {left: u.over.offsetLeft, top: u.over.offsetTop, width: u.over.clientWidth, height: u.over.clientHeight}
+      : null;
+  };
+  Obs.figureXAt = (node, px) => node._figure && node._figure.u ? node._figure.u.posToVal(px, "x") : NaN;
+  Obs.figureResize = (node) => {
+    const fig = node._figure;
+    if (fig && fig.u && node.clientWidth) {
+      fig.u.setSize({width: node.clientWidth, height: node.clientHeight || fig.height});
+    }
+  };
+  Obs.savePNG = (node) => { // the chart's canvas as a PNG file (named after the chart's element)
+    const u = node._figure && node._figure.u;
+    if (!u) return;
+    const a = document.createElement("a");
+    a.href = u.ctx.canvas.toDataURL("image/png");
+    a.download = (node.id || "chart") + ".png";
+    a.click();
+  };
+  Obs.figurePurge = (node) => { if (node._figure && node._figure.u) node._figure.u.destroy(); node._figure = null; };
+})(window.Obs);

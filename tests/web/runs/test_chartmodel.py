@@ -1,0 +1,91 @@
+"""The charts' data model (static/js/chartmodel.js), run in Chromium as the pages run it: M4-style min/max per pixel
+bucket keeps every bucket's extremes (a one-step spike survives), a zoomed window's finer points merge into the
+coarse history, live points append to typed arrays that grow by doubling (no allocation a point) and a rewind cuts
+them, and close labels fold into one with a count."""
+
+import pytest
+
+from ..servers import ROOT
+
+pytestmark = [pytest.mark.browser]
+
+
+@pytest.fixture
+def model(new_page):
+    page = new_page()
+    page.set_content("<!doctype html><title>model</title>")
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "chartmodel.js"))
+    return page
+
+
+def test_minmax_keeps_each_buckets_min_and_max_in_x_order(model):
+    got = model.evaluate("""() => {
+      const x = [], y = [];
+      let seed = 7; const rnd = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
+      for (let i = 0; i < 10000; i++) { x.push(i); y.push(i === 7777 ? 50 : rnd()); }
+      const [X, Y] = Obs.minmax(x, y, 100), w = 9999 / 100, want = new Map();
+      for (let i = 0; i < x.length; i++) {
+        const b = Math.floor(x[i] / w), m = want.get(b) || {lo: Infinity, hi: -Infinity};
+        m.lo = Math.min(m.lo, y[i]); m.hi = Math.max(m.hi, y[i]); want.set(b, m);
+      }
+      const have = new Map();
+      X.forEach((v, i) => { const b = Math.floor(v / w), m = have.get(b) || {lo: Infinity, hi: -Infinity};
+                            m.lo = Math.min(m.lo, Y[i]); m.hi = Math.max(m.hi, Y[i]); have.set(b, m); });
+      return {n: X.length, sorted: X.every((v, i) => i === 0 || v > X[i - 1]),
+              same: [...want].every(([b, m]) => have.get(b).lo === m.lo && have.get(b).hi === m.hi),
+              spike: X.includes(7777) && Y[X.indexOf(7777)] === 50, pairs: X.every((v, i) => y[v] === Y[i])};
+    }""")
+    assert got["n"] <= 2 * 101 and got["sorted"] and got["same"] and got["spike"] and got["pairs"], got
+
+
+def test_a_zoomed_window_merges_into_the_coarse_history(model):
+    got = model.evaluate("""() => {
+      const a = {steps: [], values: [], nfSteps: [300, 550, 900], nfKinds: ["nan", "inf", "nan"]};
+      for (let s = 0; s <= 1000; s += 10) { a.steps.push(s); a.values.push(s / 10); }
+      const b = {steps: [], values: [], nfSteps: [555], nfKinds: ["-inf"]};
+      for (let s = 500; s <= 600; s++) { b.steps.push(s); b.values.push(-s); }
+      const m = Obs.mergeWindow(a, b, 500, 600);
+      return {before: m.steps.filter((s) => s < 500).length, inside: m.steps.filter((s) => s >= 500 && s <= 600),
+              after: m.steps.filter((s) => s > 600).length, values: m.values.slice(50, 53),
+              sorted: m.steps.every((s, i) => i === 0 || s > m.steps[i - 1]), nf: m.nfSteps, kinds: m.nfKinds,
+              untouched: a.steps.length === 101};
+    }""")
+    assert got["before"] == 50 and got["after"] == 40 and got["inside"] == list(range(500, 601))
+    assert got["values"] == [-500, -501, -502] and got["sorted"] and got["untouched"]
+    assert got["nf"] == [300, 555, 900] and got["kinds"] == ["nan", "-inf", "nan"]
+
+
+def test_live_points_append_to_doubling_typed_arrays_and_a_rewind_cuts_them(model):
+    got = model.evaluate("""() => {
+      const b = new Obs.LiveBuffer(1024), sizes = new Set();
+      for (let i = 0; i < 3000; i++) { b.push(i, i * 2); sizes.add(b.x.length); }
+      const [x, y] = b.view();
+      const out = {n: x.length, last: [x[2999], y[2999]], sizes: [...sizes], typed: x instanceof Float64Array,
+                   shared: x.buffer === b.x.buffer};
+      b.cutAfter(1500);
+      out.cut = b.view()[0].length; out.cutLast = b.view()[0][1500];
+      const d = {steps: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], values: [9, 8, 7, 6, 5, 4, 3, 2, 1, 0],
+                 nfSteps: [3, 8], nfKinds: ["nan", "inf"]};
+      Obs.cutAfter(d, 5);
+      out.rewound = d;
+      return out;
+    }""")
+    assert got["n"] == 3000 and got["last"] == [2999, 5998] and got["typed"] and got["shared"]
+    assert got["sizes"] == [1024, 2048, 4096], "the arrays double: no allocation a point"
+    assert got["cut"] == 1501 and got["cutLast"] == 1500
+    assert got["rewound"] == {"steps": [0, 1, 2, 3, 4, 5], "values": [9, 8, 7, 6, 5, 4], "nfSteps": [3],
+                              "nfKinds": ["nan"]}
+
+
+def test_close_labels_fold_into_one_with_a_count_and_every_text_on_hover(model):
+    got = model.evaluate("""() => {
+      const marks = [{id: "a", x0: 0, label: "loss spike at 0"}, {id: "b", x0: 5, label: "grad norm jump"},
+                     {id: "c", x0: 9, label: "lr changed"}, {id: "d", x0: 300, label: "far away"},
+                     {id: "e", x0: 100, label: "centred", anchor: "center"}];
+      const groups = Obs.labelGroups(marks, (s) => s * 2, 5.6);
+      return {ids: groups.map((g) => g.map((o) => o.id)), labels: groups.map(Obs.groupLabel),
+              hover: Obs.groupHover(groups[0])};
+    }""")
+    assert got["ids"] == [["a", "b", "c"], ["e"], ["d"]]
+    assert got["labels"] == ["loss spike at… +2", "centred", "far away"]
+    assert got["hover"] == "loss spike at 0<br>grad norm jump<br>lr changed"
