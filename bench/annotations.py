@@ -10,15 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-from harness import ROOT, Stack, add_save_flag, pct, report, wait_http  # noqa: E402
+from harness import Stack, add_save_flag, pct, report, wait_http  # noqa: E402
+from stack import load_series  # noqa: E402
 
 STEPS = 2000
 CSRF = "b" * 32  # a CSRF secret of our choosing: cookie and header agree
@@ -58,21 +56,16 @@ def _django(env: dict):
 def _world(runs: list[str], many: int, members: int) -> list[str]:
     """Runs with a loss curve (`runs[0]` gets `many` annotations), and signed-in members' session keys."""
     from django.contrib.auth import get_user_model
-    from django.db import transaction
     from django.test import Client
 
     from observatory import contract
     from webapp.accounts import roles
     from webapp.annotations.models import Annotation
-    from webapp.metrics.models import Series
-    from webapp.metrics.storage import bulk_load
     from webapp.runs.models import Run
 
     for run_id in runs:
         run = Run.objects.create(id=run_id, name="annotations bench", last_step=STEPS - 1, state="training")
-        series = Series.objects.create(run=run, name=contract.M_LOSS)
-        with transaction.atomic():
-            bulk_load(series.id, ((s, 4.0 / (1 + s / 300)) for s in range(STEPS)))
+        load_series(run, contract.M_LOSS, ((s, 4.0 / (1 + s / 300)) for s in range(STEPS)))
     author = get_user_model().objects.create_user("bench-author", "a@example.org", "x" * 16)
     Annotation.objects.bulk_create(
         Annotation(run_id=runs[0], author=author, title=f"note {i}", body="b", body_html="<p>b</p>",

@@ -12,9 +12,7 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -31,7 +29,8 @@ from observatory.anomalies import Monitor  # noqa: E402
 from observatory.anomalies.model import OPENED, AnomalyLog  # noqa: E402
 from observatory.anomalies.scan import open_text, parse_maps, read_rows, scan_rows  # noqa: E402
 
-from harness import add_save_flag, report as file_result, save  # noqa: E402
+from harness import add_save_flag, report as file_result  # noqa: E402
+from stack import run_landed  # noqa: E402
 from anomaly_synth import DOMAINS, EXPERTS, TICK_S, TOKENS_PER_STEP, Curves, build_set  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "anomalies"
@@ -290,20 +289,8 @@ def public() -> dict:
 
 
 def landed(ref: str) -> dict:
-    """This benchmark run on `ref`'s observatory package (git archive into a temporary directory), as JSON."""
-    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
-                         capture_output=True, text=True)
-    if sha.returncode:
-        return {"ref": ref, "error": f"no such git ref: {ref}"}
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha.stdout.strip(), "observatory"],
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run([sys.executable, __file__, "--json", "--no-save", "--no-landed", "--core", tmp],
-                             capture_output=True, text=True)
-    if out.returncode:
-        return {"ref": ref, "error": out.stderr.strip().splitlines()[-1:]}
-    return {"ref": ref, "commit": sha.stdout.strip()[:12], **json.loads(out.stdout)}
+    """This benchmark run on `ref`'s observatory package (bench/stack.py: git archive into a temporary directory)."""
+    return run_landed(ref, Path(__file__), "--json", "--no-landed")
 
 
 def side_by_side(mine: dict, old: dict) -> dict:
@@ -326,7 +313,7 @@ def side_by_side(mine: dict, old: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print one JSON object (the default prints a table too)")
+    ap.add_argument("--json", action="store_true", help="print the JSON object on one line (default: indented)")
     ap.add_argument("--curve", nargs=2, action="append", default=[], metavar=("CSV", "LABELS"))
     ap.add_argument("--map", action="append", default=[], metavar="COLUMN=METRIC")
     ap.add_argument("--landed", default="main", metavar="REF", help="git ref whose detectors to compare with")
@@ -357,26 +344,7 @@ def main() -> int:
         if "error" not in report["landed"]:
             report["vs_landed"] = side_by_side(report, report["landed"])
     report["wall_s"] = round(time.perf_counter() - t0, 1)
-    if args.json:
-        return file_result("anomalies", report, False, not args.no_save)
-    print(f"{'kind':22} {'labels':>6} {'recall':>7} {'dets':>5} {'precision':>9} {'delay':>6} {'FA/10k':>7} "
-          f"{'warn+':>6}")
-    for kind, r in sorted(report["per_kind"].items()):
-        print(f"{kind:22} {r['labels']:6} {r['recall'] if r['recall'] is not None else '-':>7} {r['detections']:5} "
-              f"{r['precision'] if r['precision'] is not None else '-':>9} "
-              f"{r['median_delay_steps'] if r['median_delay_steps'] is not None else '-':>6} "
-              f"{r['false_alarms_per_10k']:7} {r['false_alarms_per_10k_warning_up']:6}")
-    print(json.dumps({k: report[k] for k in ("clean", "recorded_clean", "missed", "unexplained", "cost", "wall_s")},
-                     indent=2))
-    pub = report["public"]
-    print(f"public incidents: {pub['found']}/{pub['incidents']} found (recall {pub['recall']}), precision "
-          f"{pub['precision']}, median delay {pub['median_delay_points']} logged points; warnings on clean public "
-          f"curves: {pub['clean_warning_or_critical']}")
-    if "vs_landed" in report:
-        print(json.dumps({"vs_landed [landed, this]": report["vs_landed"]}, indent=1))
-    if not args.no_save:
-        save("anomalies", report)
-    return 0
+    return file_result("anomalies", report, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,13 @@ What it measures and how: docs/PERFORMANCE.md, `anomaly_live` (bench/results/ano
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from harness import ROOT, add_save_flag, report, PrivateRedis  # noqa: E402
+from harness import Stack, add_save_flag, bench_redis_url, django_here, report  # noqa: E402
 
 DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
 PARAMS = [f"layers/{i}/{w}" for i in range(4) for w in (
@@ -91,39 +88,24 @@ def main() -> int:
     ap.add_argument("--database-url", default=None, help="default: a throw-away SQLite file")
     add_save_flag(ap)
     args = ap.parse_args()
-    with PrivateRedis() as redis:
-        return run(args, redis.url)
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+    with Stack("anomaly-live") as stack:  # the bench Redis database (flushed) and a migrated database
+        os.environ.update({"OBS_DATA_DIR": stack.tmp, "OBS_LOG_LEVEL": "WARNING"})
+        django_here(f"{stack.tmp}/bench.sqlite3", debug=False)
+        import redis
+        from django.db import connection
 
-
-def run(args, redis_url: str) -> int:
-    tmp = tempfile.mkdtemp(prefix="obs-bench-anomaly-")
-    os.environ.update({"DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "0",
-                       "DJANGO_SECRET_KEY": "bench-only-not-secret", "REDIS_URL": redis_url,
-                       "DATABASE_URL": args.database_url or f"sqlite:///{tmp}/bench.sqlite3", "OBS_DATA_DIR": tmp,
-                       "OBS_LOG_LEVEL": "WARNING"})
-    import django
-
-    django.setup()
-    import redis
-    from django.core.management import call_command
-    from django.db import connection
-
-    call_command("migrate", verbosity=0)
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    out = {"database": connection.vendor}
-    try:
-        for mode, batch in (("live", 1), ("catchup", 500)):
-            out[mode] = measure(client, f"bench-{mode}-{int(time.time())}", args.steps, batch)
-    finally:
+        client = redis.Redis.from_url(bench_redis_url())
         client.flushdb()
-        if args.database_url is None:
-            import shutil
-
+        out = {"database": connection.vendor}
+        try:
+            for mode, batch in (("live", 1), ("catchup", 500)):
+                out[mode] = measure(client, f"bench-{mode}-{int(time.time())}", args.steps, batch)
+        finally:
+            client.flushdb()
             connection.close()
-            shutil.rmtree(tmp, ignore_errors=True)
-    report("anomaly_live", out, False, not args.no_save)
-    return 0
+    return report("anomaly_live", out, False, not args.no_save)
 
 
 if __name__ == "__main__":

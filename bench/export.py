@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import json
 import sys
 import time
 import tracemalloc

@@ -9,26 +9,22 @@ What it measures and how: docs/PERFORMANCE.md, `frontpage` (bench/results/frontp
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from harness import ROOT, add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
+from stack import landed_tree, load_series  # noqa: E402
 
 RUN_ID = "bench-front"
 
 
 def seed(steps: int, runs: int) -> None:
-    from django.db import transaction
-
     from webapp.anomalies.models import Anomaly
     from webapp.annotations.models import Annotation
-    from webapp.metrics import storage
     from webapp.metrics.models import Series
     from webapp.runs.models import Run
 
@@ -38,9 +34,7 @@ def seed(steps: int, runs: int) -> None:
     hb = {"tokens": steps * 4096, "token_budget": 2 * steps * 4096, "eta_s": 3600.0, "steps_per_s": 4.0}
     run = Run.objects.create(id=RUN_ID, name="front-page benchmark", state="training", health="alive",
                              last_step=steps - 1, heartbeat=hb)
-    s = Series.objects.create(run=run, name="train/loss")
-    with transaction.atomic():
-        storage.bulk_load(s.id, ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps)))
+    load_series(run, "train/loss", ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps)))
     Anomaly.objects.create(run=run, key="loss_spike train/loss 77", kind="loss_spike", metric="train/loss",
                            start_step=77, peak_step=77, detected_step=77, severity="warning", score=3.0,
                            explanation="loss 9 at step 77 is 3x its running level")
@@ -85,12 +79,10 @@ def main() -> int:
     env = django_here(args.db)
     seed(args.steps, args.runs)
     out = {"base": base[:12], "steps": args.steps, "runs": args.runs + 1, "repeat": args.repeat}
-    with tempfile.TemporaryDirectory() as landed:
-        archive = subprocess.run(["git", "archive", base], cwd=ROOT, check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", landed], input=archive, check=True)
+    with landed_tree(base) as landed:
         ready_js = ("() => !!document.querySelector('#front-chart .main-svg') && "
                     "document.querySelectorAll('#moments li.moment').length >= 2")
-        for name, tree in (("landed", Path(landed)), ("front", ROOT)):
+        for name, tree in (("landed", landed), ("front", ROOT)):
             with web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree) as server:
                 out[name] = measure(f"http://127.0.0.1:{server.port}/", ready_js, args.repeat)
     out["fcp_ratio_front_over_landed"] = round(out["front"]["fcp_ms"] / out["landed"]["fcp_ms"], 2)

@@ -13,16 +13,14 @@ import json
 import os
 import random
 import resource
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 from harness import ROOT, PrivateRedis, add_save_flag, report  # noqa: E402
+from stack import Database  # noqa: E402 (bench/chaos.py imports it from here too)
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -79,72 +77,6 @@ def _cpu() -> float:
 
 
 # ---------------------------------------------------------------------------------------------- parent
-class Database:
-    """A throw-away database of one backend, migrated, with a DATABASE_URL for the children."""
-
-    def __init__(self, backend: str, pg_server: str):
-        self.backend = backend
-        if backend == "sqlite":
-            self.dir = tempfile.mkdtemp(prefix="obs-bench-ingest-db-")
-            self.url = f"sqlite:///{self.dir}/bench.sqlite3"
-        else:
-            import psycopg
-
-            self.name = f"obs_bench_ingest_{os.getpid()}"
-            self.admin = pg_server.rstrip("/") + "/postgres"
-            with psycopg.connect(self.admin, autocommit=True) as c:
-                c.execute(f"DROP DATABASE IF EXISTS {self.name}")
-                c.execute(f"CREATE DATABASE {self.name}")
-            self.url = pg_server.rstrip("/") + "/" + self.name
-        # DEBUG off, as in production (Django's debug cursor would log every query's parameters)
-        self.env = {**os.environ, "DATABASE_URL": self.url, "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "bench-only",
-                    "PYTHONPATH": str(ROOT),
-                    "DJANGO_SETTINGS_MODULE": "webapp.settings",
-                    "OBS_LOG_LEVEL": os.environ.get("OBS_LOG_LEVEL", "WARNING")}
-        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=self.env, check=True,
-                       stdout=subprocess.DEVNULL)
-
-    def sql(self, statements: list[str]) -> list:
-        out = []
-        if self.backend == "sqlite":
-            import sqlite3
-
-            with sqlite3.connect(urlparse(self.url).path) as c:
-                for st in statements:
-                    out.append(c.execute(st).fetchall())
-        else:
-            import psycopg
-
-            with psycopg.connect(self.url, autocommit=True) as c:
-                for st in statements:
-                    cur = c.execute(st)
-                    out.append(cur.fetchall() if cur.description else [])
-        return out
-
-    def reset(self) -> None:
-        tables = [t for (t,) in self.sql(["SELECT name FROM sqlite_master WHERE type='table'" if self.backend ==
-                                          "sqlite" else "SELECT tablename FROM pg_tables WHERE schemaname='public'"
-                                          ])[0] if t.startswith(("metrics_", "runs_"))]
-        if self.backend == "postgresql":
-            self.sql([f"TRUNCATE {', '.join(tables)} CASCADE"])
-        else:  # children first (foreign keys)
-            order = ("metrics_point", "metrics_block", "metrics_", "runs_runevent", "runs_")
-            self.sql([f"DELETE FROM {t}" for t in sorted(tables, key=lambda t: next(
-                i for i, p in enumerate(order) if t.startswith(p)))])
-
-    def count_points(self) -> int:
-        return self.sql(["SELECT COUNT(*) FROM metrics_point"])[0][0][0]
-
-    def close(self) -> None:
-        if self.backend == "sqlite":
-            shutil.rmtree(self.dir, ignore_errors=True)
-        else:
-            import psycopg
-
-            with psycopg.connect(self.admin, autocommit=True) as c:
-                c.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
-
-
 def prefill(client, runs: int, steps: int, width: int, seed: int = 1) -> list[str]:
     from observatory import contract
 

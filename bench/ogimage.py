@@ -8,7 +8,6 @@ What it measures and how: docs/PERFORMANCE.md, `ogimage` (bench/results/ogimage.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -16,17 +15,14 @@ import sys
 import tempfile
 import time
 import urllib.request
-from pathlib import Path
 
-from harness import ROOT, add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
+from harness import add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
+from stack import load_series  # noqa: E402
 
 RUN_ID = "bench-ogimage"
 
 
 def seed(steps: int) -> None:
-    from django.db import transaction
-
-    from webapp.metrics import storage
     from webapp.metrics.models import Series
     from webapp.runs.models import Run
 
@@ -34,10 +30,8 @@ def seed(steps: int) -> None:
         return
     Run.objects.filter(pk=RUN_ID).delete()
     run = Run.objects.create(id=RUN_ID, name="og:image benchmark", state="training", last_step=steps - 1)
-    s = Series.objects.create(run=run, name="train/loss")
-    with transaction.atomic():
-        storage.bulk_load(s.id, ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500) + (5.0 if i == steps // 3 else 0.0))
-                                 for i in range(steps)))
+    load_series(run, "train/loss", ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500) + (5.0 if i == steps // 3 else 0.0))
+                                    for i in range(steps)))
 
 
 def extend(steps: int, more: int) -> None:

@@ -26,6 +26,7 @@ if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout'
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from harness import add_save_flag, report  # noqa: E402
+from stack import load_series  # noqa: E402
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 # production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
 os.environ.setdefault("OBS_DEBUG", "0")
@@ -41,10 +42,10 @@ import django  # noqa: E402
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, transaction  # noqa: E402
+from django.db import connection  # noqa: E402
 
 from observatory import contract  # noqa: E402
-from webapp.metrics import queries, storage  # noqa: E402
+from webapp.metrics import queries  # noqa: E402
 from webapp.metrics.models import Series  # noqa: E402
 from webapp.runs.models import Run  # noqa: E402
 
@@ -90,16 +91,13 @@ def bench(n: int, points: list[int], repeat: int, keep: bool) -> dict:
     if series is None:
         Run.objects.filter(pk=BENCH_RUN).delete()
         run = Run.objects.create(id=BENCH_RUN, name="query benchmark")
-        series = Series.objects.create(run=run, name=contract.M_LOSS)
         rnd = random.Random(0)
         spike_set = set(spikes)
         t = time.perf_counter()
-        with transaction.atomic():
-            storage.bulk_load(series.id, ((i, 50.0 if i in spike_set else
-                                           2.0 + 3.0 * math.exp(-i / (n / 5)) + rnd.random() * 0.05)
-                                          for i in range(n)))
+        series = load_series(run, contract.M_LOSS, ((i, 50.0 if i in spike_set else
+                                                     2.0 + 3.0 * math.exp(-i / (n / 5)) + rnd.random() * 0.05)
+                                                    for i in range(n)))
         load_s = time.perf_counter() - t
-        series.refresh_from_db()
     out = {"database": connection.vendor, "points_total": series.count, "load_s": load_s, "queries": []}
     cases = [("full", 0, n - 1, p) for p in points] + [
         ("zoom 1%", n // 2, n // 2 + n // 100, 1000), ("zoom 2k steps", n // 2 - 1000, n // 2 + 1000, 1000)]
@@ -133,11 +131,9 @@ def load_windows_run(steps: int, n_series: int) -> list[str]:
     run = Run.objects.create(id=WIN_RUN, name="windows benchmark", state="stopped")
     rnd = random.Random(1)
     for i, name in enumerate(names):
-        s = Series.objects.create(run=run, name=name)
         spike = steps // 2 + 37 * i
-        with transaction.atomic():
-            storage.bulk_load(s.id, ((k, 50.0 if k == spike else 2.0 + (i + 1) * math.exp(-k / (steps / 5))
-                                      + rnd.random() * 0.05) for k in range(steps)))
+        load_series(run, name, ((k, 50.0 if k == spike else 2.0 + (i + 1) * math.exp(-k / (steps / 5))
+                                 + rnd.random() * 0.05) for k in range(steps)))
     return names
 
 

@@ -3,6 +3,7 @@ the largest run from the smaller ones on real ladders. Prints one JSON object.
 
     OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py --json [--bootstrap 200] [--rungs 24] [--full-grid]
         [--ladder var/ladder/demo-scaling/rungs.csv] [--public-only] [--ladders-bootstrap 200] [--compare REF]
+    .venv/bin/python bench/scaling.py --public-only --json    # the public ladders alone: the `scaling_ladders` topic
 
 What it measures and how: docs/PERFORMANCE.md, `scaling` (bench/results/scaling.md).
 """
@@ -17,7 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+# --core DIR: the observatory package found in DIR (bench/stack.py run_landed: the landed code's ladders, as JSON)
+_CORE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--core"), None)
+sys.path[:0] = [_CORE, str(ROOT)] if _CORE else [str(ROOT)]
 
 from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, fit_law  # noqa: E402
 from observatory.scaling.fit import holdout_mask  # noqa: E402
@@ -94,8 +98,15 @@ def main() -> None:
     ap.add_argument("--ladders-bootstrap", type=int, default=200, help="bootstrap fits per law on the public ladders")
     ap.add_argument("--compare", metavar="REF", help="also measure the core at this git ref on the public ladders")
     ap.add_argument("--no-cv", action="store_true", help="leave out the development and held_out blocks")
+    ap.add_argument("--seed", type=int, default=0, help="the public ladders' bootstrap seed")
+    ap.add_argument("--core", help="print the public ladders' evaluation of the observatory package in CORE only")
     add_save_flag(ap)
     args = ap.parse_args()
+    if args.core:  # the landed side of --compare (scaling_ladders.landed)
+        from observatory import scaling
+
+        print(json.dumps(scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap, args.seed)))
+        return 0
     if args.public_only:
         return report("scaling_ladders", {"public": public(args.ladder), **ladders(args)}, args.json, not args.no_save)
     sizes = max(2, args.rungs // 4)
@@ -129,10 +140,10 @@ def ladders(args) -> dict:
         from bench import scaling_cv
         out["development"] = scaling_cv.development()
         out["held_out"] = scaling_cv.held_out()
-    out["ladders"] = scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap)
+    out["ladders"] = scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap, args.seed)
     out["ladders_summary"] = scaling_ladders.summary(out["ladders"])
     if args.compare:
-        out["ladders_landed"] = scaling_ladders.landed(args.compare, args.ladders_bootstrap)
+        out["ladders_landed"] = scaling_ladders.landed(args.compare, args.ladders_bootstrap, args.seed)
         out["ladders_landed_summary"] = {"ref": args.compare, **scaling_ladders.summary(out["ladders_landed"])}
     return out
 

@@ -1,23 +1,20 @@
-"""Public scaling ladders with held-out larger runs (bench/data/ladders/README.md), and how a law forecasts them.
+"""Public scaling ladders with held-out larger runs (bench/data/ladders/README.md), and how a law forecasts them:
+the library of `bench/scaling.py --public-only` (the `scaling_ladders` topic) and bench/scaling_cv.py.
 
 What it measures and how: docs/PERFORMANCE.md, `scaling_ladders` (bench/results/scaling_ladders.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import add_save_flag, report  # noqa: E402
+from stack import run_landed  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 CHINCHILLA_HELDOUT_C = 2e21   # Hoffmann et al.'s largest isoFLOP profile (~3e21) and their 1.3e22 run
@@ -101,15 +98,12 @@ def evaluate_all(scaling, bootstrap: int = 200, seed: int = 0) -> dict:
 
 def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:
     """The same evaluation of the core at git `ref` (e.g. the merge base), in a subprocess on its own checkout
-    of observatory/, so that both are measured in one run on the same machine."""
-    root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "-C", str(root), "archive", ref, "observatory"], capture_output=True,
-                                 check=True).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run([sys.executable, __file__, "--no-save", "--core", tmp, "--bootstrap", str(bootstrap),
-                              "--seed", str(seed)], capture_output=True, text=True, check=True, cwd=root)
-    return json.loads(out.stdout)
+    of observatory/ (bench/stack.py), so that both are measured in one run on the same machine."""
+    out = run_landed(ref, Path(__file__).resolve().parent / "scaling.py", "--ladders-bootstrap", str(bootstrap),
+                     "--seed", str(seed))
+    if "error" in out:
+        raise SystemExit(f"the landed ladders ({ref}): {out['error']}")
+    return {k: v for k, v in out.items() if k not in ("ref", "commit")}
 
 
 def summary(ladders: dict, target_error: float = 0.03, target_coverage: float = 0.8) -> dict:
@@ -120,19 +114,3 @@ def summary(ladders: dict, target_error: float = 0.03, target_coverage: float = 
     ok = [n for n, r in rows.items() if r["mean_rel_error"] <= target_error and r["coverage"] >= target_coverage]
     return {"auto": rows, "ladders_meeting_target": ok, "target": {"mean_rel_error": target_error,
                                                                     "coverage": target_coverage}}
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description="evaluate a checkout of observatory/ on the public ladders (JSON)")
-    ap.add_argument("--core", type=Path, default=None, help="directory holding the observatory package to use")
-    ap.add_argument("--bootstrap", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0)
-    add_save_flag(ap)
-    args = ap.parse_args()
-    sys.path.insert(0, str(args.core or Path(__file__).resolve().parent.parent))
-    from observatory import scaling
-    report("scaling_ladders", evaluate_all(scaling, args.bootstrap, args.seed), False, not args.no_save)
-
-
-if __name__ == "__main__":
-    main()

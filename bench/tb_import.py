@@ -8,16 +8,14 @@ What it measures and how: docs/PERFORMANCE.md, `tb_import` (bench/results/tb_imp
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from harness import ROOT, add_save_flag, report  # noqa: E402
+from harness import ROOT, Stack, add_save_flag, report  # noqa: E402
 
 
 def write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
@@ -62,11 +60,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     add_save_flag(ap)
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-        env.update(OBS_DEBUG="1", OBS_DATA_DIR=tmp)
-        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-        logdir = Path(tmp) / "logs"
+    with Stack("tb-import") as stack:  # a migrated throw-away database (the harness's)
+        env = stack.site().env
+        logdir = Path(stack.tmp) / "logs"
         values = write(logdir, a.runs, range(a.steps), a.tags)
         first = timed(env, logdir)
         again = timed(env, logdir)

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
-from harness import ROOT, add_save_flag, report, PrivateRedis  # noqa: E402
+from harness import PrivateRedis, add_save_flag, report  # noqa: E402
 
 
 def publish(pub, steps, names) -> float:

@@ -12,7 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from deploy.run_local import free_port  # noqa: F401 (the one definition, `make run`'s; re-exported for tests and benches)
+# the one definition, `make run`'s; re-exported for tests and benches
+from deploy.run_local import free_port  # noqa: F401
 
 
 def listening(port: int, host: str = "127.0.0.1") -> bool:

@@ -244,13 +244,14 @@ def test_the_environment_checker_sees_every_spelling(tmp_path):
 # does, and may name any app's URL. A static file belongs to the app STATIC_OWNERS lists it under; SITE_STATIC
 # (the site's stylesheet, theme switch, icons, vendored libraries) belongs to the project: any template may name it.
 STATIC_OWNERS = {
-    "runs": ("js/series.js", "js/plotkit.js", "js/sketch.js", "js/view.js", "js/downloads.js", "js/charts.js", "js/zoom.js",
-             "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js", "js/dashboard.js",
-             "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js", "js/compareview.js"),
+    "runs": ("js/series.js", "js/plotkit.js", "js/sketch.js", "js/view.js", "js/downloads.js", "js/charts.js",
+             "js/zoom.js", "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js",
+             "js/dashboard.js", "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js",
+             "js/compareview.js"),
     "anomalies": ("js/anomalies.js",),
     "experiments": ("js/forecast.js",),
     "annotations": ("js/annotation-thread.js", "js/annotations.js"),
-    "control": ("js/operate.js", "js/interventions.js"),
+    "control": ("js/operate.js", "js/operate-chart.js", "js/interventions.js"),
     "live": ("js/live.js",),
     "reports": ("js/minichart.js", "css/embed.css"),
     "publicapi": ("css/apidocs.css", "js/apidocs.js"),

@@ -1,6 +1,7 @@
 """The house rules around the code: docs/ARCHITECTURE.md's picture against the import graph (so it cannot drift),
-the document itself (what stays true: no dates, commit ids or timings), and bench/ (one harness, no import circle,
-only the harness reaches into deploy/, the file and line limits). The import analysis is tests/test_architecture.py's.
+the document itself (what stays true: no dates, commit ids or timings), bench/ (one harness, no import circle,
+only the harness reaches into deploy/), and the house rules for every source file (at most 400 lines, none over 120
+characters). The import analysis is tests/test_architecture.py's.
 """
 
 from __future__ import annotations
@@ -76,11 +77,118 @@ def test_bench_has_no_import_cycle_and_only_the_harness_imports_deploy():
     assert offenders == []
 
 
-def test_bench_files_keep_the_house_rules():
-    long_files = [p.name for p in _files("bench") if len(p.read_text().splitlines()) > 400]
-    long_lines = [f"{p.name}:{i}" for p in [*_files("bench"), ROOT / "bench" / "viewers.c"]
-                  for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 120]
-    assert (long_files, long_lines) == ([], [])
+# bench/ holds measurements and their harness: at most BENCH_MAX_LINES lines of programs (bench/*.py, bench/*.c;
+# the tools that made a data set live beside it in bench/data/ and measure nothing). Transitional: the files other
+# engineers are rewriting now run over it by BENCH_BEING_REWRITTEN lines; the lead lowers it as their work lands.
+BENCH_MAX_LINES = 5000
+BENCH_BEING_REWRITTEN = 1250  # bench/viewers.c, fanout.py, latency.py, chaos.py, dashboard.py, liveview.py, harness.py
+
+
+def bench_lines() -> dict[str, int]:
+    return {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / "bench").glob("*"))
+            if p.suffix in (".py", ".c")}
+
+
+def test_bench_stays_within_its_line_budget():
+    lines = bench_lines()
+    assert sum(lines.values()) <= BENCH_MAX_LINES + BENCH_BEING_REWRITTEN, sorted(lines.items(), key=lambda kv: -kv[1])
+
+
+# House rules for every source file: at most 400 lines, no line over 120 characters.
+# Source is what people write and edit: code and configuration, by suffix or by name below. Not source, and why:
+# - Markdown (docs/, READMEs, bench/results/): prose and tables (a table row cannot wrap); docs/PERFORMANCE.md is
+#   generated, and docs/ARCHITECTURE.md has its own limit (above);
+# - vendored files (static/vendor/, tests/assets/): third parties' minified builds, never edited here;
+# - Django migrations: written by `makemigrations` and never rewritten once applied;
+# - data (json, csv, gz, jsonl, images, lock and requirement lists) and what is not in the tree (.venv, var, caches).
+MAX_LINES, MAX_WIDTH = 400, 120
+SOURCE_SUFFIXES = {".py", ".js", ".css", ".html", ".c", ".h", ".sh", ".conf", ".toml", ".yaml", ".yml", ".ini",
+                   ".cfg", ".proxy"}
+SOURCE_NAMES = {"Makefile", "Dockerfile", "run", ".env"}
+NOT_SOURCE_DIRS = {".git", ".venv", "var", "node_modules", "__pycache__", ".pytest_cache", "build", "dist", "wandb",
+                   "bench-results", "migrations", "vendor", "assets", ".gl", ".whl"}
+# Transitional: files other engineers are rewriting right now, exempt until their work lands (then emptied).
+# path -> the rules it may break for now ("lines", "width").
+BEING_REWRITTEN = {
+    "static/js/charts.js": {"lines", "width"},
+    "static/js/plotkit.js": {"width"},
+    "static/js/sketch.js": {"width"},
+    "bench/viewers.c": {"lines"},
+}
+
+
+def source_files(root=ROOT) -> list:
+    import os
+    from pathlib import Path
+
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in NOT_SOURCE_DIRS and not d.endswith(".egg-info")
+                         and (d == ".ci" or not d.startswith(".")))
+        for name in sorted(files):
+            path = Path(folder) / name
+            if path.suffix in SOURCE_SUFFIXES or name in SOURCE_NAMES or name.startswith("Dockerfile"):
+                out.append(path)
+    return out
+
+
+def house_offences(paths, root=ROOT, exempt=None) -> list[str]:
+    exempt = BEING_REWRITTEN if exempt is None else exempt
+    out = []
+    for path in paths:
+        rel = str(path.relative_to(root))
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if len(lines) > MAX_LINES and "lines" not in exempt.get(rel, ()):
+            out.append(f"{rel}: {len(lines)} lines (at most {MAX_LINES}: split it)")
+        if "width" not in exempt.get(rel, ()):
+            out += [f"{rel}:{i}: {len(line)} characters (at most {MAX_WIDTH})" for i, line in enumerate(lines, 1)
+                    if len(line) > MAX_WIDTH]
+    return out
+
+
+def test_every_source_file_keeps_the_house_rules():
+    assert house_offences(source_files()) == []
+
+
+def test_the_house_rules_see_long_files_and_lines_and_skip_what_is_not_source(tmp_path):
+    (tmp_path / "ok.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "long.js").write_text("x;\n" * (MAX_LINES + 1))
+    (tmp_path / "wide.html").write_text("<p>" + "w" * MAX_WIDTH + "</p>\n")
+    (tmp_path / "Makefile").write_text("all:\n\t" + "x" * MAX_WIDTH + "\n")
+    for skipped in ("notes.md", "data.json", "vendor/lib.min.js", "app/migrations/0001_initial.py"):
+        (tmp_path / skipped).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / skipped).write_text("x" * 500 + "\n")
+    found = house_offences(source_files(tmp_path), tmp_path, exempt={})
+    assert [f.split(":")[0] for f in found] == ["Makefile", "long.js", "wide.html"]
+    assert house_offences(source_files(tmp_path), tmp_path, exempt={"long.js": {"lines"}})[1:] == [found[2]]
+
+
+def test_the_transitional_exemptions_name_files_that_still_need_them():
+    """An exemption goes when its file keeps the rules (or is gone): the list only shrinks."""
+    for rel, rules in BEING_REWRITTEN.items():
+        path = ROOT / rel
+        assert path.exists(), f"{rel} is gone: remove it from BEING_REWRITTEN"
+        still = house_offences([path], exempt={})
+        assert {("lines" if " lines " in f else "width") for f in still} == rules, (rel, still)
+
+
+def test_one_nchan_configuration():
+    """deploy/push.conf is the one nchan configuration: no other source file writes an nchan directive, and the
+    nginx.conf `make run` starts (deploy/push_tier.py nchan_config) holds every directive of it but the replicas'."""
+    from pathlib import Path
+
+    from deploy.push_tier import nchan_config
+
+    directive = re.compile(r"^\s*(nchan_[a-z_]+)\s", re.M)
+    # the one exception: the size of make run's one nginx process (an http-level setting, no channel rule)
+    process = {"deploy/push_tier.py": ["nchan_shared_memory_size"]}
+    writers = {str(p.relative_to(ROOT)): directive.findall(p.read_text(errors="replace")) for p in source_files()}
+    assert {p: d for p, d in writers.items() if d and p != "deploy/push.conf"} == process
+    rendered = nchan_config(Path("/var/obs"), "127.0.0.1", 8000, 8001, 8002)
+    wanted = [line.split("#")[0].strip() for line in (ROOT / "deploy" / "push.conf").read_text().splitlines()
+              if directive.match(line) and "@replica" not in line]
+    assert wanted and [w for w in wanted if w not in rendered] == []
+    assert "nchan_redis" not in rendered  # one nginx keeps its channels in memory
 
 
 def test_performance_md_is_what_the_results_render():

@@ -279,7 +279,8 @@ class Checkpointer:
         return info
 
     def written(self) -> bool:
-        """No async write in flight here (processes agree on it before reporting one: reporting prunes, collectively)."""
+        """No async write in flight here (processes agree on it before reporting one: reporting prunes,
+        collectively)."""
         return not self.store.saving()
 
     def poll(self, block: bool = False) -> dict | None:

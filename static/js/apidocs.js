@@ -23,7 +23,8 @@
       el("th", {}, "description")));
     for (const p of list) {
       const s = p.schema || {};
-      const range = s.minimum !== undefined ? ` [${s.minimum}, ${s.maximum}]` : (s.enum ? ` ∈ {${s.enum.join(", ")}}` : "");
+      const range = s.minimum !== undefined ? ` [${s.minimum}, ${s.maximum}]`
+        : (s.enum ? ` ∈ {${s.enum.join(", ")}}` : "");
       t.append(el("tr", {}, el("td", {}, el("code", {}, p.name + (p.required ? " *" : ""))), el("td", {}, p.in),
         el("td", {}, (s.type || "") + range), el("td", {}, p.description || "")));
     }
@@ -39,7 +40,8 @@
     if (op.description) box.append(el("p", {}, op.description));
     box.append(params(op.parameters || []));
     const body = op.requestBody && op.requestBody.content["application/json"];
-    if (body) box.append(el("details", {}, el("summary", {}, "Request body (JSON)"), el("pre", {}, schemaText(doc, body.schema))));
+    if (body) box.append(el("details", {}, el("summary", {}, "Request body (JSON)"), el("pre", {}, schemaText(doc,
+      body.schema))));
     const rs = el("ul", {});
     for (const [code, r] of Object.entries(op.responses)) {
       const [media, c] = Object.entries(r.content || {})[0] || ["", {}];

@@ -38,10 +38,12 @@
     });
   }
 
-  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; ch.liveOnly = false; }); schedule(); }
+  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true;
+    ch.liveOnly = false; }); schedule(); }
 
   const status = (text) => { $("compare-status").textContent = text || ""; };
-  const announce = (text) => { const el = $("announce"); el.textContent = ""; setTimeout(() => { el.textContent = text; }, 50); };
+  const announce = (text) => { const el = $("announce"); el.textContent = "";
+    setTimeout(() => { el.textContent = text; }, 50); };
 
   // ------------------------------------------------------------------------------------------ runs
   async function loadRuns() {
@@ -74,7 +76,8 @@
       if (line) line.update(info);
       else lines.set(info.id, line = new Obs.RunLine(info, page.tokens_metric, onAxis));
       line.index = i;
-      line.label = names.get(info.name) > 1 && info.name !== info.id ? `${info.name} (${info.id})` : info.name || info.id;
+      line.label = names.get(info.name) > 1 && info.name !== info.id
+        ? `${info.name} (${info.id})` : info.name || info.id;
       return line;
     });
     for (const id of [...lines.keys()]) if (!order.some((l) => l.id === id)) lines.delete(id);
@@ -100,7 +103,8 @@
 
   function addRun(id) {
     if (view.runs.includes(id)) return;
-    if (view.runs.length >= page.max_runs) { Obs.toast(`At most ${page.max_runs} runs compare at once.`, "warning"); return; }
+    if (view.runs.length >= page.max_runs) { Obs.toast(`At most ${page.max_runs} runs compare at once.`,
+      "warning"); return; }
     view.set({runs: [...view.runs, id]});
     announce(`Run ${(listed.get(id) || {}).name || id} added`);
   }
@@ -109,7 +113,8 @@
     const ul = $("run-chips");
     ul.replaceChildren(...order.map((line) => {
       const li = document.createElement("li"), el = (tag, cls, text) => {
-        const e = document.createElement(tag); if (cls) e.className = cls; if (text) e.textContent = text; li.append(e); return e;
+        const e = document.createElement(tag); if (cls) e.className = cls; if (text) e.textContent = text;
+          li.append(e); return e;
       };
       li.className = "run-chip"; li.dataset.run = line.id;
       const sw = el("span", "swatch");
@@ -137,7 +142,8 @@
   // The run picker: every run the site has (name, id, state, imported), searchable; the chosen ones disabled.
   const runPicker = new Obs.Picker({info: (id) => {
     const r = listed.get(id) || {name: id, state: "", source: ""};
-    return {name: id, title: [r.name || id, r.state, Obs.imported(r.source) ? "imported" : ""].filter(Boolean).join(" · "),
+    return {name: id, title: [r.name || id, r.state,
+      Obs.imported(r.source) ? "imported" : ""].filter(Boolean).join(" · "),
             group: Obs.imported(r.source) ? "Imported" : "Streamed"};
   }}, (id) => view.runs.includes(id), addRun, {prefix: "run", noun: "runs"});
 
@@ -199,7 +205,8 @@
     document.querySelectorAll("#x-mode button").forEach((b) => {
       b.setAttribute("aria-pressed", String(b.value === view.x));
       b.disabled = order.length > 0 && !can(b.value);
-      b.title = b.disabled ? (b.value === "tokens" ? "no run here publishes a token count" : "no run here has timestamps") : "";
+      b.title = b.disabled
+        ? (b.value === "tokens" ? "no run here publishes a token count" : "no run here has timestamps") : "";
     });
     $("logx").setAttribute("aria-pressed", String(view.logx));
     if (!smoothTimer) { // (not while the slider is being moved: its value is about to be the view's)

@@ -74,7 +74,8 @@ window.Obs = window.Obs || {};
     const step = NICE_S.find((s) => (hi - lo) / s <= n) || NICE_S[NICE_S.length - 1];
     const vals = [];
     for (let v = Math.ceil(lo / step) * step; v <= hi && vals.length < 50; v += step) vals.push(v);
-    return {tickmode: "array", tickvals: vals, ticktext: vals.map((v) => (v < 0 ? "−" : "") + Obs.duration(Math.abs(v)))};
+    return {tickmode: "array", tickvals: vals,
+      ticktext: vals.map((v) => (v < 0 ? "−" : "") + Obs.duration(Math.abs(v)))};
   };
 
   Obs.CompareView = CompareView;

@@ -26,7 +26,8 @@
   const views = new Set();
   const charts = new Map(); // chart id -> LineChart
   const FRAME_BUDGET_MS = 8;
-  let redrawQueued = false, redrawCursor = 0, manifestFetches = 0, manifestInflight = false, started = false, firstPaint = false,
+  let redrawQueued = false, redrawCursor = 0, manifestFetches = 0, manifestInflight = false, started = false,
+    firstPaint = false,
     plotlyDrawn = false;
   const beforeDraw = new Set(); // feature modules' functions to run at the next frame, before the views draw
   let preDrawing = false;
@@ -119,8 +120,8 @@
       }
     });
   }
-
-  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; ch.liveOnly = false; }); scheduleRedraw(); }
+  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; ch.liveOnly = false; });
+    scheduleRedraw(); }
 
   // ------------------------------------------------------------------------------------------ charts
   function specFor(id) {
@@ -219,7 +220,8 @@
     document.querySelectorAll("#x-mode button").forEach((b) => {
       b.setAttribute("aria-pressed", String(b.value === ctx.xaxis.mode));
       b.disabled = !avail[b.value];
-      b.title = avail[b.value] ? "" : b.value === "tokens" ? "this run publishes no token count" : "not enough timestamps";
+      b.title = avail[b.value] ? ""
+        : b.value === "tokens" ? "this run publishes no token count" : "not enough timestamps";
     });
     if (!smoothTimer) { // (not while the slider is being moved: its value is about to be the view's)
       $("smooth").value = view.smooth;
@@ -244,7 +246,8 @@
 
   function wireControls() {
     if (window.matchMedia("(max-width: 600px)").matches && !view.range) $("view-controls").open = false; // charts first
-    document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click", () => view.set({x: b.value})));
+    document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click",
+      () => view.set({x: b.value})));
     $("smooth").addEventListener("input", () => {
       $("smooth-out").textContent = (+$("smooth").value) > 0 ? (+$("smooth").value).toFixed(2) : "off";
       clearTimeout(smoothTimer); // dragging the slider redraws once it rests
@@ -283,7 +286,9 @@
 
   function addEvents(list) {
     events.add(list);
-    for (const fn of Obs.onEvents || []) { try { fn(list, ctx); } catch (e) { console.error("event hook failed:", e); } }
+    for (const fn of Obs.onEvents || []) {
+      try { fn(list, ctx); } catch (e) { console.error("event hook failed:", e); }
+    }
     for (const ev of list) { // a restart's "starting" comes at step 0, before it restores: no anchor
       if (ev.t && ev.step !== null && !(ev.kind === "state" && ev.name === "starting")) {
         ctx.xaxis.anchor(ev.step, Date.parse(ev.t) / 1000);
@@ -320,7 +325,6 @@
       manifestInflight = false;
     }
   }
-
   function showRun(run) {
     if (!run) return;
     header.show(run);
@@ -329,9 +333,9 @@
     }
     const p = run.progress || run.heartbeat; // the trainer's rate: live charts keep room on x for the next points
     if (p && typeof p.steps_per_s === "number") ctx.stepsPerS = Obs.heard(run) ? p.steps_per_s : 0;
-    if (run.last_heartbeat_at && run.last_step !== null) ctx.xaxis.anchor(run.last_step, Date.parse(run.last_heartbeat_at) / 1000);
+    if (run.last_heartbeat_at && run.last_step !== null) ctx.xaxis.anchor(run.last_step,
+      Date.parse(run.last_heartbeat_at) / 1000);
   }
-
   function handle(msg) {
     switch (msg.type) {
       case "hello": showRun(msg.run); break;
@@ -389,7 +393,8 @@
   }
 
   // Screen-reader announcements for actions whose result is not where focus is.
-  Obs.announce = (text) => { const el = $("announce"); el.textContent = ""; setTimeout(() => { el.textContent = text; }, 50); };
+  Obs.announce = (text) => { const el = $("announce"); el.textContent = "";
+    setTimeout(() => { el.textContent = text; }, 50); };
 
   start();
 })();

@@ -96,7 +96,8 @@ window.Obs = window.Obs || {};
     stageLabel() { // "pretrain (1 of 2)", for the run header
       const cur = this.currentStage(), stages = (this.manifest && this.manifest.stages) || [];
       if (cur === null) return null;
-      return (stages[cur] ? stages[cur].name : "stage " + cur) + (stages.length ? ` (${cur + 1} of ${stages.length})` : "");
+      return (stages[cur] ? stages[cur].name : "stage " + cur)
+        + (stages.length ? ` (${cur + 1} of ${stages.length})` : "");
     }
 
     redraw() {
@@ -112,7 +113,8 @@ window.Obs = window.Obs || {};
       const stageEl = document.getElementById("data-stage");
       Obs.putAttr(stageEl, "data-stage", cur === null ? "" : cur);
       Obs.put(stageEl, cur === null ? (stages.length ? "not started" : "–")
-        : (stages[cur] ? stages[cur].name : "stage " + cur) + (stages.length ? ` (${cur + 1} of ${stages.length})` : ""));
+        : (stages[cur] ? stages[cur].name : "stage " + cur)
+          + (stages.length ? ` (${cur + 1} of ${stages.length})` : ""));
       // A live update moves the live weights only: the table is built again only when its shape changes (the
       // manifest, the domains, the current stage); otherwise the "weight now" cells are rewritten where they changed.
       const shape = [this.manifest, this.domains.length, cur];
@@ -129,7 +131,8 @@ window.Obs = window.Obs || {};
       this.liveCells = new Map();
 
       const facts = [];
-      if (m.tokenizer) facts.push(["tokenizer", m.tokenizer.name + (m.tokenizer.vocab_size ? ` (vocab ${m.tokenizer.vocab_size})` : "")]);
+      if (m.tokenizer) facts.push(["tokenizer",
+        m.tokenizer.name + (m.tokenizer.vocab_size ? ` (vocab ${m.tokenizer.vocab_size})` : "")]);
       if (m.seq_len) facts.push(["sequence", m.seq_len + " tokens"]);
       if (m.batch_size) facts.push(["batch", String(m.batch_size)]);
       if (m.token_budget) facts.push(["token budget", count(m.token_budget)]);
@@ -143,8 +146,10 @@ window.Obs = window.Obs || {};
                       el("th", {class: "num", text: "tokens"}));
       stages.forEach((st, i) => {
         const th = el("th", {class: "num stage" + (i === cur ? " current" : ""),
-                             title: `${(st.fraction * 100).toFixed(0)}% of the budget: tokens ${count(st.start_tokens)}–${count(st.end_tokens)}`},
-                      st.name, el("br"), el("span", {class: "muted", text: (st.fraction * 100).toFixed(0) + "% of tokens"}));
+                             title: `${(st.fraction * 100).toFixed(0)}% of the budget: `
+                               + `tokens ${count(st.start_tokens)}–${count(st.end_tokens)}`},
+                      st.name, el("br"), el("span", {class: "muted",
+                        text: (st.fraction * 100).toFixed(0) + "% of tokens"}));
         th.dataset.stageIndex = i;
         head.append(th);
       });

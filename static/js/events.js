@@ -40,7 +40,8 @@ window.Obs = window.Obs || {};
         const lab = el("label", "filter");
         const cb = el("input");
         cb.type = "checkbox"; cb.checked = true; cb.value = key;
-        cb.addEventListener("change", () => { cb.checked ? this.show.add(key) : this.show.delete(key); this.render(); });
+        cb.addEventListener("change", () => { cb.checked ? this.show.add(key) : this.show.delete(key);
+          this.render(); });
         const n = el("span", "muted count", "");
         this.counts.set(key, n);
         lab.append(cb, " " + label + " ", n);
@@ -88,13 +89,15 @@ window.Obs = window.Obs || {};
       } else if (RESTARTS.has(ev.name)) {
         out.group = "restart";
         out.text = ev.name === "resumed" ? `Resumed from the checkpoint of step ${p.from_checkpoint ?? ev.step}`
-          : ev.name === "rollback" ? `Rolled back to step ${p.to_step}` + (p.skip_batches ? `, skipping ${p.skip_batches} batches` : "")
+          : ev.name === "rollback"
+            ? `Rolled back to step ${p.to_step}` + (p.skip_batches ? `, skipping ${p.skip_batches} batches` : "")
           : `${(p.ids || []).length} operator command(s) undone` + (p.detail ? ": " + p.detail : "");
         if (ev.name === "resumed") this.restarting = true;
       } else if (INTERVENTIONS.has(ev.name)) {
         out.group = "intervention";
         out.text = ev.name === "command" ? `Operator: ${p.command || "command"}` +
-            (p.args && Object.keys(p.args).length ? " " + JSON.stringify(p.args) : "") + (p.reason ? ` — “${p.reason}”` : "")
+            (p.args && Object.keys(p.args).length ? " " + JSON.stringify(p.args) : "")
+              + (p.reason ? ` — “${p.reason}”` : "")
           : ev.name === "lr_multiplier" ? `Learning-rate multiplier → ${p.multiplier ?? p.new ?? ""}`.trim()
           : ev.name === "lr_replan" ? "Learning-rate schedule re-planned for a new token budget"
           : ev.name === "mixture_changed" ? "Data mixture changed"

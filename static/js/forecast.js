@@ -19,7 +19,8 @@ window.Obs = window.Obs || {};
   const SMOOTH = 0.9; // EMA retention of the live train loss for the extrapolation (the dashboard's smoothing scale)
   const BAND = {fill: "rgba(46,125,50,0.16)", line: "#2e7d32", bad: "rgba(229,57,53,0.14)", badLine: "#c62828"};
   const ENDED = new Set(["stopped", "failed"]); // runs/models.py ENDED_STATES
-  const F = {data: null, ctx: null, page: null, rungs: new Map(), panel: null, timer: null, tokens: null, live: new Map()};
+  const F = {data: null, ctx: null, page: null, rungs: new Map(), panel: null, timer: null, tokens: null,
+    live: new Map()};
 
   const fmt = (v, d = 4) => (Number.isFinite(v) ? Number(v).toPrecision(d).replace(/\.?0+(e|$)/, "$1") : "–");
   const tokensFmt = (v) => (Number.isFinite(v) ? Number(v).toExponential(2).replace("e+", "e") : "–");
@@ -36,7 +37,9 @@ window.Obs = window.Obs || {};
   function tps() {
     if (F.data.tokens_per_step) return F.data.tokens_per_step;
     const s = F.tokens;
-    if (s && s.steps.length && s.steps[s.steps.length - 1] > 0) return s.values[s.values.length - 1] / s.steps[s.steps.length - 1];
+    if (s && s.steps.length && s.steps[s.steps.length - 1] > 0) {
+      return s.values[s.values.length - 1] / s.steps[s.steps.length - 1];
+    }
     return null;
   }
 
@@ -75,9 +78,11 @@ window.Obs = window.Obs || {};
     const hover = "%{y:.4~g} at %{customdata:.3~s} tokens";
     const out = [
       {x, y: pick(low), customdata: tokens, type: "scatter", mode: "lines", name: label + " low", yaxis: "y",
-       showlegend: false, hoverinfo: "skip", line: {width: 0, color: ok ? BAND.line : BAND.badLine}, meta: "forecast-low"},
+       showlegend: false, hoverinfo: "skip", line: {width: 0, color: ok ? BAND.line : BAND.badLine},
+         meta: "forecast-low"},
       {x: x.slice(), y: pick(high), customdata: tokens, type: "scatter", mode: "lines", name: label + " band",
-       yaxis: "y", fill: "tonexty", fillcolor: ok ? BAND.fill : BAND.bad, showlegend: false, hovertemplate: "high " + hover,
+       yaxis: "y", fill: "tonexty", fillcolor: ok ? BAND.fill : BAND.bad, showlegend: false,
+         hovertemplate: "high " + hover,
        line: {width: 0, color: ok ? BAND.line : BAND.badLine}, meta: "forecast-high"},
       {x: x.slice(), y: pick(c.loss), customdata: tokens, type: "scatter", mode: "lines", name: label, yaxis: "y",
        showlegend: true, hovertemplate: hover, meta: "forecast",
@@ -150,7 +155,8 @@ window.Obs = window.Obs || {};
     box.className = "panel forecast";
     box.id = "forecast-panel";
     box.setAttribute("aria-labelledby", "forecast-title");
-    box.innerHTML = '<h2 id="forecast-title">Pre-registered forecast <a class="fc-exp"></a> <span class="badge fc-badge"></span></h2>' +
+    box.innerHTML = '<h2 id="forecast-title">Pre-registered forecast <a class="fc-exp"></a> '
+      + '<span class="badge fc-badge"></span></h2>' +
       '<p class="fc-final">final loss: forecast <b class="fc-forecast"></b> ' +
       '<span class="fc-vs">vs live extrapolation</span> ' +
       '<b class="fc-live"></b> ' +
@@ -160,8 +166,10 @@ window.Obs = window.Obs || {};
     q(".fc-exp").href = d.experiment_url;
     q(".fc-badge").textContent = d.verified ? "registration intact" : "registration not intact";
     if (!d.verified) { q(".fc-badge").classList.add("sev-warning"); q(".fc-badge").title = d.problem || ""; }
-    const created = Number.isFinite(reg.created_at) ? new Date(reg.created_at * 1000).toISOString().replace(".000", "") : "?";
-    q(".fc-meta").textContent = `${(reg.forecast || {}).law || "?"} law · sha256 ${String(reg.sha256 || "").slice(0, 16)}… · ` +
+    const created = Number.isFinite(reg.created_at)
+      ? new Date(reg.created_at * 1000).toISOString().replace(".000", "") : "?";
+    q(".fc-meta").textContent = `${(reg.forecast || {}).law || "?"} law · `
+      + `sha256 ${String(reg.sha256 || "").slice(0, 16)}… · ` +
       `registered ${created}` + (d.registered_before_start ? `, before step 0 of ${d.run_id}` :
         d.registered_before_start === false ? `, AFTER ${d.run_id} first started: not a pre-registration` : "") +
       ` · ${d.rungs.length} rung run(s) drawn faint`;
@@ -174,7 +182,8 @@ window.Obs = window.Obs || {};
     const key = r.id + " " + metric;
     if (F.rungs.has(key) || !CHARTS.has(metric) || !r.tokens_per_step) return;
     F.rungs.set(key, null);
-    const resp = await fetch("/api/runs/" + encodeURIComponent(r.id) + "/metrics/" + encodeURI(metric) + "/?points=500");
+    const resp = await fetch("/api/runs/" + encodeURIComponent(r.id) + "/metrics/" + encodeURI(metric)
+      + "/?points=500");
     if (!resp.ok) return; // a rung without this series: nothing to draw
     const body = await resp.json();
     const steps = [], values = [];

@@ -75,7 +75,8 @@ window.Obs = window.Obs || {};
     if (!run || !el("featured-state")) return;
     el("featured-state").textContent = run.state;
     el("featured-health").textContent = run.health;
-    el("featured-step").textContent = run.last_step === null || run.last_step === undefined ? "–" : String(run.last_step);
+    el("featured-step").textContent = run.last_step === null || run.last_step === undefined
+      ? "–" : String(run.last_step);
     const p = run.progress || {};
     const frac = p.fraction !== undefined ? p.fraction
       : (p.tokens !== null && p.token_budget ? Math.min(1, p.tokens / p.token_budget) : null);
@@ -97,7 +98,8 @@ window.Obs = window.Obs || {};
     const items = list.map((m) => {
       const li = node("li", {class: "moment moment-" + m.kind, "data-moment": m.kind + "-" + m.id});
       li.append(node("span", {class: "badge"}, m.kind), " ", node("a", {href: m.url}, m.title), " ");
-      const replies = m.count === null || m.count === undefined ? "" : ` · ${m.count} repl${m.count === 1 ? "y" : "ies"}`;
+      const replies = m.count === null || m.count === undefined
+        ? "" : ` · ${m.count} repl${m.count === 1 ? "y" : "ies"}`;
       const together = m.n > 1 ? ` · ${m.n} together` : ""; // one cause seen on several series (front/moments.py)
       li.append(node("span", {class: "muted"}, `${m.run_name} · step ${m.step}${together}${replies}`));
       if (m.detail) li.append(node("p", {class: "moment-detail"}, m.detail));

@@ -71,7 +71,8 @@ window.Obs = window.Obs || {};
       names.forEach((n) => this.pending.add(n));
       if (this.flushQueued) return;
       this.flushQueued = true;
-      queueMicrotask(() => { this.flushQueued = false; const n = [...this.pending]; this.pending.clear(); this.resume(n); });
+      queueMicrotask(() => { this.flushQueued = false; const n = [...this.pending]; this.pending.clear();
+        this.resume(n); });
     }
 
     resume(names) {

@@ -18,7 +18,8 @@ window.Obs = window.Obs || {};
     widen(name, start, end) {
       const r = this.ranges.get(name);
       const s = start == null ? 0 : start;
-      this.ranges.set(name, r ? {start: Math.min(r.start, s), end: r.end == null || end == null ? null : Math.max(r.end, end)}
+      this.ranges.set(name, r ? {start: Math.min(r.start, s),
+        end: r.end == null || end == null ? null : Math.max(r.end, end)}
                                : {start: s, end: end == null ? null : end});
     }
     url(name, query) {
@@ -43,7 +44,8 @@ window.Obs = window.Obs || {};
     }
     // The points of run i inside the chart's range.
     visible(s) {
-      const lo = this.spec.start == null ? -Infinity : this.spec.start, hi = this.spec.end == null ? Infinity : this.spec.end;
+      const lo = this.spec.start == null ? -Infinity : this.spec.start,
+        hi = this.spec.end == null ? Infinity : this.spec.end;
       const a = Obs.lowerBound(s.steps, lo);
       const b = Obs.lowerBound(s.steps, hi + 1);
       return {x: s.steps.slice(a, b), y: s.values.slice(a, b)};

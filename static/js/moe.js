@@ -144,8 +144,10 @@ window.Obs = window.Obs || {};
       const src = this.zoom ? this.zoom.experts : this.experts;
       if (this.zoom) [lo, hi] = this.zoom.range; // the zoomed window, edge to edge
       for (const s of src) {
-        if (!this.zoom && s.steps.length) { lo = Math.min(lo, s.steps[0]); hi = Math.max(hi, s.steps[s.steps.length - 1]); }
-        if (!this.zoom && s.nfSteps.length) { lo = Math.min(lo, s.nfSteps[0]); hi = Math.max(hi, s.nfSteps[s.nfSteps.length - 1]); }
+        if (!this.zoom && s.steps.length) { lo = Math.min(lo, s.steps[0]); hi = Math.max(hi,
+          s.steps[s.steps.length - 1]); }
+        if (!this.zoom && s.nfSteps.length) { lo = Math.min(lo, s.nfSteps[0]); hi = Math.max(hi,
+          s.nfSteps[s.nfSteps.length - 1]); }
         bucket = Math.max(bucket, s.bucketSteps || 1);
       }
       const span = hi >= lo ? hi - lo + 1 : 1;
@@ -218,7 +220,8 @@ window.Obs = window.Obs || {};
         {type: "scatter", mode: "markers", x: this.nf.map((p) => p[0]), y: this.nf.map((p) => p[1]),
          text: this.nf.map((p) => p[2]), marker: {color: t.red, symbol: "x", size: 9}, showlegend: false,
          name: "non-finite", hovertemplate: "expert %{y} step %{x}: %{text}<extra></extra>"},
-        {type: "scatter", mode: "lines", x: mml.steps.slice(), y: mml.values.slice(), yaxis: "y2", name: "max/mean load",
+        {type: "scatter", mode: "lines", x: mml.steps.slice(), y: mml.values.slice(), yaxis: "y2",
+          name: "max/mean load",
          line: {color: "#d9730d", width: 1.3}, hovertemplate: "max/mean load<br>step %{x}<br>%{y}<extra></extra>"},
         {type: "scatter", mode: "lines", x: ovf.steps.slice(), y: ovf.values.slice(), yaxis: "y3",
          name: "capacity overflow", line: {color: "#c2185b", width: 1.1, dash: "dot"},
@@ -238,7 +241,8 @@ window.Obs = window.Obs || {};
       const t = Obs.theme();
       const ax = {gridcolor: t.grid, zerolinecolor: t.grid, automargin: true, tickfont: {color: t.muted}};
       return {
-        margin: {l: 55, r: 60, t: 8, b: 30}, hovermode: "closest", uirevision: "layer-" + this.layer + (this.zoom ? "-" + this.zoom.range.join("-") : ""),
+        margin: {l: 55, r: 60, t: 8, b: 30}, hovermode: "closest",
+          uirevision: "layer-" + this.layer + (this.zoom ? "-" + this.zoom.range.join("-") : ""),
         paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: t.fg},
         dragmode: Obs.coarsePointer() ? false : "zoom",
         showlegend: true, legend: {orientation: "h", x: 0, y: -0.2, yanchor: "top", font: {size: 10}},

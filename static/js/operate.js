@@ -11,12 +11,10 @@
   const OUTCOME_WORDS = {timeout: "no answer"};
   // the mixture rule as the contract states it (observatory/contract/commands.py MIXTURE_RULE): relative weights
   const weightsArg = (specs.get("set-mixture") || {args: []}).args.find((a) => a.type === "weights") || {lo: 0};
-  const MODEBAR_PX = 230; // the width of Plotly's default mode bar, top right of the chart
   let snap = page.snapshot;
   let selected = page.select || null;
   let formFor = null; // "<run>/<command>" the form was built for
   let ws = null, attempts = 0, pollTimer = null, planTimer = null;
-  const chart = {run: null, series: {}, preview: null, drawn: false};
 
   // ------------------------------------------------------------------------------------------ helpers
   function el(tag, props, ...kids) {
@@ -40,6 +38,8 @@
   const enc = encodeURIComponent;
   const argText = (args) => Object.entries(args || {}).map(([k, v]) =>
     `${k}=${typeof v === "object" ? Object.entries(v).map(([a, b]) => `${a}:${sig(b)}`).join(",") : v}`).join(" ");
+  // the chart of the selected run (static/js/operate-chart.js): chart.load() reads its series, chart.draw() draws
+  const chart = Obs.operateChart({page, $, num, runOf: (id) => runOf(id), commands: () => snap.commands || []});
 
   // ------------------------------------------------------------------------------------------ live state
   function connect() {
@@ -166,8 +166,8 @@
     bar.querySelectorAll("button").forEach((b) =>
       b.classList.toggle("active", formFor === `${run.id}/${b.dataset.cmd}`));
     if (formFor) refreshCheckpointChoices(run);
-    if (chart.run !== run.id) { chart.run = run.id; chart.series = {}; chart.preview = null; loadChart(); }
-    drawChart();
+    if (chart.run !== run.id) { chart.run = run.id; chart.series = {}; chart.preview = null; chart.load(); }
+    chart.draw();
   }
 
   function chooseCommand(name) {
@@ -312,7 +312,7 @@
       clearTimeout(planTimer);
       planTimer = setTimeout(() => previewPlan(run, args.tokens), 250);
     }
-    drawChart();
+    chart.draw();
   }
 
   async function previewPlan(run, tokens) {
@@ -326,75 +326,7 @@
       `Re-planned: ${num(body.new.total_steps)} steps (now ${num(body.old.total_steps)}); ` +
       `ETA ${dur(body.new.eta_s)} (now ${dur(body.old.eta_s)}). The LR stays ${sig(body.lr_now)} at step ` +
       `${num(body.step)} and decays to the new end (dashed on the chart).`}));
-    drawChart();
-  }
-
-  // ------------------------------------------------------------------------------------------ chart
-  async function loadChart() {
-    const runId = chart.run;
-    if (!runId) return;
-    if (!chart.known || chart.known.run !== runId || chart.known.names.size < Object.keys(page.metrics).length) {
-      // ask which series exist first: a series not stored yet is not an error to show in the console
-      try {
-        const list = await (await fetch(`/api/runs/${enc(runId)}/metrics/`)).json();
-        chart.known = {run: runId, names: new Set(list.metrics.map((m) => m.name))};
-      } catch (e) { return; }
-    }
-    const wanted = Object.entries(page.metrics).filter(([, name]) => chart.known.names.has(name));
-    await Promise.all(wanted.map(async ([key, name]) => {
-      try {
-        // up to the trainer's step: points past it belong to a branch a rollback abandoned (not yet overwritten)
-        const step = (runOf(runId) || {}).step;
-        const end = Number.isInteger(step) && step > 0 ? `&end=${step}` : "";
-        const r = await fetch(`/api/runs/${enc(runId)}/metrics/${name}/?points=400${end}`);
-        if (r.ok && chart.run === runId) chart.series[key] = await r.json();
-      } catch (e) { /* next round */ }
-    }));
-    drawChart();
-  }
-
-  function drawChart() {
-    const run = runOf(chart.run);
-    if (!run || $("op-detail").hidden) return;
-    const s = chart.series, p = chart.preview || {}, traces = [], shapes = [], annotations = [];
-    const line = (x, y, name, style, y2) => ({x, y, name, mode: "lines", yaxis: y2 ? "y2" : "y", line: style});
-    const xs = (c) => c.map((q) => q[0]), ys = (c) => c.map((q) => q[1]);
-    if (s.loss) traces.push(line(s.loss.steps, s.loss.values, "loss", {width: 1.3, color: "#1f5fbf"}));
-    if (s.lr) traces.push(line(s.lr.steps, s.lr.values, "learning rate", {width: 1.3, color: "#e07b00"}, true));
-    if (p.plan) { // set-token-budget: the schedule now and after, on the LR axis
-      traces.push(line(xs(p.plan.curve_old), ys(p.plan.curve_old), "plan now", {dash: "dot", color: "#9e9e9e"}, true));
-      traces.push(line(xs(p.plan.curve_new), ys(p.plan.curve_new), "plan after", {dash: "dash", color: "#2e7d32"},
-                       true));
-    }
-    if (p.band) { // rollback: the steps it supersedes
-      shapes.push({type: "rect", xref: "x", yref: "paper", x0: p.band[0], x1: p.band[1], y0: 0, y1: 1,
-                   fillcolor: "rgba(198,40,40,0.15)", line: {width: 0}});
-      annotations.push({xref: "x", yref: "paper", x: p.band[0], y: 1, yanchor: "bottom", xanchor: "left",
-                        showarrow: false, text: "superseded", font: {size: 10, color: "#c62828"}});
-    }
-    (snap.commands || []).filter((c) => c.run === run.id && c.outcome === "applied" && c.step != null).forEach((c) =>
-      shapes.push({type: "line", xref: "x", yref: "paper", x0: c.step, x1: c.step, y0: 0, y1: 1,
-                   line: {color: "#6a1b9a", width: 1}}));
-    const css = getComputedStyle(document.documentElement), v = (name) => css.getPropertyValue(name).trim();
-    const axis = {gridcolor: v("--grid"), zerolinecolor: v("--line")};
-    // The legend's rows sit above the plot; where they reach under the mode bar (top right, ~230 px: a phone),
-    // the legend moves down below it instead of under it.
-    const width = $("op-chart").clientWidth || 600;
-    const legendW = traces.reduce((a, t) => a + 44 + 6 * t.name.length, 0);
-    const rows = Math.max(1, Math.ceil(legendW / Math.max(200, width - 110)));
-    const top = 28 + 24 * (rows - 1) + (rows > 1 || 50 + legendW > width - MODEBAR_PX ? 36 : 0);
-    const layout = {margin: {l: 50, r: 60, t: top, b: 36}, uirevision: run.id, showlegend: true, shapes, annotations,
-                    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: {color: v("--fg")},
-                    legend: {orientation: "h", x: 0, y: 1.02, yanchor: "bottom"},
-                    xaxis: {...axis, title: {text: "step"}},
-                    yaxis: {...axis, title: {text: "loss"}},
-                    // its own round ticks (synced to the loss axis they were fractions of its range, one of them
-                    // float noise near 0: "9.53e−20"), formatted by Plotly, which rounds each to the tick spacing
-                    yaxis2: {overlaying: "y", side: "right", tickmode: "auto", exponentformat: "e", showgrid: false,
-                             rangemode: "tozero", title: {text: "LR"}}};
-    Plotly.react($("op-chart"), traces, layout, {displaylogo: false, responsive: true});
-    $("op-chart-note").textContent = s.loss ? `${num(s.loss.count)} steps stored`
-      : chart.known && chart.known.run === run.id ? "no data yet" : "loading…";
+    chart.draw();
   }
 
   // ------------------------------------------------------------------------------------------ sending
@@ -445,5 +377,5 @@
   render();
   connect();
   setInterval(tickHeartbeats, 1000);
-  setInterval(() => { if (chart.run && !document.hidden) loadChart(); }, 2000);
+  setInterval(() => { if (chart.run && !document.hidden) chart.load(); }, 2000);
 })();

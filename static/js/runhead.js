@@ -24,9 +24,11 @@ window.Obs = window.Obs || {};
       if (run.last_heartbeat_at) this.heartbeatAt = new Date(run.last_heartbeat_at);
       const st = $("badge-state"); Obs.put(st, run.state); Obs.putClass(st, "badge state-" + run.state);
       Obs.put($("badge-phase"), run.phase || "–");
-      Obs.putHidden($("badge-phase"), !run.phase || run.phase === run.state); // the heartbeat's phase, when it says more
+      // the heartbeat's phase, when it says more
+      Obs.putHidden($("badge-phase"), !run.phase || run.phase === run.state);
       const h = $("badge-health"); Obs.put(h, run.health); Obs.putClass(h, "badge health-" + run.health);
-      if (run.last_step !== null && run.last_step !== undefined) Obs.putFigure($("stat-step"), run.last_step); // plain: feature modules read it
+      // plain: feature modules read it
+      if (run.last_step !== null && run.last_step !== undefined) Obs.putFigure($("stat-step"), run.last_step);
       this.tick();
     }
 

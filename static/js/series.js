@@ -165,7 +165,8 @@ window.Obs.toast = window.Obs.toast || (() => {
       }
       let query = "points=" + (s.tail ? 10 : s.points);
       const meta = this.meta.get(s.name);
-      if (s.tail && meta && meta.last_step !== null && meta.last_step !== undefined) query += "&start=" + meta.last_step;
+      if (s.tail && meta && meta.last_step !== null &&
+        meta.last_step !== undefined) query += "&start=" + meta.last_step;
       try {
         const r = await fetch(this.url(s.name, query));
         if (gen !== s.gen || this.map.get(s.name) !== s) return; // superseded or dropped

@@ -52,10 +52,12 @@ window.Obs = window.Obs || {};
       this.listeners = [];
       this.storageKey = storageKey;
       let saved = {};
-      try { saved = storageKey ? JSON.parse(localStorage.getItem(storageKey) || "{}") || {} : {}; } catch (e) { saved = {}; }
+      try { saved = storageKey ? JSON.parse(localStorage.getItem(storageKey) || "{}") ||
+        {} : {}; } catch (e) { saved = {}; }
       const q = new URLSearchParams(location.search);
       const list = (k) => q.getAll(k).filter(Boolean);
-      this.charts = list("chart").length ? list("chart") : (Array.isArray(saved.charts) ? saved.charts : defaults.slice());
+      this.charts = list("chart").length ? list("chart")
+        : (Array.isArray(saved.charts) ? saved.charts : defaults.slice());
       this.x = X_MODES.includes(q.get("x")) ? q.get("x") : (X_MODES.includes(saved.x) ? saved.x : "step");
       this.log = new Set(q.has("log") ? list("log") : (Array.isArray(saved.log) ? saved.log : []));
       const sm = parseFloat(q.has("smooth") ? q.get("smooth") : saved.smooth);
@@ -89,7 +91,8 @@ window.Obs = window.Obs || {};
       if (this.x !== "step") q.set("x", this.x);
       for (const l of this.log) if (this.charts.includes(l)) q.append("log", l);
       if (this.smooth > 0) q.set("smooth", String(this.smooth));
-      if (this.range) { q.set("from", String(Math.floor(this.range[0]))); q.set("to", String(Math.ceil(this.range[1]))); }
+      if (this.range) { q.set("from", String(Math.floor(this.range[0]))); q.set("to",
+        String(Math.ceil(this.range[1]))); }
       return q;
     }
 

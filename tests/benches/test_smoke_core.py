@@ -43,10 +43,11 @@ def test_anomaly_live(run_bench):
     assert out["live"]["steps"] == 30 and out["live"]["hook_s"] > 0
 
 
-@pytest.mark.parametrize("args, topic", [(("--bootstrap", "2"), "scaling_ladders")])
-def test_scaling_ladders(run_bench, args, topic):
-    out, _ = run_bench("scaling_ladders", *args, topic=topic)
-    assert out["chinchilla_hoffmann2022"]["rungs"] > 0
+def test_scaling_ladders(run_bench):
+    """The public ladders alone (`scaling.py --public-only`), filed as their own topic."""
+    out, _ = run_bench("scaling", "--public-only", "--ladders-bootstrap", "2", "--no-cv", "--json",
+                       topic="scaling_ladders")
+    assert out["ladders"]["chinchilla_hoffmann2022"]["rungs"] > 0 and out["ladders_summary"]["auto"]
 
 
 def test_scaling(run_bench):
@@ -54,13 +55,13 @@ def test_scaling(run_bench):
     assert set(out["laws"]) and out["rungs"] == 8
 
 
-def test_anomaly_curves_converts_a_trainer_jsonl(run_bench, tmp_path):
+def test_the_demo_recorder_converts_a_trainer_jsonl(run_bench, tmp_path):
     """The recorder's conversion (recording itself runs the demo for minutes): a clean run's JSONL to a CSV."""
     jsonl = tmp_path / "clean.jsonl"
     jsonl.write_text("".join(
         json.dumps({"kind": "metrics", "t": 1.7e9 + s, "step": s, "values": {"train/loss": 3.0 - s / 100}}) + "\n"
         for s in range(40)))
-    out, _ = run_bench("anomaly_curves", "--convert", "clean", str(jsonl), "--out", str(tmp_path / "out"),
+    out, _ = run_bench("data/anomalies/record_demo", "--convert", "clean", str(jsonl), "--out", str(tmp_path / "out"),
                        filed=False)
     assert out["rows"] == 40 and out["labels"] == []
     assert (tmp_path / "out" / "demo-clean.csv.gz").exists()

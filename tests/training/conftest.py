@@ -138,3 +138,11 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str, poll_
 @pytest.fixture
 def until() -> Callable:
     return wait_until
+
+
+@pytest.fixture
+def op(redis_client, run_id, stream, until):
+    """An Operator (tests/training/operator.py) of this test's run."""
+    from tests.training.operator import Operator
+
+    return Operator(redis_client, run_id, stream, until)

@@ -116,9 +116,10 @@ def test_kill_9_at_any_moment_then_resume_is_exact(tmp_path, tiny, trainer_cli, 
                        and r["name"] == "checkpoint_written"}
             # ... and, after a resume, its rewind in Redis: the publisher writes asynchronously, and a kill before
             # it did would lose the rewind with the process (under load its queue trailed the JSONL by seconds)
+            rewinds = sum(m.kind == "rewind" for m in stream(redis_client, run_id))
             return proc.poll() is not None or (checkpoint in written and
                                                any(r["step"] >= kill_after for r in _metrics(records)) and
-                                               sum(m.kind == "rewind" for m in stream(redis_client, run_id)) >= len(kills))
+                                               rewinds >= len(kills))
 
         until(ready, 180, f"step {kill_after} and checkpoint {checkpoint}")
         assert proc.poll() is None, proc.stderr.read()[-2000:]

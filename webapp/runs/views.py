@@ -28,13 +28,15 @@ def run_list(request):
                                           content_type="text/plain")
         runs = Run.objects.for_list().filter(pk__in=ids)
         return render(request, "runs/_run_rows.html", {"rows": _rows(runs, ROWS_MAX)})
-    return render(request, "runs/run_list.html", {"rows": _rows(Run.objects.for_list(), LIST_LIMIT), "extensions": extensions.run_list(),
+    return render(request, "runs/run_list.html", {"rows": _rows(Run.objects.for_list(), LIST_LIMIT),
+                                                  "extensions": extensions.run_list(),
                                                   "page": {"poll_s": LIST_POLL_S, "limit": LIST_LIMIT}})
 
 
 def _rows(runs, limit: int) -> list[dict]:
     rows = []
-    for r in runs.annotate(first_event_t=Min("events__t"))[:limit]:  # "Started" is the first start: a restart must not move it
+    # "Started" is the first start: a restart must not move it
+    for r in runs.annotate(first_event_t=Min("events__t"))[:limit]:
         started = min((t for t in (r.started_at, r.first_event_t) if t is not None), default=None)
         rows.append({"run": r, "started": started, "progress": pagedata.progress(r)})
     return rows

@@ -83,7 +83,8 @@ def test_an_operator_steers_a_live_run_from_the_panel(servers, live_run, new_pag
     page.wait_for_function(f"() => {state}.textContent === 'training'", timeout=300_000)
 
     _send(page, "pause", "look at the grad norm")
-    page.wait_for_function(f"() => {state}.textContent === 'paused'", timeout=60_000)  # a hang guard, not a latency target
+    # the timeout is a hang guard, not a latency target
+    page.wait_for_function(f"() => {state}.textContent === 'paused'", timeout=60_000)
     cmd = _outcome(page, run_id, "pause", "applied")
     paused_at = int(page.evaluate(f"() => ({command_row(run_id, 'pause')}).querySelector('.detail').textContent")
                     .split("paused at step ")[1].split()[0])

@@ -25,7 +25,8 @@ BOX = """(sel) => { const e = document.querySelector(sel); if (!e) return null;
 
 
 def overlap(a: dict, b: dict) -> bool:
-    return a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+    return (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"]
+            and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"])
 
 
 @pytest.fixture

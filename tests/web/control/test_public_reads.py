@@ -18,7 +18,8 @@ from ..accounts.conftest import make_user
 from .conftest import RUN
 
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
-PUBLIC_PAGES = ["/", "/runs/", "/api/front/", "/api/runs/", f"/runs/{RUN}/", f"/api/runs/{RUN}/", f"/api/runs/{RUN}/events/",
+PUBLIC_PAGES = ["/", "/runs/", "/api/front/", "/api/runs/", f"/runs/{RUN}/", f"/api/runs/{RUN}/",
+                f"/api/runs/{RUN}/events/",
                 f"/runs/{RUN}/log/", f"/api/runs/{RUN}/interventions/", f"/api/v1/runs/{RUN}/interventions/",
                 f"/runs/{RUN}/anomalies/", f"/api/runs/{RUN}/anomalies/", f"/api/runs/{RUN}/annotations/",
                 f"/compare/?runs={RUN}", "/experiments/"]

@@ -33,7 +33,8 @@ CONTROLS = """() => ({x: document.querySelector('#x-mode button[aria-pressed=tru
 MATCHES = "(want) => { const got = (" + LINES + ")(); const close = (a, b) => a.length === b.length && " \
           "a.every((v, i) => Math.abs(v - b[i]) <= 1e-9 * Math.max(1, Math.abs(b[i]))); " \
           "return Object.keys(want).every((m) => got[m] && got[m].lines.length === want[m].length && want[m].every(" \
-          "(w, i) => got[m].lines[i].name === w.name && close(got[m].lines[i].x, w.x) && close(got[m].lines[i].y, w.y))); }"
+          "(w, i) => got[m].lines[i].name === w.name && close(got[m].lines[i].x, w.x) " \
+          "&& close(got[m].lines[i].y, w.y))); }"
 
 
 def rung_messages():

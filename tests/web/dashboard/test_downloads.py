@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LOSS_SERIES = {contract.M_LOSS, *(contract.domain_loss(d) for d in DOMAINS)}
 LINKS = """(metric) => Object.fromEntries([...document.querySelectorAll(
-  `.chart[data-metric="${metric}"] details.download a[data-fmt]`)].map((a) => [a.dataset.fmt, a.getAttribute('href')]))"""
+  `.chart[data-metric="${metric}"] details.download a[data-fmt]`)]
+  .map((a) => [a.dataset.fmt, a.getAttribute('href')]))"""
 
 
 def expected_loss(step: int) -> float:

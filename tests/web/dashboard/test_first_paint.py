@@ -21,12 +21,14 @@ INLINE = """(name) => { const w = JSON.parse(document.getElementById('page-data'
 # A chart's light drawing: its lines (points each, and the path's own count of L/M commands) and marks.
 SKETCH = """(id) => { const p = document.getElementById(id), svg = p && p.querySelector('svg.sketch');
   if (!svg) return null;
-  const lines = [...svg.querySelectorAll('.sk-line')].map((l) => ({points: +l.dataset.points, stroke: l.getAttribute('stroke'),
+  const lines = [...svg.querySelectorAll('.sk-line')].map((l) => ({points: +l.dataset.points,
+    stroke: l.getAttribute('stroke'),
     commands: (l.getAttribute('d').match(/[ML]/g) || []).length}));
   const marks = [...svg.querySelectorAll('.sk-marks')].map((m) => ({points: +m.dataset.points,
     top: m.getBoundingClientRect().top - svg.querySelector('.sk-grid').getBoundingClientRect().top}));
   const ticks = [...svg.querySelectorAll('.sk-ticks text[data-axis="y"]')].map((t) => t.textContent);
-  return {lines, marks, ticks, width: svg.getBoundingClientRect().width, height: svg.getBoundingClientRect().height}; }"""
+  const box = svg.getBoundingClientRect();
+  return {lines, marks, ticks, width: box.width, height: box.height}; }"""
 
 
 def loss(step: int) -> float:
@@ -77,7 +79,9 @@ def test_charts_paint_before_plotly_loads_then_become_plotly_charts(run, web, ne
         route.continue_()
     page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0", timeout=30_000)
     after = page.evaluate("""() => { const p = document.getElementById('chart-train-loss');
-      return {sketch: !!p.querySelector('svg.sketch'), plotly: !!p.querySelector('.main-svg'), modebar: !!p.querySelector('.modebar'),
-              x: p.data[0].x.length, marks: p.data.find((t) => t.name.endsWith('non-finite')).x.length, lrType: document.getElementById('chart-optim-learning-rate')._fullLayout.yaxis.type}; }""")
+      return {sketch: !!p.querySelector('svg.sketch'), plotly: !!p.querySelector('.main-svg'),
+              modebar: !!p.querySelector('.modebar'), x: p.data[0].x.length,
+              marks: p.data.find((t) => t.name.endsWith('non-finite')).x.length,
+              lrType: document.getElementById('chart-optim-learning-rate')._fullLayout.yaxis.type}; }""")
     assert after == {"sketch": False, "plotly": True, "modebar": True, "x": want["finite"], "marks": 1, "lrType": "log"}
     assert errors == []

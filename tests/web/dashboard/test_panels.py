@@ -76,7 +76,8 @@ def test_impossible_mfu_is_flagged_not_drawn_and_events_read_as_what_happened(li
                          ".some((a) => a.text === 'resumed at 35')")
 
 
-def test_a_compiling_run_says_so_on_its_empty_charts_with_no_console_error_then_fills_in(trainer, servers, new_page, run_id):
+def test_a_compiling_run_says_so_on_its_empty_charts_with_no_console_error_then_fills_in(trainer, servers, new_page,
+                                                                                          run_id):
     trainer.send("run", name="compiling run", config={})
     trainer.send("state", state="compiling", step=0, detail="")
     trainer.send("heartbeat", phase="compiling", step=0, tokens=0, token_budget=1000, eta_s=None,

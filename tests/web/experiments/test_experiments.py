@@ -47,7 +47,8 @@ def test_the_experiment_pages_show_the_frozen_forecast(client, hero, run_id):
     assert "ladder-demo" in page and escape(hero["experiment"]["goal"]) in page and f"/runs/{run_id}/" in page
     page = client.get("/experiments/ladder-demo/").content.decode()
     fc = hero["forecast"]
-    for text in (escape(hero["experiment"]["goal"]), escape(hero["experiment"]["hypothesis"]), hero["sha256"], fc["sha256"],
+    for text in (escape(hero["experiment"]["goal"]), escape(hero["experiment"]["hypothesis"]), hero["sha256"],
+                 fc["sha256"],
                  fc["formula"], f"before step 0 of <a href=\"/runs/{run_id}/\">{run_id}</a>",
                  f"{fc['hero']['loss']:.5g}", f"{fc['hero']['low']:.5g}", f"{fc['hero']['high']:.5g}",
                  'href="/runs/rung-a/"', "rung-b <span class=\"muted\">(not on this site)", 'data-testid="verified"'):

@@ -151,7 +151,8 @@ def test_many_marks_are_drawn_as_one_path_a_look_and_a_new_one_redraws_only_the_
     drawn = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .obs-marks path')]"
                           ".map((e) => (e.getAttribute('d').match(/M/g) || []).length)")
     assert sorted(drawn) == [2, 61]
-    own = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .obs-labels .annotation')].map((e) => e.textContent)")
+    own = page.evaluate(f"() => [...document.querySelectorAll('#{LOSS} .obs-labels .annotation')]"
+                        ".map((e) => e.textContent)")
     assert own == [t for t in page.evaluate(LABELS) if t], "the labels drawn are the layout's"
     assert page.locator(f"#{LOSS} .main-svg .annotation:visible").count() == 0
     # a label the page drew has Plotly's hover box and a label's click (a folded one zooms in on its marks); the
@@ -216,7 +217,8 @@ def test_a_shapes_only_change_is_drawn_by_the_page_and_the_next_full_redraw_hand
 
     def overlays(*bands):
         items = ", ".join(f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}" for a, b in bands)
-        return f"() => Obs.setOverlays('test', [{{id: 'l50', x0: 50, label: 'mark 50', metric: '{contract.M_LOSS}'}}, {items}])"
+        mark = f"{{id: 'l50', x0: 50, label: 'mark 50', metric: '{contract.M_LOSS}'}}"
+        return f"() => Obs.setOverlays('test', [{mark}, {items}])"
 
     page.evaluate(overlays((10, 20)))
     step(200)

@@ -167,7 +167,8 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
     page.wait_for_function(f"() => {{ const h = ({HEAT_JS})(); return h && h.x[0] === 10 && h.cols === 10; }}",
                            timeout=30_000)
     heat = page.evaluate(HEAT_JS)
-    assert heat["x"] == list(range(10, 20)) and heat["z0"] == [_load(2, e, 10) for e in range(EXPERTS)]  # layer 2, picked above
+    # layer 2, picked above
+    assert heat["x"] == list(range(10, 20)) and heat["z0"] == [_load(2, e, 10) for e in range(EXPERTS)]
     assert page.evaluate("() => document.getElementById('router-heatmap').layout.xaxis.range") == [9.5, 19.5]
     page.evaluate("() => Obs.zoomTo(null)")
     page.wait_for_function(f"() => {{ const h = ({HEAT_JS})(); return h && h.cols === {HISTORY + 5}; }}",

@@ -35,7 +35,8 @@ def collected(tmp_path_factory):
 
 
 def test_collected_static_files_are_hashed_compressed_and_immutable(live_env, collected):
-    env = {**live_env, "OBS_STATIC_ROOT": str(collected), "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "static-test-" + "x" * 40, "OBS_SSL_REDIRECT": "0"}
+    env = {**live_env, "OBS_STATIC_ROOT": str(collected), "OBS_DEBUG": "0", "OBS_SSL_REDIRECT": "0",
+           "DJANGO_SECRET_KEY": "static-test-" + "x" * 40}
     port = free_port()
     web = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)

@@ -1,8 +1,9 @@
 """Record demo-trainer curves with faults injected through its `inject-fault` command, as labelled, gzipped CSVs
-for bench/anomalies.py (which reads every bench/data/anomalies/*.csv.gz by default).
+for bench/anomalies.py (which reads every bench/data/anomalies/*.csv.gz by default). A data recorder, kept beside
+the data it made (it measures nothing itself).
 
-    nice -n 10 .venv/bin/python bench/anomaly_curves.py [--only clean,faults]   # record (slow: minutes per run)
-    .venv/bin/python bench/anomaly_curves.py --evaluate                          # = bench/anomalies.py --json
+    nice -n 10 .venv/bin/python bench/data/anomalies/record_demo.py [--only clean,faults]  # slow: minutes a run
+    .venv/bin/python bench/data/anomalies/record_demo.py --evaluate                         # = bench/anomalies.py
 
 What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
 """
@@ -21,14 +22,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 from observatory import contract  # noqa: E402
 from observatory.anomalies.routing import watched  # noqa: E402
 from harness import PrivateRedis  # noqa: E402
 
-OUT = ROOT / "bench" / "data" / "anomalies"
+OUT = Path(__file__).resolve().parent
 # scenario -> (steps, [(after step, fault words)]); one run carries every fault, far enough apart to recover
 SCENARIOS = {
     "clean": (2000, []),

@@ -1,6 +1,7 @@
-"""Public incident logs of large open runs, as labelled CSVs for bench/anomalies.py (bench/data/anomalies/public/).
+"""Public incident logs of large open runs, as labelled CSVs for bench/anomalies.py (this folder). A data
+extractor, kept beside the data it made (it measures nothing itself).
 
-    .venv/bin/python bench/anomaly_public.py --bigscience DIR --nanogpt DIR
+    .venv/bin/python bench/data/anomalies/public/extract.py --bigscience DIR --nanogpt DIR
 
 What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
 """
@@ -16,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "data" / "anomalies" / "public"
+OUT = Path(__file__).resolve().parent
 COLUMNS = ["step", "train/loss", "eval/loss", "grad/norm/total", "optim/loss_scale", "time/step_s", "throughput/mfu"]
 
 # name -> (repo, file, [(first line, last line)], labels, note on what was left out)
