@@ -23,7 +23,8 @@ log = logging.getLogger("observatory.live")
 SUMMARY_TTL_S = 1.0  # a thousand viewers arriving at once read the run's summary once, not a thousand times
 STALE_OK_S = 30.0  # an older summary still answers while a fresh one is read (updates carry the newest anyway)
 RESUME_WAIT_S = 1.0  # live frames wait this long at most for a new socket's first resume
-UNSTORED_TAIL, UNSTORED_S = 50, 30.0  # the log's newest entries a backfill adds (ingest appends before it commits)
+# The log's newest entries a backfill adds (ingest appends a batch's points, one entry, just before its SQL write)
+UNSTORED_TAIL, UNSTORED_S = 8, 10.0
 _summaries: dict[str, tuple[float, dict | None]] = {}
 _backfills: dict[int, Coalescer] = {}  # per event loop: single-flight database reads
 
@@ -53,9 +54,9 @@ async def _unstored_tail(run_id: str) -> list[dict]:
     entries = await get_hub().redis.xrevrange(log_key(run_id), count=UNSTORED_TAIL)
     out, floor = [], time.time() - UNSTORED_S
     for entry_id, fields in reversed(entries):
-        _seq, t, frames = decode_entry(run_id, entry_id, fields)
-        if t >= floor:
-            out += [f for f in frames if f.get("type") == "update"]
+        t = fields.get(b"t")
+        if t is not None and int(t) / 1000 >= floor:  # (older entries are not decoded)
+            out += [f for f in decode_entry(run_id, entry_id, fields)[2] if f.get("type") == "update"]
     return out
 
 

@@ -60,6 +60,29 @@ LITE_PREFIXES = ("train/loss/", "mixture/weight/", "train/router/layer_0/routing
 cursor_key = livelog.relay_cursor_key  # "<seq> <nchan id, full> <nchan id, lite>": the last entry published
 
 
+def _id_key(message_id: str) -> tuple[int, int]:
+    """nchan's message id "<time>:<tag>" (one channel's) as a comparable pair."""
+    t, _, tag = message_id.partition(":")
+    return int(t), int(tag.strip("[]").split(",")[0] or 0)
+
+
+def _id_after(a: str, b: str) -> bool:
+    try:
+        return _id_key(a) > _id_key(b)
+    except ValueError:
+        return True
+
+
+def _after_second_of(message_id: str) -> None:
+    """Wait until the clock is past the second of nchan's message id: a message published now gets a later id."""
+    try:
+        wait = _id_key(message_id)[0] + 1 - time.time()
+    except ValueError:
+        return
+    if 0 < wait <= 1.0:
+        time.sleep(wait)
+
+
 def lease_key(run_id: str) -> str:
     return LEASE_PREFIX + run_id
 
@@ -208,14 +231,24 @@ class Relay:
         ids = list(saved)
         try:
             for i, (channel, body) in enumerate((("", frames), ("lite", lite_frames(frames)))):
+                known = saved[i] not in ("", "-")
                 if run_id in self.unsure:  # did a dead relay, or our own failed try, publish this entry already?
                     info = self.pub.info(run_id, channel)
                     last = str(info.get("last_message_id") or "") if info else ""
-                    if last and saved[i] not in ("", "-") and last != saved[i]:
+                    if last and known and last != saved[i]:
                         ids[i] = last
                         continue
+                    if not info and known:  # the channel is gone (nginx restarted): ids after the viewers' own
+                        _after_second_of(saved[i])
                 info = self.pub.publish(run_id, protocol.encode(body[0] if len(body) == 1 else body), channel)
                 ids[i] = str(info.get("last_message_id") or "")
+                if known and ids[i] and not _id_after(ids[i], saved[i]):
+                    # nginx restarted between two publishes, in the same second: a viewer resuming after its last
+                    # id skips this message; a gap frame in a later second tells it to refetch
+                    _after_second_of(saved[i])
+                    gap = protocol.encode({"type": "gap", "run_id": run_id, "seq": seq})
+                    ids[i] = str(self.pub.publish(run_id, gap, channel).get("last_message_id") or "")
+                    self.stats["gaps"] += 1
                 self.subscribers[run_id, channel] = int(info.get("subscribers") or 0)
         except Exception:
             self.unsure.add(run_id)  # the next try checks nchan before publishing again

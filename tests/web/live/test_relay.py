@@ -39,12 +39,16 @@ class Nchan:
         conf = var / "nginx" / "nginx.conf"
         conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port or free_port(), self.pub_port,
                                      conn_limit=conn_limit))
-        self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
-                                      str(var / "logs" / "nginx-error.log")], stderr=subprocess.PIPE)
-        wait_port(self.port)
-        wait_port(self.pub_port)
+        self.argv = ["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e", str(var / "logs" / "nginx-error.log")]
+        self.start()
         self.pub_url = f"http://127.0.0.1:{self.pub_port}/pub/runs/"
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """nginx (again, after stop(): empty, as a restarted nginx is), once it listens."""
+        self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE)
+        wait_port(self.port)
+        wait_port(self.pub_port)
 
     def viewer(self, run_id: str, last_id: str | None = None, channel: str = "") -> Viewer:
         query = f"?last_event_id={last_id}" if last_id else ""

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from observatory.streams.nchan import NchanPublisher, PushError
-from tests.support import wait_for
+from tests.support import stop, wait_for
 from webapp.live.livelog import log_key
 from webapp.live.relay import Relay, cursor_key
 from webapp.metrics.models import Point
@@ -126,6 +126,38 @@ def test_a_frozen_push_tier_costs_ingest_nothing_and_viewers_nothing(redis_clien
     assert viewer.seqs == list(range(viewer.seqs[0], viewer.seqs[0] + len(viewer.seqs))), viewer.seqs
     relay.close()
     viewer.close()
+
+
+def test_a_stopped_push_tier_costs_ingest_nothing_and_a_resuming_viewer_misses_nothing(redis_client, nchan,
+                                                                                       trainer, ingest, run_id):
+    """nginx exits under a live run (its buffers gone with it) and starts again: ingest goes on appending, the
+    relay's publishes fail and are tried again, and a viewer that reconnects with its last message id gets the
+    backlog in order: its numbers, before and after, have no hole and no repeat."""
+    relay = Relay(redis_client, NchanPublisher(nchan.pub_url, timeout=0.5))
+    for step in range(3):
+        trainer.metrics(step, loss=float(step))
+    relay_all(relay, ingest)
+    viewer = nchan.viewer(run_id, FROM_START)
+    upto = int(redis_client.get(cursor_key(run_id)).split(b" ")[0])  # all published: the viewer is up to date
+    viewer.read_until(lambda: viewer.seqs and viewer.seqs[-1] == upto, "every published entry")
+    stop(nchan.proc)
+    viewer.close()
+    for step in range(3, 10):  # (ingest holds no push-tier client: nothing of it can wait on nginx)
+        trainer.metrics(step, loss=float(step))
+        ingest.drain()
+    with pytest.raises(PushError):
+        relay.step(50)
+    assert Point.objects.filter(series__run_id=run_id, series__name="loss").count() == 10
+    nchan.start()
+    wait_for(lambda: relay.drain() >= 0 and 9 in _published(redis_client, run_id), 20, "the relay to catch up",
+             every=0.2)
+    again = nchan.viewer(run_id, viewer.last_id)
+    again.read_until(lambda: 9 in again.points.get("loss", {}), "step 9 after the restart")
+    seqs = viewer.seqs + again.seqs
+    assert viewer.received["loss"] + again.received["loss"] == list(range(10))
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+    relay.close()
+    again.close()
 
 
 def _published(client, run_id: str) -> set[int]:
