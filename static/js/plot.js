@@ -285,6 +285,26 @@ window.Obs = window.Obs || {};
     }));
   }
 
+  // The axes' ranges a layout fixes (log axes: from log10 units), null where the axis fits its data
+  function ranges(fig, layout) {
+    const fixed = (a, key) => {
+      if (!a || !a.range || a.autorange === true) return null;
+      return fig.log[key] ? [10 ** a.range[0], 10 ** a.range[1]] : a.range.slice();
+    };
+    return {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
+  }
+
+  // The figure drawn again with its lines' points changed in place (node.data's line traces: new x / y arrays,
+  // typed-array views included) and its layout's axis ranges: the canvas only (uPlot's setData), nothing else
+  // rebuilt. False when there is no such figure (then drawFigure).
+  Obs.redrawData = (node) => {
+    const fig = node._figure;
+    if (!fig || !fig.u || !fig.lines.length) return false;
+    fig.ranges = ranges(fig, fig.layout);
+    fig.u.setData(columns(fig.lines), true);
+    return true;
+  };
+
   Obs.drawFigure = (node, traces, layout, on = {}) => {
     const lines = traces.filter(isLine), markers = traces.filter((t) => t.mode === "markers" && t.x && t.x.length);
     node.data = traces; node.layout = layout;
@@ -308,10 +328,6 @@ window.Obs = window.Obs || {};
       : (v) => Number(v).toLocaleString("en-US");
     fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"
       : num(v) + (tr.unit ? " " + tr.unit : ""));
-    const fixed = (a, key) => {
-      if (!a || !a.range || a.autorange === true) return null;
-      return fig.log[key] ? [10 ** a.range[0], 10 ** a.range[1]] : a.range.slice();
-    };
     const key = shapeKey(lines, layout);
     const data = lines.length ? columns(lines) : [[], []];
     if (!lines.length) data.length = 1;
@@ -320,10 +336,10 @@ window.Obs = window.Obs || {};
       if (fig.u) fig.u.destroy();
       fig.key = key;
       const opts = options(node, fig, lines, layout, on);
-      fig.ranges = {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
+      fig.ranges = ranges(fig, layout);
       fig.u = new uPlot(opts, data, (u, init) => { node.insertBefore(u.root, fig.labels); init(); });
     } else {
-      fig.ranges = {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
+      fig.ranges = ranges(fig, layout);
       fig.u.batch(() => {
         if (fig.u.width !== width || fig.u.height !== height) fig.u.setSize({width, height});
         fig.u.setData(data, true);
