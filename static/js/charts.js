@@ -359,8 +359,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (this.els.table.open && now - (this.tableAt || 0) > 1000) this.renderTable();
     }
 
-    forced() { return (this.zoomPending && !this.fetching) || !this.lastFull; }
-
     note() {
       const nf = this.items.reduce((a, it) => a + (it.series ? it.series.nfTotal : 0), 0);
       const waiting = this.items.length && this.items.every((it) => !it.series || it.series.waiting);

@@ -2,6 +2,8 @@
 // point marks, vertical marks and their labels, a legend — drawn on a canvas by uPlot (static/vendor/uPlot.*).
 //   Obs.drawFigure(node, traces, layout, on)  draws into `node` (its size); node.data / node.layout are the figure
 //                                             drawn (public: feature modules and tests read them)
+//   Obs.redrawData(node)                      the same figure again, its lines' x / y and axis ranges changed in
+//                                             place (the live append path, chartlive.js): the canvas only
 // A figure is plain data, the charts' model (charts.js makes it):
 //   trace  {x, y, mode: "lines" | "markers", name, yaxis: "y" | "y2" (0..1, the plot's height) | "y3" (right),
 //           showlegend, opacity, line: {width, color, dash}, marker: {color, symbol, size}, text, fill: "tonexty"
@@ -50,7 +52,6 @@ window.Obs = window.Obs || {};
       return pow ? ("1e" + e).replace("-", "\u2212") : span < 2 ? num(v) : "";
     });
   };
-  Obs.tickLabel = num;
 
   // Every line's points on one x (uPlot draws aligned columns): a single line as it is, several joined (gaps null,
   // drawn across).
@@ -356,12 +357,6 @@ window.Obs = window.Obs || {};
       : null;
   };
   Obs.figureXAt = (node, px) => node._figure && node._figure.u ? node._figure.u.posToVal(px, "x") : NaN;
-  Obs.figureResize = (node) => {
-    const fig = node._figure;
-    if (fig && fig.u && node.clientWidth) {
-      fig.u.setSize({width: node.clientWidth, height: node.clientHeight || fig.height});
-    }
-  };
   Obs.savePNG = (node) => { // the chart's canvas as a PNG file (named after the chart's element)
     const u = node._figure && node._figure.u;
     if (!u) return;
