@@ -1,7 +1,8 @@
 // A line chart's live append path (a part of Obs.LineChart, as zoom.js and chartmarks.js). After a full redraw the
 // drawn lines are copied into typed-array buffers (Obs.LiveBuffer); a live point is appended there (no allocation
 // a point) and the same figure redrawn from views of those buffers (Obs.redrawData: uPlot's setData; no new
-// figure, legend, tool bar or labels). The axes keep room ahead and fit y from running extents, not a rescan.
+// figure, legend, tool bar or labels; changed marks are made again on the same layout). The axes keep room ahead
+// and fit y from running extents, not a rescan.
 // A chart that draws more than its lines' own points (zoomed, smoothed, feature lines, impossible values,
 // non-finite marks, lines on different steps), whose margins would change, or whose drawn points would pass 4 a
 // pixel takes the full redraw instead (which cuts a rewind and downsamples again: Obs.minmax).
@@ -74,6 +75,7 @@
       if (xa.mode !== "time") this.headroom(lay.xaxis, lines);
       this.fitExt(lay.yaxis, this.ext.y, log);
       if (lay.yaxis3) this.fitExt(lay.yaxis3, this.ext.y3, false);
+      if (this.remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; } // (chartmarks.js)
       return Obs.redrawData(this.plot);
     },
 

@@ -337,8 +337,8 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (!this.lastFull && this.items.some((it) => it.series && it.series.loading)) return; // its reset() calls
       const now = performance.now(), C = Obs.redrawCounts, wasFull = this.full || !this.lastFull;
       this.dirty = false;
-      if (!wasFull && this.appended && !this.remark && this.appendLive()) { // live points only: the cheap path
-        C.append++; this.appended = false;
+      if (!wasFull && (this.appended || this.remark) && this.appendLive()) { // live points, marks: the cheap path
+        C[this.appended ? "append" : "remark"]++; this.appended = false;
         if (this.els.table.open && now - (this.tableAt || 0) > 1000) this.renderTable();
         return;
       }
