@@ -29,7 +29,8 @@
     // After a full redraw: the drawn lines into the buffers, and whether live points can be appended to them.
     fill(traces) {
       const n = this.items.length, view = this.ctx.view, lines = traces.slice(0, n);
-      if (this.adds) this.adds.length = 0;
+      this.adds = this.adds || [];
+      this.adds.length = 0;
       this.canAppend = Object.getPrototypeOf(this) === Obs.LineChart.prototype && n > 0 && !view.range &&
         !(view.smooth > 0) && !this.oobTotal && !this.nonPositive && !this.zoomPending &&
         traces.filter((t) => t.mode === "lines").length === n && lines[0].x.length > 0 && aligned(lines);
@@ -50,7 +51,7 @@
       const xa = this.ctx.xaxis, adds = this.adds, log = this.ctx.view.log.has(this.id), limit = 4 * this.resolution();
       for (let a = 0; a < adds.length; a += 2) { // everything checked before anything is appended
         const it = this.items.find((i) => i.series === adds[a]), add = adds[a + 1], b = this.ctx.bounds[it && it.name];
-        if (!it || it.buf.n + add.x.length > limit) return false;
+        if (!it || !it.buf || it.buf.n + add.x.length > limit) return false;
         for (let i = 0; i < add.y.length; i++) {
           if ((b && add.y[i] > b.max) || (log && !(add.y[i] > 0))) return false;
         }
