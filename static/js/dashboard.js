@@ -43,6 +43,9 @@
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
   const events = new Obs.EventLog($("events-section"), addRewind);
   let router = null; // the MoE router panel (moe.js, loaded after the first paint: loadLazy)
+  // (its series, moe.js's pattern: a run that has them shows the panel at once, where it will be drawn)
+  const routerHist = page.router_metric && new RegExp("^" + page.router_metric.replace("{name}", "routing_hist")
+    .split("{layer}").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("\\d+") + "/\\d+$");
   const data = new Obs.DataPanel(ctx, page.mixture);
   const header = new Obs.RunHeader(() => data.stageLabel());
   const picker = new Obs.Picker(registry, (name) => charts.has(name), (name) => {
@@ -271,7 +274,8 @@
       known.add(name);
       store.discover(name);
       charts.forEach((ch) => { if (ch.wants(name)) ch.addTrace(name); });
-      router?.discover(name);
+      if (router) router.discover(name);
+      else if (routerHist && routerHist.test(name)) $("router-panel").hidden = false;
       data.discover(name);
       // The trainer records its manifest before its first mixture metrics: fetch it once they appear.
       if (!data.hasManifest() && name.startsWith(page.mixture.weight_prefix) && started) fetchManifest();
