@@ -80,7 +80,7 @@ def main() -> int:
     seed(args.steps, args.runs)
     out = {"base": base[:12], "steps": args.steps, "runs": args.runs + 1, "repeat": args.repeat}
     with landed_tree(base) as landed:
-        ready_js = ("() => !!document.querySelector('#front-chart .main-svg') && "
+        ready_js = ("() => !!document.querySelector('#front-chart .main-svg, #front-chart .uplot') && "
                     "document.querySelectorAll('#moments li.moment').length >= 2")
         for name, tree in (("landed", landed), ("front", ROOT)):
             with web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree) as server:

@@ -142,7 +142,7 @@ def until() -> Callable:
 
 @pytest.fixture
 def op(redis_client, run_id, stream, until):
-    """An Operator (tests/training/operator.py) of this test's run."""
-    from tests.training.operator import Operator
+    """An Operator (tests/training/operators.py) of this test's run."""
+    from tests.training.operators import Operator
 
     return Operator(redis_client, run_id, stream, until)
