@@ -63,7 +63,16 @@ class NchanTap(threading.Thread):
     def run(self) -> None:
         from websockets.sync.client import connect
 
-        with connect(self.url, subprotocols=["ws+meta.nchan"]) as ws:
+        from websockets.exceptions import InvalidStatus
+
+        for _ in range(300):  # nchan refuses (403) a channel the relay has not made yet: retry until it exists
+            try:
+                ws = connect(self.url, subprotocols=["ws+meta.nchan"])
+                break
+            except InvalidStatus as e:
+                if e.response.status_code != 403 or self.stop.wait(0.1):
+                    raise
+        with ws:
             self.ready.set()
             while not self.stop.is_set():
                 try:
