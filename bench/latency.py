@@ -62,7 +62,6 @@ class NchanTap(threading.Thread):
 
     def run(self) -> None:
         from websockets.sync.client import connect
-
         from websockets.exceptions import InvalidStatus
 
         for _ in range(300):  # nchan refuses (403) a channel the relay has not made yet: retry until it exists
@@ -72,6 +71,8 @@ class NchanTap(threading.Thread):
             except InvalidStatus as e:
                 if e.response.status_code != 403 or self.stop.wait(0.1):
                     raise
+        else:
+            raise RuntimeError(f"nchan refused {self.url} for 30 s: the relay never made the run's channel")
         with ws:
             self.ready.set()
             while not self.stop.is_set():
