@@ -34,6 +34,18 @@ HELDOUT_MODELS = {"misfitting_400m", "misfitting_1b"}    # the two largest sizes
 MARIN_HELDOUT_BUDGET = 1e20                              # Marin's largest isoFLOP budget, by the run name
 
 
+
+def write_clean_curve(out: Path, name: str, rows: dict) -> None:
+    """One clean curve as <name>.csv.gz (step, train/loss, eval/loss) with no labels. mtime=0: the same rows give
+    the same bytes (the manifest holds their hash)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["step", "train/loss", "eval/loss"])
+    for step in sorted(rows):
+        w.writerow([step, rows[step].get("train/loss", ""), rows[step].get("eval/loss", "")])
+    (out / f"{name}.csv.gz").write_bytes(gzip.compress(buf.getvalue().encode(), mtime=0))
+    (out / f"{name}.labels.json").write_text("[]\n")
+
 def show(repo: Path, commit: str, path: str) -> str:
     return subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], check=True, capture_output=True,
                           text=True).stdout
@@ -95,14 +107,7 @@ def nanogpt(repo: Path) -> None:
     out = HERE / "anomalies"
     for name, path in NANOGPT[1].items():
         rows = nanogpt_rows(show(repo, NANOGPT[0], path))
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["step", "train/loss", "eval/loss"])
-        for step in sorted(rows):
-            w.writerow([step, rows[step].get("train/loss", ""), rows[step].get("eval/loss", "")])
-        # mtime=0: the same rows give the same bytes (the manifest holds their hash)
-        (out / f"{name}.csv.gz").write_bytes(gzip.compress(buf.getvalue().encode(), mtime=0))
-        (out / f"{name}.labels.json").write_text("[]\n")
+        write_clean_curve(out, name, rows)
         print(f"{name}: {len(rows)} logged points")
 
 
@@ -133,13 +138,7 @@ def nanogpt_fresh(repo: Path) -> None:
         if sum("train/loss" in r for r in rows.values()) < 1000:  # not a per-step training-loss log
             continue
         name = "nanogpt-" + record[11:].lower().replace("_", "-")
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["step", "train/loss", "eval/loss"])
-        for step in sorted(rows):
-            w.writerow([step, rows[step].get("train/loss", ""), rows[step].get("eval/loss", "")])
-        (out / f"{name}.csv.gz").write_bytes(gzip.compress(buf.getvalue().encode(), mtime=0))
-        (out / f"{name}.labels.json").write_text("[]\n")
+        write_clean_curve(out, name, rows)
         print(f"{name}: {len(rows)} logged points ({path})")
 
 
