@@ -10,7 +10,6 @@ What it measures and how: docs/PERFORMANCE.md, `scaling` (bench/results/scaling.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -27,7 +26,7 @@ from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, 
 from observatory.scaling.fit import holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
 from bench import scaling_ladders  # noqa: E402
-from bench.harness import add_save_flag, report  # noqa: E402
+from bench.harness import parser, report  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "scaling"
 CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
@@ -87,8 +86,7 @@ def main() -> None:
         from scaling_demo import main as demo_main
 
         sys.exit(demo_main([a for a in sys.argv[1:] if a != "--demo"]))
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
+    ap = parser(__doc__)
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--rungs", type=int, default=24, help="rungs: sizes × 4 tokens-per-parameter ratios")
     ap.add_argument("--full-grid", action="store_true")
@@ -100,7 +98,6 @@ def main() -> None:
     ap.add_argument("--no-cv", action="store_true", help="leave out the development and held_out blocks")
     ap.add_argument("--seed", type=int, default=0, help="the public ladders' bootstrap seed")
     ap.add_argument("--core", help="print the public ladders' evaluation of the observatory package in CORE only")
-    add_save_flag(ap)
     args = ap.parse_args()
     if args.core:  # the landed side of --compare (scaling_ladders.landed)
         from observatory import scaling

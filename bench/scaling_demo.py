@@ -13,7 +13,6 @@ What it measures and how: docs/PERFORMANCE.md, `scaling_demo` (bench/results/sca
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -24,10 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import add_save_flag, report  # noqa: E402
+from harness import ROOT, parser, report
 
 from training import ladder as lad  # noqa: E402  (no JAX: planning and reading metrics only)
 
@@ -81,8 +77,7 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/scaling.py --demo")
-    ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
+    ap = parser(__doc__, prog="bench/scaling.py --demo")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/ladder.toml")
     ap.add_argument("--moe-config", type=Path, default=ROOT / "training/configs/ladder_moe.toml")
     ap.add_argument("--only", choices=("dense", "moe"), help="run only this ladder")
@@ -90,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
     ap.add_argument("--cold", action="store_true", help="an empty compilation cache instead of var/jax-cache")
     ap.add_argument("--redis", action="store_true", help="publish the rungs and the target to Redis (the dashboard)")
-    add_save_flag(ap)
     args = ap.parse_args(argv)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="demo-ladder-"))
     work.mkdir(parents=True, exist_ok=True)
