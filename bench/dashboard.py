@@ -14,6 +14,7 @@ import random
 import statistics
 import sys
 import time
+from collections import defaultdict
 from contextlib import ExitStack
 
 from harness import ROOT, django_here, med, parser, proc_cpu_s, report, web_server
@@ -140,11 +141,7 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
     from harness import Stack
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
-    acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
-                  "gesture_charts": {}, "timelines": [],
-                  "errors": [], "plotly": [], "js_run": [], "js_fetched": [], "js_files": [],
-                  "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
-                  "zoom_long": [], "summary": {}} for name in targets}
+    acc = {name: defaultdict(list, zooms={w: [] for w in ZOOMS}, gesture_charts={}, summary={}) for name in targets}
     with Stack("dashboard-browser") as browsers:
         browser = browsers.browser()
         for i in range(repeat):
