@@ -7,7 +7,6 @@ What it measures and how: docs/PERFORMANCE.md, `annotations` (bench/results/anno
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -15,42 +14,24 @@ import sys
 import time
 import urllib.request
 
-from harness import Stack, add_save_flag, pct, report, wait_http  # noqa: E402
-from stack import load_series  # noqa: E402
+from harness import Stack, parser, pct, report, setup_django, wait_http
+from pagecost import ws_hook
+from stack import load_series
 
 STEPS = 2000
 CSRF = "b" * 32  # a CSRF secret of our choosing: cookie and header agree
-HOOK = """
-window.__ann = {};
-const _WS = window.WebSocket;
-window.WebSocket = function (url, protocols) {
-  const ws = protocols ? new _WS(url, protocols) : new _WS(url);
-  ws.addEventListener("message", (ev) => {
+HOOK = "window.__ann = {};\n" + ws_hook("""
     const now = Date.now();
     const got = JSON.parse(ev.data);
     for (const f of Array.isArray(got) ? got : [got]) {
       if (f.type === "annotation" && f.event === "upsert") window.__ann[f.annotation ? f.annotation.id : f.id] = now;
-    }
-  });
-  return ws;
-};
-window.WebSocket.prototype = _WS.prototype;
-Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
-"""
+    }""")
 LABELS_JS = """() => { const d = document.getElementById("chart-train-loss");  // notes' labels hold ✎ (their own,
   // or the hover of a label close marks fold into)
   return d && d.layout ? (d.layout.annotations || []).map((a) => String(a.text) + " " + String(a.hovertext || ""))
     .filter((t) => t.includes("✎")) : []; }"""
 DATA_JS = """() => { const d = document.getElementById("chart-train-loss");
   return !!(d && d.data && d.data[0] && d.data[0].x.length > 0); }"""
-
-
-def _django(env: dict):
-    os.environ.update(env)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    import django
-
-    django.setup()
 
 
 def _world(runs: list[str], many: int, members: int) -> list[str]:
@@ -116,7 +97,8 @@ def _pans(page) -> float:
 
 def measure(posts: int, many: int, server: str) -> dict:
     with Stack("annotations") as stack:
-        _django(stack.site().env)
+        os.environ.update(stack.site().env)
+        setup_django()
         members = max(1, (posts + 7) // 8)  # the posting rate limit is 10/min per member
         many_run, live_run, bare_run = "bench-ann-many", "bench-ann-live", "bench-ann-bare"
         sessions = _world([many_run, live_run, bare_run], many, members)
@@ -167,12 +149,10 @@ def measure(posts: int, many: int, server: str) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--posts", type=int, default=24)
     ap.add_argument("--many", type=int, default=1000)
     ap.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
-    ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
-    add_save_flag(ap)
     args = ap.parse_args()
     print(f"measuring {args.posts} live annotations and a run with {args.many} ...", file=sys.stderr)
     return report("annotations", measure(args.posts, args.many, args.server), args.json, not args.no_save)

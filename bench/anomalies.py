@@ -8,7 +8,6 @@ What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomal
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -29,9 +28,9 @@ from observatory.anomalies import Monitor  # noqa: E402
 from observatory.anomalies.model import OPENED, AnomalyLog  # noqa: E402
 from observatory.anomalies.scan import open_text, parse_maps, read_rows, scan_rows  # noqa: E402
 
-from harness import add_save_flag, report as file_result  # noqa: E402
+from harness import parser, report as file_result  # noqa: E402
 from stack import run_landed  # noqa: E402
-from anomaly_synth import DOMAINS, EXPERTS, TICK_S, TOKENS_PER_STEP, Curves, build_set  # noqa: E402
+from bench.data.anomalies.synth import DOMAINS, EXPERTS, TICK_S, TOKENS_PER_STEP, Curves, build_set  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "anomalies"
 PUBLIC = DATA / "public"
@@ -312,15 +311,13 @@ def side_by_side(mine: dict, old: dict) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print the JSON object on one line (default: indented)")
+    ap = parser(__doc__)
     ap.add_argument("--curve", nargs=2, action="append", default=[], metavar=("CSV", "LABELS"))
     ap.add_argument("--map", action="append", default=[], metavar="COLUMN=METRIC")
     ap.add_argument("--landed", default="main", metavar="REF", help="git ref whose detectors to compare with")
     ap.add_argument("--no-landed", action="store_true", help="no comparison with the landed detectors")
     ap.add_argument("--core", metavar="DIR", help="judge the observatory package in DIR (used by --landed)")
     ap.add_argument("--no-cv", action="store_true", help="leave out the development and held_out blocks (minutes)")
-    add_save_flag(ap)
     args = ap.parse_args()
     t0 = time.perf_counter()
     injected, clean = build_set()

@@ -7,14 +7,13 @@ What it measures and how: docs/PERFORMANCE.md, `anomaly_live` (bench/results/ano
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import random
 import sys
 import time
 
-from harness import Stack, add_save_flag, bench_redis_url, django_here, report  # noqa: E402
+from harness import Stack, bench_redis_url, django_here, parser, report
 
 DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
 PARAMS = [f"layers/{i}/{w}" for i in range(4) for w in (
@@ -83,10 +82,9 @@ def measure(client, run_id: str, steps: int, batch: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--database-url", default=None, help="default: a throw-away SQLite file")
-    add_save_flag(ap)
     args = ap.parse_args()
     if args.database_url:
         os.environ["DATABASE_URL"] = args.database_url
@@ -105,7 +103,7 @@ def main() -> int:
         finally:
             client.flushdb()
             connection.close()
-    return report("anomaly_live", out, False, not args.no_save)
+    return report("anomaly_live", out, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

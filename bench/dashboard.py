@@ -8,19 +8,17 @@ What it measures and how: docs/PERFORMANCE.md, `dashboard` (bench/results/dashbo
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import random
 import statistics
 import sys
-import tempfile
 import time
+from collections import defaultdict
 from contextlib import ExitStack
 
-from harness import ROOT, add_save_flag, report, django_here, web_server  # noqa: E402
-from trees import JS_BEFORE_PAINT, tree as checkout  # noqa: E402
+from harness import ROOT, django_here, med, parser, proc_cpu_s, report, web_server
+from stack import tree as checkout  # noqa: E402
 
 RUN_ID = "bench-dashboard"
 SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
@@ -71,33 +69,19 @@ def seed(steps: int) -> float | None:
 
 
 def cpu_ms(pid: int) -> float:
-    """CPU time a process (all its threads) has used so far, from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+    return proc_cpu_s(pid) * 1000
 
 
 def renderers_cpu_ms() -> float:
     """CPU used so far by the Chromium renderer processes this script started (its descendants)."""
-    parent = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                pass
-    mine, total = {os.getpid()}, 0.0
-    for _ in range(6):  # python -> playwright driver -> chromium -> renderers
-        mine |= {p for p, pp in parent.items() if pp in mine}
-    for pid in mine - {os.getpid()}:
+    import psutil
+
+    def renderer(p):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"--type=renderer" in f.read():
-                    total += cpu_ms(pid)
-        except OSError:
-            pass
-    return total
+            return "--type=renderer" in p.cmdline()
+        except psutil.Error:
+            return False
+    return sum(cpu_ms(p.pid) for p in psutil.Process().children(recursive=True) if renderer(p))
 
 
 def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]:
@@ -153,15 +137,11 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
     server, from /proc), which a busy machine inflates far less than wall time; the page's main-thread time and
     long tasks. targets: {name: (url, server pid)}; with several, the repetitions alternate between them (one
     browser, the same minutes), each measured on its own."""
-    from pagecost import LONG_TASKS_JS, TRACE_CATEGORIES, Cdp, profile_summary, trace_tasks
+    from pagecost import JS_BEFORE_PAINT, LONG_TASKS_JS, TRACE_CATEGORIES, Cdp, profile_summary, trace_tasks
     from harness import Stack
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
-    acc = {name: {"first": [], "zooms": {w: [] for w in ZOOMS}, "own": [], "gesture": [], "gesture_own": [],
-                  "gesture_charts": {}, "timelines": [],
-                  "errors": [], "plotly": [], "js_run": [], "js_fetched": [], "js_files": [],
-                  "first_cpu": [], "zoom_cpu": [], "first_main": [], "first_long": [], "zoom_main": [],
-                  "zoom_long": [], "summary": {}} for name in targets}
+    acc = {name: defaultdict(list, zooms={w: [] for w in ZOOMS}, gesture_charts={}, summary={}) for name in targets}
     with Stack("dashboard-browser") as browsers:
         browser = browsers.browser()
         for i in range(repeat):
@@ -253,7 +233,6 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                 if shots and i == 0:
                     page.screenshot(path=os.path.join(shots, f"bench-zoomed-{name}.png"), full_page=False)
                 context.close()
-    med = lambda xs: round(statistics.median(xs), 1)  # noqa: E731
     out = {}
     for name, A in acc.items():
         first_cpu, first_long, zoom_cpu = A["first_cpu"], A["first_long"], A["zoom_cpu"]
@@ -287,10 +266,9 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__, db="dashboard")
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-dashboard.sqlite3"))
     ap.add_argument("--shots", help="directory for a screenshot of the zoomed dashboard")
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N",
                     help="slow the page's CPU N times (4: a phone)")
@@ -301,7 +279,6 @@ def main() -> int:
     ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
                     help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed) "
                          "served alongside this one; repetitions alternate")
-    add_save_flag(ap)
     args = ap.parse_args()
     if args.cpu_throttle < 1:
         ap.error("--cpu-throttle must be at least 1 (1: no throttling)")
@@ -336,7 +313,7 @@ def main() -> int:
     result["load_average"] = os.getloadavg()[0]
     result["targets_ms"] = {"first_paint": 200, "first_paint_cpu_browser": 250, "first_paint_4x_throttle": 600,
                             "zoom": 30, "js_before_first_paint_kb": 250}
-    report("dashboard", result, False, not args.no_save)
+    report("dashboard", result, args.json, not args.no_save)
     return 0
 
 

@@ -7,14 +7,13 @@ What it measures and how: docs/PERFORMANCE.md, `export` (bench/results/export.md
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import sys
 import time
 import tracemalloc
 
-from harness import add_save_flag, django_here, report  # bench/, this script's directory, is first on sys.path
+from harness import django_here, parser, report  # bench/, this script's directory, is first on sys.path
 
 # production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
 django_here(os.path.join(tempfile.gettempdir(), "obs-bench-export.sqlite3"), debug=False)
@@ -69,11 +68,9 @@ def bench(n: int, repeat: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--points", type=int, default=2_000_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--json", action="store_true", help="print the result as JSON (the only output format)")
-    add_save_flag(ap)
     args = ap.parse_args()
     report("export", bench(args.points, args.repeat), args.json, not args.no_save)
     return 0

@@ -7,7 +7,6 @@ What it measures and how: docs/PERFORMANCE.md, `first_step` (bench/results/first
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -18,10 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import add_save_flag, report  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, parser, report
 
 
 def _records(path: Path) -> list[dict]:
@@ -73,11 +69,9 @@ STARTS = (("cold_new", "first-step-a", True), ("warm_resumed", "first-step-a", F
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--json", action="store_true", help="print one JSON object (the only output format)")
+    ap = parser(__doc__)
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/demo.toml")
     ap.add_argument("--compare", type=Path, help="another source tree, measured interleaved with this one")
-    add_save_flag(ap)
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     config = args.config.resolve()

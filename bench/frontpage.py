@@ -8,16 +8,13 @@ What it measures and how: docs/PERFORMANCE.md, `frontpage` (bench/results/frontp
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import statistics
 import subprocess
 import sys
-import tempfile
 
-from harness import ROOT, add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
-from stack import landed_tree, load_series  # noqa: E402
+from harness import ROOT, Stack, django_here, med, parser, report, web_server
+from stack import landed_tree, load_series
 
 RUN_ID = "bench-front"
 
@@ -46,8 +43,6 @@ def seed(steps: int, runs: int) -> None:
 
 
 def measure(url: str, ready_js: str, repeat: int) -> dict:
-    from harness import Stack
-
     fcp, ready, errors = [], [], []
     with Stack("frontpage-browser") as browsers:
         browser = browsers.browser()
@@ -61,19 +56,15 @@ def measure(url: str, ready_js: str, repeat: int) -> dict:
             page.wait_for_function("() => performance.getEntriesByName('first-contentful-paint').length > 0")
             fcp.append(page.evaluate("() => performance.getEntriesByName('first-contentful-paint')[0].startTime"))
             ctx.close()
-    med = lambda xs: round(statistics.median(xs), 1)  # noqa: E731
     return {"fcp_ms": med(fcp), "ready_ms": med(ready), "console_errors": errors[:5]}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap = parser(__doc__, db="front")
     ap.add_argument("--base", default=None, help="the landed commit (default: merge-base HEAD main)")
     ap.add_argument("--steps", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-front.sqlite3"))
-    add_save_flag(ap)
     args = ap.parse_args()
     base = args.base or subprocess.check_output(["git", "merge-base", "HEAD", "main"], cwd=ROOT, text=True).strip()
     env = django_here(args.db)

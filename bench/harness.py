@@ -2,11 +2,14 @@
 
 A bench is its measurement and its report only; what it runs against comes from here:
 - Redis: the bench database of the local server (BENCH_REDIS_URL, else db 14), flushed, or a private redis-server
-  (tests.support.PrivateRedis); the database: a throwaway SQLite file (or DATABASE_URL), migrated;
+  (tests.support.PrivateRedis); the database: a throwaway SQLite file (or DATABASE_URL), migrated, in this
+  process (django_here) or for server processes (Stack.site; `Database`: SQLite or a PostgreSQL database of its own);
 - processes, all tracked by a `Stack` and stopped when it closes: `manage.py ingest`, the web server as `make run`
   starts it (deploy/run_local.py's web_command), `manage.py relay`, the nginx + nchan push tier (run_local's
   nchan_config), a headless Debian Chromium through Playwright;
-- the demo trainer's telemetry without its compute (SyntheticTrainer), a tap on the run's live log;
+- the demo trainer's telemetry without its compute (SyntheticTrainer), a tap on the run's live log (bench/telemetry.py,
+  re-exported here);
+- `parser(__doc__)`: a bench's command line with --json and --no-save; `pct`, `med`, `timed_ms`, CPU and RSS readers;
 - `report(topic, result, ...)`: the JSON on stdout and appended to bench/results/<topic>.json with the machine, its
   load, the commit and the date (BENCH_RESULTS_DIR elsewhere; `--no-save` nowhere); bench/report.py renders them.
 Only this module imports deploy/ (its public helpers); benches import this module, never each other's internals.
@@ -14,19 +17,21 @@ Only this module imports deploy/ (its public helpers); benches import this modul
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 for _p in (str(ROOT / "bench"), str(ROOT)):  # after sys.path[0]: a tree put first (query.py --compare) stays first
@@ -37,6 +42,8 @@ import psutil  # noqa: E402
 
 from deploy.run_local import free_port, nchan_config, push_tier_missing, web_command  # noqa: E402,F401
 from tests.support import PrivateRedis, listening, stop_all, wait_for, wait_port  # noqa: E402,F401
+from telemetry import (DOMAINS, EXPERTS, LAYERS, PushTap, SyntheticTrainer,  # noqa: E402,F401 (re-exported)
+                       dashboard_subscription, demo_names, publish_times)
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench" / "results"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -88,10 +95,35 @@ def add_save_flag(ap) -> None:
     ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
 
 
+def parser(doc: str, db: str = "", **kw) -> argparse.ArgumentParser:
+    """A bench's command line: its docstring's first line, --json (the result on one line), --no-save, and with
+    `db` a --db flag (a SQLite file kept between runs under the temporary directory, unless DATABASE_URL is set)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0], **kw)
+    ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
+    add_save_flag(ap)
+    if db:
+        ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), f"obs-bench-{db}.sqlite3"))
+    return ap
+
+
 # --- numbers and waits -------------------------------------------------------------------------------------------
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))]
+
+
+def med(xs, digits: int = 1) -> float:
+    return round(statistics.median(xs), digits)
+
+
+def timed_ms(fn, repeat: int) -> list[float]:
+    """Milliseconds of each of `repeat` calls of fn()."""
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
 
 
 def wait_http(url: str, timeout: float = 30) -> None:
@@ -116,6 +148,15 @@ def cpu_s(procs: list[psutil.Process], user_only: bool = False) -> float:
         except psutil.Error:
             pass
     return total
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + kernel) one process has used so far; 0.0 where it cannot be read."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return 0.0
 
 
 def rss_mb(procs: list[psutil.Process]) -> float:
@@ -260,113 +301,75 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+class Database:
+    """A throw-away database of one backend, migrated, with a DATABASE_URL for the children."""
+
+    def __init__(self, backend: str, pg_server: str):
+        self.backend = backend
+        if backend == "sqlite":
+            self.dir = tempfile.mkdtemp(prefix="obs-bench-ingest-db-")
+            self.url = f"sqlite:///{self.dir}/bench.sqlite3"
+        else:
+            import psycopg
+
+            self.name = f"obs_bench_ingest_{os.getpid()}"
+            self.admin = pg_server.rstrip("/") + "/postgres"
+            with psycopg.connect(self.admin, autocommit=True) as c:
+                c.execute(f"DROP DATABASE IF EXISTS {self.name}")
+                c.execute(f"CREATE DATABASE {self.name}")
+            self.url = pg_server.rstrip("/") + "/" + self.name
+        # DEBUG off, as in production (Django's debug cursor would log every query's parameters)
+        self.env = {**os.environ, "DATABASE_URL": self.url, "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "bench-only",
+                    "PYTHONPATH": str(ROOT),
+                    "DJANGO_SETTINGS_MODULE": "webapp.settings",
+                    "OBS_LOG_LEVEL": os.environ.get("OBS_LOG_LEVEL", "WARNING")}
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=self.env, check=True,
+                       stdout=subprocess.DEVNULL)
+
+    def sql(self, statements: list[str]) -> list:
+        out = []
+        if self.backend == "sqlite":
+            import sqlite3
+
+            with sqlite3.connect(urlparse(self.url).path) as c:
+                for st in statements:
+                    out.append(c.execute(st).fetchall())
+        else:
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as c:
+                for st in statements:
+                    cur = c.execute(st)
+                    out.append(cur.fetchall() if cur.description else [])
+        return out
+
+    def reset(self) -> None:
+        tables = [t for (t,) in self.sql(["SELECT name FROM sqlite_master WHERE type='table'" if self.backend ==
+                                          "sqlite" else "SELECT tablename FROM pg_tables WHERE schemaname='public'"
+                                          ])[0] if t.startswith(("metrics_", "runs_"))]
+        if self.backend == "postgresql":
+            self.sql([f"TRUNCATE {', '.join(tables)} CASCADE"])
+        else:  # children first (foreign keys)
+            order = ("metrics_point", "metrics_block", "metrics_", "runs_runevent", "runs_")
+            self.sql([f"DELETE FROM {t}" for t in sorted(tables, key=lambda t: next(
+                i for i, p in enumerate(order) if t.startswith(p)))])
+
+    def count_points(self) -> int:
+        return self.sql(["SELECT COUNT(*) FROM metrics_point"])[0][0][0]
+
+    def close(self) -> None:
+        if self.backend == "sqlite":
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            import psycopg
+
+            with psycopg.connect(self.admin, autocommit=True) as c:
+                c.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+
+
 @contextmanager
 def web_server(env: dict[str, str], cwd: Path = ROOT):
     """The web server `make run` starts, on a free port (`.port`), from the tree at `cwd`, on `env`."""
     with Stack("web") as stack:
         stack.env = env
         yield stack.web(cwd=cwd)
-
-
-# --- the demo trainer's telemetry --------------------------------------------------------------------------------
-DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
-LAYERS, EXPERTS = 4, 16
-
-
-def demo_names() -> list[str]:
-    """The demo trainer's per-step metric names (training/configs/demo.toml), as a run of it publishes them."""
-    names = ["grad/norm/embed", "grad/norm/final_norm", "grad/norm/total", "params/norm/total", "moe/drop_fraction",
-             "optim/learning_rate", "optim/lr_multiplier", "optim/total_steps", "optim/update_norm", "mixture/stage",
-             "throughput/mfu", "throughput/tokens_per_second", "throughput/total_tokens", "time/compute_s",
-             "time/data_s", "time/host_s", "time/step_s", "train/aux_loss", "train/cross_entropy_loss",
-             "train/finite", "train/loss"]
-    names += [f"{p}/{d}" for d in DOMAINS for p in ("data/tokens_seen", "mixture/weight", "train/loss")]
-    for i in range(LAYERS):
-        names += [f"grad/norm/layers/{i}/{w}" for w in (
-            "attn_norm", "mlp_norm", "moe/experts/w_down", "moe/experts/w_gate", "moe/experts/w_up", "moe/router",
-            "moe/shared/w_down", "moe/shared/w_gate", "moe/shared/w_up", "wk", "wo", "wq", "wv")]
-        r = f"train/router/layer_{i}/"
-        names += [r + w for w in ("capacity_overflow_rate", "load_balancing_loss", "max_mean_load",
-                                  "router_z_loss", "routing_entropy")]
-        names += [f"{r}{w}/{e}" for w in ("router_bias", "routing_hist") for e in range(EXPERTS)]
-    return names
-
-
-def dashboard_subscription(names: list[str]) -> list[str]:
-    """What a browser with the default dashboard subscribes to: ~34 of the ~240 series."""
-    want = {"train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
-            "throughput/tokens_per_second", "throughput/mfu", "moe/drop_fraction", "mixture/stage",
-            "train/router/layer_0/max_mean_load", "train/router/layer_0/capacity_overflow_rate"}
-    return [n for n in names if n in want or n.startswith(("train/loss/", "mixture/weight/",
-                                                             "train/router/layer_0/routing_hist/"))]
-
-
-class SyntheticTrainer(threading.Thread):
-    """The demo trainer's telemetry without its compute: run/state/heartbeat messages and one full-width metrics
-    record per step at `rate` steps/s, through the trainer's own Publisher."""
-
-    def __init__(self, redis_url: str, run_id: str, rate: float):
-        super().__init__(daemon=True)
-        from observatory.streams import Publisher
-
-        self.pub = Publisher(redis_url, run_id)
-        self.rate, self.names = rate, demo_names()
-        self.stop = threading.Event()
-        self.step = -1
-
-    def run(self) -> None:
-        self.pub.publish("run", {"name": "fanout bench", "config": {}})
-        self.pub.publish("state", {"state": "training", "step": 0, "detail": ""})
-        t0, k = time.monotonic(), 0
-        while not self.stop.is_set():
-            k += 1
-            self.stop.wait(max(0.0, t0 + k / self.rate - time.monotonic()))
-            self.step += 1
-            s = self.step
-            vals = {n: 1.0 / (1 + (s + i) % 97) for i, n in enumerate(self.names)}
-            vals["train/loss"] = 5.0 / (1 + s / 100)
-            self.pub.metrics(s, vals)
-            if s % int(2 * self.rate) == 0:
-                self.pub.publish("heartbeat", {"phase": "training", "step": s, "tokens": s * 1024,
-                                               "token_budget": 10**9, "eta_s": None, "steps_per_s": self.rate,
-                                               "since_step_s": 0.0, "pid": os.getpid()})
-        self.pub.close()
-
-
-class PushTap(threading.Thread):
-    """Reads the run's live log like a web replica and the relay do and notes when ingest appended each step:
-    splits a viewer's delay into publish -> the log (ingest) and the log -> viewer (the fan-out)."""
-
-    def __init__(self, redis_url: str, run_id: str):
-        super().__init__(daemon=True)
-        import redis
-
-        from observatory import contract
-
-        self.r = redis.Redis.from_url(redis_url)
-        self.key = contract.run_key(run_id, "live")  # webapp.live.livelog.log_key (no Django here)
-        self.pushed: dict[int, float] = {}
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        cursor = "$"
-        while not self.stop.is_set():
-            reply = self.r.xread({self.key: cursor}, count=100, block=200)
-            now = time.time()
-            for _key, entries in reply or ():
-                for entry_id, fields in entries:
-                    cursor = entry_id
-                    for frame in json.loads(fields[b"f"]):
-                        for s in (frame.get("series") or {}).get("train/loss", {}).get("steps", []):
-                            self.pushed.setdefault(s, now)
-
-
-def publish_times(redis_url: str, run_id: str) -> dict[int, float]:
-    """step -> the time its metrics entry was published (`data.t`), from the run's telemetry stream."""
-    import redis
-
-    from observatory import contract
-
-    r = redis.Redis.from_url(redis_url, decode_responses=True)
-    return {d["step"]: d["t"] for _id, f in r.xrange(contract.telemetry_stream(run_id)) if f.get("kind") == "metrics"
-            for d in [json.loads(f["data"])]}

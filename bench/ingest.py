@@ -12,26 +12,14 @@ import argparse
 import json
 import os
 import random
-import resource
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from harness import ROOT, PrivateRedis, add_save_flag, report  # noqa: E402
-from stack import Database  # noqa: E402 (bench/chaos.py imports it from here too)
+from harness import ROOT, Database, PrivateRedis, parser, proc_cpu_s, report  # noqa: F401 (chaos.py: Database)
 
 GO, STOP = "bench:go", "bench:stop"
-
-
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of a process, from /proc (0.0 where unreadable)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 # ---------------------------------------------------------------------------------------------- worker
@@ -56,7 +44,7 @@ def worker(name: str, redis_url: str, batch: int) -> None:
     print("ready", flush=True)
     while not client.exists(GO):
         time.sleep(0.005)
-    cpu0, db0 = _cpu(), _proc_cpu(backend) if backend else 0.0
+    cpu0, db0 = proc_cpu_s(os.getpid()), proc_cpu_s(backend) if backend else 0.0
     errors = 0
     while not client.exists(STOP):
         try:
@@ -65,15 +53,10 @@ def worker(name: str, redis_url: str, batch: int) -> None:
             errors += 1
             print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             time.sleep(0.1)
-    cpu1, db1 = _cpu(), _proc_cpu(backend) if backend else 0.0
+    cpu1, db1 = proc_cpu_s(os.getpid()), proc_cpu_s(backend) if backend else 0.0
     getattr(ing, "close", lambda: None)()
     print(json.dumps({"name": name, "points": ing.stats["points"], "entries": ing.stats["entries"],
                       "cpu_s": round(cpu1 - cpu0, 3), "db_cpu_s": round(db1 - db0, 3), "errors": errors}), flush=True)
-
-
-def _cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 # ---------------------------------------------------------------------------------------------- parent
@@ -125,14 +108,14 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
             line = p.stdout.readline().strip()
             if line != "ready":
                 raise RuntimeError(f"consumer did not start: {line!r}")
-        t0, redis0 = time.perf_counter(), _proc_cpu(redis_pid)
+        t0, redis0 = time.perf_counter(), proc_cpu_s(redis_pid)
         client.set(GO, 1)
         deadline = time.monotonic() + 600
         while not drained(client, run_ids):
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
                 raise RuntimeError("ingest did not drain the streams")
             time.sleep(0.01)
-        wall, redis_cpu = time.perf_counter() - t0, _proc_cpu(redis_pid) - redis0
+        wall, redis_cpu = time.perf_counter() - t0, proc_cpu_s(redis_pid) - redis0
         client.set(STOP, 1)
         reports = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
     finally:
@@ -166,17 +149,15 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=8)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--width", type=int, default=242)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--consumers", default="1,2")
     ap.add_argument("--backends", default="sqlite,postgresql")
-    ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
-    add_save_flag(ap)
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.redis, args.batch)

@@ -9,7 +9,6 @@ What it measures and how: docs/PERFORMANCE.md, `liveview` (bench/results/livevie
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import math
@@ -19,29 +18,17 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from contextlib import ExitStack
+from contextlib import nullcontext
 from pathlib import Path
 
-from harness import ROOT, Stack, add_save_flag, demo_names, pct, report, wait_http  # noqa: E402
-from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks  # noqa: E402
-from trees import tree  # noqa: E402
+from harness import Stack, demo_names, parser, pct, report, wait_for, wait_http
+from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks, ws_hook
+from stack import tree
 
-from observatory import contract  # noqa: E402
-from observatory.streams import Publisher  # noqa: E402
+from observatory import contract
+from observatory.streams import Publisher
 
-MARK_JS = """
-(() => {
-  const _WS = window.WebSocket;
-  window.__obsFrames = 0;
-  window.WebSocket = function (url, protocols) {
-    const ws = protocols ? new _WS(url, protocols) : new _WS(url);
-    ws.addEventListener('message', () => { window.__obsFrames++; performance.mark('obs-live-frame'); });
-    return ws;
-  };
-  window.WebSocket.prototype = _WS.prototype;
-  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
-})();
-"""
+MARK_JS = "window.__obsFrames = 0;\n" + ws_hook("window.__obsFrames++; performance.mark('obs-live-frame');")
 TRACE_CATEGORIES = ["toplevel", "blink.user_timing", "devtools.timeline", "disabled-by-default-v8.gc"]
 
 
@@ -179,15 +166,14 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
         heartbeat(pub, history - 1, rate)
         pub.flush()
         wait_http(f"{base}/api/runs/")
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:  # ingest has stored the history
+
+        def stored() -> bool:
             try:
-                got = json.loads(urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2).read())
-                if got.get("last_step") == history - 1:
-                    break
+                return json.loads(urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2).read()).get(
+                    "last_step") == history - 1
             except Exception:
-                pass
-            time.sleep(0.5)
+                return False
+        wait_for(stored, 600, "ingest to store the run's history", 0.5)
         browser = stack.browser()
         windows, step0 = {}, history
         for name, at in ports.items():
@@ -296,10 +282,8 @@ def summarise(w: dict, seconds: float, rate: float, history: int, charts: int, t
             "redraws_since_load": redraws, "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
 
 
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
@@ -313,19 +297,16 @@ def main() -> int:
     ap.add_argument("--trace-out", metavar="FILE", help="also write the live window's Chromium trace (JSON) to FILE")
     ap.add_argument("--page-js", metavar="JS", default="",
                     help="run JS in the settled page before the window (hide or stub out a part to see what it costs)")
-    ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
                     help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed): its "
                          "page's live window follows this one's on the same run")
-    add_save_flag(ap)
     args = ap.parse_args()
     if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
         ap.error("--seconds and --rate must be positive, --history at least 1, --charts at least 0, "
                  "--cpu-throttle at least 1")
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
-    with ExitStack() as trees:
-        other = trees.enter_context(tree(args.compare)) if args.compare else None
+    with tree(args.compare) if args.compare else nullcontext() as other:
         out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
                       args.trace_out, args.heap_profile, args.page_js, other)
     if args.compare:  # this tree's window and the other's, on the same run one after the other: p99s and ratios

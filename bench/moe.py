@@ -5,7 +5,6 @@ What it measures and how: docs/PERFORMANCE.md, `moe` (bench/results/moe.md).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -13,14 +12,10 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import add_save_flag, report  # noqa: E402
+from harness import ROOT, parser, report
 
 SEQS = (128, 256, 512, 1024, 2048, 4096)
 DEMO_TOML = ROOT / "training" / "configs" / "demo.toml"
@@ -276,12 +271,10 @@ def main(argv=None) -> int:
     if argv and argv[0] == "_ep":
         print(json.dumps(ep_worker(int(argv[1]), tuple(argv[2:]) or ("demo", "larger"))))
         return 0
-    ap = argparse.ArgumentParser(prog="bench/moe.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    ap = parser(__doc__, prog="bench/moe.py")
     ap.add_argument("--rounds", type=int, default=10, help="timed steps per measurement (median taken)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke-sized (one length, one device, a tiny config): the code paths, not a measurement")
-    add_save_flag(ap)
     args = ap.parse_args(argv)
     result = bench_moe(args.rounds, args.quick)
     report("moe", result, args.json, not args.no_save)

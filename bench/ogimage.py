@@ -7,17 +7,14 @@ What it measures and how: docs/PERFORMANCE.md, `ogimage` (bench/results/ogimage.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 
-from harness import add_save_flag, django_here, report, web_server  # noqa: E402 (bench/ is on sys.path)
-from stack import load_series  # noqa: E402
+from harness import django_here, med, parser, report, web_server
+from stack import load_series
 
 RUN_ID = "bench-ogimage"
 
@@ -61,12 +58,9 @@ def get(url: str, headers: dict | None = None) -> tuple[float, int, str, bytes]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap = parser(__doc__, db="ogimage")
     ap.add_argument("--steps", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), "obs-bench-ogimage.sqlite3"))
-    add_save_flag(ap)
     args = ap.parse_args()
     env = django_here(args.db)
     from django.core.cache import cache
@@ -106,12 +100,11 @@ def main() -> int:
     finally:
         Run.objects.filter(pk=RUN_ID).delete()  # extended: the next call seeds afresh
 
-    med = lambda xs: round(statistics.median(xs), 2)  # noqa: E731
     out = {"steps": args.steps, "repeat": args.repeat, "seed_s": round(seed_s, 1),
            "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
-           "cached_ms": {"median": med(cached), "p90": round(sorted(cached)[int(0.9 * len(cached))], 2)},
-           "not_modified_ms": {"median": med(revalidate)},
-           "cold_ms": {"median": med(cold), "max": round(max(cold), 2), "n": len(cold)},
+           "cached_ms": {"median": med(cached, 2), "p90": round(sorted(cached)[int(0.9 * len(cached))], 2)},
+           "not_modified_ms": {"median": med(revalidate, 2)},
+           "cold_ms": {"median": med(cold, 2), "max": round(max(cold), 2), "n": len(cold)},
            "png_bytes": len(body), "updates_as_run_advances": follows,
            "load1": round(os.getloadavg()[0], 2), "target_cached_ms": 100}
     report("ogimage", out, args.json, not args.no_save)

@@ -7,15 +7,13 @@ What it measures and how: docs/PERFORMANCE.md, `operate` (bench/results/operate.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
-import statistics
 import sys
 import time
 
-from harness import add_save_flag, django_here, report  # bench/, this script's directory, is first on sys.path
+from harness import django_here, med, parser, report, timed_ms  # bench/, this script's directory, is first on sys.path
 
 os.environ.setdefault("OBS_CONTROL_KEY", "bench-operate-key-0123456789")
 django_here(os.path.join(tempfile.gettempdir(), "obs-bench-operate.sqlite3"))  # DATABASE_URL, else this file
@@ -71,21 +69,16 @@ def cleanup(ids: list[str]) -> None:
 
 
 def timed(fn, repeat: int) -> dict:
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t) * 1000)
-    return {"median_ms": round(statistics.median(out), 2), "max_ms": round(max(out), 2)}
+    out = timed_ms(fn, repeat)
+    return {"median_ms": med(out, 2), "max_ms": round(max(out), 2)}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--commands", type=int, default=200)
     ap.add_argument("--points", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=15)
-    add_save_flag(ap)
     a = ap.parse_args()
     ids = setup(a.runs, a.commands, a.points)
     try:
@@ -97,7 +90,7 @@ def main() -> int:
                   "snapshot_build": timed(snapshot.build, a.repeat)}
     finally:
         cleanup(ids)
-    report("operate", result, False, not a.no_save)
+    report("operate", result, a.json, not a.no_save)
     return 0
 
 

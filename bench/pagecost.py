@@ -17,6 +17,33 @@ try {
 } catch (e) {}
 """
 
+# JavaScript the page fetched and ran before its first paint ("obs-first-paint"): bytes of the scripts run
+# (<script> elements) and of every .js fetched (a preloaded bundle included), decoded sizes, from Resource Timing.
+JS_BEFORE_PAINT = """() => {
+  const fp = performance.getEntriesByName('obs-first-paint')[0].startTime;
+  const js = performance.getEntriesByType('resource').filter((r) => new URL(r.name).pathname.endsWith('.js') &&
+                                                               r.responseEnd <= fp);
+  const sum = (l) => l.reduce((a, r) => a + (r.decodedBodySize || r.transferSize || 0), 0);
+  return {run: sum(js.filter((r) => r.initiatorType === 'script')), fetched: sum(js),
+          files: js.filter((r) => r.initiatorType === 'script').map((r) => new URL(r.name).pathname.split('/').pop())};
+}"""
+
+
+
+def ws_hook(on_message: str) -> str:
+    """An init script: every WebSocket the page opens runs the JS `on_message` (with `ev`) on each message."""
+    return """(() => {
+  const _WS = window.WebSocket;
+  window.WebSocket = function (url, protocols) {
+    const ws = protocols ? new _WS(url, protocols) : new _WS(url);
+    ws.addEventListener('message', (ev) => { %s });
+    return ws;
+  };
+  window.WebSocket.prototype = _WS.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+})();
+""" % on_message
+
 
 class Cdp:
     """A page's CDP session: throttling, main-thread time, profiling."""

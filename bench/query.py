@@ -25,21 +25,14 @@ if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout'
     ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from harness import add_save_flag, report  # noqa: E402
+from harness import add_save_flag, report, setup_django  # noqa: E402
 from stack import load_series  # noqa: E402
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-# production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
-os.environ.setdefault("OBS_DEBUG", "0")
-if not os.environ.get("DJANGO_SECRET_KEY_FILE"):
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only")
 OWN_DB = (None if os.environ.get("DATABASE_URL")
           else DB_ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
 if OWN_DB is not None:
     os.environ["DATABASE_URL"] = f"sqlite:///{OWN_DB}"
-
-import django  # noqa: E402
-
-django.setup()
+# production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
+setup_django(OBS_DEBUG="0", **({} if os.environ.get("DJANGO_SECRET_KEY_FILE") else {"DJANGO_SECRET_KEY": "bench-only"}))
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402

@@ -6,7 +6,6 @@ What it measures and how: docs/PERFORMANCE.md, `scaling_ladders` (bench/results/
 
 from __future__ import annotations
 
-import csv
 import sys
 import time
 from pathlib import Path
@@ -14,55 +13,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parent.parent))  # (after a --core tree: the checkout's bench.data)
 from stack import run_landed  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data"
-CHINCHILLA_HELDOUT_C = 2e21   # Hoffmann et al.'s largest isoFLOP profile (~3e21) and their 1.3e22 run
-
-LADDERS = {
-    # name: (file, columns, how the held-out runs are chosen)
-    "chinchilla_hoffmann2022": ("scaling/chinchilla_svg_extracted_data.csv",
-                                {"N": "Model Size", "C": "Training FLOP", "L": "loss"}, "C >= 2e21"),
-    "gadre2024_c4": ("ladders/gadre2024_c4.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
-    "gadre2024_rpj": ("ladders/gadre2024_rpj.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
-    "gadre2024_rw": ("ladders/gadre2024_rw.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
-}
-# Frozen before tuning (bench/data/heldout/README.md): scored only through bench/scaling_cv.py, which checks each
-# file against bench/data/heldout/MANIFEST.json first.
-HELDOUT = {name: (f"heldout/ladders/{name}.csv", {"N": "N", "D": "D", "L": "L"}, "split")
-           for name in ("misfitting_li2025", "marin2026_comma", "marin2026_dclm", "marin2026_nemotron")}
-
-
-def load(name: str) -> dict:
-    """{"N", "D", "C", "L": arrays, "heldout": bool array, "file": path}; ValueError naming a bad row."""
-    rel, cols, rule = LADDERS[name] if name in LADDERS else HELDOUT[name]
-    path = DATA / rel
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{path}: no rows")
-    out = {}
-    for role, col in cols.items():
-        try:
-            out[role] = np.array([float(r[col]) for r in rows])
-        except (KeyError, ValueError) as e:
-            raise ValueError(f"{path}: column {col!r}: {e}") from None
-        if not (np.all(np.isfinite(out[role])) and np.all(out[role] > 0)):
-            raise ValueError(f"{path}: column {col!r} holds a value that is not a positive number")
-    if "D" not in out:
-        out["D"] = out["C"] / (6 * out["N"])       # as Besiroglu et al. compute tokens from the figure's FLOPs
-    out.setdefault("C", 6 * out["N"] * out["D"])
-    if rule == "split":
-        splits = [r["split"] for r in rows]
-        if set(splits) - {"fit", "heldout"}:
-            raise ValueError(f"{path}: split must be fit or heldout")
-        out["heldout"] = np.array([s == "heldout" for s in splits])
-    else:
-        out["heldout"] = out["C"] >= CHINCHILLA_HELDOUT_C
-    if not out["heldout"].any() or out["heldout"].all():
-        raise ValueError(f"{path}: needs both fit and held-out rows")
-    out["file"] = str(path.relative_to(DATA.parent.parent))
-    return out
+from bench.data.ladders.ladders import HELDOUT, LADDERS, load  # noqa: E402,F401 (the data: bench/data/ladders)
 
 
 def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "auto"), bootstrap: int = 200,

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import ROOT, Stack, add_save_flag, report  # noqa: E402
+from harness import ROOT, Stack, parser, report
 
 
 def write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
@@ -53,12 +53,10 @@ def timed(env, logdir) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20_000)
     ap.add_argument("--tags", type=int, default=4)
-    ap.add_argument("--json", action="store_true")
-    add_save_flag(ap)
     a = ap.parse_args()
     with Stack("tb-import") as stack:  # a migrated throw-away database (the harness's)
         env = stack.site().env

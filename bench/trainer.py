@@ -7,7 +7,6 @@ What it measures and how: docs/PERFORMANCE.md, `trainer` (bench/results/trainer.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -19,10 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import add_save_flag, report  # noqa: E402
+from harness import ROOT, parser, report
 
 
 def _steps_per_block(trainer, sink, n: int) -> float:
@@ -69,13 +65,12 @@ def corpus_load_s(repeats: int = 3) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--config", default=str(ROOT / "training/configs/demo.toml"))
     ap.add_argument("--blocks", type=int, default=8)
     ap.add_argument("--block-steps", type=int, default=25)
     ap.add_argument("--saves", type=int, default=4)
     ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
-    add_save_flag(ap)
     ns = ap.parse_args(argv)
 
     import jax
@@ -158,7 +153,7 @@ def main(argv=None) -> int:
     except Exception:
         pass
     shutil.rmtree(tmp, ignore_errors=True)
-    report("trainer", out, False, not ns.no_save)
+    report("trainer", out, ns.json, not ns.no_save)
     return 0
 
 

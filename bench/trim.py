@@ -7,11 +7,10 @@ What it measures and how: docs/PERFORMANCE.md, `trim` (bench/results/trim.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
-from harness import PrivateRedis, add_save_flag, report  # noqa: E402
+from harness import PrivateRedis, parser, report
 
 
 def publish(pub, steps, names) -> float:
@@ -83,12 +82,10 @@ def measure(read: int, behind: int, width: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--read", type=int, default=500_000, help="entries ingest reads and acknowledges first")
     ap.add_argument("--behind", type=int, default=1_500_000, help="entries published after ingest stopped")
     ap.add_argument("--width", type=int, default=1, help="metrics per entry (the demo trainer publishes ~242)")
-    ap.add_argument("--json", action="store_true", help="(the output is JSON either way)")
-    add_save_flag(ap)
     args = ap.parse_args()
     report("trim", measure(args.read, args.behind, args.width), args.json, not args.no_save)
 

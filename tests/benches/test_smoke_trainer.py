@@ -43,5 +43,5 @@ def test_scaling_demo(run_bench, tiny, tmp_path):
     config = tmp_path / "ladder.toml"
     config.write_text("\n".join(lines) + "\n")
     # the dense ladder only: the MoE family's ladder and target take minutes (tests/training/test_ladder.py runs it)
-    out, _ = run_bench("scaling_demo", "--config", str(config), "--only", "dense", "--json")
+    out, _ = run_bench("scaling", "--demo", "--config", str(config), "--only", "dense", "--json", topic="scaling_demo")
     assert out["demo_forecast"] and out["demo_actual"]

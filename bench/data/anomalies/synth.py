@@ -1,4 +1,5 @@
-"""Synthetic labelled curves for bench/anomalies.py: real-shaped runs with one injected event each, and clean runs.
+"""The synthetic labelled set of bench/anomalies.py (data, not a bench): real-shaped runs with one injected event
+each, and clean runs.
 
 Curves: power-law loss with noise and benign bumps, per-domain and eval losses, grad and update norms following the
 LR schedule, throughput with compile and checkpoint blips, MoE drop fraction, per-expert loads and router biases.
@@ -8,15 +9,10 @@ label ({"kind", "start_step", "end_step", "also"}); build_set() is the fixed-see
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from observatory import contract  # noqa: E402
-from observatory.anomalies import M_LOSS_SCALE  # noqa: E402
+from observatory import contract
+from observatory.anomalies import M_LOSS_SCALE
 
 DOMAINS = ("web", "code", "math", "books")
 LAYERS, EXPERTS = 2, 8

@@ -1,0 +1,113 @@
+"""The demo trainer's telemetry without its compute, for the live-path benches (re-exported by bench/harness.py):
+its metric names, what a default dashboard subscribes to, a SyntheticTrainer publishing them at a rate, a tap on the
+run's live log (PushTap) and each step's publish time (publish_times).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
+LAYERS, EXPERTS = 4, 16
+
+
+def demo_names() -> list[str]:
+    """The demo trainer's per-step metric names (training/configs/demo.toml), as a run of it publishes them."""
+    names = ["grad/norm/embed", "grad/norm/final_norm", "grad/norm/total", "params/norm/total", "moe/drop_fraction",
+             "optim/learning_rate", "optim/lr_multiplier", "optim/total_steps", "optim/update_norm", "mixture/stage",
+             "throughput/mfu", "throughput/tokens_per_second", "throughput/total_tokens", "time/compute_s",
+             "time/data_s", "time/host_s", "time/step_s", "train/aux_loss", "train/cross_entropy_loss",
+             "train/finite", "train/loss"]
+    names += [f"{p}/{d}" for d in DOMAINS for p in ("data/tokens_seen", "mixture/weight", "train/loss")]
+    for i in range(LAYERS):
+        names += [f"grad/norm/layers/{i}/{w}" for w in (
+            "attn_norm", "mlp_norm", "moe/experts/w_down", "moe/experts/w_gate", "moe/experts/w_up", "moe/router",
+            "moe/shared/w_down", "moe/shared/w_gate", "moe/shared/w_up", "wk", "wo", "wq", "wv")]
+        r = f"train/router/layer_{i}/"
+        names += [r + w for w in ("capacity_overflow_rate", "load_balancing_loss", "max_mean_load",
+                                  "router_z_loss", "routing_entropy")]
+        names += [f"{r}{w}/{e}" for w in ("router_bias", "routing_hist") for e in range(EXPERTS)]
+    return names
+
+
+def dashboard_subscription(names: list[str]) -> list[str]:
+    """What a browser with the default dashboard subscribes to: ~34 of the ~240 series."""
+    want = {"train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
+            "throughput/tokens_per_second", "throughput/mfu", "moe/drop_fraction", "mixture/stage",
+            "train/router/layer_0/max_mean_load", "train/router/layer_0/capacity_overflow_rate"}
+    return [n for n in names if n in want or n.startswith(("train/loss/", "mixture/weight/",
+                                                             "train/router/layer_0/routing_hist/"))]
+
+
+class SyntheticTrainer(threading.Thread):
+    """The demo trainer's telemetry without its compute: run/state/heartbeat messages and one full-width metrics
+    record per step at `rate` steps/s, through the trainer's own Publisher."""
+
+    def __init__(self, redis_url: str, run_id: str, rate: float):
+        super().__init__(daemon=True)
+        from observatory.streams import Publisher
+
+        self.pub = Publisher(redis_url, run_id)
+        self.rate, self.names = rate, demo_names()
+        self.stop = threading.Event()
+        self.step = -1
+
+    def run(self) -> None:
+        self.pub.publish("run", {"name": "fanout bench", "config": {}})
+        self.pub.publish("state", {"state": "training", "step": 0, "detail": ""})
+        t0, k = time.monotonic(), 0
+        while not self.stop.is_set():
+            k += 1
+            self.stop.wait(max(0.0, t0 + k / self.rate - time.monotonic()))
+            self.step += 1
+            s = self.step
+            vals = {n: 1.0 / (1 + (s + i) % 97) for i, n in enumerate(self.names)}
+            vals["train/loss"] = 5.0 / (1 + s / 100)
+            self.pub.metrics(s, vals)
+            if s % int(2 * self.rate) == 0:
+                self.pub.publish("heartbeat", {"phase": "training", "step": s, "tokens": s * 1024,
+                                               "token_budget": 10**9, "eta_s": None, "steps_per_s": self.rate,
+                                               "since_step_s": 0.0, "pid": os.getpid()})
+        self.pub.close()
+
+
+class PushTap(threading.Thread):
+    """Reads the run's live log like a web replica and the relay do and notes when ingest appended each step:
+    splits a viewer's delay into publish -> the log (ingest) and the log -> viewer (the fan-out)."""
+
+    def __init__(self, redis_url: str, run_id: str):
+        super().__init__(daemon=True)
+        import redis
+
+        from observatory import contract
+
+        self.r = redis.Redis.from_url(redis_url)
+        self.key = contract.run_key(run_id, "live")  # webapp.live.livelog.log_key (no Django here)
+        self.pushed: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        cursor = "$"
+        while not self.stop.is_set():
+            reply = self.r.xread({self.key: cursor}, count=100, block=200)
+            now = time.time()
+            for _key, entries in reply or ():
+                for entry_id, fields in entries:
+                    cursor = entry_id
+                    for frame in json.loads(fields[b"f"]):
+                        for s in (frame.get("series") or {}).get("train/loss", {}).get("steps", []):
+                            self.pushed.setdefault(s, now)
+
+
+def publish_times(redis_url: str, run_id: str) -> dict[int, float]:
+    """step -> the time its metrics entry was published (`data.t`), from the run's telemetry stream."""
+    import redis
+
+    from observatory import contract
+
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    return {d["step"]: d["t"] for _id, f in r.xrange(contract.telemetry_stream(run_id)) if f.get("kind") == "metrics"
+            for d in [json.loads(f["data"])]}
