@@ -1,8 +1,7 @@
 """Development (cross-validated) and held-out figures for the detectors on public logs (issue 48; the method and the
 sets: docs/ANOMALIES.md "Development and held-out"). Development: bench/data/anomalies/public and the seen first
 held-out set; the loss detector's rise/prev thresholds and single-point confirmation chosen leave-one-log-out.
-Held out: bench/data/heldout/anomalies2 (clean curves) and bench/data/heldout/incidents (public logs with an
-incident), each file verified (bench/heldout.py) first, scored at the code's defaults, nothing tuned on them.
+Held out: heldout/anomalies2 (clean) and heldout/incidents, each file verified (bench/heldout.py) first, at defaults.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ SEEN = DATA / "heldout" / "anomalies"  # the first held-out clean curves: scored
 HELD = DATA / "heldout" / "anomalies2"
 HELD_MENTION = "anomalies2"  # the held-out files must be frozen before the first commit of this file naming it
 INC_MENTION = "heldout/incidents"  # held-out incident logs (frozen in f85dc18 before this file named them)
-INC = DATA / INC_MENTION
 RISE = (1.15, 1.25, 1.35)
 PREV = (1.15, 1.25, 1.5)
 CONFIRM = ((1, None), (2, 1), (3, 1), (2, None))  # (sustain, sustain_gap): none; every-step logs (2 or 3); any
@@ -98,13 +96,12 @@ def _named(opt: tuple) -> dict:
 def held_out(detections, match) -> dict:
     out, cfg = {}, Config()
     sets = [(n, p, lab, HELD_MENTION) for n, p, lab in _files(HELD)] + [
-        (f"incident:{n}", p, lab, INC_MENTION) for n, p, lab in _files(INC)]
+        (f"incident:{n}", p, lab, INC_MENTION) for n, p, lab in _files(DATA / INC_MENTION)]
     for name, path, labels, mention in sets:
         rel = str(path.relative_to(DATA.parent.parent))
         lab = str(path.with_name(path.name.split(".csv")[0] + ".labels.json").relative_to(DATA.parent.parent))
         checks = [verify(p, reporter="bench/anomaly_cv.py", mention=mention) for p in (rel, lab)]
-        bad = [c["reason"] for c in checks if not c["ok"]]
-        if bad:
+        if bad := [c["reason"] for c in checks if not c["ok"]]:
             out[name] = {"file": rel, "refused": "; ".join(bad)}
             continue
         d = _scan(path, cfg, detections)
@@ -123,13 +120,11 @@ def held_out(detections, match) -> dict:
     scored = {n: r for n, r in out.items() if "refused" not in r}
     logs = [r for r in scored.values() if r["labels"]]
     incidents, dets = sum(r["incidents"] for r in logs), sum(r["detections"] for r in logs)
-    return {"files": out, "incidents": incidents, "incident_logs": len(logs),
-            "found": sum(r["found"] for r in logs),
+    return {"files": out, "incidents": incidents, "incident_logs": len(logs), "found": sum(r["found"] for r in logs),
             "recall": None if not incidents else round(sum(r["found"] for r in logs) / incidents, 3),
             "precision": None if not dets else round(sum(r["true"] for r in logs) / dets, 3),
             "incident_warning_or_critical": sum(r["warning_or_critical"] for r in logs),
             "clean_warning_or_critical": sum(r["warning_or_critical"] for r in scored.values() if not r["labels"]),
-            "note": None if incidents else "no held-out incident logs verified (bench/data/heldout/README.md): "
-                                           "held-out recall and precision are not measured",
+            "note": None if incidents else "no held-out incident log verified: recall and precision not measured",
             "curves": len(scored) - len(logs), "points": sum(r["points"] for r in scored.values()),
             "refused": sorted(n for n, r in out.items() if "refused" in r)}
