@@ -1,7 +1,7 @@
 """Development (cross-validated) and held-out figures for the detectors on public logs (issue 48; the method and the
 sets: docs/ANOMALIES.md "Development and held-out"). Development: bench/data/anomalies/public and the seen first
 held-out set; the loss detector's rise/prev thresholds and single-point confirmation chosen leave-one-log-out.
-Held out: bench/data/heldout/anomalies2, each file verified (bench/heldout.py) first, scored at the code's defaults.
+Held out: heldout/anomalies2 (clean) and heldout/incidents, each file verified (bench/heldout.py) first, at defaults.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ DEV = DATA / "anomalies" / "public"
 SEEN = DATA / "heldout" / "anomalies"  # the first held-out clean curves: scored, seen, development data now
 HELD = DATA / "heldout" / "anomalies2"
 HELD_MENTION = "anomalies2"  # the held-out files must be frozen before the first commit of this file naming it
+INC_MENTION = "heldout/incidents"  # held-out incident logs (frozen in f85dc18 before this file named them)
 RISE = (1.15, 1.25, 1.35)
 PREV = (1.15, 1.25, 1.5)
 CONFIRM = ((1, None), (2, 1), (3, 1), (2, None))  # (sustain, sustain_gap): none; every-step logs (2 or 3); any
@@ -94,12 +95,13 @@ def _named(opt: tuple) -> dict:
 
 def held_out(detections, match) -> dict:
     out, cfg = {}, Config()
-    for name, path, labels in _files(HELD):
+    sets = [(n, p, lab, HELD_MENTION) for n, p, lab in _files(HELD)] + [
+        (f"incident:{n}", p, lab, INC_MENTION) for n, p, lab in _files(DATA / INC_MENTION)]
+    for name, path, labels, mention in sets:
         rel = str(path.relative_to(DATA.parent.parent))
-        lab = str(path.with_name(name + ".labels.json").relative_to(DATA.parent.parent))
-        checks = [verify(p, reporter="bench/anomaly_cv.py", mention=HELD_MENTION) for p in (rel, lab)]
-        bad = [c["reason"] for c in checks if not c["ok"]]
-        if bad:
+        lab = str(path.with_name(path.name.split(".csv")[0] + ".labels.json").relative_to(DATA.parent.parent))
+        checks = [verify(p, reporter="bench/anomaly_cv.py", mention=mention) for p in (rel, lab)]
+        if bad := [c["reason"] for c in checks if not c["ok"]]:
             out[name] = {"file": rel, "refused": "; ".join(bad)}
             continue
         d = _scan(path, cfg, detections)
@@ -110,14 +112,19 @@ def held_out(detections, match) -> dict:
                "warning_or_critical": len(loud), "info": len(d) - len(loud),
                "examples": [f"{x['kind']} {x['severity']} at {x['at']}: {x['explanation']}" for x in loud][:5]}
         if labels:
-            row.update(_tally({name: (d, labels)}, [name], match))
+            hits, explained = match(d, labels)
+            row.update(_tally({name: (d, labels)}, [name], match), detections=len(d), true=sum(explained),
+                       incidents_found=[f"{lb['kind']} {lb['start_step']}: " + (
+                           f"found at {min(x['at'] for x in h)}" if h else "missed") for lb, h in zip(labels, hits)])
         out[name] = row
     scored = {n: r for n, r in out.items() if "refused" not in r}
-    incidents = sum(r.get("incidents", 0) for r in scored.values())
-    return {"files": out, "incidents": incidents,
-            "recall": None if not incidents else round(sum(r.get("found", 0) for r in scored.values()) / incidents, 3),
+    logs = [r for r in scored.values() if r["labels"]]
+    incidents, dets = sum(r["incidents"] for r in logs), sum(r["detections"] for r in logs)
+    return {"files": out, "incidents": incidents, "incident_logs": len(logs), "found": sum(r["found"] for r in logs),
+            "recall": None if not incidents else round(sum(r["found"] for r in logs) / incidents, 3),
+            "precision": None if not dets else round(sum(r["true"] for r in logs) / dets, 3),
+            "incident_warning_or_critical": sum(r["warning_or_critical"] for r in logs),
             "clean_warning_or_critical": sum(r["warning_or_critical"] for r in scored.values() if not r["labels"]),
-            "note": None if incidents else "no held-out incident logs (bench/data/heldout/README.md): held-out "
-                                           "recall and precision are not measured, only warnings on clean curves",
-            "curves": len(scored), "points": sum(r["points"] for r in scored.values()),
+            "note": None if incidents else "no held-out incident log verified: recall and precision not measured",
+            "curves": len(scored) - len(logs), "points": sum(r["points"] for r in scored.values()),
             "refused": sorted(n for n, r in out.items() if "refused" in r)}

@@ -49,7 +49,9 @@ def test_the_band_is_the_level_quantile_of_the_fold_errors_per_unit_reach_grown_
         g = fit_law("compute", Points.of(C=C[~held]), loss[~held], bootstrap=0, _held=None)
         e = np.abs(np.log(g.predict(Points.of(C=C[held])) / loss[held]))
         r += list(e / (cal.D0 + np.log(C[held] / C[~held].max())))
-    assert c.scale == pytest.approx(np.quantile(r, cal.LEVEL), rel=1e-6)
+    r = np.array(r)
+    bound = cal.t_quantile(0.9, len(r)) * np.sqrt(np.mean(r ** 2))   # 3 errors: the t bound, not the quantile
+    assert c.scale == pytest.approx(max(np.quantile(r, cal.LEVEL), bound), rel=1e-6)
     resid = np.abs(np.log(f.predict(Points.of(C=C)) / loss))
     assert c.floor == pytest.approx(np.quantile(resid, cal.LEVEL))
     out = Points.of(C=C[-1] * np.array([1.0, np.e, np.e ** 3]))
@@ -58,6 +60,26 @@ def test_the_band_is_the_level_quantile_of_the_fold_errors_per_unit_reach_grown_
     assert np.allclose(h, np.maximum(c.scale * (cal.D0 + np.array([0, 1, 3])), c.floor))
     assert np.allclose(np.log(f.predict(out) / lo), h)            # symmetric in log loss
     assert h[2] > h[1] > 0
+
+
+def test_student_t_quantiles_match_their_tables():
+    assert cal.t_quantile(0.9, 1) == pytest.approx(3.0777, abs=1e-4)
+    assert cal.t_quantile(0.9, 2) == pytest.approx(1.8856, abs=1e-4)
+    for k, t in ((3, 1.6377), (5, 1.4759), (10, 1.3722), (30, 1.3104)):
+        assert cal.t_quantile(0.9, k) == pytest.approx(t, rel=1e-3)
+    assert cal.t_quantile(0.9, 10_000) == pytest.approx(1.2816, abs=1e-3)
+
+
+def test_few_fold_errors_give_the_t_bound_and_many_the_quantile():
+    one = [("C8", 1.0, 0.02)]                                   # a 4-rung compute ladder: one fold, one error
+    assert cal.scale_of(one) == pytest.approx(3.0777 * 0.02 / (cal.D0 + 1.0), rel=1e-4)
+    rng = np.random.default_rng(0)
+    heavy = [("C8", 0.0, e) for e in np.abs(rng.standard_t(2, 200)) * 0.01]   # many, heavy-tailed
+    r = np.array([e for _, _, e in heavy]) / cal.D0
+    assert cal.scale_of(heavy) == pytest.approx(max(np.quantile(r, cal.LEVEL),
+                                                    cal.t_quantile(0.9, 200) * np.sqrt(np.mean(r ** 2))))
+    many = [("C8", 0.0, e) for e in np.abs(rng.normal(0, 0.01, 400))]
+    assert cal.scale_of(many) == pytest.approx(np.quantile([e for _, _, e in many], cal.LEVEL), rel=0.1)
 
 
 def test_the_nominal_80_percent_band_covers_about_80_percent_of_forecasts_of_a_known_law():
