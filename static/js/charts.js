@@ -150,11 +150,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
 
     reset(s, toStep) {
       this.liveOnly = false;
-      if (toStep !== undefined) { // a rewind: zoomed points past it are superseded too
+      if (toStep !== undefined) { // a rewind: zoomed, buffered and queued live points past it are superseded too
         for (const it of this.items) {
-          if (it.series !== s || !it.zoom) continue;
-          Obs.cutAfter(it.zoom, toStep);
+          if (it.series !== s) continue;
+          if (it.zoom) Obs.cutAfter(it.zoom, toStep);
+          if (it.buf) it.buf.cutAfter(this.ctx.xaxis.xOf(toStep));
         }
+        if (this.adds) this.adds.length = 0; // (the full redraw below reads the store's points again)
       }
       const it = this.items.find((i) => i.series === s);
       // history came in while zoomed: read the window's finer points too
