@@ -30,7 +30,8 @@
     return d;
   };
 
-  // Live points of one line: x and y in Float64Arrays that double when full (amortised: no allocation a point).
+  // Live points of one line: x and y in Float64Arrays that double when full (amortised: no allocation a point);
+  // load() starts it from a drawn line (charts' live append path, chartlive.js).
   // view() hands the filled part as subarrays (views of the same memory) to the renderer.
   class LiveBuffer {
     constructor(capacity = 1024) {
@@ -42,6 +43,14 @@
         X.set(this.x); Y.set(this.y); this.x = X; this.y = Y;
       }
       this.x[this.n] = x; this.y[this.n] = y; this.n++;
+    }
+    load(x, y) { // the buffer holds x, y (arrays): a copy, the memory reused unless it must grow
+      if (x.length > this.x.length) {
+        let c = this.x.length;
+        while (c < x.length) c *= 2;
+        this.x = new Float64Array(c); this.y = new Float64Array(c);
+      }
+      this.x.set(x); this.y.set(y); this.n = x.length;
     }
     cutAfter(x) { this.n = lowerBound(this.x.subarray(0, this.n), x + 1e-9 * Math.max(1, Math.abs(x))); }
     clear() { this.n = 0; }

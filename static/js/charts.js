@@ -49,7 +49,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.spec = spec;
       this.secondary = new Set(spec.secondary || []);
       this.optional = new Set(spec.optional || []);
-      this.items = []; // {name, series, index, secondary, pending, zoom, ema}
+      this.items = []; // {name, series, index, secondary, zoom, ema, buf}
       this.full = true; this.dirty = true; this.lastFull = 0;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
@@ -135,8 +135,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
 
     addTrace(name) {
       if (this.items.some((it) => it.name === name)) return;
-      const item = {name, index: this.items.length, secondary: this.secondary.has(name),
-                    pending: null, zoom: null, ema: null};
+      const item = {name, index: this.items.length, secondary: this.secondary.has(name), zoom: null, ema: null};
       this.items.push(item);
       item.series = this.ctx.store.want(name, this, {points: this.resolution()});
       this.full = true; this.dirty = true;
@@ -151,11 +150,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
 
     reset(s, toStep) {
       this.liveOnly = false;
-      if (toStep !== undefined) { // a rewind: zoomed points past it are superseded too
+      if (toStep !== undefined) { // a rewind: zoomed, buffered and queued live points past it are superseded too
         for (const it of this.items) {
-          if (it.series !== s || !it.zoom) continue;
-          Obs.cutAfter(it.zoom, toStep);
+          if (it.series !== s) continue;
+          if (it.zoom) Obs.cutAfter(it.zoom, toStep);
+          if (it.buf) it.buf.cutAfter(this.ctx.xaxis.xOf(toStep));
         }
+        if (this.adds) this.adds.length = 0; // (the full redraw below reads the store's points again)
       }
       const it = this.items.find((i) => i.series === s);
       // history came in while zoomed: read the window's finer points too
@@ -172,6 +173,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         else if (last > this.liveFrom.step) this.liveTo = {t: now, step: last};
       }
       this.appended = true;
+      this.queueAdd(s, add); // (chartlive.js)
       this.ctx.schedule();
     }
 
@@ -256,10 +258,11 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
 
     // Room for the tick labels (≈6.5 px a character at 11 px: plot.js's "e" notation keeps them short), the
     // right-hand axis and its title, and the legend's rows above the plot.
-    margins(traces, sec, multi, time) {
+    // ext: {y: [lo, hi], y3} when known (the live append path's running extents), else read from the traces.
+    margins(traces, sec, multi, time, ext) {
       const chars = (name) => {
-        let lo = Infinity, hi = -Infinity;
-        for (const tr of traces || []) {
+        let [lo, hi] = ext ? ext[name] : [Infinity, -Infinity];
+        for (const tr of ext ? [] : traces || []) {
           if ((tr.yaxis || "y") !== name || tr.mode !== "lines") continue;
           for (const v of tr.y) { if (v < lo) lo = v; if (v > hi) hi = v; }
         }
@@ -335,8 +338,14 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       if (!this.dirty || !this.visible) return; // off screen: drawn once scrolled into view
       if (!this.lastFull && this.items.some((it) => it.series && it.series.loading)) return; // its reset() calls
       const now = performance.now(), C = Obs.redrawCounts, wasFull = this.full || !this.lastFull;
-      C[this.full ? "full" : this.appended ? "append" : "remark"]++;
       this.dirty = false;
+      if (!wasFull && (this.appended || this.remark) && this.appendLive()) { // live points, marks: the cheap path
+        C[this.appended ? "append" : "remark"]++; this.appended = false;
+        if (this.els.table.open && now - (this.tableAt || 0) > 1000) this.renderTable();
+        return;
+      }
+      C[this.full ? "full" : this.appended ? "append" : "remark"]++;
+      this.remark = false;
       const traces = this.traces();
       Obs.drawFigure(this.plot, traces, this.layout(traces), this.handlers || (this.handlers = {
         zoom: (a, b) => this.relayouted({"xaxis.range": [a, b]}),
@@ -344,15 +353,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         label: (id) => this.clickedLabel(id), toolbar: TOOLS}));
       this.lastFull = now;
       this.full = false; this.appended = false;
-      this.items.forEach((it) => { it.pending = null; });
+      this.fill(traces); // (chartlive.js: the live points' buffers)
       if (wasFull) Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
       this.note();
       if (Obs.downloadLinks && wasFull) Obs.downloadLinks(this); // (what they link to changes with a full redraw)
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }
       if (this.els.table.open && now - (this.tableAt || 0) > 1000) this.renderTable();
     }
-
-    forced() { return (this.zoomPending && !this.fetching) || !this.lastFull; }
 
     note() {
       const nf = this.items.reduce((a, it) => a + (it.series ? it.series.nfTotal : 0), 0);

@@ -24,7 +24,7 @@
       const runs = this.ctx.runs();
       for (const it of this.items) if (!runs.includes(it.run)) it.run.store.release(this.id, this);
       this.items = runs.map((run) => this.items.find((it) => it.run === run) ||
-        {run, pending: null, zoom: null, ema: null, secondary: false,
+        {run, zoom: null, ema: null, secondary: false,
          series: run.store.want(this.id, this, {points: this.resolution()})});
       this.items.forEach((it) => { it.index = it.run.index; it.name = it.run.label; });
       if (this.ctx.view.range) this.setRange(); // new lines read the zoomed window too

@@ -42,7 +42,10 @@
                beforeDraw: (fn) => { beforeDraw.add(fn); scheduleRedraw(); }};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
   const events = new Obs.EventLog($("events-section"), addRewind);
-  const router = new Obs.RouterPanel(ctx, page.router_metric);
+  let router = null; // the MoE router panel (moe.js, loaded after the first paint: loadLazy)
+  // (its series, moe.js's pattern: a run that has them shows the panel at once, where it will be drawn)
+  const routerHist = page.router_metric && new RegExp("^" + page.router_metric.replace("{name}", "routing_hist")
+    .split("{layer}").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("\\d+") + "/\\d+$");
   const data = new Obs.DataPanel(ctx, page.mixture);
   const header = new Obs.RunHeader(() => data.stageLabel());
   const picker = new Obs.Picker(registry, (name) => charts.has(name), (name) => {
@@ -57,7 +60,7 @@
     if (t && $("stat-conn").textContent !== t) $("stat-conn").textContent = t;
   };
   const live = new Obs.LiveSocket(runId, store, () => events.lastId, handle, (t) => { conn = t; showConn(); });
-  views.add(router); views.add(data);
+  views.add(data);
   (page.rewinds || []).forEach(addRewind);
 
   // Views draw in animation frames (none in a hidden tab: it catches up on return), each at most once a frame
@@ -97,6 +100,7 @@
         firstPaint = true;
         performance.mark("obs-first-paint"); // every chart in view drawn, hover, zoom and tools included
         performance.mark("obs-charts-drawn");
+        setTimeout(loadLazy, 0); // (after this frame's paint)
       }
     });
   }
@@ -205,7 +209,7 @@
     if (keys.includes("range")) { // the zoomed chart's window first
       [...charts.values()].sort((a, b) => (b === zoomSource) - (a === zoomSource))
         .forEach((ch) => ch.setRange());
-      router.setRange();
+      router?.setRange();
     }
     showControls();
   });
@@ -231,7 +235,7 @@
       try { await navigator.clipboard.writeText(url); Obs.toast("Link to this view copied.", "info"); }
       catch (e) { window.prompt("Copy this link:", url); }
     });
-    document.addEventListener("obs-theme", () => { redrawAll(); router.reset(); });
+    document.addEventListener("obs-theme", () => { redrawAll(); router?.reset(); });
   }
 
   // ------------------------------------------------------------------------------------------ run state
@@ -270,7 +274,8 @@
       known.add(name);
       store.discover(name);
       charts.forEach((ch) => { if (ch.wants(name)) ch.addTrace(name); });
-      router.discover(name);
+      if (router) router.discover(name);
+      else if (routerHist && routerHist.test(name)) $("router-panel").hidden = false;
       data.discover(name);
       // The trainer records its manifest before its first mixture metrics: fetch it once they appear.
       if (!data.hasManifest() && name.startsWith(page.mixture.weight_prefix) && started) fetchManifest();
@@ -352,9 +357,36 @@
     showControls();
     view.save(); // the URL now names the whole view: copy it from the address bar
     for (const fn of Obs.onStart) { try { fn(ctx, page); } catch (e) { console.error("module start failed:", e); } }
+    setTimeout(loadLazy, 3000); // (at the latest: a page whose charts never paint still gets them)
     live.connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
     setInterval(() => header.tick(), 1000); // display only: heartbeat age, ETA countdown
     scheduleRedraw();
+  }
+
+  // Scripts not needed for the first paint (<meta name="obs-lazy-script">: the MoE router panel, annotations),
+  // fetched together once the charts have painted and run in order; then the router panel starts and the modules'
+  // Obs.onStart functions run, as start() ran those of the scripts loaded with the page.
+  let lazy = null;
+  function loadLazy() {
+    if (lazy) return;
+    const ran = Obs.onStart.length;
+    lazy = Promise.all([...document.querySelectorAll('meta[name="obs-lazy-script"]')].map((m) => new Promise((ok) => {
+      const s = document.createElement("script");
+      s.src = m.content; s.async = false; // (executed in document order)
+      s.addEventListener("load", ok);
+      s.addEventListener("error", () => { console.error("a script failed to load:", m.content); ok(); });
+      document.head.appendChild(s);
+    }))).then(() => {
+      if (Obs.RouterPanel) {
+        router = new Obs.RouterPanel(ctx, page.router_metric);
+        views.add(router);
+        known.forEach((name) => router.discover(name));
+      }
+      for (const fn of Obs.onStart.slice(ran)) {
+        try { fn(ctx, page); } catch (e) { console.error("module start failed:", e); }
+      }
+      scheduleRedraw();
+    });
   }
 
   // Screen-reader announcements for actions whose result is not where focus is.

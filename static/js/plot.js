@@ -2,6 +2,8 @@
 // point marks, vertical marks and their labels, a legend — drawn on a canvas by uPlot (static/vendor/uPlot.*).
 //   Obs.drawFigure(node, traces, layout, on)  draws into `node` (its size); node.data / node.layout are the figure
 //                                             drawn (public: feature modules and tests read them)
+//   Obs.redrawData(node)                      the same figure again, its lines' x / y and axis ranges changed in
+//                                             place (the live append path, chartlive.js): the canvas only
 // A figure is plain data, the charts' model (charts.js makes it):
 //   trace  {x, y, mode: "lines" | "markers", name, yaxis: "y" | "y2" (0..1, the plot's height) | "y3" (right),
 //           showlegend, opacity, line: {width, color, dash}, marker: {color, symbol, size}, text, fill: "tonexty"
@@ -50,7 +52,6 @@ window.Obs = window.Obs || {};
       return pow ? ("1e" + e).replace("-", "\u2212") : span < 2 ? num(v) : "";
     });
   };
-  Obs.tickLabel = num;
 
   // Every line's points on one x (uPlot draws aligned columns): a single line as it is, several joined (gaps null,
   // drawn across).
@@ -285,6 +286,26 @@ window.Obs = window.Obs || {};
     }));
   }
 
+  // The axes' ranges a layout fixes (log axes: from log10 units), null where the axis fits its data
+  function ranges(fig, layout) {
+    const fixed = (a, key) => {
+      if (!a || !a.range || a.autorange === true) return null;
+      return fig.log[key] ? [10 ** a.range[0], 10 ** a.range[1]] : a.range.slice();
+    };
+    return {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
+  }
+
+  // The figure drawn again with its lines' points changed in place (node.data's line traces: new x / y arrays,
+  // typed-array views included) and its layout's axis ranges: the canvas only (uPlot's setData), nothing else
+  // rebuilt. False when there is no such figure (then drawFigure).
+  Obs.redrawData = (node) => {
+    const fig = node._figure;
+    if (!fig || !fig.u || !fig.lines.length) return false;
+    fig.ranges = ranges(fig, fig.layout);
+    fig.u.setData(columns(fig.lines), true);
+    return true;
+  };
+
   Obs.drawFigure = (node, traces, layout, on = {}) => {
     const lines = traces.filter(isLine), markers = traces.filter((t) => t.mode === "markers" && t.x && t.x.length);
     node.data = traces; node.layout = layout;
@@ -308,10 +329,6 @@ window.Obs = window.Obs || {};
       : (v) => Number(v).toLocaleString("en-US");
     fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"
       : num(v) + (tr.unit ? " " + tr.unit : ""));
-    const fixed = (a, key) => {
-      if (!a || !a.range || a.autorange === true) return null;
-      return fig.log[key] ? [10 ** a.range[0], 10 ** a.range[1]] : a.range.slice();
-    };
     const key = shapeKey(lines, layout);
     const data = lines.length ? columns(lines) : [[], []];
     if (!lines.length) data.length = 1;
@@ -320,10 +337,10 @@ window.Obs = window.Obs || {};
       if (fig.u) fig.u.destroy();
       fig.key = key;
       const opts = options(node, fig, lines, layout, on);
-      fig.ranges = {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
+      fig.ranges = ranges(fig, layout);
       fig.u = new uPlot(opts, data, (u, init) => { node.insertBefore(u.root, fig.labels); init(); });
     } else {
-      fig.ranges = {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
+      fig.ranges = ranges(fig, layout);
       fig.u.batch(() => {
         if (fig.u.width !== width || fig.u.height !== height) fig.u.setSize({width, height});
         fig.u.setData(data, true);
@@ -340,12 +357,6 @@ window.Obs = window.Obs || {};
       : null;
   };
   Obs.figureXAt = (node, px) => node._figure && node._figure.u ? node._figure.u.posToVal(px, "x") : NaN;
-  Obs.figureResize = (node) => {
-    const fig = node._figure;
-    if (fig && fig.u && node.clientWidth) {
-      fig.u.setSize({width: node.clientWidth, height: node.clientHeight || fig.height});
-    }
-  };
   Obs.savePNG = (node) => { // the chart's canvas as a PNG file (named after the chart's element)
     const u = node._figure && node._figure.u;
     if (!u) return;

@@ -192,7 +192,6 @@ window.Obs = window.Obs || {};
 
     title() { return {step: "step", tokens: "tokens trained", time: "wall time (UTC)"}[this.mode]; }
     axisType() { return this.mode === "time" ? "date" : "linear"; }
-    hoverX() { return this.mode === "time" ? "%{x|%Y-%m-%d %H:%M:%S}" : "%{x:,}"; }
   }
 
   Obs.Registry = Registry;

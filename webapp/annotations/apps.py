@@ -12,5 +12,6 @@ class AnnotationsConfig(AppConfig):
         from webapp.runs import extensions
 
         extensions.add_panel("annotations/panel.html")
-        extensions.add_script("js/annotation-thread.js", order=30)
-        extensions.add_script("js/annotations.js", order=31)
+        # (its marks and panel come after the charts' first paint: loaded then)
+        extensions.add_script("js/annotation-thread.js", order=30, lazy=True)
+        extensions.add_script("js/annotations.js", order=31, lazy=True)

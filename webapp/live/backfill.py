@@ -55,13 +55,22 @@ def backfill(run_id: str, after: dict[str, int], after_event: int | None) -> dic
 def with_unstored(body: dict, after: dict[str, int], tail: list[dict]) -> dict:
     """The backfill `body` with the points of `tail` (the live log's newest update frames, oldest first) past the
     steps it holds: what ingest appended to the log but had not committed when the backfill was read. A rewind in
-    the tail drops what follows its step, as the page does. Series not asked for are left out."""
+    the tail drops what follows its step, as the page does, and goes to the page with the body's rewinds (its event
+    may not be stored yet): the points after it are the tail's own (every entry after it is in the tail), so a
+    series takes them from the rewind's step, not from the step the page held. Series not asked for are left out."""
     series = {name: dict(s, steps=list(s["steps"]), values=list(s["values"]), nonfinite=list(s["nonfinite"]))
               for name, s in body["series"].items()}
+    rewinds = list(body["rewinds"])
+    cut = min((rw["to_step"] for rw in rewinds if isinstance(rw.get("to_step"), int)), default=None)
     for frame in tail:
         for rw in frame.get("rewinds") or ():
             to = rw.get("to_step")
-            for s in series.values() if isinstance(to, int) else ():
+            if not isinstance(to, int):
+                continue
+            cut = to if cut is None else min(cut, to)
+            if rw not in rewinds:
+                rewinds.append(rw)
+            for s in series.values():
                 keep = sum(1 for st in s["steps"] if st <= to)
                 s["steps"], s["values"] = s["steps"][:keep], s["values"][:keep]
                 s["nonfinite"] = [nf for nf in s["nonfinite"] if nf[0] <= to]
@@ -69,12 +78,12 @@ def with_unstored(body: dict, after: dict[str, int], tail: list[dict]) -> dict:
             if name not in after:
                 continue
             s = series.setdefault(name, {"steps": [], "values": [], "nonfinite": []})
-            floor = max(after[name], s["steps"][-1] if s["steps"] else -1)
+            start = after[name] if cut is None else min(after[name], cut)  # (what the page keeps after rewinds)
+            floor = max(start, s["steps"][-1] if s["steps"] else -1)
             for st, v in zip(got["steps"], got["values"]):
                 if st > floor:
                     s["steps"].append(st)
                     s["values"].append(v)
                     floor = st
-            s["nonfinite"] += [nf for nf in got.get("nonfinite") or () if nf[0] > after[name]
-                               and nf not in s["nonfinite"]]
-    return {**body, "series": series}
+            s["nonfinite"] += [nf for nf in got.get("nonfinite") or () if nf[0] > start and nf not in s["nonfinite"]]
+    return {**body, "series": series, "rewinds": rewinds}

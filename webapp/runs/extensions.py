@@ -16,6 +16,7 @@ log = logging.getLogger("observatory.runs")
 HEADER: list[tuple[int, str]] = []  # included in the run head's link row, with the page's context
 PANELS: list[tuple[int, str]] = []  # included above the charts
 SCRIPTS: list[tuple[int, str]] = []  # loaded after the dashboard's own scripts, before dashboard.js
+LAZY: list[tuple[int, str]] = []  # scripts not needed for the first paint: dashboard.js loads them after it
 RUN_LIST: list[tuple[int, str]] = []  # the run list page: included above the table
 PAGE_DATA: list = []  # contributions to the page's JSON data, called in order
 PREVIEW_META: list = []  # link-preview tags (Open Graph / Twitter card); the first answer wins
@@ -35,8 +36,10 @@ def add_panel(template: str, order: int = 50) -> None:
     _add(PANELS, template, order)
 
 
-def add_script(path: str, order: int = 50) -> None:
-    _add(SCRIPTS, path, order)
+def add_script(path: str, order: int = 50, lazy: bool = False) -> None:
+    """A script of the dashboard's; `lazy`: loaded (in order) once the charts have painted, its Obs.onStart
+    functions then run (the page parses less before its first paint)."""
+    _add(LAZY if lazy else SCRIPTS, path, order)
 
 
 def add_run_list(template: str, order: int = 50) -> None:
@@ -58,8 +61,8 @@ def _sorted(entries: list) -> list:
 
 
 def dashboard() -> dict:
-    """What the dashboard template renders: {"header": [...], "panels": [...], "scripts": [...]}."""
-    return {"header": _sorted(HEADER), "panels": _sorted(PANELS), "scripts": _sorted(SCRIPTS)}
+    """What the dashboard template renders: {"header": [...], "panels": [...], "scripts": [...], "lazy": [...]}."""
+    return {"header": _sorted(HEADER), "panels": _sorted(PANELS), "scripts": _sorted(SCRIPTS), "lazy": _sorted(LAZY)}
 
 
 def run_list() -> dict:

@@ -52,6 +52,8 @@ def test_live_points_and_marks_are_drawn_and_a_point_past_the_axis_widens_it(tra
     wait_trace(page, LOSS, "x.includes(201)")
     page.wait_for_function(f"() => Obs.redrawCounts.append > {before['append']}", timeout=30_000)
     assert page.evaluate(ELEMENTS) == elements, "a live point adds no element"
+    assert page.evaluate(f"() => document.getElementById('{LOSS}').data[0].x instanceof Float64Array"), \
+        "drawn through the live append path (chartlive.js): the line is a view of its typed-array buffer"
 
     # A second mark and another live point: both drawn, the labels with them.
     page.evaluate(marks(100, 150))

@@ -77,6 +77,30 @@ def test_live_points_append_to_doubling_typed_arrays_and_a_rewind_cuts_them(mode
                               "nfKinds": ["nan"]}
 
 
+def test_a_drawn_line_loads_into_the_buffer_and_live_points_append_into_the_same_memory(model):
+    """The live append path (chartlive.js): a full redraw loads the drawn line (memory reused unless it must grow);
+    live points then append into those arrays, and the views handed to the renderer see them."""
+    got = model.evaluate("""() => {
+      const b = new Obs.LiveBuffer(1024), x = [], y = [];
+      for (let i = 0; i < 1500; i++) { x.push(i * 10); y.push(i % 7); }
+      b.load(x, y);
+      const grown = b.x.length, mem = b.x.buffer;
+      b.load(x.slice(0, 100), y.slice(0, 100)); // a shorter line (a rewind's full redraw): the same memory
+      const reused = b.x.buffer === mem && b.n === 100;
+      for (let i = 100; i < 2000; i++) b.push(i * 10, -i);
+      const [vx, vy] = b.view();
+      b.push(20000, 42);
+      const [wx, wy] = b.view();
+      return {grown, reused, n: vx.length, first: [vx[0], vy[0]], joined: [vx[100], vy[100]],
+              last: [vx[1999], vy[1999]], same: vx.buffer === b.x.buffer && wx.buffer === vx.buffer,
+              pushed: [wx.length, wx[2000], wy[2000]], sorted: wx.every((v, i) => i === 0 || v > wx[i - 1])};
+    }""")
+    assert got["grown"] == 2048 and got["reused"], got
+    assert got["n"] == 2000 and got["first"] == [0, 0] and got["joined"] == [1000, -100]
+    assert got["last"] == [19990, -1999] and got["same"], "appended in place, the views share the buffer"
+    assert got["pushed"] == [2001, 20000, 42] and got["sorted"]
+
+
 def test_close_labels_fold_into_one_with_a_count_and_every_text_on_hover(model):
     got = model.evaluate("""() => {
       const marks = [{id: "a", x0: 0, label: "loss spike at 0"}, {id: "b", x0: 5, label: "grad norm jump"},

@@ -10,7 +10,7 @@ from webapp.runs import extensions
 
 @pytest.fixture
 def empty(monkeypatch):
-    for name in ("HEADER", "PANELS", "SCRIPTS", "RUN_LIST", "PAGE_DATA", "PREVIEW_META", "_SENDER"):
+    for name in ("HEADER", "PANELS", "SCRIPTS", "LAZY", "RUN_LIST", "PAGE_DATA", "PREVIEW_META", "_SENDER"):
         monkeypatch.setattr(extensions, name, [])
     return extensions
 
@@ -20,9 +20,12 @@ def test_entries_come_by_order_then_registration_and_once(empty):
     empty.add_script("js/a.js", order=10)
     empty.add_script("js/c.js", order=20)
     empty.add_script("js/a.js", order=10)  # ready() may run twice
+    empty.add_script("js/z.js", order=20, lazy=True)
+    empty.add_script("js/y.js", order=10, lazy=True)
     empty.add_header("x/_link.html")
     empty.add_run_list("y/_part.html")
-    assert empty.dashboard() == {"header": ["x/_link.html"], "panels": [], "scripts": ["js/a.js", "js/b.js", "js/c.js"]}
+    assert empty.dashboard() == {"header": ["x/_link.html"], "panels": [], "scripts": ["js/a.js", "js/b.js", "js/c.js"],
+                                 "lazy": ["js/y.js", "js/z.js"]}
     assert empty.run_list() == {"parts": ["y/_part.html"]}
 
 
@@ -41,5 +44,5 @@ def test_the_installed_apps_fill_the_dashboard():
     assert page["header"] == ["anomalies/_run_link.html", "control/_run_link.html", "metrics/_run_link.html",
                               "publicapi/_run_downloads.html"]
     assert page["panels"] == ["annotations/panel.html"]
-    assert page["scripts"] == ["js/live.js", "js/anomalies.js", "js/annotation-thread.js", "js/annotations.js",
-                               "js/interventions.js", "js/forecast.js"]
+    assert page["scripts"] == ["js/live.js", "js/anomalies.js", "js/interventions.js", "js/forecast.js"]
+    assert page["lazy"] == ["js/annotation-thread.js", "js/annotations.js"]  # after the first paint

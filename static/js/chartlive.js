@@ -1,0 +1,91 @@
+// A line chart's live append path (a part of Obs.LineChart, as zoom.js and chartmarks.js). After a full redraw the
+// drawn lines are copied into typed-array buffers (Obs.LiveBuffer); a live point is appended there (no allocation
+// a point) and the same figure redrawn from views of those buffers (Obs.redrawData: uPlot's setData; no new
+// figure, legend, tool bar or labels; changed marks are made again on the same layout). The axes keep room ahead
+// and fit y from running extents, not a rescan.
+// A chart that draws more than its lines' own points (zoomed, smoothed, feature lines, impossible values,
+// non-finite marks, lines on different steps), whose margins would change, or whose drawn points would pass 4 a
+// pixel takes the full redraw instead (which cuts a rewind and downsamples again: Obs.minmax).
+"use strict";
+
+(function (Obs) {
+  const MAX_ADDS = 512; // frames held for a chart off screen; past this it redraws in full once seen
+
+  const aligned = (lines) => lines.every((t) => {
+    const a = t.x, b = lines[0].x;
+    if (a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+    return true;
+  });
+
+  Object.assign(Obs.LineChart.prototype, {
+    queueAdd(s, add) { // (added(): the frame's points, read at the next redraw)
+      const adds = this.adds || (this.adds = []);
+      if (!this.canAppend) return;
+      if (add.nfx.length || adds.length >= MAX_ADDS) { this.canAppend = false; this.full = true; return; }
+      adds.push(s, add);
+    },
+
+    // After a full redraw: the drawn lines into the buffers, and whether live points can be appended to them.
+    fill(traces) {
+      const n = this.items.length, view = this.ctx.view, lines = traces.slice(0, n);
+      this.adds = this.adds || [];
+      this.adds.length = 0;
+      this.canAppend = Object.getPrototypeOf(this) === Obs.LineChart.prototype && n > 0 && !view.range &&
+        !(view.smooth > 0) && !this.oobTotal && !this.nonPositive && !this.zoomPending &&
+        traces.filter((t) => t.mode === "lines").length === n && lines[0].x.length > 0 && aligned(lines);
+      if (!this.canAppend) return;
+      this.ext = {y: [Infinity, -Infinity], y3: [Infinity, -Infinity]};
+      lines.forEach((t, k) => {
+        const it = this.items[k];
+        it.buf = it.buf || new Obs.LiveBuffer();
+        it.buf.load(t.x, t.y);
+        const e = this.ext[t.yaxis];
+        for (let i = 0; i < t.y.length; i++) { const v = t.y[i]; if (v < e[0]) e[0] = v; if (v > e[1]) e[1] = v; }
+      });
+    },
+
+    // The frames since the last redraw appended and drawn; false: the full redraw is needed instead.
+    appendLive() {
+      if (!this.canAppend || this.ctx.view.range || this.zoomPending || !this.plot._figure) return false;
+      const xa = this.ctx.xaxis, adds = this.adds, log = this.ctx.view.log.has(this.id), limit = 4 * this.resolution();
+      for (let a = 0; a < adds.length; a += 2) { // everything checked before anything is appended
+        const it = this.items.find((i) => i.series === adds[a]), add = adds[a + 1], b = this.ctx.bounds[it && it.name];
+        if (!it || !it.buf || it.buf.n + add.x.length > limit) return false;
+        for (let i = 0; i < add.y.length; i++) {
+          if ((b && add.y[i] > b.max) || (log && !(add.y[i] > 0))) return false;
+        }
+      }
+      for (let a = 0; a < adds.length; a += 2) {
+        const it = this.items.find((i) => i.series === adds[a]), add = adds[a + 1];
+        const e = this.ext[it.secondary ? "y3" : "y"];
+        for (let i = 0; i < add.x.length; i++) {
+          const v = add.y[i];
+          it.buf.push(xa.xOf(add.x[i]), v);
+          if (v < e[0]) e[0] = v;
+          if (v > e[1]) e[1] = v;
+        }
+      }
+      adds.length = 0;
+      const first = this.items[0].buf, n = first.n, last = first.x[n - 1];
+      if (this.items.some((it) => it.buf.n !== n || it.buf.x[n - 1] !== last)) return false; // (steps differ)
+      const lay = this.plot.layout, lines = this.plot.data, [x] = first.view();
+      this.items.forEach((it, k) => { lines[k].x = x; lines[k].y = it.buf.y.subarray(0, n); });
+      const m = this.margins(lines, !!lay.yaxis3, this.items.length > 1, xa.mode === "time", this.ext);
+      if (m.l !== lay.margin.l || m.r !== lay.margin.r) return false;
+      if (xa.mode !== "time") this.headroom(lay.xaxis, lines);
+      this.fitExt(lay.yaxis, this.ext.y, log);
+      if (lay.yaxis3) this.fitExt(lay.yaxis3, this.ext.y3, false);
+      if (this.remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; } // (chartmarks.js)
+      return Obs.redrawData(this.plot);
+    },
+
+    fitExt(axis, [lo, hi], log) { // (fitY's range, from a running extent)
+      if (!(hi >= lo)) return;
+      if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
+      const pad = (hi - lo) * 0.06 || (log ? 0.3 : Math.abs(hi) * 0.5) || 1;
+      axis.range = [lo - pad, hi + pad];
+      axis.autorange = false;
+    },
+  });
+})(window.Obs);
