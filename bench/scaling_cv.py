@@ -1,19 +1,21 @@
 """Development (cross-validated) and held-out figures for the ladder fits and their calibrated bands (issue 48).
 
 Development ladders: the four of bench/scaling_ladders.LADDERS (Chinchilla, Gadre et al. ×3), where every earlier
-choice was made. Fit options (Huber δ × compute-weight power) and band options (SIZE_FOLDS × D0 of
-observatory/scaling/calibrate.py) are chosen by leave-one-ladder-out cross-validation on them: for each ladder,
-the option best on the other three (fit: lowest mean held-out error; band: pooled coverage of the nominal 80%
-band nearest 0.8, then the narrower) is scored on the one left out. `chosen_on_all` is the choice on all four;
-the code's constants must equal it (`code_matches`). Held-out ladders (bench/data/heldout): scored with the code's
-constants only, each file first verified against MANIFEST.json (bench/heldout.py); a file that fails is reported
-with the reason, never with figures.
+choice was made. Fit options (Huber δ × compute-weight power) are chosen by leave-one-ladder-out cross-validation on
+them: for each ladder, the option with the lowest mean held-out error on the other three is scored on the one left
+out. The band (observatory/scaling/calibrate.py) has no option chosen here: SIZE_FOLDS and D0 were fixed by an
+earlier round of this CV, and its pooled prior is computed from development fold errors by the rule in code; each
+left-out ladder's band uses the prior pooled from the other three. `chosen_on_all` (fit option, prior from all
+four) must equal the code's constants (`code_matches`). Held-out ladders (bench/data/heldout): scored with the
+code's constants only, each file first verified against MANIFEST.json (bench/heldout.py); a file that fails is
+reported with the reason, never with figures.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import asdict
 
 import numpy as np
 
@@ -24,7 +26,7 @@ from observatory.scaling.fit import WEIGHT_POWER
 from observatory.scaling.solver import HUBER_DELTA
 
 FIT_OPTIONS = [(delta, power) for delta in (1e-3, 1e-2) for power in (0.0, 0.5)]
-BAND_OPTIONS = [(k, d0) for k in (1, 2, 3) for d0 in (0.5, 1.0, 2.0)]
+BAND = (cal.SIZE_FOLDS, cal.D0)  # rule 2's folds and D0, as in code (not chosen here)
 TARGET = {"mean_rel_error": 0.025, "coverage": (0.7, 0.9), "median_half_width": 0.04}
 
 
@@ -36,11 +38,8 @@ def _fit(d: dict, delta: float, power: float):
     return f, held, d["L"][h]
 
 
-def _band(f, held, truth, size_folds: int, d0: float) -> dict:
-    c = f.calibration
-    s = cal.scale_of(c.errors, size_folds, d0, c.level)
-    s = c.floor / d0 if s is None else s
-    h = np.maximum(s * (d0 + cal.distance(held, c.n_max, c.c_max)), c.floor)
+def _band(f, held, truth, size_folds: int, d0: float, prior) -> dict:
+    h = f.calibration.under(size_folds, d0, prior).half_width(held)
     pred = f.predict(held)
     inside = (truth >= pred * np.exp(-h)) & (truth <= pred * np.exp(h))
     return {"inside": inside.tolist(), "half_width": np.expm1(h).tolist()}
@@ -59,11 +58,9 @@ def _pooled(bands: list[dict]) -> dict:
     return {"points": len(inside), "coverage": float(np.mean(inside)), "median_half_width": statistics.median(hw)}
 
 
-def _pick_band(runs: dict, names: list[str]) -> tuple:
-    def key(opt):
-        p = _pooled([runs[n]["bands"][opt] for n in names])
-        return abs(p["coverage"] - cal.LEVEL), p["median_half_width"]
-    return min(BAND_OPTIONS, key=key)
+def _prior(runs: dict, fo, pool: list[str]):
+    """Rule 3's prior pooled from the development ladders `pool` only (their fits under fit option fo)."""
+    return cal.pooled_prior([runs[n][fo]["fit"][0].calibration.errors for n in pool], *BAND)
 
 
 def development() -> dict:
@@ -75,28 +72,26 @@ def development() -> dict:
         runs[name] = {}
         for opt in FIT_OPTIONS:
             f, held, truth = _fit(d, *opt)
-            runs[name][opt] = {"score": _score(f, held, truth),
-                               "bands": {b: _band(f, held, truth, *b) for b in BAND_OPTIONS}}
+            runs[name][opt] = {"score": _score(f, held, truth), "fit": (f, held, truth)}
     err = {n: {o: runs[n][o]["score"]["mean_rel_error"] for o in FIT_OPTIONS} for n in names}
     folds, cv_bands = {}, []
     for left in names:
         rest = [n for n in names if n != left]
         fo = min(FIT_OPTIONS, key=lambda o: np.mean([err[n][o] for n in rest]))
-        bo = _pick_band({n: runs[n][fo] for n in names}, rest)
-        band = runs[left][fo]["bands"][bo]
+        prior = _prior(runs, fo, rest)                  # the left-out ladder is not in its own prior
+        band = _band(*runs[left][fo]["fit"], *BAND, prior)
         cv_bands.append(band)
-        folds[left] = {"fit_option": {"delta": fo[0], "power": fo[1]},
-                       "band_option": {"size_folds": bo[0], "d0": bo[1]},
+        folds[left] = {"fit_option": {"delta": fo[0], "power": fo[1]}, "prior": asdict(prior),
                        **runs[left][fo]["score"], "coverage": float(np.mean(band["inside"])),
                        "median_half_width": statistics.median(band["half_width"])}
     fo = min(FIT_OPTIONS, key=lambda o: np.mean([err[n][o] for n in names]))
-    bo = _pick_band({n: runs[n][fo] for n in names}, names)
-    chosen = {"delta": fo[0], "power": fo[1], "size_folds": bo[0], "d0": bo[1]}
-    code = {"delta": HUBER_DELTA, "power": WEIGHT_POWER, "size_folds": cal.SIZE_FOLDS, "d0": cal.D0}
-    return {"ladders": folds, "pooled_band": _pooled(cv_bands),
+    p = _prior(runs, fo, names)
+    chosen = {"delta": fo[0], "power": fo[1], "prior": [float(f"{p.scale:.3g}"), float(f"{p.m2:.3g}"), p.weight]}
+    code = {"delta": HUBER_DELTA, "power": WEIGHT_POWER, "prior": [cal.POOLED.scale, cal.POOLED.m2, cal.POOLED.weight]}
+    return {"ladders": folds, "pooled_band": _pooled(cv_bands), "band": {"size_folds": BAND[0], "d0": BAND[1]},
             "mean_rel_error_per_ladder": {n: r["mean_rel_error"] for n, r in folds.items()},
-            "chosen_on_all": chosen, "code": code, "code_matches": chosen == code,
-            "options": {"fit": FIT_OPTIONS, "band": BAND_OPTIONS}, "seconds": round(time.perf_counter() - t0, 1)}
+            "chosen_on_all": chosen, "code": code, "code_matches": chosen == code, "pooled_prior": asdict(p),
+            "options": {"fit": FIT_OPTIONS}, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def held_out(bootstrap: int = 200) -> dict:

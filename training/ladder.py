@@ -64,7 +64,7 @@ class Ladder:
     target_run_id: str | None
     rungs: list[Rung] = field(default_factory=list)
     min_margin: float = 0.0  # the forecast band's least relative half-width (observatory.scaling Fit.margin)
-    band: str = "bootstrap"  # "calibrated": the band from the rungs' own extrapolation errors (scaling/calibrate.py)
+    band: str = "bootstrap"  # "calibrated": the band from pooled + the rungs' own errors (scaling/calibrate.py)
 
     @property
     def state_path(self) -> Path:

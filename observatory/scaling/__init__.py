@@ -5,7 +5,7 @@ Pure (numpy only). N is ACTIVE parameters (MoE: per token), D tokens, C ≈ 6·N
     laws      the forms (chinchilla, compute, overtrained), `Points` (the rows: N, D, C)
     solver    the Huber objective of Besiroglu et al. 2024 and its multi-start minimiser
     fit       `fit` / `fit_law` → `Fit` (params, bands, predictions, held-out error), `auto`
-    calibrate the calibrated band (band="calibrated"): width from the ladder's own extrapolation errors
+    calibrate the calibrated band (band="calibrated"): width from pooled and own extrapolation errors
     forecast  `make_forecast` → `Forecast` (frozen, content-hashed record for the hero run)
     registration  the pre-registration record (forecast + experiment + rung runs + target config hash), hashed
     cli       python -m observatory.scaling fit|forecast FILE.csv ...

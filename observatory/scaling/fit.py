@@ -84,8 +84,8 @@ class Fit:
         """The band at `points` (None without bootstrap): the bootstrap fits' percentile band, widened to at
         least L̂·(1 ± margin). The bootstrap sees only the rungs' noise; a forecast also misses by the law's
         own extrapolation error, which the held-out fit measured (docs/SCALING.md, "Bands").
-        A fit made with band="calibrated": L̂·exp(±h), h from the ladder's own extrapolation errors
-        (calibrate.py; nominal coverage `calibration.level`), bootstrap or not."""
+        A fit made with band="calibrated": L̂·exp(±h), h from extrapolation errors pooled over the development
+        ladders, shrunk towards the ladder's own (calibrate.py; nominal coverage `calibration.level`)."""
         if self.calibration is not None:
             pred, h = self.predict(points), self.calibration.half_width(points)
             return pred * np.exp(-h), pred * np.exp(h)
@@ -189,7 +189,7 @@ def fit_law(law: Law | str, points: Points, loss, *, bootstrap: int = 200, seed:
             _held: tuple | None | bool = False) -> Fit:
     """Fit one law to all the rungs, with `bootstrap` rung resamples for the bands (0: no bands). Each rung's
     Huber term weighs (C / C_max)^power (0: unweighted). `min_margin`: the bands' least relative half-width
-    (Fit.margin). band="calibrated": the forecast band from the ladder's own extrapolation errors
+    (Fit.margin). band="calibrated": the forecast band from pooled and own extrapolation errors
     (calibrate.py), not the bootstrap and margins. `_held`: the held-out fit's result when the
     caller has it (auto), None to skip it, False (default) to run it."""
     law = get_law(law) if isinstance(law, str) else law

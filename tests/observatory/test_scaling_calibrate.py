@@ -1,6 +1,7 @@
-"""The calibrated band (observatory/scaling/calibrate.py): its width follows the fixed rule — the `level` quantile
-of the ladder's own rolling-origin extrapolation errors per unit of reach, grown with the distance beyond the rungs,
-never under the rungs' own scatter — and it covers about its nominal level on ladders whose truth is known."""
+"""The calibrated band (observatory/scaling/calibrate.py): its width follows the fixed rule — a prior pooled from
+the development ladders' rolling-origin extrapolation errors per unit of reach (each ladder weighing 1), shrunk
+towards the ladder's own errors by their count, grown with the distance beyond the rungs, never under the rungs'
+own scatter — and it covers about its nominal level on ladders whose truth is known."""
 
 from __future__ import annotations
 
@@ -39,7 +40,13 @@ def test_folds_remove_the_largest_sizes_and_the_top_of_compute_once_each():
     assert {k: int(m.sum()) for k, m in cal.folds(iso, size_folds=1)} == {"N1": 1, "C8": 1, "C4": 2}
 
 
-def test_the_band_is_the_level_quantile_of_the_fold_errors_per_unit_reach_grown_with_distance():
+def shrunk(r, prior=cal.POOLED) -> float:
+    """Rule 4 by hand: s = S·sqrt((ν0 + Σ (r / S)² / M2) / (ν0 + k))."""
+    u = np.asarray(r, dtype=float) / prior.scale
+    return prior.scale * np.sqrt((prior.weight + np.sum(u * u) / prior.m2) / (prior.weight + u.size))
+
+
+def test_the_band_is_the_pooled_prior_shrunk_by_the_ladders_own_errors_and_grown_with_distance():
     C, loss = ladder(0)
     f = fit_law("compute", Points.of(C=C), loss, bootstrap=0, band="calibrated")
     c = f.calibration
@@ -49,9 +56,8 @@ def test_the_band_is_the_level_quantile_of_the_fold_errors_per_unit_reach_grown_
         g = fit_law("compute", Points.of(C=C[~held]), loss[~held], bootstrap=0, _held=None)
         e = np.abs(np.log(g.predict(Points.of(C=C[held])) / loss[held]))
         r += list(e / (cal.D0 + np.log(C[held] / C[~held].max())))
-    r = np.array(r)
-    bound = cal.t_quantile(0.9, len(r)) * np.sqrt(np.mean(r ** 2))   # 3 errors: the t bound, not the quantile
-    assert c.scale == pytest.approx(max(np.quantile(r, cal.LEVEL), bound), rel=1e-6)
+    assert len(r) == 3 and c.prior == cal.POOLED
+    assert c.scale == pytest.approx(shrunk(r), rel=1e-6)
     resid = np.abs(np.log(f.predict(Points.of(C=C)) / loss))
     assert c.floor == pytest.approx(np.quantile(resid, cal.LEVEL))
     out = Points.of(C=C[-1] * np.array([1.0, np.e, np.e ** 3]))
@@ -62,24 +68,39 @@ def test_the_band_is_the_level_quantile_of_the_fold_errors_per_unit_reach_grown_
     assert h[2] > h[1] > 0
 
 
-def test_student_t_quantiles_match_their_tables():
-    assert cal.t_quantile(0.9, 1) == pytest.approx(3.0777, abs=1e-4)
-    assert cal.t_quantile(0.9, 2) == pytest.approx(1.8856, abs=1e-4)
-    for k, t in ((3, 1.6377), (5, 1.4759), (10, 1.3722), (30, 1.3104)):
-        assert cal.t_quantile(0.9, k) == pytest.approx(t, rel=1e-3)
-    assert cal.t_quantile(0.9, 10_000) == pytest.approx(1.2816, abs=1e-3)
+def test_the_pooled_prior_weighs_each_ladder_once_and_its_weight_follows_their_spread():
+    a = [("C8", 0.0, e) for e in (0.01, 0.02, 0.03, 0.04)]      # d = 0, D0 = 1: r = |e|
+    b = [("C8", 0.0, 0.10)]                                     # one error, weighing as much as a's four
+    p = cal.pooled_prior([a, b])
+    assert p.scale == pytest.approx(0.10)                       # a's four are half the weight: 0.8 reaches b's
+    assert cal.pooled_prior([a, b], level=0.5).scale == pytest.approx(0.04)
+    w = np.array([1 / 8] * 4 + [1 / 2])
+    r = np.array([0.01, 0.02, 0.03, 0.04, 0.10])
+    assert p.m2 == pytest.approx(np.sum(w * (r / 0.10) ** 2))
+    spread = np.var([0.5 * np.log(np.mean(r[:4] ** 2)), np.log(0.10)], ddof=1)
+    assert p.weight == max(1, round(0.5 / spread)) == 1          # ladders 4x apart: the prior counts as one error
+    close = cal.pooled_prior([a, [("C8", 0.0, e * 1.05) for _, _, e in a]])
+    assert close.weight > 20                                    # ladders alike: the prior outweighs a few errors
+    assert cal.pooled_prior([a, [("N3", 0.0, 9.0)] + b]).scale == pytest.approx(0.10)   # N3 is past SIZE_FOLDS
+    with pytest.raises(ValueError, match="two ladders"):
+        cal.pooled_prior([a])
 
 
-def test_few_fold_errors_give_the_t_bound_and_many_the_quantile():
+def test_no_error_gives_the_prior_one_error_half_of_it_and_many_their_own_scale():
+    prior = cal.POOLED
+    assert cal.scale_of([]) == pytest.approx(prior.scale)
+    typical = prior.scale * np.sqrt(prior.m2)                   # an error as large as the prior's own RMS
+    assert cal.scale_of([("C8", 0.0, typical)]) == pytest.approx(prior.scale)
     one = [("C8", 1.0, 0.02)]                                   # a 4-rung compute ladder: one fold, one error
-    assert cal.scale_of(one) == pytest.approx(3.0777 * 0.02 / (cal.D0 + 1.0), rel=1e-4)
+    assert cal.scale_of(one) == pytest.approx(shrunk([0.02 / (cal.D0 + 1.0)]))
+    assert prior.weight == 1 and cal.scale_of(one) ** 2 == pytest.approx(
+        (prior.scale ** 2 + (0.01 ** 2) / prior.m2) / 2)       # the prior and the one error half and half
     rng = np.random.default_rng(0)
-    heavy = [("C8", 0.0, e) for e in np.abs(rng.standard_t(2, 200)) * 0.01]   # many, heavy-tailed
-    r = np.array([e for _, _, e in heavy]) / cal.D0
-    assert cal.scale_of(heavy) == pytest.approx(max(np.quantile(r, cal.LEVEL),
-                                                    cal.t_quantile(0.9, 200) * np.sqrt(np.mean(r ** 2))))
-    many = [("C8", 0.0, e) for e in np.abs(rng.normal(0, 0.01, 400))]
-    assert cal.scale_of(many) == pytest.approx(np.quantile([e for _, _, e in many], cal.LEVEL), rel=0.1)
+    many = [("C8", 0.0, e) for e in np.abs(rng.normal(0, 0.003, 400))]
+    own = np.sqrt(np.mean([e * e for _, _, e in many]) / prior.m2)
+    assert cal.scale_of(many) == pytest.approx(own, rel=0.05) and cal.scale_of(many) < prior.scale / 2
+    with pytest.raises(ValueError, match="level"):
+        cal.scale_of(one, level=0.9)
 
 
 def test_the_nominal_80_percent_band_covers_about_80_percent_of_forecasts_of_a_known_law():
