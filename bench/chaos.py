@@ -1,6 +1,7 @@
 """Chaos: a live demo run through a Redis crash, an ingest kill -9 and a web restart, then nothing may be missing.
 
     .venv/bin/python bench/chaos.py [--steps 1000] [--db sqlite|postgresql] [--json]
+    .venv/bin/python bench/chaos.py --outage stop,freeze [--outage-seconds 120] [--json]   # the push tier down
 
 What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
 """
@@ -14,14 +15,17 @@ import math
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from contextlib import closing
 from pathlib import Path
 
-from harness import (ROOT, PrivateRedis, Stack, add_save_flag, free_port, listening, report,  # noqa: E402
-                     wait_for as wait, web_command)
+from harness import (ROOT, PrivateRedis, Stack, SyntheticTrainer, add_save_flag, free_port, listening,  # noqa
+                     pct, report, wait_for as wait, web_command)
 from ingest import Database  # noqa: E402
 from observatory import contract  # noqa: E402
 
@@ -126,8 +130,21 @@ def main() -> int:
     ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, JSONL, Redis files)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--outage", default="", help="instead: the push tier down under a live run, a comma list of "
+                    "stop (nginx exits, started again after) and freeze (SIGSTOP, then SIGCONT)")
+    ap.add_argument("--outage-seconds", type=float, default=120.0)
+    ap.add_argument("--baseline-seconds", type=float, default=20.0, help="the run before the outage (its lag)")
+    ap.add_argument("--rate", type=float, default=5.0, help="--outage: synthetic steps per second")
     add_save_flag(ap)
     args = ap.parse_args()
+    modes = [m for m in args.outage.split(",") if m]
+    if set(modes) - {"stop", "freeze"}:
+        ap.error(f"--outage: expected a comma list of stop, freeze (got {args.outage!r})")
+    if modes:
+        out = {"scenarios": [outage(args, m) for m in modes]}
+        out["ok"] = all(s["ok"] for s in out["scenarios"])
+        report("push_outage", out, args.json, not args.no_save)
+        return 0 if out["ok"] else 1
     import redis
 
     stack = Stack("chaos")
@@ -265,6 +282,130 @@ def main() -> int:
     out["ok"] = ok
     report("chaos", out, args.json, not args.no_save)
     return 0 if ok else 1
+
+
+# --- the push tier's outage: nginx stopped, or frozen, under a live run -------------------------------------------
+class SeqViewer(threading.Thread):
+    """A viewer of the run's lite channel on nchan as static/js/live.js is: notes every entry's number (repeats
+    included), resumes with its last message id after a disconnect, refetches train/loss over HTTP after a gap."""
+
+    def __init__(self, port: int, web_port: int, run_id: str):
+        super().__init__(daemon=True)
+        self.url = f"ws://127.0.0.1:{port}/live/runs/{run_id}/lite/?last_event_id="
+        self.api = f"http://127.0.0.1:{web_port}/api/runs/{run_id}/windows/?points=100000&series={contract.M_LOSS}"
+        self.last_id, self.seqs, self.gaps, self.refetches, self.connects = "0:0", [], [], [], 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from websockets.sync.client import connect
+
+        while not self.stop.is_set():
+            try:
+                with connect(self.url + self.last_id, subprotocols=["ws+meta.nchan"], open_timeout=5) as ws:
+                    self.connects += 1
+                    while not self.stop.is_set():
+                        try:
+                            self._message(ws.recv(timeout=0.5))
+                        except TimeoutError:
+                            continue
+            except Exception:  # refused or cut while nginx is down: reconnect from the last id, as a page does
+                self.stop.wait(0.3)
+
+    def _message(self, raw: str) -> None:
+        head, _, data = raw.partition("\n\n")
+        self.last_id = head.split("\n")[0].removeprefix("id: ")
+        msg = json.loads(data)
+        frame = msg[0] if isinstance(msg, list) else msg
+        if frame.get("type") == "gap":
+            self.gaps.append(frame["seq"])
+            with urllib.request.urlopen(self.api, timeout=10) as r:  # the page's refetch of its window
+                self.refetches.append([frame["seq"], r.status])
+        elif "seq" in frame:
+            self.seqs.append(frame["seq"])
+
+
+def outage(args, mode: str) -> dict:
+    """A live run (the synthetic demo trainer, ingest, web, relay, nginx + nchan, a viewer): --baseline-seconds as
+    usual, then nginx stopped (SIGTERM; started again after) or frozen (SIGSTOP; SIGCONT after) for
+    --outage-seconds. Ingest's lag (trainer step - stored step) and /healthz are sampled every 0.5 s."""
+    run_id = f"outage-{mode}-{int(time.time())}"
+    import psutil
+    import redis
+
+    with Stack(f"chaos-{mode}") as stack:
+        work = Path(stack.tmp)
+        stack.site(private_redis=True)
+        port, (nginx,) = stack.push_tier(wport := free_port(), relay=False)  # first: the web reads its settings
+        web = stack.web(port=wport)
+        logs = {n: work / f"{n}.log" for n in ("ingest", "relay")}
+        stack.start([sys.executable, "manage.py", "relay", "--block-ms", "100"], log=logs["relay"])
+        stack.start([sys.executable, "manage.py", "ingest", "--block-ms", "100"], log=logs["ingest"])
+        trainer = SyntheticTrainer(stack.redis_url, run_id, args.rate)
+        trainer.start()
+        stack.callback(lambda: trainer.stop.set() or trainer.join(10))
+
+        def stored() -> tuple:  # (the last step stored, points stored) of train/loss
+            with closing(sqlite3.connect(work / "bench.sqlite3", timeout=30)) as db:
+                return db.execute("SELECT max(p.step), count(*) FROM metrics_point p JOIN metrics_series s ON "
+                                  "p.series_id = s.id WHERE s.run_id = ? AND s.name = ?",
+                                  (run_id, contract.M_LOSS)).fetchone()
+        wait(lambda: (stored()[0] or -1) >= 0, 120, "the run's first stored step")
+        viewer = SeqViewer(port, web.port, run_id)
+        viewer.start()
+        stack.callback(viewer.stop.set)
+        samples, phase = [], ["before"]
+
+        def sample():
+            while not viewer.stop.wait(0.5):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{web.port}/healthz", timeout=10) as r:
+                        health = json.loads(r.read())
+                except Exception as e:  # noted, not fatal: /healthz failing is a finding
+                    health = {"ingest_lag": f"/healthz: {type(e).__name__}"}
+                samples.append([phase[0], trainer.step - (stored()[0] or -1), health["ingest_lag"],
+                                health.get("live_lag")])
+        threading.Thread(target=sample, daemon=True).start()
+        time.sleep(args.baseline_seconds)
+        phase[0] = "outage"
+        frozen = [nginx] + psutil.Process(nginx.pid).children() if mode == "freeze" else []
+        for p in frozen:
+            p.send_signal(signal.SIGSTOP)
+        if mode == "stop":
+            nginx.terminate()
+            nginx.wait(30)
+        time.sleep(args.outage_seconds)
+        phase[0] = "after"
+        for p in frozen:
+            p.send_signal(signal.SIGCONT)
+        if mode == "stop":
+            stack.start(nginx.args, quiet=False)
+        t0, back = time.monotonic(), None
+        log = redis.Redis.from_url(stack.redis_url).xrevrange(contract.run_key(run_id, "live"), count=1)
+        upto = int(log[0][0].split(b"-")[0])
+        wait(lambda: viewer.seqs and viewer.seqs[-1] >= upto, 300, "the viewer to catch up after the outage")
+        back = round(time.monotonic() - t0, 2)
+        trainer.stop.set()
+        trainer.join(10)
+        wait(lambda: stored()[0] == trainer.step, 120, "ingest to store the trainer's last step")
+        viewer.stop.set()
+        viewer.join(10)
+        step, points = stored()
+        lost = [line for p in logs.values() for line in p.read_text().splitlines() if " lost" in line]
+    seqs = viewer.seqs
+    holes = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))
+    lag = {ph: [s[1] for s in samples if s[0] == ph] or [-1] for ph in ("before", "outage", "after")}
+    return {"mode": mode, "outage_s": args.outage_seconds, "rate": args.rate, "trainer_last_step": trainer.step,
+            "stored_last_step": step, "stored_points": points, "all_stored": points == trainer.step + 1,
+            "ingest_lag_steps": {ph: {"p50": pct(v, 50), "max": max(v), "samples": len(v)}
+                                 for ph, v in lag.items()},
+            "ingest_lag_unchanged": pct(lag["outage"], 50) <= pct(lag["before"], 50) + 1,
+            "healthz_during_outage": sorted({(s[2], re.sub(r"\d+", "N", str(s[3]).replace(run_id, "<run>")))
+                                             for s in samples if s[0] == "outage"}),
+            "logged_lost": len(lost), "lost_sample": lost[:5], "viewer_connects": viewer.connects,
+            "viewer_entries": len(seqs), "duplicates": len(seqs) - len(set(seqs)), "holes": len(holes),
+            "gap_frames": viewer.gaps, "refetches": viewer.refetches, "caught_up_after_s": back,
+            "ok": points == trainer.step + 1 and pct(lag["outage"], 50) <= pct(lag["before"], 50) + 1 and not lost and len(seqs) == len(set(seqs))
+            and (not holes or len(viewer.refetches) > 0)}
 
 
 def _around(log: list, gaps: list) -> list:
