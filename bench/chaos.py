@@ -9,7 +9,6 @@ What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
@@ -24,9 +23,10 @@ import urllib.request
 from contextlib import closing
 from pathlib import Path
 
-from harness import (ROOT, PrivateRedis, Stack, SyntheticTrainer, add_save_flag, free_port, listening,  # noqa
+from harness import (PrivateRedis, Stack, SyntheticTrainer, add_save_flag, free_port, listening,  # noqa
                      pct, report, wait_for as wait, web_command)
 from ingest import Database  # noqa: E402
+from viewer_client import NchanViewer  # noqa: E402
 from observatory import contract  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",
@@ -42,31 +42,26 @@ class Watcher(threading.Thread):
     def __init__(self, port: int, run_id: str, metric: str):
         super().__init__(daemon=True)
         self.url, self.origin = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/", f"http://127.0.0.1:{port}"
-        self.metric, self.steps, self.connects, self.live_gaps, self.log = metric, {}, 0, [], []
+        self.metric, self.steps, self.connects, self.live_gaps = metric, {}, 0, []
         self.stop = threading.Event()
 
     def run(self):
-        asyncio.run(self._main())
-
-    async def _main(self):
-        import websockets
+        from websockets.sync.client import connect
 
         while not self.stop.is_set():
             try:
-                async with websockets.connect(self.url, origin=self.origin, open_timeout=5) as ws:
+                with connect(self.url, origin=self.origin, open_timeout=5) as ws:
                     self.connects += 1
                     last = max(self.steps, default=-1)
-                    self.log.append([round(time.time() % 1000, 2), "connect", last])
-                    await ws.send(json.dumps({"type": "resume", "metrics": [self.metric], "after_step": last,
-                                              "after": {self.metric: last}}))
+                    ws.send(json.dumps({"type": "resume", "metrics": [self.metric], "after_step": last,
+                                        "after": {self.metric: last}}))
                     while not self.stop.is_set():
                         try:
-                            raw = await asyncio.wait_for(ws.recv(), 0.5)
-                        except asyncio.TimeoutError:
+                            self._frame(json.loads(ws.recv(timeout=0.5)))
+                        except TimeoutError:
                             continue
-                        self._frame(json.loads(raw))
             except Exception:  # refused while the server restarts, closed by it: reconnect, as a browser does
-                await asyncio.sleep(0.3)
+                self.stop.wait(0.3)
 
     def _frame(self, frame):
         if isinstance(frame, list):
@@ -80,7 +75,6 @@ class Watcher(threading.Thread):
         s = frame.get("series", {}).get(self.metric) or {"steps": [], "values": []}
         last = max(self.steps, default=-1)
         new = [(st, v) for st, v in zip(s["steps"], s["values"]) if st > last]
-        self.log.append([round(time.time() % 1000, 2), frame["type"], s["steps"][:1], s["steps"][-1:], len(new)])
         if new and frame["type"] == "update" and new[0][0] > last + 1 and last >= 0:
             self.live_gaps.append([last, new[0][0]])  # a live frame skipped steps (a resume would fill nothing)
         self.steps.update(new)
@@ -264,10 +258,7 @@ def main() -> int:
             "publisher": dict(zip(("published", "dropped", "reconnects"), map(int, pub[-1]))) if pub else None,
             "websocket": {"steps": len(ws_loss), "db_steps": len(db_loss), "equal": ws_loss == db_loss,
                           "missing": sorted(set(db_loss) - set(ws_loss))[:20], "live_gaps": watcher.live_gaps,
-                          "connects": watcher.connects,
-                          **({"frames": _around(watcher.log, watcher.live_gaps)} if ws_loss != db_loss else {})},
-            "processes_up": alive, "deadletters": dead,
-        })
+                          "connects": watcher.connects}, "processes_up": alive, "deadletters": dead})
         ok = (rc == 0 and not lost and not extra and not wrong and not twice and ws_loss == db_loss
               and all(alive.values()) and not dead and (not pub or int(pub[-1][1]) == 0))
     except Exception as e:
@@ -285,61 +276,22 @@ def main() -> int:
 
 
 # --- the push tier's outage: nginx stopped, or frozen, under a live run -------------------------------------------
-class SeqViewer(threading.Thread):
-    """A viewer of the run's lite channel on nchan as static/js/live.js is: notes every entry's number (repeats
-    included), resumes with its last message id after a disconnect, refetches train/loss over HTTP after a gap."""
-
-    def __init__(self, port: int, web_port: int, run_id: str):
-        super().__init__(daemon=True)
-        self.url = f"ws://127.0.0.1:{port}/live/runs/{run_id}/lite/?last_event_id="
-        self.api = f"http://127.0.0.1:{web_port}/api/runs/{run_id}/windows/?points=100000&series={contract.M_LOSS}"
-        self.last_id, self.seqs, self.gaps, self.refetches, self.connects = "0:0", [], [], [], 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        from websockets.sync.client import connect
-
-        while not self.stop.is_set():
-            try:
-                with connect(self.url + self.last_id, subprotocols=["ws+meta.nchan"], open_timeout=5) as ws:
-                    self.connects += 1
-                    while not self.stop.is_set():
-                        try:
-                            self._message(ws.recv(timeout=0.5))
-                        except TimeoutError:
-                            continue
-            except Exception:  # refused or cut while nginx is down: reconnect from the last id, as a page does
-                self.stop.wait(0.3)
-
-    def _message(self, raw: str) -> None:
-        head, _, data = raw.partition("\n\n")
-        self.last_id = head.split("\n")[0].removeprefix("id: ")
-        msg = json.loads(data)
-        frame = msg[0] if isinstance(msg, list) else msg
-        if frame.get("type") == "gap":
-            self.gaps.append(frame["seq"])
-            with urllib.request.urlopen(self.api, timeout=10) as r:  # the page's refetch of its window
-                self.refetches.append([frame["seq"], r.status])
-        elif "seq" in frame:
-            self.seqs.append(frame["seq"])
-
-
 def outage(args, mode: str) -> dict:
     """A live run (the synthetic demo trainer, ingest, web, relay, nginx + nchan, a viewer): --baseline-seconds as
     usual, then nginx stopped (SIGTERM; started again after) or frozen (SIGSTOP; SIGCONT after) for
     --outage-seconds. Ingest's lag (trainer step - stored step) and /healthz are sampled every 0.5 s."""
-    run_id = f"outage-{mode}-{int(time.time())}"
     import psutil
     import redis
 
+    run_id = f"outage-{mode}-{int(time.time())}"
     with Stack(f"chaos-{mode}") as stack:
         work = Path(stack.tmp)
         stack.site(private_redis=True)
         port, (nginx,) = stack.push_tier(wport := free_port(), relay=False)  # first: the web reads its settings
-        web = stack.web(port=wport)
-        logs = {n: work / f"{n}.log" for n in ("ingest", "relay")}
-        stack.start([sys.executable, "manage.py", "relay", "--block-ms", "100"], log=logs["relay"])
-        stack.start([sys.executable, "manage.py", "ingest", "--block-ms", "100"], log=logs["ingest"])
+        stack.web(port=wport)
+        logs = [work / "ingest.log", work / "relay.log"]
+        for name, log in zip(("ingest", "relay"), logs):
+            stack.start([sys.executable, "manage.py", name, "--block-ms", "100"], log=log)
         trainer = SyntheticTrainer(stack.redis_url, run_id, args.rate)
         trainer.start()
         stack.callback(lambda: trainer.stop.set() or trainer.join(10))
@@ -350,38 +302,37 @@ def outage(args, mode: str) -> dict:
                                   "p.series_id = s.id WHERE s.run_id = ? AND s.name = ?",
                                   (run_id, contract.M_LOSS)).fetchone()
         wait(lambda: (stored()[0] or -1) >= 0, 120, "the run's first stored step")
-        viewer = SeqViewer(port, web.port, run_id)
+        viewer = NchanViewer(f"ws://127.0.0.1:{port}/live/runs/{run_id}/lite/", f"http://127.0.0.1:{wport}/api/"
+                             f"runs/{run_id}/windows/?points=100000&series={contract.M_LOSS}")
         viewer.start()
         stack.callback(viewer.stop.set)
         samples, phase = [], ["before"]
 
-        def sample():
+        def sample():  # [phase, ingest's lag in steps, /healthz's ingest_lag, its live_lag]
             while not viewer.stop.wait(0.5):
                 try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{web.port}/healthz", timeout=10) as r:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{wport}/healthz", timeout=10) as r:
                         health = json.loads(r.read())
                 except Exception as e:  # noted, not fatal: /healthz failing is a finding
                     health = {"ingest_lag": f"/healthz: {type(e).__name__}"}
-                samples.append([phase[0], trainer.step - (stored()[0] or -1), health["ingest_lag"],
-                                health.get("live_lag")])
+                live = re.sub(r"\d+", "N", str(health.get("live_lag")).replace(run_id, "<run>"))
+                samples.append([phase[0], trainer.step - (stored()[0] or -1), health["ingest_lag"], live])
         threading.Thread(target=sample, daemon=True).start()
         time.sleep(args.baseline_seconds)
-        phase[0] = "outage"
-        frozen = [nginx] + psutil.Process(nginx.pid).children() if mode == "freeze" else []
+        phase[0], frozen = "outage", [nginx] + psutil.Process(nginx.pid).children() if mode == "freeze" else []
         for p in frozen:
             p.send_signal(signal.SIGSTOP)
         if mode == "stop":
             nginx.terminate()
             nginx.wait(30)
         time.sleep(args.outage_seconds)
-        phase[0] = "after"
+        phase[0], t0 = "after", time.monotonic()
         for p in frozen:
             p.send_signal(signal.SIGCONT)
         if mode == "stop":
             stack.start(nginx.args, quiet=False)
-        t0, back = time.monotonic(), None
-        log = redis.Redis.from_url(stack.redis_url).xrevrange(contract.run_key(run_id, "live"), count=1)
-        upto = int(log[0][0].split(b"-")[0])
+        upto = int(redis.Redis.from_url(stack.redis_url).xrevrange(contract.run_key(run_id, "live"), count=1)[0][0]
+                   .split(b"-")[0])
         wait(lambda: viewer.seqs and viewer.seqs[-1] >= upto, 300, "the viewer to catch up after the outage")
         back = round(time.monotonic() - t0, 2)
         trainer.stop.set()
@@ -390,29 +341,21 @@ def outage(args, mode: str) -> dict:
         viewer.stop.set()
         viewer.join(10)
         step, points = stored()
-        lost = [line for p in logs.values() for line in p.read_text().splitlines() if " lost" in line]
+        lost = [line for p in logs for line in p.read_text().splitlines() if " lost" in line]
     seqs = viewer.seqs
     holes = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))
     lag = {ph: [s[1] for s in samples if s[0] == ph] or [-1] for ph in ("before", "outage", "after")}
-    return {"mode": mode, "outage_s": args.outage_seconds, "rate": args.rate, "trainer_last_step": trainer.step,
-            "stored_last_step": step, "stored_points": points, "all_stored": points == trainer.step + 1,
-            "ingest_lag_steps": {ph: {"p50": pct(v, 50), "max": max(v), "samples": len(v)}
-                                 for ph, v in lag.items()},
-            "ingest_lag_unchanged": pct(lag["outage"], 50) <= pct(lag["before"], 50) + 1,
-            "healthz_during_outage": sorted({(s[2], re.sub(r"\d+", "N", str(s[3]).replace(run_id, "<run>")))
-                                             for s in samples if s[0] == "outage"}),
-            "logged_lost": len(lost), "lost_sample": lost[:5], "viewer_connects": viewer.connects,
-            "viewer_entries": len(seqs), "duplicates": len(seqs) - len(set(seqs)), "holes": len(holes),
-            "gap_frames": viewer.gaps, "refetches": viewer.refetches, "caught_up_after_s": back,
-            "ok": points == trainer.step + 1 and pct(lag["outage"], 50) <= pct(lag["before"], 50) + 1 and not lost and len(seqs) == len(set(seqs))
-            and (not holes or len(viewer.refetches) > 0)}
-
-
-def _around(log: list, gaps: list) -> list:
-    """The client's frame log around its first live gap (or its end)."""
-    at = next((i for i, f in enumerate(log) if gaps and f[1] == "update" and f[2] and f[2][0] > gaps[0][0]),
-              len(log))
-    return log[max(0, at - 25):at + 5]
+    out = {"mode": mode, "outage_s": args.outage_seconds, "rate": args.rate, "trainer_last_step": trainer.step,
+           "stored_last_step": step, "stored_points": points, "all_stored": points == trainer.step + 1,
+           "ingest_lag_steps": {ph: {"p50": pct(v, 50), "max": max(v), "samples": len(v)} for ph, v in lag.items()},
+           "ingest_lag_unchanged": pct(lag["outage"], 50) <= pct(lag["before"], 50) + 1,
+           "healthz_during_outage": sorted({(s[2], s[3]) for s in samples if s[0] == "outage"}),
+           "logged_lost": len(lost), "lost_sample": lost[:5], "viewer_connects": viewer.connects,
+           "viewer_entries": len(seqs), "duplicates": len(seqs) - len(set(seqs)), "holes": len(holes),
+           "gap_frames": viewer.gaps, "refetches": viewer.refetches, "caught_up_after_s": back}
+    out["ok"] = (out["all_stored"] and out["ingest_lag_unchanged"] and not lost and not out["duplicates"]
+                 and (not holes or len(viewer.refetches) > 0))
+    return out
 
 
 def _tail(path: Path, n: int = 1500) -> str:

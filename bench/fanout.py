@@ -14,13 +14,12 @@ import math
 import signal
 import sys
 import time
-from pathlib import Path
 
 from harness import (PushTap, Stack, SyntheticTrainer, add_save_flag, cpu_s, dashboard_subscription,  # noqa: F401
                      demo_names, free_port, publish_times, push_tier_missing, report, rss_mb, wait_for, wait_http)
 
 import psutil  # noqa: E402
-from viewer_client import build, start_viewers, summarize  # noqa: E402
+from viewer_client import build, run_stored, start_viewers, summarize  # noqa: E402
 
 from observatory import contract  # noqa: E402
 
@@ -40,11 +39,6 @@ def run_bench(args) -> dict:
             relay_procs = [relay_proc] + [stack.relay() for _ in range(args.relays - 1)]  # --relays: by leases
         web = tier_procs["hub"] = [stack.web(args.server, wait=False, port=p) for p in ports]
         ingest_proc = stack.ingest()
-        if args.profile:  # py-spy samples each replica until it exits; collapsed stacks in DIR/web-<i>.txt
-            spies = [stack.start([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(w.pid),
-                                  "--format", "raw", "--rate", "50", "--output", f"{args.profile}/web-{i}.txt"])
-                     for i, w in enumerate(web)]
-            stack.callback(lambda: [p.send_signal(signal.SIGINT) or p.wait(30) for p in spies])
         if args.publisher == "demo":
             trainer = stack.start([sys.executable, "-m", "training", "run", "--config", "training/configs/demo.toml",
                                    "--run-id", run_id, "--fresh", "--set", f'checkpoint.dir="{stack.tmp}/ckpt"'])
@@ -55,7 +49,7 @@ def run_bench(args) -> dict:
             stack.callback(lambda: trainer.stop.set() or trainer.join(10))
         for p in ports:
             wait_http(f"http://127.0.0.1:{p}/api/runs/", timeout=60)
-        wait_for(lambda: run_stored(ports[0], run_id), 300, "the run in the database")
+        wait_for(lambda: run_stored(f"http://127.0.0.1:{ports[0]}", run_id), 300, "the run in the database")
         tap = PushTap(stack.redis_url, run_id)
         tap.start()
         stack.callback(tap.stop.set)
@@ -82,18 +76,6 @@ def run_bench(args) -> dict:
     return out
 
 
-def run_stored(port: int, run_id: str) -> bool:
-    """Ingest stored the run and some steps."""
-    import json
-    import urllib.request
-
-    try:
-        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs/{run_id}/", timeout=2).read())
-    except Exception:
-        return False
-    return (body.get("last_step") or -1) >= 0
-
-
 def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, trainer, tap) -> dict:
     """One tier's measurement: its viewers connect (at --connect-rate), settle, are measured over --seconds, then
     stop. Returns the raw material summarize() turns into the tier's figures."""
@@ -104,8 +86,7 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
         resume = {"type": "resume", "metrics": [contract.M_LOSS]}
     nw = args.workers or max(1, min(8, math.ceil(args.viewers / 5000)))  # 5,000 viewers per process by default
     per = [args.viewers // nw + (1 if i < args.viewers % nw else 0) for i in range(nw)]
-    t_connect = time.time()
-    cpu_ramp = cpu_s(ps_server)
+    t_connect, cpu_ramp = time.time(), cpu_s(ps_server)
     workers = start_viewers(urls, per, args.ramp, tier == "hub", resume)
     try:
         return measure(args, workers, ps_server, others, trainer, tap, t_connect, cpu_ramp)
@@ -116,26 +97,21 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
 
 def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_connect: float,
             cpu_ramp: float) -> dict:
-    connected = failed = 0
     for w in workers:
-        c, f = w.ready()
-        connected, failed = connected + c, failed + f
+        w.ready()
     connect_s = time.time() - t_connect  # spawn to every viewer connected (or failed)
     cpu_ramp = cpu_s(ps_server) - cpu_ramp  # handshakes, hellos, resumes and backfills (and live frames meanwhile)
     groups = {"server": ps_server, **others, "viewers": [psutil.Process(w.pid) for w in workers]}
     time.sleep(args.settle)  # backfills answered, first live frames flowing
-    t_start = time.time()
-    c0 = {k: cpu_s(v) for k, v in groups.items()}
-    c0["server_user"] = cpu_s(ps_server, user_only=True)
-    m0 = [w.count() for w in workers]
-    rss_series = []
-    end = t_start + args.seconds
+    t_start = end = time.time()
+    end += args.seconds
+    c0 = {**{k: cpu_s(v) for k, v in groups.items()}, "server_user": cpu_s(ps_server, user_only=True)}
+    m0, rss_series = [w.count() for w in workers], []
     while time.time() < end:
         rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])
         time.sleep(min(args.rss_every, max(0.0, end - time.time())))
     wall = time.time() - t_start
-    c1 = {k: cpu_s(v) for k, v in groups.items()}
-    c1["server_user"] = cpu_s(ps_server, user_only=True)
+    c1 = {**{k: cpu_s(v) for k, v in groups.items()}, "server_user": cpu_s(ps_server, user_only=True)}
     m1 = [w.count() for w in workers]
     messages = sum(b[3] - a[3] for a, b in zip(m0, m1)) if None not in m0 + m1 else None
     rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])
@@ -145,13 +121,11 @@ def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_
     deadline = time.time() + 30
     while last_step is not None and last_step not in tap.pushed and time.time() < deadline:
         time.sleep(0.1)
-    stop_at = time.time() + args.tail
     for w in workers:
-        w.stop(stop_at)
-    results = [w.result() for w in workers]
-    return {"results": results, "t_start": t_start, "t_end": t_start + args.seconds, "wall": wall, "c0": c0,
-            "messages": messages,
-            "c1": c1, "cpu_ramp": cpu_ramp, "connect_s": connect_s, "rss": rss_series}
+        w.stop(time.time() + args.tail)
+    return {"results": [w.result() for w in workers], "t_start": t_start, "t_end": t_start + args.seconds,
+            "wall": wall, "c0": c0, "messages": messages, "c1": c1, "cpu_ramp": cpu_ramp, "connect_s": connect_s,
+            "rss": rss_series}
 
 
 def main() -> int:
@@ -179,18 +153,14 @@ def main() -> int:
     ap.add_argument("--soak", action="store_true", help="also report the web tier's RSS over time")
     ap.add_argument("--rss-every", type=float, default=10.0)
     ap.add_argument("--database-url", default="", help="default: a throw-away SQLite file")
-    ap.add_argument("--profile", default="", help="directory: py-spy profiles of each web replica (collapsed stacks)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     add_save_flag(ap)
     args = ap.parse_args()
     args.tiers = [t.strip() for t in args.tier.split(",") if t.strip()]
-    bad = set(args.tiers) - {"hub", "nchan"}
-    if bad or not args.tiers:
+    if set(args.tiers) - {"hub", "nchan"} or not args.tiers:
         ap.error(f"--tier: expected a comma list of hub, nchan (got {args.tier!r})")
-    if args.relays < 1:
-        ap.error("--relays must be >= 1")
-    if args.ramp < 0:
-        ap.error("--connect-rate must be >= 0")
+    if args.relays < 1 or args.ramp < 0:
+        ap.error("--relays must be >= 1 and --connect-rate >= 0")
     if "nchan" in args.tiers and push_tier_missing():
         ap.error(f"--tier nchan: {push_tier_missing()} (apt-get install -y nginx-light libnginx-mod-nchan)")
     build()  # before any clock starts (cached in var/bench/ by the source's hash)

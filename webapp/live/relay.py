@@ -9,14 +9,14 @@ Relays scale out and fail over: any number run, sharing the runs through a lease
 share, ceil(active runs / live relays), announced in RELAYS_KEY). The leases and the announcement are renewed every
 LEASE_MS / 3 by a thread of their own (start()), so a publish that nginx holds up longer than the lease costs the
 relay nothing. Fencing: a relay publishes an entry only while its lease is sure to be alive (not found lost by the
-renewer, and renewed less than LEASE_MS ago by the relay's own clock, counted from before the renewal was sent). The cursor per run (the
-last number published, and nchan's last message id on each channel after it) is written after each entry only while
-the lease is the writer's (one script: a relay that lost its lease cannot move it), so a relay killed with -9 is
-replaced within LEASE_MS + a discovery round, and its successor resumes after the cursor: no hole; and an entry the
-dead relay published but could not record is recognised by nchan's last message id on that channel and not sent
-again: no duplicate. A cursor older than the log's window (a relay down longer than it keeps) is followed by a "gap"
-frame (the page refetches the window over HTTP). Runs idle for IDLE_S leave the read set; a run with no cursor (new,
-or appeared while no relay ran) is read from the start of its log.
+renewer, and renewed less than LEASE_MS ago by the relay's own clock, counted from before the renewal was sent). The
+cursor per run (the last number published, and nchan's last message id on each channel after it) is written after
+each entry only while the lease is the writer's (one script: a relay that lost its lease cannot move it), so a relay
+killed with -9 is replaced within LEASE_MS + a discovery round, and its successor resumes after the cursor: no hole;
+and an entry the dead relay published but could not record is recognised by nchan's last message id on that channel
+and not sent again: no duplicate. A cursor older than the log's window (a relay down longer than it keeps) is
+followed by a "gap" frame (the page refetches the window over HTTP). Runs idle for IDLE_S leave the read set; a run
+with no cursor (new, or appeared while no relay ran) is read from the start of its log.
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+/* bench/viewers.c and bench/viewers_ws.c, the compiled viewer client: what they share. */
+#ifndef VIEWERS_H
+#define VIEWERS_H
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_URLS 16
+#define NBINS 576
+#define WIN 256 /* per viewer: which of the last WIN steps it already got */
+
+enum { S_CONNECTING, S_HANDSHAKE, S_HELLO, S_OPEN, S_DONE };
+
+typedef struct {
+    char host[300], path[1024], hostport[300];
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+} Url;
+
+typedef struct {
+    int fd, state, url;
+    double deadline;
+    char *in;            /* unparsed bytes (partial frame or handshake) */
+    size_t in_len, in_cap;
+    char *msg;           /* a fragmented message being reassembled */
+    size_t msg_len, msg_cap;
+    int msg_op;          /* its opcode, 0 when none */
+    char *out;           /* bytes not yet written */
+    size_t out_len, out_off;
+    int64_t max_step;
+    uint64_t seen[WIN / 64];
+    int got_any;
+} Conn;
+
+extern Url urls[MAX_URLS];
+extern int nurls, count, hub, epfd;
+extern Conn *conns;
+extern double rate, timeout_s, run_seconds;
+extern const char *origin;
+extern char *resume_text;
+extern size_t resume_len;
+extern long n_connected, n_failed, n_dropped, n_duplicates, n_too_old, n_pairs;
+extern long long n_messages, n_bytes;
+
+double now(void);
+void *xrealloc(void *p, size_t n);
+void error_kind(const char *kind);
+void scan(Conn *c, const char *p, size_t n, double t);   /* viewers.c: the series' steps in a message */
+void fail(Conn *c, const char *kind);                     /* viewers_ws.c: the sockets and the protocol */
+void want_write(Conn *c, int on);
+void flush_out(Conn *c);
+void start_conn(int i);
+void send_handshake(Conn *c);
+void on_readable(Conn *c);
+int parse_url(const char *s, Url *u);
+#endif
