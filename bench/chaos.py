@@ -344,16 +344,18 @@ def outage(args, mode: str) -> dict:
         lost = [line for p in logs for line in p.read_text().splitlines() if " lost" in line]
     seqs = viewer.seqs
     holes = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))
-    lag = {ph: [s[1] for s in samples if s[0] == ph] or [-1] for ph in ("before", "outage", "after")}
+    lag = {ph: [s[1] for s in samples if s[0] == ph] for ph in ("before", "outage", "after")}
+    judged = min(len(lag["before"]), len(lag["outage"])) >= 10  # a median of fewer samples is noise
     out = {"mode": mode, "outage_s": args.outage_seconds, "rate": args.rate, "trainer_last_step": trainer.step,
            "stored_last_step": step, "stored_points": points, "all_stored": points == trainer.step + 1,
-           "ingest_lag_steps": {ph: {"p50": pct(v, 50), "max": max(v), "samples": len(v)} for ph, v in lag.items()},
-           "ingest_lag_unchanged": pct(lag["outage"], 50) <= pct(lag["before"], 50) + 1,
+           "ingest_lag_steps": {ph: {"p50": pct(v, 50) if v else None, "max": max(v, default=None),
+                                     "samples": len(v)} for ph, v in lag.items()},
+           "ingest_lag_unchanged": pct(lag["outage"], 50) <= pct(lag["before"], 50) + 1 if judged else None,
            "healthz_during_outage": sorted({(s[2], s[3]) for s in samples if s[0] == "outage"}),
            "logged_lost": len(lost), "lost_sample": lost[:5], "viewer_connects": viewer.connects,
            "viewer_entries": len(seqs), "duplicates": len(seqs) - len(set(seqs)), "holes": len(holes),
            "gap_frames": viewer.gaps, "refetches": viewer.refetches, "caught_up_after_s": back}
-    out["ok"] = (out["all_stored"] and out["ingest_lag_unchanged"] and not lost and not out["duplicates"]
+    out["ok"] = (out["all_stored"] and out["ingest_lag_unchanged"] is not False and not lost and not out["duplicates"]
                  and (not holes or len(viewer.refetches) > 0))
     return out
 

@@ -94,7 +94,7 @@ def measure(stack: Stack, seconds: float, rate: float, width: str, server: str, 
     base = f"http://127.0.0.1:{front}"
     wait_http(f"{base}/api/runs/", 60)
     # a loaded box starts ingest slowly; without the run the page is a 404
-    wait_for(lambda: run_stored(base, run_id), 120, f"ingest creating run {run_id}")
+    wait_for(lambda: run_stored(base, run_id, stepped=False), 120, f"ingest creating run {run_id}")
     if tier == "nchan":
         push_tap = NchanViewer(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
         push_tap.start()

@@ -128,11 +128,11 @@ def wpct(ws: list[tuple[float, int]], q: float) -> float:
     return ws[-1][0]
 
 
-def run_stored(base: str, run_id: str) -> bool:
-    """Ingest stored the run and some steps (its page and API answer)."""
+def run_stored(base: str, run_id: str, stepped: bool = True) -> bool:
+    """Ingest stored the run (its page and API answer), and some steps of it unless stepped=False."""
     try:
         with urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2) as r:
-            return (json.loads(r.read()).get("last_step") or -1) >= 0
+            return not stepped or (json.loads(r.read()).get("last_step") or -1) >= 0
     except Exception:
         return False
 
