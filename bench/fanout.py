@@ -19,6 +19,7 @@ from harness import (PushTap, Stack, SyntheticTrainer, add_save_flag, cpu_s, das
                      demo_names, free_port, publish_times, push_tier_missing, report, rss_mb, wait_for, wait_http)
 
 import psutil  # noqa: E402
+import redis  # noqa: E402
 from viewer_client import build, run_stored, start_viewers, summarize  # noqa: E402
 
 from observatory import contract  # noqa: E402
@@ -50,6 +51,9 @@ def run_bench(args) -> dict:
         for p in ports:
             wait_http(f"http://127.0.0.1:{p}/api/runs/", timeout=60)
         wait_for(lambda: run_stored(f"http://127.0.0.1:{ports[0]}", run_id), 300, "the run in the database")
+        if "nchan" in args.tiers:  # nchan refuses (403) a channel until the relay's first publish has made it
+            cursor = redis.Redis.from_url(stack.redis_url).get
+            wait_for(lambda: cursor(contract.run_key(run_id, "relay")), 60, "the relay's first publish")
         tap = PushTap(stack.redis_url, run_id)
         tap.start()
         stack.callback(tap.stop.set)

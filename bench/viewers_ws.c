@@ -110,11 +110,6 @@ void send_handshake(Conn *c) {
     flush_out(c);
 }
 
-static void opened(Conn *c) {
-    c->state = S_OPEN;
-    n_connected++;
-}
-
 /* The hub's hello: its run's last_step (a browser resumes after it), or -1. */
 static void on_hello(Conn *c, const char *p, size_t n) {
     const char *end = p + n;
@@ -140,7 +135,7 @@ static void on_hello(Conn *c, const char *p, size_t n) {
         free(frame);
         if (c->state == S_DONE) return;
     }
-    opened(c);
+    c->state = S_OPEN, n_connected++;
 }
 
 static void on_message(Conn *c, int op, const char *p, size_t n, double t) {
@@ -215,7 +210,7 @@ static size_t handshake(Conn *c, const char *p, size_t n) {
         return 0;
     }
     if (hub) c->state = S_HELLO;
-    else opened(c);
+    else c->state = S_OPEN, n_connected++;
     return (size_t)(e + 4 - p);
 }
 
