@@ -329,6 +329,7 @@ class Relay:
         if not self._save(keys=[lease_key(run_id), cursor_key(run_id)],
                           args=[self.token, f"{seq} {ids[0] or '-'} {ids[1] or '-'}", CURSOR_TTL_S]):
             log.warning("relay: lost the lease of run %s before recording entry %d", run_id, seq)
+            self.stats["leases_lost"] += 1
             self._drop(run_id, release=False)
             return False
         self.nchan_ids[run_id] = ids
@@ -361,6 +362,7 @@ class Relay:
         delays, self.delays = sorted(self.delays), []
         fields = {"frames": self.stats["frames"], "entries": self.stats["entries"], "gaps": self.stats["gaps"],
                   "runs": len(self.cursors), "lag_entries": lag, "takeovers": self.stats["takeovers"],
+                  "leases_lost": self.stats["leases_lost"],
                   "subscribers": sum(self.subscribers.values()), "t": time.time(),
                   "delay_p50_s": delays[len(delays) // 2] if delays else 0.0,
                   "delay_max_s": delays[-1] if delays else 0.0}
