@@ -70,9 +70,12 @@ def run_bench(args) -> dict:
             trainer.stop.set()
             trainer.join(10)
         times = publish_times(stack.redis_url, run_id)
+        r = redis.Redis.from_url(stack.redis_url)  # each relay's counters (webapp.live.relay.Relay.report)
+        relays = [r.hgetall(k) for k in r.scan_iter(match=f"{contract.PREFIX}:relay:stats:*")]
     tiers = {tier: summarize(args, tier, raw, times, tap) for tier, raw in phases.items()}
     out = {"viewers": args.viewers, "connect_rate": args.ramp, "replicas": args.replicas, "server": args.server,
-           "subscribe": args.subscribe, "publisher": args.publisher, "tiers": tiers}
+           "subscribe": args.subscribe, "publisher": args.publisher, "tiers": tiers, "relays": args.relays,
+           "relay_leases_lost": sum(int(h.get(b"leases_lost", 0)) for h in relays) if relays else None}
     hub, nchan = tiers.get("hub", {}), tiers.get("nchan", {})
     for key in ("cpu_us_per_frame", "user_cpu_us_per_frame"):
         if hub.get(key) and nchan.get(key):
