@@ -158,8 +158,8 @@ class Relay:
         while not self._stop.wait(self.lease_ms / 3000):
             try:
                 self.renew()
-            except redis.RedisError as e:  # the leases lapse on their own: the publishing loop stops with them
-                log.warning("relay: could not renew its leases: %s", e)
+            except Exception as e:  # (Redis down) the leases lapse on their own: the publishing loop stops with them
+                log.warning("relay: could not renew its leases: %s: %s", type(e).__name__, e)
 
     def renew(self) -> None:
         """Announce this relay and extend the leases it holds; a lease found taken is marked lost."""
@@ -180,7 +180,7 @@ class Relay:
             self.stats["renewals"] += 1
 
     def _still_holds(self, run_id: str) -> bool:
-        if not self.holds(run_id) and self._keeper is None:  # no keeper: renew between publishes
+        if not self.holds(run_id) and (self._keeper is None or not self._keeper.is_alive()):  # renew in between
             self.renew()
         return self.holds(run_id)
 
