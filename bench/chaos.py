@@ -277,9 +277,8 @@ def main() -> int:
 
 # --- the push tier's outage: nginx stopped, or frozen, under a live run -------------------------------------------
 def outage(args, mode: str) -> dict:
-    """A live run (the synthetic demo trainer, ingest, web, relay, nginx + nchan, a viewer): --baseline-seconds as
-    usual, then nginx stopped (SIGTERM; started again after) or frozen (SIGSTOP; SIGCONT after) for
-    --outage-seconds. Ingest's lag (trainer step - stored step) and /healthz are sampled every 0.5 s."""
+    """A live run (synthetic trainer, ingest, web, relay, nginx + nchan, a viewer), then nginx stopped (SIGTERM, started
+    again after) or frozen (SIGSTOP, SIGCONT) for --outage-seconds; ingest's lag and /healthz sampled every 0.5 s."""
     import psutil
     import redis
 
@@ -293,8 +292,7 @@ def outage(args, mode: str) -> dict:
         for name, log in zip(("ingest", "relay"), logs):
             stack.start([sys.executable, "manage.py", name, "--block-ms", "100"], log=log)
         trainer = SyntheticTrainer(stack.redis_url, run_id, args.rate)
-        trainer.start()
-        stack.callback(lambda: trainer.stop.set() or trainer.join(10))
+        trainer.start() or stack.callback(lambda: trainer.stop.set() or trainer.join(10))
 
         def stored() -> tuple:  # (the last step stored, points stored) of train/loss
             with closing(sqlite3.connect(work / "bench.sqlite3", timeout=30)) as db:
@@ -304,8 +302,7 @@ def outage(args, mode: str) -> dict:
         wait(lambda: (stored()[0] or -1) >= 0, 120, "the run's first stored step")
         viewer = NchanViewer(f"ws://127.0.0.1:{port}/live/runs/{run_id}/lite/", f"http://127.0.0.1:{wport}/api/"
                              f"runs/{run_id}/windows/?points=100000&series={contract.M_LOSS}")
-        viewer.start()
-        stack.callback(viewer.stop.set)
+        viewer.start() or stack.callback(viewer.stop.set)
         samples, phase = [], ["before"]
 
         def sample():  # [phase, ingest's lag in steps, /healthz's ingest_lag, its live_lag]
@@ -335,15 +332,15 @@ def outage(args, mode: str) -> dict:
                    .split(b"-")[0])
         wait(lambda: viewer.seqs and viewer.seqs[-1] >= upto, 300, "the viewer to catch up after the outage")
         back = round(time.monotonic() - t0, 2)
-        trainer.stop.set()
-        trainer.join(10)
+        trainer.stop.set() or trainer.join(10)
         wait(lambda: stored()[0] == trainer.step, 120, "ingest to store the trainer's last step")
-        viewer.stop.set()
-        viewer.join(10)
+        viewer.stop.set() or viewer.join(10)
         step, points = stored()
         lost = [line for p in logs for line in p.read_text().splitlines() if " lost" in line]
     seqs = viewer.seqs
     holes = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))
+    fetched = {at for at, _ in viewer.refetches} | {g + 1 for g in viewer.gaps}  # refetched at the number after it
+    unfetched = [h for h in holes if min((s for s in seqs if s > h), default=None) not in fetched]
     lag = {ph: [s[1] for s in samples if s[0] == ph] for ph in ("before", "outage", "after")}
     judged = min(len(lag["before"]), len(lag["outage"])) >= 10  # a median of fewer samples is noise
     out = {"mode": mode, "outage_s": args.outage_seconds, "rate": args.rate, "trainer_last_step": trainer.step,
@@ -354,9 +351,10 @@ def outage(args, mode: str) -> dict:
            "healthz_during_outage": sorted({(s[2], s[3]) for s in samples if s[0] == "outage"}),
            "logged_lost": len(lost), "lost_sample": lost[:5], "viewer_connects": viewer.connects,
            "viewer_entries": len(seqs), "duplicates": len(seqs) - len(set(seqs)), "holes": len(holes),
+           "holes_not_refetched": len(unfetched),
            "gap_frames": viewer.gaps, "refetches": viewer.refetches, "caught_up_after_s": back}
     out["ok"] = (out["all_stored"] and out["ingest_lag_unchanged"] is not False and not lost and not out["duplicates"]
-                 and (not holes or len(viewer.refetches) > 0))
+                 and not unfetched)
     return out
 
 
@@ -365,10 +363,8 @@ def _tail(path: Path, n: int = 1500) -> str:
 
 
 def _drained(client, run_id: str) -> bool:
-    for g in client.xinfo_groups(contract.telemetry_stream(run_id)):
-        if g["name"] == contract.INGEST_GROUP.encode():
-            return not g["pending"] and not g["lag"]
-    return False
+    return any(g["name"] == contract.INGEST_GROUP.encode() and not g["pending"] and not g["lag"]
+               for g in client.xinfo_groups(contract.telemetry_stream(run_id)))
 
 
 if __name__ == "__main__":

@@ -14,9 +14,11 @@ import math
 import signal
 import sys
 import time
+from pathlib import Path
 
 from harness import (PushTap, Stack, SyntheticTrainer, add_save_flag, cpu_s, dashboard_subscription,  # noqa: F401
-                     demo_names, free_port, publish_times, push_tier_missing, report, rss_mb, wait_for, wait_http)
+                     demo_names, free_port, nchan_config, publish_times, push_tier_missing, report, rss_mb, wait_for,
+                     wait_http, wait_port)
 
 import psutil  # noqa: E402
 import redis  # noqa: E402
@@ -35,9 +37,8 @@ def run_bench(args) -> dict:
         tier_procs, relay_proc = {}, None
         if "nchan" in args.tiers:  # first: ingest and the web publish to its OBS_LIVE_PUSH_URL too
             # every viewer comes from 127.0.0.1: push.conf's sockets-per-address limit lifted to the crowd's size
-            nchan_port, push_procs = stack.push_tier(ports[0], conn_limit=args.viewers + 100)
-            tier_procs["nchan"], relay_proc = push_procs[:1], push_procs[1]
-            relay_procs = [relay_proc] + [stack.relay() for _ in range(args.relays - 1)]  # --relays: by leases
+            nchan_ports, tier_procs["nchan"] = push_replicas(stack, args, ports[0])
+            relay_procs = [relay_proc := stack.relay()] + [stack.relay() for _ in range(args.relays - 1)]
         web = tier_procs["hub"] = [stack.web(args.server, wait=False, port=p) for p in ports]
         ingest_proc = stack.ingest()
         if args.publisher == "demo":
@@ -62,8 +63,8 @@ def run_bench(args) -> dict:
             others["relay"] = [psutil.Process(p.pid) for p in relay_procs]
         for tier in args.tiers:
             urls = ([f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports] if tier == "hub"
-                    else [f"ws://127.0.0.1:{nchan_port}/live/runs/{run_id}/"
-                          + ("lite/" if args.subscribe in ("default", "embed") else "")])
+                    else [f"ws://127.0.0.1:{p}/live/runs/{run_id}/" + ("lite/" if args.subscribe in ("default", "embed")
+                                                                         else "") for p in nchan_ports])
             phases[tier] = phase(args, tier, urls, [psutil.Process(p.pid) for p in tier_procs[tier]], others,
                                  trainer, tap)
         if isinstance(trainer, SyntheticTrainer):
@@ -75,6 +76,7 @@ def run_bench(args) -> dict:
     tiers = {tier: summarize(args, tier, raw, times, tap) for tier, raw in phases.items()}
     out = {"viewers": args.viewers, "connect_rate": args.ramp, "replicas": args.replicas, "server": args.server,
            "subscribe": args.subscribe, "publisher": args.publisher, "tiers": tiers, "relays": args.relays,
+           "push_replicas": args.push_replicas,
            "relay_leases_lost": sum(int(h.get(b"leases_lost", 0)) for h in relays) if relays else None}
     hub, nchan = tiers.get("hub", {}), tiers.get("nchan", {})
     for key in ("cpu_us_per_frame", "user_cpu_us_per_frame"):
@@ -83,9 +85,29 @@ def run_bench(args) -> dict:
     return out
 
 
+def push_replicas(stack: Stack, args, web_port: int) -> tuple[list[int], list]:
+    """(public ports, processes) of the push tier: make run's nginx + nchan, or N sharing channels in nchan's Redis
+    mode (deploy/push.conf as compose runs it) on the bench's Redis, db 1; OBS_LIVE_PUSH_URL is the first's."""
+    if args.push_replicas == 1:
+        port, procs = stack.push_tier(web_port, relay=False, conn_limit=args.viewers + 100)
+        return [port], procs
+    ports, procs = [], []
+    for i in range(args.push_replicas):
+        var, port, pub = Path(stack.tmp) / f"push{i}", free_port(), free_port()
+        (var / "logs").mkdir(parents=True) or (var / "nginx").mkdir()
+        (var / "nginx" / "nginx.conf").write_text(nchan_config(
+            var, "127.0.0.1", port, web_port, pub, conn_limit=args.viewers + 100, redis=stack.redis.url[:-1] + "1"))
+        procs.append(stack.start(["nginx", "-c", str(var / "nginx" / "nginx.conf"), "-p", str(var / "nginx"), "-e",
+                                  str(var / "logs" / "nginx-error.log")], quiet=False))
+        wait_port(port, 30)
+        ports.append(port)
+        if i == 0:
+            stack.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub}/pub/runs/"
+    return ports, procs
+
+
 def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, trainer, tap) -> dict:
-    """One tier's measurement: its viewers connect (at --connect-rate), settle, are measured over --seconds, then
-    stop. Returns the raw material summarize() turns into the tier's figures."""
+    """One tier's measurement (viewers connect at --connect-rate, settle, --seconds, stop): summarize()'s input."""
     resume = None
     if args.subscribe == "default":
         resume = {"type": "resume", "metrics": dashboard_subscription(demo_names())}
@@ -155,6 +177,8 @@ def main() -> int:
     ap.add_argument("--ramp", "--connect-rate", dest="ramp", type=float, default=250.0,
                     help="new connections per second, in total (0: everyone at once, a reconnect storm)")
     ap.add_argument("--relays", type=int, default=1, help="manage.py relay processes for the push tier (leases)")
+    ap.add_argument("--push-replicas", type=int, default=1, help="nginx + nchan servers sharing channels in nchan's "
+                    "Redis mode, viewers round-robin over them (1: make run's one, channels in its memory)")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between the last connect and the window")
     ap.add_argument("--tail", type=float, default=3.0, help="seconds viewers keep listening after the window")
     ap.add_argument("--soak", action="store_true", help="also report the web tier's RSS over time")
@@ -166,8 +190,8 @@ def main() -> int:
     args.tiers = [t.strip() for t in args.tier.split(",") if t.strip()]
     if set(args.tiers) - {"hub", "nchan"} or not args.tiers:
         ap.error(f"--tier: expected a comma list of hub, nchan (got {args.tier!r})")
-    if args.relays < 1 or args.ramp < 0:
-        ap.error("--relays must be >= 1 and --connect-rate >= 0")
+    if args.relays < 1 or args.push_replicas < 1 or args.ramp < 0:
+        ap.error("--relays and --push-replicas must be >= 1, --connect-rate >= 0")
     if "nchan" in args.tiers and push_tier_missing():
         ap.error(f"--tier nchan: {push_tier_missing()} (apt-get install -y nginx-light libnginx-mod-nchan)")
     build()  # before any clock starts (cached in var/bench/ by the source's hash)

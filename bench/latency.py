@@ -89,8 +89,7 @@ def measure(stack: Stack, seconds: float, rate: float, width: str, server: str, 
     pub.metrics(0, {n: 1.0 for n in names})
     pub.flush()
     tap = PushTap(stack.redis_url, run_id)
-    tap.start()
-    stack.callback(tap.stop.set)
+    tap.start() or stack.callback(tap.stop.set)
     base = f"http://127.0.0.1:{front}"
     wait_http(f"{base}/api/runs/", 60)
     # a loaded box starts ingest slowly; without the run the page is a 404

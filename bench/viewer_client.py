@@ -21,8 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [ROOT / "bench" / n for n in ("viewers.c", "viewers_ws.c", "viewers.h")]  # compiled: the .c files
 
 
-def gcc() -> str | None:
-    return shutil.which(os.environ.get("CC", "gcc"))
+gcc = lambda: shutil.which(os.environ.get("CC", "gcc"))  # noqa: E731
 
 
 def build(out_dir: Path | None = None) -> Path:
@@ -111,11 +110,6 @@ def pairs(result: dict, ref: dict[int, float], steps: set[int] | None = None) ->
     return out
 
 
-def got(result: dict, steps: set[int]) -> int:
-    """(viewer, step) pairs received for these steps."""
-    return sum(n for step, n, _first, _hist in result["steps"] if step in steps)
-
-
 def wpct(ws: list[tuple[float, int]], q: float) -> float:
     """The q-th percentile of weighted values, as bench/latency.py's pct() reads an unweighted list."""
     ws = sorted(ws)
@@ -135,6 +129,11 @@ def run_stored(base: str, run_id: str, stepped: bool = True) -> bool:
             return not stepped or (json.loads(r.read()).get("last_step") or -1) >= 0
     except Exception:
         return False
+
+
+def got(result: dict, steps: set[int]) -> int:
+    """(viewer, step) pairs received for these steps."""
+    return sum(n for step, n, _first, _hist in result["steps"] if step in steps)
 
 
 def start_viewers(urls: list[str], per: list[int], ramp: float, hub: bool, resume: dict | None) -> list:
@@ -189,8 +188,8 @@ def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
 class NchanViewer(threading.Thread):
     """A page's socket on a run's nchan channel (ws+meta.nchan): waits while nchan refuses a channel the relay has
     not made yet (403), resumes from its last message id after a disconnect, notes every entry's number (repeats
-    included), each train/loss step's first arrival (`pushed`), and after a "gap" frame refetches the series over
-    HTTP (`refetch_url`), as the page does."""
+    included), each train/loss step's first arrival (`pushed`), and after a hole (a number skipped, or a "gap"
+    frame) refetches the series over HTTP (`refetch_url`), as the page does."""
 
     def __init__(self, url: str, refetch_url: str = ""):
         super().__init__(daemon=True)
@@ -222,14 +221,14 @@ class NchanViewer(threading.Thread):
         self.last_id = head.split("\n")[0].removeprefix("id: ")
         msg = json.loads(data)
         frames = msg if isinstance(msg, list) else [msg]
-        if frames[0].get("type") == "gap":
-            self.gaps.append(frames[0]["seq"])
-            if self.refetch_url:
-                with urllib.request.urlopen(self.refetch_url, timeout=10) as r:
-                    self.refetches.append([frames[0]["seq"], r.status])
-            return
-        if "seq" in frames[0]:
-            self.seqs.append(frames[0]["seq"])
+        seq, gap = frames[0].get("seq"), frames[0].get("type") == "gap"
+        if gap:
+            self.gaps.append(seq)
+        if self.refetch_url and seq is not None and (gap or (self.seqs and seq > max(self.seqs) + 1)):
+            with urllib.request.urlopen(self.refetch_url, timeout=10) as r:  # a hole: the page refetches
+                self.refetches.append([seq, r.status])
+        if seq is not None and not gap:
+            self.seqs.append(seq)
         for frame in frames:
             for s in (frame.get("series") or {}).get("train/loss", {}).get("steps", []):
                 self.pushed.setdefault(s, now)

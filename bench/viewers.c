@@ -161,10 +161,8 @@ int main(int argc, char **argv) {
         if (!v) usage();
         i++;
         if (!strcmp(a, "--url")) {
-            if (nurls == MAX_URLS || parse_url(v, &urls[nurls++])) {
-                fprintf(stderr, "viewers: bad url %s\n", v);
-                return 2;
-            }
+            if (nurls == MAX_URLS || parse_url(v, &urls[nurls++]))
+                { fprintf(stderr, "viewers: bad url %s\n", v); exit(2); }
         }
         else if (!strcmp(a, "--count")) count = atoi(v);
         else if (!strcmp(a, "--rate")) rate = atof(v);
@@ -186,11 +184,11 @@ int main(int argc, char **argv) {
     epfd = epoll_create1(EPOLL_CLOEXEC);
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
     struct epoll_event sev = {.events = EPOLLIN, .data.u32 = UINT32_MAX};
-    int stdin_watched = epoll_ctl(epfd, EPOLL_CTL_ADD, 0, &sev) == 0;
+    epoll_ctl(epfd, EPOLL_CTL_ADD, 0, &sev);
     struct epoll_event evs[1024];
     double t0 = now(), next_check = t0 + 1, t_ready = 0, stop_at = -1;
     int started = 0, ready = 0;
-    char ctl[256];
+    char ctl[256];  /* control lines from stdin */
     size_t ctl_len = 0;
     for (;;) {
         double t = now();
@@ -225,7 +223,6 @@ int main(int argc, char **argv) {
                     if (r < 0 && errno == EAGAIN) continue;
                     if (stop_at < 0) stop_at = now();
                     epoll_ctl(epfd, EPOLL_CTL_DEL, 0, NULL);
-                    stdin_watched = 0;
                     continue;
                 }
                 ctl_len += (size_t)r;
@@ -263,7 +260,6 @@ int main(int argc, char **argv) {
             if (c->state != S_DONE && (evs[e].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) on_readable(c);
         }
     }
-    (void)stdin_watched;
     report(t_ready);
     return 0;
 }

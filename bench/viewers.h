@@ -24,31 +24,22 @@
 
 enum { S_CONNECTING, S_HANDSHAKE, S_HELLO, S_OPEN, S_DONE };
 
-typedef struct {
-    char host[300], path[1024], hostport[300];
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-} Url;
+typedef struct { char host[300], path[1024], hostport[300]; struct sockaddr_storage addr; socklen_t addrlen; } Url;
 
 typedef struct {
     int fd, state, url;
     double deadline;
-    char *in;            /* unparsed bytes (partial frame or handshake) */
-    size_t in_len, in_cap;
-    char *msg;           /* a fragmented message being reassembled */
-    size_t msg_len, msg_cap;
-    int msg_op;          /* its opcode, 0 when none */
-    char *out;           /* bytes not yet written */
-    size_t out_len, out_off;
+    char *in, *msg, *out;  /* unparsed bytes (a partial frame or handshake), a fragmented message, bytes unwritten */
+    size_t in_len, in_cap, msg_len, msg_cap, out_len, out_off;
+    int msg_op;            /* the fragmented message's opcode, 0 when none */
     int64_t max_step;
     uint64_t seen[WIN / 64];
-    int got_any;
 } Conn;
 
 extern Url urls[MAX_URLS];
 extern int nurls, count, hub, epfd;
 extern Conn *conns;
-extern double rate, timeout_s, run_seconds;
+extern double timeout_s;
 extern const char *origin;
 extern char *resume_text;
 extern size_t resume_len;
@@ -59,11 +50,8 @@ double now(void);
 void *xrealloc(void *p, size_t n);
 void error_kind(const char *kind);
 void scan(Conn *c, const char *p, size_t n, double t);   /* viewers.c: the series' steps in a message */
-void fail(Conn *c, const char *kind);                     /* viewers_ws.c: the sockets and the protocol */
-void want_write(Conn *c, int on);
-void flush_out(Conn *c);
-void start_conn(int i);
-void send_handshake(Conn *c);
-void on_readable(Conn *c);
+/* viewers_ws.c: the sockets and the protocol */
+void fail(Conn *c, const char *kind), want_write(Conn *c, int on), flush_out(Conn *c), start_conn(int i);
+void send_handshake(Conn *c), on_readable(Conn *c);
 int parse_url(const char *s, Url *u);
 #endif
