@@ -281,7 +281,6 @@ def outage(args, mode: str) -> dict:
     again after) or frozen (SIGSTOP, SIGCONT) for --outage-seconds; ingest's lag and /healthz sampled every 0.5 s."""
     import psutil
     import redis
-
     run_id = f"outage-{mode}-{int(time.time())}"
     with Stack(f"chaos-{mode}") as stack:
         work = Path(stack.tmp)
@@ -301,7 +300,7 @@ def outage(args, mode: str) -> dict:
                                   (run_id, contract.M_LOSS)).fetchone()
         wait(lambda: (stored()[0] or -1) >= 0, 120, "the run's first stored step")
         viewer = NchanViewer(f"ws://127.0.0.1:{port}/live/runs/{run_id}/lite/", f"http://127.0.0.1:{wport}/api/"
-                             f"runs/{run_id}/windows/?points=100000&series={contract.M_LOSS}")
+                             f"runs/{run_id}/windows/?points=2000&series={contract.M_LOSS}")
         viewer.start() or stack.callback(viewer.stop.set)
         samples, phase = [], ["before"]
 
@@ -320,8 +319,7 @@ def outage(args, mode: str) -> dict:
         for p in frozen:
             p.send_signal(signal.SIGSTOP)
         if mode == "stop":
-            nginx.terminate()
-            nginx.wait(30)
+            nginx.terminate() or nginx.wait(30)
         time.sleep(args.outage_seconds)
         phase[0], t0 = "after", time.monotonic()
         for p in frozen:
@@ -339,7 +337,8 @@ def outage(args, mode: str) -> dict:
         lost = [line for p in logs for line in p.read_text().splitlines() if " lost" in line]
     seqs = viewer.seqs
     holes = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))
-    fetched = {at for at, _ in viewer.refetches} | {g + 1 for g in viewer.gaps}  # refetched at the number after it
+    done = {at for at, status in viewer.refetches if status == 200}  # at the number after a hole, or at a gap frame
+    fetched = done | {g + 1 for g in viewer.gaps if g in done}
     unfetched = [h for h in holes if min((s for s in seqs if s > h), default=None) not in fetched]
     lag = {ph: [s[1] for s in samples if s[0] == ph] for ph in ("before", "outage", "after")}
     judged = min(len(lag["before"]), len(lag["outage"])) >= 10  # a median of fewer samples is noise

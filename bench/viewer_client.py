@@ -194,8 +194,7 @@ class NchanViewer(threading.Thread):
     def __init__(self, url: str, refetch_url: str = ""):
         super().__init__(daemon=True)
         self.url, self.refetch_url, self.last_id = url, refetch_url, ""
-        self.pushed: dict[int, float] = {}
-        self.seqs, self.gaps, self.refetches, self.connects = [], [], [], 0
+        self.pushed, self.seqs, self.gaps, self.refetches, self.connects = {}, [], [], [], 0  # pushed: step -> time
         self.ready, self.stop = threading.Event(), threading.Event()
 
     def run(self) -> None:
@@ -225,8 +224,11 @@ class NchanViewer(threading.Thread):
         if gap:
             self.gaps.append(seq)
         if self.refetch_url and seq is not None and (gap or (self.seqs and seq > max(self.seqs) + 1)):
-            with urllib.request.urlopen(self.refetch_url, timeout=10) as r:  # a hole: the page refetches
-                self.refetches.append([seq, r.status])
+            try:  # a hole: the page refetches (a failure is noted: it may not cost the socket)
+                with urllib.request.urlopen(self.refetch_url, timeout=30) as r:
+                    self.refetches.append([seq, r.status])
+            except OSError as e:
+                self.refetches.append([seq, str(e)[:80]])
         if seq is not None and not gap:
             self.seqs.append(seq)
         for frame in frames:
