@@ -263,7 +263,8 @@ def main() -> int:
               and all(alive.values()) and not dead and (not pub or int(pub[-1][1]) == 0))
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
-        out["logs"] = {n: _tail(work / f"{n}.log") for n in procs}
+        out["logs"] = {n: (work / f"{n}.log").read_bytes()[-1500:].decode("utf-8", "replace") for n in procs
+                       if (work / f"{n}.log").exists()}
     finally:
         if watcher is not None:
             watcher.stop.set()
@@ -355,10 +356,6 @@ def outage(args, mode: str) -> dict:
     out["ok"] = (out["all_stored"] and out["ingest_lag_unchanged"] is not False and not lost and not out["duplicates"]
                  and not unfetched)
     return out
-
-
-def _tail(path: Path, n: int = 1500) -> str:
-    return path.read_bytes()[-n:].decode("utf-8", "replace") if path.exists() else ""
 
 
 def _drained(client, run_id: str) -> bool:

@@ -1,6 +1,4 @@
-/* bench/viewers.c and bench/viewers_ws.c, the compiled viewer client: what they share. */
-#ifndef VIEWERS_H
-#define VIEWERS_H
+/* bench/viewers.c and bench/viewers_ws.c, the compiled viewer client: what they share (each includes it once). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,15 +21,13 @@
 #define WIN 256 /* per viewer: which of the last WIN steps it already got */
 
 enum { S_CONNECTING, S_HANDSHAKE, S_HELLO, S_OPEN, S_DONE };
-
 typedef struct { char host[300], path[1024], hostport[300]; struct sockaddr_storage addr; socklen_t addrlen; } Url;
 
 typedef struct {
-    int fd, state, url;
+    int fd, state, url, msg_op;  /* msg_op: the fragmented message's opcode, 0 when none */
     double deadline;
     char *in, *msg, *out;  /* unparsed bytes (a partial frame or handshake), a fragmented message, bytes unwritten */
     size_t in_len, in_cap, msg_len, msg_cap, out_len, out_off;
-    int msg_op;            /* the fragmented message's opcode, 0 when none */
     int64_t max_step;
     uint64_t seen[WIN / 64];
 } Conn;
@@ -54,4 +50,3 @@ void scan(Conn *c, const char *p, size_t n, double t);   /* viewers.c: the serie
 void fail(Conn *c, const char *kind), want_write(Conn *c, int on), flush_out(Conn *c), start_conn(int i);
 void send_handshake(Conn *c), on_readable(Conn *c);
 int parse_url(const char *s, Url *u);
-#endif
