@@ -1,6 +1,7 @@
 """Chaos: a live demo run through a Redis crash, an ingest kill -9 and a web restart, then nothing may be missing.
 
     .venv/bin/python bench/chaos.py [--steps 1000] [--db sqlite|postgresql] [--json]
+    .venv/bin/python bench/chaos.py --outage stop,freeze [--outage-seconds 120] [--json]   # the push tier down
 
 What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
 """
@@ -8,21 +9,24 @@ What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
+from contextlib import closing
 from pathlib import Path
 
-from harness import (ROOT, PrivateRedis, Stack, add_save_flag, free_port, listening, report,  # noqa: E402
-                     wait_for as wait, web_command)
+from harness import (PrivateRedis, Stack, SyntheticTrainer, add_save_flag, free_port, listening,  # noqa
+                     pct, report, wait_for as wait, web_command)
 from ingest import Database  # noqa: E402
+from viewer_client import NchanViewer  # noqa: E402
 from observatory import contract  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",
@@ -38,31 +42,26 @@ class Watcher(threading.Thread):
     def __init__(self, port: int, run_id: str, metric: str):
         super().__init__(daemon=True)
         self.url, self.origin = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/", f"http://127.0.0.1:{port}"
-        self.metric, self.steps, self.connects, self.live_gaps, self.log = metric, {}, 0, [], []
+        self.metric, self.steps, self.connects, self.live_gaps = metric, {}, 0, []
         self.stop = threading.Event()
 
     def run(self):
-        asyncio.run(self._main())
-
-    async def _main(self):
-        import websockets
+        from websockets.sync.client import connect
 
         while not self.stop.is_set():
             try:
-                async with websockets.connect(self.url, origin=self.origin, open_timeout=5) as ws:
+                with connect(self.url, origin=self.origin, open_timeout=5) as ws:
                     self.connects += 1
                     last = max(self.steps, default=-1)
-                    self.log.append([round(time.time() % 1000, 2), "connect", last])
-                    await ws.send(json.dumps({"type": "resume", "metrics": [self.metric], "after_step": last,
-                                              "after": {self.metric: last}}))
+                    ws.send(json.dumps({"type": "resume", "metrics": [self.metric], "after_step": last,
+                                        "after": {self.metric: last}}))
                     while not self.stop.is_set():
                         try:
-                            raw = await asyncio.wait_for(ws.recv(), 0.5)
-                        except asyncio.TimeoutError:
+                            self._frame(json.loads(ws.recv(timeout=0.5)))
+                        except TimeoutError:
                             continue
-                        self._frame(json.loads(raw))
             except Exception:  # refused while the server restarts, closed by it: reconnect, as a browser does
-                await asyncio.sleep(0.3)
+                self.stop.wait(0.3)
 
     def _frame(self, frame):
         if isinstance(frame, list):
@@ -76,7 +75,6 @@ class Watcher(threading.Thread):
         s = frame.get("series", {}).get(self.metric) or {"steps": [], "values": []}
         last = max(self.steps, default=-1)
         new = [(st, v) for st, v in zip(s["steps"], s["values"]) if st > last]
-        self.log.append([round(time.time() % 1000, 2), frame["type"], s["steps"][:1], s["steps"][-1:], len(new)])
         if new and frame["type"] == "update" and new[0][0] > last + 1 and last >= 0:
             self.live_gaps.append([last, new[0][0]])  # a live frame skipped steps (a resume would fill nothing)
         self.steps.update(new)
@@ -126,8 +124,21 @@ def main() -> int:
     ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, JSONL, Redis files)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
+    ap.add_argument("--outage", default="", help="instead: the push tier down under a live run, a comma list of "
+                    "stop (nginx exits, started again after) and freeze (SIGSTOP, then SIGCONT)")
+    ap.add_argument("--outage-seconds", type=float, default=120.0)
+    ap.add_argument("--baseline-seconds", type=float, default=20.0, help="the run before the outage (its lag)")
+    ap.add_argument("--rate", type=float, default=5.0, help="--outage: synthetic steps per second")
     add_save_flag(ap)
     args = ap.parse_args()
+    modes = [m for m in args.outage.split(",") if m]
+    if set(modes) - {"stop", "freeze"}:
+        ap.error(f"--outage: expected a comma list of stop, freeze (got {args.outage!r})")
+    if modes:
+        out = {"scenarios": [outage(args, m) for m in modes]}
+        out["ok"] = all(s["ok"] for s in out["scenarios"])
+        report("push_outage", out, args.json, not args.no_save)
+        return 0 if out["ok"] else 1
     import redis
 
     stack = Stack("chaos")
@@ -247,15 +258,13 @@ def main() -> int:
             "publisher": dict(zip(("published", "dropped", "reconnects"), map(int, pub[-1]))) if pub else None,
             "websocket": {"steps": len(ws_loss), "db_steps": len(db_loss), "equal": ws_loss == db_loss,
                           "missing": sorted(set(db_loss) - set(ws_loss))[:20], "live_gaps": watcher.live_gaps,
-                          "connects": watcher.connects,
-                          **({"frames": _around(watcher.log, watcher.live_gaps)} if ws_loss != db_loss else {})},
-            "processes_up": alive, "deadletters": dead,
-        })
+                          "connects": watcher.connects}, "processes_up": alive, "deadletters": dead})
         ok = (rc == 0 and not lost and not extra and not wrong and not twice and ws_loss == db_loss
               and all(alive.values()) and not dead and (not pub or int(pub[-1][1]) == 0))
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
-        out["logs"] = {n: _tail(work / f"{n}.log") for n in procs}
+        out["logs"] = {n: (work / f"{n}.log").read_bytes()[-1500:].decode("utf-8", "replace") for n in procs
+                       if (work / f"{n}.log").exists()}
     finally:
         if watcher is not None:
             watcher.stop.set()
@@ -267,22 +276,91 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def _around(log: list, gaps: list) -> list:
-    """The client's frame log around its first live gap (or its end)."""
-    at = next((i for i, f in enumerate(log) if gaps and f[1] == "update" and f[2] and f[2][0] > gaps[0][0]),
-              len(log))
-    return log[max(0, at - 25):at + 5]
+# --- the push tier's outage: nginx stopped, or frozen, under a live run -------------------------------------------
+def outage(args, mode: str) -> dict:
+    """A live run (synthetic trainer, ingest, web, relay, nginx + nchan, a viewer), then nginx stopped (SIGTERM, started
+    again after) or frozen (SIGSTOP, SIGCONT) for --outage-seconds; ingest's lag and /healthz sampled every 0.5 s."""
+    import psutil
+    import redis
+    run_id = f"outage-{mode}-{int(time.time())}"
+    with Stack(f"chaos-{mode}") as stack:
+        work = Path(stack.tmp)
+        stack.site(private_redis=True)
+        port, (nginx,) = stack.push_tier(wport := free_port(), relay=False)  # first: the web reads its settings
+        stack.web(port=wport)
+        logs = [work / "ingest.log", work / "relay.log"]
+        for name, log in zip(("ingest", "relay"), logs):
+            stack.start([sys.executable, "manage.py", name, "--block-ms", "100"], log=log)
+        trainer = SyntheticTrainer(stack.redis_url, run_id, args.rate)
+        trainer.start() or stack.callback(lambda: trainer.stop.set() or trainer.join(10))
 
+        def stored() -> tuple:  # (the last step stored, points stored) of train/loss
+            with closing(sqlite3.connect(work / "bench.sqlite3", timeout=30)) as db:
+                return db.execute("SELECT max(p.step), count(*) FROM metrics_point p JOIN metrics_series s ON "
+                                  "p.series_id = s.id WHERE s.run_id = ? AND s.name = ?",
+                                  (run_id, contract.M_LOSS)).fetchone()
+        wait(lambda: (stored()[0] or -1) >= 0, 120, "the run's first stored step")
+        viewer = NchanViewer(f"ws://127.0.0.1:{port}/live/runs/{run_id}/lite/", f"http://127.0.0.1:{wport}/api/"
+                             f"runs/{run_id}/windows/?points=2000&series={contract.M_LOSS}")
+        viewer.start() or stack.callback(viewer.stop.set)
+        samples, phase = [], ["before"]
 
-def _tail(path: Path, n: int = 1500) -> str:
-    return path.read_bytes()[-n:].decode("utf-8", "replace") if path.exists() else ""
+        def sample():  # [phase, ingest's lag in steps, /healthz's ingest_lag, its live_lag]
+            while not viewer.stop.wait(0.5):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{wport}/healthz", timeout=10) as r:
+                        health = json.loads(r.read())
+                except Exception as e:  # noted, not fatal: /healthz failing is a finding
+                    health = {"ingest_lag": f"/healthz: {type(e).__name__}"}
+                live = re.sub(r"\d+", "N", str(health.get("live_lag")).replace(run_id, "<run>"))
+                samples.append([phase[0], trainer.step - (stored()[0] or -1), health["ingest_lag"], live])
+        threading.Thread(target=sample, daemon=True).start()
+        time.sleep(args.baseline_seconds)
+        phase[0], frozen = "outage", [nginx] + psutil.Process(nginx.pid).children() if mode == "freeze" else []
+        for p in frozen:
+            p.send_signal(signal.SIGSTOP)
+        if mode == "stop":
+            nginx.terminate() or nginx.wait(30)
+        time.sleep(args.outage_seconds)
+        phase[0], t0 = "after", time.monotonic()
+        for p in frozen:
+            p.send_signal(signal.SIGCONT)
+        if mode == "stop":
+            stack.start(nginx.args, quiet=False)
+        upto = int(redis.Redis.from_url(stack.redis_url).xrevrange(contract.run_key(run_id, "live"), count=1)[0][0]
+                   .split(b"-")[0])
+        wait(lambda: viewer.seqs and viewer.seqs[-1] >= upto, 300, "the viewer to catch up after the outage")
+        back = round(time.monotonic() - t0, 2)
+        trainer.stop.set() or trainer.join(10)
+        wait(lambda: stored()[0] == trainer.step, 120, "ingest to store the trainer's last step")
+        viewer.stop.set() or viewer.join(10)
+        step, points = stored()
+        lost = [line for p in logs for line in p.read_text().splitlines() if " lost" in line]
+    seqs = viewer.seqs
+    holes = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))
+    done = {at for at, status in viewer.refetches if status == 200}  # at the number after a hole, or at a gap frame
+    fetched = done | {g + 1 for g in viewer.gaps if g in done}
+    unfetched = [h for h in holes if min((s for s in seqs if s > h), default=None) not in fetched]
+    lag = {ph: [s[1] for s in samples if s[0] == ph] for ph in ("before", "outage", "after")}
+    judged = min(len(lag["before"]), len(lag["outage"])) >= 10  # a median of fewer samples is noise
+    out = {"mode": mode, "outage_s": args.outage_seconds, "rate": args.rate, "trainer_last_step": trainer.step,
+           "stored_last_step": step, "stored_points": points, "all_stored": points == trainer.step + 1,
+           "ingest_lag_steps": {ph: {"p50": pct(v, 50) if v else None, "max": max(v, default=None),
+                                     "samples": len(v)} for ph, v in lag.items()},
+           "ingest_lag_unchanged": pct(lag["outage"], 50) <= pct(lag["before"], 50) + 1 if judged else None,
+           "healthz_during_outage": sorted({(s[2], s[3]) for s in samples if s[0] == "outage"}),
+           "logged_lost": len(lost), "lost_sample": lost[:5], "viewer_connects": viewer.connects,
+           "viewer_entries": len(seqs), "duplicates": len(seqs) - len(set(seqs)), "holes": len(holes),
+           "holes_not_refetched": len(unfetched),
+           "gap_frames": viewer.gaps, "refetches": viewer.refetches, "caught_up_after_s": back}
+    out["ok"] = (out["all_stored"] and out["ingest_lag_unchanged"] is not False and not lost and not out["duplicates"]
+                 and not unfetched)
+    return out
 
 
 def _drained(client, run_id: str) -> bool:
-    for g in client.xinfo_groups(contract.telemetry_stream(run_id)):
-        if g["name"] == contract.INGEST_GROUP.encode():
-            return not g["pending"] and not g["lag"]
-    return False
+    return any(g["name"] == contract.INGEST_GROUP.encode() and not g["pending"] and not g["lag"]
+               for g in client.xinfo_groups(contract.telemetry_stream(run_id)))
 
 
 if __name__ == "__main__":

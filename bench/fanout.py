@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 from harness import (PushTap, Stack, SyntheticTrainer, add_save_flag, cpu_s, dashboard_subscription,  # noqa: F401
-                     demo_names, free_port, publish_times, push_tier_missing, report, rss_mb, wait_for, wait_http)
+                     demo_names, free_port, nchan_config, publish_times, push_tier_missing, report, rss_mb, wait_for,
+                     wait_http, wait_port)
 
 import psutil  # noqa: E402
-from viewer_client import build, start_viewers, summarize  # noqa: E402
+import redis  # noqa: E402
+from viewer_client import build, run_stored, start_viewers, summarize  # noqa: E402
 
 from observatory import contract  # noqa: E402
 
@@ -35,16 +37,10 @@ def run_bench(args) -> dict:
         tier_procs, relay_proc = {}, None
         if "nchan" in args.tiers:  # first: ingest and the web publish to its OBS_LIVE_PUSH_URL too
             # every viewer comes from 127.0.0.1: push.conf's sockets-per-address limit lifted to the crowd's size
-            nchan_port, push_procs = stack.push_tier(ports[0], conn_limit=args.viewers + 100)
-            tier_procs["nchan"], relay_proc = push_procs[:1], push_procs[1]
-            relay_procs = [relay_proc] + [stack.relay() for _ in range(args.relays - 1)]  # --relays: by leases
+            nchan_ports, tier_procs["nchan"] = push_replicas(stack, args, ports[0])
+            relay_procs = [relay_proc := stack.relay()] + [stack.relay() for _ in range(args.relays - 1)]
         web = tier_procs["hub"] = [stack.web(args.server, wait=False, port=p) for p in ports]
         ingest_proc = stack.ingest()
-        if args.profile:  # py-spy samples each replica until it exits; collapsed stacks in DIR/web-<i>.txt
-            spies = [stack.start([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(w.pid),
-                                  "--format", "raw", "--rate", "50", "--output", f"{args.profile}/web-{i}.txt"])
-                     for i, w in enumerate(web)]
-            stack.callback(lambda: [p.send_signal(signal.SIGINT) or p.wait(30) for p in spies])
         if args.publisher == "demo":
             trainer = stack.start([sys.executable, "-m", "training", "run", "--config", "training/configs/demo.toml",
                                    "--run-id", run_id, "--fresh", "--set", f'checkpoint.dir="{stack.tmp}/ckpt"'])
@@ -55,7 +51,10 @@ def run_bench(args) -> dict:
             stack.callback(lambda: trainer.stop.set() or trainer.join(10))
         for p in ports:
             wait_http(f"http://127.0.0.1:{p}/api/runs/", timeout=60)
-        wait_for(lambda: run_stored(ports[0], run_id), 300, "the run in the database")
+        wait_for(lambda: run_stored(f"http://127.0.0.1:{ports[0]}", run_id), 300, "the run in the database")
+        if "nchan" in args.tiers:  # nchan refuses (403) a channel until the relay's first publish has made it
+            cursor = redis.Redis.from_url(stack.redis_url).get
+            wait_for(lambda: cursor(contract.run_key(run_id, "relay")), 60, "the relay's first publish")
         tap = PushTap(stack.redis_url, run_id)
         tap.start()
         stack.callback(tap.stop.set)
@@ -64,17 +63,21 @@ def run_bench(args) -> dict:
             others["relay"] = [psutil.Process(p.pid) for p in relay_procs]
         for tier in args.tiers:
             urls = ([f"ws://127.0.0.1:{p}/ws/runs/{run_id}/" for p in ports] if tier == "hub"
-                    else [f"ws://127.0.0.1:{nchan_port}/live/runs/{run_id}/"
-                          + ("lite/" if args.subscribe in ("default", "embed") else "")])
+                    else [f"ws://127.0.0.1:{p}/live/runs/{run_id}/" + ("lite/" if args.subscribe in ("default", "embed")
+                                                                         else "") for p in nchan_ports])
             phases[tier] = phase(args, tier, urls, [psutil.Process(p.pid) for p in tier_procs[tier]], others,
                                  trainer, tap)
         if isinstance(trainer, SyntheticTrainer):
             trainer.stop.set()
             trainer.join(10)
         times = publish_times(stack.redis_url, run_id)
+        r = redis.Redis.from_url(stack.redis_url)  # each relay's counters (webapp.live.relay.Relay.report)
+        relays = [r.hgetall(k) for k in r.scan_iter(match=f"{contract.PREFIX}:relay:stats:*")]
     tiers = {tier: summarize(args, tier, raw, times, tap) for tier, raw in phases.items()}
     out = {"viewers": args.viewers, "connect_rate": args.ramp, "replicas": args.replicas, "server": args.server,
-           "subscribe": args.subscribe, "publisher": args.publisher, "tiers": tiers}
+           "subscribe": args.subscribe, "publisher": args.publisher, "tiers": tiers, "relays": args.relays,
+           "push_replicas": args.push_replicas,
+           "relay_leases_lost": sum(int(h.get(b"leases_lost", 0)) for h in relays) if relays else None}
     hub, nchan = tiers.get("hub", {}), tiers.get("nchan", {})
     for key in ("cpu_us_per_frame", "user_cpu_us_per_frame"):
         if hub.get(key) and nchan.get(key):
@@ -82,21 +85,29 @@ def run_bench(args) -> dict:
     return out
 
 
-def run_stored(port: int, run_id: str) -> bool:
-    """Ingest stored the run and some steps."""
-    import json
-    import urllib.request
-
-    try:
-        body = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs/{run_id}/", timeout=2).read())
-    except Exception:
-        return False
-    return (body.get("last_step") or -1) >= 0
+def push_replicas(stack: Stack, args, web_port: int) -> tuple[list[int], list]:
+    """(public ports, processes) of the push tier: make run's nginx + nchan, or N sharing channels in nchan's Redis
+    mode (deploy/push.conf as compose runs it) on the bench's Redis, db 1; OBS_LIVE_PUSH_URL is the first's."""
+    if args.push_replicas == 1:
+        port, procs = stack.push_tier(web_port, relay=False, conn_limit=args.viewers + 100)
+        return [port], procs
+    ports, procs = [], []
+    for i in range(args.push_replicas):
+        var, port, pub = Path(stack.tmp) / f"push{i}", free_port(), free_port()
+        (var / "logs").mkdir(parents=True) or (var / "nginx").mkdir()
+        (var / "nginx" / "nginx.conf").write_text(nchan_config(
+            var, "127.0.0.1", port, web_port, pub, conn_limit=args.viewers + 100, redis=stack.redis.url[:-1] + "1"))
+        procs.append(stack.start(["nginx", "-c", str(var / "nginx" / "nginx.conf"), "-p", str(var / "nginx"), "-e",
+                                  str(var / "logs" / "nginx-error.log")], quiet=False))
+        wait_port(port, 30)
+        ports.append(port)
+        if i == 0:
+            stack.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub}/pub/runs/"
+    return ports, procs
 
 
 def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, trainer, tap) -> dict:
-    """One tier's measurement: its viewers connect (at --connect-rate), settle, are measured over --seconds, then
-    stop. Returns the raw material summarize() turns into the tier's figures."""
+    """One tier's measurement (viewers connect at --connect-rate, settle, --seconds, stop): summarize()'s input."""
     resume = None
     if args.subscribe == "default":
         resume = {"type": "resume", "metrics": dashboard_subscription(demo_names())}
@@ -104,8 +115,7 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
         resume = {"type": "resume", "metrics": [contract.M_LOSS]}
     nw = args.workers or max(1, min(8, math.ceil(args.viewers / 5000)))  # 5,000 viewers per process by default
     per = [args.viewers // nw + (1 if i < args.viewers % nw else 0) for i in range(nw)]
-    t_connect = time.time()
-    cpu_ramp = cpu_s(ps_server)
+    t_connect, cpu_ramp = time.time(), cpu_s(ps_server)
     workers = start_viewers(urls, per, args.ramp, tier == "hub", resume)
     try:
         return measure(args, workers, ps_server, others, trainer, tap, t_connect, cpu_ramp)
@@ -116,26 +126,21 @@ def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, train
 
 def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_connect: float,
             cpu_ramp: float) -> dict:
-    connected = failed = 0
     for w in workers:
-        c, f = w.ready()
-        connected, failed = connected + c, failed + f
+        w.ready()
     connect_s = time.time() - t_connect  # spawn to every viewer connected (or failed)
     cpu_ramp = cpu_s(ps_server) - cpu_ramp  # handshakes, hellos, resumes and backfills (and live frames meanwhile)
     groups = {"server": ps_server, **others, "viewers": [psutil.Process(w.pid) for w in workers]}
     time.sleep(args.settle)  # backfills answered, first live frames flowing
-    t_start = time.time()
-    c0 = {k: cpu_s(v) for k, v in groups.items()}
-    c0["server_user"] = cpu_s(ps_server, user_only=True)
-    m0 = [w.count() for w in workers]
-    rss_series = []
-    end = t_start + args.seconds
+    t_start = end = time.time()
+    end += args.seconds
+    c0 = {**{k: cpu_s(v) for k, v in groups.items()}, "server_user": cpu_s(ps_server, user_only=True)}
+    m0, rss_series = [w.count() for w in workers], []
     while time.time() < end:
         rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])
         time.sleep(min(args.rss_every, max(0.0, end - time.time())))
     wall = time.time() - t_start
-    c1 = {k: cpu_s(v) for k, v in groups.items()}
-    c1["server_user"] = cpu_s(ps_server, user_only=True)
+    c1 = {**{k: cpu_s(v) for k, v in groups.items()}, "server_user": cpu_s(ps_server, user_only=True)}
     m1 = [w.count() for w in workers]
     messages = sum(b[3] - a[3] for a, b in zip(m0, m1)) if None not in m0 + m1 else None
     rss_series.append([round(time.time() - t_start, 1), rss_mb(ps_server)])
@@ -145,13 +150,11 @@ def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_
     deadline = time.time() + 30
     while last_step is not None and last_step not in tap.pushed and time.time() < deadline:
         time.sleep(0.1)
-    stop_at = time.time() + args.tail
     for w in workers:
-        w.stop(stop_at)
-    results = [w.result() for w in workers]
-    return {"results": results, "t_start": t_start, "t_end": t_start + args.seconds, "wall": wall, "c0": c0,
-            "messages": messages,
-            "c1": c1, "cpu_ramp": cpu_ramp, "connect_s": connect_s, "rss": rss_series}
+        w.stop(time.time() + args.tail)
+    return {"results": [w.result() for w in workers], "t_start": t_start, "t_end": t_start + args.seconds,
+            "wall": wall, "c0": c0, "messages": messages, "c1": c1, "cpu_ramp": cpu_ramp, "connect_s": connect_s,
+            "rss": rss_series}
 
 
 def main() -> int:
@@ -174,23 +177,21 @@ def main() -> int:
     ap.add_argument("--ramp", "--connect-rate", dest="ramp", type=float, default=250.0,
                     help="new connections per second, in total (0: everyone at once, a reconnect storm)")
     ap.add_argument("--relays", type=int, default=1, help="manage.py relay processes for the push tier (leases)")
+    ap.add_argument("--push-replicas", type=int, default=1, help="nginx + nchan servers sharing channels in nchan's "
+                    "Redis mode, viewers round-robin over them (1: make run's one, channels in its memory)")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds between the last connect and the window")
     ap.add_argument("--tail", type=float, default=3.0, help="seconds viewers keep listening after the window")
     ap.add_argument("--soak", action="store_true", help="also report the web tier's RSS over time")
     ap.add_argument("--rss-every", type=float, default=10.0)
     ap.add_argument("--database-url", default="", help="default: a throw-away SQLite file")
-    ap.add_argument("--profile", default="", help="directory: py-spy profiles of each web replica (collapsed stacks)")
     ap.add_argument("--json", action="store_true", help="print only the JSON object")
     add_save_flag(ap)
     args = ap.parse_args()
     args.tiers = [t.strip() for t in args.tier.split(",") if t.strip()]
-    bad = set(args.tiers) - {"hub", "nchan"}
-    if bad or not args.tiers:
+    if set(args.tiers) - {"hub", "nchan"} or not args.tiers:
         ap.error(f"--tier: expected a comma list of hub, nchan (got {args.tier!r})")
-    if args.relays < 1:
-        ap.error("--relays must be >= 1")
-    if args.ramp < 0:
-        ap.error("--connect-rate must be >= 0")
+    if args.relays < 1 or args.push_replicas < 1 or args.ramp < 0:
+        ap.error("--relays and --push-replicas must be >= 1, --connect-rate >= 0")
     if "nchan" in args.tiers and push_tier_missing():
         ap.error(f"--tier nchan: {push_tier_missing()} (apt-get install -y nginx-light libnginx-mod-nchan)")
     build()  # before any clock starts (cached in var/bench/ by the source's hash)

@@ -12,11 +12,11 @@ import argparse
 import json
 import statistics
 import sys
-import threading
 import time
 import urllib.request
 
 from harness import PushTap, Stack, add_save_flag, demo_names, free_port, pct, report, wait_for, wait_http
+from viewer_client import CViewers, NchanViewer, pairs, run_stored, wpct
 
 from observatory import contract
 from observatory.streams import Publisher
@@ -50,43 +50,6 @@ PATHS = {"hub": "publish -> Redis -> ingest -> live log -> web hub -> page",
          "nchan": "publish -> Redis -> ingest -> live log -> relay -> nchan -> page"}
 
 
-class NchanTap(threading.Thread):
-    """Watches the run's lite channel on nchan as the page does and notes when each step first arrived there:
-    the push tier's share of the page's delay, as fanout.PushTap gives ingest's share on the hub."""
-
-    def __init__(self, url: str):
-        super().__init__(daemon=True)
-        self.url = url
-        self.pushed: dict[int, float] = {}
-        self.ready, self.stop = threading.Event(), threading.Event()
-
-    def run(self) -> None:
-        from websockets.sync.client import connect
-        from websockets.exceptions import InvalidStatus
-
-        for _ in range(300):  # nchan refuses (403) a channel the relay has not made yet: retry until it exists
-            try:
-                ws = connect(self.url, subprotocols=["ws+meta.nchan"])
-                break
-            except InvalidStatus as e:
-                if e.response.status_code != 403 or self.stop.wait(0.1):
-                    raise
-        else:
-            raise RuntimeError(f"nchan refused {self.url} for 30 s: the relay never made the run's channel")
-        with ws:
-            self.ready.set()
-            while not self.stop.is_set():
-                try:
-                    text = ws.recv(timeout=0.2)
-                except TimeoutError:
-                    continue
-                now = time.time()
-                msg = json.loads(text.partition("\n\n")[2])  # nchan's headers, a blank line, the frame(s)
-                for frame in msg if isinstance(msg, list) else [msg]:
-                    for s in (frame.get("series") or {}).get(contract.M_LOSS, {}).get("steps", []):
-                        self.pushed.setdefault(s, now)
-
-
 def prometheus_means(url: str) -> dict[str, float]:
     """{histogram name: mean in ms} from a Prometheus exposition (its _sum / _count)."""
     try:
@@ -94,31 +57,20 @@ def prometheus_means(url: str) -> dict[str, float]:
         text = urllib.request.urlopen(req, timeout=5).read().decode()
     except Exception:
         return {}
-    sums, counts = {}, {}
+    sums: dict[str, dict[str, float]] = {"_sum": {}, "_count": {}}
     for line in text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        name, value = line.split("{")[0].split(" ")[0], line.rsplit(" ", 1)[1]
-        if name.endswith("_sum"):
-            sums[name[:-4]] = sums.get(name[:-4], 0.0) + float(value)
-        elif name.endswith("_count"):
-            counts[name[:-6]] = counts.get(name[:-6], 0.0) + float(value)
-    return {k: round(1000 * sums[k] / counts[k], 1) for k in sums if counts.get(k)}
+        name = line.split("{")[0].split(" ")[0]
+        for end, acc in sums.items():
+            if not line.startswith("#") and name.endswith(end):
+                acc[name[:-len(end)]] = acc.get(name[:-len(end)], 0.0) + float(line.rsplit(" ", 1)[1])
+    return {k: round(1000 * v / sums["_count"][k], 1) for k, v in sums["_sum"].items() if sums["_count"].get(k)}
 
 
 def measure_latency(seconds: float, rate: float, width: str = "full", server: str = "uvicorn", tier: str = "hub",
                     others: int = 0) -> dict:
     with Stack("latency") as stack:
-        stack.site(OBS_METRICS_TOKEN=SCRAPE_TOKEN)
+        stack.site(private_redis=True, OBS_METRICS_TOKEN=SCRAPE_TOKEN)  # a concurrent bench flushes the shared db
         return measure(stack, seconds, rate, width, server, tier, others)
-
-
-def run_created(base: str, run_id: str) -> bool:
-    try:
-        urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=1).read()
-        return True
-    except Exception:
-        return False
 
 
 def measure(stack: Stack, seconds: float, rate: float, width: str, server: str, tier: str, others: int) -> dict:
@@ -137,21 +89,18 @@ def measure(stack: Stack, seconds: float, rate: float, width: str, server: str, 
     pub.metrics(0, {n: 1.0 for n in names})
     pub.flush()
     tap = PushTap(stack.redis_url, run_id)
-    tap.start()
-    stack.callback(tap.stop.set)
+    tap.start() or stack.callback(tap.stop.set)
     base = f"http://127.0.0.1:{front}"
     wait_http(f"{base}/api/runs/", 60)
     # a loaded box starts ingest slowly; without the run the page is a 404
-    wait_for(lambda: run_created(base, run_id), 120, f"ingest creating run {run_id}")
+    wait_for(lambda: run_stored(base, run_id, stepped=False), 120, f"ingest creating run {run_id}")
     if tier == "nchan":
-        push_tap = NchanTap(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
+        push_tap = NchanViewer(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
         push_tap.start()
         stack.callback(lambda: push_tap.stop.set() or push_tap.join())
         if not push_tap.ready.wait(30):  # open before the first step is published
-            raise RuntimeError(f"no socket on nchan's channel for {run_id} within 30 s")
+            raise RuntimeError(f"nchan refused {run_id}'s channel for 30 s: the relay never made it")
     if others:  # --others K: K viewers on the run's live path meanwhile (bench/viewers.c), connected first
-        from viewer_client import CViewers
-
         crowd = CViewers([f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/" if tier == "nchan" else
                           f"ws://127.0.0.1:{port}/ws/runs/{run_id}/"], others, rate=0, hub=tier == "hub",
                          resume={"type": "resume", "metrics": [contract.M_LOSS]})
@@ -199,8 +148,7 @@ def measure(stack: Stack, seconds: float, rate: float, width: str, server: str, 
         out.update({"push_steps_received": len(push), "push_p50_ms": round(pct(push, 50), 1) if push else None,
                     "push_p99_ms": round(pct(push, 99), 1) if push else None})
     if crowd is not None:  # the others' own delays, and (nchan) each step's first arrival at any of them:
-        from viewer_client import pairs, wpct  # publish -> relay -> nchan -> a socket, the push tier's share
-
+        # publish -> relay -> nchan -> a socket, the push tier's share
         secs = {s: t / 1000.0 for s, t in sent.items()}
         ws = pairs(crowd_out, secs, set(secs))
         first = sorted((f - secs[s]) * 1000 for s, _n, f, _h in crowd_out["steps"] if s in secs)

@@ -1,10 +1,6 @@
-"""The compiled WebSocket viewer client (bench/viewers.c) for bench/fanout.py and bench/latency.py.
-
-`build()` compiles it with gcc on first use into var/bench/ (cached by the source's hash); `CViewers` runs one
-process of N viewers and speaks its stdin/stdout protocol ("ready C F", "stop T", one JSON result); `pairs()` turns
-its per-step histograms into (delay ms, viewers) pairs that `wpct` reads percentiles from (each (viewer, step)
-pair counted once, at its first arrival); `start_viewers()` spreads viewers over processes, `summarize()` turns one
-tier's measurement into bench/fanout.py's figures.
+"""The benches' viewers: the compiled client (bench/viewers.c; `build()` compiles it on first use, `CViewers` runs one
+process of N viewers; `pairs()`/`wpct()` read its per-step histograms; `summarize()` makes bench/fanout.py's figures)
+and `NchanViewer`, one Python viewer of a run's nchan channel as static/js/live.js is (bench/latency.py, chaos.py).
 """
 
 from __future__ import annotations
@@ -14,22 +10,23 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 from harness import pct
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "bench" / "viewers.c"
+SOURCES = [ROOT / "bench" / n for n in ("viewers.c", "viewers_ws.c", "viewers.h")]  # compiled: the .c files
 
 
-def gcc() -> str | None:
-    return shutil.which(os.environ.get("CC", "gcc"))
+gcc = lambda: shutil.which(os.environ.get("CC", "gcc"))  # noqa: E731
 
 
 def build(out_dir: Path | None = None) -> Path:
     """The client's binary, compiled once per source version (var/bench/viewers-<hash>)."""
-    src = SOURCE.read_bytes()
+    src = b"".join(p.read_bytes() for p in SOURCES)
     out_dir = out_dir or Path(os.environ.get("OBS_DATA_DIR", ROOT / "var")) / "bench"
     exe = out_dir / f"viewers-{hashlib.sha256(src).hexdigest()[:16]}"
     if exe.exists():
@@ -38,14 +35,12 @@ def build(out_dir: Path | None = None) -> Path:
     if not cc:
         raise RuntimeError("the C viewer client needs gcc (apt-get install -y gcc)")
     out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".viewers-")
-    os.close(fd)
+    tmp = out_dir / f".viewers-{os.getpid()}-{threading.get_ident()}"
     try:
-        subprocess.run([cc, "-O2", "-Wall", "-o", tmp, str(SOURCE)], check=True)
+        subprocess.run([cc, "-O2", "-Wall", "-o", tmp, *[str(p) for p in SOURCES if p.suffix == ".c"]], check=True)
         os.replace(tmp, exe)  # atomic: a concurrent build never runs a half-written binary
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
     return exe
 
 
@@ -58,16 +53,9 @@ class CViewers:
                  timeout: float = 120.0, exe: Path | None = None):
         argv = [str(exe or build()), "--count", str(count), "--rate", str(rate), "--origin", origin,
                 "--series", series, "--timeout", str(timeout)]
-        for u in urls:
-            argv += ["--url", u]
-        self._resume = None
-        if hub:
-            argv.append("--hub")
-            if resume is not None:  # the client appends ,"after_step":<hello's last_step>}
-                fd, self._resume = tempfile.mkstemp(prefix="obs-resume-", suffix=".json")
-                with os.fdopen(fd, "w") as f:
-                    f.write(json.dumps(resume, separators=(",", ":"))[:-1])
-                argv += ["--resume", self._resume]
+        argv += [a for u in urls for a in ("--url", u)]
+        if hub:  # the client appends ,"after_step":<hello's last_step>} to the resume
+            argv += ["--hub"] + (["--resume", json.dumps(resume, separators=(",", ":"))[:-1]] if resume else [])
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.pid = self.proc.pid
 
@@ -94,8 +82,6 @@ class CViewers:
 
     def result(self, timeout: float = 120.0) -> dict:
         out, _ = self.proc.communicate(timeout=timeout)
-        if self._resume:
-            os.unlink(self._resume)
         return json.loads(out.strip().splitlines()[-1])
 
     def kill(self) -> None:
@@ -124,11 +110,6 @@ def pairs(result: dict, ref: dict[int, float], steps: set[int] | None = None) ->
     return out
 
 
-def got(result: dict, steps: set[int]) -> int:
-    """(viewer, step) pairs received for these steps."""
-    return sum(n for step, n, _first, _hist in result["steps"] if step in steps)
-
-
 def wpct(ws: list[tuple[float, int]], q: float) -> float:
     """The q-th percentile of weighted values, as bench/latency.py's pct() reads an unweighted list."""
     ws = sorted(ws)
@@ -139,6 +120,20 @@ def wpct(ws: list[tuple[float, int]], q: float) -> float:
             return v
         k -= w
     return ws[-1][0]
+
+
+def run_stored(base: str, run_id: str, stepped: bool = True) -> bool:
+    """Ingest stored the run (its page and API answer), and some steps of it unless stepped=False."""
+    try:
+        with urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2) as r:
+            return not stepped or (json.loads(r.read()).get("last_step") or -1) >= 0
+    except Exception:
+        return False
+
+
+def got(result: dict, steps: set[int]) -> int:
+    """(viewer, step) pairs received for these steps."""
+    return sum(n for step, n, _first, _hist in result["steps"] if step in steps)
 
 
 def start_viewers(urls: list[str], per: list[int], ramp: float, hub: bool, resume: dict | None) -> list:
@@ -152,41 +147,35 @@ def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
     ds, fan, n_got = [], [], 0
     state = {"connected": 0, "failed": 0, "dropped": 0, "duplicates": 0, "errors": {}}
     for res in raw["results"]:
-        for k in state:
-            if k != "errors":
-                state[k] += res.get(k, 0)
+        for k in ("connected", "failed", "dropped", "duplicates"):
+            state[k] += res.get(k, 0)
         for e, n in res["errors"].items():
             state["errors"][e] = state["errors"].get(e, 0) + n
-        ds += pairs(res, times, window)
-        fan += pairs(res, tap.pushed, window)
-        n_got += got(res, window)
-    expected = len(window) * args.viewers
-    wall, c0, c1 = raw["wall"], raw["c0"], raw["c1"]
+        ds, fan, n_got = ds + pairs(res, times, window), fan + pairs(res, tap.pushed, window), n_got + got(res, window)
+    expected, wall, c0, c1 = len(window) * args.viewers, raw["wall"], raw["c0"], raw["c1"]
     cpu = {k: round((c1[k] - c0[k]) / wall, 3) for k in c0}
+    server_us = (c1["server"] - c0["server"]) * 1e6
 
     def q(ws, p):
         return round(wpct(ws, p), 1) if ws else None
     out = {"tier": tier, "viewers": args.viewers, "p50_ms": q(ds, 50), "p99_ms": q(ds, 99),
            "delivered_fraction": round(n_got / expected, 4) if expected else None,
            "server_cpu": cpu["server"], "server_rss_mb": raw["rss"][-1][1],
-           # server CPU per (viewer, step) delivered, in microseconds
-           "cpu_us_per_frame": round((c1["server"] - c0["server"]) * 1e6 / n_got, 2) if n_got else None,
-           # the same in user space only (the kernel's share is the socket writes, the same work for every tier)
-           **({"user_cpu_us_per_frame": round((c1["server_user"] - c0["server_user"]) * 1e6 / n_got, 2)}
-              if n_got and "server_user" in c0 else {}),
+           # server CPU per (viewer, step) delivered, in microseconds; then in user space only (the kernel's share
+           # is the socket writes, the same work for every tier)
+           "cpu_us_per_frame": round(server_us / n_got, 2) if n_got else None,
+           "user_cpu_us_per_frame": round((c1["server_user"] - c0["server_user"]) * 1e6 / n_got, 2) if n_got else None,
            "connect_cpu_ms": round(raw["cpu_ramp"] * 1000 / max(1, args.viewers), 2),
            "connect_s": round(raw["connect_s"], 1),
            # WebSocket messages each tier wrote per (viewer, step) in the window, and its CPU per message (the hub
            # coalesces steps into fewer messages when behind; nchan sends one per publish)
            **({"messages_per_viewer_step": round(raw["messages"] / n_got, 3) if n_got else None,
-               "cpu_us_per_message": round((c1["server"] - c0["server"]) * 1e6 / raw["messages"], 2)}
-              if raw.get("messages") else {}),
+               "cpu_us_per_message": round(server_us / raw["messages"], 2)} if raw.get("messages") else {}),
            "steps_in_window": len(window), "seconds": round(wall, 1),
            "max_ms": round(max(d for d, _ in ds), 1) if ds else None,
            "viewer_procs": len(raw["results"]), "viewer_procs_cpu": cpu["viewers"], "ingest_cpu": cpu["ingest"],
            "redis_cpu": cpu["redis"], **({"relay_cpu": cpu["relay"]} if "relay" in cpu else {}), **state}
-    if tier == "hub":
-        # the two halves of the hub's delay: publish -> ingest's push (ingest), push -> viewer (fan-out)
+    if tier == "hub":  # the hub's delay in two: publish -> ingest's push (ingest), push -> viewer (fan-out)
         ingest = [(tap.pushed[s] - times[s]) * 1000 for s in window if s in tap.pushed]
         out.update({"ingest_p50_ms": round(pct(ingest, 50), 1) if ingest else None,
                     "ingest_p99_ms": round(pct(ingest, 99), 1) if ingest else None,
@@ -194,3 +183,54 @@ def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
     if args.soak:
         out["rss_mb_over_time"] = raw["rss"]
     return out
+
+
+class NchanViewer(threading.Thread):
+    """A page's socket on a run's nchan channel (ws+meta.nchan): waits while nchan refuses a channel the relay has
+    not made yet (403), resumes from its last message id after a disconnect, notes every entry's number (repeats
+    included), each train/loss step's first arrival (`pushed`), and after a hole (a number skipped, or a "gap"
+    frame) refetches the series over HTTP (`refetch_url`), as the page does."""
+
+    def __init__(self, url: str, refetch_url: str = ""):
+        super().__init__(daemon=True)
+        self.url, self.refetch_url, self.last_id = url, refetch_url, ""
+        self.pushed, self.seqs, self.gaps, self.refetches, self.connects = {}, [], [], [], 0  # pushed: step -> time
+        self.ready, self.stop = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        from websockets.sync.client import connect
+
+        while not self.stop.is_set():
+            try:
+                with connect(self.url + (f"?last_event_id={self.last_id}" if self.last_id else ""),
+                             subprotocols=["ws+meta.nchan"], open_timeout=5) as ws:
+                    self.connects += 1
+                    self.ready.set()
+                    while not self.stop.is_set():
+                        try:
+                            self._message(ws.recv(timeout=0.2))
+                        except TimeoutError:
+                            continue
+            except Exception:  # refused (no channel yet, nginx down) or cut: again, from the last id
+                self.stop.wait(0.1 if not self.connects else 0.3)
+
+    def _message(self, raw: str) -> None:
+        now = time.time()
+        head, _, data = raw.partition("\n\n")  # nchan's headers, a blank line, the frame(s)
+        self.last_id = head.split("\n")[0].removeprefix("id: ")
+        msg = json.loads(data)
+        frames = msg if isinstance(msg, list) else [msg]
+        seq, gap = frames[0].get("seq"), frames[0].get("type") == "gap"
+        if gap:
+            self.gaps.append(seq)
+        if self.refetch_url and seq is not None and (gap or (self.seqs and seq > max(self.seqs) + 1)):
+            try:  # a hole: the page refetches (a failure is noted: it may not cost the socket)
+                with urllib.request.urlopen(self.refetch_url, timeout=30) as r:
+                    self.refetches.append([seq, r.status])
+            except OSError as e:
+                self.refetches.append([seq, str(e)[:80]])
+        if seq is not None and not gap:
+            self.seqs.append(seq)
+        for frame in frames:
+            for s in (frame.get("series") or {}).get("train/loss", {}).get("steps", []):
+                self.pushed.setdefault(s, now)

@@ -60,10 +60,11 @@ def _listen(host: str, port: int) -> str:
 
 
 def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int,
-                 conn_limit: int | None = None) -> str:
+                 conn_limit: int | None = None, redis: str | None = None) -> str:
     """nginx.conf for `make run`'s push tier: deploy/push.conf rendered for one nginx (nchan's websocket
     subscribers at /live/runs/<run>/, its publisher at 127.0.0.1:pub_port for this machine only: OBS_LIVE_PUSH_URL)
     with everything else proxied to the web server (`web`: a unix socket's path, or a port on 127.0.0.1).
+    redis (benches): a push replica's, channels in nchan's Redis mode at that URL (the @replica lines kept).
 
     The proxy contract: the web sees the Host the browser sent, port included ($http_host: CSRF's origin check and
     every absolute URL need it), and the client's address in X-Forwarded-For (set, never appended), which it trusts
@@ -74,6 +75,8 @@ def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int,
     text = PUSH_CONF.read_text()
     if conn_limit is not None:  # tests: a small per-address limit to reach
         text = re.sub(r"limit_conn live_per_addr \d+;", f"limit_conn live_per_addr {int(conn_limit)};", text)
+    if redis is not None:
+        text = re.sub(r"#\s*@replica\b.*$", "", text.replace("redis://redis:6379/1", redis), flags=re.M)
     servers = render_push_conf(text, {
         "replica": None,
         "real-ip": None,  # make run's nginx is the edge: the peer is the client

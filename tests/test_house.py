@@ -87,7 +87,7 @@ BENCH_BEING_REWRITTEN = 922  # the live path's files being shrunk (viewers.c, fa
 
 def bench_lines() -> dict[str, int]:
     return {p.name: len(p.read_text().splitlines()) for p in sorted((ROOT / "bench").glob("*"))
-            if p.suffix in (".py", ".c")}
+            if p.suffix in (".py", ".c", ".h")}
 
 
 def test_bench_stays_within_its_line_budget():
@@ -110,9 +110,7 @@ NOT_SOURCE_DIRS = {".git", ".venv", "var", "node_modules", "__pycache__", ".pyte
                    "bench-results", "migrations", "vendor", "assets", ".gl", ".whl"}
 # Transitional: files other engineers are rewriting right now, exempt until their work lands (then emptied).
 # path -> the rules it may break for now ("lines", "width").
-BEING_REWRITTEN = {
-    "bench/viewers.c": {"lines"},
-}
+BEING_REWRITTEN: dict[str, set[str]] = {}
 
 
 def source_files(root=ROOT) -> list:

@@ -30,3 +30,11 @@ def test_latency(run_bench):
 def test_latency_through_the_push_tier(run_bench):
     out, _ = run_bench("latency", "--seconds", "2", "--tier", "nchan", "--json", topic="latency_nchan")
     assert out["publish_to_browser"]["push_steps_received"] > 0
+
+
+@pytest.mark.skipif(not shutil.which("nginx"), reason="nginx + nchan not installed")
+def test_chaos_push_tier_outage(run_bench):
+    out, _ = run_bench("chaos", "--outage", "stop,freeze", "--outage-seconds", "2", "--baseline-seconds", "1",
+                       "--json", topic="push_outage")
+    assert [s["mode"] for s in out["scenarios"]] == ["stop", "freeze"]
+    assert all(s["all_stored"] and s["logged_lost"] == 0 and s["duplicates"] == 0 for s in out["scenarios"])

@@ -38,6 +38,8 @@ def push_tier() -> list[Family]:
         "runs": Family("observatory_push_relay_runs", "gauge", "runs a relay holds the lease of"),
         "gaps": Family("observatory_push_relay_gaps_total", "counter",
                        "gap frames a relay sent (its cursor was older than the log's window)"),
+        "leases_lost": Family("observatory_push_relay_leases_lost_total", "counter",
+                              "runs a relay lost to another while holding them (its lease lapsed or was taken)"),
     }
     delay = Family("observatory_push_delay_seconds", "gauge", "an entry's append to the live log -> the relay's "
                    "publish to nchan, over the relay's last report interval")

@@ -5,21 +5,25 @@ the frames carrying the entry's number ("seq"), so a viewer checks for holes and
 them.
 
 Relays scale out and fail over: any number run, sharing the runs through a lease per run
-(`obs:live:relay:lease:<run>`, SET NX PX with a token unique per process, renewed every step, TTL LEASE_MS; each
-relay holds at most its share, ceil(active runs / live relays), announced in RELAYS_KEY). The cursor per run (the
-last number published, and nchan's last message id on each channel after it) is written after each entry only while
-the lease is the writer's (one script: a relay that lost its lease cannot move it), so a relay killed with -9 is
-replaced within LEASE_MS + a discovery round, and its successor resumes after the cursor: no hole; and an entry the
-dead relay published but could not record is recognised by nchan's last message id on that channel and not sent
-again: no duplicate. A cursor older than the log's window (a relay down longer than it keeps) is followed by a "gap"
-frame (the page refetches the window over HTTP). Runs idle for IDLE_S leave the read set; a run with no cursor (new,
-or appeared while no relay ran) is read from the start of its log.
+(`obs:live:relay:lease:<run>`, SET NX PX with a token unique per process, TTL LEASE_MS; each relay holds at most its
+share, ceil(active runs / live relays), announced in RELAYS_KEY). The leases and the announcement are renewed every
+LEASE_MS / 3 by a thread of their own (start()), so a publish that nginx holds up longer than the lease costs the
+relay nothing. Fencing: a relay publishes an entry only while its lease is sure to be alive (not found lost by the
+renewer, and renewed less than LEASE_MS ago by the relay's own clock, counted from before the renewal was sent). The
+cursor per run (the last number published, and nchan's last message id on each channel after it) is written after
+each entry only while the lease is the writer's (one script: a relay that lost its lease cannot move it), so a relay
+killed with -9 is replaced within LEASE_MS + a discovery round, and its successor resumes after the cursor: no hole;
+and an entry the dead relay published but could not record is recognised by nchan's last message id on that channel
+and not sent again: no duplicate. A cursor older than the log's window (a relay down longer than it keeps) is
+followed by a "gap" frame (the page refetches the window over HTTP). Runs idle for IDLE_S leave the read set; a run
+with no cursor (new, or appeared while no relay ran) is read from the start of its log.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 import uuid
 from collections import Counter
@@ -134,49 +138,112 @@ class Relay:
         self.next_report = 0.0
         self._renew = client.register_script(_RENEW)
         self._save = client.register_script(_SAVE)
+        self._lock = threading.Lock()  # guards what the lease keeper shares with the publishing loop:
+        self.valid: dict[str, float] = {}  # run id -> until when (monotonic) its lease is sure to be ours
+        self.taken: dict[str, float] = {}  # run id -> when (monotonic) we took it
+        self.lost: set[str] = set()  # runs whose lease the keeper found another's: dropped before the next publish
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
+
+    # ------------------------------------------------------------------------------------------ the lease keeper
+    def start(self) -> Relay:
+        """Renew this relay's leases and announcement from a thread of their own (`manage.py relay`, the benches);
+        without it, discover() renews them, between reads and publishes."""
+        self.renew()  # announced from the start
+        self._keeper = threading.Thread(target=self._keep, name=f"relay-leases-{self.token[:8]}", daemon=True)
+        self._keeper.start()
+        return self
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self.lease_ms / 3000):
+            try:
+                self.renew()
+            except Exception as e:  # (Redis down) the leases lapse on their own: the publishing loop stops with them
+                log.warning("relay: could not renew its leases: %s: %s", type(e).__name__, e)
+
+    def renew(self) -> None:
+        """Announce this relay and extend the leases it holds; a lease found taken is marked lost."""
+        with self._lock:
+            held = list(self.cursors)
+        sent, now_ms = time.monotonic(), int(time.time() * 1000)
+        self.r.zadd(RELAYS_KEY, {self.token: now_ms + self.lease_ms})
+        lost = {int(i) for i in self._renew(keys=[lease_key(r) for r in held], args=[self.token, self.lease_ms])
+                or ()} if held else set()
+        with self._lock:
+            for i, run_id in enumerate(held, 1):
+                if self.taken.get(run_id, sent) >= sent:
+                    continue  # dropped, or taken again, since: this answer is not about the lease we hold
+                if i in lost:
+                    self.lost.add(run_id)
+                else:
+                    self.valid[run_id] = max(self.valid[run_id], sent + self.lease_ms / 1000)
+            self.stats["renewals"] += 1
+
+    def _still_holds(self, run_id: str) -> bool:
+        if not self.holds(run_id) and (self._keeper is None or not self._keeper.is_alive()):  # renew in between
+            self.renew()
+        return self.holds(run_id)
+
+    def holds(self, run_id: str) -> bool:
+        """Whether our lease of the run is sure to be alive now (the fence before each publish)."""
+        with self._lock:
+            return run_id not in self.lost and time.monotonic() < self.valid.get(run_id, 0.0)
 
     # ------------------------------------------------------------------------------------------ runs and leases
     def discover(self) -> None:
         """Announce this relay, renew its leases, let idle runs go, take free runs up to its share."""
+        if self._keeper is None:
+            self.renew()
+        self._drop_lost()
         now_ms = int(time.time() * 1000)
         pipe = self.r.pipeline(transaction=False)
-        pipe.zadd(RELAYS_KEY, {self.token: now_ms + self.lease_ms})
         pipe.zremrangebyscore(RELAYS_KEY, "-inf", now_ms)
         pipe.zcard(RELAYS_KEY)
         pipe.zrangebyscore(livelog.RUNS_KEY, now_ms - IDLE_S * 1000, "+inf")
-        _, _, relays, active = pipe.execute()
+        _, relays, active = pipe.execute()
         active = [text(r) for r in active]
-        held = list(self.cursors)
-        if held:
-            lost = self._renew(keys=[lease_key(r) for r in held], args=[self.token, self.lease_ms])
-            for i in lost or ():
-                self._drop(held[int(i) - 1], release=False)
         for run_id in [r for r in self.cursors if r not in set(active)]:
             self._drop(run_id)  # idle: out of the read set
         share = math.ceil(len(active) / max(1, relays))
         for run_id in active:
             if len(self.cursors) >= share:
                 break
+            sent = time.monotonic()
             if run_id not in self.cursors and self.r.set(lease_key(run_id), self.token, nx=True, px=self.lease_ms):
-                self._take(run_id)
+                self._take(run_id, sent)
         for run_id in list(self.cursors)[share:]:
             self._drop(run_id)  # more than our share (another relay came): hand it back
         self.next_discover = time.monotonic() + DISCOVER_EVERY_S
 
-    def _take(self, run_id: str) -> None:
+    def _drop_lost(self) -> None:
+        with self._lock:
+            lost, self.lost = self.lost & set(self.cursors), set()
+        for run_id in lost:
+            log.warning("relay: lost the lease of run %s (another relay holds it)", run_id)
+            self.stats["leases_lost"] += 1
+            self._drop(run_id, release=False)
+
+    def _take(self, run_id: str, sent: float) -> None:
         saved = self.r.get(cursor_key(run_id))
         if saved:
             seq, *ids = text(saved).split(" ")
-            self.cursors[run_id] = f"{seq}-0"
+            cursor = f"{seq}-0"
             self.nchan_ids[run_id] = (ids + ["", ""])[:2]
             self.unsure.add(run_id)
         else:
-            self.cursors[run_id] = "0-0"  # new, or appeared while no relay ran: from the start of its log
+            cursor = "0-0"  # new, or appeared while no relay ran: from the start of its log
             self.nchan_ids[run_id] = ["", ""]
+        with self._lock:
+            self.cursors[run_id] = cursor
+            self.taken[run_id], self.valid[run_id] = time.monotonic(), sent + self.lease_ms / 1000
+            self.lost.discard(run_id)
         self.stats["takeovers"] += 1
 
     def _drop(self, run_id: str, release: bool = True) -> None:
-        self.cursors.pop(run_id, None)
+        with self._lock:
+            self.cursors.pop(run_id, None)
+            self.valid.pop(run_id, None)
+            self.taken.pop(run_id, None)
         self.nchan_ids.pop(run_id, None)
         self.unsure.discard(run_id)
         self.lags.pop(run_id, None)
@@ -185,6 +252,10 @@ class Relay:
                         lease_key(run_id), self.token)
 
     def close(self) -> None:
+        self._stop.set()
+        if self._keeper is not None:
+            self._keeper.join()
+            self._keeper = None
         for run_id in list(self.cursors):
             self._drop(run_id)
         self.r.zrem(RELAYS_KEY, self.token)
@@ -194,6 +265,7 @@ class Relay:
         """One read (blocking up to block_ms) of the held runs' logs, published entry by entry; returns entries."""
         if time.monotonic() >= self.next_discover:
             self.discover()
+        self._drop_lost()
         if not self.cursors:
             time.sleep(min(block_ms / 1000, DISCOVER_EVERY_S))  # nothing to read yet: wait for a run
             return 0
@@ -202,14 +274,14 @@ class Relay:
         n = 0
         for key, entries in streams_reply(self.r.xread(keys, count=self.batch, block=block)):
             run_id = livelog.run_of(text(key))
-            if run_id not in self.cursors:
+            if run_id not in self.cursors or not self._still_holds(run_id):
                 continue
             if self.cursors[run_id] != "0-0" and livelog.seq_of(entries[0][0]) != livelog.seq_of(
                     self.cursors[run_id]) + 1:
                 self._publish_gap(run_id, livelog.seq_of(entries[0][0]) - 1)
             for entry_id, fields in entries:
-                if not self._publish(run_id, entry_id, fields):
-                    break  # the lease went to another relay
+                if not self._still_holds(run_id) or not self._publish(run_id, entry_id, fields):
+                    break  # the lease lapsed, or went to another relay: publish nothing more of this run
                 n += 1
         self.stats["entries"] += n
         self.report()
@@ -257,6 +329,7 @@ class Relay:
         if not self._save(keys=[lease_key(run_id), cursor_key(run_id)],
                           args=[self.token, f"{seq} {ids[0] or '-'} {ids[1] or '-'}", CURSOR_TTL_S]):
             log.warning("relay: lost the lease of run %s before recording entry %d", run_id, seq)
+            self.stats["leases_lost"] += 1
             self._drop(run_id, release=False)
             return False
         self.nchan_ids[run_id] = ids
@@ -289,6 +362,7 @@ class Relay:
         delays, self.delays = sorted(self.delays), []
         fields = {"frames": self.stats["frames"], "entries": self.stats["entries"], "gaps": self.stats["gaps"],
                   "runs": len(self.cursors), "lag_entries": lag, "takeovers": self.stats["takeovers"],
+                  "leases_lost": self.stats["leases_lost"],
                   "subscribers": sum(self.subscribers.values()), "t": time.time(),
                   "delay_p50_s": delays[len(delays) // 2] if delays else 0.0,
                   "delay_max_s": delays[-1] if delays else 0.0}

@@ -310,6 +310,7 @@ def test_metrics_report_each_relay(relay, nchan, trainer, ingest, run_id, client
     entries = redis_client.xlen(log_key(run_id))  # the step's points, then what storage made of it
     assert f'observatory_push_frames_total{{relay="{name}"}} {entries}' in body
     assert f'observatory_push_relay_lag_entries{{relay="{name}"}} 0' in body
+    assert f'observatory_push_relay_leases_lost_total{{relay="{name}"}} 0' in body
     assert f'observatory_push_delay_seconds{{quantile="0.5",relay="{name}"}}' in body
     for v in viewers:
         v.close()

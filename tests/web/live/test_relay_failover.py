@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 
 import psutil
@@ -14,7 +15,7 @@ import pytest
 from observatory.streams.nchan import NchanPublisher, PushError
 from tests.support import stop, wait_for
 from webapp.live.livelog import log_key
-from webapp.live.relay import Relay, cursor_key
+from webapp.live.relay import Relay, cursor_key, lease_key
 from webapp.metrics.models import Point
 
 from .test_relay import FROM_START, ingest, nchan, relay_all  # noqa: F401  (fixtures)
@@ -171,3 +172,86 @@ def _published(client, run_id: str) -> set[int]:
         for f in json.loads(fields[b"f"]):
             steps |= set((f.get("series") or {}).get("loss", {}).get("steps", []))
     return steps
+
+
+def _freeze(nchan) -> list:
+    procs = [psutil.Process(nchan.proc.pid), *psutil.Process(nchan.proc.pid).children()]  # master and workers
+    for p in procs:
+        p.send_signal(signal.SIGSTOP)
+    return procs
+
+
+def _thaw(procs) -> None:
+    for p in procs:
+        p.send_signal(signal.SIGCONT)
+
+
+def test_a_publish_held_up_longer_than_the_lease_keeps_the_lease(redis_client, nchan, trainer, ingest, run_id):
+    """The relay's leases are renewed from a thread of their own: nginx frozen through a publish for longer than the
+    lease (600 ms here) costs the relay its lease neither in Redis nor in its own eyes, relay b cannot take the run
+    meanwhile, and the entry goes out once, recorded, after the thaw."""
+    a = Relay(redis_client, NchanPublisher(nchan.pub_url, timeout=60), lease_ms=600, token="relay-a").start()
+    b = Relay(redis_client, NchanPublisher(nchan.pub_url), lease_ms=600, token="relay-b")
+    try:
+        trainer.metrics(0, loss=0.0)
+        relay_all(a, ingest)
+        viewer = nchan.viewer(run_id, FROM_START)
+        trainer.metrics(1, loss=1.0)
+        ingest.drain()
+        published = []
+        frozen = _freeze(nchan)
+        try:
+            stepping = threading.Thread(target=lambda: published.append(a.step(50)))
+            renewals = a.stats["renewals"]
+            stepping.start()
+            wait_for(lambda: a.stats["renewals"] >= renewals + 5 and b.step(50) >= 0, 30,
+                     "more than a lease's worth of renewals while the publish waits on nginx")
+            assert stepping.is_alive() and published == []  # still waiting on nginx
+            assert run_id not in b.cursors and a.holds(run_id)
+        finally:
+            _thaw(frozen)
+        stepping.join()
+        assert published[0] >= 1 and a.stats["leases_lost"] == 0
+        assert redis_client.get(lease_key(run_id)) == b"relay-a"
+        viewer.read_until(lambda: 1 in viewer.points.get("loss", {}), "step 1 after the thaw")
+        assert viewer.received["loss"] == [0, 1]
+        viewer.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_relay_whose_lease_was_taken_publishes_nothing_more(redis_client, nchan, trainer, ingest, run_id):
+    """Relay a stalls (its keeper stopped: no renewal) until its lease runs out and relay b takes the run: a then
+    publishes nothing of the run though entries wait, and lets it go; b publishes them; the viewer gets each once.
+    A lease overwritten under a live keeper is found lost by the keeper, and nothing more is published either."""
+    a = Relay(redis_client, NchanPublisher(nchan.pub_url), lease_ms=600, token="relay-a").start()
+    b = Relay(redis_client, NchanPublisher(nchan.pub_url), lease_ms=600, token="relay-b")
+    trainer.metrics(0, loss=0.0)
+    relay_all(a, ingest)
+    viewer = nchan.viewer(run_id, FROM_START)
+    a._stop.set()  # noqa: SLF001  (the stall: no renewal from now on)
+    a._keeper.join()  # noqa: SLF001
+    wait_for(lambda: b.step(50) >= 0 and run_id in b.cursors, 10, "relay b to take the run once a's lease expired")
+    assert not a.holds(run_id)
+    trainer.metrics(1, loss=1.0)
+    ingest.drain()
+    frames = a.stats["frames"]
+    assert a.step(50) == 0 and a.stats["frames"] == frames
+    b.drain()
+    viewer.read_until(lambda: 1 in viewer.points.get("loss", {}), "step 1 from relay b")
+    a.close()
+    a = Relay(redis_client, NchanPublisher(nchan.pub_url), lease_ms=600, token="relay-a").start()
+    b.close()  # the run goes back to a
+    wait_for(lambda: a.step(50) >= 0 and run_id in a.cursors, 10, "relay a to take the run back")
+    redis_client.set(lease_key(run_id), "relay-c")  # taken under a's live keeper
+    wait_for(lambda: run_id in a.lost or run_id not in a.cursors, 10, "a's keeper to find its lease taken")
+    trainer.metrics(2, loss=2.0)
+    ingest.drain()
+    frames = a.stats["frames"]
+    assert a.step(50) == 0 and a.stats["frames"] == frames and run_id not in a.cursors
+    assert a.stats["leases_lost"] == 1
+    assert viewer.received["loss"] == [0, 1]
+    assert viewer.seqs == list(range(viewer.seqs[0], viewer.seqs[0] + len(viewer.seqs))), viewer.seqs
+    a.close()
+    viewer.close()

@@ -40,7 +40,7 @@ class Command(BaseCommand):
             client.ping()
         except redis.RedisError as e:
             raise CommandError(f"Redis at {settings.REDIS_URL} is not reachable: {e}") from None
-        relay = Relay(client, NchanPublisher(settings.OBS_LIVE_PUSH_URL), batch=batch, lease_ms=lease_ms)
+        relay = Relay(client, NchanPublisher(settings.OBS_LIVE_PUSH_URL), batch=batch, lease_ms=lease_ms).start()
         stop = threading.Event()
         old = {s: signal.signal(s, lambda signum, frame: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
         log.info("relay starting: redis %s -> %s", settings.REDIS_URL, settings.OBS_LIVE_PUSH_URL)
