@@ -77,12 +77,11 @@ def test_bench_has_no_import_cycle_and_only_the_harness_imports_deploy():
     assert offenders == []
 
 
-# bench/ holds measurements and their harness: at most BENCH_MAX_LINES lines of programs (bench/*.py, bench/*.c;
-# the tools that made a data set live beside it in bench/data/ and measure nothing). Transitional: the files other
-# engineers are rewriting now run over it by BENCH_BEING_REWRITTEN lines; the lead lowers it as their work lands.
+# bench/ holds measurements and their harness: at most BENCH_MAX_LINES lines of programs (bench/*.py, *.c, *.h;
+# the tools that made a data set live beside it in bench/data/ and measure nothing). Not met yet: bench/ runs over
+# it by BENCH_OVER_BUDGET lines (issue 47 stays open for it); lower it as cuts land, never raise it.
 BENCH_MAX_LINES = 5000
-BENCH_BEING_REWRITTEN = 922  # the live path's files being shrunk (viewers.c, fanout.py, latency.py, chaos.py,
-# viewer_client.py: 1,602 lines) and what the rest still runs over its share (4,313 lines against 3,850)
+BENCH_OVER_BUDGET = 916
 
 
 def bench_lines() -> dict[str, int]:
@@ -92,7 +91,7 @@ def bench_lines() -> dict[str, int]:
 
 def test_bench_stays_within_its_line_budget():
     lines = bench_lines()
-    assert sum(lines.values()) <= BENCH_MAX_LINES + BENCH_BEING_REWRITTEN, sorted(lines.items(), key=lambda kv: -kv[1])
+    assert sum(lines.values()) <= BENCH_MAX_LINES + BENCH_OVER_BUDGET, sorted(lines.items(), key=lambda kv: -kv[1])
 
 
 # House rules for every source file: at most 400 lines, no line over 120 characters.
