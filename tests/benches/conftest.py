@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,8 +46,22 @@ def run_bench(redis_url, tmp_path, short_tmp):
                "TMPDIR": str(short_tmp)}  # the benches' own SQLite files and work directories: this test's
         env.pop("DATABASE_URL", None)  # never the suite's database
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, f"bench/{name}.py", *args], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=timeout)
+        # its own process group, killed whole on a timeout: killing the bench alone left the trainer it had started
+        # training a whole token budget beside the rest of the suite (bench/first_step.py, 2026-12-07)
+        proc = subprocess.Popen([sys.executable, f"bench/{name}.py", *args], cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # anything of the bench's still running (none, normally)
+            except ProcessLookupError:
+                pass
+        out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         took = time.monotonic() - t0
         assert out.returncode == 0, (f"bench/{name}.py {' '.join(args)}: exit {out.returncode}\n"
                                      f"stdout: {out.stdout[-3000:]}\nstderr: {out.stderr[-3000:]}")
