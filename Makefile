@@ -31,8 +31,10 @@ run: $(STAMP_RUN)
 	$(PY) deploy/run_local.py $(if $(RUN),--run $(RUN),)
 
 # Independent test files run in parallel worker processes (pytest-xdist), each on its own Redis database, its own
-# test database and its own ports; `make test PYTEST_WORKERS=` runs them all in one process.
-PYTEST_WORKERS ?= -n 4 --dist loadfile
+# test database and its own ports; `make test PYTEST_WORKERS=` runs them all in one process. --no-loadscope-reorder
+# keeps tests/conftest.py's order (longest files first, tests/file_durations.json): xdist's own order (most tests
+# first) started the few-test, long files (benches, trainer runs) last, each then running alone at the end.
+PYTEST_WORKERS ?= -n 4 --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP_DEV)
 	$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)

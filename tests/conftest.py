@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -144,10 +146,27 @@ def mixture_cases():
     return MIXTURE_CASES
 
 
+# Seconds each test file took in a full `make test` (tests/file_durations.json, from a run's --junitxml; refresh it
+# with tests/file_durations.py when files are added or get slower). Only the order of the files depends on it.
+FILE_DURATIONS = Path(__file__).with_name("file_durations.json")
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-django's sort (db tests, transactional ones, the rest)
 def pytest_collection_modifyitems(config, items):
-    """Files with a `slow` test (trainer runs, multi-device, browsers) first: with `-n` workers (--dist loadfile hands
-    out whole files in this order) the long files start at once and the short ones fill the gaps, instead of a long
-    file starting last. Within a file, the order stays pytest-django's."""
+    """The longest files first: with `-n` workers (--dist loadfile hands out whole files in this order) the long files
+    start at once and the short ones fill the gaps, instead of a long file starting last and running alone at the
+    end. A file the table does not list yet counts as long when it has a `slow` test (trainer runs, multi-device,
+    browsers). Within a file, the order stays pytest-django's."""
+    try:
+        took = json.loads(FILE_DURATIONS.read_text())["files"]
+    except (OSError, ValueError, KeyError):
+        took = {}
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # stable
+    unlisted_slow = max(took.values(), default=0.0)  # unmeasured slow files before every measured one
+    root = Path(__file__).resolve().parents[1]
+
+    def seconds(path: Path) -> float:
+        rel = path.resolve().relative_to(root).as_posix() if path.is_absolute() else path.as_posix()
+        return took.get(rel, unlisted_slow + 1 if path in slow else 0.0)
+
+    items.sort(key=lambda item: -seconds(item.path))  # stable: a file's tests stay together, in their order

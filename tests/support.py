@@ -36,8 +36,15 @@ def wait_for(condition, timeout: float, what: str, every: float = 0.1):
         time.sleep(every)
 
 
-def wait_port(port: int, timeout: float = 30) -> None:
-    wait_for(lambda: listening(port), timeout, f"a server listening on port {port}")
+def wait_port(port: int, timeout: float = 300, proc: subprocess.Popen | None = None) -> None:
+    """Until something listens on `port`; given the server's `proc`, AssertionError at once if it exits first. The
+    timeout only bounds a hang: a Django server's start-up on two busy cores took over 30 s (CI, 2026-12-07)."""
+    def up():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the server for port {port} exited with {proc.returncode} before listening")
+        return listening(port)
+
+    wait_for(up, timeout, f"a server listening on port {port}")
 
 
 def stop(proc: subprocess.Popen, timeout: float = 15) -> int:

@@ -23,6 +23,12 @@ def tiny(tmp_path) -> TinyConfigs:
     return TinyConfigs(tmp_path)
 
 
+# A trainer that has neither changed phase nor stepped for this long is hung. Not a time limit on the work: a
+# compile on two cores under the suite's four workers and other work took minutes (CI, 2026-12-07), so any fixed
+# limit on a whole start-up is one a loaded machine can pass.
+STALL_S = 600.0
+
+
 class BackgroundTrainer:
     """The real Trainer, built as the CLI builds it, on a thread of this process (no subprocess start-up)."""
 
@@ -37,23 +43,38 @@ class BackgroundTrainer:
     def _run(self):
         self.rc = self.trainer.run()
 
-    def wait_step(self, step: int, timeout: float = 120) -> None:
-        """Until the loop has dispatched `step` (the timeout only guards against a hang)."""
-        deadline = time.monotonic() + timeout
-        while self.trainer.state.step < step:
-            assert self.thread.is_alive(), f"trainer exited early with {self.rc}"
-            assert time.monotonic() < deadline, f"trainer stuck at step {self.trainer.state.step}"
-            time.sleep(0.01)
+    def _progress(self) -> tuple:
+        return self.trainer.progress.phase, self.trainer.state.step
 
-    def join(self, timeout: float = 120) -> int:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "trainer did not stop"
+    def _wait(self, done: Callable[[], bool], what: str, max_step: int | None = None) -> None:
+        """Until `done()`. Fails when the trainer stops making progress (same phase and step for STALL_S) or,
+        given `max_step`, when it steps past it (it should have stopped by then)."""
+        seen, since = self._progress(), time.monotonic()
+        while not done():
+            now = self._progress()
+            if now != seen:
+                seen, since = now, time.monotonic()
+            assert time.monotonic() - since < STALL_S, f"{what}: trainer hung in {seen[0]} at step {seen[1]}"
+            assert max_step is None or now[1] <= max_step, f"{what}: trainer went on to step {now[1]}"
+            self.thread.join(0.01)
+
+    def wait_step(self, step: int) -> None:
+        """Until the loop has dispatched `step`."""
+        def done():
+            assert self.thread.is_alive() or self.trainer.state.step >= step, f"trainer exited early with {self.rc}"
+            return self.trainer.state.step >= step
+
+        self._wait(done, f"waiting for step {step}")
+
+    def join(self, max_step: int | None = None) -> int:
+        """Until the run returns; its exit status. `max_step`: fail as soon as it dispatches a step past this."""
+        self._wait(lambda: not self.thread.is_alive(), "trainer did not stop", max_step)
         return self.rc
 
     def stop(self) -> None:
         if self.thread.is_alive():
             self.trainer.request_stop("test teardown")
-            self.thread.join(120)
+            self.thread.join(120)  # best effort at teardown (the test's own assertions have run)
 
 
 @pytest.fixture

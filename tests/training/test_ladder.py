@@ -52,7 +52,7 @@ def test_the_config_hash_ignores_identity_and_experiment_but_not_what_is_trained
 
 
 def _refused(trainer_cli, config: Path, *args: str) -> str:
-    out = trainer_cli.run(config, "--no-redis", *args, timeout=120)
+    out = trainer_cli.run(config, "--no-redis", *args)
     assert out.returncode == 2, out.stdout + out.stderr
     return out.stderr
 

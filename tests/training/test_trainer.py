@@ -72,7 +72,9 @@ def test_it_fails_cleanly_when_the_loss_stays_non_finite(tiny, start_trainer, st
                                                          run_id):
     cfg = tiny.load(train={"lr": 1e30, "grad_clip": 0.0, "warmup_ratio": 0.0, "max_nonfinite_steps": 2,
                            "weight_decay": 0.0})
-    assert start_trainer(cfg, run_id, redis_url).join() == 1
+    # the first update (lr 1e30, no clipping) leaves every later step non-finite: it fails when it completes the
+    # second of those (step 3), with step 4 already dispatched; a trainer that went on past that is a failure too
+    assert start_trainer(cfg, run_id, redis_url).join(max_step=4) == 1
     msgs = stream(redis_client, run_id)
     failed = [m.data for m in msgs if m.kind == "state" and m.data["state"] == "failed"]
     assert failed and "non-finite for 2 consecutive steps" in failed[0]["detail"]
@@ -83,14 +85,14 @@ def test_it_fails_cleanly_when_the_loss_stays_non_finite(tiny, start_trainer, st
 
 
 def test_a_bad_config_prints_one_line_and_exits_2(tmp_path, tiny, trainer_cli):
-    p = trainer_cli.run(tiny(train={"batch_size": 0}), timeout=60)
+    p = trainer_cli.run(tiny(train={"batch_size": 0}))
     assert p.returncode == 2
     assert p.stderr.strip() == "config error: train.batch_size: must be a positive integer"
-    p = trainer_cli.run(tiny(model={"n_heads": 3}), timeout=60)
+    p = trainer_cli.run(tiny(model={"n_heads": 3}))
     assert p.returncode == 2 and p.stderr.startswith("config error: model.n_heads: ")
     assert len(p.stderr.strip().splitlines()) == 1
     # found only when the data loads: still one line, still status 2
-    p = trainer_cli.run(tiny(data={"corpora": {"mine": str(tmp_path / "nope")}}), "--no-redis", timeout=120)
+    p = trainer_cli.run(tiny(data={"corpora": {"mine": str(tmp_path / "nope")}}), "--no-redis")
     assert p.returncode == 2, p.stderr[-2000:]
     assert p.stderr.strip().splitlines()[-1].startswith("config error: data.corpora.mine: ")
 
@@ -107,7 +109,7 @@ def test_set_overrides_a_config_value_and_a_bad_one_exits_2_naming_the_key(tiny,
                            ("train.lr=fast", "config error: train.lr: must be a number, got 'fast'"),
                            ("train.batch_size=0", "config error: train.batch_size: must be a positive integer"),
                            ("lr=1", "config error: lr: an override is section.key=value")]:
-        p = trainer_cli.run(tiny(), "--set", "train.lr=3e-4", "--set", override, timeout=60)
+        p = trainer_cli.run(tiny(), "--set", "train.lr=3e-4", "--set", override)
         assert p.returncode == 2 and p.stderr.strip().startswith(line), (override, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1
 

@@ -50,7 +50,7 @@ class Servers:
         return f.read().decode(errors="replace")[-chars:]
 
     def wait_web(self) -> None:
-        wait_port(self.port)
+        wait_port(self.port, proc=self.web)
 
     def stop_web(self) -> None:
         stop(self.web)
@@ -72,8 +72,9 @@ class Servers:
             f.close()
 
 
-def wait_ingested(run_id: str, last_step: int, timeout: float = 60) -> None:
-    """Until ingest (a subprocess) has stored the run up to `last_step`."""
+def wait_ingested(run_id: str, last_step: int, timeout: float = 300) -> None:
+    """Until ingest (a subprocess) has stored the run up to `last_step` (the timeout bounds a hang: ingest's start-up
+    alone can take a minute on two busy cores)."""
     from webapp.runs.models import Run
 
     wait_for(lambda: Run.objects.filter(pk=run_id, last_step=last_step).exists(), timeout,
@@ -123,7 +124,7 @@ def logged_web(env: dict, log: Path):
     with open(log, "wb") as out:
         proc = subprocess.Popen(web_command("127.0.0.1", port), cwd=ROOT, env=env, stdout=out, stderr=out)
         try:
-            wait_port(port)
+            wait_port(port, proc=proc)
             yield port
         finally:
             stop(proc)

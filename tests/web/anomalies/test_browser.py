@@ -39,8 +39,8 @@ def test_an_injected_lr_spike_shows_up_live_in_the_log_on_the_loss_chart_and_as_
         servers.wait_web()
         api = f"{servers.url}/api/runs/{run_id}"
         # (the API, not the ORM: Playwright's event loop runs in this thread, where Django refuses database calls)
-        wait_for(lambda: ((get_json(api + "/") or {}).get("last_step") or 0) >= 5, 120,
-                 "the trainer's first steps in the database")
+        wait_for(lambda: ((get_json(api + "/") or {}).get("last_step") or 0) >= 5, 300,
+                 "the trainer's first steps in the database")  # (start-up and a cold compile)
         page = new_page(viewport={"width": 1280, "height": 800})
         page.on("console", lambda m: console.append((m.type, m.text)))
         page.add_init_script(PAGE_HOOK)
@@ -52,11 +52,11 @@ def test_an_injected_lr_spike_shows_up_live_in_the_log_on_the_loss_chart_and_as_
         before = get_json(api + "/")["last_step"]
         ctl = subprocess.run([sys.executable, "-m", "training", "control", run_id, "inject-fault", "lr-spike", "3",
                               "factor=100", "--reason", "anomaly browser test"], cwd=ROOT, env=servers.env,
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=300)
         assert ctl.returncode == 0, ctl.stdout + ctl.stderr
         spike = wait_for(lambda: next((a for a in reversed((get_json(api + "/anomalies/?kind=loss_spike") or {}).get(
             "anomalies", [])) if a["metric"] == contract.M_LOSS and a["start_step"] > before
-            and a["severity"] != "info"), None), 60, "the loss spike in the log")
+            and a["severity"] != "info"), None), 300, "the loss spike in the log")
         key, start, aid = spike["key"], spike["start_step"], spike["id"]
 
         # on the page, without a reload: the marker on the loss chart, the toast, the panel's log (each drawn while

@@ -12,7 +12,11 @@ from tests.support import wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "deploy"))
 import supervisor  # noqa: E402
 
-SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
+# The trainer's stand-in takes SIGINT as the trainer does, which installs its own handler (training/cli.py): one that
+# relied on the disposition it inherited ignored the supervisor's SIGINT after other tests in the same xdist worker
+# (the full suite: 60 s until the supervisor's kill, past this file's wait for it)
+SLEEP = [sys.executable, "-c", "import signal, time; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+         "signal.signal(signal.SIGINT, signal.default_int_handler); time.sleep(120)"]
 
 
 def _exits(marker: Path, status: int) -> list[str]:
@@ -37,7 +41,7 @@ def test_the_push_tier_is_restarted_and_the_trainer_goes_on(tmp_path, monkeypatc
         assert trainer.poll() is None and t.is_alive()  # the trainer was never stopped
     finally:
         stop.append(1)
-        t.join(60)
+        wait_for(lambda: not t.is_alive(), 300, "the supervisor to stop its children")
     assert rc == [0] and trainer.poll() is not None  # stopped by the request, with the rest
 
 

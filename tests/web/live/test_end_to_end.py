@@ -39,18 +39,19 @@ def test_trainer_points_reach_the_database_and_a_websocket(servers, tmp_path, ru
     cfg = TinyConfigs(tmp_path)("tiny.toml", run={"name": "e2e", "seed": 1}, train={"lr": 3e-3, "allow_faults": False},
                                 **WEB_TINY)
     api = f"{servers.url}/api/runs"
-    wait_for(lambda: get_json(f"{api}/") is not None, 60, "uvicorn")
+    wait_for(lambda: get_json(f"{api}/") is not None, 300, "uvicorn")
     trainer = subprocess.Popen([sys.executable, "-m", "training", "run", "--config", str(cfg), "--run-id", run_id,
                                 "--steps", "40", "--fresh"], cwd=ROOT, env=servers.env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     try:
-        # The run appears in the API once ingest has seen its first messages.
-        wait_for(lambda: get_json(f"{api}/{run_id}/"), 120, "the run in the API")
+        # The run appears in the API once ingest has seen its first messages. (Each timeout only bounds a hang: the
+        # trainer's start-up and compile on two cores under the full suite took minutes.)
+        wait_for(lambda: get_json(f"{api}/{run_id}/"), 300, "the run in the API")
         # A WebSocket client sees live points arrive while the trainer is still training.
         got = asyncio.run(_ws_collect(f"ws://127.0.0.1:{servers.port}/ws/runs/{run_id}/", servers.url,
-                                      want_step=30, timeout=120))
+                                      want_step=30, timeout=300))
         assert 30 in got and all(isinstance(v, float) for v in got.values())
-        assert trainer.wait(120) == 0, trainer.stderr.read().decode()[-2000:]
+        assert trainer.wait(300) == 0, trainer.stderr.read().decode()[-2000:]
         # Every step's loss is in the database exactly once.
         series = wait_for(lambda: Series.objects.filter(run_id=run_id, name=contract.M_LOSS).first(), 30,
                           "the loss series")
