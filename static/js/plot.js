@@ -153,6 +153,7 @@ window.Obs = window.Obs || {};
       layout.yaxis.range = fig.log.y ? [Math.log10(sy.min), Math.log10(sy.max)] : [sy.min, sy.max];
       layout.yaxis.ticklabels = fig.ticks.y;
     }
+    if (layout.yaxis3) layout.yaxis3.ticklabels = fig.ticks.y3;
   }
 
   // Vertical marks: lines and bands spanning the plot (bands first, under the lines)
