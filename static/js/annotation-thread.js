@@ -11,17 +11,7 @@ window.Obs = window.Obs || {};
              removed: new Set(), openId: null, thread: null, loaded: false};
   const $ = (id) => document.getElementById(id);
 
-  // el("div", {className, text, attrs: {...}, on: {click}}, ...children): text always as text, never markup.
-  function el(tag, props, ...kids) {
-    const n = document.createElement(tag);
-    const p = props || {};
-    if (p.className) n.className = p.className;
-    if (p.text !== undefined) n.textContent = p.text;
-    for (const [k, v] of Object.entries(p.attrs || {})) n.setAttribute(k, v);
-    for (const [k, f] of Object.entries(p.on || {})) n.addEventListener(k, f);
-    for (const k of kids) if (k) n.append(k);
-    return n;
-  }
+  const el = Obs.el; // (plotkit.js)
   const short = (s, n) => (s.length > n ? s.slice(0, n - 1) + "…" : s);
   const steps = (a) => (a.step_end > a.step_start ? `steps ${a.step_start}–${a.step_end}` : `step ${a.step_start}`);
   const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC" : "");

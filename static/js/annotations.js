@@ -10,7 +10,6 @@ window.Obs = window.Obs || {};
   const A = Obs.annotations;
   const {S, $, el, short, api, fail, mine} = A;
   const SOURCE = "annotations";
-  const plotlyText = (s) => s; // (labels are drawn as text: plot.js sets textContent)
 
   // ------------------------------------------------------------------------------------------ overlays
   // Every chart draws every shape and label: labels go to at most MAX_LABELS notes (the open
@@ -24,7 +23,7 @@ window.Obs = window.Obs || {};
     const alpha = a.id === S.openId ? 0.26 : 0.13;
     return {id: "annotation-" + a.id, x0: a.step_start, x1: band ? a.step_end : undefined,
             metric: a.metric || undefined, onClick: () => A.openThread(a.id), collapse: true, // (labels fold)
-            label: labelled ? (a.hidden ? "⊘ " : "✎ ") + plotlyText(short(a.title, 28)) +
+            label: labelled ? (a.hidden ? "⊘ " : "✎ ") + short(a.title, 28) +
               (a.reply_count ? ` (${a.reply_count})` : "") : undefined,
             color: band ? `rgba(${tone},${alpha})` : `rgb(${tone})`, textColor: a.hidden ? "#8a8f96" : "#3b78d8"};
   }
@@ -272,9 +271,8 @@ window.Obs = window.Obs || {};
     const can = S.viewer.can.create;
     $("ann-new").hidden = !can;
     $("ann-signin").hidden = S.viewer.id !== null;
-    const touch = window.matchMedia && window.matchMedia("(pointer: coarse)").matches;
     $("ann-hint").textContent = !can ? "Community notes are drawn on the charts; click one to read its thread." :
-      touch ? "Tap a point on a chart, or use Annotate, to add a note." :
+      Obs.coarsePointer() ? "Tap a point on a chart, or use Annotate, to add a note." :
       "Shift-drag across a chart (or click a point) to annotate it.";
     $("ann-form").querySelector(".ann-tags").append(...S.tags.map((t) =>
       el("label", {className: "ann-tag-choice"},

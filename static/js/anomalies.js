@@ -123,22 +123,13 @@
       .join("\u0000");
     const had = rows.get(a.key);
     if (had && had.sig === sig) return had.li;
-    const li = document.createElement("li");
-    li.className = "sev-" + a.severity;
-    li.dataset.key = a.key;
-    const sev = document.createElement("span");
-    sev.className = "badge sev-" + a.severity; sev.textContent = a.severity;
-    const what = document.createElement("a");
-    what.href = logUrl + "#a-" + a.id;
-    what.textContent = `${label(a)}${a.metric ? " · " + a.metric : ""}`;
-    const steps = document.createElement("button");
-    steps.type = "button"; steps.className = "link steps";
-    steps.title = "zoom the charts on it";
-    steps.textContent = "step " + a.start_step + (a.end_step === null ? " (ongoing)" : "–" + a.end_step);
-    steps.addEventListener("click", () => zoom(a.zoom.from, a.zoom.to));
-    const why = document.createElement("div");
-    why.className = "muted why"; why.textContent = a.explanation;
-    li.append(sev, " ", what, " ", steps, why);
+    const el = Obs.el, li = el("li", {class: "sev-" + a.severity, "data-key": a.key},
+      el("span", {class: "badge sev-" + a.severity, text: a.severity}), " ",
+      el("a", {href: logUrl + "#a-" + a.id, text: `${label(a)}${a.metric ? " · " + a.metric : ""}`}), " ",
+      el("button", {type: "button", class: "link steps", title: "zoom the charts on it",
+                    on: {click: () => zoom(a.zoom.from, a.zoom.to)},
+                    text: "step " + a.start_step + (a.end_step === null ? " (ongoing)" : "–" + a.end_step)}),
+      el("div", {class: "muted why", text: a.explanation}));
     rows.set(a.key, {li, sig});
     return li;
   }
@@ -232,25 +223,14 @@
 
   Obs.frameHandlers.anomaly = (frame, c) => { ctx = c; upsert(frame.anomalies || [], true); };
 
-  // ------------------------------------------------------------------------------------------ zoom
-  // The dashboard's own zoom (Obs.zoomTo: every chart, the URL's from/to).
-  function zoom(from, to) {
-    if (to > from && Obs.zoomTo) Obs.zoomTo(from, to);
-  }
-
-  function zoomFromUrl() {
-    if (Obs.zoomTo) return; // the dashboard reads ?from=&to= itself
-    const q = new URLSearchParams(location.search);
-    const from = parseInt(q.get("from"), 10), to = parseInt(q.get("to"), 10);
-    if (Number.isFinite(from) && Number.isFinite(to)) zoom(from, to);
-  }
+  // The dashboard's own zoom (dashboard.js Obs.zoomTo: every chart, the URL's from/to, which it reads itself).
+  const zoom = (from, to) => { if (to > from) Obs.zoomTo(from, to); };
 
   Obs.onStart.push(async (c, p) => {
     ctx = c; page = p;
     const base = "/runs/" + encodeURIComponent(p.run_id);
     logUrl = base + "/anomalies/";
     panelSeen = Obs.watchSeen(panel(), (seen) => { panelSeen = seen; if (seen) render(); });
-    zoomFromUrl();
     try {
       const r = await fetch("/api" + base + "/anomalies/?limit=500");
       if (!r.ok) throw new Error("HTTP " + r.status);

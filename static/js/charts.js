@@ -209,22 +209,20 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         if (p.x.length > 4 * this.resolution()) [p.x, p.y] = Obs.minmax(p.x, p.y, this.resolution());
         const unit = this.ctx.registry.info(it.name).unit, label = this.label(it.name);
         const X = xa.toX(p.x), yaxis = it.secondary ? "y3" : "y";
-        lines.push({x: X, y: p.y, type: "scatter", mode: "lines", name: label, yaxis, legendgroup: it.name, unit,
-                    showlegend: multi && !sm, opacity: sm > 0 ? 0.28 : 1,
-                    line: {width: it === this.items[0] ? 1.5 : 1.1, color: color(it.index),
-                           dash: it.secondary ? "dot" : "solid"}});
+        lines.push({x: X, y: p.y, mode: "lines", name: label, yaxis, unit, showlegend: multi && !sm,
+                    opacity: sm > 0 ? 0.28 : 1, line: {width: it === this.items[0] ? 1.5 : 1.1, color: color(it.index),
+                                                       dash: it.secondary ? "dot" : "solid"}});
         marks.push({x: xa.toX(d.nfSteps), y: d.nfSteps.map(() => 1), text: d.nfKinds.slice(), yaxis: "y2",
-                    type: "scatter", mode: "markers", showlegend: false, name: label + " non-finite",
-                    legendgroup: it.name, marker: {color: t.red, symbol: "x", size: 9}});
+                    mode: "markers", showlegend: false, name: label + " non-finite",
+                    marker: {color: t.red, symbol: "x", size: 9}});
         oob.push({x: xa.toX(p.ox), y: p.ox.map(() => 1), text: p.oy.map((v) => Obs.fmt(v)), yaxis: "y2",
-                  type: "scatter", mode: "markers", showlegend: false, name: label + " impossible",
-                  legendgroup: it.name, marker: {color: t.amber, symbol: "triangle-up-open", size: 9}});
+                  mode: "markers", showlegend: false, name: label + " impossible",
+                  marker: {color: t.amber, symbol: "triangle-up-open", size: 9}});
         this.oobTotal += p.ox.length;
         if (this.ctx.view.log.has(this.id)) this.nonPositive += p.y.filter((v) => v <= 0).length;
         if (sm > 0) {
           it.ema = Obs.ema(p.y, sm);
-          smooth.push({x: X, y: it.ema.y, type: "scatter", mode: "lines", name: label + " (smoothed)", yaxis, unit,
-                       legendgroup: it.name, showlegend: multi,
+          smooth.push({x: X, y: it.ema.y, mode: "lines", name: label + " (smoothed)", yaxis, unit, showlegend: multi,
                        line: {width: 1.8, color: color(it.index), dash: it.secondary ? "dot" : "solid"}});
         }
       }

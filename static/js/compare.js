@@ -110,29 +110,20 @@
   function renderChips() {
     const ul = $("run-chips");
     ul.replaceChildren(...order.map((line) => {
-      const li = document.createElement("li"), el = (tag, cls, text) => {
-        const e = document.createElement(tag); if (cls) e.className = cls; if (text) e.textContent = text;
-          li.append(e); return e;
-      };
-      li.className = "run-chip"; li.dataset.run = line.id;
-      const sw = el("span", "swatch");
-      sw.setAttribute("aria-hidden", "true");
+      const say = `Remove ${line.label} from the comparison`, el = Obs.el;
+      const sw = el("span", {class: "swatch", attrs: {"aria-hidden": "true"}});
       sw.style.background = Obs.color(line.index);
-      const a = el("a", "", line.label);
-      a.href = "/runs/" + encodeURIComponent(line.id) + "/";
-      if (line.label !== line.id) el("span", "muted run-id", line.id);
-      el("span", "badge state-" + line.info.state, line.info.state);
-      if (Obs.imported(line.info.source)) el("span", "badge", "imported");
-      const rm = el("button", "remove", "✕");
-      rm.type = "button";
-      rm.setAttribute("aria-label", `Remove ${line.label} from the comparison`);
-      rm.title = rm.getAttribute("aria-label");
-      rm.addEventListener("click", () => {
-        view.set({runs: view.runs.filter((id) => id !== line.id)});
-        $("run-search").focus();
-        announce(`Run ${line.label} removed`);
-      });
-      return li;
+      return el("li", {class: "run-chip", "data-run": line.id}, sw,
+        el("a", {text: line.label, href: "/runs/" + encodeURIComponent(line.id) + "/"}),
+        line.label !== line.id && el("span", {class: "muted run-id", text: line.id}),
+        el("span", {class: "badge state-" + line.info.state, text: line.info.state}),
+        Obs.imported(line.info.source) && el("span", {class: "badge", text: "imported"}),
+        el("button", {class: "remove", text: "✕", type: "button", title: say, attrs: {"aria-label": say},
+                      on: {click: () => {
+                        view.set({runs: view.runs.filter((id) => id !== line.id)});
+                        $("run-search").focus();
+                        announce(`Run ${line.label} removed`);
+                      }}}));
     }));
     $("runs-empty").hidden = order.length > 0 || view.runs.length > 0;
   }

@@ -46,35 +46,32 @@
     drawable(it) { return it.run.supports(this.ctx.view.x); }
 
     traces() {
-      const sm = this.ctx.view.smooth, t = Obs.theme(), logY = this.ctx.view.log.has(this.id);
-      const unit = this.info.unit, hover = "%{y:.5~g}" + (unit && unit !== "fraction" ? " " + unit : "");
+      const sm = this.ctx.view.smooth, t = Obs.theme(), logY = this.ctx.view.log.has(this.id), unit = this.info.unit;
       const lines = [], marks = [], smooth = [];
       this.oobTotal = 0; this.nonPositive = 0; this.offAxis = [];
       for (const it of this.items) {
         if (!it.series || it.series.waiting || it.series.missing) continue; // the run has no such series
         if (!this.drawable(it)) { this.offAxis.push(it.name); continue; }
         const d = this.data(it), X = it.run.toX(d.steps), c = Obs.color(it.index);
-        lines.push({x: X, y: d.values.slice(), type: "scatter", mode: "lines", legendgroup: it.run.id,
-                    name: sm > 0 ? it.name + " (raw)" : it.name, // the legend names runs: the smoothed lines' then
-                    showlegend: !sm, opacity: sm > 0 ? 0.28 : 1, hovertemplate: hover, line: {width: 1.5, color: c}});
+        lines.push({x: X, y: d.values.slice(), mode: "lines", unit, // the legend names runs: the smoothed lines' then
+                    name: sm > 0 ? it.name + " (raw)" : it.name, showlegend: !sm, opacity: sm > 0 ? 0.28 : 1,
+                    line: {width: 1.5, color: c}});
         marks.push({x: it.run.toX(d.nfSteps), y: d.nfSteps.map(() => 1), text: d.nfKinds.slice(), yaxis: "y2",
-                    type: "scatter", mode: "markers", showlegend: false, name: it.name + " non-finite",
-                    legendgroup: it.run.id, hovertemplate: "%{text}",
+                    mode: "markers", showlegend: false, name: it.name + " non-finite",
                     marker: {color: t.red, symbol: "x", size: 9, line: {color: c, width: 1}}});
         if (logY) this.nonPositive += d.values.filter((v) => v <= 0).length;
         if (sm > 0) {
           it.ema = Obs.ema(d.values, sm);
-          smooth.push({x: X, y: it.ema.y, type: "scatter", mode: "lines", name: it.name,
-                       legendgroup: it.run.id, showlegend: true, hovertemplate: hover, line: {width: 1.8, color: c}});
+          smooth.push({x: X, y: it.ema.y, mode: "lines", name: it.name, showlegend: true, unit,
+                       line: {width: 1.8, color: c}});
         }
       }
-      const oob = lines.map(() => ({x: [], y: [], type: "scatter", mode: "markers", yaxis: "y2", showlegend: false}));
+      const oob = lines.map(() => ({x: [], y: [], mode: "markers", yaxis: "y2", showlegend: false}));
       return [...lines, ...marks, ...oob, ...smooth];
     }
 
     layout(traces) {
       const lay = super.layout(traces), view = this.ctx.view, xa = lay.xaxis;
-      xa.hoverformat = {step: ",d", tokens: ".4~s", time: ",.1f"}[view.x];
       if (view.logx) {
         xa.type = "log";
         if (xa.range) xa.range = xa.range.map((v) => Math.log10(Math.max(v, 1e-9)));

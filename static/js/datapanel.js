@@ -8,18 +8,9 @@ window.Obs = window.Obs || {};
   // ------------------------------------------------------------------------------------------ helpers
   const bytes = (n) => n === undefined || n === null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + " GB"
     : n >= 1e6 ? (n / 1e6).toFixed(2) + " MB" : n >= 1e3 ? (n / 1e3).toFixed(1) + " kB" : n + " B";
-  const count = (n) => n === undefined || n === null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + "B"
-    : n >= 1e6 ? (n / 1e6).toFixed(2) + "M" : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(n);
+  const count = Obs.count; // (plotkit.js)
 
-  function el(tag, attrs, ...children) {
-    const e = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) {
-      if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
-      else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
-    }
-    for (const c of children) if (c !== null && c !== undefined) e.append(c);
-    return e;
-  }
+  const el = Obs.el; // (plotkit.js)
 
   function weightCell(w, cls) {
     const td = el("td", {class: "num weight " + (cls || "")});

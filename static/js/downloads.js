@@ -29,25 +29,11 @@ window.Obs = window.Obs || {};
 
   // The chart's download menu (a <details> in its tool bar): made once, by the chart's build().
   Obs.downloadMenu = (chart, tools) => {
-    const det = document.createElement("details");
-    det.className = "download";
-    const sum = document.createElement("summary");
-    sum.className = "tool";
-    sum.textContent = "⤓";
-    sum.title = "Download the data of " + chart.title;
-    sum.setAttribute("aria-label", sum.title);
-    const menu = document.createElement("span");
-    menu.className = "download-menu";
-    for (const [fmt, label] of FORMATS) {
-      const a = document.createElement("a");
-      a.dataset.fmt = fmt;
-      a.textContent = label;
-      menu.append(a);
-    }
-    const note = document.createElement("span");
-    note.className = "muted download-note";
-    menu.append(note);
-    det.append(sum, menu);
+    const el = Obs.el, say = "Download the data of " + chart.title; // (plotkit.js)
+    const menu = el("span", {class: "download-menu"}, ...FORMATS.map(([fmt, text]) => el("a", {"data-fmt": fmt, text})),
+                    el("span", {class: "muted download-note"}));
+    const det = el("details", {class: "download"},
+                   el("summary", {class: "tool", text: "⤓", title: say, attrs: {"aria-label": say}}), menu);
     det.addEventListener("toggle", () => { Obs.downloadLinks(chart); if (det.open) fit(menu); });
     tools.prepend(det);
     const close = (ev) => {

@@ -12,12 +12,7 @@ window.Obs = window.Obs || {};
   const INTERVENTIONS = new Set(["command", "lr_multiplier", "lr_replan", "mixture_changed", "fault_injected"]);
   const RESTARTS = new Set(["resumed", "rollback", "commands_rolled_back"]);
 
-  function el(tag, cls, text) {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined) e.textContent = text;
-    return e;
-  }
+  const el = (tag, cls, text) => Obs.el(tag, {class: cls || undefined, text});
 
   class EventLog {
     // section: the events <section>; onRewind({from_step, to_step, label}): a rewind the charts should mark.

@@ -74,28 +74,20 @@ window.Obs = window.Obs || {};
     const pick = (arr) => arr.filter((_, i) => keep[i]);
     const tokens = pick(c.tokens), x = xOf(tokens);
     if (!x || !tokens.length) return null;
-    const label = ok ? "forecast" : "forecast (UNVERIFIED)";
-    const hover = "%{y:.4~g} at %{customdata:.3~s} tokens";
-    const out = [
-      {x, y: pick(low), customdata: tokens, type: "scatter", mode: "lines", name: label + " low", yaxis: "y",
-       showlegend: false, hoverinfo: "skip", line: {width: 0, color: ok ? BAND.line : BAND.badLine},
-         meta: "forecast-low"},
-      {x: x.slice(), y: pick(high), customdata: tokens, type: "scatter", mode: "lines", name: label + " band",
-       yaxis: "y", fill: "tonexty", fillcolor: ok ? BAND.fill : BAND.bad, showlegend: false,
-         hovertemplate: "high " + hover,
-       line: {width: 0, color: ok ? BAND.line : BAND.badLine}, meta: "forecast-high"},
-      {x: x.slice(), y: pick(c.loss), customdata: tokens, type: "scatter", mode: "lines", name: label, yaxis: "y",
-       showlegend: true, hovertemplate: hover, meta: "forecast",
-       line: {width: 1.3, dash: ok ? "dash" : "dot", color: ok ? BAND.line : BAND.badLine}},
-    ];
+    const label = ok ? "forecast" : "forecast (UNVERIFIED)", color = ok ? BAND.line : BAND.badLine;
+    const band = (y, name, meta, more) => ({x: x.slice(), y, customdata: tokens, mode: "lines", name, yaxis: "y",
+                                             showlegend: false, line: {width: 0, color}, meta, ...more});
+    const fill = {fill: "tonexty", fillcolor: ok ? BAND.fill : BAND.bad}, dash = ok ? "dash" : "dot";
+    const out = [band(pick(low), label + " low", "forecast-low", {hoverinfo: "skip"}),
+                 band(pick(high), label + " band", "forecast-high", fill),
+                 band(pick(c.loss), label, "forecast", {showlegend: true, line: {width: 1.3, dash, color}})];
     for (const r of F.data.rungs) {
       const d = F.rungs.get(r.id + " " + chart.id);
       if (!d || !d.steps.length) continue;
       const rx = xOf(d.steps.map((s) => s * r.tokens_per_step));
       if (!rx) continue;
-      out.push({x: rx, y: d.values.slice(), type: "scatter", mode: "lines", name: "rung " + r.name, yaxis: "y",
-                opacity: 0.35, showlegend: false, hovertemplate: "rung " + r.name + ": %{y:.4~g}", meta: "rung",
-                line: {width: 1, color: Obs.theme().muted}});
+      out.push({x: rx, y: d.values.slice(), mode: "lines", name: "rung " + r.name, yaxis: "y", opacity: 0.35,
+                showlegend: false, meta: "rung", line: {width: 1, color: Obs.theme().muted}});
     }
     return out;
   }
@@ -151,10 +143,8 @@ window.Obs = window.Obs || {};
 
   function buildPanel() {
     const d = F.data, reg = d.registration, exp = reg.experiment || {};
-    const box = document.createElement("section");
-    box.className = "panel forecast";
-    box.id = "forecast-panel";
-    box.setAttribute("aria-labelledby", "forecast-title");
+    const box = Obs.el("section", {class: "panel forecast", id: "forecast-panel",
+                                   attrs: {"aria-labelledby": "forecast-title"}});
     box.innerHTML = '<h2 id="forecast-title">Pre-registered forecast <a class="fc-exp"></a> '
       + '<span class="badge fc-badge"></span></h2>' +
       '<p class="fc-final">final loss: forecast <b class="fc-forecast"></b> ' +

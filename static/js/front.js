@@ -82,12 +82,7 @@ window.Obs = window.Obs || {};
   }
 
   // ------------------------------------------------------------------------------------------- moments
-  function node(tag, attrs, text) {
-    const n = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs || {})) n.setAttribute(k, v);
-    if (text !== undefined) n.textContent = text; // user text is only ever text
-    return n;
-  }
+  const node = (tag, attrs, text) => Obs.el(tag, {...attrs, text}); // (plotkit.js: user text is only ever text)
 
   function showMoments(list) {
     const box = el("moments");

@@ -18,8 +18,6 @@ window.Obs = window.Obs || {};
                  "set-lr-multiplier": "LR×:", "set-token-budget": "budget:", "set-mixture": "mix:",
                  "inject-fault": "fault:"};
 
-  // Plotly reads a few HTML tags in annotation text: an operator's reason is shown as text, never markup.
-  const plain = (s) => String(s || "").replace(/[<>&]/g, " ");
   const short = (s) => (s.length > LABEL_CHARS ? s.slice(0, LABEL_CHARS - 1) + "…" : s);
 
   const who = (c) => (c.user ? ` — ${c.user}` : "");
@@ -31,10 +29,10 @@ window.Obs = window.Obs || {};
     return {
       id: "intervention-" + group[0].id, x0: group[0].step, color: undone ? "#9e9e9e" : "#6a1b9a",
       textColor: undone ? "#757575" : "#4a148c",
-      label: plain(short(text(group[0])) + (group.length > 1 ? ` +${group.length - 1}` : "")),
-      hover: group.map((c) => `step ${c.step} · ${plain(text(c))}`), collapse: true,
-      onClick: () => group.forEach((c) => Obs.toast(plain(`${c.command} at step ${c.step}${who(c)}: ${c.reason}. ` +
-        `Trainer: ${c.detail}` + (c.undone_by ? ` — ${c.undone_detail}` : "")), "info")),
+      label: short(text(group[0])) + (group.length > 1 ? ` +${group.length - 1}` : ""), // (drawn as text)
+      hover: group.map((c) => `step ${c.step} · ${text(c)}`), collapse: true,
+      onClick: () => group.forEach((c) => Obs.toast(`${c.command} at step ${c.step}${who(c)}: ${c.reason}. ` +
+        `Trainer: ${c.detail}` + (c.undone_by ? ` — ${c.undone_detail}` : ""), "info")),
     };
   }
 

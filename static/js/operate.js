@@ -17,23 +17,10 @@
   let ws = null, attempts = 0, pollTimer = null, planTimer = null;
 
   // ------------------------------------------------------------------------------------------ helpers
-  function el(tag, props, ...kids) {
-    const e = document.createElement(tag);
-    Object.entries(props || {}).forEach(([k, v]) => {
-      if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
-      else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
-    });
-    kids.forEach((k) => k != null && e.append(k));
-    return e;
-  }
+  const el = Obs.el; // (plotkit.js)
   const num = (x) => (x == null || x === "" ? "–" : Number(x).toLocaleString("en-US"));
   const sig = (x, d = 3) => (x == null || typeof x !== "number" ? "–" : Number(x.toPrecision(d)).toString());
-  function dur(s) {
-    if (s == null || typeof s !== "number" || !isFinite(s)) return "–";
-    s = Math.max(0, Math.round(s));
-    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
-    return h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
-  }
+  const dur = (s) => (typeof s === "number" ? Obs.duration(s) : "–"); // (plotkit.js)
   const runOf = (id) => (snap.runs || []).find((r) => r.id === id) || null;
   const enc = encodeURIComponent;
   const argText = (args) => Object.entries(args || {}).map(([k, v]) =>

@@ -60,20 +60,13 @@ window.Obs = window.Obs || {};
         if (!groups.has(info.group)) groups.set(info.group, []);
         groups.get(info.group).push(info);
       }
-      const frag = document.createDocumentFragment();
-      for (const [group, infos] of [...groups.entries()].sort((a, b) => a[0].localeCompare(b[0]))) {
-        const og = document.createElement("optgroup");
-        og.label = `${group} (${infos.length})`;
-        for (const info of infos) {
-          const o = document.createElement("option");
-          o.value = info.name;
-          o.textContent = info.title === info.name ? info.name : `${info.title} — ${info.name}`;
-          if (this.isShown(info.name)) { o.textContent += " (shown)"; o.disabled = true; }
-          og.append(o);
-        }
-        frag.append(og);
-      }
-      this.select.replaceChildren(frag);
+      const byGroup = [...groups.entries()].sort((a, b) => a[0].localeCompare(b[0]));
+      this.select.replaceChildren(...byGroup.map(([group, infos]) =>
+        Obs.el("optgroup", {label: `${group} (${infos.length})`}, ...infos.map((info) => {
+          const shown = this.isShown(info.name);
+          return Obs.el("option", {value: info.name, disabled: shown, text: (info.title === info.name ? info.name
+            : `${info.title} — ${info.name}`) + (shown ? " (shown)" : "")});
+        }))));
       if (keep && [...this.select.options].some((o) => o.value === keep && !o.disabled)) this.select.value = keep;
       else {
         const first = [...this.select.options].find((o) => !o.disabled);

@@ -92,7 +92,7 @@ window.Obs = window.Obs || {};
     const rng = (key) => (u, lo, hi) => {
       const r = fig.ranges[key];
       if (r) return r.slice();
-      if (!(hi >= lo)) return key === "x" ? [0, 1] : [0, 1];
+      if (!(hi >= lo)) return [0, 1];
       if (hi === lo) { const d = Math.abs(hi) * 0.5 || 1; return [lo - d, hi + d]; }
       const log = fig.log[key];
       if (key === "x" && !log) return [lo, hi];
@@ -104,8 +104,6 @@ window.Obs = window.Obs || {};
       const p = (hi - lo) * 0.06;
       return [lo - p, hi + p];
     };
-    const logOf = (a) => !!(a && a.type === "log");
-    fig.log = {x: logOf(layout.xaxis), y: logOf(layout.yaxis), y3: logOf(layout.yaxis3)};
     const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1},
                     y: {range: rng("y"), distr: fig.log.y ? 3 : 1}};
     if (layout.yaxis3) scales.y3 = {range: rng("y3"), distr: fig.log.y3 ? 3 : 1};
@@ -153,6 +151,7 @@ window.Obs = window.Obs || {};
       layout.yaxis.range = fig.log.y ? [Math.log10(sy.min), Math.log10(sy.max)] : [sy.min, sy.max];
       layout.yaxis.ticklabels = fig.ticks.y;
     }
+    if (layout.yaxis3) layout.yaxis3.ticklabels = fig.ticks.y3;
   }
 
   // Vertical marks: lines and bands spanning the plot (bands first, under the lines)
@@ -322,9 +321,8 @@ window.Obs = window.Obs || {};
       node.addEventListener("mouseleave", () => hideTip(fig));
     }
     fig.on = on; fig.layout = layout; fig.lines = lines; fig.markers = markers; fig.width = width; fig.height = height;
-    const time = layout.xaxis && layout.xaxis.type === "date";
-    fig.log = {x: !!(layout.xaxis && layout.xaxis.type === "log"), y: !!(layout.yaxis && layout.yaxis.type === "log"),
-               y3: !!(layout.yaxis3 && layout.yaxis3.type === "log")};
+    const time = layout.xaxis && layout.xaxis.type === "date", logOf = (a) => !!(a && a.type === "log");
+    fig.log = {x: logOf(layout.xaxis), y: logOf(layout.yaxis), y3: logOf(layout.yaxis3)};
     fig.fmtX = time ? (v) => new Date(v).toISOString().slice(0, 19).replace("T", " ")
       : (v) => Number(v).toLocaleString("en-US");
     fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"

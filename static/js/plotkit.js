@@ -121,6 +121,21 @@ window.Obs = window.Obs || {};
     return {set: (v) => { select.value = v; committed = select.value; }};
   };
 
+  // el("li", {class, text, "data-x": .., attrs: {..}, on: {click: fn}, anyProperty: ..}, ...children): a DOM node,
+  // its text always as text, never markup; null / undefined props and children are left out.
+  Obs.el = (tag, props, ...kids) => {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined) continue;
+      if (k === "class") e.className = v; else if (k === "text") e.textContent = v;
+      else if (k === "attrs") for (const [a, x] of Object.entries(v)) e.setAttribute(a, x);
+      else if (k === "on") for (const [a, f] of Object.entries(v)) e.addEventListener(a, f);
+      else if (k.startsWith("data-")) e.setAttribute(k, v); else e[k] = v;
+    }
+    for (const c of kids) if (c !== null && c !== undefined && c !== false) e.append(c);
+    return e;
+  };
+
   Obs.fmt = (v) => {
     if (v === null || v === undefined) return "–";
     if (typeof v !== "number") return String(v);

@@ -19,7 +19,7 @@ from .live import cookie_for, session
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 RUN, LAST = "preview-run", 159
-LR_TICKS = """() => [...document.querySelectorAll('#op-chart .y2tick text')].map((t) => t.textContent)"""
+LR_TICKS = """() => document.getElementById('op-chart').layout.yaxis3.ticklabels"""  # (plot.js: as drawn)
 BOX = """(sel) => { const e = document.querySelector(sel); if (!e) return null;
   const r = e.getBoundingClientRect(); return r.width ? {x: r.x, y: r.y, w: r.width, h: r.height} : null; }"""
 
@@ -92,7 +92,7 @@ def test_rollback_preview_and_lr_ticks(seeded, web, new_page):  # noqa: F811
 def test_on_a_phone_the_mode_bar_does_not_cover_the_legend(seeded, web, new_page):  # noqa: F811
     page, errors = _panel(new_page, web, {"width": 390, "height": 844})
     page.locator("#op-chart").scroll_into_view_if_needed()
-    page.hover("#op-chart .nsewdrag")  # the mode bar shows while the chart is hovered (a tap, on a phone)
+    page.hover("#op-chart .u-over")  # the mode bar shows while the chart is hovered (a tap, on a phone)
     page.wait_for_function(f"() => ({BOX})('#op-chart .modebar')", timeout=10_000)
     bar, legend = page.evaluate(BOX, "#op-chart .modebar"), page.evaluate(BOX, "#op-chart .legend")
     assert legend and not overlap(bar, legend), (bar, legend)

@@ -54,9 +54,9 @@ def test_collected_static_files_are_hashed_compressed_and_immutable(live_env, co
         stop(web)
 
 
-def test_the_operator_panel_loads_the_cartesian_plotly_bundle():
+def test_the_operator_panel_draws_with_the_line_renderer_not_plotly():
     text = (ROOT / "templates" / "control" / "operate.html").read_text()
-    assert "vendor/plotly-cartesian.min.js" in text and "vendor/plotly.min.js" not in text
+    assert "vendor/uPlot.iife.min.js" in text and "js/plot.js" in text and "plotly" not in text
 
 
 def loaded_by_pages() -> set[str]:
