@@ -7,6 +7,7 @@ What it measures and how: docs/PERFORMANCE.md, `first_step` (bench/results/first
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -24,10 +25,8 @@ def _records(path: Path) -> list[dict]:
     out = []
     if path.exists():
         for line in path.read_text().splitlines():
-            try:
+            with contextlib.suppress(ValueError):
                 out.append(json.loads(line))
-            except ValueError:
-                pass
     return out
 
 
@@ -72,20 +71,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__)
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/demo.toml")
     ap.add_argument("--compare", type=Path, help="another source tree, measured interleaved with this one")
+    ap.add_argument("--starts", type=int, choices=(1, 2, 3), default=3, help="only the first N starts (a smoke)")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     config = args.config.resolve()
     trees = {"this": ROOT, **({"compare": args.compare.resolve()} if args.compare else {})}
     out: dict = {name: {} for name in trees}
     with tempfile.TemporaryDirectory(prefix="first-step-") as tmp:
-        for i, (start, run_id, fresh) in enumerate(STARTS):
+        for i, (start, run_id, fresh) in enumerate(STARTS[:args.starts]):
             for name, code in trees.items():
                 work = Path(tmp) / name
                 work.mkdir(exist_ok=True)
                 out[name][start] = one_start(config, work, i, run_id, fresh, code)
     if args.compare:
         out["ratio_first_step_compare_over_this"] = {
-            s: round(out["compare"][s]["first_step_s"] / out["this"][s]["first_step_s"], 2) for s, _, _ in STARTS}
+            s: round(out["compare"][s]["first_step_s"] / out["this"][s]["first_step_s"], 2) for s in out["this"]}
     return report("first_step", {"config": str(args.config), **(out if args.compare else out["this"]),
                                  "trees": {k: str(v) for k, v in trees.items()},
                                  "loadavg_1m": {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}},

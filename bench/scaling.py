@@ -31,7 +31,7 @@ _CORE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--co
 sys.path[:0] = [_CORE, str(ROOT)] if _CORE else [str(ROOT)]
 
 from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, fit_law  # noqa: E402
-from observatory.scaling.fit import holdout_mask  # noqa: E402
+from observatory.scaling.fit import DEFAULT_STARTS, holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
 from bench import scaling_ladders  # noqa: E402
 from bench.harness import parser, report  # noqa: E402
@@ -49,7 +49,7 @@ TRUTHS = {
 }
 
 
-def forecast_errors(points: Points, loss: np.ndarray) -> dict:
+def forecast_errors(points: Points, loss: np.ndarray, starts: int = DEFAULT_STARTS) -> dict:
     """Per law that the columns allow: the largest run (and the largest quarter) forecast from the rest."""
     out = {}
     for name, law in LAWS.items():
@@ -63,7 +63,7 @@ def forecast_errors(points: Points, loss: np.ndarray) -> dict:
                 continue
             t0 = time.perf_counter()
             # _held=None: skip fit_law's own held-out refit (this loop is the held-out evaluation)
-            f = fit_law(law, points.take(~held), loss[~held], bootstrap=0, _held=None)
+            f = fit_law(law, points.take(~held), loss[~held], bootstrap=0, starts=starts, _held=None)
             pred = f.predict(points.take(held))
             row[label] = {"held_out": int(held.sum()), "fitted_on": int((~held).sum()),
                           "mean_abs_rel_error": float(np.mean(np.abs(pred / loss[held] - 1))),
@@ -74,18 +74,18 @@ def forecast_errors(points: Points, loss: np.ndarray) -> dict:
     return out
 
 
-def public(ladder_csv: Path | None) -> dict:
+def public(args) -> dict:
     out = {}
     cols = read_rungs(str(CHINCHILLA_CSV), {"N": "Model Size", "C": "Training FLOP", "L": "loss"})
     pts = Points.of(N=cols["N"], D=cols["C"] / (6 * cols["N"]), C=cols["C"])
-    out["chinchilla_hoffmann2022"] = {"source": CHINCHILLA_URL, "rows": len(pts), "laws": forecast_errors(pts,
-                                                                                                         cols["L"])}
-    if ladder_csv is not None and ladder_csv.exists():
-        cols = read_rungs(str(ladder_csv), {})
+    out["chinchilla_hoffmann2022"] = {"source": CHINCHILLA_URL, "rows": len(pts),
+                                      "laws": forecast_errors(pts, cols["L"], args.starts)}
+    if args.ladder is not None and args.ladder.exists():
+        cols = read_rungs(str(args.ladder), {})
         pts = Points.of(N=cols["N"], D=cols["D"], C=cols["C"])
-        out["demo_ladder"] = {"source": str(ladder_csv), "rows": len(pts), "N": cols["N"].tolist(),
+        out["demo_ladder"] = {"source": str(args.ladder), "rows": len(pts), "N": cols["N"].tolist(),
                               "D": cols["D"].tolist(), "C": cols["C"].tolist(), "loss": cols["L"].tolist(),
-                              "laws": forecast_errors(pts, cols["L"])}
+                              "laws": forecast_errors(pts, cols["L"], args.starts)}
     return out
 
 
@@ -103,15 +103,15 @@ def main() -> None:
     ap.add_argument("--compare", metavar="REF", help="also measure the core at this git ref on the public ladders")
     ap.add_argument("--no-cv", action="store_true", help="leave out the development and held_out blocks")
     ap.add_argument("--seed", type=int, default=0, help="the public ladders' bootstrap seed")
+    ap.add_argument("--starts", type=int, default=DEFAULT_STARTS, help="grid starts refined per fit (a smoke: few)")
     ap.add_argument("--core", help="print the public ladders' evaluation of the observatory package in CORE only")
     args = ap.parse_args()
     if args.core:  # the landed side of --compare (scaling_ladders.landed)
         from observatory import scaling
-
         print(json.dumps(scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap, args.seed)))
         return 0
     if args.public_only:
-        return report("scaling_ladders", {"public": public(args.ladder), **ladders(args)}, args.json, not args.no_save)
+        return report("scaling_ladders", {"public": public(args), **ladders(args)}, args.json, not args.no_save)
     sizes = max(2, args.rungs // 4)
     N = np.repeat(np.geomspace(3e7, 3e9, sizes), 4)
     pts = Points.of(N=N, D=N * np.tile([10.0, 40.0, 160.0, 640.0], sizes))
@@ -120,7 +120,7 @@ def main() -> None:
     for name, (law, truth) in TRUTHS.items():
         loss = law.predict(law.theta_of(truth), pts) * np.exp(rng.normal(0, 0.003, len(pts)))
         t0 = time.perf_counter()
-        f = fit_law(law, pts, loss, bootstrap=args.bootstrap)
+        f = fit_law(law, pts, loss, bootstrap=args.bootstrap, starts=args.starts)
         out["laws"][name] = {"seconds": round(time.perf_counter() - t0, 3), "holdout_error": f.holdout_error,
                              "params": f.params, "truth": truth}
         if args.full_grid and name == "chinchilla":
@@ -131,7 +131,7 @@ def main() -> None:
             _, pruned = solve(law, X, y, best_grid_starts(law, X, y, 64))
             out["full_grid"] = {"starts": len(law.grid_points()), "seconds": round(seconds, 3),
                                 "pruned_minus_full_relative": float(pruned.min() / full.min() - 1)}
-    out["public"] = public(args.ladder)
+    out["public"] = public(args)
     out.update(ladders(args))
     return report("scaling", out, args.json, not args.no_save)
 
@@ -143,7 +143,7 @@ def ladders(args) -> dict:
         from bench import scaling_cv
         out["development"] = scaling_cv.development()
         out["held_out"] = scaling_cv.held_out()
-    out["ladders"] = scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap, args.seed)
+    out["ladders"] = scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap, args.seed, args.starts)
     out["ladders_summary"] = scaling_ladders.summary(out["ladders"])
     if args.compare:
         out["ladders_landed"] = scaling_ladders.landed(args.compare, args.ladders_bootstrap, args.seed)

@@ -20,7 +20,7 @@ from bench.data.ladders.ladders import HELDOUT, LADDERS, load  # noqa: E402,F401
 
 
 def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "auto"), bootstrap: int = 200,
-             seed: int = 0) -> dict:
+             seed: int = 0, starts: int = 64) -> dict:
     """Per law: held-out mean/max relative error, band coverage, and each held-out run's forecast."""
     d = load(name)
     h = d["heldout"]
@@ -31,7 +31,7 @@ def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "
            "compute_ratio": float(d["C"][h].max() / d["C"][~h].max()), "laws": {}}
     for law in laws:
         t0 = time.perf_counter()
-        f = scaling.fit(fit_pts, d["L"][~h], law, bootstrap=bootstrap, seed=seed)
+        f = scaling.fit(fit_pts, d["L"][~h], law, bootstrap=bootstrap, seed=seed, starts=starts)
         pred = f.predict(held)
         lo, hi = f.interval(held)
         rel = np.abs(pred / truth - 1)
@@ -46,8 +46,8 @@ def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "
     return out
 
 
-def evaluate_all(scaling, bootstrap: int = 200, seed: int = 0) -> dict:
-    return {name: evaluate(scaling, name, bootstrap=bootstrap, seed=seed) for name in LADDERS}
+def evaluate_all(scaling, bootstrap: int = 200, seed: int = 0, starts: int = 64) -> dict:
+    return {name: evaluate(scaling, name, bootstrap=bootstrap, seed=seed, starts=starts) for name in LADDERS}
 
 
 def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:

@@ -45,13 +45,15 @@ def test_anomaly_live(run_bench):
 
 def test_scaling_ladders(run_bench):
     """The public ladders alone (`scaling.py --public-only`), filed as their own topic."""
-    out, _ = run_bench("scaling", "--public-only", "--ladders-bootstrap", "2", "--no-cv", "--json",
+    out, _ = run_bench("scaling", "--public-only", "--ladders-bootstrap", "2", "--starts", "4", "--no-cv", "--json",
                        topic="scaling_ladders")
     assert out["ladders"]["chinchilla_hoffmann2022"]["rungs"] > 0 and out["ladders_summary"]["auto"]
 
 
 def test_scaling(run_bench):
-    out, _ = run_bench("scaling", "--bootstrap", "2", "--rungs", "8", "--ladders-bootstrap", "2", "--no-cv", "--json")
+    # --starts 4: a smoke's few grid starts per fit (the default's 64 cost most of the run's CPU, same JSON shape)
+    out, _ = run_bench("scaling", "--bootstrap", "2", "--rungs", "8", "--ladders-bootstrap", "2", "--starts", "4",
+                       "--no-cv", "--json")
     assert set(out["laws"]) and out["rungs"] == 8
 
 
