@@ -8,7 +8,6 @@ What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -23,7 +22,7 @@ import urllib.request
 from contextlib import closing
 from pathlib import Path
 
-from harness import (PrivateRedis, Stack, SyntheticTrainer, add_save_flag, free_port, listening,  # noqa
+from harness import (PrivateRedis, Stack, SyntheticTrainer, free_port, listening, parser,  # noqa
                      pct, report, wait_for as wait, web_command)
 from ingest import Database  # noqa: E402
 from viewer_client import NchanViewer  # noqa: E402
@@ -119,17 +118,15 @@ def db_last_step(db: Database, run_id: str) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, JSONL, Redis files)")
-    ap.add_argument("--json", action="store_true", help="print only the JSON object")
     ap.add_argument("--outage", default="", help="instead: the push tier down under a live run, a comma list of "
                     "stop (nginx exits, started again after) and freeze (SIGSTOP, then SIGCONT)")
     ap.add_argument("--outage-seconds", type=float, default=120.0)
     ap.add_argument("--baseline-seconds", type=float, default=20.0, help="the run before the outage (its lag)")
     ap.add_argument("--rate", type=float, default=5.0, help="--outage: synthetic steps per second")
-    add_save_flag(ap)
     args = ap.parse_args()
     modes = [m for m in args.outage.split(",") if m]
     if set(modes) - {"stop", "freeze"}:
@@ -176,9 +173,12 @@ def main() -> int:
         start("web", web_command("127.0.0.1", wport, "daphne"))
         wait(lambda: listening(wport), 60, "the web server")
 
+    def reach(step: int) -> int:  # a run that ended before a fault (a fast box) can only reach its last step
+        return step if trainer.poll() is None else min(step, trainer_step(jsonl))
+
     def moved_on(since: int, by: int = 5, timeout: float = 120):
-        t0, target = time.monotonic(), min(since + by, args.steps)  # a run that ended meanwhile stored its last
-        wait(lambda: db_last_step(db, run_id) >= target, timeout, f"the database at step {target}")
+        t0 = time.monotonic()
+        wait(lambda: db_last_step(db, run_id) >= reach(since + by), timeout, f"the database past step {since}")
         return round(time.monotonic() - t0, 2)
 
     watcher = None
@@ -198,34 +198,34 @@ def main() -> int:
 
         # 1. Redis: kill -9, restart on its append-only file.
         wait(lambda: trainer_step(jsonl) >= args.steps // 5, 300, "a fifth of the run")
-        at, live = db_last_step(db, run_id), trainer_step(jsonl)
+        at, live, mid = db_last_step(db, run_id), trainer_step(jsonl), trainer.poll() is None
         redis_server.stop(kill=True)
         time.sleep(1.0)  # down for a second: the trainer's publisher buffers, ingest and web retry
         up_redis()
-        after = db_last_step(db, run_id)
-        out["faults"].append({"fault": "redis kill -9 + restart", "db_step": at, "trainer_step": live,
-                              "db_moving_again_s": moved_on(after, by=1)})
+        out["faults"].append({"fault": "redis kill -9 + restart", "db_step": at, "trainer_step": live, "mid_run": mid,
+                              "db_moving_again_s": moved_on(db_last_step(db, run_id), by=1)})
 
         # 2. kill -9 the ingest holding the run's lease; the other takes over; a supervisor starts a new one.
         wait(lambda: trainer_step(jsonl) >= 2 * args.steps // 5, 300, "40% of the run")
         lease = client.get(f"obs:ingest:lease:{contract.telemetry_stream(run_id)}")
         holder = lease.decode().split(":")[0].removeprefix("chaos-") if lease else "ingest1"
-        at, live = db_last_step(db, run_id), trainer_step(jsonl)
+        at, live, mid = db_last_step(db, run_id), trainer_step(jsonl), trainer.poll() is None
         kill(holder)
         took = moved_on(at, by=1)
         ingest(holder + "b")
         out["faults"].append({"fault": f"kill -9 the lease holder ({holder})", "db_step": at, "trainer_step": live,
-                              "db_moving_again_s": took})
+                              "mid_run": mid, "db_moving_again_s": took})
 
         # 3. the web tier: stop, start again; the client reconnects and resumes by itself.
         wait(lambda: trainer_step(jsonl) >= 3 * args.steps // 5, 300, "60% of the run")
         at, connects, live = max(watcher.steps, default=-1), watcher.connects, trainer_step(jsonl)
+        mid = trainer.poll() is None
         kill("web", signal.SIGTERM)
         t0 = time.monotonic()
         web()
-        wait(lambda: watcher.connects > connects and max(watcher.steps, default=-1) > at + 5, 120,
+        wait(lambda: watcher.connects > connects and max(watcher.steps, default=-1) >= reach(at + 6), 120,
              "the WebSocket client to reconnect and see new steps")
-        out["faults"].append({"fault": "web restart", "client_step": at, "trainer_step": live,
+        out["faults"].append({"fault": "web restart", "client_step": at, "trainer_step": live, "mid_run": mid,
                               "client_live_again_s": round(time.monotonic() - t0, 2)})
 
         rc = trainer.wait(600)

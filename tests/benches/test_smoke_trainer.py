@@ -26,7 +26,9 @@ def test_first_step(run_bench, tiny):
 
 
 def test_chaos(run_bench):
-    out, _ = run_bench("chaos", "--steps", "300", "--json")  # long enough for the faults to land mid-run
+    # Under the suite's load the faults land mid-run; on a quiet box the run may end first (the bench then checks the
+    # recovery after it and files "mid_run": false for that fault instead of waiting for steps that never come).
+    out, _ = run_bench("chaos", "--steps", "300", "--json")
     assert out["ok"] and out["lost"] == 0 and len(out["faults"]) == 3
 
 
