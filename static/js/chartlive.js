@@ -10,6 +10,7 @@
 
 (function (Obs) {
   const MAX_ADDS = 512; // frames held for a chart off screen; past this it redraws in full once seen
+  const MARKS_EVERY_MS = 1000; // a live chart's changed marks: drawn at most this often
 
   const aligned = (lines) => lines.every((t) => {
     const a = t.x, b = lines[0].x;
@@ -73,11 +74,24 @@
       this.items.forEach((it, k) => { lines[k].x = x; lines[k].y = it.buf.y.subarray(0, n); });
       const m = this.margins(lines, !!lay.yaxis3, this.items.length > 1, xa.mode === "time", this.ext);
       if (m.l !== lay.margin.l || m.r !== lay.margin.r) return false;
-      if (xa.mode !== "time") this.headroom(lay.xaxis, lines);
+      // the x axis keeps its room ahead until the points reach its end (then room again): the same axes, and only the
+      // new points are drawn (plot.js extend)
+      const xr = lay.xaxis.range;
+      if (xa.mode !== "time" && !(xr && lay.xaxis.autorange === false && x[0] === xr[0] && last <= xr[1])) {
+        this.headroom(lay.xaxis, lines);
+      }
       this.fitExt(lay.yaxis, this.ext.y, log);
       if (lay.yaxis3) this.fitExt(lay.yaxis3, this.ext.y3, false);
-      if (this.remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; } // (chartmarks.js)
-      return Obs.redrawData(this.plot);
+      // changed marks (a detector storm changes them nearly every step) are drawn at most every MARKS_EVERY_MS: a
+      // redraw of the whole chart; the live points between are drawn at once (only their segments)
+      const now = performance.now(), wait = (this.markedAt || -Infinity) + MARKS_EVERY_MS - now, marked = this.remark;
+      if (marked && wait > 0) {
+        if (!this.markTimer) this.markTimer = setTimeout(() => { this.markTimer = 0; this.dirty = true;
+                                                                 this.ctx.schedule(); }, wait);
+        return Obs.redrawData(this.plot, true);
+      }
+      if (marked) { this.marks(lay, Obs.theme(), lines); this.remark = false; this.markedAt = now; } // (chartmarks.js)
+      return Obs.redrawData(this.plot, !marked);
     },
 
     fitExt(axis, [lo, hi], log) { // (fitY's range, from a running extent)

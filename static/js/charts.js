@@ -16,7 +16,7 @@
 
 window.Obs = window.Obs || {};
 // Why charts redraw (bench/liveview.py reports it): full redraws (new figure), redraws for live points only.
-window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
+window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, extend: 0, miss: {}}; // extend: appends drawn as new segments
 
 (function (Obs) {
   const PALETTE = ["#1f5fbf", "#d9730d", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",

@@ -2,7 +2,7 @@
 // point marks, vertical marks and their labels, a legend — drawn on a canvas by uPlot (static/vendor/uPlot.*).
 //   Obs.drawFigure(node, traces, layout, on)  draws into `node` (its size); node.data / node.layout are the figure
 //                                             drawn (public: feature modules and tests read them)
-//   Obs.redrawData(node)                      the same figure again, its lines' x / y and axis ranges changed in
+//   Obs.redrawData(node, grown)               the same figure again, its lines' x / y and axis ranges changed in
 //                                             place (the live append path, chartlive.js): the canvas only
 // A figure is plain data, the charts' model (charts.js makes it):
 //   trace  {x, y, mode: "lines" | "markers", name, yaxis: "y" | "y2" (0..1, the plot's height) | "y3" (right),
@@ -123,7 +123,8 @@ window.Obs = window.Obs || {};
                       ...(drag ? {} : {mousedown: () => () => null})}},
       hooks: {
         drawAxes: [(u) => drawShapes(u, fig, true)],
-        draw: [(u) => { drawShapes(u, fig, false); drawMarkers(u, fig); placeLabels(u, fig); drawn(u, fig); }],
+        draw: [(u) => { drawShapes(u, fig, false); drawMarkers(u, fig); placeLabels(u, fig); drawn(u, fig);
+          fig.shown = u.data[0].length; fig.lagging = false; }],
         setSelect: [(u) => {
           const s = u.select;
           if (s.width < 3) return;
@@ -296,14 +297,44 @@ window.Obs = window.Obs || {};
 
   // The figure drawn again with its lines' points changed in place (node.data's line traces: new x / y arrays,
   // typed-array views included) and its layout's axis ranges: the canvas only (uPlot's setData), nothing else
-  // rebuilt. False when there is no such figure (then drawFigure).
-  Obs.redrawData = (node) => {
+  // rebuilt; `grown` (the lines only grew, no mark changed) and the axes' ranges as drawn: only the new segments
+  // (extend). False when there is no such figure (then drawFigure).
+  Obs.redrawData = (node, grown) => {
     const fig = node._figure;
     if (!fig || !fig.u || !fig.lines.length) return false;
-    fig.ranges = ranges(fig, fig.layout);
+    const r = ranges(fig, fig.layout), same = (a, b) => (a === null ? b === null : !!b && a[0] === b[0] &&
+      a[1] === b[1]);
+    if (grown && !fig.hovered && r.x && same(r.x, fig.ranges.x) && same(r.y, fig.ranges.y) &&
+        same(r.y3, fig.ranges.y3) && extend(fig)) return true;
+    fig.ranges = r;
     fig.u.setData(columns(fig.lines), true);
     return true;
   };
+
+  // The lines' points past those on the canvas (fig.shown: uPlot's last draw, or the last extend) stroked on it as
+  // uPlot strokes a line (width, dash, whole pixels, clipped to the plot). uPlot's data lags (hovered: the full path).
+  function extend(fig) {
+    const u = fig.u, n = fig.lines[0].x.length, from = fig.shown;
+    if (!(from > 0) || n < from || fig.lines.some((t) => t.x !== fig.lines[0].x)) return false; // (one x: aligned)
+    const c = u.ctx, dpr = devicePixelRatio || 1, {left, top, width, height} = u.bbox;
+    fig.lines.forEach((tr, k) => {
+      const s = u.series[k + 1], w = Math.round(s.width * dpr * 1000) / 1000, off = w % 2 / 2;
+      if (!(w > 0) || n === from) return;
+      c.save();
+      c.beginPath(); c.rect(left - w / 2, top - w / 2, width + w, height + w); c.clip();
+      if (off > 0) c.translate(off, off);
+      c.strokeStyle = typeof s.stroke === "function" ? s.stroke(u, k + 1) : s.stroke;
+      c.lineWidth = w; c.lineJoin = "round"; c.lineCap = "butt"; c.setLineDash(s.dash || []);
+      const X = (i) => Math.round(u.valToPos(tr.x[i], "x", true));
+      const Y = (i) => Math.round(u.valToPos(tr.y[i], s.scale, true));
+      c.beginPath(); c.moveTo(X(from - 1), Y(from - 1));
+      for (let i = from; i < n; i++) c.lineTo(X(i), Y(i));
+      c.stroke(); c.restore();
+    });
+    fig.shown = n; fig.lagging = true;
+    if (Obs.redrawCounts) Obs.redrawCounts.extend++; // (charts.js; bench/liveview.py reports them)
+    return true;
+  }
 
   Obs.drawFigure = (node, traces, layout, on = {}) => {
     const lines = traces.filter(isLine), markers = traces.filter((t) => t.mode === "markers" && t.x && t.x.length);
@@ -318,7 +349,9 @@ window.Obs = window.Obs || {};
       fig.tip = document.createElement("div"); fig.tip.className = "chart-hover"; fig.tip.hidden = true;
       fig.bar = toolbar(node, on);
       node.replaceChildren(fig.legend, fig.labels, fig.bar, fig.tip);
-      node.addEventListener("mouseleave", () => hideTip(fig));
+      node.addEventListener("mouseleave", () => { hideTip(fig); fig.hovered = false; });
+      node.addEventListener("mouseenter", () => { fig.hovered = true; // (hover reads uPlot's data: caught up first)
+        if (fig.lagging) fig.u.setData(columns(fig.lines), true); });
     }
     fig.on = on; fig.layout = layout; fig.lines = lines; fig.markers = markers; fig.width = width; fig.height = height;
     const time = layout.xaxis && layout.xaxis.type === "date", logOf = (a) => !!(a && a.type === "log");
