@@ -52,12 +52,13 @@ def backfill(run_id: str, after: dict[str, int], after_event: int | None) -> dic
     return {"series": series, "rewinds": rewinds, "events": events, "truncated": truncated}
 
 
-def with_unstored(body: dict, after: dict[str, int], tail: list[dict]) -> dict:
+def with_unstored(body: dict, after: dict[str, int], tail: list[dict], after_event: int | None = None) -> dict:
     """The backfill `body` with the points of `tail` (the live log's newest update frames, oldest first) past the
     steps it holds: what ingest appended to the log but had not committed when the backfill was read. A rewind in
-    the tail drops what follows its step, as the page does, and goes to the page with the body's rewinds (its event
-    may not be stored yet): the points after it are the tail's own (every entry after it is in the tail), so a
-    series takes them from the rewind's step, not from the step the page held. Series not asked for are left out."""
+    the tail drops what follows its step, as the page does, and goes to the page with the body's rewinds, and the
+    tail's events past `after_event` with the body's (a rewind's event, which the page marks, may not be stored
+    yet): the points after it are the tail's own (every entry after it is in the tail), so a series takes them from
+    the rewind's step, not from the step the page held. Series not asked for are left out."""
     series = {name: dict(s, steps=list(s["steps"]), values=list(s["values"]), nonfinite=list(s["nonfinite"]))
               for name, s in body["series"].items()}
     rewinds = list(body["rewinds"])
@@ -86,4 +87,11 @@ def with_unstored(body: dict, after: dict[str, int], tail: list[dict]) -> dict:
                     s["values"].append(v)
                     floor = st
             s["nonfinite"] += [nf for nf in got.get("nonfinite") or () if nf[0] > start and nf not in s["nonfinite"]]
-    return {**body, "series": series, "rewinds": rewinds}
+    events = list(body["events"])
+    if after_event is not None:
+        ids = {ev.get("id") for ev in events}
+        events += [ev for frame in tail for ev in frame.get("events") or ()
+                   if isinstance(ev.get("id"), int) and ev["id"] > after_event and ev["id"] not in ids
+                   and not ids.add(ev["id"])]
+        events.sort(key=lambda ev: ev["id"])
+    return {**body, "series": series, "rewinds": rewinds, "events": events}

@@ -44,7 +44,7 @@ async def _backfill_text(run_id: str, after: dict[str, int], after_event: int | 
         # hub's reader before), one appended before it whose points were not committed yet comes from here
         tail = await _unstored_tail(run_id)
         body = await database_sync_to_async(backfill)(run_id, after, after_event)
-        return protocol.encode({"type": "backfill", "run_id": run_id, **with_unstored(body, after, tail)})
+        return protocol.encode({"type": "backfill", "run_id": run_id, **with_unstored(body, after, tail, after_event)})
     return await co.get((run_id, tuple(sorted(after.items())), after_event), read)
 
 
