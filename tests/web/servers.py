@@ -158,6 +158,9 @@ window.fetch = function (...args) {
 # Every resume answered, no API request in flight: the page has loaded what it shows and is only listening.
 SETTLED_JS = ("() => window.__obs.resumes > 0 && window.__obs.resumes === window.__obs.backfills "
               "&& window.__obs.fetching === 0")
+# The scripts loaded after first paint (annotations) have made their one first request (their notes): a test that
+# asserts nothing is polled counts requests from here.
+LAZY_LOADED_JS = "() => !!(window.Obs && Obs.annotations && Obs.annotations.S.loaded)"
 
 
 def trace_js(plot_id: str, what: str = "x", trace: int = 0) -> str:

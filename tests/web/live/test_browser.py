@@ -8,7 +8,7 @@ import pytest
 
 from observatory import contract
 
-from ..servers import PAGE_HOOK, trace_js, wait_ingested, wait_trace
+from ..servers import LAZY_LOADED_JS, PAGE_HOOK, trace_js, wait_ingested, wait_trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -31,6 +31,7 @@ def test_the_dashboard_curve_grows_live_and_resumes_after_a_server_restart(train
     wait_trace(page, LOSS, "x.length === 5")
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
     page.evaluate("() => { window.__sameDocument = true; }")
+    page.wait_for_function(LAZY_LOADED_JS)
     api_calls.clear()
 
     # paced like a trainer, so that the page is seen growing while the publisher is still running

@@ -12,7 +12,7 @@ import pytest
 
 from observatory import contract
 
-from ..servers import PAGE_HOOK, SETTLED_JS, trace_js, wait_ingested, wait_trace
+from ..servers import LAZY_LOADED_JS, PAGE_HOOK, SETTLED_JS, trace_js, wait_ingested, wait_trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -131,6 +131,7 @@ def test_router_heatmap_and_data_panel_render_from_ingested_data_and_grow_live(t
     assert f"first at step {NAN_STEP}" in page.inner_text("#nonfinite-note")
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
     page.wait_for_function(SETTLED_JS, timeout=30_000)  # every resume answered, nothing loading
+    page.wait_for_function(LAZY_LOADED_JS)
     api_calls.clear()
     show("#router-panel")
 
