@@ -89,9 +89,9 @@ def with_unstored(body: dict, after: dict[str, int], tail: list[dict], after_eve
             s["nonfinite"] += [nf for nf in got.get("nonfinite") or () if nf[0] > start and nf not in s["nonfinite"]]
     events = list(body["events"])
     if after_event is not None:
-        ids = {ev.get("id") for ev in events}
-        events += [ev for frame in tail for ev in frame.get("events") or ()
-                   if isinstance(ev.get("id"), int) and ev["id"] > after_event and ev["id"] not in ids
-                   and not ids.add(ev["id"])]
-        events.sort(key=lambda ev: ev["id"])
+        by_id = {ev["id"]: ev for ev in events}
+        for frame in tail:
+            by_id.update((ev["id"], ev) for ev in frame.get("events") or ()
+                         if isinstance(ev.get("id"), int) and ev["id"] > after_event and ev["id"] not in by_id)
+        events = [by_id[i] for i in sorted(by_id)]
     return {**body, "series": series, "rewinds": rewinds, "events": events}
