@@ -28,6 +28,7 @@ from observatory.scaling.solver import HUBER_DELTA
 FIT_OPTIONS = [(delta, power) for delta in (1e-3, 1e-2) for power in (0.0, 0.5)]
 BAND = (cal.SIZE_FOLDS, cal.D0)  # rule 2's folds and D0, as in code (not chosen here)
 TARGET = {"mean_rel_error": 0.025, "coverage": (0.7, 0.9), "median_half_width": 0.04}
+FRESH = "heldout/ladders2"  # frozen after this file existed: its files count from this file's first commit naming it
 
 
 def _fit(d: dict, delta: float, power: float):
@@ -95,40 +96,39 @@ def development() -> dict:
 
 
 def held_out(bootstrap: int = 200) -> dict:
-    """The held-out ladders with the code's constants, each file verified first; beside each, the landed band
-    (bootstrap percentiles widened to the held-out margin, 95%, `bootstrap` resamples) on the same points."""
-    out, bands, landed = {}, [], []
+    """The held-out ladders with the code's constants, each file verified first, pooled per set (top level: the
+    first set's); beside each, the landed band (bootstrap 95% widened to the held-out margin) on the same points."""
+    out, bands, landed = {}, {}, {}
     for name, (rel, _, _) in scaling_ladders.HELDOUT.items():
-        path = f"bench/data/{rel}"
-        v = heldout.verify(path, reporter="bench/scaling_cv.py")
+        path, group = f"bench/data/{rel}", rel.rsplit("/", 1)[0]
+        v = heldout.verify(path, reporter="bench/scaling_cv.py", mention=FRESH if group == FRESH else None)
         if not v["ok"]:
-            out[name] = {"file": path, "refused": v["reason"]}
+            out[name] = {"file": path, "set": group, "refused": v["reason"]}
             continue
         d = scaling_ladders.load(name)
-        f, held, truth = _fit(d, HUBER_DELTA, WEIGHT_POWER)
-        lo, hi = f.interval(held)
-        pred = f.predict(held)
+        h, (f, held, truth) = d["heldout"], _fit(d, HUBER_DELTA, WEIGHT_POWER)
+        (lo, hi), pred = f.interval(held), f.predict(held)
         band = {"inside": ((truth >= lo) & (truth <= hi)).tolist(), "half_width": ((hi - lo) / 2 / pred).tolist()}
-        bands.append(band)
-        h = d["heldout"]
+        bands.setdefault(group, []).append(band)
         old = scaling.fit(scaling.Points.of(N=d["N"][~h], D=d["D"][~h], C=d["C"][~h]), d["L"][~h], "auto",
                           bootstrap=bootstrap)
         olo, ohi = old.interval(held)
-        landed.append({"inside": ((truth >= olo) & (truth <= ohi)).tolist(),
-                       "half_width": ((ohi - olo) / 2 / old.predict(held)).tolist()})
-        out[name] = {"file": path, "frozen_by": v["frozen_by"], "rungs": int((~d["heldout"]).sum()),
-                     "heldout": int(d["heldout"].sum()), **_score(f, held, truth),
-                     "coverage": float(np.mean(band["inside"])),
-                     "median_half_width": statistics.median(band["half_width"]),
-                     "low": lo.tolist(), "high": hi.tolist(),
-                     "landed_band": {"coverage": float(np.mean(landed[-1]["inside"])),
-                                     "median_half_width": statistics.median(landed[-1]["half_width"])}}
-    scored = {n: r for n, r in out.items() if "refused" not in r}
+        landed.setdefault(group, []).append({"inside": ((truth >= olo) & (truth <= ohi)).tolist(),
+                                             "half_width": ((ohi - olo) / 2 / old.predict(held)).tolist()})
+        out[name] = {"file": path, "set": group, "frozen_by": v["frozen_by"], "rungs": int((~h).sum()),
+                     "heldout": int(h.sum()), **_score(f, held, truth), "coverage": float(np.mean(band["inside"])),
+                     "median_half_width": statistics.median(band["half_width"]), "low": lo.tolist(),
+                     "high": hi.tolist(), "landed_band": _pooled([landed[group][-1]])}
+    sets = {g: _summary([r for r in out.values() if r["set"] == g and "refused" not in r], bands.get(g, []),
+                        landed.get(g, [])) for g in dict.fromkeys(r["set"] for r in out.values())}
+    return {"ladders": out, **sets.get("heldout/ladders", {}), "sets": sets, "target": TARGET,
+            "refused": sorted(n for n, r in out.items() if "refused" in r)}
+
+
+def _summary(scored: list[dict], bands: list[dict], landed: list[dict]) -> dict:
     pooled = _pooled(bands) if bands else None
     met = None if not scored else {
-        "mean_rel_error_every_ladder": all(r["mean_rel_error"] <= TARGET["mean_rel_error"] for r in scored.values()),
+        "mean_rel_error_every_ladder": all(r["mean_rel_error"] <= TARGET["mean_rel_error"] for r in scored),
         "coverage": TARGET["coverage"][0] <= pooled["coverage"] <= TARGET["coverage"][1],
         "median_half_width": pooled["median_half_width"] <= TARGET["median_half_width"]}
-    return {"ladders": out, "pooled_band": pooled, "landed_pooled_band": _pooled(landed) if landed else None,
-            "target": TARGET, "met": met,
-            "refused": sorted(n for n, r in out.items() if "refused" in r)}
+    return {"pooled_band": pooled, "landed_pooled_band": _pooled(landed) if landed else None, "met": met}

@@ -45,6 +45,21 @@ def test_values_are_the_source_files():
     assert len(chin["L"]) == 245 and chin["heldout"].sum() == 14
 
 
+@pytest.mark.parametrize("name", list(ladders.HELDOUT))
+def test_every_held_out_ladder_loads_with_its_held_out_runs_past_the_fitted_ones(name):
+    """Reading only (no fit): each held-out file parses, and its held-out runs go past the fitted ones in size or
+    compute, as bench/data/heldout/README.md says (the second set: the 1e21 runs; Gemstones' ~2B shapes)."""
+    d = ladders.load(name)
+    h = d["heldout"]
+    assert (~h).sum() >= 70 and 1 <= h.sum() <= 29
+    assert np.all((d["L"] > 0.5) & (d["L"] < 7)) and np.allclose(d["C"], 6 * d["N"] * d["D"], rtol=1e-9)
+    assert d["C"][h].max() > d["C"][~h].max()
+    if name.startswith("l2l_"):
+        assert h.sum() == 1 and d["N"][h][0] == 3309980160 and d["C"][h][0] > 20 * d["C"][~h].max()
+    if name == "gemstones_mcleish2025":
+        assert h.sum() == 29 and d["N"][h].min() > 1.8 * d["N"][~h].max()
+
+
 def test_a_bad_ladder_file_is_refused_naming_the_column(tmp_path, monkeypatch):
     (tmp_path / "ladders").mkdir()
     (tmp_path / "ladders" / "gadre2024_c4.csv").write_text("run,N,D,multiplier,L,split\na,1e7,2e8,1,n/a,fit\n")
