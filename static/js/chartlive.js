@@ -74,18 +74,8 @@
       const m = this.margins(lines, !!lay.yaxis3, this.items.length > 1, xa.mode === "time", this.ext);
       if (m.l !== lay.margin.l || m.r !== lay.margin.r) return false;
       if (xa.mode !== "time") this.headroom(lay.xaxis, lines);
-      this.fitExt(lay.yaxis, this.ext.y, log);
-      if (lay.yaxis3) this.fitExt(lay.yaxis3, this.ext.y3, false);
       if (this.remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; } // (chartmarks.js)
       return Obs.redrawData(this.plot);
-    },
-
-    fitExt(axis, [lo, hi], log) { // (fitY's range, from a running extent)
-      if (!(hi >= lo)) return;
-      if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
-      const pad = (hi - lo) * 0.06 || (log ? 0.3 : Math.abs(hi) * 0.5) || 1;
-      axis.range = [lo - pad, hi + pad];
-      axis.autorange = false;
     },
   });
 })(window.Obs);

@@ -16,7 +16,7 @@
 
 window.Obs = window.Obs || {};
 // Why charts redraw (bench/liveview.py reports it): full redraws (new figure), redraws for live points only.
-window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
+window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
 
 (function (Obs) {
   const PALETTE = ["#1f5fbf", "#d9730d", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",
@@ -149,7 +149,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     }
 
     reset(s, toStep) {
-      this.liveOnly = false;
       if (toStep !== undefined) { // a rewind: zoomed, buffered and queued live points past it are superseded too
         for (const it of this.items) {
           if (it.series !== s) continue;
@@ -246,10 +245,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         const fractions = second.every((it) => this.ctx.registry.info(it.name).unit === "fraction"); // MFU: 21%
         lay.yaxis3 = {type: "linear", title: {text: names.join(", ")}, ...(fractions ? {tickformat: ".1~%"} : {})};
       }
-      if (traces) { // the y axes fit what is visible, not the whole run (and a flat line is not drawn at 0)
-        this.fitY(lay.yaxis, traces, "y", range, log);
-        if (lay.yaxis3) this.fitY(lay.yaxis3, traces, "y3", range, false);
-      }
       this.marks(lay, t, traces);
       return lay;
     }
@@ -281,28 +276,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     }
 
     labelRow() { return true; } // the row for marker labels is kept (LABEL_ROW_PX); a chart that has none: false
-
-    fitY(axis, traces, name, range, log) {
-      let lo = Infinity, hi = -Infinity;
-      for (const tr of traces) {
-        if ((tr.yaxis || "y") !== name || tr.mode !== "lines") continue;
-        const i = range ? Obs.lowerBound(tr.x, range[0]) : 0;
-        const j = range ? Obs.lowerBound(tr.x, range[1] + 1e-9) : tr.x.length;
-        for (let k = Math.max(0, i - 1); k < Math.min(tr.y.length, j + 1); k++) {
-          const v = tr.y[k];
-          if (log && !(v > 0)) continue;
-          if (v < lo) lo = v;
-          if (v > hi) hi = v;
-        }
-      }
-      if (!(hi >= lo)) return;
-      // the renderer's own fit does well, but for a live chart (its range keeps room for the next points)
-      if (!range && !this.liveish() && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return;
-      if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
-      const pad = (hi - lo) * 0.06 || (log ? 0.3 : Math.abs(hi) * 0.5) || 1;
-      axis.range = [lo - pad, hi + pad];
-      axis.autorange = false;
-    }
 
     // Live points are coming (or will: the run trains and its trainer's heartbeat gives a rate): the axes keep room
     // for them, drawn in place.

@@ -93,15 +93,15 @@ window.Obs = window.Obs || {};
       const r = fig.ranges[key];
       if (r) return r.slice();
       if (!(hi >= lo)) return [0, 1];
-      if (hi === lo) { const d = Math.abs(hi) * 0.5 || 1; return [lo - d, hi + d]; }
       const log = fig.log[key];
-      if (key === "x" && !log) return [lo, hi];
-      if (key === "x") return [lo > 0 ? lo : 1e-9, hi];
-      if (log) {
+      if (key === "x" && hi > lo) return log && !(lo > 0) ? [1e-9, hi] : [lo, hi];
+      // y (and a single x): what is visible (uPlot's min and max over the x range drawn) with 6% room, a flat line
+      // not drawn at 0
+      if (log && lo > 0) {
         const a = Math.log10(lo), b = Math.log10(hi), p = (b - a) * 0.06 || 0.3;
         return [10 ** (a - p), 10 ** (b + p)];
       }
-      const p = (hi - lo) * 0.06;
+      const p = (hi - lo) * 0.06 || Math.abs(hi) * 0.5 || 1;
       return [lo - p, hi + p];
     };
     const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1},
@@ -285,10 +285,10 @@ window.Obs = window.Obs || {};
     }));
   }
 
-  // The axes' ranges a layout fixes (log axes: from log10 units), null where the axis fits its data
+  // The axes' ranges a layout fixes (autorange: false; log axes: from log10 units), null where the axis fits its data
   function ranges(fig, layout) {
-    const fixed = (a, key) => {
-      if (!a || !a.range || a.autorange === true) return null;
+    const fixed = (a, key) => { // (a range drawn, written back: not fixed)
+      if (!a || !a.range || a.autorange !== false) return null;
       return fig.log[key] ? [10 ** a.range[0], 10 ** a.range[1]] : a.range.slice();
     };
     return {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};
