@@ -135,14 +135,15 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
 
     addTrace(name) {
       if (this.items.some((it) => it.name === name)) return;
-      const item = {name, index: this.items.length, secondary: this.secondary.has(name), zoom: null, ema: null};
+      const item = {name, metric: name, store: this.ctx.store, index: this.items.length,
+                    secondary: this.secondary.has(name), zoom: null, ema: null};
       this.items.push(item);
-      item.series = this.ctx.store.want(name, this, {points: this.resolution()});
+      item.series = item.store.want(name, this, {points: this.resolution()});
       this.full = true; this.dirty = true;
       this.ctx.schedule();
     }
     destroy() {
-      for (const it of this.items) this.ctx.store.release(it.name, this);
+      for (const it of this.items) it.store.release(it.metric, this);
       if (this.abort) this.abort.abort();
       Obs.figurePurge(this.plot);
       this.box.remove();
@@ -199,30 +200,40 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
       return out;
     }
 
+    // What a subclass changes (a compare chart, comparechart.js: a line per run): the items drawn, x from an item's
+    // steps and back, whether an item can be drawn on this x axis, a line's legend names (raw, smoothed).
+    shown() { return this.items; }
+    xOf(it, steps) { return this.ctx.xaxis.toX(steps); }
+    stepOf(it, x) { return x; } // (the view's range is in steps)
+    drawable() { return true; }
+    names(label) { return [label, label + " (smoothed)"]; }
+
     traces() {
-      const xa = this.ctx.xaxis, sm = this.ctx.view.smooth, multi = this.items.length > 1, t = Obs.theme();
+      const sm = this.ctx.view.smooth, multi = this.items.length > 1, t = Obs.theme();
+      const log = this.ctx.view.log.has(this.id);
       const lines = [], marks = [], oob = [], smooth = [];
       this.oobTotal = 0; this.nonPositive = 0;
-      for (const it of this.items) {
+      for (const it of this.shown()) {
         const d = this.data(it), p = this.split(it.name, d.steps, d.values);
         if (p.x.length > 4 * this.resolution()) [p.x, p.y] = Obs.minmax(p.x, p.y, this.resolution());
-        const unit = this.ctx.registry.info(it.name).unit, label = this.label(it.name);
-        const X = xa.toX(p.x), yaxis = it.secondary ? "y3" : "y";
-        lines.push({x: X, y: p.y, mode: "lines", name: label, yaxis, unit, showlegend: multi && !sm,
-                    opacity: sm > 0 ? 0.28 : 1, line: {width: it === this.items[0] ? 1.5 : 1.1, color: color(it.index),
-                                                       dash: it.secondary ? "dot" : "solid"}});
-        marks.push({x: xa.toX(d.nfSteps), y: d.nfSteps.map(() => 1), text: d.nfKinds.slice(), yaxis: "y2",
+        const unit = this.ctx.registry.info(it.metric).unit, label = this.label(it.name);
+        const [raw, smoothed] = this.names(label, sm > 0), X = this.xOf(it, p.x), yaxis = it.secondary ? "y3" : "y";
+        const line = {width: it.metric === this.id ? 1.5 : 1.1, color: color(it.index),
+                      dash: it.secondary ? "dot" : "solid"}; // (the chart's own metric: its extra lines thinner)
+        lines.push({x: X, y: p.y, mode: "lines", name: raw, yaxis, unit, showlegend: multi && !sm,
+                    opacity: sm > 0 ? 0.28 : 1, line});
+        marks.push({x: this.xOf(it, d.nfSteps), y: d.nfSteps.map(() => 1), text: d.nfKinds.slice(), yaxis: "y2",
                     mode: "markers", showlegend: false, name: label + " non-finite",
                     marker: {color: t.red, symbol: "x", size: 9}});
-        oob.push({x: xa.toX(p.ox), y: p.ox.map(() => 1), text: p.oy.map((v) => Obs.fmt(v)), yaxis: "y2",
+        oob.push({x: this.xOf(it, p.ox), y: p.ox.map(() => 1), text: p.oy.map((v) => Obs.fmt(v)), yaxis: "y2",
                   mode: "markers", showlegend: false, name: label + " impossible",
                   marker: {color: t.amber, symbol: "triangle-up-open", size: 9}});
         this.oobTotal += p.ox.length;
-        if (this.ctx.view.log.has(this.id)) this.nonPositive += p.y.filter((v) => v <= 0).length;
+        if (log) this.nonPositive += p.y.filter((v) => v <= 0).length;
         if (sm > 0) {
           it.ema = Obs.ema(p.y, sm);
-          smooth.push({x: X, y: it.ema.y, mode: "lines", name: label + " (smoothed)", yaxis, unit, showlegend: multi,
-                       line: {width: 1.8, color: color(it.index), dash: it.secondary ? "dot" : "solid"}});
+          smooth.push({x: X, y: it.ema.y, mode: "lines", name: smoothed, yaxis, unit, showlegend: multi,
+                       line: {...line, width: 1.8}});
         }
       }
       return [...lines, ...marks, ...oob, ...smooth, ...Obs.tracesFor(this)]; // then feature modules' (plotkit.js)
@@ -354,15 +365,17 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
       Obs.putAttr(this.els.log, "aria-pressed", this.ctx.view.log.has(this.id));
     }
 
-    renderTable() {
+    renderTable() { // a zoomed view: each line's points inside the range
       const det = this.els.table;
       if (!det.open) return;
       this.tableAt = performance.now();
       const range = this.ctx.view.range;
-      const cols = this.items.map((it) => Obs.tableColumn(this.data(it), this.label(it.name), ...(range || [])));
-      const where = range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run";
-      Obs.renderTable(det.querySelector(".table-wrap"), `${this.title}, ${where}`, cols, TABLE_ROWS);
+      const cols = this.items.map((it) => Obs.tableColumn(this.data(it), this.label(it.name),
+        ...(range && this.drawable(it) ? range.map((x) => this.stepOf(it, x)) : [])));
+      Obs.renderTable(det.querySelector(".table-wrap"), `${this.title}, ${this.where(range)}`, cols, TABLE_ROWS);
     }
+
+    where(range) { return range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run"; }
   }
   Obs.LineChart = LineChart;
   Obs.PALETTE = PALETTE;
