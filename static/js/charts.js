@@ -378,6 +378,5 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
     where(range) { return range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run"; }
   }
   Obs.LineChart = LineChart;
-  Obs.PALETTE = PALETTE;
   Obs.color = color; // the i-th line colour in the current theme (compare.js: one per run)
 })(window.Obs);
