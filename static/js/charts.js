@@ -49,7 +49,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
       this.spec = spec;
       this.secondary = new Set(spec.secondary || []);
       this.optional = new Set(spec.optional || []);
-      this.items = []; // {name, series, index, secondary, zoom, ema, buf}
+      this.items = []; // {name, metric, store, series, index, secondary, zoom, buf}
       this.full = true; this.dirty = true; this.lastFull = 0;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
@@ -136,7 +136,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
     addTrace(name) {
       if (this.items.some((it) => it.name === name)) return;
       const item = {name, metric: name, store: this.ctx.store, index: this.items.length,
-                    secondary: this.secondary.has(name), zoom: null, ema: null};
+                    secondary: this.secondary.has(name), zoom: null};
       this.items.push(item);
       item.series = item.store.want(name, this, {points: this.resolution()});
       this.full = true; this.dirty = true;
@@ -231,8 +231,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
         this.oobTotal += p.ox.length;
         if (log) this.nonPositive += p.y.filter((v) => v <= 0).length;
         if (sm > 0) {
-          it.ema = Obs.ema(p.y, sm);
-          smooth.push({x: X, y: it.ema.y, mode: "lines", name: smoothed, yaxis, unit, showlegend: multi,
+          smooth.push({x: X, y: Obs.ema(p.y, sm), mode: "lines", name: smoothed, yaxis, unit, showlegend: multi,
                        line: {...line, width: 1.8}});
         }
       }

@@ -2,7 +2,7 @@
 // its own Obs.XAxis. It is an Obs.LineChart (charts.js, zoom.js): the same card, tools, y fitting, data table,
 // debiased-EMA smoothing with the raw line faint behind, and the same real zoom — a zoom reads each run's window
 // at the plot's pixel width (min/max buckets), mapped from the shared x range to that run's own steps.
-// Items: {name: the run's legend label, metric: the chart's, run, store: the run's, series, zoom, ema}; the traces
+// Items: {name: the run's legend label, metric: the chart's, run, store: the run's, series, zoom}; the traces
 // are charts.js's, one line of each kind per run that can be drawn (shown()).
 "use strict";
 
@@ -24,7 +24,7 @@
       const runs = this.ctx.runs();
       for (const it of this.items) if (!runs.includes(it.run)) it.store.release(this.id, this);
       this.items = runs.map((run) => this.items.find((it) => it.run === run) ||
-        {run, metric: this.id, store: run.store, zoom: null, ema: null, secondary: false,
+        {run, metric: this.id, store: run.store, zoom: null, secondary: false,
          series: run.store.want(this.id, this, {points: this.resolution()})});
       this.items.forEach((it) => { it.index = it.run.index; it.name = it.run.label; });
       if (this.ctx.view.range) this.setRange(); // new lines read the zoomed window too

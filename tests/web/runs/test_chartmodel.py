@@ -113,3 +113,11 @@ def test_close_labels_fold_into_one_with_a_count_and_every_text_on_hover(model):
     assert got["ids"] == [["a", "b", "c"], ["e"], ["d"]]
     assert got["labels"] == ["loss spike at… +2", "centred", "far away"]
     assert got["hover"] == "loss spike at 0<br>grad norm jump<br>lr changed"
+
+
+def test_the_smoothed_line_is_debiased_so_its_first_points_are_not_dragged_towards_zero(model):
+    got = model.evaluate("() => [Obs.ema([4, 4, 4], 0.9), Obs.ema([1, 3], 0.5), Obs.ema([], 0.9)]")
+    flat, pair, empty = got
+    assert all(abs(v - 4) < 1e-12 for v in flat), "a constant stays at its value from the first point"
+    # by hand: last = 0.5, 0.5 / (1 - 0.5) = 1; then last = 0.25 + 1.5 = 1.75, 1.75 / (1 - 0.25) = 7 / 3
+    assert abs(pair[0] - 1) < 1e-12 and abs(pair[1] - 7 / 3) < 1e-12 and empty == []
