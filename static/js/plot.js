@@ -218,12 +218,14 @@ window.Obs = window.Obs || {};
       el.obsLabel = a;
       if (el.textContent !== a.text) el.textContent = a.text;
       const x = u.valToPos(+a.x, "x"), hide = !(x >= -1 && x <= w + 1);
-      const look = [plotLeft + x, plotTop - 16, (a.font && a.font.color) || "", a.xanchor, !!(a.captureevents ||
-                    a.hovertext), hide].join("|");
+      // whole pixels: a live x axis moves a label by a fraction of one an update, so it is rarely rewritten
+      const left = Math.round(plotLeft + x) + "px";
+      if (el.style.left !== left) el.style.left = left;
+      const look = [plotTop, (a.font && a.font.color) || "", a.xanchor, !!(a.captureevents || a.hovertext), hide]
+        .join("|");
       if (el.obsLook === look) return; // (unchanged: no style written, no layout invalidated)
       el.obsLook = look;
       el.hidden = hide;
-      el.style.left = (plotLeft + x) + "px";
       el.style.top = (plotTop - 16) + "px";
       el.style.color = (a.font && a.font.color) || "";
       el.classList.toggle("center", a.xanchor === "center");
