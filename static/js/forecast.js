@@ -75,7 +75,7 @@ window.Obs = window.Obs || {};
     const tokens = pick(c.tokens), x = xOf(tokens);
     if (!x || !tokens.length) return null;
     const label = ok ? "forecast" : "forecast (UNVERIFIED)", color = ok ? BAND.line : BAND.badLine;
-    const band = (y, name, meta, more) => ({x: x.slice(), y, mode: "lines", name, yaxis: "y",
+    const band = (y, name, meta, more) => ({x: x.slice(), y, customdata: tokens, mode: "lines", name, yaxis: "y",
                                              showlegend: false, line: {width: 0, color}, meta, ...more});
     const fill = {fill: "tonexty", fillcolor: ok ? BAND.fill : BAND.bad}, dash = ok ? "dash" : "dot";
     const out = [band(pick(low), label + " low", "forecast-low", {hoverinfo: "skip"}),
