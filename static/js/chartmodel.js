@@ -44,16 +44,16 @@
       }
       this.x[this.n] = x; this.y[this.n] = y; this.n++;
     }
-    load(x, y) { // the buffer holds x, y (arrays): a copy, the memory reused unless it must grow
-      if (x.length > this.x.length) {
+    load(x, y) { // the buffer holds x, y (arrays; a missing y, null, as NaN): a copy, the memory reused unless it
+      if (x.length > this.x.length) { // must grow
         let c = this.x.length;
         while (c < x.length) c *= 2;
         this.x = new Float64Array(c); this.y = new Float64Array(c);
       }
-      this.x.set(x); this.y.set(y); this.n = x.length;
+      this.x.set(x); this.n = x.length;
+      for (let i = 0; i < this.n; i++) this.y[i] = y[i] ?? NaN;
     }
     cutAfter(x) { this.n = lowerBound(this.x.subarray(0, this.n), x + 1e-9 * Math.max(1, Math.abs(x))); }
-    clear() { this.n = 0; }
     view() { return [this.x.subarray(0, this.n), this.y.subarray(0, this.n)]; }
   }
   Obs.LiveBuffer = LiveBuffer;
@@ -78,18 +78,10 @@
   };
 
   // Debiased exponential moving average (TensorBoard's): the early points are not dragged towards zero.
-  // Returns {y, last, n} so that live points can continue it.
-  Obs.ema = (values, w, state) => {
-    let last = state ? state.last : 0, n = state ? state.n : 0;
-    const y = new Array(values.length);
-    for (let i = 0; i < values.length; i++) {
-      last = last * w + (1 - w) * values[i];
-      n++;
-      y[i] = last / (1 - Math.pow(w, n));
-    }
-    return {y, last, n};
+  Obs.ema = (values, w) => {
+    let last = 0;
+    return values.map((v, i) => { last = last * w + (1 - w) * v; return last / (1 - Math.pow(w, i + 1)); });
   };
-
 
   // Labelled marks whose labels would overprint at the chart's current scale, in groups: sorted by pixel x, a mark
   // joins the group before it when it starts before that group's label ends (its first label's estimated width

@@ -16,7 +16,7 @@
 
 window.Obs = window.Obs || {};
 // Why charts redraw (bench/liveview.py reports it): full redraws (new figure), redraws for live points only.
-window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
+window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
 
 (function (Obs) {
   const PALETTE = ["#1f5fbf", "#d9730d", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",
@@ -49,7 +49,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       this.spec = spec;
       this.secondary = new Set(spec.secondary || []);
       this.optional = new Set(spec.optional || []);
-      this.items = []; // {name, series, index, secondary, zoom, ema, buf}
+      this.items = []; // {name, metric, store, series, index, secondary, zoom, buf}
       this.full = true; this.dirty = true; this.lastFull = 0;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
       this.visible = this.observed = !window.IntersectionObserver; // (the observer says so once it has looked)
@@ -135,21 +135,21 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
 
     addTrace(name) {
       if (this.items.some((it) => it.name === name)) return;
-      const item = {name, index: this.items.length, secondary: this.secondary.has(name), zoom: null, ema: null};
+      const item = {name, metric: name, store: this.ctx.store, index: this.items.length,
+                    secondary: this.secondary.has(name), zoom: null};
       this.items.push(item);
-      item.series = this.ctx.store.want(name, this, {points: this.resolution()});
+      item.series = item.store.want(name, this, {points: this.resolution()});
       this.full = true; this.dirty = true;
       this.ctx.schedule();
     }
     destroy() {
-      for (const it of this.items) this.ctx.store.release(it.name, this);
+      for (const it of this.items) it.store.release(it.metric, this);
       if (this.abort) this.abort.abort();
       Obs.figurePurge(this.plot);
       this.box.remove();
     }
 
     reset(s, toStep) {
-      this.liveOnly = false;
       if (toStep !== undefined) { // a rewind: zoomed, buffered and queued live points past it are superseded too
         for (const it of this.items) {
           if (it.series !== s) continue;
@@ -200,30 +200,39 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       return out;
     }
 
+    // What a subclass changes (a compare chart, comparechart.js: a line per run): the items drawn, x from an item's
+    // steps and back, whether an item can be drawn on this x axis, a line's legend names (raw, smoothed).
+    shown() { return this.items; }
+    xOf(it, steps) { return this.ctx.xaxis.toX(steps); }
+    stepOf(it, x) { return x; } // (the view's range is in steps)
+    drawable() { return true; }
+    names(label) { return [label, label + " (smoothed)"]; }
+
     traces() {
-      const xa = this.ctx.xaxis, sm = this.ctx.view.smooth, multi = this.items.length > 1, t = Obs.theme();
+      const sm = this.ctx.view.smooth, multi = this.items.length > 1, t = Obs.theme();
+      const log = this.ctx.view.log.has(this.id);
       const lines = [], marks = [], oob = [], smooth = [];
       this.oobTotal = 0; this.nonPositive = 0;
-      for (const it of this.items) {
+      for (const it of this.shown()) {
         const d = this.data(it), p = this.split(it.name, d.steps, d.values);
         if (p.x.length > 4 * this.resolution()) [p.x, p.y] = Obs.minmax(p.x, p.y, this.resolution());
-        const unit = this.ctx.registry.info(it.name).unit, label = this.label(it.name);
-        const X = xa.toX(p.x), yaxis = it.secondary ? "y3" : "y";
-        lines.push({x: X, y: p.y, mode: "lines", name: label, yaxis, unit, showlegend: multi && !sm,
-                    opacity: sm > 0 ? 0.28 : 1, line: {width: it === this.items[0] ? 1.5 : 1.1, color: color(it.index),
-                                                       dash: it.secondary ? "dot" : "solid"}});
-        marks.push({x: xa.toX(d.nfSteps), y: d.nfSteps.map(() => 1), text: d.nfKinds.slice(), yaxis: "y2",
+        const unit = this.ctx.registry.info(it.metric).unit, label = this.label(it.name);
+        const [raw, smoothed] = this.names(label, sm > 0), X = this.xOf(it, p.x), yaxis = it.secondary ? "y3" : "y";
+        const line = {width: it.metric === this.id ? 1.5 : 1.1, color: color(it.index),
+                      dash: it.secondary ? "dot" : "solid"}; // (the chart's own metric: its extra lines thinner)
+        lines.push({x: X, y: p.y, mode: "lines", name: raw, yaxis, unit, showlegend: multi && !sm,
+                    opacity: sm > 0 ? 0.28 : 1, line});
+        marks.push({x: this.xOf(it, d.nfSteps), y: d.nfSteps.map(() => 1), text: d.nfKinds.slice(), yaxis: "y2",
                     mode: "markers", showlegend: false, name: label + " non-finite",
                     marker: {color: t.red, symbol: "x", size: 9}});
-        oob.push({x: xa.toX(p.ox), y: p.ox.map(() => 1), text: p.oy.map((v) => Obs.fmt(v)), yaxis: "y2",
+        oob.push({x: this.xOf(it, p.ox), y: p.ox.map(() => 1), text: p.oy.map((v) => Obs.fmt(v)), yaxis: "y2",
                   mode: "markers", showlegend: false, name: label + " impossible",
                   marker: {color: t.amber, symbol: "triangle-up-open", size: 9}});
         this.oobTotal += p.ox.length;
-        if (this.ctx.view.log.has(this.id)) this.nonPositive += p.y.filter((v) => v <= 0).length;
+        if (log) this.nonPositive += p.y.filter((v) => v <= 0).length;
         if (sm > 0) {
-          it.ema = Obs.ema(p.y, sm);
-          smooth.push({x: X, y: it.ema.y, mode: "lines", name: label + " (smoothed)", yaxis, unit, showlegend: multi,
-                       line: {width: 1.8, color: color(it.index), dash: it.secondary ? "dot" : "solid"}});
+          smooth.push({x: X, y: Obs.ema(p.y, sm), mode: "lines", name: smoothed, yaxis, unit, showlegend: multi,
+                       line: {...line, width: 1.8}});
         }
       }
       return [...lines, ...marks, ...oob, ...smooth, ...Obs.tracesFor(this)]; // then feature modules' (plotkit.js)
@@ -245,10 +254,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
         const second = this.items.filter((it) => it.secondary), names = second.map((it) => this.label(it.name));
         const fractions = second.every((it) => this.ctx.registry.info(it.name).unit === "fraction"); // MFU: 21%
         lay.yaxis3 = {type: "linear", title: {text: names.join(", ")}, ...(fractions ? {tickformat: ".1~%"} : {})};
-      }
-      if (traces) { // the y axes fit what is visible, not the whole run (and a flat line is not drawn at 0)
-        this.fitY(lay.yaxis, traces, "y", range, log);
-        if (lay.yaxis3) this.fitY(lay.yaxis3, traces, "y3", range, false);
       }
       this.marks(lay, t, traces);
       return lay;
@@ -281,28 +286,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
     }
 
     labelRow() { return true; } // the row for marker labels is kept (LABEL_ROW_PX); a chart that has none: false
-
-    fitY(axis, traces, name, range, log) {
-      let lo = Infinity, hi = -Infinity;
-      for (const tr of traces) {
-        if ((tr.yaxis || "y") !== name || tr.mode !== "lines") continue;
-        const i = range ? Obs.lowerBound(tr.x, range[0]) : 0;
-        const j = range ? Obs.lowerBound(tr.x, range[1] + 1e-9) : tr.x.length;
-        for (let k = Math.max(0, i - 1); k < Math.min(tr.y.length, j + 1); k++) {
-          const v = tr.y[k];
-          if (log && !(v > 0)) continue;
-          if (v < lo) lo = v;
-          if (v > hi) hi = v;
-        }
-      }
-      if (!(hi >= lo)) return;
-      // the renderer's own fit does well, but for a live chart (its range keeps room for the next points)
-      if (!range && !this.liveish() && hi - lo > 1e-9 * Math.max(Math.abs(hi), Math.abs(lo))) return;
-      if (log) { lo = Math.log10(lo); hi = Math.log10(hi); }
-      const pad = (hi - lo) * 0.06 || (log ? 0.3 : Math.abs(hi) * 0.5) || 1;
-      axis.range = [lo - pad, hi + pad];
-      axis.autorange = false;
-    }
 
     // Live points are coming (or will: the run trains and its trainer's heartbeat gives a rate): the axes keep room
     // for them, drawn in place.
@@ -381,17 +364,18 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, miss: {}};
       Obs.putAttr(this.els.log, "aria-pressed", this.ctx.view.log.has(this.id));
     }
 
-    renderTable() {
+    renderTable() { // a zoomed view: each line's points inside the range
       const det = this.els.table;
       if (!det.open) return;
       this.tableAt = performance.now();
       const range = this.ctx.view.range;
-      const cols = this.items.map((it) => Obs.tableColumn(this.data(it), this.label(it.name), ...(range || [])));
-      const where = range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run";
-      Obs.renderTable(det.querySelector(".table-wrap"), `${this.title}, ${where}`, cols, TABLE_ROWS);
+      const cols = this.items.map((it) => Obs.tableColumn(this.data(it), this.label(it.name),
+        ...(range && this.drawable(it) ? range.map((x) => this.stepOf(it, x)) : [])));
+      Obs.renderTable(det.querySelector(".table-wrap"), `${this.title}, ${this.where(range)}`, cols, TABLE_ROWS);
     }
+
+    where(range) { return range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run"; }
   }
   Obs.LineChart = LineChart;
-  Obs.PALETTE = PALETTE;
   Obs.color = color; // the i-th line colour in the current theme (compare.js: one per run)
 })(window.Obs);

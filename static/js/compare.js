@@ -36,8 +36,7 @@
     });
   }
 
-  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true;
-    ch.liveOnly = false; }); schedule(); }
+  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; }); schedule(); }
 
   const status = (text) => { $("compare-status").textContent = text || ""; };
   const announce = (text) => { const el = $("announce"); el.textContent = "";

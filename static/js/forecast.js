@@ -101,7 +101,7 @@ window.Obs = window.Obs || {};
       return [ev.steps[i] * k, ev.values[i], "eval loss"];
     }
     if (tr && tr.steps.length) {
-      const y = Obs.ema(tr.values, SMOOTH).y;
+      const y = Obs.ema(tr.values, SMOOTH);
       return [tr.steps[tr.steps.length - 1] * k, y[y.length - 1], "smoothed train loss"];
     }
     return null;

@@ -54,7 +54,7 @@ window.Obs = window.Obs || {};
   };
 
   // Every line's points on one x (uPlot draws aligned columns): a single line as it is, several joined (gaps null,
-  // drawn across).
+  // drawn across; NaN, a live buffer's gap, draws the same). Obs.joinLines: the same, for the live append path.
   function columns(lines) {
     if (lines.length === 1) return [lines[0].x, lines[0].y];
     const x0 = lines[0].x;
@@ -64,6 +64,7 @@ window.Obs = window.Obs || {};
     return uPlot.join(lines.map((t) => [t.x, t.y]));
   }
   function sameX(a, b) { for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false; return true; }
+  Obs.joinLines = columns;
 
   // A figure's shape: what uPlot's options depend on. The same shape keeps the instance.
   const shapeKey = (lines, layout) => [
@@ -93,15 +94,15 @@ window.Obs = window.Obs || {};
       const r = fig.ranges[key];
       if (r) return r.slice();
       if (!(hi >= lo)) return [0, 1];
-      if (hi === lo) { const d = Math.abs(hi) * 0.5 || 1; return [lo - d, hi + d]; }
       const log = fig.log[key];
-      if (key === "x" && !log) return [lo, hi];
-      if (key === "x") return [lo > 0 ? lo : 1e-9, hi];
-      if (log) {
+      if (key === "x" && hi > lo) return log && !(lo > 0) ? [1e-9, hi] : [lo, hi];
+      // y (and a single x): what is visible (uPlot's min and max over the x range drawn) with 6% room, a flat line
+      // not drawn at 0
+      if (log && lo > 0) {
         const a = Math.log10(lo), b = Math.log10(hi), p = (b - a) * 0.06 || 0.3;
         return [10 ** (a - p), 10 ** (b + p)];
       }
-      const p = (hi - lo) * 0.06;
+      const p = (hi - lo) * 0.06 || Math.abs(hi) * 0.5 || 1;
       return [lo - p, hi + p];
     };
     const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1},
@@ -218,12 +219,14 @@ window.Obs = window.Obs || {};
       el.obsLabel = a;
       if (el.textContent !== a.text) el.textContent = a.text;
       const x = u.valToPos(+a.x, "x"), hide = !(x >= -1 && x <= w + 1);
-      const look = [plotLeft + x, plotTop - 16, (a.font && a.font.color) || "", a.xanchor, !!(a.captureevents ||
-                    a.hovertext), hide].join("|");
+      // whole pixels: a live x axis moves a label by a fraction of one an update, so it is rarely rewritten
+      const left = Math.round(plotLeft + x) + "px";
+      if (el.style.left !== left) el.style.left = left;
+      const look = [plotTop, (a.font && a.font.color) || "", a.xanchor, !!(a.captureevents || a.hovertext), hide]
+        .join("|");
       if (el.obsLook === look) return; // (unchanged: no style written, no layout invalidated)
       el.obsLook = look;
       el.hidden = hide;
-      el.style.left = (plotLeft + x) + "px";
       el.style.top = (plotTop - 16) + "px";
       el.style.color = (a.font && a.font.color) || "";
       el.classList.toggle("center", a.xanchor === "center");
@@ -247,7 +250,7 @@ window.Obs = window.Obs || {};
     const xv = u.data[0][i], rows = [fig.fmtX(xv)];
     fig.lines.forEach((tr, k) => {
       const v = u.data[k + 1][i];
-      if (v !== null && v !== undefined && tr.hoverinfo !== "skip") rows.push(`${tr.name}: ${fig.fmtY(v, tr)}`);
+      if (Number.isFinite(v) && tr.hoverinfo !== "skip") rows.push(`${tr.name}: ${fig.fmtY(v, tr)}`);
     });
     const tip = fig.tip, w = u.over.clientWidth;
     tip.textContent = rows.join("\n"); tip.hidden = false;
@@ -285,10 +288,10 @@ window.Obs = window.Obs || {};
     }));
   }
 
-  // The axes' ranges a layout fixes (log axes: from log10 units), null where the axis fits its data
+  // The axes' ranges a layout fixes (autorange: false; log axes: from log10 units), null where the axis fits its data
   function ranges(fig, layout) {
-    const fixed = (a, key) => {
-      if (!a || !a.range || a.autorange === true) return null;
+    const fixed = (a, key) => { // (a range drawn, written back: not fixed)
+      if (!a || !a.range || a.autorange !== false) return null;
       return fig.log[key] ? [10 ** a.range[0], 10 ** a.range[1]] : a.range.slice();
     };
     return {x: fixed(layout.xaxis, "x"), y: fixed(layout.yaxis, "y"), y3: fixed(layout.yaxis3, "y3")};

@@ -32,7 +32,7 @@
 
     coarse() { // items whose held history is downsampled: a zoomed view needs their window's finer points
       return this.items.filter((it) => it.series && it.series.loaded && !it.series.waiting && !it.series.missing &&
-                                       it.series.bucketSteps > 1);
+                                       it.series.bucketSteps > 1 && this.drawable(it));
     },
 
     async fetchZoom() {
@@ -55,11 +55,13 @@
       this.ctx.schedule();
     },
 
-    // One item's finer points over the view's range (steps; a compare chart maps its x units to each run's
-    // steps): the window with its step bounds {…, from, to}, or null.
+    // One item's finer points over the view's range (mapped to the item's steps: stepOf, a compare chart's x
+    // units), read at `pts` resolution: the window with its step bounds {…, from, to}, or null.
     async readWindow(it, range, pts, signal) {
-      const a = Math.max(0, Math.floor(range[0])), b = Math.max(0, Math.ceil(range[1]));
-      const w = await this.ctx.store.window(it.name, a, b, pts, signal);
+      const [s0, s1] = range.map((x) => this.stepOf(it, x));
+      if (!Number.isFinite(s0) || !Number.isFinite(s1)) return null;
+      const a = Math.max(0, Math.floor(Math.min(s0, s1))), b = Math.max(0, Math.ceil(Math.max(s0, s1)));
+      const w = await it.store.window(it.metric, a, b, pts, signal);
       return w && {...w, from: a, to: b};
     },
   });
