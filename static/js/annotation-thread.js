@@ -4,8 +4,6 @@
 // Every body is HTML rendered and sanitised by the server (markdown-it-py + nh3); all else goes in as text.
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   const S = {ctx: null, runId: null, viewer: {id: null, can: {}}, tags: [], kinds: {}, byId: new Map(),
              removed: new Set(), openId: null, thread: null, loaded: false};
@@ -17,10 +15,10 @@ window.Obs = window.Obs || {};
   const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC" : "");
   const mine = (p) => S.viewer.id !== null && p.author && p.author.id === S.viewer.id;
 
-  function csrf() {
-    const i = document.querySelector("#ann-panel input[name=csrfmiddlewaretoken]");
-    return i ? i.value : "";
-  }
+  const csrf = () => document.querySelector("#ann-panel input[name=csrfmiddlewaretoken]")?.value || "";
+  const urlOf = (target, id) => `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/`;
+  // a post's body: HTML rendered and sanitised on the server (webapp/annotations/markdown.py)
+  const bodyOf = (html) => el("div", {className: "ann-body", innerHTML: html});
 
   async function api(method, url, body) {
     const opts = {method, credentials: "same-origin", headers: {"X-CSRFToken": csrf()}};
@@ -89,7 +87,7 @@ window.Obs = window.Obs || {};
   }
 
   function postView(target, p, mineKinds) {
-    const base = target === "annotation" ? `/api/annotations/${p.id}/` : `/api/replies/${p.id}/`;
+    const base = urlOf(target, p.id);
     const box = el("div", {className: "ann-post" + (p.hidden || p.deleted ? " muted-post" : ""),
                            attrs: {"data-post": `${target}-${p.id}`}});
     const meta = el("p", {className: "ann-meta muted",
@@ -102,9 +100,7 @@ window.Obs = window.Obs || {};
     const marker = (text) => box.append(el("p", {className: "ann-marker", text}));
     if (p.hidden) marker(`Hidden by a moderator: ${p.hidden_reason || ""}`);
     if (p.deleted) marker("Deleted by its author.");
-    const body = el("div", {className: "ann-body"});
-    body.innerHTML = p.body_html; // rendered and sanitised on the server (webapp/annotations/markdown.py)
-    box.append(body, reactionsBar(target, p, mineKinds));
+    box.append(bodyOf(p.body_html), reactionsBar(target, p, mineKinds));
     const acts = el("div", {className: "ann-actions"});
     const act = (text, fn) => acts.append(el("button", {className: "link", text, on: {click: fn}}));
     if (mine(p) && !p.deleted && S.viewer.can.edit_own) {
@@ -178,31 +174,26 @@ window.Obs = window.Obs || {};
 
   function editPost(target, p, box) {
     const form = el("form", {className: "ann-edit"});
-    const title = target === "annotation" ? el("input", {attrs: {name: "title", maxlength: "200"}}) : null;
-    if (title) { title.value = p.title; form.append(title); }
+    const title = target === "annotation"
+      ? el("input", {attrs: {name: "title", maxlength: "200"}, value: p.title}) : null;
     const limit = target === "annotation" ? "10000" : "5000";
-    const body = el("textarea", {attrs: {name: "body", rows: "5", maxlength: limit}});
-    body.value = p.body;
-    form.append(body, el("button", {text: "Save", attrs: {type: "submit"}}), " ",
+    const body = el("textarea", {attrs: {name: "body", rows: "5", maxlength: limit}, value: p.body});
+    form.append(...(title ? [title] : []), body, el("button", {text: "Save", attrs: {type: "submit"}}), " ",
                 el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: renderThread}}));
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
       const patch = title ? {title: title.value, body: body.value} : {body: body.value};
-      api("PATCH", target === "annotation" ? `/api/annotations/${p.id}/` : `/api/replies/${p.id}/`, patch)
-        .then(refresh).catch(fail);
+      api("PATCH", urlOf(target, p.id), patch).then(refresh).catch(fail);
     });
     box.querySelector(".ann-body").replaceWith(form);
   }
 
   async function history(target, id, box) {
     try {
-      const data = await api("GET", `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/revisions/`);
-      const list = el("ol", {className: "ann-history"}, ...data.revisions.map((r) => {
-        const b = el("div", {className: "ann-body"});
-        b.innerHTML = r.body_html; // server-sanitised, as above
-        return el("li", {}, el("p", {className: "muted", text: `version of ${when(r.written_at)}` +
-                                      (r.title ? ` — “${r.title}”` : "")}), b);
-      }));
+      const data = await api("GET", urlOf(target, id) + "revisions/");
+      const list = el("ol", {className: "ann-history"}, ...data.revisions.map((r) => el("li", {},
+        el("p", {className: "muted", text: `version of ${when(r.written_at)}` + (r.title ? ` — “${r.title}”` : "")}),
+        bodyOf(r.body_html))));
       box.querySelector(".ann-history")?.remove();
       box.append(el("p", {className: "muted", text: "Earlier versions:"}), list);
     } catch (e) { fail(e); }
@@ -210,8 +201,7 @@ window.Obs = window.Obs || {};
 
   async function react(target, id, kind, on) {
     try {
-      const url = `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/reactions/`;
-      const r = await api("POST", url, {kind, on});
+      const r = await api("POST", urlOf(target, id) + "reactions/", {kind, on});
       const t = S.thread;
       if (!t) return;
       if (target === "annotation") { t.mine.annotation = r.mine; t.annotation.reactions = r.reactions; }
