@@ -4,8 +4,6 @@
 // panel and its threads are annotation-thread.js (loaded before this file), which shares Obs.annotations.
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   const A = Obs.annotations;
   const {S, $, el, short, api, fail, mine} = A;
@@ -208,20 +206,15 @@ window.Obs = window.Obs || {};
         break;
       }
       case "remove": removed(f.id); break;
-      case "reply": {
-        const a = S.byId.get(f.annotation_id);
-        if (a) a.reply_count = f.reply_count;
-        if (t && t.annotation.id === f.annotation_id) { t.annotation.reply_count = f.reply_count; A.refresh(); }
-        break;
-      }
+      case "reply":
       case "reply_remove": {
         const a = S.byId.get(f.annotation_id);
         if (a) a.reply_count = f.reply_count;
-        if (t && t.annotation.id === f.annotation_id) {
-          t.annotation.reply_count = f.reply_count;
-          if (S.viewer.can.moderate || t.replies.some((r) => r.id === f.id && mine(r))) { A.refresh(); break; }
-          t.replies = t.replies.filter((r) => r.id !== f.id);
-        }
+        if (!t || t.annotation.id !== f.annotation_id) break;
+        t.annotation.reply_count = f.reply_count;
+        // a removed reply stays, marked, for moderators and its author: read again as they may see it
+        const keep = S.viewer.can.moderate || t.replies.some((r) => r.id === f.id && mine(r));
+        if (f.event === "reply" || keep) A.refresh(); else t.replies = t.replies.filter((r) => r.id !== f.id);
         break;
       }
       case "reactions": {
@@ -243,7 +236,6 @@ window.Obs = window.Obs || {};
     if (Obs.zoomTo) Obs.zoomTo(Math.max(0, a.step_start - pad), a.step_end + pad); // the view's own zoom
   }
 
-  Obs.onEvents = Obs.onEvents || [];
   Obs.onEvents.push((list) => { if (S.loaded && list.some((e) => e.kind === "rewind")) changed(); });
 
   Obs.onStart.push(async (ctx, page) => {
