@@ -4,8 +4,6 @@
 // Source: GET /api/runs/<id>/interventions/ (public). Drawn through Obs.setOverlays("interventions", ...).
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   // Read again when the run's live events say a command was applied or undone (the trainer acks a command before
   // its event, so the read has it), and every REFRESH_MS for what no event said (a viewer who reconnected late).
@@ -70,9 +68,8 @@ window.Obs = window.Obs || {};
     load();
     setInterval(load, REFRESH_MS);
     document.addEventListener("visibilitychange", () => { if (!document.hidden) load(); });
-    (Obs.onEvents = Obs.onEvents || []).push((list) => { if (list.some((ev) => TOLD.has(ev.name))) load(); });
+    Obs.onEvents.push((list) => { if (list.some((ev) => TOLD.has(ev.name))) load(); });
   }
 
-  Obs.onStart = Obs.onStart || [];
   Obs.onStart.push(start);
 })(window.Obs);
