@@ -4,8 +4,6 @@
 // the x axis, which maps steps to tokens or wall time and back.
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   // ------------------------------------------------------------------------------------------ registry
   class Registry {
@@ -52,8 +50,7 @@ window.Obs = window.Obs || {};
       this.listeners = [];
       this.storageKey = storageKey;
       let saved = {};
-      try { saved = storageKey ? JSON.parse(localStorage.getItem(storageKey) || "{}") ||
-        {} : {}; } catch (e) { saved = {}; }
+      try { saved = (storageKey && JSON.parse(localStorage.getItem(storageKey))) || {}; } catch (e) { /* as none */ }
       const q = new URLSearchParams(location.search);
       const list = (k) => q.getAll(k).filter(Boolean);
       this.charts = list("chart").length ? list("chart")
