@@ -3,8 +3,6 @@
 // a file, which then says where the rest starts). The run's own links (every series) are in the page's header.
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   const FORMATS = [["csv", "CSV"], ["json", "JSON"], ["parquet", "Parquet"]];
 
@@ -32,9 +30,9 @@ window.Obs = window.Obs || {};
     const el = Obs.el, say = "Download the data of " + chart.title; // (plotkit.js)
     const menu = el("span", {class: "download-menu"}, ...FORMATS.map(([fmt, text]) => el("a", {"data-fmt": fmt, text})),
                     el("span", {class: "muted download-note"}));
-    const det = el("details", {class: "download"},
+    const toggle = () => { Obs.downloadLinks(chart); if (det.open) fit(menu); };
+    const det = el("details", {class: "download", on: {toggle}},
                    el("summary", {class: "tool", text: "⤓", title: say, attrs: {"aria-label": say}}), menu);
-    det.addEventListener("toggle", () => { Obs.downloadLinks(chart); if (det.open) fit(menu); });
     tools.prepend(det);
     const close = (ev) => {
       if (!det.isConnected) document.removeEventListener("click", close); // (the chart was removed)
