@@ -12,35 +12,24 @@ window.Obs.onStart = window.Obs.onStart || [];
 window.Obs.onEvents = window.Obs.onEvents || [];
 // A transient notice, gone TOAST_MS after it was last written. With a `key`, the notice under that key is rewritten
 // in place and its time starts again: a stream of news (an anomaly storm) is one notice, not a stack of them.
-window.Obs.toast = window.Obs.toast || (() => {
+window.Obs.toast = window.Obs.toast || ((Obs) => {
   const TOAST_MS = 8000;
   const keyed = new Map(); // key -> the notice on screen
-  return function (text, level, key) {
-    let box = document.getElementById("toasts");
-    if (!box) {
-      box = document.createElement("div");
-      box.id = "toasts";
-      box.setAttribute("role", "status");
-      box.setAttribute("aria-live", "polite");
-      document.body.appendChild(box);
-    }
+  return function (text, level, key) { // (Obs.el, Obs.put: plotkit.js, loaded by every page that shows notices)
+    const box = document.getElementById("toasts") ||
+      document.body.appendChild(Obs.el("div", {id: "toasts", attrs: {role: "status", "aria-live": "polite"}}));
     let t = key !== undefined ? keyed.get(key) : null;
     if (!t || !t.isConnected) {
-      t = document.createElement("div");
-      box.appendChild(t);
+      t = box.appendChild(Obs.el("div"));
       if (key !== undefined) keyed.set(key, t);
     }
     clearTimeout(t.obsTimer);
-    const cls = "toast toast-" + (level || "info");
-    if (t.className !== cls) t.className = cls;
-    if (t.textContent !== text) { // (its text node rewritten in place: no new node to style and lay out)
-      const node = t.firstChild;
-      if (node && node === t.lastChild && node.nodeType === Node.TEXT_NODE) node.data = text; else t.textContent = text;
-    }
+    Obs.putClass(t, "toast toast-" + (level || "info"));
+    Obs.put(t, text); // (its text node rewritten in place: no new node to style and lay out)
     t.obsTimer = setTimeout(() => { t.remove(); if (keyed.get(key) === t) keyed.delete(key); }, TOAST_MS);
     return t;
   };
-})();
+})(window.Obs);
 
 (function (Obs) {
   const WINDOW_BATCH = 32; // series per GET <run>/windows/ (the API's limit)
@@ -49,8 +38,7 @@ window.Obs.toast = window.Obs.toast || (() => {
 
   // An API window ({steps, values, nonfinite, ...}) split into finite points and non-finite marks.
   function parseWindow(data) {
-    const out = {start: data.start, end: data.end, steps: [], values: [], nfSteps: [], nfKinds: [],
-                 bucketSteps: data.bucket_steps || 1, exact: !!data.exact, count: data.count};
+    const out = {steps: [], values: [], nfSteps: [], nfKinds: [], bucketSteps: data.bucket_steps || 1};
     const kinds = new Map(data.nonfinite.map(([step, kind]) => [step, kind]));
     for (let i = 0; i < data.steps.length; i++) {
       const v = data.values[i];
