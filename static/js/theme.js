@@ -11,13 +11,10 @@
   const current = () => chosen || (media && media.matches ? "dark" : "light");
 
   function apply() {
-    document.documentElement.dataset.theme = current();
-    const btn = document.getElementById("theme-toggle");
-    if (btn) {
-      btn.hidden = false;
-      btn.setAttribute("aria-pressed", String(current() === "dark"));
-    }
-    document.dispatchEvent(new CustomEvent("obs-theme", {detail: current()}));
+    const theme = current(), btn = document.getElementById("theme-toggle");
+    document.documentElement.dataset.theme = theme;
+    if (btn) { btn.hidden = false; btn.setAttribute("aria-pressed", String(theme === "dark")); }
+    document.dispatchEvent(new CustomEvent("obs-theme", {detail: theme}));
   }
 
   apply();
