@@ -1,7 +1,6 @@
-// The annotations panel beside the charts: a run's notes as a list, and one thread at a time (replies,
-// reactions, edit with history, delete, quote/link, moderation). Shared state and helpers live on
-// Obs.annotations for annotations.js (chart marks, drawing a new note, live frames), which loads after this file.
-// Every body is HTML rendered and sanitised by the server (markdown-it-py + nh3); all else goes in as text.
+// The annotations panel: a run's notes as a list and one thread at a time (replies, reactions, edits with history,
+// delete, quote/link, moderation); state and helpers on Obs.annotations for annotations.js, loaded after it. Bodies
+// are HTML rendered and sanitised by the server (webapp/annotations/markdown.py); all else goes in as text.
 "use strict";
 
 (function (Obs) {
@@ -17,7 +16,6 @@
 
   const csrf = () => document.querySelector("#ann-panel input[name=csrfmiddlewaretoken]")?.value || "";
   const urlOf = (target, id) => `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/`;
-  // a post's body: HTML rendered and sanitised on the server (webapp/annotations/markdown.py)
   const bodyOf = (html) => el("div", {className: "ann-body", innerHTML: html});
 
   async function api(method, url, body) {
@@ -124,19 +122,24 @@
     return box;
   }
 
-  // An inline confirmation (with a text field when `field` is named) under a post's actions; no native dialogs.
+  // A small form under a post: `kids`, then `verb` to submit and Cancel; no native dialogs. send() returns the
+  // request to make (or nothing: not yet), and the thread is read again once it is answered.
+  function postForm(cls, kids, verb, cancel, send) {
+    const form = el("form", {className: cls}, ...kids, el("button", {text: verb, attrs: {type: "submit"}}), " ",
+                    el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: () => cancel(form)}}));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      send()?.then(refresh).catch(fail);
+    });
+    return form;
+  }
+
+  // An inline confirmation under a post's actions, with a text field when `field` is named.
   function ask(where, question, field, verb, run) {
     where.parentNode.querySelector(".ann-ask")?.remove();
     const input = field ? el("input", {attrs: {name: field, maxlength: "500", required: ""}}) : null;
-    const form = el("form", {className: "ann-ask"}, el("span", {text: question + " "}), input,
-                    el("button", {text: verb, attrs: {type: "submit"}}), " ",
-                    el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: () => form.remove()}}));
-    form.addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      if (input && !input.value.trim()) return;
-      run(input ? input.value : undefined).then(refresh).catch(fail);
-    });
-    where.after(form);
+    where.after(postForm("ann-ask", [el("span", {text: question + " "}), input], verb, (form) => form.remove(),
+                         () => (input && !input.value.trim() ? null : run(input ? input.value : undefined))));
     if (input) input.focus();
   }
 
@@ -173,19 +176,12 @@
   }
 
   function editPost(target, p, box) {
-    const form = el("form", {className: "ann-edit"});
     const title = target === "annotation"
       ? el("input", {attrs: {name: "title", maxlength: "200"}, value: p.title}) : null;
-    const limit = target === "annotation" ? "10000" : "5000";
-    const body = el("textarea", {attrs: {name: "body", rows: "5", maxlength: limit}, value: p.body});
-    form.append(...(title ? [title] : []), body, el("button", {text: "Save", attrs: {type: "submit"}}), " ",
-                el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: renderThread}}));
-    form.addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      const patch = title ? {title: title.value, body: body.value} : {body: body.value};
-      api("PATCH", urlOf(target, p.id), patch).then(refresh).catch(fail);
-    });
-    box.querySelector(".ann-body").replaceWith(form);
+    const body = el("textarea", {attrs: {name: "body", rows: "5", maxlength: title ? "10000" : "5000"}, value: p.body});
+    const patch = () => (title ? {title: title.value, body: body.value} : {body: body.value});
+    box.querySelector(".ann-body").replaceWith(postForm("ann-edit", [title, body], "Save", renderThread,
+                                                        () => api("PATCH", urlOf(target, p.id), patch())));
   }
 
   async function history(target, id, box) {
