@@ -1,7 +1,6 @@
-// Community annotations on the charts: bands (a step range) and markers (one step) on every line chart through
-// Obs.setOverlays, drawing a new note (shift-drag across a chart, a click on a point, or the Annotate button), and
-// live `annotation` frames (webapp/live/protocol.py), so every viewer sees a new note, reply or hide at once. The
-// panel and its threads are annotation-thread.js (loaded before this file), which shares Obs.annotations.
+// Community annotations on the charts: bands and markers on every line chart (Obs.setOverlays), drawing a new note
+// (shift-drag, a click on a point, or the Annotate button), and live `annotation` frames so every viewer sees a new
+// note, reply or hide at once. The panel and threads are annotation-thread.js, which shares Obs.annotations.
 "use strict";
 
 (function (Obs) {

@@ -1,7 +1,6 @@
-// Anomalies on the run dashboard: the run's anomaly log from the JSON API at start, then live "anomaly" frames
-// (webapp/live/protocol.py). Each warning/critical anomaly is a marker on the chart of its metric (a band once it
-// has closed) through Obs.setOverlays, a new one also a toast; a panel lists the latest with links to the full log.
-// The log's "chart" links open the dashboard at `?from=S&to=E`: every chart zoomed on the anomaly.
+// Anomalies on the run dashboard: the run's log from the API, then live "anomaly" frames. Each warning/critical one
+// is a mark on its metric's chart (a band once closed, Obs.setOverlays), a new one also a toast; a panel lists the
+// latest, linking to the full log, whose "chart" links open the dashboard zoomed on it (?from=S&to=E).
 "use strict";
 
 (function (Obs) {

@@ -1,6 +1,5 @@
-// The API reference page (/api/docs/): reads the OpenAPI document (/api/schema/) and renders every operation,
-// grouped by tag: method, path, summary, parameters, request body and responses. DOM built with textContent
-// only (no innerHTML of schema text), no inline script (CSP), no CDN.
+// The API reference page (/api/docs/): every operation of the OpenAPI document (/api/schema/), by tag. Built with
+// textContent only (no innerHTML of schema text), no inline script (CSP), no CDN.
 (function () {
   "use strict";
   const root = document.getElementById("apidocs");

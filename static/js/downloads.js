@@ -1,6 +1,5 @@
-// Download links on each chart: its series over the steps it shows, as CSV, JSON or Parquet, full resolution,
-// straight from the public export API (GET /api/v1/runs/<id>/export.<fmt>, docs/API.md; at most 1,000,000 points
-// a file, which then says where the rest starts). The run's own links (every series) are in the page's header.
+// Download links on each chart: its series over the steps it shows as CSV, JSON or Parquet at full resolution, from
+// the public export API (GET /api/v1/runs/<id>/export.<fmt>, docs/API.md). The run's own links are in the header.
 "use strict";
 
 (function (Obs) {

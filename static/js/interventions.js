@@ -1,7 +1,6 @@
-// Operator interventions on the public dashboard: every applied command drawn as a marker at the step the trainer
-// applied it, labelled with its reason (and the operator's name where they opted in); undone ones not. Labels
-// too close to read at the chart's zoom fold into one with a count (charts.js), each reason in full on hover.
-// Source: GET /api/runs/<id>/interventions/ (public). Drawn through Obs.setOverlays("interventions", ...).
+// Operator interventions on the public dashboard: each applied command a marker at the step the trainer applied it,
+// labelled with its reason (and the operator's name where they opted in); undone ones are not drawn. Close labels
+// fold into one with a count (charts.js). Source: GET /api/runs/<id>/interventions/ (public).
 "use strict";
 
 (function (Obs) {

@@ -1,7 +1,6 @@
 // Operator panel: every run's progress and knobs, forms generated from the contract's command schema, and each
-// command's life (sent → accepted → applied / rejected / no answer, undone by a rollback) as the trainer answers.
-// State comes from the server (WebSocket /ws/operate/ pushes snapshots built from Redis + SQL; the JSON endpoint
-// is polled while the socket is down), never from this page's memory: a reload or a web restart loses nothing.
+// command's life (sent → accepted → applied / rejected / no answer, undone by a rollback). State comes from the server
+// (/ws/operate/ snapshots from Redis + SQL; polled while the socket is down), so a reload or restart loses nothing.
 "use strict";
 
 (function () {

@@ -1,6 +1,5 @@
-// The metric picker: every series the run has, grouped (loss, optimizer, mixture of experts, hardware, …) and
-// named by the registry's titles, filtered by a search field. Choosing never adds a chart by itself (arrow keys
-// only move the selection): the "Add chart" button, or Enter in the list or the search field, does.
+// The metric picker: every series the run has, grouped and named by the registry, filtered by a search field.
+// Choosing only moves the selection (arrow keys); the Add button, or Enter, adds the chart.
 "use strict";
 
 (function (Obs) {

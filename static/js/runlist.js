@@ -1,6 +1,5 @@
-// The live run list: every few seconds it reads /api/runs/ (a short poll: the list is small, and the live
-// socket's fan-out is per run) and updates each row's state, health, step, progress and time left in place,
-// adding runs that appeared (their rows rendered by the server: /runs/?rows=). Polling pauses while the tab is hidden.
+// The live run list: polls /api/runs/ (small, and the live socket's fan-out is per run; paused while the tab is
+// hidden), updates each row in place and adds new runs' rows as the server renders them (/runs/?rows=).
 "use strict";
 
 (function () {

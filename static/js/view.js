@@ -1,7 +1,6 @@
-// What the dashboard is showing, and how to name it: the metric registry (titles, units, groups, glossary from
-// observatory.contract.registry(), handed over in the page data), the view state (charts in order, visible step
-// range, x axis, log axes, smoothing) kept in the URL and in localStorage so that a link reproduces the view, and
-// the x axis, which maps steps to tokens or wall time and back.
+// What the dashboard shows and how to name it: the metric registry (observatory.contract.registry(), in the page
+// data), the view state (charts, step range, x axis, log axes, smoothing) kept in the URL and localStorage so a link
+// reproduces it, and the x axis, mapping steps to tokens or wall time and back.
 "use strict";
 
 (function (Obs) {
