@@ -323,8 +323,7 @@
         break;
       }
       case "error": console.warn("live:", msg.error); break;
-      default: {
-        // Feature modules (anomalies.js, annotations.js, ...) handle their own frame types.
+      default: { // a feature module's own frame type (anomalies.js, annotations.js, …)
         const h = Obs.frameHandlers[msg.type];
         if (h) { h(msg, ctx); scheduleRedraw(); }
       }
