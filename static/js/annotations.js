@@ -114,10 +114,7 @@
   }
 
   // Chart x (steps, or tokens/time when the dashboard's x axis says so) -> a step.
-  function toStep(x) {
-    const ax = S.ctx && S.ctx.xaxis;
-    return ax && typeof ax.toStep === "function" ? ax.toStep(x) : Number(x);
-  }
+  const toStep = (x) => (S.ctx ? S.ctx.xaxis.toStep(x) : Number(x));
 
   // Shift-drag across a chart selects a step range (the chart's own drag-zoom is left alone otherwise); a click
   // on the plot annotates that step (or opens the note there). Geometry from plot.js (Obs.figureBox, figureXAt).
