@@ -164,13 +164,12 @@
     if (S.viewer.can.create && !a.hidden && !a.deleted) {
       const ta = el("textarea", {attrs: {name: "reply", rows: "3", maxlength: "5000",
                                          placeholder: "Reply (Markdown)"}});
-      const form = el("form", {className: "ann-reply", on: {submit: (ev) => {
+      parts.push(el("form", {className: "ann-reply", on: {submit: (ev) => {
         ev.preventDefault();
         if (!ta.value.trim()) return;
         api("POST", `/api/annotations/${a.id}/replies/`, {body: ta.value})
           .then((r) => { ta.value = ""; upsertReply(r); renderThread(); Obs.annotations.changed(); }).catch(fail);
-      }}}, ta, el("button", {text: "Reply", attrs: {type: "submit"}}));
-      parts.push(form);
+      }}}, ta, el("button", {text: "Reply", attrs: {type: "submit"}})));
     }
     box.replaceChildren(...parts);
   }
