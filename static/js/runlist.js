@@ -5,7 +5,7 @@
 (function () {
   const Obs = window.Obs;
   const page = JSON.parse(document.getElementById("page-data").textContent);
-  const body = document.querySelector("#runs tbody");
+  const body = document.querySelector("#runs tbody"), $ = (id) => document.getElementById(id);
   let failures = 0;
 
   const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
@@ -56,14 +56,12 @@
         update(tr, run);
         if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null); // newest first
       });
-      document.getElementById("runs").hidden = runs.length === 0;
-      document.getElementById("runs-empty").hidden = runs.length > 0;
+      $("runs").hidden = runs.length === 0;
+      $("runs-empty").hidden = runs.length > 0;
       failures = 0;
-      document.getElementById("runs-status").textContent = "";
+      $("runs-status").textContent = "";
     } catch (e) {
-      failures++;
-      if (failures === 3) document.getElementById("runs-status").textContent = "Live updates paused: the server " +
-        "did not answer. Retrying…";
+      if (++failures === 3) $("runs-status").textContent = "Live updates paused: the server did not answer. Retrying…";
     }
   }
 
