@@ -36,7 +36,7 @@
   const registry = new Obs.Registry(page.registry);
   const view = new Obs.View([...specs.keys()]);
   const store = new Obs.Store(apiBase, (names) => live.ready(names));
-  const ctx = {store, schedule: scheduleRedraw, frame: 0, rewinds: [], view, registry, bounds: page.bounds || {},
+  const ctx = {store, schedule: scheduleRedraw, rewinds: [], view, registry, bounds: page.bounds || {},
                page, chartAction, zoomTo, zoomDrawn,
                beforeDraw: (fn) => { beforeDraw.add(fn); scheduleRedraw(); }};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
@@ -71,7 +71,6 @@
     redrawQueued = true;
     requestAnimationFrame(() => {
       redrawQueued = false;
-      ctx.frame++; // (a live chart's marks: one chart's a frame, charts.js)
       const pre = [...beforeDraw];
       beforeDraw.clear();
       preDrawing = true;

@@ -45,7 +45,6 @@
     // defaults: chart ids in order. The URL wins over localStorage; the range is only ever in the URL.
     // storageKey: where the layout is remembered (null: nowhere, the URL alone holds the view — compare.js).
     constructor(defaults, storageKey = STORAGE_KEY) {
-      this.defaults = defaults.slice();
       this.listeners = [];
       this.storageKey = storageKey;
       let saved = {};
