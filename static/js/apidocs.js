@@ -10,16 +10,12 @@
     for (const k of kids) n.append(k instanceof Node ? k : document.createTextNode(String(k)));
     return n;
   };
-  const resolve = (doc, s) => {
-    if (s && s.$ref) return s.$ref.split("/").slice(1).reduce((o, k) => o[k], doc);
-    return s;
-  };
+  const resolve = (doc, s) => (s && s.$ref ? s.$ref.split("/").slice(1).reduce((o, k) => o[k], doc) : s);
   const schemaText = (doc, s) => JSON.stringify(resolve(doc, s), (k, v) => (v && v.$ref ? resolve(doc, v) : v), 1);
 
   function params(list) {
     if (!list.length) return el("p", {}, "No parameters.");
-    const t = el("table", {}, el("tr", {}, el("th", {}, "name"), el("th", {}, "in"), el("th", {}, "type"),
-      el("th", {}, "description")));
+    const t = el("table", {}, el("tr", {}, ...["name", "in", "type", "description"].map((h) => el("th", {}, h))));
     for (const p of list) {
       const s = p.schema || {};
       const range = s.minimum !== undefined ? ` [${s.minimum}, ${s.maximum}]`
