@@ -211,17 +211,14 @@
 
   function refresh() { return S.openId !== null ? openThread(S.openId) : Promise.resolve(); }
 
-  // A reply from a frame (with the server's public count) or from our own post (count from the open thread).
-  function upsertReply(r, count) {
+  // Our own new reply into the open thread, its count from the thread's visible replies.
+  function upsertReply(r) {
     const t = S.thread;
-    if (t && t.annotation.id === r.annotation) {
-      const i = t.replies.findIndex((x) => x.id === r.id);
-      if (i >= 0) t.replies[i] = r; else t.replies.push(r);
-      if (count === undefined) count = t.replies.filter((x) => !x.hidden && !x.deleted).length;
-      t.annotation.reply_count = count;
-    }
-    const a = S.byId.get(r.annotation);
-    if (a && count !== undefined) a.reply_count = count;
+    if (!t || t.annotation.id !== r.annotation) return;
+    const i = t.replies.findIndex((x) => x.id === r.id);
+    if (i >= 0) t.replies[i] = r; else t.replies.push(r);
+    t.annotation.reply_count = t.replies.filter((x) => !x.hidden && !x.deleted).length;
+    if (S.byId.has(r.annotation)) S.byId.get(r.annotation).reply_count = t.annotation.reply_count;
   }
 
   function merge(a) {
@@ -230,6 +227,6 @@
     if (S.thread && S.thread.annotation.id === a.id) S.thread.annotation = a;
   }
 
-  Obs.annotations = {S, $, el, short, steps, mine, api, fail, showPanel, renderList, openThread, closeThread,
-                     renderThread, refresh, upsertReply, merge, changed: () => {}};
+  Obs.annotations = {S, $, el, short, mine, api, fail, showPanel, renderList, openThread, closeThread, renderThread,
+                     refresh, merge, changed: () => {}};
 })(window.Obs);
