@@ -232,14 +232,12 @@
 
   function collectArgs(spec) {
     const args = {};
-    const fault = $("op-arg-fault") && $("op-arg-fault").value;
+    const fault = $("op-arg-fault")?.value;
     for (const a of spec.args) {
       if (a.only_for.length && !a.only_for.includes(fault)) continue;
       if (a.type === "weights") {
-        args.weights = {};
-        document.querySelectorAll("#op-weights input").forEach((i) => {
-          args.weights[i.dataset.domain] = +i.value || 0;
-        });
+        args.weights = Object.fromEntries([...document.querySelectorAll("#op-weights input")]
+          .map((i) => [i.dataset.domain, +i.value || 0]));
         continue;
       }
       const v = $("op-arg-" + a.name).value;
@@ -254,7 +252,7 @@
     const [runId, name] = (formFor || "/").split("/");
     const run = runOf(runId), spec = specs.get(name), out = $("op-preview");
     if (!run || !spec) return;
-    const fault = $("op-arg-fault") && $("op-arg-fault").value;
+    const fault = $("op-arg-fault")?.value;
     document.querySelectorAll("#op-args [data-only-for]").forEach((w) => {
       w.hidden = !!w.dataset.onlyFor && !w.dataset.onlyFor.split(" ").includes(fault);
     });
