@@ -1,10 +1,7 @@
-// The annotations panel beside the charts: a run's notes as a list, and one thread at a time (replies,
-// reactions, edit with history, delete, quote/link, moderation). Shared state and helpers live on
-// Obs.annotations for annotations.js (chart marks, drawing a new note, live frames), which loads after this file.
-// Every body is HTML rendered and sanitised by the server (markdown-it-py + nh3); all else goes in as text.
+// The annotations panel: a run's notes as a list and one thread at a time (replies, reactions, edits with history,
+// delete, quote/link, moderation); state and helpers on Obs.annotations for annotations.js, loaded after it. Bodies
+// are HTML rendered and sanitised by the server (webapp/annotations/markdown.py); all else goes in as text.
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   const S = {ctx: null, runId: null, viewer: {id: null, can: {}}, tags: [], kinds: {}, byId: new Map(),
@@ -17,10 +14,9 @@ window.Obs = window.Obs || {};
   const when = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16).replace("T", " ") + " UTC" : "");
   const mine = (p) => S.viewer.id !== null && p.author && p.author.id === S.viewer.id;
 
-  function csrf() {
-    const i = document.querySelector("#ann-panel input[name=csrfmiddlewaretoken]");
-    return i ? i.value : "";
-  }
+  const csrf = () => document.querySelector("#ann-panel input[name=csrfmiddlewaretoken]")?.value || "";
+  const urlOf = (target, id) => `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/`;
+  const bodyOf = (html) => el("div", {className: "ann-body", innerHTML: html});
 
   async function api(method, url, body) {
     const opts = {method, credentials: "same-origin", headers: {"X-CSRFToken": csrf()}};
@@ -89,7 +85,7 @@ window.Obs = window.Obs || {};
   }
 
   function postView(target, p, mineKinds) {
-    const base = target === "annotation" ? `/api/annotations/${p.id}/` : `/api/replies/${p.id}/`;
+    const base = urlOf(target, p.id);
     const box = el("div", {className: "ann-post" + (p.hidden || p.deleted ? " muted-post" : ""),
                            attrs: {"data-post": `${target}-${p.id}`}});
     const meta = el("p", {className: "ann-meta muted",
@@ -102,9 +98,7 @@ window.Obs = window.Obs || {};
     const marker = (text) => box.append(el("p", {className: "ann-marker", text}));
     if (p.hidden) marker(`Hidden by a moderator: ${p.hidden_reason || ""}`);
     if (p.deleted) marker("Deleted by its author.");
-    const body = el("div", {className: "ann-body"});
-    body.innerHTML = p.body_html; // rendered and sanitised on the server (webapp/annotations/markdown.py)
-    box.append(body, reactionsBar(target, p, mineKinds));
+    box.append(bodyOf(p.body_html), reactionsBar(target, p, mineKinds));
     const acts = el("div", {className: "ann-actions"});
     const act = (text, fn) => acts.append(el("button", {className: "link", text, on: {click: fn}}));
     if (mine(p) && !p.deleted && S.viewer.can.edit_own) {
@@ -128,19 +122,24 @@ window.Obs = window.Obs || {};
     return box;
   }
 
-  // An inline confirmation (with a text field when `field` is named) under a post's actions; no native dialogs.
+  // A small form under a post: `kids`, then `verb` to submit and Cancel; no native dialogs. send() returns the
+  // request to make (or nothing: not yet), and the thread is read again once it is answered.
+  function postForm(cls, kids, verb, cancel, send) {
+    const form = el("form", {className: cls}, ...kids, el("button", {text: verb, attrs: {type: "submit"}}), " ",
+                    el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: () => cancel(form)}}));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      send()?.then(refresh).catch(fail);
+    });
+    return form;
+  }
+
+  // An inline confirmation under a post's actions, with a text field when `field` is named.
   function ask(where, question, field, verb, run) {
     where.parentNode.querySelector(".ann-ask")?.remove();
     const input = field ? el("input", {attrs: {name: field, maxlength: "500", required: ""}}) : null;
-    const form = el("form", {className: "ann-ask"}, el("span", {text: question + " "}), input,
-                    el("button", {text: verb, attrs: {type: "submit"}}), " ",
-                    el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: () => form.remove()}}));
-    form.addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      if (input && !input.value.trim()) return;
-      run(input ? input.value : undefined).then(refresh).catch(fail);
-    });
-    where.after(form);
+    where.after(postForm("ann-ask", [el("span", {text: question + " "}), input], verb, (form) => form.remove(),
+                         () => (input && !input.value.trim() ? null : run(input ? input.value : undefined))));
     if (input) input.focus();
   }
 
@@ -165,44 +164,31 @@ window.Obs = window.Obs || {};
     if (S.viewer.can.create && !a.hidden && !a.deleted) {
       const ta = el("textarea", {attrs: {name: "reply", rows: "3", maxlength: "5000",
                                          placeholder: "Reply (Markdown)"}});
-      const form = el("form", {className: "ann-reply", on: {submit: (ev) => {
+      parts.push(el("form", {className: "ann-reply", on: {submit: (ev) => {
         ev.preventDefault();
         if (!ta.value.trim()) return;
         api("POST", `/api/annotations/${a.id}/replies/`, {body: ta.value})
           .then((r) => { ta.value = ""; upsertReply(r); renderThread(); Obs.annotations.changed(); }).catch(fail);
-      }}}, ta, el("button", {text: "Reply", attrs: {type: "submit"}}));
-      parts.push(form);
+      }}}, ta, el("button", {text: "Reply", attrs: {type: "submit"}})));
     }
     box.replaceChildren(...parts);
   }
 
   function editPost(target, p, box) {
-    const form = el("form", {className: "ann-edit"});
-    const title = target === "annotation" ? el("input", {attrs: {name: "title", maxlength: "200"}}) : null;
-    if (title) { title.value = p.title; form.append(title); }
-    const limit = target === "annotation" ? "10000" : "5000";
-    const body = el("textarea", {attrs: {name: "body", rows: "5", maxlength: limit}});
-    body.value = p.body;
-    form.append(body, el("button", {text: "Save", attrs: {type: "submit"}}), " ",
-                el("button", {text: "Cancel", attrs: {type: "button"}, on: {click: renderThread}}));
-    form.addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      const patch = title ? {title: title.value, body: body.value} : {body: body.value};
-      api("PATCH", target === "annotation" ? `/api/annotations/${p.id}/` : `/api/replies/${p.id}/`, patch)
-        .then(refresh).catch(fail);
-    });
-    box.querySelector(".ann-body").replaceWith(form);
+    const title = target === "annotation"
+      ? el("input", {attrs: {name: "title", maxlength: "200"}, value: p.title}) : null;
+    const body = el("textarea", {attrs: {name: "body", rows: "5", maxlength: title ? "10000" : "5000"}, value: p.body});
+    const patch = () => (title ? {title: title.value, body: body.value} : {body: body.value});
+    box.querySelector(".ann-body").replaceWith(postForm("ann-edit", [title, body], "Save", renderThread,
+                                                        () => api("PATCH", urlOf(target, p.id), patch())));
   }
 
   async function history(target, id, box) {
     try {
-      const data = await api("GET", `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/revisions/`);
-      const list = el("ol", {className: "ann-history"}, ...data.revisions.map((r) => {
-        const b = el("div", {className: "ann-body"});
-        b.innerHTML = r.body_html; // server-sanitised, as above
-        return el("li", {}, el("p", {className: "muted", text: `version of ${when(r.written_at)}` +
-                                      (r.title ? ` — “${r.title}”` : "")}), b);
-      }));
+      const data = await api("GET", urlOf(target, id) + "revisions/");
+      const list = el("ol", {className: "ann-history"}, ...data.revisions.map((r) => el("li", {},
+        el("p", {className: "muted", text: `version of ${when(r.written_at)}` + (r.title ? ` — “${r.title}”` : "")}),
+        bodyOf(r.body_html))));
       box.querySelector(".ann-history")?.remove();
       box.append(el("p", {className: "muted", text: "Earlier versions:"}), list);
     } catch (e) { fail(e); }
@@ -210,8 +196,7 @@ window.Obs = window.Obs || {};
 
   async function react(target, id, kind, on) {
     try {
-      const url = `/api/${target === "annotation" ? "annotations" : "replies"}/${id}/reactions/`;
-      const r = await api("POST", url, {kind, on});
+      const r = await api("POST", urlOf(target, id) + "reactions/", {kind, on});
       const t = S.thread;
       if (!t) return;
       if (target === "annotation") { t.mine.annotation = r.mine; t.annotation.reactions = r.reactions; }
@@ -226,17 +211,14 @@ window.Obs = window.Obs || {};
 
   function refresh() { return S.openId !== null ? openThread(S.openId) : Promise.resolve(); }
 
-  // A reply from a frame (with the server's public count) or from our own post (count from the open thread).
-  function upsertReply(r, count) {
+  // Our own new reply into the open thread, its count from the thread's visible replies.
+  function upsertReply(r) {
     const t = S.thread;
-    if (t && t.annotation.id === r.annotation) {
-      const i = t.replies.findIndex((x) => x.id === r.id);
-      if (i >= 0) t.replies[i] = r; else t.replies.push(r);
-      if (count === undefined) count = t.replies.filter((x) => !x.hidden && !x.deleted).length;
-      t.annotation.reply_count = count;
-    }
-    const a = S.byId.get(r.annotation);
-    if (a && count !== undefined) a.reply_count = count;
+    if (!t || t.annotation.id !== r.annotation) return;
+    const i = t.replies.findIndex((x) => x.id === r.id);
+    if (i >= 0) t.replies[i] = r; else t.replies.push(r);
+    t.annotation.reply_count = t.replies.filter((x) => !x.hidden && !x.deleted).length;
+    if (S.byId.has(r.annotation)) S.byId.get(r.annotation).reply_count = t.annotation.reply_count;
   }
 
   function merge(a) {
@@ -245,6 +227,6 @@ window.Obs = window.Obs || {};
     if (S.thread && S.thread.annotation.id === a.id) S.thread.annotation = a;
   }
 
-  Obs.annotations = {S, $, el, short, steps, mine, api, fail, showPanel, renderList, openThread, closeThread,
-                     renderThread, refresh, upsertReply, merge, changed: () => {}};
+  Obs.annotations = {S, $, el, short, mine, api, fail, showPanel, renderList, openThread, closeThread, renderThread,
+                     refresh, merge, changed: () => {}};
 })(window.Obs);

@@ -1,10 +1,7 @@
-// Community annotations on the charts: bands (a step range) and markers (one step) on every line chart through
-// Obs.setOverlays, drawing a new note (shift-drag across a chart, a click on a point, or the Annotate button), and
-// live `annotation` frames (webapp/live/protocol.py), so every viewer sees a new note, reply or hide at once. The
-// panel and its threads are annotation-thread.js (loaded before this file), which shares Obs.annotations.
+// Community annotations on the charts: bands and markers on every line chart (Obs.setOverlays), drawing a new note
+// (shift-drag, a click on a point, or the Annotate button), and live `annotation` frames so every viewer sees a new
+// note, reply or hide at once. The panel and threads are annotation-thread.js, which shares Obs.annotations.
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   const A = Obs.annotations;
@@ -117,10 +114,7 @@ window.Obs = window.Obs || {};
   }
 
   // Chart x (steps, or tokens/time when the dashboard's x axis says so) -> a step.
-  function toStep(x) {
-    const ax = S.ctx && S.ctx.xaxis;
-    return ax && typeof ax.toStep === "function" ? ax.toStep(x) : Number(x);
-  }
+  const toStep = (x) => (S.ctx ? S.ctx.xaxis.toStep(x) : Number(x));
 
   // Shift-drag across a chart selects a step range (the chart's own drag-zoom is left alone otherwise); a click
   // on the plot annotates that step (or opens the note there). Geometry from plot.js (Obs.figureBox, figureXAt).
@@ -208,20 +202,15 @@ window.Obs = window.Obs || {};
         break;
       }
       case "remove": removed(f.id); break;
-      case "reply": {
-        const a = S.byId.get(f.annotation_id);
-        if (a) a.reply_count = f.reply_count;
-        if (t && t.annotation.id === f.annotation_id) { t.annotation.reply_count = f.reply_count; A.refresh(); }
-        break;
-      }
+      case "reply":
       case "reply_remove": {
         const a = S.byId.get(f.annotation_id);
         if (a) a.reply_count = f.reply_count;
-        if (t && t.annotation.id === f.annotation_id) {
-          t.annotation.reply_count = f.reply_count;
-          if (S.viewer.can.moderate || t.replies.some((r) => r.id === f.id && mine(r))) { A.refresh(); break; }
-          t.replies = t.replies.filter((r) => r.id !== f.id);
-        }
+        if (!t || t.annotation.id !== f.annotation_id) break;
+        t.annotation.reply_count = f.reply_count;
+        // a removed reply stays, marked, for moderators and its author: read again as they may see it
+        const keep = S.viewer.can.moderate || t.replies.some((r) => r.id === f.id && mine(r));
+        if (f.event === "reply" || keep) A.refresh(); else t.replies = t.replies.filter((r) => r.id !== f.id);
         break;
       }
       case "reactions": {
@@ -243,7 +232,6 @@ window.Obs = window.Obs || {};
     if (Obs.zoomTo) Obs.zoomTo(Math.max(0, a.step_start - pad), a.step_end + pad); // the view's own zoom
   }
 
-  Obs.onEvents = Obs.onEvents || [];
   Obs.onEvents.push((list) => { if (S.loaded && list.some((e) => e.kind === "rewind")) changed(); });
 
   Obs.onStart.push(async (ctx, page) => {

@@ -1,7 +1,6 @@
-// Anomalies on the run dashboard: the run's anomaly log from the JSON API at start, then live "anomaly" frames
-// (webapp/live/protocol.py). Each warning/critical anomaly is a marker on the chart of its metric (a band once it
-// has closed) through Obs.setOverlays, a new one also a toast; a panel lists the latest with links to the full log.
-// The log's "chart" links open the dashboard at `?from=S&to=E`: every chart zoomed on the anomaly.
+// Anomalies on the run dashboard: the run's log from the API, then live "anomaly" frames. Each warning/critical one
+// is a mark on its metric's chart (a band once closed, Obs.setOverlays), a new one also a toast; a panel lists the
+// latest, linking to the full log, whose "chart" links open the dashboard zoomed on it (?from=S&to=E).
 "use strict";
 
 (function (Obs) {
@@ -90,12 +89,11 @@
   function panel() {
     let box = document.getElementById("anomaly-panel");
     if (box) return box;
-    box = document.createElement("section");
-    box.id = "anomaly-panel";
-    box.className = "panel anomalies";
-    box.innerHTML = '<h2>Anomalies <span class="muted count"></span><a class="more" href="">full log →</a></h2>' +
-      '<ol class="anomaly-list"></ol><p class="empty" hidden>None so far.</p>';
-    box.querySelector("a.more").href = logUrl;
+    const el = Obs.el;
+    box = el("section", {id: "anomaly-panel", class: "panel anomalies"},
+             el("h2", {}, "Anomalies ", el("span", {class: "muted count"}), el("a", {class: "more", href: logUrl,
+                                                                                    text: "full log →"})),
+             el("ol", {class: "anomaly-list"}), el("p", {class: "empty", hidden: true, text: "None so far."}));
     const anchor = document.querySelector("section.events") || document.getElementById("charts");
     anchor.parentNode.insertBefore(box, anchor);
     return box;
@@ -231,18 +229,15 @@
     const base = "/runs/" + encodeURIComponent(p.run_id);
     logUrl = base + "/anomalies/";
     panelSeen = Obs.watchSeen(panel(), (seen) => { panelSeen = seen; if (seen) render(); });
+    let fresh = [];
     try {
       const r = await fetch("/api" + base + "/anomalies/?limit=500");
       if (!r.ok) throw new Error("HTTP " + r.status);
       const body = await r.json();
-      // frames that arrived meanwhile are newer than this answer: keep them
-      const seen = new Set(byKey.keys());
-      answered = true;
-      upsert((body.anomalies || []).filter((a) => !seen.has(a.key)), false);
-    } catch (e) {
-      console.warn("anomalies:", e);
-      answered = true;
-      render();
-    }
+      const seen = new Set(byKey.keys()); // frames that arrived meanwhile are newer than this answer: keep them
+      fresh = (body.anomalies || []).filter((a) => !seen.has(a.key));
+    } catch (e) { console.warn("anomalies:", e); }
+    answered = true;
+    upsert(fresh, false);
   });
 })(window.Obs);

@@ -1,6 +1,5 @@
-// The API reference page (/api/docs/): reads the OpenAPI document (/api/schema/) and renders every operation,
-// grouped by tag: method, path, summary, parameters, request body and responses. DOM built with textContent
-// only (no innerHTML of schema text), no inline script (CSP), no CDN.
+// The API reference page (/api/docs/): every operation of the OpenAPI document (/api/schema/), by tag. Built with
+// textContent only (no innerHTML of schema text), no inline script (CSP), no CDN.
 (function () {
   "use strict";
   const root = document.getElementById("apidocs");
@@ -11,16 +10,12 @@
     for (const k of kids) n.append(k instanceof Node ? k : document.createTextNode(String(k)));
     return n;
   };
-  const resolve = (doc, s) => {
-    if (s && s.$ref) return s.$ref.split("/").slice(1).reduce((o, k) => o[k], doc);
-    return s;
-  };
+  const resolve = (doc, s) => (s && s.$ref ? s.$ref.split("/").slice(1).reduce((o, k) => o[k], doc) : s);
   const schemaText = (doc, s) => JSON.stringify(resolve(doc, s), (k, v) => (v && v.$ref ? resolve(doc, v) : v), 1);
 
   function params(list) {
     if (!list.length) return el("p", {}, "No parameters.");
-    const t = el("table", {}, el("tr", {}, el("th", {}, "name"), el("th", {}, "in"), el("th", {}, "type"),
-      el("th", {}, "description")));
+    const t = el("table", {}, el("tr", {}, ...["name", "in", "type", "description"].map((h) => el("th", {}, h))));
     for (const p of list) {
       const s = p.schema || {};
       const range = s.minimum !== undefined ? ` [${s.minimum}, ${s.maximum}]`

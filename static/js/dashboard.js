@@ -1,9 +1,7 @@
-// Run dashboard: history from the JSON API, then live updates over the WebSocket (live.js; no polling).
-// Series live in one Obs.Store (series.js: history, resume bookkeeping, dedup, rewinds); views draw them: line
-// charts (charts.js, drawn by plot.js), the MoE router heatmap (moe.js), the data panel (datapanel.js), the run
-// header (runhead.js),
-// the event log (events.js). The view — charts in order, visible steps, x axis, log axes, smoothing — lives in the
-// URL and localStorage (view.js); zooming any chart zooms them all and each reads its window's finer data.
+// Run dashboard: history from the JSON API, then live updates over the WebSocket (live.js; no polling), held in one
+// Obs.Store (series.js) and drawn by views: line charts (charts.js), the MoE router heatmap (moe.js), the data panel
+// (datapanel.js), the run header (runhead.js), the event log (events.js). The view (charts in order, visible steps,
+// x axis, log axes, smoothing) lives in the URL and localStorage (view.js); zooming one chart zooms them all.
 //
 // Extension points for feature modules loaded before this file (anomalies.js, annotations.js, …):
 //   Obs.frameHandlers[type] = (frame, ctx) => {}   live frames of your own type
@@ -22,6 +20,7 @@
   const runId = page.run_id;
   const apiBase = "/api/runs/" + encodeURIComponent(runId);
   const $ = (id) => document.getElementById(id);
+  const safely = (what, fn, ...args) => { try { fn(...args); } catch (e) { console.error(what + " failed:", e); } };
   const specs = new Map(page.charts.map((c) => [c.id || c.metrics[0], c])); // default charts by id
   const known = new Set(); // every series name the run has
   const views = new Set();
@@ -37,7 +36,7 @@
   const registry = new Obs.Registry(page.registry);
   const view = new Obs.View([...specs.keys()]);
   const store = new Obs.Store(apiBase, (names) => live.ready(names));
-  const ctx = {store, schedule: scheduleRedraw, frame: 0, rewinds: [], view, registry, bounds: page.bounds || {},
+  const ctx = {store, schedule: scheduleRedraw, rewinds: [], view, registry, bounds: page.bounds || {},
                page, chartAction, zoomTo, zoomDrawn,
                beforeDraw: (fn) => { beforeDraw.add(fn); scheduleRedraw(); }};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
@@ -72,21 +71,20 @@
     redrawQueued = true;
     requestAnimationFrame(() => {
       redrawQueued = false;
-      ctx.frame++; // (a live chart's marks: one chart's a frame, charts.js)
       const pre = [...beforeDraw];
       beforeDraw.clear();
       preDrawing = true;
-      for (const fn of pre) { try { fn(); } catch (e) { console.error("pre-draw failed:", e); } }
+      for (const fn of pre) safely("pre-draw", fn);
       preDrawing = false;
       // A zoom's charts draw first, the zoomed one first, all in this frame (someone waits for them); then the
       // other views, within the frame's budget.
       const ready = [...zoomWaiting].filter((ch) => ch && ch.zoomPending && !ch.fetching && ch.dirty && ch.visible)
         .sort((a, b) => (b === zoomSource) - (a === zoomSource));
-      for (const ch of ready) { try { ch.redraw(); } catch (e) { console.error("redraw failed:", e); } }
+      for (const ch of ready) safely("redraw", () => ch.redraw());
       const t0 = performance.now(), all = [...views];
       for (let k = 0; k < all.length; k++) {
         const v = all[(redrawCursor + k) % all.length];
-        try { v.redraw(); } catch (e) { console.error("redraw failed:", e); }
+        safely("redraw", () => v.redraw());
         if (performance.now() - t0 > FRAME_BUDGET_MS && k < all.length - 1) {
           redrawCursor = (redrawCursor + k + 1) % all.length; // the next frame starts with the next view
           scheduleRedraw();
@@ -256,9 +254,7 @@
 
   function addEvents(list) {
     events.add(list);
-    for (const fn of Obs.onEvents || []) {
-      try { fn(list, ctx); } catch (e) { console.error("event hook failed:", e); }
-    }
+    for (const fn of Obs.onEvents) safely("event hook", fn, list, ctx);
     for (const ev of list) { // a restart's "starting" comes at step 0, before it restores: no anchor
       if (ev.t && ev.step !== null && !(ev.kind === "state" && ev.name === "starting")) {
         ctx.xaxis.anchor(ev.step, Date.parse(ev.t) / 1000);
@@ -326,8 +322,7 @@
         break;
       }
       case "error": console.warn("live:", msg.error); break;
-      default: {
-        // Feature modules (anomalies.js, annotations.js, ...) handle their own frame types.
+      default: { // a feature module's own frame type (anomalies.js, annotations.js, …)
         const h = Obs.frameHandlers[msg.type];
         if (h) { h(msg, ctx); scheduleRedraw(); }
       }
@@ -335,13 +330,9 @@
   }
 
   // ------------------------------------------------------------------------------------------ start
-  async function start() {
-    // The page carries the run, its metric list and the default charts' first windows (one round trip less);
-    // without them (an older server) they are read from the API.
-    const [detail, list] = await Promise.all([
-      page.detail || fetch(apiBase + "/").then((r) => r.json()),
-      page.metrics ? {metrics: page.metrics} : fetch(apiBase + "/metrics/").then((r) => r.json()),
-    ]);
+  function start() {
+    // The page carries the run, its metric list and the default charts' first windows (one round trip less).
+    const detail = page.detail, list = {metrics: page.metrics || []};
     store.seed(page.initial_windows);
     showRun(detail);
     addEvents(detail.events || []);
@@ -356,7 +347,7 @@
     wireControls();
     showControls();
     view.save(); // the URL now names the whole view: copy it from the address bar
-    for (const fn of Obs.onStart) { try { fn(ctx, page); } catch (e) { console.error("module start failed:", e); } }
+    for (const fn of Obs.onStart) safely("module start", fn, ctx, page);
     setTimeout(loadLazy, 3000); // (at the latest: a page whose charts never paint still gets them)
     live.connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
     setInterval(() => header.tick(), 1000); // display only: heartbeat age, ETA countdown
@@ -371,20 +362,15 @@
     if (lazy) return;
     const ran = Obs.onStart.length;
     lazy = Promise.all([...document.querySelectorAll('meta[name="obs-lazy-script"]')].map((m) => new Promise((ok) => {
-      const s = document.createElement("script");
-      s.src = m.content; s.async = false; // (executed in document order)
-      s.addEventListener("load", ok);
-      s.addEventListener("error", () => { console.error("a script failed to load:", m.content); ok(); });
-      document.head.appendChild(s);
+      document.head.appendChild(Obs.el("script", {src: m.content, async: false, on: { // (run in document order)
+        load: ok, error: () => { console.error("a script failed to load:", m.content); ok(); }}}));
     }))).then(() => {
       if (Obs.RouterPanel) {
         router = new Obs.RouterPanel(ctx, page.router_metric);
         views.add(router);
         known.forEach((name) => router.discover(name));
       }
-      for (const fn of Obs.onStart.slice(ran)) {
-        try { fn(ctx, page); } catch (e) { console.error("module start failed:", e); }
-      }
+      for (const fn of Obs.onStart.slice(ran)) safely("module start", fn, ctx, page);
       scheduleRedraw();
     });
   }

@@ -2,15 +2,10 @@
 // current stage and the live mixture weights (mixture/stage, mixture/weight/<domain>) over Obs.Store series.
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
-  // ------------------------------------------------------------------------------------------ helpers
   const bytes = (n) => n === undefined || n === null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + " GB"
     : n >= 1e6 ? (n / 1e6).toFixed(2) + " MB" : n >= 1e3 ? (n / 1e3).toFixed(1) + " kB" : n + " B";
-  const count = Obs.count; // (plotkit.js)
-
-  const el = Obs.el; // (plotkit.js)
+  const {count, el} = Obs; // (plotkit.js)
 
   function weightCell(w, cls) {
     const td = el("td", {class: "num weight " + (cls || "")});
@@ -84,6 +79,11 @@ window.Obs = window.Obs || {};
       return lv && typeof lv[1] === "number" ? Math.round(lv[1]) : null;
     }
 
+    liveWeight(domain) {
+      const lv = this.weights.get(domain)?.lastValue();
+      return lv ? lv[1] : null;
+    }
+
     stageLabel() { // "pretrain (1 of 2)", for the run header
       const cur = this.currentStage(), stages = (this.manifest && this.manifest.stages) || [];
       if (cur === null) return null;
@@ -103,19 +103,14 @@ window.Obs = window.Obs || {};
 
       const stageEl = document.getElementById("data-stage");
       Obs.putAttr(stageEl, "data-stage", cur === null ? "" : cur);
-      Obs.put(stageEl, cur === null ? (stages.length ? "not started" : "–")
-        : (stages[cur] ? stages[cur].name : "stage " + cur)
-          + (stages.length ? ` (${cur + 1} of ${stages.length})` : ""));
+      Obs.put(stageEl, this.stageLabel() || (stages.length ? "not started" : "–"));
       // A live update moves the live weights only: the table is built again only when its shape changes (the
       // manifest, the domains, the current stage); otherwise the "weight now" cells are rewritten where they changed.
       const shape = [this.manifest, this.domains.length, cur];
       if (this.shape && this.shape.every((v, i) => v === shape[i])) {
         this.liveStale = !this.seen;
         if (this.liveStale) return;
-        for (const [name, td] of this.liveCells) {
-          const lv = this.weights.get(name) && this.weights.get(name).lastValue();
-          setWeight(td, lv ? lv[1] : null);
-        }
+        for (const [name, td] of this.liveCells) setWeight(td, this.liveWeight(name));
         return;
       }
       this.shape = shape;
@@ -134,17 +129,13 @@ window.Obs = window.Obs || {};
 
       const head = el("tr", {}, el("th", {text: "domain"}), el("th", {text: "sources"}),
                       el("th", {class: "num", text: "documents"}), el("th", {class: "num", text: "size"}),
-                      el("th", {class: "num", text: "tokens"}));
-      stages.forEach((st, i) => {
-        const th = el("th", {class: "num stage" + (i === cur ? " current" : ""),
-                             title: `${(st.fraction * 100).toFixed(0)}% of the budget: `
-                               + `tokens ${count(st.start_tokens)}–${count(st.end_tokens)}`},
-                      st.name, el("br"), el("span", {class: "muted",
-                        text: (st.fraction * 100).toFixed(0) + "% of tokens"}));
-        th.dataset.stageIndex = i;
-        head.append(th);
-      });
-      head.append(el("th", {class: "num live", text: "weight now"}));
+                      el("th", {class: "num", text: "tokens"}),
+                      ...stages.map((st, i) => el("th", {class: "num stage" + (i === cur ? " current" : ""),
+                        "data-stage-index": i, title: `${(st.fraction * 100).toFixed(0)}% of the budget: ` +
+                          `tokens ${count(st.start_tokens)}–${count(st.end_tokens)}`},
+                        st.name, el("br"), el("span", {class: "muted",
+                                                       text: (st.fraction * 100).toFixed(0) + "% of tokens"}))),
+                      el("th", {class: "num live", text: "weight now"}));
       const rows = this.domains.map((name) => {
         const d = byName.get(name) || {name};
         const src = el("ul", {class: "sources"}, ...(d.sources || []).map((s) =>
@@ -158,8 +149,7 @@ window.Obs = window.Obs || {};
           el("td", {class: "num", text: count(d.tokens), title: d.train_tokens !== undefined ?
                     `train ${d.train_tokens}, eval ${d.eval_tokens}` : ""}));
         stages.forEach((st, i) => tr.append(weightCell((st.weights || {})[name], i === cur ? "current" : "")));
-        const lv = this.weights.get(name) && this.weights.get(name).lastValue();
-        const live = weightCell(lv ? lv[1] : null, "live");
+        const live = weightCell(this.liveWeight(name), "live");
         this.liveCells.set(name, live);
         tr.append(live);
         return tr;

@@ -1,9 +1,6 @@
-// Download links on each chart: its series over the steps it shows, as CSV, JSON or Parquet, full resolution,
-// straight from the public export API (GET /api/v1/runs/<id>/export.<fmt>, docs/API.md; at most 1,000,000 points
-// a file, which then says where the rest starts). The run's own links (every series) are in the page's header.
+// Download links on each chart: its series over the steps it shows as CSV, JSON or Parquet at full resolution, from
+// the public export API (GET /api/v1/runs/<id>/export.<fmt>, docs/API.md). The run's own links are in the header.
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   const FORMATS = [["csv", "CSV"], ["json", "JSON"], ["parquet", "Parquet"]];
@@ -32,9 +29,9 @@ window.Obs = window.Obs || {};
     const el = Obs.el, say = "Download the data of " + chart.title; // (plotkit.js)
     const menu = el("span", {class: "download-menu"}, ...FORMATS.map(([fmt, text]) => el("a", {"data-fmt": fmt, text})),
                     el("span", {class: "muted download-note"}));
-    const det = el("details", {class: "download"},
+    const toggle = () => { Obs.downloadLinks(chart); if (det.open) fit(menu); };
+    const det = el("details", {class: "download", on: {toggle}},
                    el("summary", {class: "tool", text: "⤓", title: say, attrs: {"aria-label": say}}), menu);
-    det.addEventListener("toggle", () => { Obs.downloadLinks(chart); if (det.open) fit(menu); });
     tools.prepend(det);
     const close = (ev) => {
       if (!det.isConnected) document.removeEventListener("click", close); // (the chart was removed)

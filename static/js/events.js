@@ -3,8 +3,6 @@
 // rewinds for the charts' markers (a restart's "resumed at N", a rollback's "↺ back to N").
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   const MAX_EVENTS = 2000;
   const GROUPS = [["lifecycle", "Lifecycle"], ["restart", "Restarts & rollbacks"], ["intervention", "Operator actions"],
@@ -12,7 +10,7 @@ window.Obs = window.Obs || {};
   const INTERVENTIONS = new Set(["command", "lr_multiplier", "lr_replan", "mixture_changed", "fault_injected"]);
   const RESTARTS = new Set(["resumed", "rollback", "commands_rolled_back"]);
 
-  const el = (tag, cls, text) => Obs.el(tag, {class: cls || undefined, text});
+  const el = (tag, cls, text, ...kids) => Obs.el(tag, {class: cls || undefined, text}, ...kids);
 
   class EventLog {
     // section: the events <section>; onRewind({from_step, to_step, label}): a rewind the charts should mark.
@@ -29,19 +27,14 @@ window.Obs = window.Obs || {};
     }
 
     buildFilters() {
-      const box = this.section.querySelector("#event-filters");
-      this.counts = new Map();
-      box.replaceChildren(...GROUPS.map(([key, label]) => {
-        const lab = el("label", "filter");
-        const cb = el("input");
-        cb.type = "checkbox"; cb.checked = true; cb.value = key;
-        cb.addEventListener("change", () => { cb.checked ? this.show.add(key) : this.show.delete(key);
-          this.render(); });
-        const n = el("span", "muted count", "");
-        this.counts.set(key, n);
-        lab.append(cb, " " + label + " ", n);
-        return lab;
-      }));
+      this.counts = new Map(GROUPS.map(([key]) => [key, el("span", "muted count", "")]));
+      const toggle = (ev) => {
+        if (ev.target.checked) this.show.add(ev.target.value); else this.show.delete(ev.target.value);
+        this.render();
+      };
+      this.section.querySelector("#event-filters").replaceChildren(...GROUPS.map(([key, label]) => el("label", "filter",
+        undefined, Obs.el("input", {type: "checkbox", checked: true, value: key, on: {change: toggle}}),
+        " " + label + " ", this.counts.get(key))));
     }
 
     // Events in id order (history from the API, then live frames); already-seen ids are skipped.
@@ -113,15 +106,11 @@ window.Obs = window.Obs || {};
     }
 
     item(e) {
-      const li = el("li", "ev ev-" + e.group);
-      li.append(el("span", "ev-step", e.step === null || e.step === undefined ? "–" : "step " + e.step), " ",
-                el("span", "ev-text", e.text));
-      if (e.t) {
-        const time = el("time", "muted", " " + new Date(e.t).toLocaleTimeString());
-        time.dateTime = e.t;
-        li.append(time);
-      }
-      return li;
+      return el("li", "ev ev-" + e.group, undefined,
+                el("span", "ev-step", e.step === null || e.step === undefined ? "–" : "step " + e.step), " ",
+                el("span", "ev-text", e.text),
+                e.t ? Obs.el("time", {class: "muted", text: " " + new Date(e.t).toLocaleTimeString(), dateTime: e.t})
+                  : null);
     }
 
     render() {
@@ -137,15 +126,10 @@ window.Obs = window.Obs || {};
         if (run.length < 3) run.forEach((e) => out.push(this.item(e)));
         else { // routine: one line, details on demand
           const steps = run.map((e) => e.step).filter((s) => s !== null && s !== undefined);
-          const li = el("li", "ev ev-checkpoint collapsed");
-          const det = el("details");
-          det.append(el("summary", "", `${run.length} routine checkpoint events` +
-                        (steps.length ? `, steps ${Math.min(...steps)}–${Math.max(...steps)}` : "")));
-          const inner = el("ol", "ev-inner");
-          inner.append(...run.map((e) => this.item(e)));
-          det.append(inner);
-          li.append(det);
-          out.push(li);
+          out.push(el("li", "ev ev-checkpoint collapsed", undefined, el("details", "", undefined,
+            el("summary", "", `${run.length} routine checkpoint events` +
+               (steps.length ? `, steps ${Math.min(...steps)}–${Math.max(...steps)}` : "")),
+            el("ol", "ev-inner", undefined, ...run.map((e) => this.item(e))))));
         }
         i = j;
       }

@@ -1,10 +1,7 @@
-// Operator interventions on the public dashboard: every applied command drawn as a marker at the step the trainer
-// applied it, labelled with its reason (and the operator's name where they opted in); undone ones not. Labels
-// too close to read at the chart's zoom fold into one with a count (charts.js), each reason in full on hover.
-// Source: GET /api/runs/<id>/interventions/ (public). Drawn through Obs.setOverlays("interventions", ...).
+// Operator interventions on the public dashboard: each applied command a marker at the step the trainer applied it,
+// labelled with its reason (and the operator's name where they opted in); undone ones are not drawn. Close labels
+// fold into one with a count (charts.js). Source: GET /api/runs/<id>/interventions/ (public).
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   // Read again when the run's live events say a command was applied or undone (the trainer acks a command before
@@ -70,9 +67,8 @@ window.Obs = window.Obs || {};
     load();
     setInterval(load, REFRESH_MS);
     document.addEventListener("visibilitychange", () => { if (!document.hidden) load(); });
-    (Obs.onEvents = Obs.onEvents || []).push((list) => { if (list.some((ev) => TOLD.has(ev.name))) load(); });
+    Obs.onEvents.push((list) => { if (list.some((ev) => TOLD.has(ev.name))) load(); });
   }
 
-  Obs.onStart = Obs.onStart || [];
   Obs.onStart.push(start);
 })(window.Obs);

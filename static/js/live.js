@@ -1,19 +1,11 @@
-// The dashboard's live socket (/ws/runs/<id>/, webapp/live/protocol.py): connects, reconnects with backoff,
-// handles coalesced batches frame by frame, and sends "resume" for the series whose history is in — batched, so a
-// page revealing forty series sends one resume, not forty (the server rate-limits client messages).
-// With a push tier (page data `live_push`: nchan, webapp/live/relay.py) the same frames come from nchan's websocket
-// instead: no resume and no Django per connection. Each message carries nchan's id (subprotocol ws+meta.nchan); a
-// reconnect asks for what followed the last one (`last_event_id`, from nchan's buffer: no hole, no duplicate), the
-// first connect for what followed a moment before the page was made. Series whose history comes in later replay
-// the recent frames kept here (what nchan sent while their history was read). A page starts on the run's lite
-// channel (the default dashboard's series) and moves to the full one, from a moment before, once it wants another.
-// Both roads carry the same frames from the run's live log (webapp/live/livelog.py), numbered ("seq"): one decoder
-// and one hole check (take) for both. A reconnect to the hub asks for the log's entries after the last number held
-// (?after_seq=), as one to nchan does by its id; a repeat is dropped, and a hole or a "gap" frame makes the page
-// refetch its window over HTTP.
+// The dashboard's live socket (/ws/runs/<id>/, webapp/live/protocol.py): reconnects with backoff, handles coalesced
+// batches frame by frame, and sends "resume" (batched: the server rate-limits client messages) for the series whose
+// history is in. With a push tier (page data `live_push`, webapp/live/relay.py) the same frames come from nchan: a
+// reconnect asks for what followed nchan's last id, and series whose history comes later replay the recent frames
+// kept here. A page starts on the run's lite channel and moves to the full one once it wants another series. Both
+// roads carry the live log's numbered frames ("seq", webapp/live/livelog.py): one hole check (take) for both; a
+// hole or a "gap" frame makes the page refetch its windows over HTTP.
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   const RESUME_CHUNK = 200; // protocol.MAX_RESUME_METRICS is 256
@@ -51,7 +43,7 @@ window.Obs = window.Obs || {};
     // Push tier: a series outside the lite channel is wanted: the full channel from a moment ago (its ids are its
     // own; the store drops what it holds, and the frames replayed since then are contiguous, rewinds included).
     widen() {
-      this.lite = false; this.lastSeq = null; // the full channel's frames from a moment ago are wanted again
+      this.lite = false; this.lastSeq = null;
       const elapsed = (Date.now() - this.loadedAt) / 1000; // since: a margin before the page was made (server clock)
       this.lastId = Math.floor(Number(this.push.since.split(":")[0]) + elapsed) + ":0";
       const ws = this.ws;
@@ -119,7 +111,6 @@ window.Obs = window.Obs || {};
     // A hole: every series the page holds is read again over HTTP (its answer is newer than what the hole held;
     // ingest commits before it appends), then resumed or replayed as after a first load.
     refetch() {
-      this.holes = (this.holes || 0) + 1;
       if (typeof this.store.all === "function") for (const s of [...this.store.all()]) this.store.reload(s.name);
     }
 

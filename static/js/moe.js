@@ -1,14 +1,9 @@
 // The MoE router panel over Obs.Store series: for one layer (a select), a heatmap of tokens per expert (rows:
-// experts, columns: steps) built from the routing_hist/<e> series, with that layer's max/mean load and capacity-
-// overflow rate as lines below on the same step axis. Columns are contiguous step bins of width W; a cell is the
-// largest load seen in its bin (a hot expert is never averaged away). History is ~300 points per expert, min and
-// max per bucket of B steps at their true steps; a bin is at least 2B wide, so it always holds a whole bucket and a
-// cell is empty only when the expert really reported nothing there. Such cells are drawn grey, as "no data", with
-// a legend entry; non-finite loads are red ✕. Live points fill bins as they arrive; past MAX_COLS bins the panel
-// re-bins at a wider W, so a 16-expert layer stays a few thousand cells however long the run.
+// experts, columns: bins of W steps, a cell the largest load in its bin: a hot expert is never averaged away) from
+// the routing_hist/<e> series, with the layer's max/mean load and capacity-overflow rate as lines below. History
+// holds min and max per bucket of B steps, and a bin is at least 2B wide, so a cell is empty (grey, "no data") only
+// when the expert reported nothing there; non-finite loads are red ✕. Past MAX_COLS bins the panel re-bins wider.
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   const EXPERT_POINTS = 300; // history per expert series
@@ -51,11 +46,7 @@ window.Obs = window.Obs || {};
         set = new Set();
         this.layers.set(layer, set);
         const opts = [...this.layers.keys()].sort((a, b) => a - b);
-        this.select.replaceChildren(...opts.map((l) => {
-          const o = document.createElement("option");
-          o.value = l; o.textContent = "layer " + l;
-          return o;
-        }));
+        this.select.replaceChildren(...opts.map((l) => Obs.el("option", {value: l, text: "layer " + l})));
       }
       if (set.has(expert)) return;
       set.add(expert);
@@ -124,8 +115,7 @@ window.Obs = window.Obs || {};
         const got = await Promise.all([...this.experts.map((s) => read(s, MAX_COLS)),
                                        ...this.lines.map((s) => read(s, LINE_POINTS))]);
         if (ac !== this.abort) return;
-        const empty = {steps: [], values: [], nfSteps: [], nfKinds: [], nfTotal: 0, bucketSteps: 1};
-        const ws = got.map((w) => w || empty);
+        const ws = got.map((w) => w || Obs.emptyWindow());
         this.zoom = {range: [a, b], experts: ws.slice(0, this.experts.length), lines: ws.slice(this.experts.length)};
       } catch (e) {
         if (e.name === "AbortError") return;
@@ -144,10 +134,9 @@ window.Obs = window.Obs || {};
       const src = this.zoom ? this.zoom.experts : this.experts;
       if (this.zoom) [lo, hi] = this.zoom.range; // the zoomed window, edge to edge
       for (const s of src) {
-        if (!this.zoom && s.steps.length) { lo = Math.min(lo, s.steps[0]); hi = Math.max(hi,
-          s.steps[s.steps.length - 1]); }
-        if (!this.zoom && s.nfSteps.length) { lo = Math.min(lo, s.nfSteps[0]); hi = Math.max(hi,
-          s.nfSteps[s.nfSteps.length - 1]); }
+        for (const xs of this.zoom ? [] : [s.steps, s.nfSteps]) {
+          if (xs.length) { lo = Math.min(lo, xs[0]); hi = Math.max(hi, xs[xs.length - 1]); }
+        }
         bucket = Math.max(bucket, s.bucketSteps || 1);
       }
       const span = hi >= lo ? hi - lo + 1 : 1;
@@ -221,8 +210,8 @@ window.Obs = window.Obs || {};
          text: this.nf.map((p) => p[2]), marker: {color: t.red, symbol: "x", size: 9}, showlegend: false,
          name: "non-finite", hovertemplate: "expert %{y} step %{x}: %{text}<extra></extra>"},
         {type: "scatter", mode: "lines", x: mml.steps.slice(), y: mml.values.slice(), yaxis: "y2",
-          name: "max/mean load",
-         line: {color: "#d9730d", width: 1.3}, hovertemplate: "max/mean load<br>step %{x}<br>%{y}<extra></extra>"},
+         name: "max/mean load", line: {color: "#d9730d", width: 1.3},
+         hovertemplate: "max/mean load<br>step %{x}<br>%{y}<extra></extra>"},
         {type: "scatter", mode: "lines", x: ovf.steps.slice(), y: ovf.values.slice(), yaxis: "y3",
          name: "capacity overflow", line: {color: "#c2185b", width: 1.1, dash: "dot"},
          hovertemplate: "capacity overflow<br>step %{x}<br>%{y:.2%}<extra></extra>"},

@@ -1,7 +1,6 @@
 // Operator panel: every run's progress and knobs, forms generated from the contract's command schema, and each
-// command's life (sent → accepted → applied / rejected / no answer, undone by a rollback) as the trainer answers.
-// State comes from the server (WebSocket /ws/operate/ pushes snapshots built from Redis + SQL; the JSON endpoint
-// is polled while the socket is down), never from this page's memory: a reload or a web restart loses nothing.
+// command's life (sent → accepted → applied / rejected / no answer, undone by a rollback). State comes from the server
+// (/ws/operate/ snapshots from Redis + SQL; polled while the socket is down), so a reload or restart loses nothing.
 "use strict";
 
 (function () {
@@ -68,8 +67,9 @@
       const mix = r.mixture || {};
       const weights = Object.entries(mix.weights || {}).map(([d, w]) => `${d} ${sig(w, 2)}`).join(", ");
       const ck = (r.checkpoints || []).slice(-3).map((c) => c.step).join(", ");
-      const tr = el("tr", {"data-run": r.id, class: r.id === selected ? "selected" : "", tabIndex: 0,
-                           title: "steer this run"},
+      body.append(el("tr", {"data-run": r.id, class: r.id === selected ? "selected" : "", tabIndex: 0,
+                            title: "steer this run",
+                            on: {click: () => select(r.id), keydown: (e) => { if (e.key === "Enter") select(r.id); }}},
         el("td", {}, el("b", {text: r.name}), " ", el("span", {class: "muted", text: r.id !== r.name ? r.id : ""})),
         el("td", {}, el("span", {class: `badge state state-${r.state}`, text: r.state}), " ",
           el("span", {class: `badge health-${r.health}`, text: r.health})),
@@ -80,10 +80,7 @@
         el("td", {class: "num hb", "data-t": r.heartbeat_t || ""}),
         el("td", {class: "num lrm", text: sig(r.lr_multiplier)}),
         el("td", {class: "mix", text: mix.stage_name ? `${mix.stage_name}: ${weights}` : weights || "–"}),
-        el("td", {class: "ckpt", text: ck || "–", title: `${(r.checkpoints || []).length} checkpoint(s) on disk`}));
-      tr.addEventListener("click", () => select(r.id));
-      tr.addEventListener("keydown", (e) => { if (e.key === "Enter") select(r.id); });
-      body.append(tr);
+        el("td", {class: "ckpt", text: ck || "–", title: `${(r.checkpoints || []).length} checkpoint(s) on disk`})));
     }
     tickHeartbeats();
   }
@@ -103,9 +100,9 @@
       const detail = [c.detail, c.undone_detail].filter(Boolean).join(" — ");
       // past the trainer's window an id may be forgotten (or is refused as stale): that is a new command
       const retry = outcome === "timeout" && Date.now() - Date.parse(c.created_at) < page.retry_window_s * 1000
-        ? el("button", {type: "button", class: "small", text: "retry", title: "send again with the same id"}) : null;
-      if (retry) retry.addEventListener("click", () => post(c.run, {id: c.id, command: c.command, args: c.args,
-                                                                     reason: c.reason, confirm: true}));
+        ? el("button", {type: "button", class: "small", text: "retry", title: "send again with the same id", on: {
+          click: () => post(c.run, {id: c.id, command: c.command, args: c.args, reason: c.reason, confirm: true})}})
+        : null;
       body.append(el("tr", {id: "cmd-" + c.id, "data-outcome": outcome, "data-run": c.run},
         el("td", {text: new Date(c.created_at).toLocaleTimeString(), "data-label": "sent"}),
         el("td", {text: c.run, "data-label": "run"}),
@@ -142,12 +139,8 @@
     const names = [...specs.keys()].filter((n) => n !== "inject-fault" || run.allow_faults);
     if (bar.dataset.names !== names.join() + "|" + run.id) {
       bar.dataset.names = names.join() + "|" + run.id;
-      bar.replaceChildren(...names.map((n) => {
-        const b = el("button", {type: "button", text: n, title: specs.get(n).summary, "data-cmd": n,
-                                class: specs.get(n).destructive ? "destructive" : ""});
-        b.addEventListener("click", () => chooseCommand(n));
-        return b;
-      }));
+      bar.replaceChildren(...names.map((n) => el("button", {type: "button", text: n, title: specs.get(n).summary,
+        "data-cmd": n, class: specs.get(n).destructive ? "destructive" : "", on: {click: () => chooseCommand(n)}})));
       if (formFor && !formFor.startsWith(run.id + "/")) { formFor = null; $("op-form").hidden = true; }
     }
     bar.querySelectorAll("button").forEach((b) =>
@@ -164,14 +157,9 @@
     renderDetail();
   }
 
-  function input(arg, value) {
-    const i = el("input", {type: "number", id: "op-arg-" + arg.name, name: arg.name,
-                           step: arg.type === "int" ? "1" : "any"});
-    if (arg.lo != null) i.min = arg.lo;
-    if (arg.hi != null) i.max = arg.hi;
-    if (value != null) i.value = value;
-    return i;
-  }
+  const input = (arg, value) => el("input", {type: "number", id: "op-arg-" + arg.name, name: arg.name,
+    step: arg.type === "int" ? "1" : "any", min: arg.lo ?? undefined, max: arg.hi ?? undefined,
+    value: value ?? undefined});
 
   function buildForm(spec, run) {
     const box = $("op-args");
@@ -193,9 +181,8 @@
         if (spec.name === "set-token-budget") value = run.token_budget;
         field = input(a, value);
       }
-      const wrap = el("label", {class: "op-field", "data-only-for": a.only_for.join(" ")},
-        el("span", {text: `${a.name} `}), el("span", {class: "muted", text: a.help}), field);
-      box.append(wrap);
+      box.append(el("label", {class: "op-field", "data-only-for": a.only_for.join(" ")},
+        el("span", {text: `${a.name} `}), el("span", {class: "muted", text: a.help}), field));
     }
     if (spec.name === "rollback") refreshCheckpointChoices(run, true);
     $("op-confirm-box").hidden = !spec.destructive;
@@ -217,13 +204,13 @@
                              value: mix.weights && mix.weights[d] != null ? +mix.weights[d].toFixed(4) : 0});
       box.append(el("label", {class: "op-weight"}, el("span", {text: d}), i));
     }
-    const norm = el("button", {type: "button", class: "small", text: "scale to sum 1"});
-    norm.addEventListener("click", () => {
+    const scale = () => {
       const ins = [...box.querySelectorAll("input")], total = ins.reduce((s, i) => s + (+i.value || 0), 0);
       if (total > 0) ins.forEach((i) => { i.value = +((+i.value || 0) / total).toFixed(6); });
       updatePreview();
-    });
-    box.append(el("p", {class: "muted", id: "op-weights-sum"}), norm);
+    };
+    box.append(el("p", {class: "muted", id: "op-weights-sum"}),
+               el("button", {type: "button", class: "small", text: "scale to sum 1", on: {click: scale}}));
     box.prepend(el("p", {class: "muted",
                          text: `weights of the current stage (${mix.stage_name || "?"}): ${weightsArg.help}`}));
     return box;
@@ -245,14 +232,12 @@
 
   function collectArgs(spec) {
     const args = {};
-    const fault = $("op-arg-fault") && $("op-arg-fault").value;
+    const fault = $("op-arg-fault")?.value;
     for (const a of spec.args) {
       if (a.only_for.length && !a.only_for.includes(fault)) continue;
       if (a.type === "weights") {
-        args.weights = {};
-        document.querySelectorAll("#op-weights input").forEach((i) => {
-          args.weights[i.dataset.domain] = +i.value || 0;
-        });
+        args.weights = Object.fromEntries([...document.querySelectorAll("#op-weights input")]
+          .map((i) => [i.dataset.domain, +i.value || 0]));
         continue;
       }
       const v = $("op-arg-" + a.name).value;
@@ -267,7 +252,7 @@
     const [runId, name] = (formFor || "/").split("/");
     const run = runOf(runId), spec = specs.get(name), out = $("op-preview");
     if (!run || !spec) return;
-    const fault = $("op-arg-fault") && $("op-arg-fault").value;
+    const fault = $("op-arg-fault")?.value;
     document.querySelectorAll("#op-args [data-only-for]").forEach((w) => {
       w.hidden = !!w.dataset.onlyFor && !w.dataset.onlyFor.split(" ").includes(fault);
     });

@@ -1,9 +1,6 @@
-// The metric picker: every series the run has, grouped (loss, optimizer, mixture of experts, hardware, …) and
-// named by the registry's titles, filtered by a search field. Choosing never adds a chart by itself (arrow keys
-// only move the selection): the "Add chart" button, or Enter in the list or the search field, does.
+// The metric picker: every series the run has, grouped and named by the registry, filtered by a search field.
+// Choosing only moves the selection (arrow keys); the Add button, or Enter, adds the chart.
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   const MAX_SHOWN = 400; // options rendered for a broad search; the count says how many more match
@@ -67,11 +64,8 @@ window.Obs = window.Obs || {};
           return Obs.el("option", {value: info.name, disabled: shown, text: (info.title === info.name ? info.name
             : `${info.title} — ${info.name}`) + (shown ? " (shown)" : "")});
         }))));
-      if (keep && [...this.select.options].some((o) => o.value === keep && !o.disabled)) this.select.value = keep;
-      else {
-        const first = [...this.select.options].find((o) => !o.disabled);
-        this.select.value = first ? first.value : "";
-      }
+      const open = [...this.select.options].filter((o) => !o.disabled); // (the kept choice, else the first open one)
+      this.select.value = open.some((o) => o.value === keep) ? keep : open.length ? open[0].value : "";
       this.count.textContent = words.length ? `${matched} of ${this.names.size} ${this.noun} match`
         : `${this.names.size} ${this.noun}`;
       this.sync();

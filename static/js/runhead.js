@@ -2,8 +2,6 @@
 // the budget, the data stage, steps/s and the ETA from the latest heartbeat (counting down between heartbeats).
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   const $ = (id) => document.getElementById(id);
   const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
@@ -19,15 +17,13 @@ window.Obs = window.Obs || {};
     show(run) {
       if (!run) return;
       this.run = run;
-      if (run.progress) { this.progress = run.progress; this.progressAt = Date.now(); }
-      else if (run.heartbeat) { this.progress = run.heartbeat; this.progressAt = Date.now(); }
+      const p = run.progress || run.heartbeat;
+      if (p) { this.progress = p; this.progressAt = Date.now(); }
       if (run.last_heartbeat_at) this.heartbeatAt = new Date(run.last_heartbeat_at);
       const st = $("badge-state"); Obs.put(st, run.state); Obs.putClass(st, "badge state-" + run.state);
       Obs.put($("badge-phase"), run.phase || "–");
-      // the heartbeat's phase, when it says more
-      Obs.putHidden($("badge-phase"), !run.phase || run.phase === run.state);
+      Obs.putHidden($("badge-phase"), !run.phase || run.phase === run.state); // (the heartbeat's, when it says more)
       const h = $("badge-health"); Obs.put(h, run.health); Obs.putClass(h, "badge health-" + run.health);
-      // plain: feature modules read it
       if (run.last_step !== null && run.last_step !== undefined) Obs.putFigure($("stat-step"), run.last_step);
       this.tick();
     }

@@ -1,24 +1,17 @@
-// The live run list: every few seconds it reads /api/runs/ (a short poll: the list is small, and the live
-// socket's fan-out is per run) and updates each row's state, health, step, progress and time left in place,
-// adding runs that appeared (their rows rendered by the server: /runs/?rows=). Polling pauses while the tab is hidden.
+// The live run list: polls /api/runs/ (small, and the live socket's fan-out is per run; paused while the tab is
+// hidden), updates each row in place and adds new runs' rows as the server renders them (/runs/?rows=).
 "use strict";
 
 (function () {
   const Obs = window.Obs;
   const page = JSON.parse(document.getElementById("page-data").textContent);
-  const body = document.querySelector("#runs tbody");
+  const body = document.querySelector("#runs tbody"), $ = (id) => document.getElementById(id);
   let failures = 0;
 
   const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
 
-  function cells(tr) {
-    const q = (s) => tr.querySelector(s);
-    return {state: q(".state"), health: q(".health"), step: q(".step"), progress: q(".progress"), eta: q(".eta"),
-            updated: q(".updated")};
-  }
-
+  // Rows of runs that appeared, rendered by the server's own row template (templates/runs/_run_row.html).
   async function newRows(ids) {
-    // rows of runs that appeared, rendered by the server's own row template (templates/runs/_run_row.html)
     const r = await fetch("/runs/?rows=" + encodeURIComponent(ids.join(",")));
     if (!r.ok) throw new Error("HTTP " + r.status);
     const t = document.createElement("template");
@@ -27,26 +20,21 @@
   }
 
   function update(tr, run) {
-    const c = cells(tr);
-    c.state.textContent = run.state; c.state.className = "badge state state-" + run.state;
-    c.health.textContent = run.health; c.health.className = "badge health health-" + run.health;
-    c.step.textContent = run.last_step === null ? "–" : run.last_step;
+    const q = (s) => tr.querySelector(s), progress = q(".progress");
+    Object.assign(q(".state"), {textContent: run.state, className: "badge state state-" + run.state});
+    Object.assign(q(".health"), {textContent: run.health, className: "badge health health-" + run.health});
+    q(".step").textContent = run.last_step === null ? "–" : run.last_step;
     const p = run.progress || {}, tokens = num(p.tokens), budget = num(p.token_budget);
     const frac = tokens !== null && budget ? Math.min(1, tokens / budget) : null;
-    let bar = c.progress.querySelector("progress");
+    let bar = progress.querySelector("progress");
     if (frac !== null) {
-      if (!bar) {
-        bar = document.createElement("progress");
-        bar.max = 100;
-        bar.setAttribute("aria-label", "tokens trained of the budget, " + (run.name || run.id));
-        c.progress.prepend(bar);
-      }
+      const label = {"aria-label": "tokens trained of the budget, " + (run.name || run.id)};
+      if (!bar) bar = progress.insertBefore(Obs.el("progress", {max: 100, attrs: label}), progress.firstChild);
       bar.value = Math.round(frac * 100);
     }
-    c.progress.querySelector(".pct").textContent = frac === null ? "–" : Math.round(frac * 100) + "%";
-    const eta = num(p.eta_s);
-    c.eta.textContent = Obs.timeLeft(run, frac, eta);
-    const t = c.updated.querySelector("time");
+    progress.querySelector(".pct").textContent = frac === null ? "–" : Math.round(frac * 100) + "%";
+    q(".eta").textContent = Obs.timeLeft(run, frac, num(p.eta_s));
+    const t = q(".updated time");
     if (run.updated_at && t) {
       t.dateTime = run.updated_at;
       t.textContent = Obs.duration((Date.now() - Date.parse(run.updated_at)) / 1000) + " ago";
@@ -68,14 +56,12 @@
         update(tr, run);
         if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null); // newest first
       });
-      document.getElementById("runs").hidden = runs.length === 0;
-      document.getElementById("runs-empty").hidden = runs.length > 0;
+      $("runs").hidden = runs.length === 0;
+      $("runs-empty").hidden = runs.length > 0;
       failures = 0;
-      document.getElementById("runs-status").textContent = "";
+      $("runs-status").textContent = "";
     } catch (e) {
-      failures++;
-      if (failures === 3) document.getElementById("runs-status").textContent = "Live updates paused: the server " +
-        "did not answer. Retrying…";
+      if (++failures === 3) $("runs-status").textContent = "Live updates paused: the server did not answer. Retrying…";
     }
   }
 

@@ -1,49 +1,35 @@
-// The client's copy of a run's series: downsampled history from the JSON API, then live points from the
-// WebSocket (webapp/live/protocol.py). Each series keeps the last step it holds; on (re)connect the dashboard
-// sends "resume" with those steps, and every incoming point with step <= that is dropped, so there is no gap and
-// no duplicate. Views (line charts, the router heatmap, the data panel) attach to series and are told what
-// changed: reset(series) after a history load or a rewind, added(series, points) for new points.
-// A series the run does not have yet (a run still compiling) is not fetched: it waits for Store.discover(name),
-// so the page asks the API for nothing that would answer 404. Store.window() reads any step window of a series at
-// a given resolution for a zoomed chart, without touching the held history.
+// The client's copy of a run's series: downsampled history from the JSON API, then live points from the WebSocket
+// (webapp/live/protocol.py). Each series keeps the last step it holds; a (re)connect resumes from there and every
+// point at or before it is dropped: no gap, no duplicate. Views attach to series and are told reset(series) after a
+// history load or a rewind, added(series, points) for new points. A series the run does not have yet waits for
+// Store.discover(name) rather than asking the API for a 404; Store.window() reads a zoomed chart's window.
 "use strict";
 
 window.Obs = window.Obs || {};
 // Extension points shared by the dashboard and feature modules (see dashboard.js and charts.js).
 window.Obs.frameHandlers = window.Obs.frameHandlers || {};
 window.Obs.onStart = window.Obs.onStart || [];
-// A transient notice, gone TOAST_MS after it was last written. With a `key`, the notice on screen under that key is
-// rewritten in place and its time starts again: a stream of news (an anomaly storm) is one notice that keeps up,
-// not a stack of them, each a new element to lay out and paint, and later one more frame to take away.
-window.Obs.toast = window.Obs.toast || (() => {
+window.Obs.onEvents = window.Obs.onEvents || [];
+// A transient notice, gone TOAST_MS after it was last written. With a `key`, the notice under that key is rewritten
+// in place and its time starts again: a stream of news (an anomaly storm) is one notice, not a stack of them.
+window.Obs.toast = window.Obs.toast || ((Obs) => {
   const TOAST_MS = 8000;
   const keyed = new Map(); // key -> the notice on screen
-  return function (text, level, key) {
-    let box = document.getElementById("toasts");
-    if (!box) {
-      box = document.createElement("div");
-      box.id = "toasts";
-      box.setAttribute("role", "status");
-      box.setAttribute("aria-live", "polite");
-      document.body.appendChild(box);
-    }
+  return function (text, level, key) { // (Obs.el, Obs.put: plotkit.js, loaded by every page that shows notices)
+    const box = document.getElementById("toasts") ||
+      document.body.appendChild(Obs.el("div", {id: "toasts", attrs: {role: "status", "aria-live": "polite"}}));
     let t = key !== undefined ? keyed.get(key) : null;
     if (!t || !t.isConnected) {
-      t = document.createElement("div");
-      box.appendChild(t);
+      t = box.appendChild(Obs.el("div"));
       if (key !== undefined) keyed.set(key, t);
     }
     clearTimeout(t.obsTimer);
-    const cls = "toast toast-" + (level || "info");
-    if (t.className !== cls) t.className = cls;
-    if (t.textContent !== text) { // (its text node rewritten in place: no new node to style and lay out)
-      const node = t.firstChild;
-      if (node && node === t.lastChild && node.nodeType === Node.TEXT_NODE) node.data = text; else t.textContent = text;
-    }
+    Obs.putClass(t, "toast toast-" + (level || "info"));
+    Obs.put(t, text); // (its text node rewritten in place: no new node to style and lay out)
     t.obsTimer = setTimeout(() => { t.remove(); if (keyed.get(key) === t) keyed.delete(key); }, TOAST_MS);
     return t;
   };
-})();
+})(window.Obs);
 
 (function (Obs) {
   const WINDOW_BATCH = 32; // series per GET <run>/windows/ (the API's limit)
@@ -52,8 +38,7 @@ window.Obs.toast = window.Obs.toast || (() => {
 
   // An API window ({steps, values, nonfinite, ...}) split into finite points and non-finite marks.
   function parseWindow(data) {
-    const out = {start: data.start, end: data.end, steps: [], values: [], nfSteps: [], nfKinds: [],
-                 bucketSteps: data.bucket_steps || 1, exact: !!data.exact, count: data.count};
+    const out = {steps: [], values: [], nfSteps: [], nfKinds: [], bucketSteps: data.bucket_steps || 1};
     const kinds = new Map(data.nonfinite.map(([step, kind]) => [step, kind]));
     for (let i = 0; i < data.steps.length; i++) {
       const v = data.values[i];
@@ -155,12 +140,12 @@ window.Obs.toast = window.Obs.toast || (() => {
     async load(s) {
       if (this.exists && !this.exists.has(s.name)) { s.waiting = true; s.loaded = true; return; }
       s.loading = true; s.waiting = false;
-      const gen = ++s.gen;
+      const gen = ++s.gen, current = () => gen === s.gen && this.map.get(s.name) === s; // (not superseded, dropped)
       const seeded = this.seeded.get(s.name);
       if (seeded && !s.tail && s.points <= seeded.points) {
         this.seeded.delete(s.name);
         await null; // as asynchronous as a read: the caller finishes setting up first
-        if (gen === s.gen && this.map.get(s.name) === s) this.setHistory(s, seeded);
+        if (current()) this.setHistory(s, seeded);
         return;
       }
       let query = "points=" + (s.tail ? 10 : s.points);
@@ -169,15 +154,14 @@ window.Obs.toast = window.Obs.toast || (() => {
         meta.last_step !== undefined) query += "&start=" + meta.last_step;
       try {
         const r = await fetch(this.url(s.name, query));
-        if (gen !== s.gen || this.map.get(s.name) !== s) return; // superseded or dropped
+        if (!current()) return;
         if (r.status === 404) { this.setHistory(s, null); return; }
         if (!r.ok) throw new Error("HTTP " + r.status);
         const data = (await r.json()).windows[s.name];
-        if (gen !== s.gen || this.map.get(s.name) !== s) return;
-        this.setHistory(s, data || null);
+        if (current()) this.setHistory(s, data || null);
       } catch (e) {
         console.warn("history of", s.name, "failed:", e);
-        setTimeout(() => { if (gen === s.gen && this.map.get(s.name) === s) this.load(s); }, 2000);
+        setTimeout(() => { if (current()) this.load(s); }, 2000);
       }
     }
 
@@ -225,16 +209,10 @@ window.Obs.toast = window.Obs.toast || (() => {
     }
 
     setHistory(s, data) {
-      s.steps = []; s.values = []; s.nfSteps = []; s.nfKinds = []; s.nfTotal = 0; s.last = -1;
-      s.missing = !data; s.bucketSteps = 1;
-      if (data) {
-        const w = parseWindow(data);
-        s.steps = w.steps; s.values = w.values; s.nfSteps = w.nfSteps; s.nfKinds = w.nfKinds;
-        s.nfTotal = w.nfTotal;
-        s.last = data.end === null ? -1 : data.end;
-        s.bucketSteps = w.bucketSteps;
-      }
-      s.loading = false; s.loaded = true;
+      const w = data ? parseWindow(data) : Obs.emptyWindow();
+      Object.assign(s, {steps: w.steps, values: w.values, nfSteps: w.nfSteps, nfKinds: w.nfKinds, nfTotal: w.nfTotal,
+                        bucketSteps: w.bucketSteps, last: data && data.end !== null ? data.end : -1,
+                        missing: !data, loading: false, loaded: true});
       s.views.forEach((v) => v.reset(s));
       const queued = s.queue; s.queue = [];
       for (const [op, arg] of queued) op === "rewind" ? this.rewindOne(s, arg) : this.append(s, arg);
@@ -248,11 +226,8 @@ window.Obs.toast = window.Obs.toast || (() => {
     rewindOne(s, toStep) {
       if (s.loading) { s.queue.push(["rewind", toStep]); return; }
       if (s.last <= toStep) return;
-      let i = s.steps.length;
-      while (i > 0 && s.steps[i - 1] > toStep) i--;
+      const i = Obs.lowerBound(s.steps, toStep + 1), j = Obs.lowerBound(s.nfSteps, toStep + 1); // (integer steps)
       s.steps.length = i; s.values.length = i;
-      let j = s.nfSteps.length;
-      while (j > 0 && s.nfSteps[j - 1] > toStep) j--;
       s.nfTotal -= s.nfSteps.length - j;
       s.nfSteps.length = j; s.nfKinds.length = j;
       s.last = toStep;
@@ -301,5 +276,6 @@ window.Obs.toast = window.Obs.toast || (() => {
     return lo;
   };
   Obs.Store = Store;
+  Obs.emptyWindow = () => ({steps: [], values: [], nfSteps: [], nfKinds: [], nfTotal: 0, bucketSteps: 1});
   Obs.slug = (name) => name.replace(/[^A-Za-z0-9]+/g, "-");
 })(window.Obs);

@@ -1,6 +1,5 @@
-// Light or dark: the system's preference unless the visitor chose one with the header's toggle (remembered in
-// localStorage). Loaded in <head>, so the page never flashes the wrong theme; the button is wired once the DOM
-// exists. Charts listen for the "obs-theme" event and redraw with the new colours.
+// Light or dark: the system's preference unless the visitor chose one with the header's toggle (localStorage). Loaded
+// in <head> so the page never flashes the wrong theme; charts redraw on the "obs-theme" event.
 "use strict";
 
 (function () {
@@ -11,13 +10,10 @@
   const current = () => chosen || (media && media.matches ? "dark" : "light");
 
   function apply() {
-    document.documentElement.dataset.theme = current();
-    const btn = document.getElementById("theme-toggle");
-    if (btn) {
-      btn.hidden = false;
-      btn.setAttribute("aria-pressed", String(current() === "dark"));
-    }
-    document.dispatchEvent(new CustomEvent("obs-theme", {detail: current()}));
+    const theme = current(), btn = document.getElementById("theme-toggle");
+    document.documentElement.dataset.theme = theme;
+    if (btn) { btn.hidden = false; btn.setAttribute("aria-pressed", String(theme === "dark")); }
+    document.dispatchEvent(new CustomEvent("obs-theme", {detail: theme}));
   }
 
   apply();

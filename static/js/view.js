@@ -1,10 +1,7 @@
-// What the dashboard is showing, and how to name it: the metric registry (titles, units, groups, glossary from
-// observatory.contract.registry(), handed over in the page data), the view state (charts in order, visible step
-// range, x axis, log axes, smoothing) kept in the URL and in localStorage so that a link reproduces the view, and
-// the x axis, which maps steps to tokens or wall time and back.
+// What the dashboard shows and how to name it: the metric registry (observatory.contract.registry(), in the page
+// data), the view state (charts, step range, x axis, log axes, smoothing) kept in the URL and localStorage so a link
+// reproduces it, and the x axis, mapping steps to tokens or wall time and back.
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   // ------------------------------------------------------------------------------------------ registry
@@ -48,12 +45,10 @@ window.Obs = window.Obs || {};
     // defaults: chart ids in order. The URL wins over localStorage; the range is only ever in the URL.
     // storageKey: where the layout is remembered (null: nowhere, the URL alone holds the view — compare.js).
     constructor(defaults, storageKey = STORAGE_KEY) {
-      this.defaults = defaults.slice();
       this.listeners = [];
       this.storageKey = storageKey;
       let saved = {};
-      try { saved = storageKey ? JSON.parse(localStorage.getItem(storageKey) || "{}") ||
-        {} : {}; } catch (e) { saved = {}; }
+      try { saved = (storageKey && JSON.parse(localStorage.getItem(storageKey))) || {}; } catch (e) { /* as none */ }
       const q = new URLSearchParams(location.search);
       const list = (k) => q.getAll(k).filter(Boolean);
       this.charts = list("chart").length ? list("chart")
