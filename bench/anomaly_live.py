@@ -13,16 +13,11 @@ import random
 import sys
 import time
 
-from harness import Stack, bench_redis_url, django_here, parser, report
-
-DOMAINS = ("docs_text", "docstrings", "licenses", "python_stdlib")
-PARAMS = [f"layers/{i}/{w}" for i in range(4) for w in (
-    "attn_norm", "mlp_norm", "wq", "wk", "wv", "wo", "moe/router", "moe/experts/w_gate", "moe/experts/w_up",
-    "moe/experts/w_down", "moe/shared/w_gate", "moe/shared/w_up", "moe/shared/w_down")] + ["embed", "final_norm"]
-
+from harness import Stack, bench_redis_url, demo_names, django_here, parser, report
 
 def step_values(step: int, rnd: random.Random) -> dict[str, float]:
-    """One step of the demo trainer's metrics (names as it publishes them; values of the right shape)."""
+    """One step of the demo trainer's metrics (bench/telemetry.py's names, and the host's and the publisher's as it
+    publishes them; values of the right shape)."""
     loss = (1.5 + 4.0 * (1 + step / 50) ** -0.5) * (1 + rnd.uniform(-0.01, 0.01))
     v = {"train/loss": loss, "train/cross_entropy_loss": loss - 0.01, "train/aux_loss": 0.01, "train/finite": 1.0,
          "grad/norm/total": 0.4 * math.exp(rnd.gauss(0, 0.1)), "optim/update_norm": 0.8 + rnd.gauss(0, 0.02),
@@ -32,20 +27,15 @@ def step_values(step: int, rnd: random.Random) -> dict[str, float]:
          "throughput/total_tokens": 512.0 * step, "time/step_s": 0.46, "time/data_s": 0.005,
          "time/compute_s": 0.45, "time/host_s": 0.0002, "sys/publish_dropped": 0.0, "sys/publish_queue": 0.0,
          "mixture/stage": 0.0, "hw/cpu_percent": 90.0, "hw/load1": 3.0, "hw/rss_bytes": 7e8}
-    for d in DOMAINS:
-        v[f"train/loss/{d}"] = loss * (1 + rnd.uniform(-0.03, 0.03))
-        v[f"mixture/weight/{d}"] = 0.25
-        v[f"data/tokens_seen/{d}"] = 128.0 * step
-    for p in PARAMS:
-        v[f"grad/norm/{p}"] = 0.05 * math.exp(rnd.gauss(0, 0.1))
-    for layer in range(4):
-        pre = f"train/router/layer_{layer}"
-        for s in ("capacity_overflow_rate", "load_balancing_loss", "max_mean_load", "router_z_loss",
-                  "routing_entropy"):
-            v[f"{pre}/{s}"] = rnd.random()
-        for e in range(16):
-            v[f"{pre}/routing_hist/{e}"] = float(round(128 * math.exp(rnd.gauss(0, 0.1))))
-            v[f"{pre}/router_bias/{e}"] = 0.01 * e + rnd.gauss(0, 0.001)
+    for name in demo_names():  # the rest by kind: per domain, per parameter, per router layer (and expert)
+        if name in v:
+            continue
+        v[name] = (loss * (1 + rnd.uniform(-0.03, 0.03)) if name.startswith("train/loss/") else
+                   0.25 if name.startswith("mixture/weight/") else 128.0 * step if name.startswith("data/") else
+                   0.05 * math.exp(rnd.gauss(0, 0.1)) if name.startswith("grad/norm/") else
+                   float(round(128 * math.exp(rnd.gauss(0, 0.1)))) if "/routing_hist/" in name else
+                   0.01 * int(name.rsplit("/", 1)[1]) + rnd.gauss(0, 0.001) if "/router_bias/" in name else
+                   rnd.random())
     return v
 
 
