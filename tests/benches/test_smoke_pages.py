@@ -26,5 +26,6 @@ def test_ogimage(run_bench):
 
 
 def test_frontpage(run_bench):
-    out, _ = run_bench("frontpage", "--steps", "2000", "--runs", "2", "--repeat", "1", "--base", "HEAD", "--json")
+    out, _ = run_bench("dashboard", "--front", "--steps", "2000", "--runs", "2", "--repeat", "1", "--compare", "HEAD",
+                       "--json", topic="frontpage")
     assert out["fcp_ratio_front_over_landed"] > 0
