@@ -1,10 +1,12 @@
-"""Full-range series queries (the min/max pyramid) on the configured database. Prints one JSON object.
+"""Reading stored series on the configured database: full-range queries (the min/max pyramid), the windows endpoint
+(the zoom's read), or (--export) a full-resolution series streamed as CSV, JSON and Parquet. Prints one JSON object.
 
     .venv/bin/python bench/query.py [--points-total N] [--points P ...] [--repeat R] [--keep]
     .venv/bin/python bench/query.py --windows [--steps 1000000] [--series 5] [--spans 2000 ...] [--width 1200]
                                     [--repeat R] [--rounds K] [--compare TREE] [--keep]
+    .venv/bin/python bench/query.py --export [--points-total 2000000] [--repeat 3]
 
-What it measures and how: docs/PERFORMANCE.md, `query` (bench/results/query.md).
+What it measures and how: docs/PERFORMANCE.md, `query` and `export` (bench/results/query.md, export.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +28,7 @@ if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout'
     ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from harness import add_save_flag, report, setup_django  # noqa: E402
+from harness import parser, report, setup_django  # noqa: E402
 from stack import load_series  # noqa: E402
 OWN_DB = (None if os.environ.get("DATABASE_URL")
           else DB_ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
@@ -46,10 +49,11 @@ BENCH_RUN = "bench-query"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points-total", type=int, default=10_000_000)
+    ap = parser(__doc__)
+    ap.add_argument("--points-total", type=int, help="points in the series (default 10,000,000; --export: 2,000,000)")
     ap.add_argument("--points", type=int, nargs="*", default=[1000, 5000, 20000])
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, help="timed reads of each (default 7; --export: 3)")
+    ap.add_argument("--export", action="store_true", help="time the exports (CSV, JSON, Parquet) instead")
     ap.add_argument("--keep", action="store_true", help="keep the loaded run (re-used by the next call)")
     ap.add_argument("--windows", action="store_true", help="time the windows endpoint (the zoom's read)")
     ap.add_argument("--steps", type=int, default=1_000_000)
@@ -59,16 +63,19 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--compare: alternations of the two trees")
     ap.add_argument("--compare", help="another checkout to time on the same data (e.g. the landed main)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    add_save_flag(ap)
     args = ap.parse_args()
+    args.repeat = args.repeat or (3 if args.export else 7)
     if not args.child:
         call_command("migrate", verbosity=0)
     try:
+        if args.export:
+            report("export", export_bench(args.points_total or 2_000_000, args.repeat), args.json, not args.no_save)
+            return 0
         if args.windows:
             out = windows_bench(args)
         else:
-            out = bench(args.points_total, args.points, args.repeat, args.keep)
-        report("query", out, False, not args.no_save)
+            out = bench(args.points_total or 10_000_000, args.points, args.repeat, args.keep)
+        report("query", out, args.json, not args.no_save)
     finally:
         if OWN_DB is not None and not args.keep and not args.child:
             connection.close()
@@ -111,7 +118,47 @@ def bench(n: int, points: list[int], repeat: int, keep: bool) -> dict:
     return out
 
 
-WIN_RUN = "bench-windows"
+def export_bench(n: int, repeat: int) -> dict:
+    """--export: an n-point series (raw points, bulk COPY/executemany) streamed in each format through the export
+    view's generators as a client reads them: seconds (best of `repeat`), points/s, MB/s, the Python heap's peak."""
+    from django.test import RequestFactory
+
+    from webapp.metrics import bulk, storage
+    from webapp.metrics.models import Point
+    from webapp.transfer import exports
+
+    t = time.perf_counter()
+    Run.objects.filter(pk=EXPORT_RUN).delete()
+    run = Run.objects.create(id=EXPORT_RUN, name="export benchmark", state="stopped")
+    s = Series.objects.create(run=run, name="train/loss")
+    for lo in range(0, n, 200_000):
+        bulk.insert(Point._meta.db_table, storage.POINT_COLS,
+                    [(s.id, i, 2.0 + ((i * 7919) % 1000) / 997.0, 0) for i in range(lo, min(n, lo + 200_000))])
+    Series.objects.filter(pk=s.pk).update(count=n, first_step=0, last_step=n - 1)
+    out = {"points": n, "database": connection.vendor, "load_s": round(time.perf_counter() - t, 2),
+           "chunk_rows": exports.CHUNK, "formats": {}}
+
+    def stream(fmt: str) -> int:
+        return sum(len(chunk) for chunk in exports.STREAMS[fmt](exports.Plan(RequestFactory().get("/"), run)))
+
+    for fmt in ("csv", "json", "parquet"):
+        best, size = float("inf"), 0
+        for _ in range(repeat):
+            t = time.perf_counter()
+            size = stream(fmt)
+            best = min(best, time.perf_counter() - t)
+        tracemalloc.start()
+        stream(fmt)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        out["formats"][fmt] = {"seconds": round(best, 3), "points_per_s": round(n / best),
+                               "mb_per_s": round(size / best / 1e6, 1), "bytes": size,
+                               "python_heap_peak_mb": round(peak / 2**20, 1)}
+    Run.objects.filter(pk=EXPORT_RUN).delete()
+    return out
+
+
+WIN_RUN, EXPORT_RUN = "bench-windows", "bench-export"
 
 
 def load_windows_run(steps: int, n_series: int) -> list[str]:

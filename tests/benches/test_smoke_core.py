@@ -14,7 +14,7 @@ def test_query(run_bench):
 
 
 def test_export(run_bench):
-    out, _ = run_bench("export", "--points", "2000", "--repeat", "1", "--json")
+    out, _ = run_bench("query", "--export", "--points-total", "2000", "--repeat", "1", "--json", topic="export")
     assert set(out["formats"]) == {"csv", "json", "parquet"} and out["formats"]["csv"]["bytes"] > 0
 
 
