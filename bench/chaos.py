@@ -22,9 +22,8 @@ import urllib.request
 from contextlib import closing
 from pathlib import Path
 
-from harness import (PrivateRedis, Stack, SyntheticTrainer, free_port, listening, parser,  # noqa
+from harness import (Database, PrivateRedis, Stack, SyntheticTrainer, free_port, listening, parser,  # noqa
                      pct, report, wait_for as wait, web_command)
-from ingest import Database  # noqa: E402
 from viewer_client import NchanViewer  # noqa: E402
 from observatory import contract  # noqa: E402
 

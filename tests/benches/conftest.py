@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHES = ("annotations", "anomalies", "anomaly_live", "chaos", "dashboard", "fanout", "first_step",
+BENCHES = ("annotations", "anomalies", "chaos", "dashboard", "fanout", "first_step",
            "ingest", "latency", "liveview", "moe", "ogimage", "operate", "query", "scaling",
            "tb_import", "trainer", "trim")
 # The tools that made a data set of bench/data, kept beside it: no measurement of their own, a --help each.

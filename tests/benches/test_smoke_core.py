@@ -39,7 +39,7 @@ def test_tb_import(run_bench):
 
 
 def test_anomaly_live(run_bench):
-    out, _ = run_bench("anomaly_live", "--steps", "30")
+    out, _ = run_bench("ingest", "--detectors", "--steps", "30", topic="anomaly_live")
     assert out["live"]["steps"] == 30 and out["live"]["hook_s"] > 0
 
 
