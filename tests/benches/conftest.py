@@ -46,7 +46,7 @@ def run_bench(redis_url, tmp_path, short_tmp):
         env.pop("DATABASE_URL", None)  # never the suite's database
         t0 = time.monotonic()
         # its own process group, killed whole on a timeout: killing the bench alone left the trainer it had started
-        # training a whole token budget beside the rest of the suite (bench/first_step.py, now trainer.py --first-step, 2026-12-07)
+        # training a whole token budget beside the rest of the suite (bench/first_step.py, 2026-12-07)
         proc = subprocess.Popen([sys.executable, f"bench/{name}.py", *args], cwd=ROOT, env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
