@@ -24,7 +24,7 @@ def test_operate(run_bench):
 
 
 def test_trim(run_bench):
-    out, _ = run_bench("trim", "--read", "2000", "--behind", "5000")
+    out, _ = run_bench("ingest", "--trim", "--read", "2000", "--behind", "5000", topic="trim")
     assert out["entries_lost"] == 0 and out["in_order"] and out["stream_length_at_end"] == 7000
 
 
