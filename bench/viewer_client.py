@@ -1,6 +1,6 @@
 """The benches' viewers: the compiled client (bench/viewers.c; `build()` compiles it on first use, `CViewers` runs one
 process of N viewers; `pairs()`/`wpct()` read its per-step histograms; `summarize()` makes bench/fanout.py's figures)
-and `NchanViewer`, one Python viewer of a run's nchan channel as static/js/live.js is (bench/latency.py, chaos.py).
+and `NchanViewer`, one Python viewer of a run's nchan channel as static/js/live.js is (bench/fanout.py, chaos.py).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def pairs(result: dict, ref: dict[int, float], steps: set[int] | None = None) ->
 
 
 def wpct(ws: list[tuple[float, int]], q: float) -> float:
-    """The q-th percentile of weighted values, as bench/latency.py's pct() reads an unweighted list."""
+    """The q-th percentile of weighted values, as harness.pct() reads an unweighted list."""
     ws = sorted(ws)
     total = sum(w for _, w in ws)
     k = min(total - 1, max(0, round(q / 100 * (total - 1))))
