@@ -28,7 +28,7 @@ from harness import (PushTap, Stack, SyntheticTrainer, cpu_s, dashboard_subscrip
 
 import psutil  # noqa: E402
 import redis  # noqa: E402
-from viewer_client import CViewers, NchanViewer, build, pairs, run_stored, start_viewers, summarize, wpct  # noqa: E402
+from viewer_client import CViewers, LiveViewer, build, pairs, run_stored, start_viewers, summarize, wpct  # noqa: E402
 
 from observatory import contract  # noqa: E402
 from observatory.streams import Publisher  # noqa: E402
@@ -240,7 +240,7 @@ def browser_measure(stack: Stack, seconds: float, rate: float, width: str, serve
     # a loaded box starts ingest slowly; without the run the page is a 404
     wait_for(lambda: run_stored(base, run_id, stepped=False), 120, f"ingest creating run {run_id}")
     if tier == "nchan":
-        push_tap = NchanViewer(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
+        push_tap = LiveViewer(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
         push_tap.start()
         stack.callback(lambda: push_tap.stop.set() or push_tap.join())
         if not push_tap.ready.wait(30):  # open before the first step is published
