@@ -91,16 +91,12 @@ def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -
     return 0
 
 
-def add_save_flag(ap) -> None:
-    ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
-
-
 def parser(doc: str, db: str = "", **kw) -> argparse.ArgumentParser:
     """A bench's command line: its docstring's first line, --json (the result on one line), --no-save, and with
     `db` a --db flag (a SQLite file kept between runs under the temporary directory, unless DATABASE_URL is set)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0], **kw)
     ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
-    add_save_flag(ap)
+    ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
     if db:
         ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), f"obs-bench-{db}.sqlite3"))
     return ap
@@ -344,15 +340,9 @@ class Database:
         return out
 
     def reset(self) -> None:
-        tables = [t for (t,) in self.sql(["SELECT name FROM sqlite_master WHERE type='table'" if self.backend ==
-                                          "sqlite" else "SELECT tablename FROM pg_tables WHERE schemaname='public'"
-                                          ])[0] if t.startswith(("metrics_", "runs_"))]
-        if self.backend == "postgresql":
-            self.sql([f"TRUNCATE {', '.join(tables)} CASCADE"])
-        else:  # children first (foreign keys)
-            order = ("metrics_point", "metrics_block", "metrics_", "runs_runevent", "runs_")
-            self.sql([f"DELETE FROM {t}" for t in sorted(tables, key=lambda t: next(
-                i for i, p in enumerate(order) if t.startswith(p)))])
+        """Every table emptied (`manage.py flush`), the schema kept."""
+        subprocess.run([sys.executable, "manage.py", "flush", "--noinput"], cwd=ROOT, env=self.env, check=True,
+                       stdout=subprocess.DEVNULL)
 
     def count_points(self) -> int:
         return self.sql(["SELECT COUNT(*) FROM metrics_point"])[0][0][0]
