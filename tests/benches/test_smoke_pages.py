@@ -21,7 +21,7 @@ def test_annotations(run_bench):
 
 
 def test_ogimage(run_bench):
-    out, _ = run_bench("ogimage", "--steps", "2000", "--repeat", "2", "--json")
+    out, _ = run_bench("query", "--preview", "--steps", "2000", "--repeat", "2", "--json", topic="ogimage")
     assert out["png_bytes"] > 0 and out["updates_as_run_advances"] and out["cached_ms"]["median"] > 0
 
 
