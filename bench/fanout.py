@@ -28,6 +28,7 @@ from harness import (PushTap, Stack, SyntheticTrainer, cpu_s, dashboard_subscrip
 
 import psutil  # noqa: E402
 import redis  # noqa: E402
+from pagecost import ws_hook  # noqa: E402
 from viewer_client import CViewers, LiveViewer, build, pairs, run_stored, start_viewers, summarize, wpct  # noqa: E402
 
 from observatory import contract  # noqa: E402
@@ -165,13 +166,8 @@ def measure(args, workers: list, ps_server: list, others: dict, trainer, tap, t_
 
 
 # ---------------------------------------------------------------------------------------------- --browser
-HOOK = """
-window.__obsFrames = [];
-const _WS = window.WebSocket;
-window.WebSocket = function(url, protocols) {
-  const ws = protocols ? new _WS(url, protocols) : new _WS(url);
-  ws.addEventListener('open', () => { window.__obsOpen = (window.__obsOpen || 0) + 1; });
-  ws.addEventListener('message', (ev) => {
+# every live message's train/loss steps with its arrival (page clock), and the sockets opened
+HOOK = "window.__obsFrames = [];\n" + ws_hook("""
     const now = Date.now();
     try {
       const text = String(ev.data);  // nchan (ws+meta.nchan): its headers, a blank line, then the frame
@@ -180,13 +176,7 @@ window.WebSocket = function(url, protocols) {
         const s = msg.series && msg.series[%(loss)s];
         if (s) window.__obsFrames.push([now, msg.type, s.steps]);
       }
-    } catch (e) {}
-  });
-  return ws;
-};
-window.WebSocket.prototype = _WS.prototype;
-Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
-"""
+    } catch (e) {}""", on_open="window.__obsOpen = (window.__obsOpen || 0) + 1;")
 
 
 SCRAPE_TOKEN = "latency-bench-scrape"  # /metrics answers operators and this token only
