@@ -43,7 +43,7 @@ import psutil  # noqa: E402
 from deploy.run_local import free_port, nchan_config, push_tier_missing, web_command  # noqa: E402,F401
 from tests.support import PrivateRedis, listening, stop_all, wait_for, wait_port  # noqa: E402,F401
 from telemetry import (DOMAINS, EXPERTS, LAYERS, PushTap, SyntheticTrainer,  # noqa: E402,F401 (re-exported)
-                       dashboard_subscription, demo_names, publish_times)
+                       dashboard_subscription, demo_names, demo_values, publish_times)
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench" / "results"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -1,14 +1,16 @@
 """Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers; or
 (--detectors) what anomaly detection costs inside ingest, measured in the live path; or (--trim) ingest fallen far
-behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory.
+behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory; or (--tensorboard) the
+throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer.
 
     .venv/bin/python bench/ingest.py [--runs 8] [--steps 300] [--width 242] [--consumers 1,2]
                                      [--backends sqlite,postgresql] [--json]
     .venv/bin/python bench/ingest.py --detectors [--steps 600] [--database-url postgres://...]
     .venv/bin/python bench/ingest.py --trim [--read 500000] [--behind 1500000] [--width 1] [--json]
+    .venv/bin/python bench/ingest.py --tensorboard [--runs 2] [--steps 20000] [--tags 4] [--json]
 
-What it measures and how: docs/PERFORMANCE.md, `ingest`, `anomaly_live` and `trim` (bench/results/ingest.md,
-anomaly_live.md, trim.md).
+What it measures and how: docs/PERFORMANCE.md, `ingest`, `anomaly_live`, `trim` and `tb_import`
+(bench/results/ingest.md, anomaly_live.md, trim.md, tb_import.md).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import json
 import math
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_names, django_here, parser,
+from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, parser,
                      proc_cpu_s, report)
 
 GO, STOP = "bench:go", "bench:stop"
@@ -156,30 +160,6 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
 
 
 # ---------------------------------------------------------------------------------------------- --detectors
-def step_values(step: int, rnd: random.Random) -> dict[str, float]:
-    """One step of the demo trainer's metrics (bench/telemetry.py's names, and the host's and the publisher's as it
-    publishes them; values of the right shape)."""
-    loss = (1.5 + 4.0 * (1 + step / 50) ** -0.5) * (1 + rnd.uniform(-0.01, 0.01))
-    v = {"train/loss": loss, "train/cross_entropy_loss": loss - 0.01, "train/aux_loss": 0.01, "train/finite": 1.0,
-         "grad/norm/total": 0.4 * math.exp(rnd.gauss(0, 0.1)), "optim/update_norm": 0.8 + rnd.gauss(0, 0.02),
-         "optim/learning_rate": 3e-3, "optim/lr_multiplier": 1.0, "optim/total_steps": 62_500.0,
-         "params/norm/total": 120.0, "moe/drop_fraction": 0.05 * (1 + rnd.gauss(0, 0.1)),
-         "throughput/tokens_per_second": 1100 * (1 + rnd.gauss(0, 0.01)), "throughput/mfu": 0.15,
-         "throughput/total_tokens": 512.0 * step, "time/step_s": 0.46, "time/data_s": 0.005,
-         "time/compute_s": 0.45, "time/host_s": 0.0002, "sys/publish_dropped": 0.0, "sys/publish_queue": 0.0,
-         "mixture/stage": 0.0, "hw/cpu_percent": 90.0, "hw/load1": 3.0, "hw/rss_bytes": 7e8}
-    for name in demo_names():  # the rest by kind: per domain, per parameter, per router layer (and expert)
-        if name in v:
-            continue
-        v[name] = (loss * (1 + rnd.uniform(-0.03, 0.03)) if name.startswith("train/loss/") else
-                   0.25 if name.startswith("mixture/weight/") else 128.0 * step if name.startswith("data/") else
-                   0.05 * math.exp(rnd.gauss(0, 0.1)) if name.startswith("grad/norm/") else
-                   float(round(128 * math.exp(rnd.gauss(0, 0.1)))) if "/routing_hist/" in name else
-                   0.01 * int(name.rsplit("/", 1)[1]) + rnd.gauss(0, 0.001) if "/router_bias/" in name else
-                   rnd.random())
-    return v
-
-
 def measure_detectors(client, run_id: str, steps: int, batch: int) -> dict:
     from observatory import contract
     from webapp.anomalies.detect import DETECTION
@@ -188,7 +168,7 @@ def measure_detectors(client, run_id: str, steps: int, batch: int) -> dict:
     rnd = random.Random(1)
     stream = contract.telemetry_stream(run_id)
     client.sadd(contract.RUNS_KEY, run_id)
-    msgs = [contract.metrics_fields(run_id, s, step_values(s, rnd), 1.7e9 + 0.46 * s) for s in range(steps)]
+    msgs = [contract.metrics_fields(run_id, s, demo_values(s, rnd), 1.7e9 + 0.46 * s) for s in range(steps)]
     ing = LiveIngest(client, lambda run, *bodies: None, consumer="bench", batch=batch, interval=3600.0)
     ing.ingestor.renew()
     ing.ingestor.discover()
@@ -205,7 +185,7 @@ def measure_detectors(client, run_id: str, steps: int, batch: int) -> dict:
             spent += time.perf_counter() - t0
     finally:
         ing.close()
-    return {"steps": steps, "batch": batch, "metrics_per_step": len(step_values(0, rnd)),
+    return {"steps": steps, "batch": batch, "metrics_per_step": len(demo_values(0, rnd)),
             "detector_saves": DETECTION.stats["saves"],
             "ingest_s": round(spent, 3), "hook_s": round(ing.hook_s, 3),
             "hook_share": round(ing.hook_s / spent, 4), "ingest_ms_per_step": round(spent / steps * 1000, 2),
@@ -303,10 +283,65 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
             "bytes_per_entry": round(mem["used_memory"] / max(1, length))}
 
 
+# ---------------------------------------------------------------------------------------------- --tensorboard
+def tb_write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
+    from tensorboard.summary import Writer
+
+    n = 0
+    for r in range(runs):
+        out = logdir / f"run{r}"
+        tmp = logdir.parent / f"tmp{r}"
+        w = Writer(str(tmp if name else out))
+        for s in steps:
+            for t in range(tags):
+                w.add_scalar(f"group/tag{t}", 1.0 / (s + t + 1), s, wall_time=1.7e9 + s)
+                n += 1
+        w.close()
+        if name:
+            (f,) = list(tmp.iterdir())
+            out.mkdir(parents=True, exist_ok=True)
+            f.rename(out / name)
+            tmp.rmdir()
+    return n
+
+
+def tb_timed(env, logdir) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "manage.py", "import_tensorboard", str(logdir)], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode:
+        raise SystemExit(p.stdout + p.stderr)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "up_to_date": p.stdout.count(": up to date")}
+
+
+def tensorboard(a) -> int:
+    """--tensorboard: a first import, the same again (nothing new), one after 10% more steps in every run."""
+    a.runs, a.steps = a.runs or 2, a.steps or 20_000
+    with Stack("tb-import") as stack:  # a migrated throw-away database (the harness's)
+        env = stack.site().env
+        logdir = Path(stack.tmp) / "logs"
+        values = tb_write(logdir, a.runs, range(a.steps), a.tags)
+        first = tb_timed(env, logdir)
+        again = tb_timed(env, logdir)
+        extra = tb_write(logdir, a.runs, range(a.steps, a.steps + a.steps // 10), a.tags,
+                         name="events.out.tfevents.9999999999.more")
+        appended = tb_timed(env, logdir)
+    out = {"runs": a.runs, "steps": a.steps, "tags": a.tags, "values": values, "appended_values": extra,
+           "first_import": {**first, "values_per_cpu_s": round(values / first["cpu_s"])},
+           "reimport_unchanged": {**again, "values_per_cpu_s": round(values / again["cpu_s"])},
+           "import_after_append": {**appended, "values_per_cpu_s": round((values + extra) / appended["cpu_s"])},
+           "load": os.getloadavg()}
+    return report("tb_import", out, a.json, not a.no_save)
+
+
 def main() -> int:
     ap = parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=8)
-    ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600)")
+    ap.add_argument("--runs", type=int, help="runs (default 8; --tensorboard: 2)")
+    ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600; --tensorboard: 20,000)")
     ap.add_argument("--width", type=int, help="metrics per entry (default 242, the demo trainer's; --trim: 1)")
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--consumers", default="1,2")
@@ -318,6 +353,8 @@ def main() -> int:
     ap.add_argument("--trim", action="store_true", help="ingest far behind a capped stream instead")
     ap.add_argument("--read", type=int, default=500_000, help="--trim: entries ingest reads and acknowledges first")
     ap.add_argument("--behind", type=int, default=1_500_000, help="--trim: entries published after ingest stopped")
+    ap.add_argument("--tensorboard", action="store_true", help="TensorBoard logdir imports instead")
+    ap.add_argument("--tags", type=int, default=4, help="--tensorboard: scalar tags per step")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.redis, args.batch)
@@ -326,7 +363,9 @@ def main() -> int:
         return detectors(args)
     if args.trim:
         return report("trim", measure_trim(args.read, args.behind, args.width or 1), args.json, not args.no_save)
-    args.steps, args.width = args.steps or 300, args.width or 242
+    if args.tensorboard:
+        return tensorboard(args)
+    args.runs, args.steps, args.width = args.runs or 8, args.steps or 300, args.width or 242
 
     pg_server = os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/")
     redis = PrivateRedis()

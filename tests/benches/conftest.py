@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHES = ("annotations", "anomalies", "chaos", "dashboard", "fanout", "ingest", "liveview", "moe",
-           "operate", "query", "scaling", "tb_import", "trainer")
+           "operate", "query", "scaling", "trainer")
 # The tools that made a data set of bench/data, kept beside it: no measurement of their own, a --help each.
 RECORDERS = ("data/anomalies/record_demo", "data/anomalies/public/extract")
 

@@ -34,7 +34,8 @@ def test_ingest(run_bench):
 
 
 def test_tb_import(run_bench):
-    out, _ = run_bench("tb_import", "--runs", "1", "--steps", "200", "--tags", "2", "--json")
+    out, _ = run_bench("ingest", "--tensorboard", "--runs", "1", "--steps", "200", "--tags", "2", "--json",
+                       topic="tb_import")
     assert out["values"] == 400 and out["reimport_unchanged"]["up_to_date"] == 1
 
 
