@@ -25,16 +25,15 @@ sys.path.insert(0, _CORE or str(ROOT))
 
 from observatory import contract  # noqa: E402
 from observatory.anomalies import Monitor  # noqa: E402
-from observatory.anomalies.model import OPENED, AnomalyLog  # noqa: E402
-from observatory.anomalies.scan import open_text, parse_maps, read_rows, scan_rows  # noqa: E402
+from observatory.anomalies.scan import parse_maps  # noqa: E402
 
+from anomaly_cv import detections, development, held_out, labelled, match, scan  # noqa: E402
 from harness import parser, report as file_result  # noqa: E402
 from stack import run_landed  # noqa: E402
 from bench.data.anomalies.synth import DOMAINS, EXPERTS, TICK_S, TOKENS_PER_STEP, Curves, build_set  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "anomalies"
 PUBLIC = DATA / "public"
-PRE, POST = 10, 120  # a detection matches a label if it opens within [start - PRE, end + POST]
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -53,27 +52,6 @@ def run_live(c: Curves) -> list[tuple[int, float, object]]:
         out += [(step, t, e) for e in mon.observe(step, values, t)]
         prev_t = t
     return out
-
-
-def detections(trace) -> list[dict]:
-    """One record per anomaly: its final state, plus the step and time at which it opened."""
-    log, opened = AnomalyLog(), {}
-    for step, t, e in trace:
-        log.apply([e])
-        if e.action == OPENED:
-            opened[e.anomaly.key] = (e.at, t)
-    return [{**a.to_dict(), "at": opened[a.key][0], "t": opened[a.key][1]} for a in log.anomalies()]
-
-
-def match(dets: list[dict], labels: list[dict], gap_start_t: dict | None = None) -> tuple[list, list]:
-    """(per label: the matching detections of its kind; per detection: whether any label explains it)."""
-    def fits(d, lab):
-        return d["at"] >= lab["start_step"] - PRE and d["start_step"] <= lab["end_step"] + POST
-
-    hits = [[d for d in dets if d["kind"] == lab["kind"] and fits(d, lab)] for lab in labels]
-    explained = [any((d["kind"] == lab["kind"] or d["kind"] in lab.get("also", ())) and fits(d, lab)
-                     for lab in labels) for d in dets]
-    return hits, explained
 
 
 def evaluate(runs: list[tuple[str, list[dict], list[dict], int]]) -> dict:
@@ -172,10 +150,7 @@ def external(curves: list[list[str]], mapping: dict) -> list[tuple[str, list[dic
     out = []
     for csv_path, labels_path in curves:
         labels = json.loads(Path(labels_path).read_text())
-        with open_text(csv_path) as f:
-            rows = list(read_rows(f, mapping))
-        trace = []
-        scan_rows(rows, trace=trace)
+        rows, trace = scan(csv_path, mapping=mapping)
         runs = sorted({r for r, *_ in rows}, key=str)
         for run in runs:
             dets = detections([(step, t, e) for r, step, t, e in trace if r == run])
@@ -202,8 +177,7 @@ def false_alarms(table: dict, clean: list[tuple[str, list[dict], list[dict], int
 
 
 def default_curves() -> list[list[str]]:
-    pairs = [(c, c.with_name(c.name.removesuffix(".csv.gz") + ".labels.json")) for c in sorted(DATA.glob("*.csv.gz"))]
-    return [[str(c), str(lab)] for c, lab in pairs if lab.exists()]
+    return [[str(c), str(c.with_name(name + ".labels.json"))] for name, c, _ in labelled(DATA, "*.csv.gz")]
 
 
 def recorded_clean(ext: list[tuple[str, list[dict], list[dict], int]]) -> dict:
@@ -235,18 +209,10 @@ def _delay_points(points: list[int], start: int, at: int) -> int:
 def public() -> dict:
     """Every bench/data/anomalies/public/*.csv[.gz] beside its .labels.json, scanned as recorded curves are."""
     sources, clean, runs = {}, {}, []
-    for path in sorted(PUBLIC.glob("*.csv*")):
-        labels_path = path.with_name(path.name.split(".csv")[0] + ".labels.json")
-        if not labels_path.exists():
-            continue
-        labels = json.loads(labels_path.read_text())
-        with open_text(path) as f:
-            rows = list(read_rows(f))
-        trace = []
-        scan_rows(rows, trace=trace)
+    for name, path, labels in labelled(PUBLIC):
+        rows, trace = scan(path)
         dets = detections([(step, t, e) for _, step, t, e in trace])
         points = [step for _, step, values, _ in rows if values]
-        name = path.name.split(".csv")[0]
         runs.append((name, dets, labels, len(points)))
         if not labels:
             loud = [d for d in dets if d["severity"] != "info"]
@@ -333,9 +299,7 @@ def main() -> int:
               "runs": {"injected": len(inj), "clean": len(cln), "external": len(ext)},
               "public": public(), "cost": cost(), "wall_s": None}
     if not (args.core or args.no_cv):  # development (leave-one-log-out CV) and held_out (verified): anomaly_cv.py
-        import anomaly_cv
-        report.update(development=anomaly_cv.development(detections, match), held_out=anomaly_cv.held_out(
-            detections, match))
+        report.update(development=development(), held_out=held_out())
     false_alarms(report["per_kind"], cln + [r for r in ext if not r[2]])
     if not args.no_landed:
         report["landed"] = landed(args.landed)

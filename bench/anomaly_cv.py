@@ -1,5 +1,6 @@
-"""Development (cross-validated) and held-out figures for the detectors on public logs (issue 48; the method and the
-sets: docs/ANOMALIES.md "Development and held-out"). Development: bench/data/anomalies/public and the seen first
+"""Labelled logs and how detections are scored against them (bench/anomalies.py's library), and the development
+(cross-validated) and held-out figures for the detectors on public logs (issue 48; the method and the sets:
+docs/ANOMALIES.md "Development and held-out"). Development: bench/data/anomalies/public and the seen first
 held-out set; the loss detector's rise/prev thresholds and single-point confirmation chosen leave-one-log-out.
 Held out: heldout/anomalies2 (clean) and heldout/incidents, each file verified (bench/heldout.py) first, at defaults.
 """
@@ -10,6 +11,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from observatory.anomalies.model import OPENED, AnomalyLog
 from observatory.anomalies.routing import Config
 from observatory.anomalies.scan import open_text, read_rows, scan_rows
 
@@ -25,11 +27,43 @@ RISE = (1.15, 1.25, 1.35)
 PREV = (1.15, 1.25, 1.5)
 CONFIRM = ((1, None), (2, 1), (3, 1), (2, None))  # (sustain, sustain_gap): none; every-step logs (2 or 3); any
 DEFAULT = (Config().loss.rise_ratio, Config().loss.prev_ratio, Config().loss.sustain, Config().loss.sustain_gap)
+PRE, POST = 10, 120  # a detection matches a label if it opens within [start - PRE, end + POST]
 
 
-def _files(folder: Path) -> list[tuple[str, Path, list[dict]]]:
-    pairs = [(p, p.with_name(p.name.split(".csv")[0] + ".labels.json")) for p in sorted(folder.glob("*.csv*"))]
+def labelled(folder: Path, pattern: str = "*.csv*") -> list[tuple[str, Path, list[dict]]]:
+    """(name, path, labels) of each curve file in `folder` that has a .labels.json beside it."""
+    pairs = [(p, p.with_name(p.name.split(".csv")[0] + ".labels.json")) for p in sorted(folder.glob(pattern))]
     return [(p.name.split(".csv")[0], p, json.loads(lab.read_text())) for p, lab in pairs if lab.exists()]
+
+
+def scan(path: Path, cfg: Config | None = None, mapping: dict | None = None) -> tuple[list, list]:
+    """A recorded curve file read and fed to the detectors as the live path would: (rows, trace)."""
+    with open_text(path) as f:
+        rows = list(read_rows(f, mapping, cfg))
+    trace = []
+    scan_rows(rows, cfg, trace=trace)
+    return rows, trace
+
+
+def detections(trace) -> list[dict]:
+    """One record per anomaly: its final state, plus the step and time at which it opened."""
+    log, opened = AnomalyLog(), {}
+    for step, t, e in trace:
+        log.apply([e])
+        if e.action == OPENED:
+            opened[e.anomaly.key] = (e.at, t)
+    return [{**a.to_dict(), "at": opened[a.key][0], "t": opened[a.key][1]} for a in log.anomalies()]
+
+
+def match(dets: list[dict], labels: list[dict]) -> tuple[list, list]:
+    """(per label: the matching detections of its kind; per detection: whether any label explains it)."""
+    def fits(d, lab):
+        return d["at"] >= lab["start_step"] - PRE and d["start_step"] <= lab["end_step"] + POST
+
+    hits = [[d for d in dets if d["kind"] == lab["kind"] and fits(d, lab)] for lab in labels]
+    explained = [any((d["kind"] == lab["kind"] or d["kind"] in lab.get("also", ())) and fits(d, lab)
+                     for lab in labels) for d in dets]
+    return hits, explained
 
 
 def _config(rise: float, prev: float, sustain: int = 1, gap: int | None = None) -> Config:
@@ -37,15 +71,11 @@ def _config(rise: float, prev: float, sustain: int = 1, gap: int | None = None) 
     return replace(c, loss=replace(c.loss, rise_ratio=rise, prev_ratio=prev, sustain=sustain, sustain_gap=gap))
 
 
-def _scan(path: Path, cfg: Config, detections) -> list[dict]:
-    with open_text(path) as f:
-        rows = list(read_rows(f, None, cfg))
-    trace = []
-    scan_rows(rows, cfg, trace=trace)
-    return detections([(step, t, e) for _, step, t, e in trace])
+def _scan(path: Path, cfg: Config) -> list[dict]:
+    return detections([(step, t, e) for _, step, t, e in scan(path, cfg)[1]])
 
 
-def _tally(results: dict, names: list[str], match) -> dict:
+def _tally(results: dict, names: list[str]) -> dict:
     """found / incidents, precision over the incident logs' detections, warnings on the clean curves."""
     inc = found = dets = true = loud = 0
     for n in names:
@@ -60,31 +90,31 @@ def _tally(results: dict, names: list[str], match) -> dict:
             "clean_warning_or_critical": loud}
 
 
-def _choose(per_opt: dict, names: list[str], match) -> tuple:
+def _choose(per_opt: dict, names: list[str]) -> tuple:
     def key(opt):
-        t = _tally(per_opt[opt], names, match)
+        t = _tally(per_opt[opt], names)
         ok = (t["precision"] or 1.0) >= 0.9 and t["clean_warning_or_critical"] == 0
         near = abs(opt[0] - DEFAULT[0]) + abs(opt[1] - DEFAULT[1]) + (opt[2:] != DEFAULT[2:])  # ties: nearest code's
         return (not ok, -t["found"], t["clean_warning_or_critical"], near)
     return min(per_opt, key=key)
 
 
-def development(detections, match) -> dict:
-    files = _files(DEV) + [(f"seen:{n}", path, labels) for n, path, labels in _files(SEEN)]
-    per_opt = {(r, p, *c): {n: (_scan(path, _config(r, p, *c), detections), labels) for n, path, labels in files}
+def development() -> dict:
+    files = labelled(DEV) + [(f"seen:{n}", path, labels) for n, path, labels in labelled(SEEN)]
+    per_opt = {(r, p, *c): {n: (_scan(path, _config(r, p, *c)), labels) for n, path, labels in files}
                for r in RISE for p in PREV for c in CONFIRM}
     names = [n for n, _, _ in files]
     logs = [n for n, _, labels in files if labels]
     folds, cv = {}, {}
     for left in logs:
-        opt = _choose(per_opt, [n for n in names if n != left], match)
-        folds[left] = {**_named(opt), **_tally(per_opt[opt], [left], match)}
+        opt = _choose(per_opt, [n for n in names if n != left])
+        folds[left] = {**_named(opt), **_tally(per_opt[opt], [left])}
         cv[left] = per_opt[opt][left]
     clean = [n for n in names if n not in logs]
-    chosen = _choose(per_opt, names, match)
-    total = _tally({**cv, **per_opt[chosen]}, logs + clean, match)   # the clean curves at the final choice
+    chosen = _choose(per_opt, names)
+    total = _tally({**cv, **per_opt[chosen]}, logs + clean)   # the clean curves at the final choice
     return {"cross_validated": {**total, "recall": round(total["found"] / total["incidents"], 3)},
-            "logs": folds, "in_sample_at_code_defaults": _tally(per_opt[DEFAULT], names, match),
+            "logs": folds, "in_sample_at_code_defaults": _tally(per_opt[DEFAULT], names),
             "clean_curves": clean, "chosen_on_all": _named(chosen), "code": _named(DEFAULT),
             "code_matches": chosen == DEFAULT, "grid": {"rise_ratio": RISE, "prev_ratio": PREV, "confirm": CONFIRM}}
 
@@ -93,10 +123,10 @@ def _named(opt: tuple) -> dict:
     return dict(zip(("rise_ratio", "prev_ratio", "sustain", "sustain_gap"), opt))
 
 
-def held_out(detections, match) -> dict:
+def held_out() -> dict:
     out, cfg = {}, Config()
-    sets = [(n, p, lab, HELD_MENTION) for n, p, lab in _files(HELD)] + [
-        (f"incident:{n}", p, lab, INC_MENTION) for n, p, lab in _files(DATA / INC_MENTION)]
+    sets = [(n, p, lab, HELD_MENTION) for n, p, lab in labelled(HELD)] + [
+        (f"incident:{n}", p, lab, INC_MENTION) for n, p, lab in labelled(DATA / INC_MENTION)]
     for name, path, labels, mention in sets:
         rel = str(path.relative_to(DATA.parent.parent))
         lab = str(path.with_name(path.name.split(".csv")[0] + ".labels.json").relative_to(DATA.parent.parent))
@@ -104,7 +134,7 @@ def held_out(detections, match) -> dict:
         if bad := [c["reason"] for c in checks if not c["ok"]]:
             out[name] = {"file": rel, "refused": "; ".join(bad)}
             continue
-        d = _scan(path, cfg, detections)
+        d = _scan(path, cfg)
         loud = [x for x in d if x["severity"] != "info"]
         with open_text(path) as f:
             points = sum(1 for _ in f) - 1
@@ -113,7 +143,7 @@ def held_out(detections, match) -> dict:
                "examples": [f"{x['kind']} {x['severity']} at {x['at']}: {x['explanation']}" for x in loud][:5]}
         if labels:
             hits, explained = match(d, labels)
-            row.update(_tally({name: (d, labels)}, [name], match), detections=len(d), true=sum(explained),
+            row.update(_tally({name: (d, labels)}, [name]), detections=len(d), true=sum(explained),
                        incidents_found=[f"{lb['kind']} {lb['start_step']}: " + (
                            f"found at {min(x['at'] for x in h)}" if h else "missed") for lb, h in zip(labels, hits)])
         out[name] = row

@@ -22,10 +22,9 @@ import urllib.request
 from contextlib import closing
 from pathlib import Path
 
-from harness import (PrivateRedis, Stack, SyntheticTrainer, free_port, listening, parser,  # noqa
+from harness import (Database, PrivateRedis, Stack, SyntheticTrainer, free_port, listening, parser,  # noqa
                      pct, report, wait_for as wait, web_command)
-from ingest import Database  # noqa: E402
-from viewer_client import NchanViewer  # noqa: E402
+from viewer_client import LiveViewer  # noqa: E402
 from observatory import contract  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64",
@@ -33,50 +32,6 @@ TINY = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_h
         "train.batch_size=4", 'data.builtin_domains=["python_stdlib", "licenses"]',
         "data.max_bytes_per_domain=200000", "checkpoint.every_steps=0", "checkpoint.every_minutes=0.0",
         "train.eval_every=0", "sinks.heartbeat_s=0.5"]
-
-
-class Watcher(threading.Thread):
-    """A WebSocket viewer of one series, reconnecting and resuming like the dashboard."""
-
-    def __init__(self, port: int, run_id: str, metric: str):
-        super().__init__(daemon=True)
-        self.url, self.origin = f"ws://127.0.0.1:{port}/ws/runs/{run_id}/", f"http://127.0.0.1:{port}"
-        self.metric, self.steps, self.connects, self.live_gaps = metric, {}, 0, []
-        self.stop = threading.Event()
-
-    def run(self):
-        from websockets.sync.client import connect
-
-        while not self.stop.is_set():
-            try:
-                with connect(self.url, origin=self.origin, open_timeout=5) as ws:
-                    self.connects += 1
-                    last = max(self.steps, default=-1)
-                    ws.send(json.dumps({"type": "resume", "metrics": [self.metric], "after_step": last,
-                                        "after": {self.metric: last}}))
-                    while not self.stop.is_set():
-                        try:
-                            self._frame(json.loads(ws.recv(timeout=0.5)))
-                        except TimeoutError:
-                            continue
-            except Exception:  # refused while the server restarts, closed by it: reconnect, as a browser does
-                self.stop.wait(0.3)
-
-    def _frame(self, frame):
-        if isinstance(frame, list):
-            for f in frame:
-                self._frame(f)
-            return
-        if frame.get("type") not in ("update", "backfill"):
-            return
-        for rw in frame.get("rewinds", []):
-            self.steps = {s: v for s, v in self.steps.items() if s <= rw["to_step"]}
-        s = frame.get("series", {}).get(self.metric) or {"steps": [], "values": []}
-        last = max(self.steps, default=-1)
-        new = [(st, v) for st, v in zip(s["steps"], s["values"]) if st > last]
-        if new and frame["type"] == "update" and new[0][0] > last + 1 and last >= 0:
-            self.live_gaps.append([last, new[0][0]])  # a live frame skipped steps (a resume would fill nothing)
-        self.steps.update(new)
 
 
 def jsonl_points(path: Path) -> dict[tuple[str, int], float]:
@@ -193,7 +148,7 @@ def main() -> int:
             "--steps", str(args.steps), "--metrics-jsonl", str(jsonl), "--redis-url", redis_url,
             "--set", f'checkpoint.dir="{work / "ckpt"}"', *[a for s in TINY for a in ("--set", s)]])
         wait(lambda: db_last_step(db, run_id) >= 1, 300, "the first stored step (trainer start, compile)")
-        watcher = Watcher(wport, run_id, contract.M_LOSS)
+        watcher = LiveViewer(f"ws://127.0.0.1:{wport}/ws/runs/{run_id}/", metric=contract.M_LOSS)
         watcher.start()
 
         # 1. Redis: kill -9, restart on its append-only file.
@@ -300,7 +255,7 @@ def outage(args, mode: str) -> dict:
                                   "p.series_id = s.id WHERE s.run_id = ? AND s.name = ?",
                                   (run_id, contract.M_LOSS)).fetchone()
         wait(lambda: (stored()[0] or -1) >= 0, 120, "the run's first stored step")
-        viewer = NchanViewer(f"ws://127.0.0.1:{port}/live/runs/{run_id}/lite/", f"http://127.0.0.1:{wport}/api/"
+        viewer = LiveViewer(f"ws://127.0.0.1:{port}/live/runs/{run_id}/lite/", f"http://127.0.0.1:{wport}/api/"
                              f"runs/{run_id}/windows/?points=2000&series={contract.M_LOSS}")
         viewer.start() or stack.callback(viewer.stop.set)
         samples, phase = [], ["before"]

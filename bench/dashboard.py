@@ -1,9 +1,11 @@
-"""Dashboard speed with a long history: first paint and zoom refetch, in a real Chromium. Prints one JSON object.
+"""Page speed with a long history, in a real Chromium: the dashboard's first paint and zoom refetch, or (--front) the
+front page's first paint, the landed commit's against this checkout's. Prints one JSON object.
 
     .venv/bin/python bench/dashboard.py [--steps 1000000] [--repeat 7] [--cpu-throttle 4] [--profile] [--db PATH]
-                                        [--shots DIR] [--compare COMMIT_OR_DIR]
+                                        [--compare COMMIT_OR_DIR]
+    .venv/bin/python bench/dashboard.py --front [--compare COMMIT] [--steps 200000] [--runs 20] [--repeat 7]
 
-What it measures and how: docs/PERFORMANCE.md, `dashboard` (bench/results/dashboard.md).
+What it measures and how: docs/PERFORMANCE.md, `dashboard` and `frontpage` (bench/results/dashboard.md, frontpage.md).
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ import math
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
 from contextlib import ExitStack
 
-from harness import ROOT, django_here, med, parser, proc_cpu_s, report, web_server
-from stack import tree as checkout  # noqa: E402
+from harness import ROOT, Stack, django_here, med, parser, proc_cpu_s, report, web_server
+from stack import load_series, tree as checkout
 
-RUN_ID = "bench-dashboard"
+RUN_ID, FRONT_ID = "bench-dashboard", "bench-front"
 SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
           "throughput/tokens_per_second", "moe/drop_fraction", "throughput/total_tokens")
 SPIKE_OFFSET = 123_457  # a one-step loss spike at this step (if the run is long enough)
@@ -40,9 +43,6 @@ def value(name: str, step: int, rnd: random.Random) -> float:
 
 def seed(steps: int) -> float | None:
     """The run with `steps` points per series, loaded once (seconds spent, or None if it was there)."""
-    from django.db import transaction
-
-    from webapp.metrics import storage
     from webapp.metrics.models import Series
     from webapp.runs.models import Run
 
@@ -56,16 +56,70 @@ def seed(steps: int) -> float | None:
     spike = SPIKE_OFFSET % steps
     for name in SERIES:
         rnd = random.Random(name)
-        s = Series.objects.create(run=run, name=name)
-
-        def points():
-            for step in range(steps):
-                v = value(name, step, rnd)
-                yield step, (v * 40 if name == "train/loss" and step == spike else v)
-
-        with transaction.atomic():
-            storage.bulk_load(s.id, points())
+        load_series(run, name, ((step, v * 40 if name == "train/loss" and step == spike else v)
+                                for step in range(steps) for v in (value(name, step, rnd),)))
     return time.perf_counter() - t0
+
+
+def seed_front(steps: int, runs: int) -> None:
+    """--front: the featured run (its loss, an anomaly, an annotation) and `runs` more, loaded once."""
+    from webapp.anomalies.models import Anomaly
+    from webapp.annotations.models import Annotation
+    from webapp.metrics.models import Series
+    from webapp.runs.models import Run
+
+    if Series.objects.filter(run_id=FRONT_ID, name="train/loss", count=steps).exists():
+        return
+    Run.objects.filter(pk__startswith=FRONT_ID).delete()
+    hb = {"tokens": steps * 4096, "token_budget": 2 * steps * 4096, "eta_s": 3600.0, "steps_per_s": 4.0}
+    run = Run.objects.create(id=FRONT_ID, name="front-page benchmark", state="training", health="alive",
+                             last_step=steps - 1, heartbeat=hb)
+    load_series(run, "train/loss", ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps)))
+    Anomaly.objects.create(run=run, key="loss_spike train/loss 77", kind="loss_spike", metric="train/loss",
+                           start_step=77, peak_step=77, detected_step=77, severity="warning", score=3.0,
+                           explanation="loss 9 at step 77 is 3x its running level")
+    Annotation.objects.create(run=run, title="spike at 77", body="a bad batch?", body_html="<p>a bad batch?</p>",
+                              step_start=70, step_end=80)
+    for i in range(runs):
+        Run.objects.create(id=f"{FRONT_ID}-{i:03d}", name=f"other {i}", state="stopped", health="ended",
+                           last_step=1000 + i)
+
+
+def front_paint(url: str, repeat: int) -> dict:
+    """--front: the front page's first contentful paint and its content in place (the featured chart, moments)."""
+    fcp, ready, errors = [], [], []
+    ready_js = ("() => !!document.querySelector('#front-chart .main-svg, #front-chart .uplot') && "
+                "document.querySelectorAll('#moments li.moment').length >= 2")
+    with Stack("frontpage-browser") as browsers:
+        browser = browsers.browser()
+        for _ in range(repeat):
+            ctx = browser.new_context(viewport={"width": 1440, "height": 900})
+            page = ctx.new_page()
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.goto(url)
+            page.wait_for_function(ready_js, timeout=60_000)
+            ready.append(page.evaluate("() => performance.now()"))
+            page.wait_for_function("() => performance.getEntriesByName('first-contentful-paint').length > 0")
+            fcp.append(page.evaluate("() => performance.getEntriesByName('first-contentful-paint')[0].startTime"))
+            ctx.close()
+    return {"fcp_ms": med(fcp), "ready_ms": med(ready), "console_errors": errors[:5]}
+
+
+def front(args, env: dict) -> int:
+    """--front: the landed commit's `/` (--compare, default: the merge base with main) against this checkout's,
+    both served in the same run from the same database."""
+    base = args.compare or subprocess.check_output(["git", "merge-base", "HEAD", "main"], cwd=ROOT, text=True).strip()
+    steps = args.steps or 200_000
+    seed_front(steps, args.runs)
+    out = {"base": base[:12], "steps": steps, "runs": args.runs + 1, "repeat": args.repeat}
+    with checkout(base) as landed:
+        for name, tree in (("landed", landed), ("front", ROOT)):
+            with web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree) as server:
+                out[name] = front_paint(f"http://127.0.0.1:{server.port}/", args.repeat)
+    out["fcp_ratio_front_over_landed"] = round(out["front"]["fcp_ms"] / out["landed"]["fcp_ms"], 2)
+    out["ready_ratio_front_over_landed"] = round(out["front"]["ready_ms"] / out["landed"]["ready_ms"], 2)
+    out["load1"] = round(os.getloadavg()[0], 2)
+    return report("frontpage", out, args.json, not args.no_save)
 
 
 def cpu_ms(pid: int) -> float:
@@ -131,7 +185,7 @@ def lazy_plotly(url: str) -> bool:
         return b'id="plotly-bundle"' in r.read()
 
 
-def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0, profile: bool = False,
+def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = False,
             free_plotly: bool = False) -> dict:
     """Wall times from the page's marks; the CPU spent on them (the page's renderer process and the web
     server, from /proc), which a busy machine inflates far less than wall time; the page's main-thread time and
@@ -230,8 +284,6 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
                     A["summary"]["zoom_trace_self_ms"] = {k: round(v, 1) for k, v in
                                                           trace_tasks(browser.stop_tracing())[2].items()}
                     A["summary"]["zoom_timelines"] = A["timelines"]
-                if shots and i == 0:
-                    page.screenshot(path=os.path.join(shots, f"bench-zoomed-{name}.png"), full_page=False)
                 context.close()
     out = {}
     for name, A in acc.items():
@@ -267,9 +319,10 @@ def measure(targets: dict, repeat: int, shots: str | None, throttle: float = 1.0
 
 def main() -> int:
     ap = parser(__doc__, db="dashboard")
-    ap.add_argument("--steps", type=int, default=1_000_000)
+    ap.add_argument("--steps", type=int, help="points per series (default 1,000,000; --front: 200,000)")
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--shots", help="directory for a screenshot of the zoomed dashboard")
+    ap.add_argument("--front", action="store_true", help="the front page instead, landed against this checkout")
+    ap.add_argument("--runs", type=int, default=20, help="--front: runs besides the featured one")
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N",
                     help="slow the page's CPU N times (4: a phone)")
     ap.add_argument("--profile", action="store_true", help="profile and trace the first repetition's first paint")
@@ -283,6 +336,9 @@ def main() -> int:
     if args.cpu_throttle < 1:
         ap.error("--cpu-throttle must be at least 1 (1: no throttling)")
     env = django_here(args.db)
+    if args.front:
+        return front(args, env)
+    args.steps = args.steps or 1_000_000
     seeded = seed(args.steps)
     trees = {"this": ROOT}
     targets = {}
@@ -292,7 +348,7 @@ def main() -> int:
         for name, tree in trees.items():
             server = stack.enter_context(web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree))
             targets[name] = (f"http://127.0.0.1:{server.port}/runs/{RUN_ID}/", server.pid)
-        out = measure(targets, args.repeat, args.shots, args.cpu_throttle, args.profile, args.free_plotly)
+        out = measure(targets, args.repeat, args.cpu_throttle, args.profile, args.free_plotly)
     result = {"steps_per_series": args.steps, "series": len(SERIES),
               "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
               "seed_s": None if seeded is None else round(seeded, 1), "cpu_throttle": args.cpu_throttle}

@@ -43,7 +43,7 @@ import psutil  # noqa: E402
 from deploy.run_local import free_port, nchan_config, push_tier_missing, web_command  # noqa: E402,F401
 from tests.support import PrivateRedis, listening, stop_all, wait_for, wait_port  # noqa: E402,F401
 from telemetry import (DOMAINS, EXPERTS, LAYERS, PushTap, SyntheticTrainer,  # noqa: E402,F401 (re-exported)
-                       dashboard_subscription, demo_names, publish_times)
+                       dashboard_subscription, demo_names, demo_values, publish_times)
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench" / "results"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -91,16 +91,12 @@ def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -
     return 0
 
 
-def add_save_flag(ap) -> None:
-    ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
-
-
 def parser(doc: str, db: str = "", **kw) -> argparse.ArgumentParser:
     """A bench's command line: its docstring's first line, --json (the result on one line), --no-save, and with
     `db` a --db flag (a SQLite file kept between runs under the temporary directory, unless DATABASE_URL is set)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0], **kw)
     ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
-    add_save_flag(ap)
+    ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
     if db:
         ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), f"obs-bench-{db}.sqlite3"))
     return ap
@@ -344,15 +340,9 @@ class Database:
         return out
 
     def reset(self) -> None:
-        tables = [t for (t,) in self.sql(["SELECT name FROM sqlite_master WHERE type='table'" if self.backend ==
-                                          "sqlite" else "SELECT tablename FROM pg_tables WHERE schemaname='public'"
-                                          ])[0] if t.startswith(("metrics_", "runs_"))]
-        if self.backend == "postgresql":
-            self.sql([f"TRUNCATE {', '.join(tables)} CASCADE"])
-        else:  # children first (foreign keys)
-            order = ("metrics_point", "metrics_block", "metrics_", "runs_runevent", "runs_")
-            self.sql([f"DELETE FROM {t}" for t in sorted(tables, key=lambda t: next(
-                i for i, p in enumerate(order) if t.startswith(p)))])
+        """Every table emptied (`manage.py flush`), the schema kept."""
+        subprocess.run([sys.executable, "manage.py", "flush", "--noinput"], cwd=ROOT, env=self.env, check=True,
+                       stdout=subprocess.DEVNULL)
 
     def count_points(self) -> int:
         return self.sql(["SELECT COUNT(*) FROM metrics_point"])[0][0][0]

@@ -1,23 +1,34 @@
-"""Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers.
+"""Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers; or
+(--detectors) what anomaly detection costs inside ingest, measured in the live path; or (--trim) ingest fallen far
+behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory; or (--tensorboard) the
+throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer.
 
     .venv/bin/python bench/ingest.py [--runs 8] [--steps 300] [--width 242] [--consumers 1,2]
                                      [--backends sqlite,postgresql] [--json]
+    .venv/bin/python bench/ingest.py --detectors [--steps 600] [--database-url postgres://...]
+    .venv/bin/python bench/ingest.py --trim [--read 500000] [--behind 1500000] [--width 1] [--json]
+    .venv/bin/python bench/ingest.py --tensorboard [--runs 2] [--steps 20000] [--tags 4] [--json]
 
-What it measures and how: docs/PERFORMANCE.md, `ingest` (bench/results/ingest.md).
+What it measures and how: docs/PERFORMANCE.md, `ingest`, `anomaly_live`, `trim` and `tb_import`
+(bench/results/ingest.md, anomaly_live.md, trim.md, tb_import.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from harness import ROOT, Database, PrivateRedis, parser, proc_cpu_s, report  # noqa: F401 (chaos.py: Database)
+from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, parser,
+                     proc_cpu_s, report)
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -148,20 +159,213 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
     return out
 
 
+# ---------------------------------------------------------------------------------------------- --detectors
+def measure_detectors(client, run_id: str, steps: int, batch: int) -> dict:
+    from observatory import contract
+    from webapp.anomalies.detect import DETECTION
+    from webapp.live.pipeline import LiveIngest
+
+    rnd = random.Random(1)
+    stream = contract.telemetry_stream(run_id)
+    client.sadd(contract.RUNS_KEY, run_id)
+    msgs = [contract.metrics_fields(run_id, s, demo_values(s, rnd), 1.7e9 + 0.46 * s) for s in range(steps)]
+    ing = LiveIngest(client, lambda run, *bodies: None, consumer="bench", batch=batch, interval=3600.0)
+    ing.ingestor.renew()
+    ing.ingestor.discover()
+    spent = 0.0
+    try:
+        for i in range(0, steps, batch):
+            pipe = client.pipeline(transaction=False)
+            for m in msgs[i:i + batch]:
+                pipe.xadd(stream, m)
+            pipe.execute()
+            t0 = time.perf_counter()
+            ing.ingestor.process(ing.ingestor.read())
+            ing.flush(force=True)  # push, then XACK
+            spent += time.perf_counter() - t0
+    finally:
+        ing.close()
+    return {"steps": steps, "batch": batch, "metrics_per_step": len(demo_values(0, rnd)),
+            "detector_saves": DETECTION.stats["saves"],
+            "ingest_s": round(spent, 3), "hook_s": round(ing.hook_s, 3),
+            "hook_share": round(ing.hook_s / spent, 4), "ingest_ms_per_step": round(spent / steps * 1000, 2),
+            "hook_ms_per_step": round(ing.hook_s / steps * 1000, 3)}
+
+
+def detectors(args) -> int:
+    """--detectors: `live` (each step its own batch, ingest keeping up) and `catchup` (batches of 500)."""
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+    with Stack("anomaly-live") as stack:  # the bench Redis database (flushed) and a migrated database
+        os.environ.update({"OBS_DATA_DIR": stack.tmp, "OBS_LOG_LEVEL": "WARNING"})
+        django_here(f"{stack.tmp}/bench.sqlite3", debug=False)
+        import redis
+        from django.db import connection
+
+        client = redis.Redis.from_url(bench_redis_url())
+        client.flushdb()
+        out = {"database": connection.vendor}
+        try:
+            for mode, batch in (("live", 1), ("catchup", 500)):
+                out[mode] = measure_detectors(client, f"bench-{mode}-{int(time.time())}", args.steps or 600, batch)
+        finally:
+            client.flushdb()
+            connection.close()
+    return report("anomaly_live", out, args.json, not args.no_save)
+
+
+# ---------------------------------------------------------------------------------------------- --trim
+def publish(pub, steps, names) -> float:
+    """Publish these steps without overflowing the queue; returns the seconds it took."""
+    t0 = time.perf_counter()
+    for step in steps:
+        if step % 1000 == 0 and pub.stats()["queue_depth"] > pub.max_queue // 2:
+            pub.flush(60)  # a bench waits for a full queue rather than drop
+        pub.metrics(step, {n: 0.5 for n in names})
+    assert pub.flush(600) and pub.stats()["dropped"] == 0
+    return time.perf_counter() - t0
+
+
+def read_back(client, stream) -> tuple[list[int], int]:
+    """The ingest group's backlog: (metrics steps in order, other entries)."""
+    from observatory import contract
+
+    steps, other, last = [], 0, ">"
+    while True:
+        reply = client.xreadgroup(contract.INGEST_GROUP, "bench", {stream: last}, count=20_000)
+        entries = reply[0][1] if reply else []
+        if not entries:
+            return steps, other
+        for _, fields in entries:
+            if fields[b"kind"] == b"metrics":
+                steps.append(json.loads(fields[b"data"])["step"])
+            else:
+                other += 1
+        client.xack(stream, contract.INGEST_GROUP, *[e for e, _ in entries])
+
+
+def measure_trim(read: int, behind: int, width: int) -> dict:
+    import redis
+
+    from observatory import contract
+    from observatory.streams import Publisher
+
+    names = [f"bench/m{i}" for i in range(width)]
+    with PrivateRedis() as private:
+        url = private.url
+        client = redis.Redis.from_url(url)
+        run_id = "trim-bench"
+        stream = contract.telemetry_stream(run_id)
+        client.xgroup_create(stream, contract.INGEST_GROUP, id="0", mkstream=True)
+        pub = Publisher(url, run_id, batch=500)
+        t_read = publish(pub, range(read), names)
+        last = client.xrevrange(stream, count=1)[0][0]
+        client.xgroup_setid(stream, contract.INGEST_GROUP, last, entries_read=read)  # read and acknowledged
+        t_behind = publish(pub, range(read, read + behind), names)
+        pub.close()
+        mem = client.info("memory")
+        length = client.xlen(stream)
+        lost_key = getattr(contract, "telemetry_lost_key", None)
+        counted = {k.decode(): int(v) for k, v in client.hgetall(lost_key(run_id)).items()} if lost_key else None
+        t0 = time.perf_counter()
+        steps, other = read_back(client, stream)
+        t_back = time.perf_counter() - t0
+        missing = behind - len(set(steps) & set(range(read, read + behind)))
+        client.close()
+    return {"cap": contract.STREAM_MAXLEN, "hard_cap": getattr(contract, "STREAM_HARD_MAXLEN", None),
+            "width": width, "acknowledged_before": read, "behind": behind,
+            "entries_lost": missing, "lost_counted": counted, "other_entries_in_backlog": other,
+            "in_order": steps == sorted(steps), "stream_length_at_end": length,
+            "publish_s": round(t_read + t_behind, 1),
+            "publish_rate_per_s": round((read + behind) / (t_read + t_behind)),
+            "read_back_s": round(t_back, 1), "redis_used_memory_mb": round(mem["used_memory"] / 2**20),
+            "redis_peak_memory_mb": round(mem["used_memory_peak"] / 2**20),
+            "bytes_per_entry": round(mem["used_memory"] / max(1, length))}
+
+
+# ---------------------------------------------------------------------------------------------- --tensorboard
+def tb_write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
+    from tensorboard.summary import Writer
+
+    n = 0
+    for r in range(runs):
+        out = logdir / f"run{r}"
+        tmp = logdir.parent / f"tmp{r}"
+        w = Writer(str(tmp if name else out))
+        for s in steps:
+            for t in range(tags):
+                w.add_scalar(f"group/tag{t}", 1.0 / (s + t + 1), s, wall_time=1.7e9 + s)
+                n += 1
+        w.close()
+        if name:
+            (f,) = list(tmp.iterdir())
+            out.mkdir(parents=True, exist_ok=True)
+            f.rename(out / name)
+            tmp.rmdir()
+    return n
+
+
+def tb_timed(env, logdir) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "manage.py", "import_tensorboard", str(logdir)], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode:
+        raise SystemExit(p.stdout + p.stderr)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "up_to_date": p.stdout.count(": up to date")}
+
+
+def tensorboard(a) -> int:
+    """--tensorboard: a first import, the same again (nothing new), one after 10% more steps in every run."""
+    a.runs, a.steps = a.runs or 2, a.steps or 20_000
+    with Stack("tb-import") as stack:  # a migrated throw-away database (the harness's)
+        env = stack.site().env
+        logdir = Path(stack.tmp) / "logs"
+        values = tb_write(logdir, a.runs, range(a.steps), a.tags)
+        first = tb_timed(env, logdir)
+        again = tb_timed(env, logdir)
+        extra = tb_write(logdir, a.runs, range(a.steps, a.steps + a.steps // 10), a.tags,
+                         name="events.out.tfevents.9999999999.more")
+        appended = tb_timed(env, logdir)
+    out = {"runs": a.runs, "steps": a.steps, "tags": a.tags, "values": values, "appended_values": extra,
+           "first_import": {**first, "values_per_cpu_s": round(values / first["cpu_s"])},
+           "reimport_unchanged": {**again, "values_per_cpu_s": round(values / again["cpu_s"])},
+           "import_after_append": {**appended, "values_per_cpu_s": round((values + extra) / appended["cpu_s"])},
+           "load": os.getloadavg()}
+    return report("tb_import", out, a.json, not a.no_save)
+
+
 def main() -> int:
     ap = parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--width", type=int, default=242)
+    ap.add_argument("--runs", type=int, help="runs (default 8; --tensorboard: 2)")
+    ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600; --tensorboard: 20,000)")
+    ap.add_argument("--width", type=int, help="metrics per entry (default 242, the demo trainer's; --trim: 1)")
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--consumers", default="1,2")
     ap.add_argument("--backends", default="sqlite,postgresql")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
+    ap.add_argument("--detectors", action="store_true", help="the anomaly detectors' cost inside ingest instead")
+    ap.add_argument("--database-url", help="--detectors: the database (default: a throw-away SQLite file)")
+    ap.add_argument("--trim", action="store_true", help="ingest far behind a capped stream instead")
+    ap.add_argument("--read", type=int, default=500_000, help="--trim: entries ingest reads and acknowledges first")
+    ap.add_argument("--behind", type=int, default=1_500_000, help="--trim: entries published after ingest stopped")
+    ap.add_argument("--tensorboard", action="store_true", help="TensorBoard logdir imports instead")
+    ap.add_argument("--tags", type=int, default=4, help="--tensorboard: scalar tags per step")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.redis, args.batch)
         return 0
+    if args.detectors:
+        return detectors(args)
+    if args.trim:
+        return report("trim", measure_trim(args.read, args.behind, args.width or 1), args.json, not args.no_save)
+    if args.tensorboard:
+        return tensorboard(args)
+    args.runs, args.steps, args.width = args.runs or 8, args.steps or 300, args.width or 242
 
     pg_server = os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/")
     redis = PrivateRedis()

@@ -30,19 +30,21 @@ JS_BEFORE_PAINT = """() => {
 
 
 
-def ws_hook(on_message: str) -> str:
-    """An init script: every WebSocket the page opens runs the JS `on_message` (with `ev`) on each message."""
+def ws_hook(on_message: str, on_open: str = "") -> str:
+    """An init script: every WebSocket the page opens runs the JS `on_message` (with `ev`) on each message, and
+    `on_open` when it opens."""
     return """(() => {
   const _WS = window.WebSocket;
   window.WebSocket = function (url, protocols) {
     const ws = protocols ? new _WS(url, protocols) : new _WS(url);
+    ws.addEventListener('open', () => { %s });
     ws.addEventListener('message', (ev) => { %s });
     return ws;
   };
   window.WebSocket.prototype = _WS.prototype;
   Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
 })();
-""" % on_message
+""" % (on_open, on_message)
 
 
 class Cdp:

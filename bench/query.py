@@ -1,10 +1,15 @@
-"""Full-range series queries (the min/max pyramid) on the configured database. Prints one JSON object.
+"""Reading stored series on the configured database: full-range queries (the min/max pyramid), the windows endpoint
+(the zoom's read), (--export) a full-resolution series streamed as CSV, JSON and Parquet, or (--preview) a run page's
+link-preview image (og:image) over HTTP, cached and cold. Prints one JSON object.
 
     .venv/bin/python bench/query.py [--points-total N] [--points P ...] [--repeat R] [--keep]
     .venv/bin/python bench/query.py --windows [--steps 1000000] [--series 5] [--spans 2000 ...] [--width 1200]
                                     [--repeat R] [--rounds K] [--compare TREE] [--keep]
+    .venv/bin/python bench/query.py --export [--points-total 2000000] [--repeat 3]
+    .venv/bin/python bench/query.py --preview [--steps 1000000] [--repeat 30] [--keep]
 
-What it measures and how: docs/PERFORMANCE.md, `query` (bench/results/query.md).
+What it measures and how: docs/PERFORMANCE.md, `query`, `export` and `ogimage` (bench/results/query.md, export.md,
+ogimage.md).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,8 +32,9 @@ if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout'
     ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from harness import add_save_flag, report, setup_django  # noqa: E402
+from harness import bench_redis_url, med, parser, report, setup_django, web_server  # noqa: E402
 from stack import load_series  # noqa: E402
+os.environ.setdefault("REDIS_URL", bench_redis_url())  # (--preview: the cache this process and the server share)
 OWN_DB = (None if os.environ.get("DATABASE_URL")
           else DB_ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
 if OWN_DB is not None:
@@ -46,10 +54,12 @@ BENCH_RUN = "bench-query"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points-total", type=int, default=10_000_000)
+    ap = parser(__doc__)
+    ap.add_argument("--points-total", type=int, help="points in the series (default 10,000,000; --export: 2,000,000)")
     ap.add_argument("--points", type=int, nargs="*", default=[1000, 5000, 20000])
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--repeat", type=int, help="timed reads of each (default 7; --export: 3)")
+    ap.add_argument("--export", action="store_true", help="time the exports (CSV, JSON, Parquet) instead")
+    ap.add_argument("--preview", action="store_true", help="time a run's link-preview image over HTTP instead")
     ap.add_argument("--keep", action="store_true", help="keep the loaded run (re-used by the next call)")
     ap.add_argument("--windows", action="store_true", help="time the windows endpoint (the zoom's read)")
     ap.add_argument("--steps", type=int, default=1_000_000)
@@ -59,16 +69,23 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="--compare: alternations of the two trees")
     ap.add_argument("--compare", help="another checkout to time on the same data (e.g. the landed main)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    add_save_flag(ap)
     args = ap.parse_args()
+    args.repeat = args.repeat or (3 if args.export else 30 if args.preview else 7)
     if not args.child:
         call_command("migrate", verbosity=0)
     try:
+        if args.export:
+            report("export", export_bench(args.points_total or 2_000_000, args.repeat), args.json, not args.no_save)
+            return 0
+        if args.preview:
+            out = preview_bench(args.steps, args.repeat)
+            report("ogimage", out, args.json, not args.no_save)
+            return 0 if out["updates_as_run_advances"] else 1
         if args.windows:
             out = windows_bench(args)
         else:
-            out = bench(args.points_total, args.points, args.repeat, args.keep)
-        report("query", out, False, not args.no_save)
+            out = bench(args.points_total or 10_000_000, args.points, args.repeat, args.keep)
+        report("query", out, args.json, not args.no_save)
     finally:
         if OWN_DB is not None and not args.keep and not args.child:
             connection.close()
@@ -111,7 +128,126 @@ def bench(n: int, points: list[int], repeat: int, keep: bool) -> dict:
     return out
 
 
-WIN_RUN = "bench-windows"
+def export_bench(n: int, repeat: int) -> dict:
+    """--export: an n-point series (raw points, bulk COPY/executemany) streamed in each format through the export
+    view's generators as a client reads them: seconds (best of `repeat`), points/s, MB/s, the Python heap's peak."""
+    from django.test import RequestFactory
+
+    from webapp.metrics import bulk, storage
+    from webapp.metrics.models import Point
+    from webapp.transfer import exports
+
+    t = time.perf_counter()
+    Run.objects.filter(pk=EXPORT_RUN).delete()
+    run = Run.objects.create(id=EXPORT_RUN, name="export benchmark", state="stopped")
+    s = Series.objects.create(run=run, name="train/loss")
+    for lo in range(0, n, 200_000):
+        bulk.insert(Point._meta.db_table, storage.POINT_COLS,
+                    [(s.id, i, 2.0 + ((i * 7919) % 1000) / 997.0, 0) for i in range(lo, min(n, lo + 200_000))])
+    Series.objects.filter(pk=s.pk).update(count=n, first_step=0, last_step=n - 1)
+    out = {"points": n, "database": connection.vendor, "load_s": round(time.perf_counter() - t, 2),
+           "chunk_rows": exports.CHUNK, "formats": {}}
+
+    def stream(fmt: str) -> int:
+        return sum(len(chunk) for chunk in exports.STREAMS[fmt](exports.Plan(RequestFactory().get("/"), run)))
+
+    for fmt in ("csv", "json", "parquet"):
+        best, size = float("inf"), 0
+        for _ in range(repeat):
+            t = time.perf_counter()
+            size = stream(fmt)
+            best = min(best, time.perf_counter() - t)
+        tracemalloc.start()
+        stream(fmt)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        out["formats"][fmt] = {"seconds": round(best, 3), "points_per_s": round(n / best),
+                               "mb_per_s": round(size / best / 1e6, 1), "bytes": size,
+                               "python_heap_peak_mb": round(peak / 2**20, 1)}
+    Run.objects.filter(pk=EXPORT_RUN).delete()
+    return out
+
+
+WIN_RUN, EXPORT_RUN, PREVIEW_RUN = "bench-windows", "bench-export", "bench-ogimage"
+
+
+# ---------------------------------------------------------------------------------------------- --preview
+def seed_preview(steps: int) -> None:
+    if Series.objects.filter(run_id=PREVIEW_RUN, name="train/loss", count=steps).exists():
+        return
+    Run.objects.filter(pk=PREVIEW_RUN).delete()
+    run = Run.objects.create(id=PREVIEW_RUN, name="og:image benchmark", state="training", last_step=steps - 1)
+    load_series(run, "train/loss", ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500) + (5.0 if i == steps // 3 else 0.0))
+                                    for i in range(steps)))
+
+
+def extend_preview(steps: int, more: int) -> None:
+    """Append `more` points through the ingest write path's storage (a run advancing)."""
+    from django.db import transaction
+
+    from webapp.metrics import storage
+
+    s = Series.objects.get(run_id=PREVIEW_RUN, name="train/loss")
+    with transaction.atomic():
+        storage.bulk_load(s.id, ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps + more)))
+    Run.objects.filter(pk=PREVIEW_RUN).update(last_step=steps + more - 1)
+
+
+def get(url: str, headers: dict | None = None) -> tuple[float, int, str, bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            body = r.read()
+            status, etag = r.status, r.headers.get("ETag", "")
+    except urllib.error.HTTPError as e:  # 304 arrives as an HTTPError
+        body, status, etag = b"", e.code, e.headers.get("ETag", "")
+    return (time.perf_counter() - t0) * 1000, status, etag, body
+
+
+def preview_bench(steps: int, repeat: int) -> dict:
+    """--preview: the og:image of a run with a `steps`-point loss, from the web server `make run` starts (debug on):
+    cold (its cache entry dropped), cached, revalidated (304), and whether it follows the run as it advances."""
+    from django.core.cache import cache
+
+    from webapp.front import previews
+
+    t0 = time.perf_counter()
+    seed_preview(steps)
+    seed_s = time.perf_counter() - t0
+
+    def drop_cached():
+        run = Run.objects.get(pk=PREVIEW_RUN)
+        cache.delete("ogimage:" + previews._key(run, Series.objects.get(run=run, name="train/loss"), None))
+
+    try:
+        with web_server({**os.environ, "OBS_DEBUG": "1", "PYTHONPATH": str(ROOT)}) as server:
+            url = f"http://127.0.0.1:{server.port}/runs/{PREVIEW_RUN}/preview.png"
+            get(url)  # the server's first request imports and connects
+            cold, cached, revalidate = [], [], []
+            for _ in range(max(3, repeat // 5)):
+                drop_cached()
+                ms, status, etag, body = get(url)
+                assert status == 200 and body[:8] == b"\x89PNG\r\n\x1a\n", status
+                cold.append(ms)
+            for _ in range(repeat):
+                ms, status, etag2, body2 = get(url)
+                assert status == 200 and etag2 == etag and body2 == body
+                cached.append(ms)
+                ms, status, _, _ = get(url, {"If-None-Match": etag})
+                assert status == 304
+                revalidate.append(ms)
+            extend_preview(steps, steps // 8 + 64)  # past the step bucket (~1/64 to 1/32 of the run wide)
+            _, status, etag3, body3 = get(url)
+            follows = status == 200 and etag3 != etag and body3 != body
+    finally:
+        Run.objects.filter(pk=PREVIEW_RUN).delete()  # extended: the next call seeds afresh
+    return {"steps": steps, "repeat": repeat, "seed_s": round(seed_s, 1), "database": connection.vendor,
+            "cached_ms": {"median": med(cached, 2), "p90": round(sorted(cached)[int(0.9 * len(cached))], 2)},
+            "not_modified_ms": {"median": med(revalidate, 2)},
+            "cold_ms": {"median": med(cold, 2), "max": round(max(cold), 2), "n": len(cold)},
+            "png_bytes": len(body), "updates_as_run_advances": follows,
+            "load1": round(os.getloadavg()[0], 2), "target_cached_ms": 100}
 
 
 def load_windows_run(steps: int, n_series: int) -> list[str]:

@@ -33,8 +33,9 @@ sys.path[:0] = [_CORE, str(ROOT)] if _CORE else [str(ROOT)]
 from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, fit_law  # noqa: E402
 from observatory.scaling.fit import DEFAULT_STARTS, holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
-from bench import scaling_ladders  # noqa: E402
+from bench.data.ladders.ladders import LADDERS, load  # noqa: E402 (the data: bench/data/ladders)
 from bench.harness import parser, report  # noqa: E402
+from bench.stack import run_landed  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "scaling"
 CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
@@ -106,9 +107,9 @@ def main() -> None:
     ap.add_argument("--starts", type=int, default=DEFAULT_STARTS, help="grid starts refined per fit (a smoke: few)")
     ap.add_argument("--core", help="print the public ladders' evaluation of the observatory package in CORE only")
     args = ap.parse_args()
-    if args.core:  # the landed side of --compare (scaling_ladders.landed)
+    if args.core:  # the landed side of --compare (landed() below)
         from observatory import scaling
-        print(json.dumps(scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap, args.seed)))
+        print(json.dumps(evaluate_all(scaling, args.ladders_bootstrap, args.seed)))
         return 0
     if args.public_only:
         return report("scaling_ladders", {"public": public(args), **ladders(args)}, args.json, not args.no_save)
@@ -143,12 +144,65 @@ def ladders(args) -> dict:
         from bench import scaling_cv
         out["development"] = scaling_cv.development()
         out["held_out"] = scaling_cv.held_out()
-    out["ladders"] = scaling_ladders.evaluate_all(scaling, args.ladders_bootstrap, args.seed, args.starts)
-    out["ladders_summary"] = scaling_ladders.summary(out["ladders"])
+    out["ladders"] = evaluate_all(scaling, args.ladders_bootstrap, args.seed, args.starts)
+    out["ladders_summary"] = summary(out["ladders"])
     if args.compare:
-        out["ladders_landed"] = scaling_ladders.landed(args.compare, args.ladders_bootstrap, args.seed)
-        out["ladders_landed_summary"] = {"ref": args.compare, **scaling_ladders.summary(out["ladders_landed"])}
+        out["ladders_landed"] = landed(args.compare, args.ladders_bootstrap, args.seed)
+        out["ladders_landed_summary"] = {"ref": args.compare, **summary(out["ladders_landed"])}
     return out
+
+
+# ---------------------------------------------------------------------------------------------- the public ladders
+# bench/data/ladders/README.md: public ladders with held-out larger runs, and how a law forecasts them (the
+# `scaling_ladders` topic; bench/scaling_cv.py scores the same ladders cross-validated and held out).
+def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "auto"), bootstrap: int = 200,
+             seed: int = 0, starts: int = 64) -> dict:
+    """Per law: held-out mean/max relative error, band coverage, and each held-out run's forecast."""
+    d = load(name)
+    h = d["heldout"]
+    fit_pts = scaling.Points.of(N=d["N"][~h], D=d["D"][~h], C=d["C"][~h])
+    held = scaling.Points.of(N=d["N"][h], D=d["D"][h], C=d["C"][h])
+    truth = d["L"][h]
+    out = {"file": d["file"], "rungs": int((~h).sum()), "heldout": int(h.sum()),
+           "compute_ratio": float(d["C"][h].max() / d["C"][~h].max()), "laws": {}}
+    for law in laws:
+        t0 = time.perf_counter()
+        f = scaling.fit(fit_pts, d["L"][~h], law, bootstrap=bootstrap, seed=seed, starts=starts)
+        pred = f.predict(held)
+        lo, hi = f.interval(held)
+        rel = np.abs(pred / truth - 1)
+        row = {"mean_rel_error": float(rel.mean()), "max_rel_error": float(rel.max()),
+               "coverage": float(np.mean((truth >= lo) & (truth <= hi))),
+               "band_width": float(np.mean((hi - lo) / pred)),   # mean (high − low) / L̂: what the coverage cost
+               "actual": truth.tolist(), "predicted": pred.tolist(), "low": lo.tolist(), "high": hi.tolist(),
+               "seconds": round(time.perf_counter() - t0, 2)}
+        if law == "auto":
+            row["chosen"] = f.law.name
+        out["laws"][law] = row
+    return out
+
+
+def evaluate_all(scaling, bootstrap: int = 200, seed: int = 0, starts: int = 64) -> dict:
+    return {name: evaluate(scaling, name, bootstrap=bootstrap, seed=seed, starts=starts) for name in LADDERS}
+
+
+def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:
+    """The same evaluation of the core at git `ref` (e.g. the merge base), in a subprocess on its own checkout
+    of observatory/ (bench/stack.py), so that both are measured in one run on the same machine."""
+    out = run_landed(ref, Path(__file__).resolve(), "--ladders-bootstrap", str(bootstrap), "--seed", str(seed))
+    if "error" in out:
+        raise SystemExit(f"the landed ladders ({ref}): {out['error']}")
+    return {k: v for k, v in out.items() if k not in ("ref", "commit")}
+
+
+def summary(ladders: dict, target_error: float = 0.03, target_coverage: float = 0.8) -> dict:
+    """Per ladder, the `auto` law's numbers; and how many ladders meet issue 27's bar (mean ≤ 3%, coverage ≥ 80%)."""
+    rows = {name: {k: r["laws"]["auto"].get(k) for k in ("chosen", "mean_rel_error", "max_rel_error", "coverage",
+                                                          "band_width")}
+            for name, r in ladders.items()}
+    ok = [n for n, r in rows.items() if r["mean_rel_error"] <= target_error and r["coverage"] >= target_coverage]
+    return {"auto": rows, "ladders_meeting_target": ok, "target": {"mean_rel_error": target_error,
+                                                                    "coverage": target_coverage}}
 
 
 # ---------------------------------------------------------------------------------------------- --demo

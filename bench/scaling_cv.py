@@ -1,6 +1,6 @@
 """Development (cross-validated) and held-out figures for the ladder fits and their calibrated bands (issue 48).
 
-Development ladders: the four of bench/scaling_ladders.LADDERS (Chinchilla, Gadre et al. ×3), where every earlier
+Development ladders: the four of bench/data/ladders' LADDERS (Chinchilla, Gadre et al. ×3), where every earlier
 choice was made. Fit options (Huber δ × compute-weight power) are chosen by leave-one-ladder-out cross-validation on
 them: for each ladder, the option with the lowest mean held-out error on the other three is scored on the one left
 out. The band (observatory/scaling/calibrate.py) has no option chosen here: SIZE_FOLDS and D0 were fixed by an
@@ -19,7 +19,8 @@ from dataclasses import asdict
 
 import numpy as np
 
-from bench import heldout, scaling_ladders
+from bench import heldout
+from bench.data.ladders.ladders import HELDOUT, LADDERS, load
 from observatory import scaling
 from observatory.scaling import calibrate as cal
 from observatory.scaling.fit import WEIGHT_POWER
@@ -66,10 +67,10 @@ def _prior(runs: dict, fo, pool: list[str]):
 
 def development() -> dict:
     t0 = time.perf_counter()
-    names = list(scaling_ladders.LADDERS)
+    names = list(LADDERS)
     runs = {}
     for name in names:
-        d = scaling_ladders.load(name)
+        d = load(name)
         runs[name] = {}
         for opt in FIT_OPTIONS:
             f, held, truth = _fit(d, *opt)
@@ -99,13 +100,13 @@ def held_out(bootstrap: int = 200) -> dict:
     """The held-out ladders with the code's constants, each file verified first, pooled per set (top level: the
     first set's); beside each, the landed band (bootstrap 95% widened to the held-out margin) on the same points."""
     out, bands, landed = {}, {}, {}
-    for name, (rel, _, _) in scaling_ladders.HELDOUT.items():
+    for name, (rel, _, _) in HELDOUT.items():
         path, group = f"bench/data/{rel}", rel.rsplit("/", 1)[0]
         v = heldout.verify(path, reporter="bench/scaling_cv.py", mention=FRESH if group == FRESH else None)
         if not v["ok"]:
             out[name] = {"file": path, "set": group, "refused": v["reason"]}
             continue
-        d = scaling_ladders.load(name)
+        d = load(name)
         h, (f, held, truth) = d["heldout"], _fit(d, HUBER_DELTA, WEIGHT_POWER)
         (lo, hi), pred = f.interval(held), f.predict(held)
         band = {"inside": ((truth >= lo) & (truth <= hi)).tolist(), "half_width": ((hi - lo) / 2 / pred).tolist()}

@@ -1,6 +1,6 @@
 """The benches' viewers: the compiled client (bench/viewers.c; `build()` compiles it on first use, `CViewers` runs one
 process of N viewers; `pairs()`/`wpct()` read its per-step histograms; `summarize()` makes bench/fanout.py's figures)
-and `NchanViewer`, one Python viewer of a run's nchan channel as static/js/live.js is (bench/latency.py, chaos.py).
+and `LiveViewer`, one Python viewer of a run's live path as static/js/live.js is (bench/fanout.py, chaos.py).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def pairs(result: dict, ref: dict[int, float], steps: set[int] | None = None) ->
 
 
 def wpct(ws: list[tuple[float, int]], q: float) -> float:
-    """The q-th percentile of weighted values, as bench/latency.py's pct() reads an unweighted list."""
+    """The q-th percentile of weighted values, as harness.pct() reads an unweighted list."""
     ws = sorted(ws)
     total = sum(w for _, w in ws)
     k = min(total - 1, max(0, round(q / 100 * (total - 1))))
@@ -185,33 +185,43 @@ def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
     return out
 
 
-class NchanViewer(threading.Thread):
-    """A page's socket on a run's nchan channel (ws+meta.nchan): waits while nchan refuses a channel the relay has
-    not made yet (403), resumes from its last message id after a disconnect, notes every entry's number (repeats
-    included), each train/loss step's first arrival (`pushed`), and after a hole (a number skipped, or a "gap"
-    frame) refetches the series over HTTP (`refetch_url`), as the page does."""
+class LiveViewer(threading.Thread):
+    """A page's socket on a run's live path, reconnecting as the page does. nchan (`url` on /live/runs/<id>/,
+    ws+meta.nchan): waits while nchan refuses a channel the relay has not made yet (403), resumes from its last
+    message id, notes every entry's number (`seqs`, repeats included), "gap" frames and each train/loss step's first
+    arrival (`pushed`), and after a hole refetches the series over HTTP (`refetch_url`), as the page does. The hub
+    (`metric` given, /ws/runs/<id>/): resumes `metric` after its newest step, keeps its values (`steps`) through
+    rewinds, and notes live frames that skipped steps (`live_gaps`: a resume would fill nothing)."""
 
-    def __init__(self, url: str, refetch_url: str = ""):
+    def __init__(self, url: str, refetch_url: str = "", metric: str | None = None):
         super().__init__(daemon=True)
-        self.url, self.refetch_url, self.last_id = url, refetch_url, ""
+        self.url, self.refetch_url, self.metric, self.last_id = url, refetch_url, metric, ""
         self.pushed, self.seqs, self.gaps, self.refetches, self.connects = {}, [], [], [], 0  # pushed: step -> time
+        self.steps, self.live_gaps = {}, []
         self.ready, self.stop = threading.Event(), threading.Event()
 
     def run(self) -> None:
         from websockets.sync.client import connect
 
         while not self.stop.is_set():
+            hub = self.metric is not None
+            kw = ({"origin": "http://" + self.url.split("/")[2]} if hub else {"subprotocols": ["ws+meta.nchan"]})
             try:
-                with connect(self.url + (f"?last_event_id={self.last_id}" if self.last_id else ""),
-                             subprotocols=["ws+meta.nchan"], open_timeout=5) as ws:
+                with connect(self.url + (f"?last_event_id={self.last_id}" if self.last_id else ""), open_timeout=5,
+                             **kw) as ws:
                     self.connects += 1
                     self.ready.set()
+                    if hub:
+                        last = max(self.steps, default=-1)
+                        ws.send(json.dumps({"type": "resume", "metrics": [self.metric], "after_step": last,
+                                            "after": {self.metric: last}}))
                     while not self.stop.is_set():
                         try:
-                            self._message(ws.recv(timeout=0.2))
+                            raw = ws.recv(timeout=0.2)
                         except TimeoutError:
                             continue
-            except Exception:  # refused (no channel yet, nginx down) or cut: again, from the last id
+                        self._frame(json.loads(raw)) if hub else self._message(raw)
+            except Exception:  # refused (no channel yet, a server restarting) or cut: again, from where it was
                 self.stop.wait(0.1 if not self.connects else 0.3)
 
     def _message(self, raw: str) -> None:
@@ -234,3 +244,20 @@ class NchanViewer(threading.Thread):
         for frame in frames:
             for s in (frame.get("series") or {}).get("train/loss", {}).get("steps", []):
                 self.pushed.setdefault(s, now)
+
+    def _frame(self, frame) -> None:
+        """The hub's frames (a list: a coalesced batch): `metric`'s values, rewinds applied."""
+        if isinstance(frame, list):
+            for f in frame:
+                self._frame(f)
+            return
+        if frame.get("type") not in ("update", "backfill"):
+            return
+        for rw in frame.get("rewinds", []):
+            self.steps = {s: v for s, v in self.steps.items() if s <= rw["to_step"]}
+        s = frame.get("series", {}).get(self.metric) or {"steps": [], "values": []}
+        last = max(self.steps, default=-1)
+        new = [(st, v) for st, v in zip(s["steps"], s["values"]) if st > last]
+        if new and frame["type"] == "update" and new[0][0] > last + 1 and last >= 0:
+            self.live_gaps.append([last, new[0][0]])
+        self.steps.update(new)

@@ -1,4 +1,4 @@
-/* Many WebSocket viewers of one run in one process: the load generator of bench/fanout.py and bench/latency.py.
+/* Many WebSocket viewers of one run in one process: the load generator of bench/fanout.py (and its --browser).
    Compiled (with bench/viewers_ws.c: epoll, non-blocking sockets, no library, no permessage-deflate) so that the
    viewers are not what a fan-out measures; bench/viewer_client.py builds it with gcc on first use.
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHES = ("annotations", "anomalies", "anomaly_live", "chaos", "dashboard", "export", "fanout", "first_step",
-           "frontpage", "ingest", "latency", "liveview", "moe", "ogimage", "operate", "query", "scaling",
-           "tb_import", "trainer", "trim")
+BENCHES = ("annotations", "anomalies", "chaos", "dashboard", "fanout", "ingest", "liveview", "moe",
+           "operate", "query", "scaling", "trainer")
 # The tools that made a data set of bench/data, kept beside it: no measurement of their own, a --help each.
 RECORDERS = ("data/anomalies/record_demo", "data/anomalies/public/extract")
 

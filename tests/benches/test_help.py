@@ -19,6 +19,6 @@ def test_every_bench_answers_help(name):
 def test_the_benches_listed_are_the_bench_folder():
     """A new bench gets a --help test and a smoke run (add it to BENCHES and to a test_smoke_* file)."""
     parts = {"harness", "stack", "telemetry", "report", "viewer_client", "pagecost", "anomaly_cv", "scaling_cv",
-             "scaling_ladders", "heldout"}
+             "heldout"}
     on_disk = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if p.stem not in parts)
     assert on_disk == sorted(BENCHES)

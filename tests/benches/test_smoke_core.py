@@ -14,7 +14,7 @@ def test_query(run_bench):
 
 
 def test_export(run_bench):
-    out, _ = run_bench("export", "--points", "2000", "--repeat", "1", "--json")
+    out, _ = run_bench("query", "--export", "--points-total", "2000", "--repeat", "1", "--json", topic="export")
     assert set(out["formats"]) == {"csv", "json", "parquet"} and out["formats"]["csv"]["bytes"] > 0
 
 
@@ -24,7 +24,7 @@ def test_operate(run_bench):
 
 
 def test_trim(run_bench):
-    out, _ = run_bench("trim", "--read", "2000", "--behind", "5000")
+    out, _ = run_bench("ingest", "--trim", "--read", "2000", "--behind", "5000", topic="trim")
     assert out["entries_lost"] == 0 and out["in_order"] and out["stream_length_at_end"] == 7000
 
 
@@ -34,12 +34,13 @@ def test_ingest(run_bench):
 
 
 def test_tb_import(run_bench):
-    out, _ = run_bench("tb_import", "--runs", "1", "--steps", "200", "--tags", "2", "--json")
+    out, _ = run_bench("ingest", "--tensorboard", "--runs", "1", "--steps", "200", "--tags", "2", "--json",
+                       topic="tb_import")
     assert out["values"] == 400 and out["reimport_unchanged"]["up_to_date"] == 1
 
 
 def test_anomaly_live(run_bench):
-    out, _ = run_bench("anomaly_live", "--steps", "30")
+    out, _ = run_bench("ingest", "--detectors", "--steps", "30", topic="anomaly_live")
     assert out["live"]["steps"] == 30 and out["live"]["hook_s"] > 0
 
 

@@ -21,14 +21,14 @@ def test_fanout_both_tiers(run_bench):
 
 @pytest.mark.browser
 def test_latency(run_bench):
-    out, _ = run_bench("latency", "--seconds", "2", "--width", "2", "--json")
+    out, _ = run_bench("fanout", "--browser", "--seconds", "2", "--width", "2", "--json", topic="latency")
     assert out["publish_to_browser"]["steps_received"] > 0
 
 
 @pytest.mark.browser
 @pytest.mark.skipif(not shutil.which("nginx"), reason="nginx + nchan not installed")
 def test_latency_through_the_push_tier(run_bench):
-    out, _ = run_bench("latency", "--seconds", "2", "--tier", "nchan", "--json", topic="latency_nchan")
+    out, _ = run_bench("fanout", "--browser", "--seconds", "2", "--tier", "nchan", "--json", topic="latency_nchan")
     assert out["publish_to_browser"]["push_steps_received"] > 0
 
 

@@ -21,10 +21,11 @@ def test_annotations(run_bench):
 
 
 def test_ogimage(run_bench):
-    out, _ = run_bench("ogimage", "--steps", "2000", "--repeat", "2", "--json")
+    out, _ = run_bench("query", "--preview", "--steps", "2000", "--repeat", "2", "--json", topic="ogimage")
     assert out["png_bytes"] > 0 and out["updates_as_run_advances"] and out["cached_ms"]["median"] > 0
 
 
 def test_frontpage(run_bench):
-    out, _ = run_bench("frontpage", "--steps", "2000", "--runs", "2", "--repeat", "1", "--base", "HEAD", "--json")
+    out, _ = run_bench("dashboard", "--front", "--steps", "2000", "--runs", "2", "--repeat", "1", "--compare", "HEAD",
+                       "--json", topic="frontpage")
     assert out["fcp_ratio_front_over_landed"] > 0

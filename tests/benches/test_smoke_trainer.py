@@ -21,7 +21,8 @@ def test_trainer(run_bench, tiny):
 
 def test_first_step(run_bench, tiny):
     # two starts: the cold one and its warm resume, what this asserts (the third, warm_new, is a third compile)
-    out, _ = run_bench("first_step", "--config", str(tiny()), "--starts", "2", "--json")
+    out, _ = run_bench("trainer", "--first-step", "--config", str(tiny()), "--starts", "2", "--json",
+                       topic="first_step")
     assert out["cold_new"]["first_step_s"] > 0 and out["warm_resumed"]["compile_s"] >= 0
 
 

@@ -1,5 +1,5 @@
-"""The public ladders of bench/data/ladders (bench/scaling_ladders.py): every file loads, parses and holds what
-its README says: rungs to fit and larger held-out runs, values as in the source files."""
+"""The public ladders of bench/data/ladders (read by its ladders.py, evaluated by bench/scaling.py): every file
+loads, parses and holds what its README says: rungs to fit and larger held-out runs, values as in the source files."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pytest
 from observatory import scaling
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("scaling_ladders", ROOT / "bench" / "scaling_ladders.py")
-ladders = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ladders)
+_spec = importlib.util.spec_from_file_location("bench_scaling", ROOT / "bench" / "scaling.py")
+bench_scaling = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_scaling)  # (it imports bench/data/ladders/ladders.py as a package module)
+from bench.data.ladders import ladders  # noqa: E402
 
 
 @pytest.mark.parametrize("name", list(ladders.LADDERS))
@@ -72,7 +73,7 @@ def test_a_bad_ladder_file_is_refused_naming_the_column(tmp_path, monkeypatch):
 
 
 def test_the_evaluation_reports_error_and_coverage_per_law():
-    out = ladders.evaluate(scaling, "gadre2024_rw", laws=("compute",), bootstrap=8)
+    out = bench_scaling.evaluate(scaling, "gadre2024_rw", laws=("compute",), bootstrap=8)
     row = out["laws"]["compute"]
     assert out["rungs"] == 32 and out["heldout"] == 3 and out["compute_ratio"] > 1
     assert 0 <= row["mean_rel_error"] <= row["max_rel_error"] < 0.2 and 0 <= row["coverage"] <= 1

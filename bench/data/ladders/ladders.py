@@ -1,6 +1,6 @@
 """The scaling ladders' data (bench/data/ladders/README.md, bench/data/heldout/README.md): which file holds each
 ladder, its columns and how its held-out runs are chosen, and `load(name)`, which reads one (data, not a bench:
-bench/scaling_ladders.py and bench/scaling_cv.py measure on them).
+bench/scaling.py and bench/scaling_cv.py measure on them).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from tests.web.servers import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
-from latency import pct  # noqa: E402
+from harness import pct  # noqa: E402
 from viewer_client import CViewers, bin_ms, build, gcc, got, pairs, wpct  # noqa: E402
 
 LOSS = "train/loss"
@@ -174,6 +174,6 @@ def test_histogram_bins_read_back_as_delays():
     result = {"steps": [[1, 3, 100.0, [0, 2, 128, 1]], [2, 1, 100.5, [3, 1]], [9, 1, 0.0, [0, 1]]]}
     ws = pairs(result, {1: 99.9, 2: 100.4}, {1, 2})
     assert sorted((round(d, 6), w) for d, w in ws) == [(100.5, 2), (103.5, 1), (230.0, 1)]
-    flat = [d for d, w in ws for _ in range(w)]  # what bench/latency.py's pct() reads from one delay per viewer
+    flat = [d for d, w in ws for _ in range(w)]  # what harness.pct() reads from one delay per viewer
     assert [wpct(ws, q) for q in (0, 25, 50, 99, 100)] == [pct(flat, q) for q in (0, 25, 50, 99, 100)]
     assert round(wpct(ws, 50), 6) == 103.5
