@@ -6,16 +6,25 @@ them: for each ladder, the option with the lowest mean held-out error on the oth
 out. The band (observatory/scaling/calibrate.py) has no option chosen here: SIZE_FOLDS and D0 were fixed by an
 earlier round of this CV, and its pooled prior is computed from development fold errors by the rule in code; each
 left-out ladder's band uses the prior pooled from the other three. `chosen_on_all` (fit option, prior from all
-four) must equal the code's constants (`code_matches`). Held-out ladders (bench/data/heldout): scored with the
-code's constants only, each file first verified against MANIFEST.json (bench/heldout.py); a file that fails is
-reported with the reason, never with figures.
+four) is compared with the code's constants (`code_matches`) on this machine's OpenBLAS kernel (`blas_core`), and
+`provenance` recomputes the prior in a child process on the kernel POOLED was computed with (PROVENANCE_CORE):
+the prior depends on the kernel, because the Gadre ladders' N2 fold refits tie exactly between optima that
+forecast differently and rounding picks one (docs/SCALING.md, "The pooled prior's provenance"). Held-out ladders
+(bench/data/heldout): scored with the code's constants only, each file first verified against MANIFEST.json
+(bench/heldout.py); a file that fails is reported with the reason, never with figures.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +38,10 @@ FIT_OPTIONS = [(delta, power) for delta in (1e-3, 1e-2) for power in (0.0, 0.5)]
 BAND = (cal.SIZE_FOLDS, cal.D0)  # rule 2's folds and D0, as in code (not chosen here)
 TARGET = {"mean_rel_error": 0.025, "coverage": (0.7, 0.9), "median_half_width": 0.04}
 FRESH = "heldout/ladders2"  # frozen after this file existed: its files count from this file's first commit naming it
+# The OpenBLAS kernel the box that computed POOLED ran (2026-12-07, before 07:48Z; the box since then runs SkylakeX):
+# on it the code reproduces POOLED to the last bit, on SkylakeX it gives S 1.68%, M2 0.710 (docs/SCALING.md).
+PROVENANCE_CORE = "Haswell"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _fit(d: dict, delta: float, power: float):
@@ -89,10 +102,51 @@ def development() -> dict:
     p = _prior(runs, fo, names)
     chosen = {"delta": fo[0], "power": fo[1], "prior": [float(f"{p.scale:.3g}"), float(f"{p.m2:.3g}"), p.weight]}
     code = {"delta": HUBER_DELTA, "power": WEIGHT_POWER, "prior": [cal.POOLED.scale, cal.POOLED.m2, cal.POOLED.weight]}
+    core = blas_core()
+    ref = {"blas_core": core, "prior": asdict(p)} if core == PROVENANCE_CORE else prior_on_core(PROVENANCE_CORE, fo)
+    ref_prior = None if "prior" not in ref else [float(f"{ref['prior'][k]:.3g}") for k in ("scale", "m2")] + [
+        ref["prior"]["weight"]]
+    provenance = {"wanted_core": PROVENANCE_CORE, **ref,
+                  "code_matches": ref.get("blas_core") == PROVENANCE_CORE and ref_prior == code["prior"]}
     return {"ladders": folds, "pooled_band": _pooled(cv_bands), "band": {"size_folds": BAND[0], "d0": BAND[1]},
             "mean_rel_error_per_ladder": {n: r["mean_rel_error"] for n, r in folds.items()},
             "chosen_on_all": chosen, "code": code, "code_matches": chosen == code, "pooled_prior": asdict(p),
+            "blas_core": core, "provenance": provenance,
             "options": {"fit": FIT_OPTIONS}, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def blas_core() -> str:
+    """The kernel numpy's OpenBLAS runs ("Haswell", "SkylakeX", ...: OPENBLAS_CORETYPE picks one at start-up);
+    "unknown" where numpy's BLAS is not an OpenBLAS this can find."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "unknown"
+    for path in dict.fromkeys(ln.split()[-1] for ln in maps.splitlines() if "openblas" in ln.split()[-1].lower()):
+        lib = ctypes.CDLL(path)
+        for sym in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
+                    "openblas_get_corename"):
+            if hasattr(lib, sym):
+                getattr(lib, sym).restype = ctypes.c_char_p
+                return getattr(lib, sym)().decode()
+    return "unknown"
+
+
+def pooled_prior_all(fo: tuple[float, float]) -> dict:
+    """Rule 3's prior from all four development ladders' fits under fit option fo, and the kernel it ran on."""
+    errors = [_fit(scaling_ladders.load(n), *fo)[0].calibration.errors for n in scaling_ladders.LADDERS]
+    return {"blas_core": blas_core(), "prior": asdict(cal.pooled_prior(errors, *BAND))}
+
+
+def prior_on_core(core: str, fo: tuple[float, float]) -> dict:
+    """pooled_prior_all(fo) in a child process whose OpenBLAS runs the `core` kernel (its `blas_core` says whether
+    it could: a machine without that kernel's instructions runs another); {"error"} if the child failed."""
+    code = f"import json; from bench import scaling_cv as s; print(json.dumps(s.pooled_prior_all({tuple(fo)!r})))"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "OPENBLAS_CORETYPE": core, "PYTHONPATH": str(ROOT)})
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1:] or [f"exit {r.returncode}"]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def held_out(bootstrap: int = 200) -> dict:
