@@ -62,8 +62,8 @@ def machine() -> dict:
 
 
 def blas_core() -> str:
-    """numpy's OpenBLAS kernel (Haswell, SkylakeX; OPENBLAS_CORETYPE picks it): fits' last bits differ by kernel."""
-    libs = [ln.split()[-1] for ln in Path("/proc/self/maps").read_text().splitlines() if "libscipy_openblas" in ln]
+    """numpy's own OpenBLAS kernel (Haswell, SkylakeX; OPENBLAS_CORETYPE picks it): fits' last bits differ by it."""
+    libs = [ln.split()[-1] for ln in Path("/proc/self/maps").read_text().splitlines() if "libscipy_openblas64_" in ln]
     get = ctypes.CFUNCTYPE(ctypes.c_char_p)(("scipy_openblas_get_corename64_", ctypes.CDLL(libs[0]))) if libs else None
     return get().decode() if get else ""
 
