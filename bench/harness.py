@@ -18,6 +18,7 @@ Only this module imports deploy/ (its public helpers); benches import this modul
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -52,11 +53,19 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 # --- results -----------------------------------------------------------------------------------------------------
 def machine() -> dict:
-    """Where a figure was measured: the CPUs, their load (1 minute) and memory."""
+    """Where a figure was measured: the CPUs, their load (1 minute), memory and numpy's BLAS kernel."""
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
     return {"host": platform.node(), "cpus": os.cpu_count(), "cpu": cpu, "load1": round(os.getloadavg()[0], 2),
-            "mem_gb": round(psutil.virtual_memory().total / 2**30, 1), "python": platform.python_version()}
+            "mem_gb": round(psutil.virtual_memory().total / 2**30, 1), "python": platform.python_version(),
+            "blas": blas_core()}
+
+
+def blas_core() -> str:
+    """numpy's own OpenBLAS kernel (Haswell, SkylakeX; OPENBLAS_CORETYPE picks it): fits' last bits differ by it."""
+    libs = [ln.split()[-1] for ln in Path("/proc/self/maps").read_text().splitlines() if "libscipy_openblas64_" in ln]
+    get = ctypes.CFUNCTYPE(ctypes.c_char_p)(("scipy_openblas_get_corename64_", ctypes.CDLL(libs[0]))) if libs else None
+    return get().decode() if get else ""
 
 
 def commit(tree: Path = ROOT) -> str:

@@ -6,9 +6,10 @@ them: for each ladder, the option with the lowest mean held-out error on the oth
 out. The band (observatory/scaling/calibrate.py) has no option chosen here: SIZE_FOLDS and D0 were fixed by an
 earlier round of this CV, and its pooled prior is computed from development fold errors by the rule in code; each
 left-out ladder's band uses the prior pooled from the other three. `chosen_on_all` (fit option, prior from all
-four) must equal the code's constants (`code_matches`). Held-out ladders (bench/data/heldout): scored with the
-code's constants only, each file first verified against MANIFEST.json (bench/heldout.py); a file that fails is
-reported with the reason, never with figures.
+four) is checked against the code's (`code_matches`) on this machine's OpenBLAS kernel (`blas_core`); POOLED was
+computed on `pooled_on_core`, another can differ (docs/SCALING.md, "The pooled prior's provenance"). Held-out
+ladders (bench/data/heldout): scored with the code's constants only, each file first verified against
+MANIFEST.json (bench/heldout.py); a file that fails is reported with the reason, never with figures.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from bench import heldout
+from bench import harness, heldout
 from bench.data.ladders.ladders import HELDOUT, LADDERS, load
 from observatory import scaling
 from observatory.scaling import calibrate as cal
@@ -30,33 +31,30 @@ FIT_OPTIONS = [(delta, power) for delta in (1e-3, 1e-2) for power in (0.0, 0.5)]
 BAND = (cal.SIZE_FOLDS, cal.D0)  # rule 2's folds and D0, as in code (not chosen here)
 TARGET = {"mean_rel_error": 0.025, "coverage": (0.7, 0.9), "median_half_width": 0.04}
 FRESH = "heldout/ladders2"  # frozen after this file existed: its files count from this file's first commit naming it
+POOLED_ON = "Haswell"  # the OpenBLAS kernel POOLED was computed on (on SkylakeX the rule gives S 1.68%, M2 0.710)
 
 
 def _fit(d: dict, delta: float, power: float):
-    h = d["heldout"]
-    pts = scaling.Points.of(N=d["N"][~h], D=d["D"][~h], C=d["C"][~h])
-    held = scaling.Points.of(N=d["N"][h], D=d["D"][h], C=d["C"][h])
+    h, every = d["heldout"], scaling.Points.of(N=d["N"], D=d["D"], C=d["C"])
+    pts, held = every.take(~h), every.take(h)
     f = scaling.fit(pts, d["L"][~h], "auto", bootstrap=0, band="calibrated", delta=delta, power=power)
     return f, held, d["L"][h]
 
 
 def _band(f, held, truth, size_folds: int, d0: float, prior) -> dict:
-    h = f.calibration.under(size_folds, d0, prior).half_width(held)
-    pred = f.predict(held)
+    h, pred = f.calibration.under(size_folds, d0, prior).half_width(held), f.predict(held)
     inside = (truth >= pred * np.exp(-h)) & (truth <= pred * np.exp(h))
     return {"inside": inside.tolist(), "half_width": np.expm1(h).tolist()}
 
 
 def _score(f, held, truth) -> dict:
-    pred = f.predict(held)
-    rel = np.abs(pred / truth - 1)
+    rel = np.abs((pred := f.predict(held)) / truth - 1)
     return {"law": f.law.name, "mean_rel_error": float(rel.mean()), "max_rel_error": float(rel.max()),
             "actual": truth.tolist(), "predicted": pred.tolist()}
 
 
 def _pooled(bands: list[dict]) -> dict:
-    inside = [x for b in bands for x in b["inside"]]
-    hw = [x for b in bands for x in b["half_width"]]
+    inside, hw = ([x for b in bands for x in b[k]] for k in ("inside", "half_width"))
     return {"points": len(inside), "coverage": float(np.mean(inside)), "median_half_width": statistics.median(hw)}
 
 
@@ -66,23 +64,16 @@ def _prior(runs: dict, fo, pool: list[str]):
 
 
 def development() -> dict:
-    t0 = time.perf_counter()
-    names = list(LADDERS)
-    runs = {}
-    for name in names:
-        d = load(name)
-        runs[name] = {}
-        for opt in FIT_OPTIONS:
-            f, held, truth = _fit(d, *opt)
-            runs[name][opt] = {"score": _score(f, held, truth), "fit": (f, held, truth)}
+    t0, names = time.perf_counter(), list(LADDERS)
+    runs = {name: {opt: {"fit": (r := _fit(d, *opt)), "score": _score(*r)} for opt in FIT_OPTIONS}
+            for name in names for d in [load(name)]}
     err = {n: {o: runs[n][o]["score"]["mean_rel_error"] for o in FIT_OPTIONS} for n in names}
     folds, cv_bands = {}, []
     for left in names:
         rest = [n for n in names if n != left]
         fo = min(FIT_OPTIONS, key=lambda o: np.mean([err[n][o] for n in rest]))
         prior = _prior(runs, fo, rest)                  # the left-out ladder is not in its own prior
-        band = _band(*runs[left][fo]["fit"], *BAND, prior)
-        cv_bands.append(band)
+        cv_bands.append(band := _band(*runs[left][fo]["fit"], *BAND, prior))
         folds[left] = {"fit_option": {"delta": fo[0], "power": fo[1]}, "prior": asdict(prior),
                        **runs[left][fo]["score"], "coverage": float(np.mean(band["inside"])),
                        "median_half_width": statistics.median(band["half_width"])}
@@ -93,6 +84,7 @@ def development() -> dict:
     return {"ladders": folds, "pooled_band": _pooled(cv_bands), "band": {"size_folds": BAND[0], "d0": BAND[1]},
             "mean_rel_error_per_ladder": {n: r["mean_rel_error"] for n, r in folds.items()},
             "chosen_on_all": chosen, "code": code, "code_matches": chosen == code, "pooled_prior": asdict(p),
+            "blas_core": harness.blas_core(), "pooled_on_core": POOLED_ON,
             "options": {"fit": FIT_OPTIONS}, "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -111,8 +103,7 @@ def held_out(bootstrap: int = 200) -> dict:
         (lo, hi), pred = f.interval(held), f.predict(held)
         band = {"inside": ((truth >= lo) & (truth <= hi)).tolist(), "half_width": ((hi - lo) / 2 / pred).tolist()}
         bands.setdefault(group, []).append(band)
-        old = scaling.fit(scaling.Points.of(N=d["N"][~h], D=d["D"][~h], C=d["C"][~h]), d["L"][~h], "auto",
-                          bootstrap=bootstrap)
+        old = scaling.fit(f.points, f.loss, "auto", bootstrap=bootstrap)
         olo, ohi = old.interval(held)
         landed.setdefault(group, []).append({"inside": ((truth >= olo) & (truth <= ohi)).tolist(),
                                              "half_width": ((ohi - olo) / 2 / old.predict(held)).tolist()})

@@ -56,7 +56,8 @@ class Prior:
 
 
 # Rule 3 on the development ladders' fits (bench/scaling_cv.py `development()["pooled_prior"]`, 3 significant
-# digits), with SIZE_FOLDS, D0 and LEVEL above: the same for every ladder and config.
+# digits), with SIZE_FOLDS, D0 and LEVEL above: the same for every ladder and config. Computed on OpenBLAS's
+# Haswell kernel; on SkylakeX the same rule gives 0.0168, 0.710, 1 (Gadre N2 folds tie: docs/SCALING.md).
 POOLED = Prior(scale=0.0228, m2=0.534, weight=1)
 
 

@@ -1,0 +1,72 @@
+"""Where the calibrated band's pooled prior (observatory/scaling/calibrate.py POOLED) comes from: rule 3 on the four
+development ladders reproduces it on the OpenBLAS kernel it was computed with (bench/scaling_cv.py
+POOLED_ON), and why another kernel gives another prior — the Gadre ladders' N2 fold keeps two model sizes,
+too few to pin the N term, so its refit ties exactly between optima that forecast differently (docs/SCALING.md,
+"The pooled prior's provenance")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import harness, scaling_cv, scaling_ladders
+from observatory import scaling
+from observatory.scaling import calibrate as cal
+from observatory.scaling.fit import DEFAULT_STARTS, WEIGHT_POWER, compute_weights
+from observatory.scaling.solver import HUBER_DELTA, best_grid_starts, solve
+
+ROOT = Path(__file__).resolve().parents[2]
+PRIOR = """
+import json
+from dataclasses import asdict
+from bench import harness, scaling_cv as s
+fo = (s.HUBER_DELTA, s.WEIGHT_POWER)    # the code's fit option
+runs = {n: {fo: {"fit": s._fit(s.scaling_ladders.load(n), *fo)}} for n in s.scaling_ladders.LADDERS}
+print(json.dumps([harness.blas_core(), asdict(s._prior(runs, fo, list(runs)))]))
+"""  # rule 3 on all four development ladders, and the kernel it ran on
+
+
+def in_child(code: str, core: str) -> str:
+    """Run `code` in a child Python whose OpenBLAS is asked for the `core` kernel; its last line of output."""
+    env = {**os.environ, "OPENBLAS_CORETYPE": core}
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=True).stdout.strip().splitlines()[-1]
+
+
+def test_blas_core_names_the_kernel_numpys_openblas_runs_and_openblas_coretype_picks_it():
+    here = harness.blas_core()
+    assert here not in ("", "unknown")                       # numpy is loaded (this module imports it)
+    core = "import numpy; from bench import harness; print(harness.blas_core())"
+    assert in_child(core, "NoSuchCore") == here               # an unknown name: OpenBLAS keeps its own choice
+    assert in_child(core, "Sandybridge") == "Sandybridge"     # AVX: every x86-64 box this runs on has it
+    assert in_child("from bench import harness; print(repr(harness.blas_core()))", "Haswell") == "''"  # no numpy
+
+
+def test_pooled_is_rule_3_on_the_development_ladders_on_the_kernel_it_was_computed_with():
+    core, p = json.loads(in_child(PRIOR, scaling_cv.POOLED_ON))
+    if core != scaling_cv.POOLED_ON:
+        pytest.skip(f"this machine cannot run OpenBLAS's {scaling_cv.POOLED_ON} kernel (it ran {core})")
+    assert [float(f"{p['scale']:.3g}"), float(f"{p['m2']:.3g}"), p["weight"]] == [
+        cal.POOLED.scale, cal.POOLED.m2, cal.POOLED.weight]
+
+
+@pytest.mark.parametrize("name", ["gadre2024_c4", "gadre2024_rpj", "gadre2024_rw"])
+def test_a_gadre_n2_fold_ties_between_optima_that_forecast_its_removed_rungs_differently(name):
+    d = scaling_ladders.load(name)
+    h = d["heldout"]
+    pts = scaling.Points.of(N=d["N"][~h], D=d["D"][~h], C=d["C"][~h])
+    law = scaling.get_law("overtrained")                   # `auto`'s choice on all three (bench/scaling_cv.py)
+    held = dict(cal.folds(pts, cal.SIZE_FOLDS))["N2"]
+    kept, y = pts.take(~held), np.log(d["L"][~h][~held])
+    assert len(np.unique(kept.N)) == 2                     # E, A and α of the N term meet two sizes
+    X, w = law.design(kept), compute_weights(kept.C, WEIGHT_POWER)
+    theta, f = solve(law, X, y, best_grid_starts(law, X, y, DEFAULT_STARTS, HUBER_DELTA, w), HUBER_DELTA, w)
+    tied = np.flatnonzero(f <= f.min() * (1 + 1e-9))
+    err = [np.mean(np.abs(law.log_predict(t, pts.take(held)) - np.log(d["L"][~h][held]))) for t in theta[tied]]
+    assert len(tied) >= 3 and max(err) > 3 * min(err)      # one objective, forecasts 3x and more apart
