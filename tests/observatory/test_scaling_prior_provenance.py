@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import harness, scaling_cv, scaling_ladders
+from bench import harness, scaling_cv
+from bench.data.ladders import ladders as scaling_ladders
 from observatory import scaling
 from observatory.scaling import calibrate as cal
 from observatory.scaling.fit import DEFAULT_STARTS, WEIGHT_POWER, compute_weights
@@ -27,7 +28,7 @@ import json
 from dataclasses import asdict
 from bench import harness, scaling_cv as s
 fo = (s.HUBER_DELTA, s.WEIGHT_POWER)    # the code's fit option
-runs = {n: {fo: {"fit": s._fit(s.scaling_ladders.load(n), *fo)}} for n in s.scaling_ladders.LADDERS}
+runs = {n: {fo: {"fit": s._fit(s.load(n), *fo)}} for n in s.LADDERS}
 print(json.dumps([harness.blas_core(), asdict(s._prior(runs, fo, list(runs)))]))
 """  # rule 3 on all four development ladders, and the kernel it ran on
 
