@@ -186,8 +186,8 @@ def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
 
 
 class NchanViewer(threading.Thread):
-    """A page's socket on a run's nchan channel (ws+meta.nchan): waits while nchan refuses a channel the relay has
-    not made yet (403), resumes from its last message id after a disconnect, notes every entry's number (repeats
+    """A page's socket on a run's nchan channel (ws+meta.nchan): retries while nchan refuses it (403: a run the web
+    does not know yet), resumes from its last message id after a disconnect, notes every entry's number (repeats
     included), each train/loss step's first arrival (`pushed`), and after a hole (a number skipped, or a "gap"
     frame) refetches the series over HTTP (`refetch_url`), as the page does."""
 
