@@ -60,7 +60,7 @@ def run_bench(args) -> dict:
         for p in ports:
             wait_http(f"http://127.0.0.1:{p}/api/runs/", timeout=60)
         wait_for(lambda: run_stored(f"http://127.0.0.1:{ports[0]}", run_id), 300, "the run in the database")
-        if "nchan" in args.tiers:  # nchan refuses (403) a channel until the relay's first publish has made it
+        if "nchan" in args.tiers:  # viewers after the relay's first publish (push.conf's check asks the web above)
             cursor = redis.Redis.from_url(stack.redis_url).get
             wait_for(lambda: cursor(contract.run_key(run_id, "relay")), 60, "the relay's first publish")
         tap = PushTap(stack.redis_url, run_id)

@@ -187,7 +187,7 @@ def summarize(args, tier: str, raw: dict, times: dict[int, float], tap) -> dict:
 
 class LiveViewer(threading.Thread):
     """A page's socket on a run's live path, reconnecting as the page does. nchan (`url` on /live/runs/<id>/,
-    ws+meta.nchan): waits while nchan refuses a channel the relay has not made yet (403), resumes from its last
+    ws+meta.nchan): retries while nchan refuses it (403: a run the web does not know yet), resumes from its last
     message id, notes every entry's number (`seqs`, repeats included), "gap" frames and each train/loss step's first
     arrival (`pushed`), and after a hole refetches the series over HTTP (`refetch_url`), as the page does. The hub
     (`metric` given, /ws/runs/<id>/): resumes `metric` after its newest step, keeps its values (`steps`) through

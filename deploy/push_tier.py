@@ -79,6 +79,11 @@ def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int,
         text = re.sub(r"#\s*@replica\b.*$", "", text.replace("redis://redis:6379/1", redis), flags=re.M)
     servers = render_push_conf(text, {
         "replica": None,
+        "web-upstream": None,  # make run's own (observatory_web below: the web's unix socket or port)
+        "auth-upstream": f"upstream live_authorize {{ server unix:{d / 'live-auth.sock'}; keepalive 8; }}",
+        "auth-listen": f"listen unix:{d / 'live-auth.sock'};",
+        "auth-cache": f"proxy_cache_path {d / 'live-auth'} levels=1 keys_zone=live_authorize:1m max_size=8m "
+                      "inactive=1m;",
         "real-ip": None,  # make run's nginx is the edge: the peer is the client
         "publisher-listen": f"listen 127.0.0.1:{pub_port};",
         "public-listen": f"listen {_listen(host, port)};",

@@ -25,6 +25,7 @@ urlpatterns = [
     path("", include("webapp.experiments.urls")),
     path("", include("webapp.annotations.urls")),
     path("", include("webapp.control.urls")),
+    path("", include("webapp.live.urls")),
     path("", include("webapp.ops.urls")),
     path("", include("webapp.reports.urls")),
     path("", include("webapp.publicapi.urls")),

@@ -12,7 +12,7 @@ import pytest
 from observatory import contract
 from webapp.settings import channel_layers
 
-from .servers import ROOT, Servers
+from .servers import ROOT, Servers, free_port, start_web, stop, wait_port
 
 try:
     from tests.conftest import CHROMIUM_ARGS, chromium_path
@@ -93,9 +93,7 @@ def live_ingest(redis_client):
     return ing
 
 
-@pytest.fixture
-def live_env(redis_url, transactional_db):
-    """Environment for child processes (ingest, uvicorn) that must share the test database and Redis."""
+def _child_env(redis_url: str) -> dict:
     from django.db import connection
 
     d = connection.settings_dict
@@ -105,6 +103,25 @@ def live_env(redis_url, transactional_db):
         db_url = f"postgres://{d['USER']}:{d['PASSWORD']}@{d['HOST'] or '127.0.0.1'}:{d['PORT'] or 5432}/{d['NAME']}"
     return {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": redis_url, "OBS_DEBUG": "1",
             "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "webapp.settings", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture
+def live_env(redis_url, transactional_db):
+    """Environment for child processes (ingest, uvicorn) that must share the test database and Redis."""
+    return _child_env(redis_url)
+
+
+@pytest.fixture(scope="session")
+def push_web(redis_url, django_db_setup):
+    """The web server (uvicorn) on the test database and Redis, for the session: the push tier's nginx asks it who
+    may subscribe (deploy/push.conf's nchan_authorize_request: a run stored, or with a live log). Its port."""
+    port = free_port()
+    proc = start_web(port, _child_env(redis_url))
+    try:
+        wait_port(port, proc=proc)
+        yield port
+    finally:
+        stop(proc)
 
 
 @pytest.fixture

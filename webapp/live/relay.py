@@ -306,6 +306,8 @@ class Relay:
                 known = saved[i] not in ("", "-")
                 if run_id in self.unsure:  # did a dead relay, or our own failed try, publish this entry already?
                     info = self.pub.info(run_id, channel)
+                    if info and str(info.get("last_message_id") or "0:0") == "0:0":
+                        info = None  # made by viewers (push.conf lets them in before any publish): no message yet
                     last = str(info.get("last_message_id") or "") if info else ""
                     if last and known and last != saved[i]:
                         ids[i] = last

@@ -233,8 +233,9 @@ def test_the_push_tier_runs_replicas_sharing_redis_behind_the_ingress_and_one_re
     assert conf.count("nchan_redis_pass nchan_redis;") == 3  # publishers (full, lite) and subscribers: one store
     from observatory import contract
 
-    found = re.findall(r'location ~ "\^/(?:pub|live)/runs/\(([^)]+)\)', conf)
-    assert len(found) == 3 and {f"^{x}$" for x in found} == {contract.RUN_ID_PATTERN}
+    found = re.findall(r'location ~ "\^/(?:pub|live)/runs/\((?:\?<\w+>)?([^)]+)\)', conf)
+    found += re.findall(r'location ~ "\^/(?:_live_authorize|live/authorize)/\(([^)]+)\)', conf)  # the check's
+    assert len(found) == 5 and {f"^{x}$" for x in found} == {contract.RUN_ID_PATTERN}
     pub = urlparse(config["OBS_LIVE_PUSH_URL"])
     svc = by[("Service", pub.hostname)]
     assert pub.port in [p["port"] for p in svc["spec"]["ports"]] and f"listen {pub.port};" in conf
@@ -290,8 +291,9 @@ def test_the_push_tiers_run_id_pattern_is_the_contracts():
 
     assert f"^{run_local._RUN_RE}$" == contract.RUN_ID_PATTERN  # nchan's location regexes: a copy, held equal
     conf = (ROOT / "deploy" / "push.conf").read_text()
-    found = re.findall(r'location ~ "\^/(?:pub|live)/runs/\(([^)]+)\)', conf)
-    assert len(found) == 3 and {f"^{x}$" for x in found} == {contract.RUN_ID_PATTERN}
+    found = re.findall(r'location ~ "\^/(?:pub|live)/runs/\((?:\?<\w+>)?([^)]+)\)', conf)
+    found += re.findall(r'location ~ "\^/(?:_live_authorize|live/authorize)/\(([^)]+)\)', conf)  # the check's
+    assert len(found) == 5 and {f"^{x}$" for x in found} == {contract.RUN_ID_PATTERN}
 
 
 def test_make_run_renders_the_one_nchan_config_and_nginx_accepts_it(tmp_path):

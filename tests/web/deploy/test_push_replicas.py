@@ -7,6 +7,7 @@ hole and no duplicate; deploy/nginx.conf, compose's proxy, carries viewers to th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.error
@@ -25,6 +26,9 @@ sys.path.insert(0, str(ROOT / "deploy"))
 from run_local import NCHAN_MODULE, push_tier_missing  # noqa: E402
 
 PUSH_REDIS = "redis://redis:6379/1"  # compose's `redis` service and the cluster's `redis` StatefulSet, database 1
+WEB = "server web:8000;"  # compose's `web` service and the cluster's `web` Service (its port 8000)
+AUTH, AUTH_CACHE = "127.0.0.1:8082;", "/var/lib/nginx/live-auth"  # the subscriber check's loopback server, its cache
+pytestmark = pytest.mark.django_db(transaction=True)  # push_web's web server reads the test database
 
 
 def push_conf() -> str:
@@ -32,17 +36,22 @@ def push_conf() -> str:
 
 
 class Replica:
-    def __init__(self, d: Path, redis_port: int):
-        self.port, self.pub_port = free_port(), free_port()
+    def __init__(self, d: Path, redis_port: int, web_port: int):
+        self.port, self.pub_port, auth_port = free_port(), free_port(), free_port()
         d.mkdir()
         conf = push_conf()
         assert PUSH_REDIS in conf and "listen 8081;" in conf and "listen 80;" in conf
+        assert all(s in conf for s in (WEB, AUTH, AUTH_CACHE))
         conf = (conf.replace(PUSH_REDIS, f"redis://127.0.0.1:{redis_port}/1")
                 .replace("listen 8081;", f"listen 127.0.0.1:{self.pub_port};")
-                .replace("listen 80;", f"listen 127.0.0.1:{self.port};"))
+                .replace("listen 80;", f"listen 127.0.0.1:{self.port};")
+                .replace(WEB, f"server 127.0.0.1:{web_port};")  # the web server, for the subscriber check
+                .replace(AUTH, f"127.0.0.1:{auth_port};")
+                .replace(AUTH_CACHE, str(d / "live-auth")))
         temps = " ".join(f"{k}_temp_path {d / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
         # what the proxy image's nginx.conf wraps conf.d/default.conf in (Debian's, less its user and log paths)
-        (d / "nginx.conf").write_text(f"load_module {NCHAN_MODULE};\nworker_processes 1;\ndaemon off;\n"
+        user = "user root;\n" if os.geteuid() == 0 else ""  # (workers as `nobody` could not open the test's folders)
+        (d / "nginx.conf").write_text(f"load_module {NCHAN_MODULE};\n{user}worker_processes 1;\ndaemon off;\n"
                                       f"pid {d / 'nginx.pid'};\nerror_log {d / 'error.log'} warn;\n"
                                       f"events {{ worker_connections 256; }}\n"
                                       f"http {{ access_log off; {temps}\n{conf}\n}}\n")
@@ -80,15 +89,19 @@ def read(ws) -> tuple[str, dict]:
 
 
 @pytest.fixture
-def replicas(tmp_path, private_redis):
+def replicas(tmp_path, private_redis, push_web, run_id):
+    from webapp.runs.models import Run
+
     missing = push_tier_missing()
     if missing:
         pytest.skip(f"push tier not installed ({missing}): apt-get install -y nginx-light libnginx-mod-nchan")
+    for run in ("probe", run_id):  # runs that exist: the replicas let their viewers subscribe (push.conf)
+        Run.objects.create(id=run)
     private_redis.start()
     out = []
     try:
         for name in ("a", "b"):
-            out.append(Replica(tmp_path / name, private_redis.port))
+            out.append(Replica(tmp_path / name, private_redis.port, push_web))
         yield out
     finally:
         for r in out:

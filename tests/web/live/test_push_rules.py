@@ -1,7 +1,9 @@
-"""The push engine enforces the rules (deploy/push.conf, as make run renders it): a subscription to a run the relay
-has not published (a random id: no such run) is refused; one address holds at most the documented number of
-sockets; a resume from the start of a channel's buffer returns at most the documented window, never megabytes.
-Real nginx + nchan, real Redis, the real relay."""
+"""The push engine enforces the rules (deploy/push.conf, as make run renders it): a subscription to a run that does
+not exist (a random id) is refused, the web deciding (nchan_authorize_request, cached by nginx); one to a stored run
+opens whether or not the relay has published to it yet (a page opened before the first publish, after nginx
+restarted); one address holds at most the documented number of sockets; a resume from the start of a channel's
+buffer returns at most the documented window, never megabytes. Real nginx + nchan, the real web server, real Redis
+and database, the real relay."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from observatory.streams.nchan import NchanPublisher
+from observatory.streams.nchan import NchanPublisher, PushError
 from tests.support import wait_for
 from tests.web.servers import stop
 from webapp.live.livelog import LiveLog
@@ -20,14 +22,15 @@ from webapp.live.relay import Relay
 from .test_relay import FROM_START, Nchan, push_tier_missing
 
 FULL_WINDOW, LITE_WINDOW = 50, 150  # deploy/push.conf's nchan_message_buffer_length per channel
+pytestmark = pytest.mark.django_db(transaction=True)  # the push_web fixture's web server reads the test database
 
 
 @pytest.fixture
-def limited(tmp_path):
+def limited(tmp_path, push_web):
     missing = push_tier_missing()
     if missing:
         pytest.skip(f"push tier not installed ({missing})")
-    n = Nchan(tmp_path, conn_limit=5)
+    n = Nchan(tmp_path, push_web, conn_limit=5)
     yield n
     stop(n.proc)
 
@@ -36,7 +39,7 @@ def _subscribe(n: Nchan, path: str):
     return connect(f"ws://127.0.0.1:{n.port}/live/runs/{path}", subprotocols=["ws+meta.nchan"], open_timeout=5)
 
 
-def test_a_run_the_relay_never_published_is_refused_and_one_it_did_is_not(limited, redis_client, run_id):
+def test_random_run_ids_are_refused_and_a_live_run_is_not(limited, redis_client, run_id):
     LiveLog(redis_client).append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])
     relay = Relay(redis_client, NchanPublisher(limited.pub_url))
     relay.drain()
@@ -49,6 +52,46 @@ def test_a_run_the_relay_never_published_is_refused_and_one_it_did_is_not(limite
     assert refused == 2000
     with _subscribe(limited, f"{run_id}/") as ws, _subscribe(limited, f"{run_id}/lite/") as lite:
         assert ws.protocol.state.name == lite.protocol.state.name == "OPEN"
+    relay.close()
+
+
+def test_a_stored_run_opens_before_the_relays_first_publish_and_after_nginx_restarts(limited, redis_client, run_id):
+    """The race behind the flaky push-tier journey, made deterministic: ingest has stored the run (its page is served)
+    and the relay has published nothing to its channels yet. With existing-channels-only that handshake was refused
+    (403), and Chromium logs a refused handshake as a console error no script can catch."""
+    from webapp.runs.models import Run
+
+    Run.objects.create(id=run_id, name="just started")
+    with _subscribe(limited, f"{run_id}/lite/") as lite, _subscribe(limited, f"{run_id}/") as full:
+        with pytest.raises(InvalidStatus) as e:  # a made-up id beside it still is refused
+            _subscribe(limited, f"t-{secrets.token_hex(5)}/lite/")
+        assert e.value.response.status_code == 403
+        seq = LiveLog(redis_client).append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])
+        relay = Relay(redis_client, NchanPublisher(limited.pub_url))
+        relay.drain()
+        assert f'"seq":{seq}' in lite.recv(timeout=10) and f'"seq":{seq}' in full.recv(timeout=10)
+        relay.close()
+    stop(limited.proc)  # nginx restarted: its channels are gone until the relay's next publish
+    limited.start()
+    with _subscribe(limited, f"{run_id}/lite/") as lite:
+        assert lite.protocol.state.name == "OPEN"
+
+
+def test_a_viewer_in_before_the_relays_retry_gets_the_entry(limited, redis_client, run_id):
+    """A publish failed (nginx down), nginx came back empty and a viewer subscribed first: the channel it made holds
+    no message ("0:0"), which the relay's retry must not take for the entry already sent (it would skip it)."""
+    log = LiveLog(redis_client)
+    log.append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])
+    relay = Relay(redis_client, NchanPublisher(limited.pub_url))
+    relay.drain()
+    stop(limited.proc)
+    seq = log.append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])
+    with pytest.raises(PushError):
+        relay.drain()
+    limited.start()
+    with _subscribe(limited, f"{run_id}/lite/") as lite:
+        relay.drain()
+        assert f'"seq":{seq}' in lite.recv(timeout=10)
     relay.close()
 
 

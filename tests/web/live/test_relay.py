@@ -29,15 +29,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Nchan:
-    """nginx with nchan as `make run` configures it (no web server behind it here)."""
+    """nginx with nchan as `make run` configures it, in front of the web server at web_port (the push_web fixture's:
+    it answers nchan's subscriber check)."""
 
-    def __init__(self, var: Path, web_port: int | None = None, pub_port: int | None = None,
-                 conn_limit: int | None = None):
+    def __init__(self, var: Path, web_port: int, pub_port: int | None = None, conn_limit: int | None = None):
         self.port, self.pub_port = free_port(), pub_port or free_port()
         (var / "nginx").mkdir(parents=True)
         (var / "logs").mkdir()
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port or free_port(), self.pub_port,
+        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port, self.pub_port,
                                      conn_limit=conn_limit))
         self.argv = ["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e", str(var / "logs" / "nginx-error.log")]
         self.start()
@@ -106,11 +106,11 @@ class Viewer:
 
 
 @pytest.fixture
-def nchan(tmp_path):
+def nchan(tmp_path, push_web):
     missing = push_tier_missing()
     if missing:
         pytest.skip(f"push tier not installed ({missing}): apt-get install -y nginx-light libnginx-mod-nchan")
-    n = Nchan(tmp_path)
+    n = Nchan(tmp_path, push_web)
     yield n
     stop(n.proc)
 
