@@ -34,6 +34,23 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
   const BUSY = {starting: "the run is starting… (data, model)", compiling: "compiling… the first step follows"};
   const merge = (a, b, from, to) => Obs.mergeWindow(a, b, from, to); // (chartmodel.js)
 
+  // Plot sizes read in one layout, not one forced layout a chart (a read after another chart's DOM writes): the first
+  // read of a task measures every chart's plot; one built later in the task takes a measured sibling's size (equal
+  // grid columns, CSS heights). Valid until the task ends; each plot's ResizeObserver corrects.
+  const alive = new Set();
+  let sized = null; // plot -> [width, height, the chart box's parent], this task's
+  function plotSize(chart, build) {
+    if (!sized) { sized = new Map(); queueMicrotask(() => { sized = null; }); }
+    const read = (c) => [c.plot.clientWidth, c.plot.clientHeight, c.box.parentNode];
+    let s = sized.get(chart.plot);
+    if (!s && build) for (const v of sized.values()) if (v[2] === chart.box.parentNode && v[0]) { s = v; break; }
+    if (!s) {
+      for (const c of alive) if (c.plot.isConnected) sized.set(c.plot, read(c));
+      s = sized.get(chart.plot) || read(chart);
+    }
+    return s;
+  }
+
   // The tools of every line chart: back to the whole run, and the chart as a PNG image.
   const TOOLS = [
     {text: "⤢", label: "Zoom out to the whole run", fn: () => { if (Obs.zoomTo) Obs.zoomTo(null); }},
@@ -56,9 +73,10 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
       this.live = false; // live points have arrived: the x axis keeps headroom for the next ones
       this.info = ctx.registry.info(this.id);
       this.build(parent);
-      this.width = this.plot.clientWidth || 600;
+      alive.add(this);
+      const [w, h] = plotSize(this, true);
+      this.width = w || 600; this.height = h || 260;
       for (const name of spec.metrics) this.addTrace(name); // history requests first: they overlap the drawing
-      this.height = this.plot.clientHeight || 260;
       if (window.ResizeObserver) {
         new ResizeObserver(() => {
           const w = this.plot.clientWidth, h = this.plot.clientHeight;
@@ -145,6 +163,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
     destroy() {
       for (const it of this.items) it.store.release(it.metric, this);
       if (this.abort) this.abort.abort();
+      alive.delete(this);
       Obs.figurePurge(this.plot);
       this.box.remove();
     }
@@ -331,7 +350,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
       Obs.drawFigure(this.plot, traces, this.layout(traces), this.handlers || (this.handlers = {
         zoom: (a, b) => this.relayouted({"xaxis.range": [a, b]}),
         reset: () => this.relayouted({"xaxis.autorange": true}),
-        label: (id) => this.clickedLabel(id), toolbar: TOOLS}));
+        label: (id) => this.clickedLabel(id), toolbar: TOOLS}), plotSize(this));
       this.lastFull = now;
       this.full = false; this.appended = false;
       this.fill(traces); // (chartlive.js: the live points' buffers)

@@ -25,7 +25,7 @@
   const known = new Set(); // every series name the run has
   const views = new Set();
   const charts = new Map(); // chart id -> LineChart
-  const FRAME_BUDGET_MS = 8;
+  const FRAME_BUDGET_MS = 8, FIRST_PAINT_BY_MS = 5000;
   let redrawQueued = false, redrawCursor = 0, manifestFetches = 0, manifestInflight = false, started = false,
     firstPaint = false;
   const beforeDraw = new Set(); // feature modules' functions to run at the next frame, before the views draw
@@ -85,7 +85,8 @@
       for (let k = 0; k < all.length; k++) {
         const v = all[(redrawCursor + k) % all.length];
         safely("redraw", () => v.redraw());
-        if (performance.now() - t0 > FRAME_BUDGET_MS && k < all.length - 1) {
+        // (until first paint, at the latest FIRST_PAINT_BY_MS into the page, one frame draws them all: one layout)
+        if ((firstPaint || t0 > FIRST_PAINT_BY_MS) && performance.now() - t0 > FRAME_BUDGET_MS && k < all.length - 1) {
           redrawCursor = (redrawCursor + k + 1) % all.length; // the next frame starts with the next view
           scheduleRedraw();
           break;

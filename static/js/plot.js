@@ -308,11 +308,12 @@ window.Obs = window.Obs || {};
     return true;
   };
 
-  Obs.drawFigure = (node, traces, layout, on = {}) => {
+  // size: [width, height] (CSS px) when the caller has read it (charts.js: every chart's in one layout), else read
+  Obs.drawFigure = (node, traces, layout, on = {}, size = null) => {
     const lines = traces.filter(isLine), markers = traces.filter((t) => t.mode === "markers" && t.x && t.x.length);
     node.data = traces; node.layout = layout;
     let fig = node._figure;
-    const width = node.clientWidth || 600, height = node.clientHeight || 260;
+    const width = (size ? size[0] : node.clientWidth) || 600, height = (size ? size[1] : node.clientHeight) || 260;
     if (!fig) {
       fig = node._figure = {node, ranges: {}, log: {}, ticks: {}};
       node.classList.add("figure");
