@@ -1,17 +1,22 @@
 // A line chart's live append path (a part of Obs.LineChart, as zoom.js and chartmarks.js). After a full redraw the
-// drawn lines are copied into typed-array buffers (Obs.LiveBuffer), all on one x: lines on different steps (a
-// downsampled history keeps each series' bucket extremes at their own steps) are joined once there, a line's missing
-// points NaN (drawn across, as the renderer spans gaps). A live point is appended there (no allocation a point) and
-// the same figure redrawn from views of those buffers (Obs.redrawData: uPlot's setData; no new figure, legend, tool
-// bar or labels; changed marks are made again on the same layout). The x axis keeps room ahead; the y extents run
-// with the points (the margins' tick label room, without a rescan).
+// drawn lines are copied into typed-array buffers (Obs.LiveBuffer); a live point is appended there (no allocation
+// a point) and the same figure redrawn from views of those buffers (Obs.redrawData: uPlot's setData; no new
+// figure, legend, tool bar or labels; changed marks are made again on the same layout). The axes keep room ahead
+// and fit y from running extents, not a rescan.
 // A chart that draws more than its lines' own points (zoomed, smoothed, feature lines, impossible values,
-// non-finite marks), whose lines' live points come at different steps, whose margins would change, or whose drawn
-// points would pass 4 a pixel takes the full redraw instead (which cuts a rewind and downsamples again: Obs.minmax).
+// non-finite marks, lines on different steps), whose margins would change, or whose drawn points would pass 4 a
+// pixel takes the full redraw instead (which cuts a rewind and downsamples again: Obs.minmax).
 "use strict";
 
 (function (Obs) {
   const MAX_ADDS = 512; // frames held for a chart off screen; past this it redraws in full once seen
+
+  const aligned = (lines) => lines.every((t) => {
+    const a = t.x, b = lines[0].x;
+    if (a.length !== b.length) return false;
+    for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+    return true;
+  });
 
   Object.assign(Obs.LineChart.prototype, {
     queueAdd(s, add) { // (added(): the frame's points, read at the next redraw)
@@ -28,15 +33,15 @@
       this.adds.length = 0;
       this.canAppend = Object.getPrototypeOf(this) === Obs.LineChart.prototype && n > 0 && !view.range &&
         !(view.smooth > 0) && !this.oobTotal && !this.nonPositive && !this.zoomPending &&
-        traces.filter((t) => t.mode === "lines").length === n && lines[0].x.length > 0;
+        traces.filter((t) => t.mode === "lines").length === n && lines[0].x.length > 0 && aligned(lines);
       if (!this.canAppend) return;
       this.ext = {y: [Infinity, -Infinity], y3: [Infinity, -Infinity]};
-      const [x, ...ys] = Obs.joinLines(lines); // (plot.js: the lines as drawn, on one x)
       lines.forEach((t, k) => {
-        const it = this.items[k], y = ys[k], e = this.ext[t.yaxis];
+        const it = this.items[k];
         it.buf = it.buf || new Obs.LiveBuffer();
-        it.buf.load(x, y);
-        for (let i = 0; i < y.length; i++) { const v = y[i]; if (v < e[0]) e[0] = v; if (v > e[1]) e[1] = v; }
+        it.buf.load(t.x, t.y);
+        const e = this.ext[t.yaxis];
+        for (let i = 0; i < t.y.length; i++) { const v = t.y[i]; if (v < e[0]) e[0] = v; if (v > e[1]) e[1] = v; }
       });
     },
 

@@ -44,14 +44,13 @@
       }
       this.x[this.n] = x; this.y[this.n] = y; this.n++;
     }
-    load(x, y) { // the buffer holds x, y (arrays; a missing y, null, as NaN): a copy, the memory reused unless it
-      if (x.length > this.x.length) { // must grow
+    load(x, y) { // the buffer holds x, y (arrays): a copy, the memory reused unless it must grow
+      if (x.length > this.x.length) {
         let c = this.x.length;
         while (c < x.length) c *= 2;
         this.x = new Float64Array(c); this.y = new Float64Array(c);
       }
-      this.x.set(x); this.n = x.length;
-      for (let i = 0; i < this.n; i++) this.y[i] = y[i] ?? NaN;
+      this.x.set(x); this.y.set(y); this.n = x.length;
     }
     cutAfter(x) { this.n = lowerBound(this.x.subarray(0, this.n), x + 1e-9 * Math.max(1, Math.abs(x))); }
     view() { return [this.x.subarray(0, this.n), this.y.subarray(0, this.n)]; }

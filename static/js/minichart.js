@@ -105,5 +105,6 @@ window.Obs = window.Obs || {};
     for (const name of msg.truncated || []) store.reload(name);
   }
 
+  Obs.MiniChart = MiniChart;
   start();
 })(window.Obs);

@@ -54,7 +54,7 @@ window.Obs = window.Obs || {};
   };
 
   // Every line's points on one x (uPlot draws aligned columns): a single line as it is, several joined (gaps null,
-  // drawn across; NaN, a live buffer's gap, draws the same). Obs.joinLines: the same, for the live append path.
+  // drawn across).
   function columns(lines) {
     if (lines.length === 1) return [lines[0].x, lines[0].y];
     const x0 = lines[0].x;
@@ -64,7 +64,6 @@ window.Obs = window.Obs || {};
     return uPlot.join(lines.map((t) => [t.x, t.y]));
   }
   function sameX(a, b) { for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false; return true; }
-  Obs.joinLines = columns;
 
   // A figure's shape: what uPlot's options depend on. The same shape keeps the instance.
   const shapeKey = (lines, layout) => [
@@ -250,7 +249,7 @@ window.Obs = window.Obs || {};
     const xv = u.data[0][i], rows = [fig.fmtX(xv)];
     fig.lines.forEach((tr, k) => {
       const v = u.data[k + 1][i];
-      if (Number.isFinite(v) && tr.hoverinfo !== "skip") rows.push(`${tr.name}: ${fig.fmtY(v, tr)}`);
+      if (v !== null && v !== undefined && tr.hoverinfo !== "skip") rows.push(`${tr.name}: ${fig.fmtY(v, tr)}`);
     });
     const tip = fig.tip, w = u.over.clientWidth;
     tip.textContent = rows.join("\n"); tip.hidden = false;

@@ -101,23 +101,6 @@ def test_a_drawn_line_loads_into_the_buffer_and_live_points_append_into_the_same
     assert got["pushed"] == [2001, 20000, 42] and got["sorted"]
 
 
-
-def test_lines_on_different_steps_load_on_one_x_with_their_gaps_as_nan(model):
-    """A downsampled history keeps each series' bucket extremes at their own steps: the live append path joins the
-    lines once onto one x (plot.js's Obs.joinLines, uPlot.join) and a line's missing points load as NaN (a typed
-    array has no null; the renderer draws across both alike), so live points on the same new step append to all."""
-    model.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
-    model.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
-    got = model.evaluate("""() => {
-      const [x, a, b] = Obs.joinLines([{x: [0, 2, 4], y: [1, 2, 3]}, {x: [0, 3, 4], y: [7, 8, 9]}]);
-      const A = new Obs.LiveBuffer(4), B = new Obs.LiveBuffer(4);
-      A.load(x, a); B.load(x, b); A.push(5, 4); B.push(5, 10);
-      const [ax, ay] = A.view(), [bx, by] = B.view();
-      return {x: Array.from(ax), a: Array.from(ay, String), b: Array.from(by, String), same: bx.join() === ax.join()};
-    }""")
-    assert got["x"] == [0, 2, 3, 4, 5] and got["same"]
-    assert got["a"] == ["1", "2", "NaN", "3", "4"] and got["b"] == ["7", "NaN", "8", "9", "10"]
-
 def test_close_labels_fold_into_one_with_a_count_and_every_text_on_hover(model):
     got = model.evaluate("""() => {
       const marks = [{id: "a", x0: 0, label: "loss spike at 0"}, {id: "b", x0: 5, label: "grad norm jump"},
