@@ -209,18 +209,17 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                 if profiling:
                     page.add_init_script(ZOOM_SPY_JS)
                 cdp = Cdp(page, throttle)
-                busy = renderers_cpu_ms
                 page.on("console", lambda m, A=A: m.type == "error" and A["errors"].append(m.text))
                 page.on("pageerror", lambda e, A=A: A["errors"].append(str(e)))
                 if profiling:
                     cdp.start_profile()
                     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
-                srv0, ren0 = proc_cpu_s(server_pid) * 1000, busy()
+                srv0, ren0 = proc_cpu_s(server_pid) * 1000, renderers_cpu_ms()
                 page.goto(url)
                 page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0",
                                        timeout=60_000)
                 A["first"].append(page.evaluate("() => performance.getEntriesByName('obs-first-paint')[0].startTime"))
-                A["first_cpu"].append((busy() - ren0, proc_cpu_s(server_pid) * 1000 - srv0))
+                A["first_cpu"].append((renderers_cpu_ms() - ren0, proc_cpu_s(server_pid) * 1000 - srv0))
                 A["first_main"].append(cdp.main_thread_ms())
                 A["first_long"].append(long_tasks(page, until=A["first"][-1]))
                 js = page.evaluate(JS_BEFORE_PAINT)
@@ -246,7 +245,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
                 for w in ZOOMS:
                     a = random.Random(i * 100 + w).randrange(0, max(1, last - w))
-                    b0, s0, m0 = busy(), proc_cpu_s(server_pid) * 1000, cdp.main_thread_ms()
+                    b0, s0, m0 = renderers_cpu_ms(), proc_cpu_s(server_pid) * 1000, cdp.main_thread_ms()
                     # the gesture: its time (page clock) taken just before the view zooms, as a drag ends
                     t0 = page.evaluate(f"""() => {{ window.__obsSpy = []; const t = performance.now();
                         Obs.zoomTo({a}, {a + w}); return t; }}""")
@@ -268,7 +267,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                         spy = page.evaluate("() => window.__obsSpy")
                         A["timelines"].append({"window_steps": w, "done_ms": round(z["done"] - t0, 1), "events": [
                             [what, round(a0 - t0, 1), round(a1 - a0, 1)] for what, a0, a1 in spy]})
-                    A["zoom_cpu"].append((busy() - b0, proc_cpu_s(server_pid) * 1000 - s0))
+                    A["zoom_cpu"].append((renderers_cpu_ms() - b0, proc_cpu_s(server_pid) * 1000 - s0))
                     A["zoom_main"].append(cdp.main_thread_ms() - m0)
                     A["zoom_long"].append(long_tasks(page, t0))
                     A["zooms"][w].append(z["ms"])

@@ -60,12 +60,10 @@ def per_update(tasks: list[tuple[float, float, float]], marks: list[float], end:
     out = [0.0] * len(marks)
     j = 0
     for start, dur, cpu_ms in sorted(tasks):
-        if cpu:
-            dur = cpu_ms
         while j < len(marks) and start >= bounds[j + 1]:
             j += 1
         if j < len(marks) and start >= bounds[j]:
-            out[j] += dur
+            out[j] += cpu_ms if cpu else dur
     return out
 
 
@@ -146,8 +144,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False,
             page_js: str = "", other: Path | None = None, gpu: bool = False) -> dict:
     """The live window on this tree's page; with `other` (a tree), the same run's next window on that tree's page
-    (its own web server, same database and Redis) right after: {"this": ..., "other": ...}. gpu: the browser's
-    canvases GPU-backed (harness.GPU_ARGS)."""
+    (its own web server, same database and Redis) right after: {"this": ..., "other": ...}."""
     stack = Stack("liveview").site()
     port, redis_url = stack.web(wait=False).port, stack.redis_url
     ports = {"this": port}
