@@ -2,8 +2,8 @@
 front page's first paint, the landed commit's against this checkout's. Prints one JSON object.
 
     .venv/bin/python bench/dashboard.py [--steps 1000000] [--repeat 7] [--cpu-throttle 4] [--profile] [--db PATH]
-                                        [--compare COMMIT_OR_DIR]
-    .venv/bin/python bench/dashboard.py --front [--compare COMMIT] [--steps 200000] [--runs 20] [--repeat 7]
+                                        [--compare COMMIT_OR_DIR] [--gpu]
+    .venv/bin/python bench/dashboard.py --front [--compare COMMIT] [--steps 200000] [--runs 20] [--repeat 7] [--gpu]
 
 What it measures and how: docs/PERFORMANCE.md, `dashboard` and `frontpage` (bench/results/dashboard.md, frontpage.md).
 """
@@ -17,8 +17,11 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import defaultdict
 from contextlib import ExitStack
+
+import psutil
 
 from harness import ROOT, Stack, django_here, med, parser, proc_cpu_s, report, web_server
 from stack import load_series, tree as checkout
@@ -85,13 +88,13 @@ def seed_front(steps: int, runs: int) -> None:
                            last_step=1000 + i)
 
 
-def front_paint(url: str, repeat: int) -> dict:
+def front_paint(url: str, repeat: int, gpu: bool = False) -> dict:
     """--front: the front page's first contentful paint and its content in place (the featured chart, moments)."""
     fcp, ready, errors = [], [], []
     ready_js = ("() => !!document.querySelector('#front-chart .main-svg, #front-chart .uplot') && "
                 "document.querySelectorAll('#moments li.moment').length >= 2")
     with Stack("frontpage-browser") as browsers:
-        browser = browsers.browser()
+        browser = browsers.browser(gpu)
         for _ in range(repeat):
             ctx = browser.new_context(viewport={"width": 1440, "height": 900})
             page = ctx.new_page()
@@ -111,31 +114,25 @@ def front(args, env: dict) -> int:
     base = args.compare or subprocess.check_output(["git", "merge-base", "HEAD", "main"], cwd=ROOT, text=True).strip()
     steps = args.steps or 200_000
     seed_front(steps, args.runs)
-    out = {"base": base[:12], "steps": steps, "runs": args.runs + 1, "repeat": args.repeat}
+    out = {"base": base[:12], "steps": steps, "runs": args.runs + 1, "repeat": args.repeat, "gpu": args.gpu}
     with checkout(base) as landed:
         for name, tree in (("landed", landed), ("front", ROOT)):
             with web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree) as server:
-                out[name] = front_paint(f"http://127.0.0.1:{server.port}/", args.repeat)
+                out[name] = front_paint(f"http://127.0.0.1:{server.port}/", args.repeat, args.gpu)
     out["fcp_ratio_front_over_landed"] = round(out["front"]["fcp_ms"] / out["landed"]["fcp_ms"], 2)
     out["ready_ratio_front_over_landed"] = round(out["front"]["ready_ms"] / out["landed"]["ready_ms"], 2)
     out["load1"] = round(os.getloadavg()[0], 2)
     return report("frontpage", out, args.json, not args.no_save)
 
 
-def cpu_ms(pid: int) -> float:
-    return proc_cpu_s(pid) * 1000
-
-
 def renderers_cpu_ms() -> float:
     """CPU used so far by the Chromium renderer processes this script started (its descendants)."""
-    import psutil
-
     def renderer(p):
         try:
             return "--type=renderer" in p.cmdline()
         except psutil.Error:
             return False
-    return sum(cpu_ms(p.pid) for p in psutil.Process().children(recursive=True) if renderer(p))
+    return sum(proc_cpu_s(p.pid) * 1000 for p in psutil.Process().children(recursive=True) if renderer(p))
 
 
 def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]:
@@ -179,25 +176,22 @@ def held_by(gate: dict):
 
 def lazy_plotly(url: str) -> bool:
     """Whether the page loads Plotly after its first paint (the bundle preloaded, run later: _chart_scripts.html)."""
-    import urllib.request
-
     with urllib.request.urlopen(url, timeout=60) as r:
         return b'id="plotly-bundle"' in r.read()
 
 
 def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = False,
-            free_plotly: bool = False) -> dict:
+            free_plotly: bool = False, gpu: bool = False) -> dict:
     """Wall times from the page's marks; the CPU spent on them (the page's renderer process and the web
     server, from /proc), which a busy machine inflates far less than wall time; the page's main-thread time and
     long tasks. targets: {name: (url, server pid)}; with several, the repetitions alternate between them (one
     browser, the same minutes), each measured on its own."""
     from pagecost import JS_BEFORE_PAINT, LONG_TASKS_JS, TRACE_CATEGORIES, Cdp, profile_summary, trace_tasks
-    from harness import Stack
 
     lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
     acc = {name: defaultdict(list, zooms={w: [] for w in ZOOMS}, gesture_charts={}, summary={}) for name in targets}
     with Stack("dashboard-browser") as browsers:
-        browser = browsers.browser()
+        browser = browsers.browser(gpu)
         for i in range(repeat):
             for name, (url, server_pid) in targets.items():
                 A = acc[name]
@@ -215,18 +209,17 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                 if profiling:
                     page.add_init_script(ZOOM_SPY_JS)
                 cdp = Cdp(page, throttle)
-                busy = renderers_cpu_ms
                 page.on("console", lambda m, A=A: m.type == "error" and A["errors"].append(m.text))
                 page.on("pageerror", lambda e, A=A: A["errors"].append(str(e)))
                 if profiling:
                     cdp.start_profile()
                     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
-                srv0, ren0 = cpu_ms(server_pid), busy()
+                srv0, ren0 = proc_cpu_s(server_pid) * 1000, renderers_cpu_ms()
                 page.goto(url)
                 page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0",
                                        timeout=60_000)
                 A["first"].append(page.evaluate("() => performance.getEntriesByName('obs-first-paint')[0].startTime"))
-                A["first_cpu"].append((busy() - ren0, cpu_ms(server_pid) - srv0))
+                A["first_cpu"].append((renderers_cpu_ms() - ren0, proc_cpu_s(server_pid) * 1000 - srv0))
                 A["first_main"].append(cdp.main_thread_ms())
                 A["first_long"].append(long_tasks(page, until=A["first"][-1]))
                 js = page.evaluate(JS_BEFORE_PAINT)
@@ -252,7 +245,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
                 for w in ZOOMS:
                     a = random.Random(i * 100 + w).randrange(0, max(1, last - w))
-                    b0, s0, m0 = busy(), cpu_ms(server_pid), cdp.main_thread_ms()
+                    b0, s0, m0 = renderers_cpu_ms(), proc_cpu_s(server_pid) * 1000, cdp.main_thread_ms()
                     # the gesture: its time (page clock) taken just before the view zooms, as a drag ends
                     t0 = page.evaluate(f"""() => {{ window.__obsSpy = []; const t = performance.now();
                         Obs.zoomTo({a}, {a + w}); return t; }}""")
@@ -274,7 +267,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                         spy = page.evaluate("() => window.__obsSpy")
                         A["timelines"].append({"window_steps": w, "done_ms": round(z["done"] - t0, 1), "events": [
                             [what, round(a0 - t0, 1), round(a1 - a0, 1)] for what, a0, a1 in spy]})
-                    A["zoom_cpu"].append((busy() - b0, cpu_ms(server_pid) - s0))
+                    A["zoom_cpu"].append((renderers_cpu_ms() - b0, proc_cpu_s(server_pid) * 1000 - s0))
                     A["zoom_main"].append(cdp.main_thread_ms() - m0)
                     A["zoom_long"].append(long_tasks(page, t0))
                     A["zooms"][w].append(z["ms"])
@@ -318,7 +311,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
 
 
 def main() -> int:
-    ap = parser(__doc__, db="dashboard")
+    ap = parser(__doc__, db="dashboard", gpu=True)
     ap.add_argument("--steps", type=int, help="points per series (default 1,000,000; --front: 200,000)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--front", action="store_true", help="the front page instead, landed against this checkout")
@@ -348,10 +341,11 @@ def main() -> int:
         for name, tree in trees.items():
             server = stack.enter_context(web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree))
             targets[name] = (f"http://127.0.0.1:{server.port}/runs/{RUN_ID}/", server.pid)
-        out = measure(targets, args.repeat, args.cpu_throttle, args.profile, args.free_plotly)
+        out = measure(targets, args.repeat, args.cpu_throttle, args.profile, args.free_plotly, args.gpu)
     result = {"steps_per_series": args.steps, "series": len(SERIES),
               "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
-              "seed_s": None if seeded is None else round(seeded, 1), "cpu_throttle": args.cpu_throttle}
+              "seed_s": None if seeded is None else round(seeded, 1), "cpu_throttle": args.cpu_throttle,
+              "gpu": args.gpu}
     if args.compare:  # this tree against the other, alternating repetitions: medians and ratios (this / other)
         def ratio(k, f):
             return round(out["this"][k][f] / out["other"][k][f], 3) if out["other"][k][f] else None

@@ -47,8 +47,11 @@ from telemetry import (DOMAINS, EXPERTS, LAYERS, PushTap, SyntheticTrainer,  # n
                        dashboard_subscription, demo_names, demo_values, publish_times)
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench" / "results"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+# A bench's browser has no GPU (every redrawn canvas is handed to the compositor as a software bitmap), or with --gpu
+# SwiftShader's: canvases and compositing GPU-backed, as in users' browsers (chrome://gpu checked: Stack.browser).
+GPU_ARGS = {False: ["--disable-gpu"], True: ["--use-angle=swiftshader", "--enable-unsafe-swiftshader"]}
 
 
 # --- results -----------------------------------------------------------------------------------------------------
@@ -100,12 +103,14 @@ def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -
     return 0
 
 
-def parser(doc: str, db: str = "", **kw) -> argparse.ArgumentParser:
-    """A bench's command line: its docstring's first line, --json (the result on one line), --no-save, and with
-    `db` a --db flag (a SQLite file kept between runs under the temporary directory, unless DATABASE_URL is set)."""
+def parser(doc: str, db: str = "", gpu: bool = False, **kw) -> argparse.ArgumentParser:
+    """A bench's command line: its docstring's first line, --json (the result on one line), --no-save, with `gpu`
+    --gpu, with `db` --db (a SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0], **kw)
     ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
     ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
+    if gpu:
+        ap.add_argument("--gpu", action="store_true", help="a browser with SwiftShader's GPU: canvases as users have")
     if db:
         ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), f"obs-bench-{db}.sqlite3"))
     return ap
@@ -132,14 +137,12 @@ def timed_ms(fn, repeat: int) -> list[float]:
 
 
 def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
+            return urllib.request.urlopen(url, timeout=1).read() is not None
         except Exception:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer in {timeout}s")
+            return False
+    wait_for(answers, timeout, f"{url} to answer", 0.2)
 
 
 def cpu_s(procs: list[psutil.Process], user_only: bool = False) -> float:
@@ -289,16 +292,24 @@ class Stack(ExitStack):
         wait_port(port, 30)
         return port, procs
 
-    def browser(self):
-        """A headless Debian Chromium (Playwright), closed with the stack; RuntimeError if none is installed."""
+    def browser(self, gpu: bool = False):
+        """A headless Debian Chromium (Playwright; gpu: SwiftShader's), closed with the stack; else RuntimeError."""
         path = chromium_path()
         if not path:
             raise RuntimeError("no Debian chromium on PATH (apt-get install -y chromium)")
         from playwright.sync_api import sync_playwright
 
         pw = self.enter_context(sync_playwright())
-        browser = pw.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=path, args=CHROMIUM_ARGS + GPU_ARGS[gpu])
         self.callback(browser.close)
+        if gpu:  # checked: chrome://gpu's feature status says canvases and compositing are GPU-backed
+            page = browser.new_page()
+            page.goto("chrome://gpu")
+            said = page.wait_for_function("() => (document.querySelector('info-view')?.shadowRoot?.textContent || '')"
+                                          ".match(/(Canvas|Compositing): [^*\\n]*/g)").json_value()
+            page.close()
+            if len(said) < 2 or not all(line.split(": ", 1)[1].startswith("Hardware accelerated") for line in said):
+                raise RuntimeError(f"--gpu: chrome://gpu says {said}")
         return browser
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
                                        [--profile] [--heap-profile] [--trace-out FILE] [--page-js JS] [--json]
-                                       [--compare COMMIT_OR_DIR]
+                                       [--compare COMMIT_OR_DIR] [--gpu]
 
 What it measures and how: docs/PERFORMANCE.md, `liveview` (bench/results/liveview.md).
 """
@@ -60,12 +60,10 @@ def per_update(tasks: list[tuple[float, float, float]], marks: list[float], end:
     out = [0.0] * len(marks)
     j = 0
     for start, dur, cpu_ms in sorted(tasks):
-        if cpu:
-            dur = cpu_ms
         while j < len(marks) and start >= bounds[j + 1]:
             j += 1
         if j < len(marks) and start >= bounds[j]:
-            out[j] += dur
+            out[j] += cpu_ms if cpu else dur
     return out
 
 
@@ -144,7 +142,7 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
 
 def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
             data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False,
-            page_js: str = "", other: Path | None = None) -> dict:
+            page_js: str = "", other: Path | None = None, gpu: bool = False) -> dict:
     """The live window on this tree's page; with `other` (a tree), the same run's next window on that tree's page
     (its own web server, same database and Redis) right after: {"this": ..., "other": ...}."""
     stack = Stack("liveview").site()
@@ -174,7 +172,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
             except Exception:
                 return False
         wait_for(stored, 600, "ingest to store the run's history", 0.5)
-        browser = stack.browser()
+        browser = stack.browser(gpu)
         windows, step0 = {}, history
         for name, at in ports.items():
             wait_http(f"http://127.0.0.1:{at}/api/runs/")
@@ -184,7 +182,7 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
     finally:
         pub.close()
         stack.close()
-    out = {name: summarise(w, seconds, rate, history, charts, throttle, data) for name, w in windows.items()}
+    out = {name: summarise(seconds, rate, history, charts, throttle, data, **w) for name, w in windows.items()}
     return out if other is not None else out["this"]
 
 
@@ -248,12 +246,10 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
             "selfs": selfs, "pieces": pieces, "errors": errors, "open_charts": open_charts, "n": n}
 
 
-def summarise(w: dict, seconds: float, rate: float, history: int, charts: int, throttle: float, data: str) -> dict:
-    """A live window's figures: main-thread time per update (p50, p99), long tasks, what the page redrew."""
-    wall, main, long_tasks, settle_long, frames = w["wall"], w["main"], w["long_tasks"], w["settle_long"], w["frames"]
-    redraws, prof, heap, trace, tasks, marks, selfs = (w[k] for k in ("redraws", "prof", "heap", "trace", "tasks",
-                                                                       "marks", "selfs"))
-    pieces, errors, open_charts, n = w["pieces"], w["errors"], w["open_charts"], w["n"]
+def summarise(seconds: float, rate: float, history: int, charts: int, throttle: float, data: str, *, wall: float,
+              main: float, long_tasks: list, settle_long: list, frames: int, redraws, prof, heap, trace: bytes,
+              tasks: list, marks: list, selfs: dict, pieces: list, errors: list, open_charts: int, n: int) -> dict:
+    """A live window (live_window's, as keywords): main-thread time per update (p50, p99), long tasks, redraws."""
     # an update: from one live message to the next, up to the window's end (the bench's own probes of the page
     # follow it, and the task that marked it is the bench's: not counted)
     end = next((t for t, name in marks if name == "obs-bench-end"), None)
@@ -283,7 +279,7 @@ def summarise(w: dict, seconds: float, rate: float, history: int, charts: int, t
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, gpu=True)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
@@ -308,7 +304,7 @@ def main() -> int:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
     with tree(args.compare) if args.compare else nullcontext() as other:
         out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
-                      args.trace_out, args.heap_profile, args.page_js, other)
+                      args.trace_out, args.heap_profile, args.page_js, other, args.gpu)
     if args.compare:  # this tree's window and the other's, on the same run one after the other: p99s and ratios
         def ratio(k, f):
             a, b = (out["this"].get(k) or {}).get(f), (out["other"].get(k) or {}).get(f)
@@ -317,7 +313,7 @@ def main() -> int:
         out = {"this": out["this"], "other": {"tree": args.compare, **out["other"]},
                "ratio_this_over_other": {f"update_main_ms.{f}": ratio("update_main_ms", f) for f in ("p50", "p99")},
                "load_average": round(os.getloadavg()[0], 2)}
-    out["targets"] = {"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0}
+    out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
     report("liveview", out, args.json, not args.no_save)
     return 0
 

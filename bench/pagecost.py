@@ -169,21 +169,20 @@ def trace_tasks(trace: bytes, mark_prefix: str = "obs-", pieces: list | None = N
     tasks = [(e["ts"] / 1000, e["dur"] / 1000, e.get("tdur", e["dur"]) / 1000) for e in on_main if e["name"] in top]
     selfs: dict[str, float] = defaultdict(float)
     stack: list[list] = []  # [end, name, children's time, duration, start]
+
+    def done(end: float, name: str, children: float, dur: float, start: float) -> None:
+        selfs[name] += (dur - children) / 1000
+        if pieces is not None:
+            pieces.append((start / 1000, name, (dur - children) / 1000))
     for e in on_main:
-        start, end = e["ts"], e["ts"] + e["dur"]
-        while stack and stack[-1][0] <= start:
-            done = stack.pop()
-            selfs[done[1]] += (done[3] - done[2]) / 1000
-            if pieces is not None:
-                pieces.append((done[4] / 1000, done[1], (done[3] - done[2]) / 1000))
+        while stack and stack[-1][0] <= e["ts"]:
+            done(*stack.pop())
         if stack:
             stack[-1][2] += e["dur"]
-        stack.append([end, e["name"], 0, e["dur"], start])
-    for done in stack:
-        selfs[done[1]] += (done[3] - done[2]) / 1000
-        if pieces is not None:
-            pieces.append((done[4] / 1000, done[1], (done[3] - done[2]) / 1000))
-    for name in ("RunTask", "ThreadControllerImpl::RunTask"):  # task time no finer event names
+        stack.append([e["ts"] + e["dur"], e["name"], 0, e["dur"], e["ts"]])
+    for rest in stack:
+        done(*rest)
+    for name in top:  # task time no finer event names
         if name in selfs:
             selfs["(task, unattributed)"] = selfs.get("(task, unattributed)", 0.0) + selfs.pop(name)
     return tasks, sorted(marks), dict(sorted(selfs.items(), key=lambda kv: -kv[1])[:15])

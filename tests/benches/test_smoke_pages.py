@@ -10,9 +10,12 @@ def test_dashboard(run_bench):
     assert out["first_paint_ms"]["median"] > 0 and out["zoom_gesture_ms"]["every_chart_median"] > 0
 
 
-def test_liveview(run_bench):
-    out, _ = run_bench("liveview", "--seconds", "2", "--history", "50", "--json")
-    assert out["updates"] > 0
+@pytest.mark.parametrize("gpu", [False, True])
+def test_liveview(run_bench, gpu):
+    """Without a GPU (the default) and with --gpu: SwiftShader's, which the harness checks backs canvases and
+    compositing (chrome://gpu) or fails the run."""
+    out, _ = run_bench("liveview", "--seconds", "2", "--history", "50", "--json", *(["--gpu"] if gpu else []))
+    assert out["updates"] > 0 and out["gpu"] is gpu
 
 
 def test_annotations(run_bench):
