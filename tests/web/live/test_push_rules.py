@@ -19,7 +19,7 @@ from tests.web.servers import stop
 from webapp.live.livelog import LiveLog
 from webapp.live.relay import Relay
 
-from .test_relay import FROM_START, Nchan, push_tier_missing
+from .test_relay import FROM_START, Nchan, push_tier_missing, viewer_cap
 
 FULL_WINDOW, LITE_WINDOW = 50, 150  # deploy/push.conf's nchan_message_buffer_length per channel
 pytestmark = pytest.mark.django_db(transaction=True)  # the push_web fixture's web server reads the test database
@@ -133,3 +133,35 @@ def test_a_resume_from_the_start_returns_at_most_the_window(limited, redis_clien
         assert len(got) == window, (path, len(got))
         assert sum(map(len, got)) < window * 2600  # ~2 KB each: the window, not the 400 published
     relay.close()
+
+
+def test_viewers_past_the_open_file_limit_are_refused_and_the_others_still_get_every_frame(tmp_path, push_web,
+                                                                                           redis_client, run_id):
+    """At 20,000 viewers on a box whose open-file limit is 20,000 the relay's publishes timed out and nothing was
+    delivered: nginx had no descriptor left to accept the publisher. Here at a small scale: an nginx with 400 open
+    files, more viewers than that; the ones past the cap are refused and a fresh publisher connection still lands."""
+    if push_tier_missing():
+        pytest.skip(f"push tier not installed ({push_tier_missing()})")
+    n = Nchan(tmp_path, push_web, conn_limit=10_000, nofile=400)
+    try:
+        log = LiveLog(redis_client)
+        log.append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])
+        first = Relay(redis_client, NchanPublisher(n.pub_url))
+        first.drain()
+        first.close()
+        held, refused = [], 0
+        for _ in range(450):
+            try:
+                held.append(_subscribe(n, f"{run_id}/lite/"))
+            except InvalidStatus as e:
+                refused += e.response.status_code == 429
+        assert len(held) == viewer_cap(400) and refused == 450 - len(held)
+        seq = log.append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])
+        relay = Relay(redis_client, NchanPublisher(n.pub_url))  # a new connection to the publisher
+        relay.drain()
+        for ws in held:
+            assert any(f'"seq":{seq}' in ws.recv(timeout=10) for _ in range(2))  # (the newest first, then this)
+            ws.close()
+        relay.close()
+    finally:
+        stop(n.proc)

@@ -5,6 +5,7 @@ as static/js/live.js subscribes (ws+meta.nchan, last_event_id). Real Redis, the 
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from webapp.metrics.models import Point
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "deploy"))
 from run_local import nchan_config, push_tier_missing  # noqa: E402
+from push_tier import viewer_cap  # noqa: E402,F401  (test_push_rules)
 
 FROM_START = "0:0"  # a last_event_id older than anything: nchan's whole buffer
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,13 +34,15 @@ class Nchan:
     """nginx with nchan as `make run` configures it, in front of the web server at web_port (the push_web fixture's:
     it answers nchan's subscriber check)."""
 
-    def __init__(self, var: Path, web_port: int, pub_port: int | None = None, conn_limit: int | None = None):
+    def __init__(self, var: Path, web_port: int, pub_port: int | None = None, conn_limit: int | None = None,
+                 nofile: int | None = None):
         self.port, self.pub_port = free_port(), pub_port or free_port()
         (var / "nginx").mkdir(parents=True)
         (var / "logs").mkdir()
         conf = var / "nginx" / "nginx.conf"
         conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port, self.pub_port,
-                                     conn_limit=conn_limit))
+                                     conn_limit=conn_limit, nofile=nofile))
+        self.nofile = nofile  # (nginx started with this open-file limit, soft and hard)
         self.argv = ["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e", str(var / "logs" / "nginx-error.log")]
         self.start()
         self.pub_url = f"http://127.0.0.1:{self.pub_port}/pub/runs/"
@@ -46,7 +50,9 @@ class Nchan:
 
     def start(self) -> None:
         """nginx (again, after stop(): empty, as a restarted nginx is), once it listens."""
-        self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE)
+        nofile = self.nofile
+        limit = None if nofile is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+        self.proc = subprocess.Popen(self.argv, stderr=subprocess.PIPE, preexec_fn=limit)
         wait_port(self.port)
         wait_port(self.pub_port)
 
