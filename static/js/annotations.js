@@ -22,7 +22,8 @@
             metric: a.metric || undefined, onClick: () => A.openThread(a.id), collapse: true, // (labels fold)
             label: labelled ? (a.hidden ? "⊘ " : "✎ ") + short(a.title, 28) +
               (a.reply_count ? ` (${a.reply_count})` : "") : undefined,
-            color: band ? `rgba(${tone},${alpha})` : `rgb(${tone})`, textColor: a.hidden ? "#8a8f96" : "#3b78d8"};
+            color: band ? `rgba(${tone},${alpha})` : `rgb(${tone})`,
+            textColor: a.hidden ? "var(--muted, #5b6470)" : "var(--blue, #1a56b0)"}; // (theme colours: readable)
   }
 
   function merged(notes) {

@@ -6,8 +6,8 @@
 (function (Obs) {
   const SOURCE = "anomalies";
   const PANEL_ROWS = 12;
-  const COLORS = {critical: {band: "rgba(229,57,53,0.16)", line: "#e53935", text: "#b71c1c"},
-                  warning: {band: "rgba(249,168,37,0.20)", line: "#f9a825", text: "#8d5a00"}};
+  const COLORS = {critical: {band: "rgba(229,57,53,0.16)", line: "#e53935", text: "var(--mark-critical, #b71c1c)"},
+                  warning: {band: "rgba(249,168,37,0.20)", line: "#f9a825", text: "var(--mark-warning, #8d5a00)"}};
   const byKey = new Map(); // key -> record (superseded ones are dropped)
   let page = null, ctx = null, logUrl = "";
   // Kept as records come, not made again from all of them on each frame: a detector storm brings ~10 frames a second

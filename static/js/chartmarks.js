@@ -37,7 +37,8 @@
 
     markLabel(x, g) {
       const o = g[0], many = g.length > 1;
-      return {x: x(o.x0), xanchor: o.anchor || "left", font: {color: o.textColor || "#8d4a00"}, text: Obs.groupLabel(g),
+      return {x: x(o.x0), xanchor: o.anchor || "left", font: {color: o.textColor || "var(--mark-text, #8d4a00)"},
+              text: Obs.groupLabel(g),
               hovertext: many || o.hover ? Obs.groupHover(g) : undefined, captureevents: many || !!o.onClick,
               overlayId: many ? this.groupId(g) : o.id};
     },

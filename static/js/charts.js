@@ -19,11 +19,7 @@ window.Obs = window.Obs || {};
 window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
 
 (function (Obs) {
-  const PALETTE = ["#1f5fbf", "#d9730d", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",
-                   "#9e9d24", "#3949ab"];
-  const PALETTE_DARK = ["#74a9ff", "#ffa94d", "#69db7c", "#da77f2", "#3bc9db", "#d2a679", "#f783ac", "#a5b4c4",
-                        "#d8f5a2", "#91a7ff"];
-  const color = (i) => (document.documentElement.dataset.theme === "dark" ? PALETTE_DARK : PALETTE)[i % PALETTE.length];
+  const color = (i) => Obs.lineColor(i); // (plot.js: one palette for every line chart)
   const LIVE_HEADROOM = 0.04; // a live chart's x axis reaches at least this fraction of its span past the data,
   const LIVE_AHEAD_S = 120; // and room for this long at the observed live rate,
   const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span

@@ -25,7 +25,7 @@
     const undone = group.every((c) => !!c.undone_by);
     return {
       id: "intervention-" + group[0].id, x0: group[0].step, color: undone ? "#9e9e9e" : "#6a1b9a",
-      textColor: undone ? "#757575" : "#4a148c",
+      textColor: undone ? "var(--muted, #5b6470)" : "var(--mark-cmd, #4a148c)",
       label: short(text(group[0])) + (group.length > 1 ? ` +${group.length - 1}` : ""), // (drawn as text)
       hover: group.map((c) => `step ${c.step} · ${text(c)}`), collapse: true,
       onClick: () => group.forEach((c) => Obs.toast(`${c.command} at step ${c.step}${who(c)}: ${c.reason}. ` +

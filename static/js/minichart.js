@@ -11,7 +11,6 @@ window.Obs = window.Obs || {};
 
 (function (Obs) {
   const POINTS = 600; // history resolution per series (an embed is a few hundred pixels wide)
-  const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 
   // A run's Store that reads each series over the union of the steps its charts show.
   class RangedStore extends Obs.Store {
@@ -54,7 +53,7 @@ window.Obs = window.Obs || {};
     draw() { // through plot.js, as every line chart
       const lines = this.series.map((s) => this.visible(s));
       const traces = lines.map((l, i) => ({x: l.x, y: l.y, mode: "lines", name: this.spec.runs[i],
-                                           line: {color: COLORS[i % COLORS.length], width: 1.5}}));
+                                           line: {color: Obs.lineColor(i), width: 1.5}}));
       const xaxis = {autorange: true};
       if (this.spec.start != null && this.spec.end != null && this.spec.end > this.spec.start) {
         Object.assign(xaxis, {autorange: false, range: [this.spec.start, this.spec.end]});

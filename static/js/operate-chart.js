@@ -52,7 +52,7 @@ window.Obs = window.Obs || {};
       }
       if (p.band) { // rollback: the steps it supersedes
         shapes.push({type: "rect", x0: p.band[0], x1: p.band[1], fillcolor: "rgba(198,40,40,0.15)"});
-        annotations.push({x: p.band[0], text: "superseded", font: {color: "#c62828"}});
+        annotations.push({x: p.band[0], text: "superseded", font: {color: "var(--red, #c62828)"}});
       }
       ctx.commands().filter((c) => c.run === run.id && c.outcome === "applied" && c.step != null).forEach((c) =>
         shapes.push({type: "line", x0: c.step, x1: c.step, line: {color: "#6a1b9a", width: 1}}));

@@ -33,6 +33,12 @@ window.Obs = window.Obs || {};
     const fg = getComputedStyle(document.body).color || "#333";
     return {fg, muted: fg, grid: "rgba(128,128,128,0.25)"};
   };
+  // The i-th line's colour in the page's theme: one palette, so a run's colour is the same on every page
+  const PALETTE = ["#1f5fbf", "#d9730d", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",
+                   "#9e9d24", "#3949ab"];
+  const PALETTE_DARK = ["#74a9ff", "#ffa94d", "#69db7c", "#da77f2", "#3bc9db", "#d2a679", "#f783ac", "#a5b4c4",
+                        "#d8f5a2", "#91a7ff"];
+  Obs.lineColor = (i) => (document.documentElement.dataset.theme === "dark" ? PALETTE_DARK : PALETTE)[i % 10];
   const isLine = (t) => t.mode === "lines" && t.x && t.x.length !== undefined;
 
   // Tick labels as short as the axis needs: 1.2k, 3e-4, 0.25
@@ -43,6 +49,22 @@ window.Obs = window.Obs || {};
     if (a >= 1e4 || a < 1e-3) return v.toExponential(1).replace(/\.0e/, "e").replace("e+", "e").replace("-", "\u2212");
     return String(+v.toPrecision(4)).replace("-", "\u2212");
   };
+  // An axis's tick labels, each with the digits the ticks' spacing needs (adjacent labels never read the same):
+  // 1e5, 1.05e5, 1.1e5 at a 5,000 spacing; 0.25, 0.3 at 0.05
+  const tickLabels = Obs.tickLabels = (vals) => {
+    let step = Infinity;
+    for (let i = 1; i < vals.length; i++) step = Math.min(step, Math.abs(vals[i] - vals[i - 1]) || Infinity);
+    if (!Number.isFinite(step)) return vals.map(num);
+    const e = Math.floor(Math.log10(step) + 1e-9);
+    return vals.map((v) => {
+      const a = Math.abs(v);
+      if (!Number.isFinite(v) || a < step / 2) return Number.isFinite(v) ? "0" : ""; // (0: a float's residue too)
+      const s = a >= 1e4 || a < 1e-3
+        ? v.toExponential(Math.max(0, Math.floor(Math.log10(a) + 1e-9) - e)).replace(/\.?0+e/, "e").replace("e+", "e")
+        : v.toFixed(Math.max(0, -e)).replace(/(\.\d*?)0+$/, "$1").replace(/\.$/, "");
+      return s.replace("-", "\u2212");
+    });
+  };
   // A log axis: powers of ten as 1e−3 (the splits between them unlabelled unless the axis spans under 2 decades)
   const logNum = (vals) => {
     const pos = vals.filter((v) => v > 0), span = pos.length ? Math.log10(Math.max(...pos) / Math.min(...pos)) : 0;
@@ -51,6 +73,14 @@ window.Obs = window.Obs || {};
       const e = Math.round(Math.log10(v)), pow = Math.abs(v / 10 ** e - 1) < 1e-9;
       return pow ? ("1e" + e).replace("-", "\u2212") : span < 2 ? num(v) : "";
     });
+  };
+
+  // Half the width of an x axis's last tick label (CSS px): the room right of the plot that keeps it whole
+  const measure = document.createElement("canvas").getContext("2d");
+  const halfLast = (labels) => {
+    const last = labels && labels[labels.length - 1];
+    measure.font = FONT;
+    return last ? Math.ceil(measure.measureText(last).width / 2) + 1 : 0;
   };
 
   // Every line's points on one x (uPlot draws aligned columns): a single line as it is, several joined (gaps null,
@@ -79,7 +109,7 @@ window.Obs = window.Obs || {};
       scale, side, size, stroke: t.muted, font: FONT, labelFont: FONT, gap: 4,
       grid: {show: side !== 1, stroke: t.grid, width: 1}, ticks: {show: true, stroke: t.grid, width: 1, size: 4},
       values: scale === "x" && time ? undefined
-        : (u, vals) => (fig.ticks[scale] = fig.log[scale] ? logNum(vals) : vals.map(num))});
+        : (u, vals) => (fig.ticks[scale] = fig.log[scale] ? logNum(vals) : tickLabels(vals))});
     const series = [{}];
     const bands = [];
     lines.forEach((tr, i) => {
@@ -113,11 +143,11 @@ window.Obs = window.Obs || {};
     if (layout.yaxis3) axes.push({...axis("y3", 1, m.r), label: (layout.yaxis3.title || {}).text || "", labelSize: 14,
                                   values: layout.yaxis3.tickformat
                                     ? (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")
-                                    : (u, v) => (fig.ticks.y3 = v.map(num))});
+                                    : (u, v) => (fig.ticks.y3 = tickLabels(v))});
     const drag = layout.dragmode !== false;
     return {
       width: fig.width, height: fig.height, ms: 1, legend: {show: false}, series, axes, scales, bands,
-      padding: [m.t, layout.yaxis3 ? 0 : m.r, 0, 0],
+      padding: [m.t, layout.yaxis3 ? 0 : (u) => Math.max(m.r, halfLast(fig.ticks.x)), 0, 0],
       cursor: {y: false, points: {show: false}, drag: {x: drag, y: false, setScale: false},
                bind: {dblclick: () => () => { if (on.reset) on.reset(); return null; },
                       ...(drag ? {} : {mousedown: () => () => null})}},

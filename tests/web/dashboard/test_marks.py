@@ -158,3 +158,37 @@ def test_notes_anomalies_and_commands_never_overprint_and_an_abandoned_branch_is
     assert "intervention-m1" not in ids and "undone by the restart" not in text
     for i in range(4):  # folded, every note still named in a hover
         assert f"note {i} about this bump" in text, i
+
+
+# Each visible marker label's WCAG contrast against the background it is drawn on (the first opaque one up its tree).
+CONTRASTS = f"""() => {{
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = (c) => {{ const [r, g, b] = rgb(c).slice(0, 3).map((v) => v / 255)
+    .map((v) => (v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4));
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b; }};
+  const back = (e) => {{ for (; e; e = e.parentElement) {{ const c = getComputedStyle(e).backgroundColor, a = rgb(c);
+    if (a.length === 3 || (a.length === 4 && a[3] === 1)) return c; }} return 'rgb(255, 255, 255)'; }};
+  return [...document.querySelectorAll('#{LOSS} .mark-label')].filter((e) => e.getBoundingClientRect().width > 0)
+    .map((e) => {{ const f = lum(getComputedStyle(e).color), b = lum(back(e));
+                   return {{text: e.textContent, ratio: (Math.max(f, b) + 0.05) / (Math.min(f, b) + 0.05)}}; }});
+}}"""
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_marker_labels_read_at_wcag_aa_contrast_in_either_theme(commands, web, new_page, scheme):
+    """Operator-command labels were dark purple (#4a148c) on the dark chart card: 1.4:1."""
+    from webapp.anomalies.models import Anomaly
+
+    for severity, step in (("warning", 40), ("critical", 45)):
+        Anomaly.objects.create(run_id="marks", key=f"loss_spike train/loss {step}", kind="loss_spike",
+                               metric="train/loss", start_step=step, peak_step=step, end_step=step,
+                               detected_step=step, severity=severity, score=3.0, explanation="loss 3x its level")
+    page = new_page(viewport={"width": 1440, "height": 900}, color_scheme=scheme)
+    page.goto(f"{web.url}/runs/marks/?from=0&to=59")
+    assert page.evaluate("() => document.documentElement.dataset.theme") == scheme
+    page.wait_for_function(f"() => ({CONTRASTS})().some((l) => l.text.includes('reason number 5'))",
+                           timeout=30_000)
+    page.wait_for_function(f"() => ({CONTRASTS})().some((l) => l.text.includes('⚠'))", timeout=30_000)
+    labels = page.evaluate(CONTRASTS)
+    low = [lab for lab in labels if lab["ratio"] < 4.5]
+    assert labels and not low, low

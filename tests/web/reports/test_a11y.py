@@ -60,3 +60,26 @@ def test_report_and_embed_fit_and_pass_axe(report, web, new_page, width, height)
             name = url.strip("/").split("?")[0].replace("/", "-")
             page.screenshot(path=os.path.join(os.environ["OBS_SHOTS_DIR"], f"{name}-{width}.png"), full_page=True)
     assert errors == []
+
+
+COLOURS = "(sel) => [...document.querySelectorAll(sel)].map((c) => (c.data || []).filter((t) => t.mode === 'lines')" \
+          ".map((t) => t.line.color))"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_report_colours_its_lines_as_the_dashboard_and_the_compare_page_do(report, web, new_page, scheme):
+    """A report's lines were another blue than the dashboard's, and its compare block drew the second run red where
+    the compare page draws it orange."""
+    page = new_page(viewport={"width": 1400, "height": 900}, color_scheme=scheme)
+    page.goto(f"{web.url}/reports/{report}/")
+    page.wait_for_function(DRAWN, timeout=30_000)
+    charts = page.evaluate(COLOURS, ".minichart")
+    single, pair = charts[0], next(c for c in charts if len(c) == 2)
+    page.goto(f"{web.url}/compare/?runs=demo-a,demo-b")
+    compare = "#charts figure.chart[data-metric='train/loss'] .plot"
+    page.wait_for_function(f"() => ({COLOURS})(\"{compare}\").some((c) => c.length >= 2)", timeout=30_000)
+    assert pair == page.evaluate(COLOURS, compare)[0][:2]
+    page.goto(f"{web.url}/runs/demo-a/")
+    page.wait_for_function(f"() => ({COLOURS})('#chart-train-loss').some((c) => c.length >= 1)", timeout=30_000)
+    assert single == page.evaluate(COLOURS, "#chart-train-loss")[0][:1]
+    assert pair[0] != pair[1]

@@ -1,0 +1,55 @@
+"""The one line renderer's axes (static/js/plot.js over uPlot), in Chromium as the pages run it: adjacent tick labels
+never read the same (each carries the digits its axis's spacing needs), and the x axis's last label is drawn whole,
+inside the chart, not cut at its right edge."""
+
+import pytest
+
+from ..servers import ROOT
+
+pytestmark = [pytest.mark.browser]
+
+
+@pytest.fixture
+def plot(new_page):
+    page = new_page(viewport={"width": 900, "height": 600})
+    page.set_content("<!doctype html><title>plot</title><div id='c' style='width:900px;height:260px'></div>")
+    page.add_style_tag(path=str(ROOT / "static" / "vendor" / "uPlot.min.css"))
+    page.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
+    return page
+
+
+def test_adjacent_tick_labels_are_distinct_with_the_digits_their_spacing_needs(plot):
+    got = plot.evaluate("""() => {
+      const axis = (lo, hi, step) => { const v = []; for (let x = lo; x <= hi + step / 2; x += step) v.push(x);
+                                       return Obs.tickLabels(v); };
+      return {zoomed: axis(100000, 150000, 5000), run: axis(0, 1000000, 100000), lr: axis(0, 3e-4, 1e-4),
+              loss: axis(0.6, 0.9, 0.05), fine: axis(1000.5, 1000.6, 0.02), big: axis(950000, 1050000, 10000),
+              neg: axis(-0.2, 0.2, 0.1)};
+    }""")
+    assert got["zoomed"] == ["1e5", "1.05e5", "1.1e5", "1.15e5", "1.2e5", "1.25e5", "1.3e5", "1.35e5", "1.4e5",
+                             "1.45e5", "1.5e5"]
+    assert got["run"] == ["0", "1e5", "2e5", "3e5", "4e5", "5e5", "6e5", "7e5", "8e5", "9e5", "1e6"]
+    assert got["lr"] == ["0", "1e\u22124", "2e\u22124", "3e\u22124"]
+    assert got["loss"] == ["0.6", "0.65", "0.7", "0.75", "0.8", "0.85", "0.9"]
+    assert got["neg"] == ["\u22120.2", "\u22120.1", "0", "0.1", "0.2"]
+    for name, labels in got.items():
+        assert all(a != b for a, b in zip(labels, labels[1:])), (name, labels)
+
+
+def test_the_last_x_label_of_a_zoomed_chart_is_drawn_inside_it(plot):
+    got = plot.evaluate("""async () => {
+      const node = document.getElementById('c'), x = [], y = [];
+      for (let s = 100000; s <= 150000; s += 100) { x.push(s); y.push(2 + Math.sin(s / 1000)); }
+      const u = Obs.drawFigure(node, [{x, y, mode: 'lines', name: 'loss', line: {color: '#1f5fbf'}}],
+        {margin: {l: 52, r: 10, t: 10, b: 22}, xaxis: {autorange: false, range: [100000, 150000]}, yaxis: {},
+         dragmode: false});
+      await new Promise((r) => requestAnimationFrame(() => r()));  // (uPlot draws in a microtask)
+      const labels = node._figure.ticks.x, dpr = devicePixelRatio || 1;
+      const c = document.createElement('canvas').getContext('2d'); c.font = '11px system-ui, sans-serif';
+      const last = labels[labels.length - 1], lastX = u.valToPos(150000, 'x') + u.bbox.left / dpr;
+      return {labels, right: lastX + c.measureText(last).width / 2, width: u.width};
+    }""")
+    labels = got["labels"]
+    assert labels[-1] == "1.5e5" and len(set(labels)) == len(labels), labels
+    assert got["right"] <= got["width"], got  # the last label's right end inside the chart's canvas
