@@ -37,6 +37,7 @@ ROUTE_METHODS = {
     "accounts/reset/<uidb64>/<token>/": AUTH,
     "accounts/reset/done/": {"GET": "account.auth"},
     "api/runs/<str:run_id>/telemetry/": {"POST": TOKEN},
+    "live/authorize/<str:run_id>/": R,  # the push tier's subscriber check (webapp/live/views.py)
     "": R,
     "runs/": R,
     "api/front/": R,
