@@ -51,8 +51,9 @@ def show(repo: Path, commit: str, path: str) -> str:
                           text=True).stdout
 
 
-def write_ladder(name: str, rows: list[dict]) -> None:
-    with open(HERE / "ladders" / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
+def write_ladder(name: str, rows: list[dict], folder: str = "ladders") -> None:
+    (HERE / folder).mkdir(exist_ok=True)
+    with open(HERE / folder / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, ["run", "N", "D", "L", "split"], lineterminator="\n")
         w.writeheader()
         w.writerows(rows)

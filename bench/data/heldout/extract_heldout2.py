@@ -15,9 +15,10 @@ import argparse
 import csv
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from extract_heldout import show, write_ladder  # (this folder: the first set's extractor)
 
 HERE = Path(__file__).resolve().parent
 LOSS_TO_LOSS = ("457ce81a019019bc3981937c20a70c52f5fad436", "data/sweep.csv", "data/extrapolation.csv")
@@ -35,20 +36,6 @@ L2L_DATA = {
 GEMSTONES_HELDOUT = {"PyGemma-2048x27_pretrain", "PyGemma-1536x50_pretrain", "PyGemma-3072x12_pretrain"}  # ~1.9-2.0B
 
 
-def show(repo: Path, commit: str, path: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], check=True, capture_output=True,
-                          text=True).stdout
-
-
-def write_ladder(name: str, rows: list[dict]) -> None:
-    (HERE / "ladders2").mkdir(exist_ok=True)
-    with open(HERE / "ladders2" / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, ["run", "N", "D", "L", "split"], lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    print(f"{name}: {len(rows)} rows, {sum(r['split'] == 'heldout' for r in rows)} held out")
-
-
 def loss_to_loss(repo: Path) -> None:
     """Brandfonbrener et al. 2024: every run of `sweep.csv` (isoFLOP budgets 2e17-4.84e19) is fitted, the 3.3B run of
     `extrapolation.csv` (1e21) on the same training set is held out. N = `params`, D = `tokens`, L = `val_loss`."""
@@ -62,7 +49,7 @@ def loss_to_loss(repo: Path) -> None:
             ladders[name].append({"run": f"{r['name']}-{r['data']}-iso{r['iso_flop']}", "N": r["params"],
                                   "D": r["tokens"], "L": r["val_loss"], "split": split})
     for name, rows in ladders.items():
-        write_ladder(name, rows)
+        write_ladder(name, rows, "ladders2")
 
 
 def gemstones(repo: Path) -> None:
@@ -75,7 +62,7 @@ def gemstones(repo: Path) -> None:
         r = json.loads(line, parse_float=str, parse_int=str)   # the source's text, not a re-printed float
         rows.append({"run": f"{r['run_name']}-step{r['step']}", "N": r["params_active_precise"], "D": r["tokens"],
                      "L": r["final_loss"], "split": "heldout" if r["run_name"] in GEMSTONES_HELDOUT else "fit"})
-    write_ladder("gemstones_mcleish2025", rows)
+    write_ladder("gemstones_mcleish2025", rows, "ladders2")
 
 
 def main() -> int:
