@@ -53,3 +53,31 @@ def test_the_last_x_label_of_a_zoomed_chart_is_drawn_inside_it(plot):
     labels = got["labels"]
     assert labels[-1] == "1.5e5" and len(set(labels)) == len(labels), labels
     assert got["right"] <= got["width"], got  # the last label's right end inside the chart's canvas
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("level", [1.0, 1e-3, 5e4])
+def test_a_line_flat_within_rounding_error_draws_on_a_padded_axis(plot, level, log):
+    """A constant series smoothed (the page's ?smooth=) comes out a few ulps apart: uPlot's tick search on a span that
+    thin never moved past its first tick (pushing until "RangeError: Invalid array length", seconds of a blocked
+    page). It draws as a flat line, on an axis padded around it, at any level and on a log axis."""
+    got = plot.evaluate("""async ([level, log]) => {
+      const node = document.getElementById('c'), x = [], y = [], errors = [];
+      // values as the page's smoothing gave them for a constant 1.0: 0.9999999999999997 .. 1.0000000000000002
+      const near = [level, level * (1 - 3.3e-16), level * (1 + 2.2e-16)];
+      for (let s = 0; s < 60; s++) { x.push(s); y.push(near[s % 3]); }
+      const spread = Math.max(...y) - Math.min(...y);
+      const onError = (e) => errors.push(String(e.message));
+      window.addEventListener('error', onError);  // (uPlot draws in a microtask: its errors are uncaught ones)
+      try {
+        Obs.drawFigure(node, [{x, y, mode: 'lines', name: 'lr', line: {color: '#1f5fbf'}}],
+          {margin: {l: 52, r: 10, t: 10, b: 22}, xaxis: {autorange: false, range: [0, 59]},
+           yaxis: {type: log ? 'log' : 'linear'}, dragmode: false});
+        await new Promise((r) => requestAnimationFrame(() => r()));
+      } catch (e) { errors.push(String(e)); } finally { window.removeEventListener('error', onError); }
+      const s = node._figure.u.scales.y;
+      return {spread, errors, min: s.min, max: s.max};
+    }""", [level, log])
+    assert got["spread"] > 0, "the case needs values a few ulps apart"
+    assert not got["errors"], got["errors"]
+    assert got["min"] < level * 0.99 and got["max"] > level * 1.01, got  # padded around the line, not ulps wide
