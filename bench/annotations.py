@@ -1,9 +1,4 @@
-"""Annotations on a live dashboard, measured in a real browser. Prints one JSON object.
-
-    .venv/bin/python bench/annotations.py [--posts 24] [--many 1000] [--server uvicorn|daphne]
-
-What it measures and how: docs/PERFORMANCE.md, `annotations` (bench/results/annotations.md).
-"""
+"""Annotations on a live dashboard, measured in a real browser. Prints one JSON object."""
 
 from __future__ import annotations
 
@@ -149,7 +144,7 @@ def measure(posts: int, many: int, server: str) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "annotations")
     ap.add_argument("--posts", type=int, default=24)
     ap.add_argument("--many", type=int, default=1000)
     ap.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")

@@ -1,10 +1,4 @@
-"""Anomaly detectors on a labelled evaluation set: precision, recall and delay per kind, false alarms, cost.
-
-    .venv/bin/python bench/anomalies.py [--json] [--curve CURVE.csv LABELS.json ...] [--map COLUMN=METRIC ...]
-                                        [--landed REF | --no-landed]
-
-What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
-"""
+"""Anomaly detectors on a labelled evaluation set: precision, recall and delay per kind, false alarms, cost."""
 
 from __future__ import annotations
 
@@ -277,7 +271,7 @@ def side_by_side(mine: dict, old: dict) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "anomalies")
     ap.add_argument("--curve", nargs=2, action="append", default=[], metavar=("CSV", "LABELS"))
     ap.add_argument("--map", action="append", default=[], metavar="COLUMN=METRIC")
     ap.add_argument("--landed", default="main", metavar="REF", help="git ref whose detectors to compare with")

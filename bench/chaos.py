@@ -1,10 +1,5 @@
-"""Chaos: a live demo run through a Redis crash, an ingest kill -9 and a web restart, then nothing may be missing.
-
-    .venv/bin/python bench/chaos.py [--steps 1000] [--db sqlite|postgresql] [--json]
-    .venv/bin/python bench/chaos.py --outage stop,freeze [--outage-seconds 120] [--json]   # the push tier down
-
-What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
-"""
+"""Chaos: a live demo run through a Redis crash, an ingest kill -9 and a web restart, then nothing may be missing; or
+(--outage stop,freeze) the push tier down under a live run."""
 
 from __future__ import annotations
 
@@ -73,7 +68,7 @@ def db_last_step(db: Database, run_id: str) -> int:
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "chaos", "push_outage")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, JSONL, Redis files)")

@@ -1,15 +1,6 @@
 """Fan-out: how many live viewers of one run the web tier serves, and how late; or (--browser) publish → browser
 latency through the real chain, a Chromium on the run's page. Prints one JSON object.
-
-    .venv/bin/python bench/fanout.py --viewers 1000 --seconds 30 --json [--replicas 2] [--server uvicorn]
-    .venv/bin/python bench/fanout.py --viewers 1000 --soak --seconds 300 --json      # RSS over time
-    .venv/bin/python bench/fanout.py --tier hub,nchan --viewers 3000 --connect-rate 0 --json  # both tiers, a storm
-    .venv/bin/python bench/fanout.py --browser [--seconds 30] [--rate 5] [--width full|2] [--server uvicorn|daphne]
-    .venv/bin/python bench/fanout.py --browser --tier nchan --others 1000   # through the push tier, 1,000 watching
-
-What it measures and how: docs/PERFORMANCE.md, `fanout`, `push_tier`, `latency` and `latency_nchan`
-(bench/results/fanout.md, push_tier.md, latency.md).
-"""
+A tier of its own files `fanout` (hub) or `latency` (--browser); with nchan, `push_tier` or `latency_nchan`."""
 
 from __future__ import annotations
 
@@ -300,7 +291,7 @@ def browser_measure(stack: Stack, seconds: float, rate: float, width: str, serve
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "fanout", "push_tier", "latency", "latency_nchan")
     ap.add_argument("--viewers", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=30.0, help="measured window")
     ap.add_argument("--replicas", type=int, default=1, help="web server processes (viewers round-robin)")

@@ -9,7 +9,7 @@ A bench is its measurement and its report only; what it runs against comes from 
   nchan_config), a headless Debian Chromium through Playwright;
 - the demo trainer's telemetry without its compute (SyntheticTrainer), a tap on the run's live log (bench/telemetry.py,
   re-exported here);
-- `parser(__doc__)`: a bench's command line with --json and --no-save; `pct`, `med`, `timed_ms`, CPU and RSS readers;
+- `parser(__doc__, *topics)`: a bench's command line (--json, --no-save); `pct`, `med`, `timed_ms`, CPU and RSS readers;
 - `report(topic, result, ...)`: the JSON on stdout and appended to bench/results/<topic>.json with the machine, its
   load, the commit and the date (BENCH_RESULTS_DIR elsewhere; `--no-save` nowhere); bench/report.py renders them.
 Only this module imports deploy/ (its public helpers); benches import this module, never each other's internals.
@@ -103,10 +103,14 @@ def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -
     return 0
 
 
-def parser(doc: str, db: str = "", gpu: bool = False, **kw) -> argparse.ArgumentParser:
-    """A bench's command line: its docstring's first line, --json (the result on one line), --no-save, with `gpu`
-    --gpu, with `db` --db (a SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set)."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0], **kw)
+def parser(doc: str, *topics: str, db: str = "", gpu: bool = False, **kw) -> argparse.ArgumentParser:
+    """A bench's command line: its docstring for --help, where `topics` are told (docs/PERFORMANCE.md and each
+    topic's bench/results/<topic>.md), --json (the result on one line), --no-save; with `gpu` --gpu, with `db` --db
+    (a SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set)."""
+    told = ", ".join(f"`{t}`" for t in topics)
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+        f"What it measures and how: {told} in docs/PERFORMANCE.md (bench/results/<topic>.md)" if topics else None),
+        **kw)
     ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
     ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
     if gpu:

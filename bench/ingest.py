@@ -1,17 +1,7 @@
 """Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers; or
 (--detectors) what anomaly detection costs inside ingest, measured in the live path; or (--trim) ingest fallen far
 behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory; or (--tensorboard) the
-throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer.
-
-    .venv/bin/python bench/ingest.py [--runs 8] [--steps 300] [--width 242] [--consumers 1,2]
-                                     [--backends sqlite,postgresql] [--json]
-    .venv/bin/python bench/ingest.py --detectors [--steps 600] [--database-url postgres://...]
-    .venv/bin/python bench/ingest.py --trim [--read 500000] [--behind 1500000] [--width 1] [--json]
-    .venv/bin/python bench/ingest.py --tensorboard [--runs 2] [--steps 20000] [--tags 4] [--json]
-
-What it measures and how: docs/PERFORMANCE.md, `ingest`, `anomaly_live`, `trim` and `tb_import`
-(bench/results/ingest.md, anomaly_live.md, trim.md, tb_import.md).
-"""
+throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer."""
 
 from __future__ import annotations
 
@@ -339,7 +329,7 @@ def tensorboard(a) -> int:
 
 
 def main() -> int:
-    ap = parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, "ingest", "anomaly_live", "trim", "tb_import")
     ap.add_argument("--runs", type=int, help="runs (default 8; --tensorboard: 2)")
     ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600; --tensorboard: 20,000)")
     ap.add_argument("--width", type=int, help="metrics per entry (default 242, the demo trainer's; --trim: 1)")

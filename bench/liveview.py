@@ -1,11 +1,4 @@
-"""What a live view costs the page: main-thread time per live update and long tasks, at the demo's full width.
-
-    .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
-                                       [--profile] [--heap-profile] [--trace-out FILE] [--page-js JS] [--json]
-                                       [--compare COMMIT_OR_DIR] [--gpu]
-
-What it measures and how: docs/PERFORMANCE.md, `liveview` (bench/results/liveview.md).
-"""
+"""What a live view costs the page: main-thread time per live update and long tasks, at the demo's full width."""
 
 from __future__ import annotations
 
@@ -202,10 +195,8 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
     cdp = Cdp(page, throttle)
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
                            "window.__obsFrames > 0", timeout=60_000)
-    # the live window starts on the settled page, every chart drawn and complete (first paint is bench/dashboard.py's
-    # to measure): "obs-plotly-drawn" on a tree that painted first without Plotly, else "obs-charts-drawn"
-    page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0 || "
-                           "performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    # the live window starts on the settled page, every chart drawn and complete (first paint: bench/dashboard.py's)
+    page.wait_for_function("() => performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
     if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
         page.evaluate(page_js)
     open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
@@ -279,7 +270,7 @@ def summarise(seconds: float, rate: float, history: int, charts: int, throttle: 
 
 
 def main() -> int:
-    ap = parser(__doc__, gpu=True)
+    ap = parser(__doc__, "liveview", gpu=True)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")

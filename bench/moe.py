@@ -1,7 +1,5 @@
-"""MoE benchmark: `.venv/bin/python bench/moe.py --json` prints one JSON object (progress goes to stderr).
-
-What it measures and how: docs/PERFORMANCE.md, `moe` (bench/results/moe.md).
-"""
+"""MoE benchmark: routing drops on text-like batches and the trainer's step by dispatch mode and expert parallelism.
+Prints one JSON object (progress goes to stderr)."""
 
 from __future__ import annotations
 
@@ -271,7 +269,7 @@ def main(argv=None) -> int:
     if argv and argv[0] == "_ep":
         print(json.dumps(ep_worker(int(argv[1]), tuple(argv[2:]) or ("demo", "larger"))))
         return 0
-    ap = parser(__doc__, prog="bench/moe.py")
+    ap = parser(__doc__, "moe", prog="bench/moe.py")
     ap.add_argument("--rounds", type=int, default=10, help="timed steps per measurement (median taken)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke-sized (one length, one device, a tiny config): the code paths, not a measurement")

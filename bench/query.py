@@ -1,16 +1,6 @@
 """Reading stored series on the configured database: full-range queries (the min/max pyramid), the windows endpoint
 (the zoom's read), (--export) a full-resolution series streamed as CSV, JSON and Parquet, or (--preview) a run page's
-link-preview image (og:image) over HTTP, cached and cold. Prints one JSON object.
-
-    .venv/bin/python bench/query.py [--points-total N] [--points P ...] [--repeat R] [--keep]
-    .venv/bin/python bench/query.py --windows [--steps 1000000] [--series 5] [--spans 2000 ...] [--width 1200]
-                                    [--repeat R] [--rounds K] [--compare TREE] [--keep]
-    .venv/bin/python bench/query.py --export [--points-total 2000000] [--repeat 3]
-    .venv/bin/python bench/query.py --preview [--steps 1000000] [--repeat 30] [--keep]
-
-What it measures and how: docs/PERFORMANCE.md, `query`, `export` and `ogimage` (bench/results/query.md, export.md,
-ogimage.md).
-"""
+link-preview image (og:image) over HTTP, cached and cold. Prints one JSON object."""
 
 from __future__ import annotations
 
@@ -54,7 +44,7 @@ BENCH_RUN = "bench-query"
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "query", "export", "ogimage")
     ap.add_argument("--points-total", type=int, help="points in the series (default 10,000,000; --export: 2,000,000)")
     ap.add_argument("--points", type=int, nargs="*", default=[1000, 5000, 20000])
     ap.add_argument("--repeat", type=int, help="timed reads of each (default 7; --export: 3)")
