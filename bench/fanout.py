@@ -11,11 +11,9 @@ import statistics
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-from harness import (PushTap, Stack, SyntheticTrainer, cpu_s, dashboard_subscription, demo_names, free_port,
-                     nchan_config, parser, pct, publish_times, push_tier_missing, report, rss_mb, wait_for, wait_http,
-                     wait_port)
+from harness import (PushTap, Stack, SyntheticTrainer, cpu_s, dashboard_subscription, demo_names, free_port, parser,
+                     pct, publish_times, push_tier_missing, report, rss_mb, sawtooth, wait_for, wait_http)
 
 import psutil  # noqa: E402
 import redis  # noqa: E402
@@ -86,23 +84,11 @@ def run_bench(args) -> dict:
 
 def push_replicas(stack: Stack, args, web_port: int) -> tuple[list[int], list]:
     """(public ports, processes) of the push tier: make run's nginx + nchan, or N sharing channels in nchan's Redis
-    mode (deploy/push.conf as compose runs it) on the bench's Redis, db 1; OBS_LIVE_PUSH_URL is the first's."""
-    if args.push_replicas == 1:
-        port, procs = stack.push_tier(web_port, relay=False, conn_limit=args.viewers + 100)
-        return [port], procs
-    ports, procs = [], []
-    for i in range(args.push_replicas):
-        var, port, pub = Path(stack.tmp) / f"push{i}", free_port(), free_port()
-        (var / "logs").mkdir(parents=True) or (var / "nginx").mkdir()
-        (var / "nginx" / "nginx.conf").write_text(nchan_config(
-            var, "127.0.0.1", port, web_port, pub, conn_limit=args.viewers + 100, redis=stack.redis.url[:-1] + "1"))
-        procs.append(stack.start(["nginx", "-c", str(var / "nginx" / "nginx.conf"), "-p", str(var / "nginx"), "-e",
-                                  str(var / "logs" / "nginx-error.log")], quiet=False))
-        wait_port(port, 30)
-        ports.append(port)
-        if i == 0:
-            stack.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub}/pub/runs/"
-    return ports, procs
+    mode (deploy/push.conf as compose runs it) on the bench's Redis, db 1 (OBS_LIVE_PUSH_URL: the last one's)."""
+    redis_url = stack.redis.url[:-1] + "1" if args.push_replicas > 1 else None
+    tiers = [stack.push_tier(web_port, relay=False, conn_limit=args.viewers + 100, redis=redis_url, name=f"push{i}")
+             for i in range(args.push_replicas)]
+    return [port for port, _ in tiers], [p for _, procs in tiers for p in procs]
 
 
 def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, trainer, tap) -> dict:
@@ -244,9 +230,7 @@ def browser_measure(stack: Stack, seconds: float, rate: float, width: str, serve
         target = t0 + step / rate
         time.sleep(max(0.0, target - time.monotonic()))
         sent[step] = time.time() * 1000.0
-        vals = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
-        vals[contract.M_LOSS] = 5.0 / (1 + step / 100)
-        pub.metrics(step, vals)
+        pub.metrics(step, sawtooth(step, names))
     try:  # the last step's arrival; a lost step is reported in steps_received, not waited for forever
         page.wait_for_function(f"() => window.__obsFrames.some((f) => f[2].includes({n}))", timeout=10_000)
     except Exception:
@@ -301,8 +285,6 @@ def main() -> int:
                          "embed: one series (train/loss), what an embed or a report chart subscribes")
     ap.add_argument("--publisher", choices=("synthetic", "demo"), default="synthetic")
     ap.add_argument("--rate", type=float, default=5.0, help="synthetic steps per second (the demo's rate)")
-    ap.add_argument("--client", choices=("c",), default="c",
-                    help="viewer processes: bench/viewers.c (built with gcc on first use)")
     ap.add_argument("--workers", type=int, default=0,
                     help="viewer processes (default: one per 5,000 viewers; at most 8)")
     ap.add_argument("--tier", default="hub", help="comma list of hub, nchan: measured one after the other in one run "

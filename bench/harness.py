@@ -43,8 +43,8 @@ import psutil  # noqa: E402
 
 from deploy.run_local import free_port, nchan_config, push_tier_missing, web_command  # noqa: E402,F401
 from tests.support import PrivateRedis, listening, stop_all, wait_for, wait_port  # noqa: E402,F401
-from telemetry import (DOMAINS, EXPERTS, LAYERS, PushTap, SyntheticTrainer,  # noqa: E402,F401 (re-exported)
-                       dashboard_subscription, demo_names, demo_values, publish_times)
+from telemetry import (PushTap, SyntheticTrainer, dashboard_subscription, demo_names,  # noqa: E402,F401 (re-exported)
+                       demo_values, heartbeat, publish_times, sawtooth)
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench" / "results"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -276,19 +276,20 @@ class Stack(ExitStack):
             wait_port(port, 60)
         return proc
 
-    def push_tier(self, web_port: int, relay: bool = True, conn_limit: int | None = None
-                  ) -> tuple[int, list[subprocess.Popen]]:
+    def push_tier(self, web_port: int, relay: bool = True, conn_limit: int | None = None, redis: str | None = None,
+                  name: str = "push") -> tuple[int, list[subprocess.Popen]]:
         """nginx + nchan as `make run` configures it, in front of the web server at web_port, and the relay (unless
         relay=False); returns (nginx's port, [nginx, relay]). The environment gains OBS_LIVE_PUSH_URL. conn_limit:
-        sockets per client address instead of push.conf's (a bench's viewers all come from 127.0.0.1)."""
+        sockets per client address instead of push.conf's (a bench's viewers all come from 127.0.0.1); redis: a
+        replica's channels in nchan's Redis mode at that URL (several, each its own `name`, share them)."""
         missing = push_tier_missing()
         if missing:
             raise RuntimeError(f"the push tier cannot start: {missing}")
-        port, pub_port, var = free_port(), free_port(), Path(self.tmp)
+        port, pub_port, var = free_port(), free_port(), Path(self.tmp) / name
         for sub in ("nginx", "logs"):
             (var / sub).mkdir(parents=True, exist_ok=True)
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port, conn_limit=conn_limit))
+        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port, conn_limit=conn_limit, redis=redis))
         self.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
         nginx = self.start(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                             str(var / "logs" / "nginx-error.log")], quiet=False)

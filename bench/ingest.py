@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import resource
@@ -18,7 +17,7 @@ import time
 from pathlib import Path
 
 from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, parser,
-                     proc_cpu_s, report)
+                     proc_cpu_s, report, setup_django)
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -26,10 +25,7 @@ GO, STOP = "bench:go", "bench:stop"
 # ---------------------------------------------------------------------------------------------- worker
 def worker(name: str, redis_url: str, batch: int) -> None:
     """One consumer: wait for GO, step until STOP, print its counters as JSON."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    import django
-
-    django.setup()
+    setup_django()
     import redis
     from django.db import connection
 
@@ -55,7 +51,7 @@ def worker(name: str, redis_url: str, batch: int) -> None:
             print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             time.sleep(0.1)
     cpu1, db1 = proc_cpu_s(os.getpid()), proc_cpu_s(backend) if backend else 0.0
-    getattr(ing, "close", lambda: None)()
+    ing.close()
     print(json.dumps({"name": name, "points": ing.stats["points"], "entries": ing.stats["entries"],
                       "cpu_s": round(cpu1 - cpu0, 3), "db_cpu_s": round(db1 - db0, 3), "errors": errors}), flush=True)
 
@@ -184,8 +180,6 @@ def measure_detectors(client, run_id: str, steps: int, batch: int) -> dict:
 
 def detectors(args) -> int:
     """--detectors: `live` (each step its own batch, ingest keeping up) and `catchup` (batches of 500)."""
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
     with Stack("anomaly-live") as stack:  # the bench Redis database (flushed) and a migrated database
         os.environ.update({"OBS_DATA_DIR": stack.tmp, "OBS_LOG_LEVEL": "WARNING"})
         django_here(f"{stack.tmp}/bench.sqlite3", debug=False)
@@ -255,14 +249,13 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
         pub.close()
         mem = client.info("memory")
         length = client.xlen(stream)
-        lost_key = getattr(contract, "telemetry_lost_key", None)
-        counted = {k.decode(): int(v) for k, v in client.hgetall(lost_key(run_id)).items()} if lost_key else None
+        counted = {k.decode(): int(v) for k, v in client.hgetall(contract.telemetry_lost_key(run_id)).items()}
         t0 = time.perf_counter()
         steps, other = read_back(client, stream)
         t_back = time.perf_counter() - t0
         missing = behind - len(set(steps) & set(range(read, read + behind)))
         client.close()
-    return {"cap": contract.STREAM_MAXLEN, "hard_cap": getattr(contract, "STREAM_HARD_MAXLEN", None),
+    return {"cap": contract.STREAM_MAXLEN, "hard_cap": contract.STREAM_HARD_MAXLEN,
             "width": width, "acknowledged_before": read, "behind": behind,
             "entries_lost": missing, "lost_counted": counted, "other_entries_in_backlog": other,
             "in_order": steps == sorted(steps), "stream_length_at_end": length,
@@ -339,7 +332,6 @@ def main() -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
     ap.add_argument("--detectors", action="store_true", help="the anomaly detectors' cost inside ingest instead")
-    ap.add_argument("--database-url", help="--detectors: the database (default: a throw-away SQLite file)")
     ap.add_argument("--trim", action="store_true", help="ingest far behind a capped stream instead")
     ap.add_argument("--read", type=int, default=500_000, help="--trim: entries ingest reads and acknowledges first")
     ap.add_argument("--behind", type=int, default=1_500_000, help="--trim: entries published after ingest stopped")

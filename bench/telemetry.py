@@ -58,6 +58,19 @@ def demo_values(step: int, rnd) -> dict[str, float]:
     return v
 
 
+def sawtooth(step: int, names: list[str]) -> dict[str, float]:
+    """A synthetic step: every series falls from 1 to 1/97 and jumps back, out of phase; the loss decays."""
+    vals = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
+    vals["train/loss"] = 5.0 / (1 + step / 100)
+    return vals
+
+
+def heartbeat(pub, step: int, rate: float) -> None:
+    """The trainer's heartbeat (training/heartbeat.py's snapshot): its phase, step and rate."""
+    pub.publish("heartbeat", {"phase": "training", "step": step, "tokens": step * 4096, "token_budget": 10**9,
+                              "eta_s": None, "steps_per_s": rate, "since_step_s": 0.0, "pid": os.getpid()})
+
+
 def dashboard_subscription(names: list[str]) -> list[str]:
     """What a browser with the default dashboard subscribes to: ~34 of the ~240 series."""
     want = {"train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
@@ -88,14 +101,9 @@ class SyntheticTrainer(threading.Thread):
             k += 1
             self.stop.wait(max(0.0, t0 + k / self.rate - time.monotonic()))
             self.step += 1
-            s = self.step
-            vals = {n: 1.0 / (1 + (s + i) % 97) for i, n in enumerate(self.names)}
-            vals["train/loss"] = 5.0 / (1 + s / 100)
-            self.pub.metrics(s, vals)
-            if s % int(2 * self.rate) == 0:
-                self.pub.publish("heartbeat", {"phase": "training", "step": s, "tokens": s * 1024,
-                                               "token_budget": 10**9, "eta_s": None, "steps_per_s": self.rate,
-                                               "since_step_s": 0.0, "pid": os.getpid()})
+            self.pub.metrics(self.step, sawtooth(self.step, self.names))
+            if self.step % int(2 * self.rate) == 0:
+                heartbeat(self.pub, self.step, self.rate)
         self.pub.close()
 
 
