@@ -235,16 +235,16 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                                                           trace_tasks(browser.stop_tracing())[2].items()}
                     A["summary"]["zoom_timelines"] = A["timelines"]
                 context.close()
+    def cpu(pairs):  # (browser, server) CPU ms of each
+        return {"cpu_median": med([a + b for a, b in pairs]), "cpu_browser_median": med([a for a, _ in pairs]),
+                "cpu_server_median": med([b for _, b in pairs])}
+
     out = {}
     for name, A in acc.items():
-        first_cpu, first_long, zoom_cpu = A["first_cpu"], A["first_long"], A["zoom_cpu"]
-        all_zooms = [x for xs in A["zooms"].values() for x in xs]
+        first_long, all_zooms = A["first_long"], [x for xs in A["zooms"].values() for x in xs]
         out[name] = {
             "first_paint_ms": {"median": med(A["first"]), "runs": [round(x, 1) for x in A["first"]],
-                               "cpu_median": med([a + b for a, b in first_cpu]),
-                               "cpu_browser_median": med([a for a, _ in first_cpu]),
-                               "cpu_server_median": med([b for _, b in first_cpu]),
-                               "main_thread_median": med(A["first_main"]),
+                               **cpu(A["first_cpu"]), "main_thread_median": med(A["first_main"]),
                                "long_tasks_median": med([len(x) for x in first_long]),
                                "long_task_ms_median": med([sum(x) for x in first_long]),
                                "longest_task_ms_median": med([max(x, default=0) for x in first_long])},
@@ -255,10 +255,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
             "zoom_gesture_ms": {"every_chart_median": med(A["gesture"]), "zoomed_chart_median": med(A["gesture_own"]),
                                 "by_chart_median": {k: med(v) for k, v in sorted(A["gesture_charts"].items())},
                                 "runs": [round(x, 1) for x in A["gesture"]]},
-            "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(A["own"]),
-                        "cpu_median": med([a + b for a, b in zoom_cpu]),
-                        "cpu_browser_median": med([a for a, _ in zoom_cpu]),
-                        "cpu_server_median": med([b for _, b in zoom_cpu]),
+            "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(A["own"]), **cpu(A["zoom_cpu"]),
                         "main_thread_median": med(A["zoom_main"]),
                         "long_tasks_total": sum(len(x) for x in A["zoom_long"]),
                         "by_window_steps": {str(w): med(xs) for w, xs in A["zooms"].items()}},

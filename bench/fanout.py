@@ -177,15 +177,9 @@ def prometheus_means(url: str) -> dict[str, float]:
     return {k: round(1000 * v / sums["_count"][k], 1) for k, v in sums["_sum"].items() if sums["_count"].get(k)}
 
 
-def measure_latency(seconds: float, rate: float, width: str = "full", server: str = "uvicorn", tier: str = "hub",
-                    others: int = 0) -> dict:
-    with Stack("latency") as stack:
-        stack.site(private_redis=True, OBS_METRICS_TOKEN=SCRAPE_TOKEN)  # a concurrent bench flushes the shared db
-        return browser_measure(stack, seconds, rate, width, server, tier, others)
-
-
-def browser_measure(stack: Stack, seconds: float, rate: float, width: str, server: str, tier: str, others: int
-                    ) -> dict:
+def measure_latency(stack: Stack, a) -> dict:
+    """--browser: publish -> the run's page in a Chromium through --tier, --others viewers watching meanwhile."""
+    seconds, rate, width, server, tier, others = a.seconds, a.rate, a.width, a.server, a.tiers[0], a.others
     port = free_port()
     front, crowd, push_tap = port, None, None
     if tier == "nchan":  # the page through nginx + nchan as `make run` has it, the relay feeding it (--tier nchan)
@@ -316,8 +310,9 @@ def main() -> int:
         if len(args.tiers) != 1:
             ap.error("--browser: one --tier, hub or nchan")
         print(f"measuring publish → browser latency for {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
-        out = {"publish_to_browser": measure_latency(args.seconds, args.rate, args.width, args.server, args.tiers[0],
-                                                     args.others), "targets": {"p50_ms": 50, "p99_ms": 250}}
+        with Stack("latency") as stack:
+            stack.site(private_redis=True, OBS_METRICS_TOKEN=SCRAPE_TOKEN)  # a concurrent bench flushes the shared db
+            out = {"publish_to_browser": measure_latency(stack, args), "targets": {"p50_ms": 50, "p99_ms": 250}}
         return report("latency" if args.tiers == ["hub"] else "latency_nchan", out, args.json, not args.no_save)
     build()  # before any clock starts (cached in var/bench/ by the source's hash)
     if not args.json:

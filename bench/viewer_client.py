@@ -49,10 +49,8 @@ class CViewers:
     hub: the web server's socket (hello, then `resume` with after_step); else nchan's (frames only)."""
 
     def __init__(self, urls: list[str], count: int, rate: float = 0.0, hub: bool = False,
-                 resume: dict | None = None, origin: str = "http://127.0.0.1", series: str = "train/loss",
-                 timeout: float = 120.0, exe: Path | None = None):
-        argv = [str(exe or build()), "--count", str(count), "--rate", str(rate), "--origin", origin,
-                "--series", series, "--timeout", str(timeout)]
+                 resume: dict | None = None, exe: Path | None = None):
+        argv = [str(exe or build()), "--count", str(count), "--rate", str(rate)]
         argv += [a for u in urls for a in ("--url", u)]
         if hub:  # the client appends ,"after_step":<hello's last_step>} to the resume
             argv += ["--hub"] + (["--resume", json.dumps(resume, separators=(",", ":"))[:-1]] if resume else [])
