@@ -20,9 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DB_ROOT = ROOT
 if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout's code, use this one's database
     ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import bench_redis_url, med, parser, report, setup_django, web_server  # noqa: E402
+sys.path[:0] = [str(ROOT), str(DB_ROOT / "bench")]  # that code first, this checkout's harness (after it)
+from harness import bench_redis_url, med, parser, report, setup_django, timed_ms, web_server  # noqa: E402
 from stack import load_series  # noqa: E402
 os.environ.setdefault("REDIS_URL", bench_redis_url())  # (--preview: the cache this process and the server share)
 OWN_DB = (None if os.environ.get("DATABASE_URL")
@@ -102,11 +101,8 @@ def bench(n: int, points: list[int], repeat: int, keep: bool) -> dict:
     cases = [("full", 0, n - 1, p) for p in points] + [
         ("zoom 1%", n // 2, n // 2 + n // 100, 1000), ("zoom 2k steps", n // 2 - 1000, n // 2 + 1000, 1000)]
     for label, start, end, p in cases:
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            win = queries.window(series, start, end, p)
-            times.append((time.perf_counter() - t) * 1000)
+        times = timed_ms(lambda: queries.window(series, start, end, p), repeat)
+        win = queries.window(series, start, end, p)
         got = [s for s, v in zip(win.window.steps, win.window.values) if v == 50.0]
         want = [s for s in spikes if start <= s <= end]
         out["queries"].append({"window": label, "points": p, "returned": len(win.window.steps),
@@ -142,13 +138,9 @@ def export_bench(n: int, repeat: int) -> dict:
         return sum(len(chunk) for chunk in exports.STREAMS[fmt](exports.Plan(RequestFactory().get("/"), run)))
 
     for fmt in ("csv", "json", "parquet"):
-        best, size = float("inf"), 0
-        for _ in range(repeat):
-            t = time.perf_counter()
-            size = stream(fmt)
-            best = min(best, time.perf_counter() - t)
+        best = min(timed_ms(lambda: stream(fmt), repeat)) / 1000
         tracemalloc.start()
-        stream(fmt)
+        size = stream(fmt)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         out["formats"][fmt] = {"seconds": round(best, 3), "points_per_s": round(n / best),
