@@ -234,11 +234,6 @@ def public() -> dict:
             "per_kind": evaluate([r for r in runs if r[2]]), "sources": sources, "clean": clean}
 
 
-def landed(ref: str) -> dict:
-    """This benchmark run on `ref`'s observatory package (bench/stack.py: git archive into a temporary directory)."""
-    return run_landed(ref, Path(__file__), "--json", "--no-landed")
-
-
 def side_by_side(mine: dict, old: dict) -> dict:
     """[landed, this checkout] for each kind's recall, precision and loud false alarms, and the public totals."""
     out = {}
@@ -283,7 +278,7 @@ def main() -> int:
         report.update(development=development(), held_out=held_out())
     false_alarms(report["per_kind"], cln + [r for r in ext if not r[2]])
     if not args.no_landed:
-        report["landed"] = landed(args.landed)
+        report["landed"] = run_landed(args.landed, Path(__file__), "--json", "--no-landed")  # on its observatory/
         if "error" not in report["landed"]:
             report["vs_landed"] = side_by_side(report, report["landed"])
     report["wall_s"] = round(time.perf_counter() - t0, 1)

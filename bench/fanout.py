@@ -199,7 +199,7 @@ def measure_latency(stack: Stack, a) -> dict:
     base = f"http://127.0.0.1:{front}"
     wait_http(f"{base}/api/runs/", 60)
     # a loaded box starts ingest slowly; without the run the page is a 404
-    wait_for(lambda: run_stored(base, run_id, stepped=False), 120, f"ingest creating run {run_id}")
+    wait_for(lambda: run_stored(base, run_id, None), 120, f"ingest creating run {run_id}")
     if tier == "nchan":
         push_tap = LiveViewer(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
         push_tap.start()

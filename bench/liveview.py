@@ -10,13 +10,13 @@ import statistics
 import sys
 import time
 import urllib.parse
-import urllib.request
 from contextlib import nullcontext
 from pathlib import Path
 
 from harness import Stack, demo_names, heartbeat, parser, pct, report, sawtooth, wait_for, wait_http
 from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks, ws_hook
 from stack import tree
+from viewer_client import run_stored
 
 from observatory import contract
 from observatory.streams import Publisher
@@ -145,14 +145,7 @@ def measure(a, other: Path | None = None) -> dict:
         heartbeat(pub, a.history - 1, a.rate)
         pub.flush()
         wait_http(f"{base}/api/runs/")
-
-        def stored() -> bool:
-            try:
-                return json.loads(urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2).read()).get(
-                    "last_step") == a.history - 1
-            except Exception:
-                return False
-        wait_for(stored, 600, "ingest to store the run's history", 0.5)
+        wait_for(lambda: run_stored(base, run_id, a.history - 1), 600, "ingest to store the run's history", 0.5)
         browser = stack.browser(a.gpu)
         windows, step0 = {}, a.history
         for name, at in ports.items():

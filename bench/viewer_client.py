@@ -120,11 +120,12 @@ def wpct(ws: list[tuple[float, int]], q: float) -> float:
     return ws[-1][0]
 
 
-def run_stored(base: str, run_id: str, stepped: bool = True) -> bool:
-    """Ingest stored the run (its page and API answer), and some steps of it unless stepped=False."""
+def run_stored(base: str, run_id: str, upto: int | None = 0) -> bool:
+    """Ingest stored the run (its page and API answer), and its steps up to `upto` unless that is None."""
     try:
         with urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2) as r:
-            return not stepped or (json.loads(r.read()).get("last_step") or -1) >= 0
+            last = json.loads(r.read()).get("last_step")
+            return upto is None or (last if last is not None else -1) >= upto
     except Exception:
         return False
 
