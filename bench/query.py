@@ -293,9 +293,9 @@ def windows_bench(args) -> dict:
     import subprocess
 
     trees = {"yours": str(DB_ROOT), "landed": str(Path(args.compare).resolve())}
-    child = [sys.executable, str(Path(__file__).resolve()), "--windows", "--child", "--steps", str(args.steps),
-             "--series", str(args.series), "--repeat", str(args.repeat), "--spans", *map(str, args.spans),
-             "--width", *map(str, args.width)]
+    child = [sys.executable, str(Path(__file__).resolve()), "--windows", "--child", "--no-save", "--steps",
+             str(args.steps), "--series", str(args.series), "--repeat", str(args.repeat), "--spans",
+             *map(str, args.spans), "--width", *map(str, args.width)]
     env = {**os.environ, "DATABASE_URL": os.environ["DATABASE_URL"]}
     load_before = os.getloadavg()
     acc: dict[str, list[dict]] = {}
