@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, parser,
-                     proc_cpu_s, report, setup_django)
+from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, drained,
+                     parser, proc_cpu_s, report, setup_django)
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -73,20 +73,6 @@ def prefill(client, runs: int, steps: int, width: int, seed: int = 1) -> list[st
                 pipe.execute()
         pipe.execute()
     return run_ids
-
-
-def drained(client, run_ids: list[str]) -> bool:
-    from observatory import contract
-
-    for run_id in run_ids:
-        try:
-            groups = client.xinfo_groups(contract.telemetry_stream(run_id))
-        except Exception:
-            return False
-        g = next((g for g in groups if g["name"] in (b"ingest", "ingest")), None)
-        if g is None or g["pending"] or g.get("lag", 1):
-            return False
-    return True
 
 
 def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, width: int, batch: int,

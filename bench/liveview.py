@@ -35,17 +35,19 @@ def values(step: int, names: list[str], data: str = "sawtooth") -> dict[str, flo
     return out
 
 
+def update_of(t: float, bounds: list[float]) -> int | None:
+    """The update `t` (ms) falls in: bounds are each live message's time, then the window's end; None: outside."""
+    j = bisect.bisect_right(bounds, t) - 1
+    return j if 0 <= j < len(bounds) - 1 else None
+
+
 def per_update(tasks: list[tuple[float, float, float]], marks: list[float], end: float, cpu: bool = False
                ) -> list[float]:
     """Main-thread ms from each live message to the next (the last: to `end`), tasks by their start; with `cpu`,
     the thread's CPU ms instead of its tasks' wall time."""
-    bounds = marks + [end]
-    out = [0.0] * len(marks)
-    j = 0
+    bounds, out = marks + [end], [0.0] * len(marks)
     for start, dur, cpu_ms in sorted(tasks):
-        while j < len(marks) and start >= bounds[j + 1]:
-            j += 1
-        if j < len(marks) and start >= bounds[j]:
+        if (j := update_of(start, bounds)) is not None:
             out[j] += cpu_ms if cpu else dur
     return out
 
@@ -54,16 +56,14 @@ def worst_updates(pieces: list[tuple[float, str, float]], marks: list[float], en
                   n: int = 6) -> list[dict]:
     """The `n` costliest updates, each with where its main-thread time went (self ms by trace event name, top 5;
     task time no finer event names is "(task)", as in trace_self_ms)."""
-    bounds = marks + [end]
-    worst = sorted(range(len(upd)), key=lambda i: -upd[i])[:n]
+    bounds, by = marks + [end], [{} for _ in upd]
+    for t, name, ms in pieces:
+        if (j := update_of(t, bounds)) is not None:
+            name = "(task)" if name in ("RunTask", "ThreadControllerImpl::RunTask") else name
+            by[j][name] = by[j].get(name, 0.0) + ms
     out = []
-    for i in worst:
-        by: dict[str, float] = {}
-        for t, name, ms in pieces:
-            if bounds[i] <= t < bounds[i + 1]:
-                name = "(task)" if name in ("RunTask", "ThreadControllerImpl::RunTask") else name
-                by[name] = by.get(name, 0.0) + ms
-        top = sorted(by.items(), key=lambda kv: -kv[1])[:5]
+    for i in sorted(range(len(upd)), key=lambda i: -upd[i])[:n]:
+        top = sorted(by[i].items(), key=lambda kv: -kv[1])[:5]
         out.append({"ms": round(upd[i], 1), "at_s": round((marks[i] - marks[0]) / 1000, 1),
                     "where_ms": {k: round(v, 1) for k, v in top}})
     return out
@@ -78,13 +78,10 @@ def without_major_gc(pieces: list[tuple[float, str, float]], marks: list[float],
     """A diagnostic: p50/p99 of the updates with under 1 ms of a major GC's main-thread work in them (V8's mark-
     compact and Blink's part of it: MAJOR_GC_EVENTS), and how many had more: what the page's own work costs,
     apart from the pauses V8 schedules (bench/liveview.py's `gc`)."""
-    bounds = marks + [end]
-    gc_ms = [0.0] * len(upd)
+    bounds, gc_ms = marks + [end], [0.0] * len(upd)
     for t, name, ms in pieces:
-        if name.startswith(MAJOR_GC_EVENTS):
-            j = bisect.bisect_right(bounds, t) - 1
-            if 0 <= j < len(upd):
-                gc_ms[j] += ms
+        if name.startswith(MAJOR_GC_EVENTS) and (j := update_of(t, bounds)) is not None:
+            gc_ms[j] += ms
     rest = [u for u, g in zip(upd, gc_ms) if g < 1.0]
     return {"p50": round(pct(rest, 50), 2), "p99": round(pct(rest, 99), 2), "left_out": len(upd) - len(rest)} \
         if rest else {}

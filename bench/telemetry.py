@@ -1,6 +1,7 @@
 """The demo trainer's telemetry without its compute, for the live-path benches (re-exported by bench/harness.py):
 its metric names and values (bench/data/telemetry), what a default dashboard subscribes to, a SyntheticTrainer
-publishing them at a rate, a tap on the run's live log (PushTap) and each step's publish time (publish_times).
+publishing them at a rate, a tap on the run's live log (PushTap), each step's publish time (publish_times) and
+whether ingest has read and acknowledged a run's stream (drained).
 """
 
 from __future__ import annotations
@@ -99,3 +100,18 @@ def publish_times(redis_url: str, run_id: str) -> dict[int, float]:
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     return {d["step"]: d["t"] for _id, f in r.xrange(contract.telemetry_stream(run_id)) if f.get("kind") == "metrics"
             for d in [json.loads(f["data"])]}
+
+
+def drained(client, run_ids: list[str]) -> bool:
+    """Ingest has read and acknowledged every entry of these runs' telemetry streams."""
+    from observatory import contract
+
+    for run_id in run_ids:
+        try:
+            groups = client.xinfo_groups(contract.telemetry_stream(run_id))
+        except Exception:
+            return False
+        g = next((g for g in groups if g["name"] in (contract.INGEST_GROUP, contract.INGEST_GROUP.encode())), None)
+        if g is None or g["pending"] or g.get("lag", 1):
+            return False
+    return True
