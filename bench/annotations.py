@@ -1,9 +1,4 @@
-"""Annotations on a live dashboard, measured in a real browser. Prints one JSON object.
-
-    .venv/bin/python bench/annotations.py [--posts 24] [--many 1000] [--server uvicorn|daphne]
-
-What it measures and how: docs/PERFORMANCE.md, `annotations` (bench/results/annotations.md).
-"""
+"""Annotations on a live dashboard, measured in a real browser. Prints one JSON object."""
 
 from __future__ import annotations
 
@@ -111,13 +106,12 @@ def measure(posts: int, many: int, server: str) -> dict:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.add_init_script(HOOK)
             page.goto(f"{base}/runs/{run_id}/")
-            page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'",
-                                   timeout=30_000)
-            page.wait_for_function(DATA_JS, timeout=30_000)
-            page.wait_for_function("() => document.getElementById('ann-hint').textContent !== ''")
             return page
 
         page = open_page(live_run)
+        page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+        page.wait_for_function(DATA_JS, timeout=30_000)
+        page.wait_for_function("() => document.getElementById('ann-hint').textContent !== ''")
         frame, drawn = [], []
         for i in range(posts):
             title = f"live {i}"
@@ -130,9 +124,7 @@ def measure(posts: int, many: int, server: str) -> dict:
         page.close()
 
         for label, run_id, n in (("without", bare_run, 0), ("with", many_run, many)):
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.add_init_script(HOOK)
-            page.goto(f"{base}/runs/{run_id}/")
+            page = open_page(run_id)
             # (the notes come in one answer and are drawn in one render: close ones fold into one label)
             page.wait_for_function(f"() => ({DATA_JS})() && ({LABELS_JS})().length >= {min(n, 1)}", polling="raf",
                                    timeout=60_000)
@@ -149,7 +141,7 @@ def measure(posts: int, many: int, server: str) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "annotations")
     ap.add_argument("--posts", type=int, default=24)
     ap.add_argument("--many", type=int, default=1000)
     ap.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")

@@ -1,10 +1,4 @@
-"""Anomaly detectors on a labelled evaluation set: precision, recall and delay per kind, false alarms, cost.
-
-    .venv/bin/python bench/anomalies.py [--json] [--curve CURVE.csv LABELS.json ...] [--map COLUMN=METRIC ...]
-                                        [--landed REF | --no-landed]
-
-What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
-"""
+"""Anomaly detectors on a labelled evaluation set: precision, recall and delay per kind, false alarms, cost."""
 
 from __future__ import annotations
 
@@ -30,7 +24,7 @@ from observatory.anomalies.scan import parse_maps  # noqa: E402
 from anomaly_cv import detections, development, held_out, labelled, match, scan  # noqa: E402
 from harness import parser, report as file_result  # noqa: E402
 from stack import run_landed  # noqa: E402
-from bench.data.anomalies.synth import DOMAINS, EXPERTS, TICK_S, TOKENS_PER_STEP, Curves, build_set  # noqa: E402
+from bench.data.anomalies.synth import TICK_S, TOKENS_PER_STEP, Curves, build_set, trainer_width  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "anomalies"
 PUBLIC = DATA / "public"
@@ -108,20 +102,7 @@ def cost(steps: int = 1500) -> dict:
     """µs per step for the Monitor at ~230 metrics (the trainer's names: router stats for 4 layers × 8 experts,
     ~100 per-parameter grad norms, hardware), against the contract's decode of the same message."""
     c = Curves(99, steps)
-    rng = np.random.default_rng(5)
-    fill = [f"grad/norm/{p}" for p in (f"layer_{i}/{w}" for i in range(12) for w in
-                                       ("attn/q", "attn/k", "attn/v", "attn/o", "mlp/w1", "mlp/w2", "norm1", "norm2"))]
-    fill += [contract.router_metric(l, s) for l in range(4) for s in ("routing_entropy", "load_balancing_loss",
-                                                                     "router_z_loss", "capacity_overflow_rate",
-                                                                     "max_mean_load")]
-    fill += [contract.router_metric(l, f"{s}/{e}") for l in (2, 3) for s in ("routing_hist", "router_bias")
-             for e in range(EXPERTS)]
-    fill += [contract.mixture_weight(d) for d in DOMAINS] + [contract.tokens_seen(d) for d in DOMAINS]
-    fill += [contract.HW_CPU_PERCENT, contract.HW_LOAD1, contract.HW_RSS, contract.HW_HOST_MEM_USED,
-             contract.HW_HOST_MEM_PERCENT, contract.HW_PROCESS_CPU, contract.HW_PROCESS_THREADS,
-             contract.M_PARAM_NORM, contract.M_LR_MULT, contract.M_TOTAL_STEPS, contract.M_TOTAL_TOKENS,
-             contract.M_DATA_TIME, contract.M_COMPUTE_TIME, contract.M_HOST_TIME, contract.M_MIX_STAGE,
-             contract.M_PUBLISH_DROPPED, contract.M_PUBLISH_QUEUE]
+    rng, fill = np.random.default_rng(5), trainer_width()
     stream = []
     for step, values, t, _ in c.steps():
         values.update({name: float(x) for name, x in zip(fill, rng.random(len(fill)))})
@@ -253,11 +234,6 @@ def public() -> dict:
             "per_kind": evaluate([r for r in runs if r[2]]), "sources": sources, "clean": clean}
 
 
-def landed(ref: str) -> dict:
-    """This benchmark run on `ref`'s observatory package (bench/stack.py: git archive into a temporary directory)."""
-    return run_landed(ref, Path(__file__), "--json", "--no-landed")
-
-
 def side_by_side(mine: dict, old: dict) -> dict:
     """[landed, this checkout] for each kind's recall, precision and loud false alarms, and the public totals."""
     out = {}
@@ -277,7 +253,7 @@ def side_by_side(mine: dict, old: dict) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "anomalies")
     ap.add_argument("--curve", nargs=2, action="append", default=[], metavar=("CSV", "LABELS"))
     ap.add_argument("--map", action="append", default=[], metavar="COLUMN=METRIC")
     ap.add_argument("--landed", default="main", metavar="REF", help="git ref whose detectors to compare with")
@@ -302,7 +278,7 @@ def main() -> int:
         report.update(development=development(), held_out=held_out())
     false_alarms(report["per_kind"], cln + [r for r in ext if not r[2]])
     if not args.no_landed:
-        report["landed"] = landed(args.landed)
+        report["landed"] = run_landed(args.landed, Path(__file__), "--json", "--no-landed")  # on its observatory/
         if "error" not in report["landed"]:
             report["vs_landed"] = side_by_side(report, report["landed"])
     report["wall_s"] = round(time.perf_counter() - t0, 1)

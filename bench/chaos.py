@@ -1,10 +1,5 @@
-"""Chaos: a live demo run through a Redis crash, an ingest kill -9 and a web restart, then nothing may be missing.
-
-    .venv/bin/python bench/chaos.py [--steps 1000] [--db sqlite|postgresql] [--json]
-    .venv/bin/python bench/chaos.py --outage stop,freeze [--outage-seconds 120] [--json]   # the push tier down
-
-What it measures and how: docs/PERFORMANCE.md, `chaos` (bench/results/chaos.md).
-"""
+"""Chaos: a live demo run through a Redis crash, an ingest kill -9 and a web restart, then nothing may be missing; or
+(--outage stop,freeze) the push tier down under a live run."""
 
 from __future__ import annotations
 
@@ -22,8 +17,8 @@ import urllib.request
 from contextlib import closing
 from pathlib import Path
 
-from harness import (Database, PrivateRedis, Stack, SyntheticTrainer, free_port, listening, parser,  # noqa
-                     pct, report, wait_for as wait, web_command)
+from harness import (Database, PrivateRedis, Stack, SyntheticTrainer, drained, free_port, listening,  # noqa
+                     parser, pct, report, wait_for as wait, web_command)
 from viewer_client import LiveViewer  # noqa: E402
 from observatory import contract  # noqa: E402
 
@@ -73,7 +68,7 @@ def db_last_step(db: Database, run_id: str) -> int:
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "chaos", "push_outage")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, JSONL, Redis files)")
@@ -188,7 +183,7 @@ def main() -> int:
         wait(lambda: db_last_step(db, run_id) >= final, 120, "the database to reach the trainer's last step")
         wait(lambda: max(watcher.steps, default=-1) >= final, 60, "the client to reach the last step")
         stream = client.xrange(contract.telemetry_stream(run_id))
-        wait(lambda: _drained(client, run_id), 60, "the run's stream to be fully acknowledged")
+        wait(lambda: drained(client, [run_id]), 60, "the run's stream to be fully acknowledged")
 
         want, got = jsonl_points(jsonl), db_points(db, run_id)
         lost = sorted(k for k in want if k not in got)
@@ -311,11 +306,6 @@ def outage(args, mode: str) -> dict:
     out["ok"] = (out["all_stored"] and out["ingest_lag_unchanged"] is not False and not lost and not out["duplicates"]
                  and not unfetched)
     return out
-
-
-def _drained(client, run_id: str) -> bool:
-    return any(g["name"] == contract.INGEST_GROUP.encode() and not g["pending"] and not g["lag"]
-               for g in client.xinfo_groups(contract.telemetry_stream(run_id)))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ A bench is its measurement and its report only; what it runs against comes from 
   nchan_config), a headless Debian Chromium through Playwright;
 - the demo trainer's telemetry without its compute (SyntheticTrainer), a tap on the run's live log (bench/telemetry.py,
   re-exported here);
-- `parser(__doc__)`: a bench's command line with --json and --no-save; `pct`, `med`, `timed_ms`, CPU and RSS readers;
+- `parser(__doc__, *topics)`: a bench's command line (--json, --no-save); `pct`, `med`, `timed_ms`, CPU and RSS readers;
 - `report(topic, result, ...)`: the JSON on stdout and appended to bench/results/<topic>.json with the machine, its
   load, the commit and the date (BENCH_RESULTS_DIR elsewhere; `--no-save` nowhere); bench/report.py renders them.
 Only this module imports deploy/ (its public helpers); benches import this module, never each other's internals.
@@ -43,8 +43,8 @@ import psutil  # noqa: E402
 
 from deploy.run_local import free_port, nchan_config, push_tier_missing, web_command  # noqa: E402,F401
 from tests.support import PrivateRedis, listening, stop_all, wait_for, wait_port  # noqa: E402,F401
-from telemetry import (DOMAINS, EXPERTS, LAYERS, PushTap, SyntheticTrainer,  # noqa: E402,F401 (re-exported)
-                       dashboard_subscription, demo_names, demo_values, publish_times)
+from telemetry import (PushTap, SyntheticTrainer, dashboard_subscription, demo_names,  # noqa: E402,F401 (re-exported)
+                       demo_values, drained, heartbeat, publish_times, sawtooth)
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench" / "results"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -103,10 +103,14 @@ def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -
     return 0
 
 
-def parser(doc: str, db: str = "", gpu: bool = False, **kw) -> argparse.ArgumentParser:
-    """A bench's command line: its docstring's first line, --json (the result on one line), --no-save, with `gpu`
-    --gpu, with `db` --db (a SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set)."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0], **kw)
+def parser(doc: str, *topics: str, db: str = "", gpu: bool = False, **kw) -> argparse.ArgumentParser:
+    """A bench's command line: its docstring for --help, where `topics` are told (docs/PERFORMANCE.md and each
+    topic's bench/results/<topic>.md), --json (the result on one line), --no-save; with `gpu` --gpu, with `db` --db
+    (a SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set)."""
+    told = ", ".join(f"`{t}`" for t in topics)
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+        f"What it measures and how: {told} in docs/PERFORMANCE.md (bench/results/<topic>.md)" if topics else None),
+        **kw)
     ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
     ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
     if gpu:
@@ -272,19 +276,20 @@ class Stack(ExitStack):
             wait_port(port, 60)
         return proc
 
-    def push_tier(self, web_port: int, relay: bool = True, conn_limit: int | None = None
-                  ) -> tuple[int, list[subprocess.Popen]]:
+    def push_tier(self, web_port: int, relay: bool = True, conn_limit: int | None = None, redis: str | None = None,
+                  name: str = "push") -> tuple[int, list[subprocess.Popen]]:
         """nginx + nchan as `make run` configures it, in front of the web server at web_port, and the relay (unless
         relay=False); returns (nginx's port, [nginx, relay]). The environment gains OBS_LIVE_PUSH_URL. conn_limit:
-        sockets per client address instead of push.conf's (a bench's viewers all come from 127.0.0.1)."""
+        sockets per client address instead of push.conf's (a bench's viewers all come from 127.0.0.1); redis: a
+        replica's channels in nchan's Redis mode at that URL (several, each its own `name`, share them)."""
         missing = push_tier_missing()
         if missing:
             raise RuntimeError(f"the push tier cannot start: {missing}")
-        port, pub_port, var = free_port(), free_port(), Path(self.tmp)
+        port, pub_port, var = free_port(), free_port(), Path(self.tmp) / name
         for sub in ("nginx", "logs"):
             (var / sub).mkdir(parents=True, exist_ok=True)
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port, conn_limit=conn_limit))
+        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port, conn_limit=conn_limit, redis=redis))
         self.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
         nginx = self.start(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                             str(var / "logs" / "nginx-error.log")], quiet=False)

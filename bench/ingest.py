@@ -1,23 +1,12 @@
 """Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers; or
 (--detectors) what anomaly detection costs inside ingest, measured in the live path; or (--trim) ingest fallen far
 behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory; or (--tensorboard) the
-throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer.
-
-    .venv/bin/python bench/ingest.py [--runs 8] [--steps 300] [--width 242] [--consumers 1,2]
-                                     [--backends sqlite,postgresql] [--json]
-    .venv/bin/python bench/ingest.py --detectors [--steps 600] [--database-url postgres://...]
-    .venv/bin/python bench/ingest.py --trim [--read 500000] [--behind 1500000] [--width 1] [--json]
-    .venv/bin/python bench/ingest.py --tensorboard [--runs 2] [--steps 20000] [--tags 4] [--json]
-
-What it measures and how: docs/PERFORMANCE.md, `ingest`, `anomaly_live`, `trim` and `tb_import`
-(bench/results/ingest.md, anomaly_live.md, trim.md, tb_import.md).
-"""
+throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import resource
@@ -27,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, parser,
-                     proc_cpu_s, report)
+from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, drained,
+                     parser, proc_cpu_s, report, setup_django)
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -36,10 +25,7 @@ GO, STOP = "bench:go", "bench:stop"
 # ---------------------------------------------------------------------------------------------- worker
 def worker(name: str, redis_url: str, batch: int) -> None:
     """One consumer: wait for GO, step until STOP, print its counters as JSON."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    import django
-
-    django.setup()
+    setup_django()
     import redis
     from django.db import connection
 
@@ -65,7 +51,7 @@ def worker(name: str, redis_url: str, batch: int) -> None:
             print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             time.sleep(0.1)
     cpu1, db1 = proc_cpu_s(os.getpid()), proc_cpu_s(backend) if backend else 0.0
-    getattr(ing, "close", lambda: None)()
+    ing.close()
     print(json.dumps({"name": name, "points": ing.stats["points"], "entries": ing.stats["entries"],
                       "cpu_s": round(cpu1 - cpu0, 3), "db_cpu_s": round(db1 - db0, 3), "errors": errors}), flush=True)
 
@@ -87,20 +73,6 @@ def prefill(client, runs: int, steps: int, width: int, seed: int = 1) -> list[st
                 pipe.execute()
         pipe.execute()
     return run_ids
-
-
-def drained(client, run_ids: list[str]) -> bool:
-    from observatory import contract
-
-    for run_id in run_ids:
-        try:
-            groups = client.xinfo_groups(contract.telemetry_stream(run_id))
-        except Exception:
-            return False
-        g = next((g for g in groups if g["name"] in (b"ingest", "ingest")), None)
-        if g is None or g["pending"] or g.get("lag", 1):
-            return False
-    return True
 
 
 def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, width: int, batch: int,
@@ -194,8 +166,6 @@ def measure_detectors(client, run_id: str, steps: int, batch: int) -> dict:
 
 def detectors(args) -> int:
     """--detectors: `live` (each step its own batch, ingest keeping up) and `catchup` (batches of 500)."""
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
     with Stack("anomaly-live") as stack:  # the bench Redis database (flushed) and a migrated database
         os.environ.update({"OBS_DATA_DIR": stack.tmp, "OBS_LOG_LEVEL": "WARNING"})
         django_here(f"{stack.tmp}/bench.sqlite3", debug=False)
@@ -265,14 +235,13 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
         pub.close()
         mem = client.info("memory")
         length = client.xlen(stream)
-        lost_key = getattr(contract, "telemetry_lost_key", None)
-        counted = {k.decode(): int(v) for k, v in client.hgetall(lost_key(run_id)).items()} if lost_key else None
+        counted = {k.decode(): int(v) for k, v in client.hgetall(contract.telemetry_lost_key(run_id)).items()}
         t0 = time.perf_counter()
         steps, other = read_back(client, stream)
         t_back = time.perf_counter() - t0
         missing = behind - len(set(steps) & set(range(read, read + behind)))
         client.close()
-    return {"cap": contract.STREAM_MAXLEN, "hard_cap": getattr(contract, "STREAM_HARD_MAXLEN", None),
+    return {"cap": contract.STREAM_MAXLEN, "hard_cap": contract.STREAM_HARD_MAXLEN,
             "width": width, "acknowledged_before": read, "behind": behind,
             "entries_lost": missing, "lost_counted": counted, "other_entries_in_backlog": other,
             "in_order": steps == sorted(steps), "stream_length_at_end": length,
@@ -339,7 +308,7 @@ def tensorboard(a) -> int:
 
 
 def main() -> int:
-    ap = parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, "ingest", "anomaly_live", "trim", "tb_import")
     ap.add_argument("--runs", type=int, help="runs (default 8; --tensorboard: 2)")
     ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600; --tensorboard: 20,000)")
     ap.add_argument("--width", type=int, help="metrics per entry (default 242, the demo trainer's; --trim: 1)")
@@ -349,7 +318,6 @@ def main() -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
     ap.add_argument("--detectors", action="store_true", help="the anomaly detectors' cost inside ingest instead")
-    ap.add_argument("--database-url", help="--detectors: the database (default: a throw-away SQLite file)")
     ap.add_argument("--trim", action="store_true", help="ingest far behind a capped stream instead")
     ap.add_argument("--read", type=int, default=500_000, help="--trim: entries ingest reads and acknowledges first")
     ap.add_argument("--behind", type=int, default=1_500_000, help="--trim: entries published after ingest stopped")

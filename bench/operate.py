@@ -1,9 +1,4 @@
-"""The operator panel's cost: one snapshot (what /ws/operate/ pushes) and one audit-trail sync, for many runs.
-
-    .venv/bin/python bench/operate.py [--runs 50] [--commands 200] [--points 2000] [--repeat 15]
-
-What it measures and how: docs/PERFORMANCE.md, `operate` (bench/results/operate.md).
-"""
+"""The operator panel's cost: one snapshot (what /ws/operate/ pushes) and one audit-trail sync, for many runs."""
 
 from __future__ import annotations
 
@@ -74,7 +69,7 @@ def timed(fn, repeat: int) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "operate")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--commands", type=int, default=200)
     ap.add_argument("--points", type=int, default=2000)

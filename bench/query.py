@@ -1,16 +1,6 @@
 """Reading stored series on the configured database: full-range queries (the min/max pyramid), the windows endpoint
 (the zoom's read), (--export) a full-resolution series streamed as CSV, JSON and Parquet, or (--preview) a run page's
-link-preview image (og:image) over HTTP, cached and cold. Prints one JSON object.
-
-    .venv/bin/python bench/query.py [--points-total N] [--points P ...] [--repeat R] [--keep]
-    .venv/bin/python bench/query.py --windows [--steps 1000000] [--series 5] [--spans 2000 ...] [--width 1200]
-                                    [--repeat R] [--rounds K] [--compare TREE] [--keep]
-    .venv/bin/python bench/query.py --export [--points-total 2000000] [--repeat 3]
-    .venv/bin/python bench/query.py --preview [--steps 1000000] [--repeat 30] [--keep]
-
-What it measures and how: docs/PERFORMANCE.md, `query`, `export` and `ogimage` (bench/results/query.md, export.md,
-ogimage.md).
-"""
+link-preview image (og:image) over HTTP, cached and cold. Prints one JSON object."""
 
 from __future__ import annotations
 
@@ -30,9 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DB_ROOT = ROOT
 if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout's code, use this one's database
     ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import bench_redis_url, med, parser, report, setup_django, web_server  # noqa: E402
+sys.path[:0] = [str(ROOT), str(DB_ROOT / "bench")]  # that code first, this checkout's harness (after it)
+from harness import bench_redis_url, med, parser, report, setup_django, timed_ms, web_server  # noqa: E402
 from stack import load_series  # noqa: E402
 os.environ.setdefault("REDIS_URL", bench_redis_url())  # (--preview: the cache this process and the server share)
 OWN_DB = (None if os.environ.get("DATABASE_URL")
@@ -54,7 +43,7 @@ BENCH_RUN = "bench-query"
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "query", "export", "ogimage")
     ap.add_argument("--points-total", type=int, help="points in the series (default 10,000,000; --export: 2,000,000)")
     ap.add_argument("--points", type=int, nargs="*", default=[1000, 5000, 20000])
     ap.add_argument("--repeat", type=int, help="timed reads of each (default 7; --export: 3)")
@@ -112,11 +101,8 @@ def bench(n: int, points: list[int], repeat: int, keep: bool) -> dict:
     cases = [("full", 0, n - 1, p) for p in points] + [
         ("zoom 1%", n // 2, n // 2 + n // 100, 1000), ("zoom 2k steps", n // 2 - 1000, n // 2 + 1000, 1000)]
     for label, start, end, p in cases:
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            win = queries.window(series, start, end, p)
-            times.append((time.perf_counter() - t) * 1000)
+        times = timed_ms(lambda: queries.window(series, start, end, p), repeat)
+        win = queries.window(series, start, end, p)
         got = [s for s, v in zip(win.window.steps, win.window.values) if v == 50.0]
         want = [s for s in spikes if start <= s <= end]
         out["queries"].append({"window": label, "points": p, "returned": len(win.window.steps),
@@ -152,13 +138,9 @@ def export_bench(n: int, repeat: int) -> dict:
         return sum(len(chunk) for chunk in exports.STREAMS[fmt](exports.Plan(RequestFactory().get("/"), run)))
 
     for fmt in ("csv", "json", "parquet"):
-        best, size = float("inf"), 0
-        for _ in range(repeat):
-            t = time.perf_counter()
-            size = stream(fmt)
-            best = min(best, time.perf_counter() - t)
+        best = min(timed_ms(lambda: stream(fmt), repeat)) / 1000
         tracemalloc.start()
-        stream(fmt)
+        size = stream(fmt)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         out["formats"][fmt] = {"seconds": round(best, 3), "points_per_s": round(n / best),
@@ -311,9 +293,9 @@ def windows_bench(args) -> dict:
     import subprocess
 
     trees = {"yours": str(DB_ROOT), "landed": str(Path(args.compare).resolve())}
-    child = [sys.executable, str(Path(__file__).resolve()), "--windows", "--child", "--steps", str(args.steps),
-             "--series", str(args.series), "--repeat", str(args.repeat), "--spans", *map(str, args.spans),
-             "--width", *map(str, args.width)]
+    child = [sys.executable, str(Path(__file__).resolve()), "--windows", "--child", "--no-save", "--steps",
+             str(args.steps), "--series", str(args.series), "--repeat", str(args.repeat), "--spans",
+             *map(str, args.spans), "--width", *map(str, args.width)]
     env = {**os.environ, "DATABASE_URL": os.environ["DATABASE_URL"]}
     load_before = os.getloadavg()
     acc: dict[str, list[dict]] = {}

@@ -1,15 +1,7 @@
 """Scaling-law fits: wall time per law, the pruned multi-start against the full grid, and the forecast error of
-the largest run from the smaller ones on real ladders. Prints one JSON object.
-
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py --json [--bootstrap 200] [--rungs 24] [--full-grid]
-        [--ladder var/ladder/demo-scaling/rungs.csv] [--public-only] [--ladders-bootstrap 200] [--compare REF]
-    .venv/bin/python bench/scaling.py --public-only --json    # the public ladders alone: the `scaling_ladders` topic
-    .venv/bin/python bench/scaling.py --demo --json [--config training/configs/ladder.toml] [--workdir DIR]
-        [--keep] [--cold] [--redis] [--only dense|moe]     # the demo ladder held to its forecast: `scaling_demo`
-
-What it measures and how: docs/PERFORMANCE.md, `scaling` (bench/results/scaling.md), `scaling_ladders` and
-`scaling_demo`.
-"""
+the largest run from the smaller ones on real ladders. Prints one JSON object
+(timings: run it with OPENBLAS_NUM_THREADS=1). --public-only: the public ladders alone (`scaling_ladders`);
+--demo (its own --help): the demo ladder held to its forecast (`scaling_demo`)."""
 
 from __future__ import annotations
 
@@ -93,7 +85,7 @@ def public(args) -> dict:
 def main() -> None:
     if "--demo" in sys.argv[1:]:  # the demo ladder run end to end: DEMO_DOC
         sys.exit(demo_main([a for a in sys.argv[1:] if a != "--demo"]))
-    ap = parser(__doc__)
+    ap = parser(__doc__, "scaling", "scaling_ladders")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--rungs", type=int, default=24, help="rungs: sizes × 4 tokens-per-parameter ratios")
     ap.add_argument("--full-grid", action="store_true")
@@ -211,8 +203,7 @@ DEMO_DOC = """The demo ladder held to its forecast: run the ladder, then its tar
 Two ladders by default: the dense demo ladder (training/configs/ladder.toml: demo_forecast, demo_error, ...) and
 the hero's own MoE family (training/configs/ladder_moe.toml, issue 48: the same figures under "moe", and
 moe_demo_error / moe_inside_band at the top level). --config runs that one ladder as the dense one; --only one of
-the two. Filed as the `scaling_demo` topic.
-"""
+the two."""
 
 
 def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> tuple[float, float]:
@@ -266,7 +257,7 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
 
 
 def demo_main(argv: list[str]) -> int:
-    ap = parser(DEMO_DOC, prog="bench/scaling.py --demo")
+    ap = parser(DEMO_DOC, "scaling_demo", prog="bench/scaling.py --demo")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/ladder.toml")
     ap.add_argument("--moe-config", type=Path, default=ROOT / "training/configs/ladder_moe.toml")
     ap.add_argument("--only", choices=("dense", "moe"), help="run only this ladder")

@@ -20,6 +20,24 @@ TOKENS_PER_STEP = 2048
 TICK_S = 5.0  # the live timer: during a gap between steps the bench ticks this often
 
 
+def trainer_width() -> list[str]:
+    """The rest of a trainer's ~230 metric names beside a Curves' own (bench/anomalies.py's cost: router stats for 4
+    layers x 8 experts, ~100 per-parameter grad norms, hardware)."""
+    fill = [f"grad/norm/{p}" for p in (f"layer_{i}/{w}" for i in range(12) for w in
+                                       ("attn/q", "attn/k", "attn/v", "attn/o", "mlp/w1", "mlp/w2", "norm1", "norm2"))]
+    fill += [contract.router_metric(l, s) for l in range(4) for s in ("routing_entropy", "load_balancing_loss",
+                                                                     "router_z_loss", "capacity_overflow_rate",
+                                                                     "max_mean_load")]
+    fill += [contract.router_metric(l, f"{s}/{e}") for l in (2, 3) for s in ("routing_hist", "router_bias")
+             for e in range(EXPERTS)]
+    fill += [contract.mixture_weight(d) for d in DOMAINS] + [contract.tokens_seen(d) for d in DOMAINS]
+    return fill + [contract.HW_CPU_PERCENT, contract.HW_LOAD1, contract.HW_RSS, contract.HW_HOST_MEM_USED,
+                   contract.HW_HOST_MEM_PERCENT, contract.HW_PROCESS_CPU, contract.HW_PROCESS_THREADS,
+                   contract.M_PARAM_NORM, contract.M_LR_MULT, contract.M_TOTAL_STEPS, contract.M_TOTAL_TOKENS,
+                   contract.M_DATA_TIME, contract.M_COMPUTE_TIME, contract.M_HOST_TIME, contract.M_MIX_STAGE,
+                   contract.M_PUBLISH_DROPPED, contract.M_PUBLISH_QUEUE]
+
+
 # ---------------------------------------------------------------------------------------------- curves
 class Curves:
     """One run's metric arrays (NaN = non-finite, `present` masks = not logged) and its wall clock."""
