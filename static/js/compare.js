@@ -146,10 +146,7 @@
   }
 
   // ------------------------------------------------------------------------------------------ charts
-  const metricPicker = new Obs.Picker(registry, (name) => charts.has(name), (name) => {
-    view.set({charts: [...view.charts.filter((c) => c !== name), name]});
-    charts.get(name)?.box.scrollIntoView({block: "nearest"});
-  });
+  const metricPicker = Obs.chartPicker(registry, view, charts);
 
   function syncCharts() {
     for (const [id, ch] of charts) {

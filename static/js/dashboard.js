@@ -47,10 +47,7 @@
     .split("{layer}").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("\\d+") + "/\\d+$");
   const data = new Obs.DataPanel(ctx, page.mixture);
   const header = new Obs.RunHeader(() => data.stageLabel());
-  const picker = new Obs.Picker(registry, (name) => charts.has(name), (name) => {
-    view.set({charts: [...view.charts.filter((c) => c !== name), name]});
-    charts.get(name)?.box.scrollIntoView({block: "nearest"});
-  });
+  const picker = Obs.chartPicker(registry, view, charts);
   // The connection's word, except that an ended run is "stopped" (or "failed"), not "live", while its socket is open.
   let conn = "";
   const ENDED = new Set(["stopped", "failed"]); // runs/models.py ENDED_STATES

@@ -201,14 +201,21 @@
     return r;
   };
 
+  // The "add a chart" picker (picker.js): a chosen metric's chart goes last and is scrolled to.
+  Obs.chartPicker = (registry, view, charts) => new Obs.Picker(registry, (name) => charts.has(name), (name) => {
+    view.set({charts: [...view.charts.filter((c) => c !== name), name]});
+    charts.get(name)?.box.scrollIntoView({block: "nearest"});
+  });
+
   // Screen-reader announcements for actions whose result is not where focus is.
   Obs.announce = (text) => { const el = $("announce"); el.textContent = "";
     setTimeout(() => { el.textContent = text; }, 50); };
 
   // A chart's "remove" / "up" / "down" button: the view's new chart list; the moved chart keeps the keyboard's place.
   Obs.moveChart = (view, charts, id, action, title) => {
-    const list = Obs.reorder(view.charts, id, action);
-    if (!list) return;
+    const list = view.charts.slice(), i = list.indexOf(id), j = action === "up" ? i - 1 : i + 1;
+    if (i < 0 || (action !== "remove" && (j < 0 || j >= list.length))) return; // (nothing to move)
+    if (action === "remove") list.splice(i, 1); else [list[i], list[j]] = [list[j], list[i]];
     view.set({charts: list});
     const ch = charts.get(id), btn = ch && ch.box.querySelector(action === "up" ? ".up" : ".down");
     if (btn) btn.focus(); else $("metric-search").focus();
