@@ -307,11 +307,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
     liveish() { return this.live || (this.ctx.runState === "training" && this.ctx.stepsPerS > 0); }
 
     headroom(axis, traces) { // a live chart's x axis: the run so far and room for the next points past it
-      let lo = Infinity, hi = -Infinity;
-      for (const tr of traces) {
-        if (tr.mode !== "lines" || !tr.x.length) continue;
-        lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
-      }
+      const [lo, hi] = Obs.xExtent(traces);
       if (!(hi > lo)) return;
       let ahead = (hi - lo) * LIVE_HEADROOM, perS = 0;
       const a = this.liveFrom, b = this.liveTo, sps = this.ctx.stepsPerS;

@@ -60,18 +60,6 @@ window.Obs = window.Obs || {};
       else setTimeout(() => Obs.plotly.load(), 0);
     },
   };
-  // A chart list after a chart's "remove" / "up" / "down" button (dashboard and compare page); null: no change.
-  Obs.reorder = (charts, id, action) => {
-    const list = charts.slice(), i = list.indexOf(id);
-    if (i < 0) return null;
-    if (action === "remove") list.splice(i, 1);
-    else {
-      const j = action === "up" ? i - 1 : i + 1;
-      if (j < 0 || j >= list.length) return null;
-      [list[i], list[j]] = [list[j], list[i]];
-    }
-    return list;
-  };
   Obs.coarsePointer = () => window.matchMedia && window.matchMedia("(pointer: coarse)").matches;
 
   // The Plotly mode bar as one ARIA toolbar: a single tab stop (the last button used), arrows move inside it.
