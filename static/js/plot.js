@@ -125,13 +125,13 @@ window.Obs = window.Obs || {};
       if (!(hi >= lo)) return [0, 1];
       const log = fig.log[key];
       if (key === "x" && hi > lo) return log && !(lo > 0) ? [1e-9, hi] : [lo, hi];
-      // y (and a single x): what is visible (uPlot's min and max over the x range drawn) with 6% room, a flat line
-      // not drawn at 0
+      // y: what is visible (uPlot's min and max over the x range drawn) with 6% room; a flat line not drawn at 0,
+      const flat = (a, b) => !(b - a > 1e-12 * Math.max(Math.abs(a), Math.abs(b))); // (nor a smoothed one's noise)
       if (log && lo > 0) {
-        const a = Math.log10(lo), b = Math.log10(hi), p = (b - a) * 0.06 || 0.3;
+        const a = Math.log10(lo), b = Math.log10(hi), p = flat(lo, hi) ? 0.3 : (b - a) * 0.06;
         return [10 ** (a - p), 10 ** (b + p)];
       }
-      const p = (hi - lo) * 0.06 || Math.abs(hi) * 0.5 || 1;
+      const p = (flat(lo, hi) ? 0 : (hi - lo) * 0.06) || Math.abs(hi) * 0.5 || 1;
       return [lo - p, hi + p];
     };
     const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1},
