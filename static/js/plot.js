@@ -55,7 +55,8 @@ window.Obs = window.Obs || {};
     let step = Infinity;
     for (let i = 1; i < vals.length; i++) step = Math.min(step, Math.abs(vals[i] - vals[i - 1]) || Infinity);
     if (!Number.isFinite(step)) return vals.map(num);
-    const e = Math.floor(Math.log10(step) + 1e-9);
+    const lead = Math.floor(Math.log10(step) + 1e-9), m = step / 10 ** lead; // m: 1, 2, 2.5 or 5 (uPlot's)
+    const e = lead - (Math.abs(m - Math.round(m)) > 1e-6 ? 1 : 0); // (2.5 apart: a digit more, not 3, 5, 8)
     return vals.map((v) => {
       const a = Math.abs(v);
       if (!Number.isFinite(v) || a < step / 2) return Number.isFinite(v) ? "0" : ""; // (0: a float's residue too)
@@ -110,8 +111,7 @@ window.Obs = window.Obs || {};
       grid: {show: side !== 1, stroke: t.grid, width: 1}, ticks: {show: true, stroke: t.grid, width: 1, size: 4},
       values: scale === "x" && time ? undefined
         : (u, vals) => (fig.ticks[scale] = fig.log[scale] ? logNum(vals) : tickLabels(vals))});
-    const series = [{}];
-    const bands = [];
+    const series = [{}], bands = [];
     lines.forEach((tr, i) => {
       const ln = tr.line || {}, width = ln.width === undefined ? 1.5 : ln.width;
       series.push({label: tr.name || "", scale: tr.yaxis === "y3" ? "y3" : "y", spanGaps: true,
