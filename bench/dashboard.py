@@ -133,7 +133,8 @@ def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]
 
 
 # --profile: what happens between a zoom's gesture and its charts' redraws, on any tree (no page code needed): the
-# windows request (sent, answered, parsed), in page time (performance.now()); the bench reads window.__obsSpy.
+# windows request (sent, answered, parsed; its time to first byte and, from a server that sends Server-Timing, what
+# the view spent), in page time (performance.now()); the bench reads window.__obsSpy.
 ZOOM_SPY_JS = """
 window.__obsSpy = [];
 (() => {
@@ -147,7 +148,15 @@ window.__obsSpy = [];
       const j = r.json.bind(r);
       r.json = () => {
         const p0 = performance.now();
-        return j().then((v) => { log('windows json', p0, performance.now()); return v; });
+        return j().then((v) => {
+          log('windows json', p0, performance.now());
+          const e = performance.getEntriesByName(r.url).pop(); // the request's own timing, the server's (Server-Timing)
+          if (e) {
+            log('windows ttfb', e.requestStart, e.responseStart);
+            for (const s of e.serverTiming || []) log('server ' + s.name, e.requestStart, e.requestStart + s.duration);
+          }
+          return v;
+        });
       };
       return r;
     });
