@@ -74,14 +74,6 @@ class Block(models.Model):
 
     SUMMARY_FIELDS = Summary.FIELDS  # the columns above that hold an observatory.downsample.Summary, in its order
 
-    class Meta:
-        indexes = [
-            # serves: a zoom's wide window (queries.window's fast path: a level's extremes in an idx range) from the
-            # index alone; through the primary key each block row is a seek into the table, on a page of its own
-            models.Index(fields=["series", "level", "idx", "count", "min", "min_step", "max", "max_step"],
-                         name="block_extremes"),
-        ]
-
 
 class IngestFence(models.Model):
     """Who may write a run's telemetry. An ingest consumer bumps `epoch` when it takes the run's lease (Redis) and
