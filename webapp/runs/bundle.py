@@ -1,10 +1,10 @@
-"""The dashboard's scripts as one static file, "js/dashboard-bundle.js": one request where there were ~20.
+"""The dashboard's scripts but dashboard.js as one static file, "js/dashboard-bundle.js": one request for ~20.
 
 Each of them was a request of its own, six at a time over HTTP/1.1, so the page waited for four rounds of them after
-its HTML; one file is one round. Its parts, in order, are the <script> files templates/runs/_dashboard_scripts.html
-names (that template is read, never rendered: it is the list), where `{% include %}` reads the named template's and
-`{% for path in extensions.scripts %}` stands for the apps' scripts (extensions.add_script, not lazy ones: those
-still load after the first paint, <meta name="obs-lazy-script">).
+its HTML; one file is one round (dashboard.js comes beside it, so that its start is a task of its own). The parts,
+in order, are the <script> files templates/runs/_dashboard_scripts.html names (read, never rendered: it is the
+list), where `{% include %}` reads the named template's and `{% for path in extensions.scripts %}` stands for the
+apps' scripts (extensions.add_script; lazy ones still load after the first paint, <meta name="obs-lazy-script">).
 
 BundleFinder, a staticfiles finder (settings.STATICFILES_FINDERS), writes the file under OBS_DATA_DIR/built-static/
 when asked for it and whenever a part changed, so it is a static file like the others: collectstatic collects, hashes

@@ -1,6 +1,6 @@
 """The dashboard's scripts in one file (webapp/runs/bundle.py): the parts in the page's order, the apps' scripts
-before dashboard.js, each part as its own file reads; a part that throws fails alone, as its own <script> did; the
-file is written again whenever it differs from its parts."""
+last (dashboard.js, a file of its own, runs after them), each part as its own file reads; a part that throws fails
+alone, as its own <script> did; the file is written again whenever it differs from its parts."""
 
 import pytest
 from django.test import override_settings
@@ -10,11 +10,11 @@ from webapp.runs import bundle, extensions
 from ..servers import ROOT
 
 
-def test_the_parts_are_the_chart_scripts_then_the_dashboards_with_the_apps_scripts_before_dashboard_js():
+def test_the_parts_are_the_chart_scripts_then_the_dashboards_with_the_apps_scripts_last():
     names = bundle.parts()
-    assert names[:2] == ["vendor/uPlot.iife.min.js", "js/series.js"] and names[-1] == "js/dashboard.js"
+    assert names[:2] == ["vendor/uPlot.iife.min.js", "js/series.js"] and "js/dashboard.js" not in names
     apps = extensions.dashboard()["scripts"]
-    assert apps and names[-1 - len(apps):-1] == apps
+    assert apps and names[-len(apps):] == apps
     assert not set(extensions.dashboard()["lazy"]) & set(names) and "js/moe.js" not in names  # after first paint
     assert len(names) == len(set(names))
     text = bundle.text()
