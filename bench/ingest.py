@@ -19,6 +19,8 @@ from pathlib import Path
 from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, drained,
                      parser, proc_cpu_s, report, setup_django)
 
+from bench.data.ingest.seed import prefill, tb_write
+
 GO, STOP = "bench:go", "bench:stop"
 
 
@@ -57,24 +59,6 @@ def worker(name: str, redis_url: str, batch: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- parent
-def prefill(client, runs: int, steps: int, width: int, seed: int = 1) -> list[str]:
-    from observatory import contract
-
-    rnd = random.Random(seed)
-    names = [f"bench/layer{i // 16}/m{i % 16}" for i in range(width)]
-    run_ids = [f"bench-{i}" for i in range(runs)]
-    for run_id in run_ids:
-        pipe = client.pipeline(transaction=False)
-        pipe.sadd(contract.RUNS_KEY, run_id)
-        for step in range(steps):
-            pipe.xadd(contract.telemetry_stream(run_id),
-                      contract.metrics_fields(run_id, step, {n: rnd.random() for n in names}, t=1.7e9 + step))
-            if len(pipe) >= 200:
-                pipe.execute()
-        pipe.execute()
-    return run_ids
-
-
 def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, width: int, batch: int,
           redis_pid: int) -> dict:
     import redis
@@ -253,27 +237,6 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- --tensorboard
-def tb_write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
-    from tensorboard.summary import Writer
-
-    n = 0
-    for r in range(runs):
-        out = logdir / f"run{r}"
-        tmp = logdir.parent / f"tmp{r}"
-        w = Writer(str(tmp if name else out))
-        for s in steps:
-            for t in range(tags):
-                w.add_scalar(f"group/tag{t}", 1.0 / (s + t + 1), s, wall_time=1.7e9 + s)
-                n += 1
-        w.close()
-        if name:
-            (f,) = list(tmp.iterdir())
-            out.mkdir(parents=True, exist_ok=True)
-            f.rename(out / name)
-            tmp.rmdir()
-    return n
-
-
 def tb_timed(env, logdir) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
