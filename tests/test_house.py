@@ -81,7 +81,7 @@ def test_bench_has_no_import_cycle_and_only_the_harness_imports_deploy():
 # the tools that made a data set live beside it in bench/data/ and measure nothing). Not met yet: bench/ runs over
 # it by BENCH_OVER_BUDGET lines (issue 47 stays open for it); lower it as cuts land, never raise it.
 BENCH_MAX_LINES = 5000
-BENCH_OVER_BUDGET = 27
+BENCH_OVER_BUDGET = 3
 
 
 def bench_lines() -> dict[str, int]:
