@@ -258,8 +258,7 @@ def main() -> int:
     result["load_average"] = os.getloadavg()[0]
     result["targets_ms"] = {"first_paint": 200, "first_paint_cpu_browser": 250, "first_paint_4x_throttle": 600,
                             "zoom": 30, "js_before_first_paint_kb": 250}
-    report("dashboard", result, args.json, not args.no_save)
-    return 0
+    return report("dashboard", result, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,8 @@ def save(topic: str, result: dict, argv: list[str] | None = None) -> Path:
 
 
 def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -> int:
-    """A bench's last act: its JSON on stdout (indented unless as_json), and the run filed under bench/results/."""
+    """A bench's last act (`return report(...)`: 0, its exit status): its JSON on stdout (indented unless as_json),
+    and the run filed under bench/results/."""
     print(json.dumps(result, indent=None if as_json else 2, default=str))
     if saved and "--no-save" not in sys.argv:
         print(f"filed in {save(topic, result, [a for a in sys.argv[1:]])}", file=sys.stderr)

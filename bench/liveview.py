@@ -268,8 +268,7 @@ def main() -> int:
                "ratio_this_over_other": {f"update_main_ms.{f}": ratio("update_main_ms", f) for f in ("p50", "p99")},
                "load_average": round(os.getloadavg()[0], 2)}
     out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
-    report("liveview", out, args.json, not args.no_save)
-    return 0
+    return report("liveview", out, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

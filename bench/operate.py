@@ -41,8 +41,7 @@ def main() -> int:
                   "snapshot_build": timed(snapshot.build, a.repeat)}
     finally:
         cleanup(ids)
-    report("operate", result, a.json, not a.no_save)
-    return 0
+    return report("operate", result, a.json, not a.no_save)
 
 
 if __name__ == "__main__":

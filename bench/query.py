@@ -63,8 +63,8 @@ def main() -> int:
         call_command("migrate", verbosity=0)
     try:
         if args.export:
-            report("export", export_bench(args.points_total or 2_000_000, args.repeat), args.json, not args.no_save)
-            return 0
+            return report("export", export_bench(args.points_total or 2_000_000, args.repeat), args.json,
+                          not args.no_save)
         if args.preview:
             out = preview_bench(args.steps, args.repeat)
             report("ogimage", out, args.json, not args.no_save)

@@ -271,8 +271,7 @@ def demo_main(argv: list[str]) -> int:
     finally:
         if not (args.workdir or args.keep):
             shutil.rmtree(work, ignore_errors=True)
-    report("scaling_demo", out, args.json, not args.no_save)
-    return 0
+    return report("scaling_demo", out, args.json, not args.no_save)
 
 
 if __name__ == "__main__":
