@@ -1,10 +1,4 @@
-"""Anomaly detectors on a labelled evaluation set: precision, recall and delay per kind, false alarms, cost.
-
-    .venv/bin/python bench/anomalies.py [--json] [--curve CURVE.csv LABELS.json ...] [--map COLUMN=METRIC ...]
-                                        [--landed REF | --no-landed]
-
-What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
-"""
+"""Anomaly detectors on a labelled evaluation set: precision, recall and delay per kind, false alarms, cost."""
 
 from __future__ import annotations
 
@@ -15,8 +9,6 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 # --core DIR: judge the `observatory` package found in DIR (another commit's detectors) instead of this checkout's
@@ -30,7 +22,7 @@ from observatory.anomalies.scan import parse_maps  # noqa: E402
 from anomaly_cv import detections, development, held_out, labelled, match, scan  # noqa: E402
 from harness import parser, report as file_result  # noqa: E402
 from stack import run_landed  # noqa: E402
-from bench.data.anomalies.synth import DOMAINS, EXPERTS, TICK_S, TOKENS_PER_STEP, Curves, build_set  # noqa: E402
+from bench.data.anomalies.synth import TICK_S, Curves, build_set, trainer_stream  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "anomalies"
 PUBLIC = DATA / "public"
@@ -96,36 +88,11 @@ def clean_alarms(runs: list[tuple[str, list[dict], list[dict], int]]) -> dict:
             "warning_or_critical": by_sev["warning"] + by_sev["critical"], "examples": examples}
 
 
-def with_gap_times(c: Curves, labels: list[dict]) -> list[dict]:
-    """Stall labels measure delay in seconds from the moment the last step before the gap completed."""
-    t = 1.7e9 + np.cumsum(TOKENS_PER_STEP / c.tokens + c.gaps)
-    return [{**lab, "gap_t": float(t[lab["start_step"]])} if lab["kind"] in ("stall", "heartbeat_lost") else lab
-            for lab in labels]
-
-
 # ---------------------------------------------------------------------------------------------- cost
 def cost(steps: int = 1500) -> dict:
     """µs per step for the Monitor at ~230 metrics (the trainer's names: router stats for 4 layers × 8 experts,
     ~100 per-parameter grad norms, hardware), against the contract's decode of the same message."""
-    c = Curves(99, steps)
-    rng = np.random.default_rng(5)
-    fill = [f"grad/norm/{p}" for p in (f"layer_{i}/{w}" for i in range(12) for w in
-                                       ("attn/q", "attn/k", "attn/v", "attn/o", "mlp/w1", "mlp/w2", "norm1", "norm2"))]
-    fill += [contract.router_metric(l, s) for l in range(4) for s in ("routing_entropy", "load_balancing_loss",
-                                                                     "router_z_loss", "capacity_overflow_rate",
-                                                                     "max_mean_load")]
-    fill += [contract.router_metric(l, f"{s}/{e}") for l in (2, 3) for s in ("routing_hist", "router_bias")
-             for e in range(EXPERTS)]
-    fill += [contract.mixture_weight(d) for d in DOMAINS] + [contract.tokens_seen(d) for d in DOMAINS]
-    fill += [contract.HW_CPU_PERCENT, contract.HW_LOAD1, contract.HW_RSS, contract.HW_HOST_MEM_USED,
-             contract.HW_HOST_MEM_PERCENT, contract.HW_PROCESS_CPU, contract.HW_PROCESS_THREADS,
-             contract.M_PARAM_NORM, contract.M_LR_MULT, contract.M_TOTAL_STEPS, contract.M_TOTAL_TOKENS,
-             contract.M_DATA_TIME, contract.M_COMPUTE_TIME, contract.M_HOST_TIME, contract.M_MIX_STAGE,
-             contract.M_PUBLISH_DROPPED, contract.M_PUBLISH_QUEUE]
-    stream = []
-    for step, values, t, _ in c.steps():
-        values.update({name: float(x) for name, x in zip(fill, rng.random(len(fill)))})
-        stream.append((step, values, t))
+    stream = trainer_stream(steps)
     n_metrics = statistics.median(len(v) for _, v, _ in stream)
     msgs = [contract.metrics_fields("bench", step, values, t) for step, values, t in stream[:300]]
     monitor_us = decode_us = math.inf
@@ -253,11 +220,6 @@ def public() -> dict:
             "per_kind": evaluate([r for r in runs if r[2]]), "sources": sources, "clean": clean}
 
 
-def landed(ref: str) -> dict:
-    """This benchmark run on `ref`'s observatory package (bench/stack.py: git archive into a temporary directory)."""
-    return run_landed(ref, Path(__file__), "--json", "--no-landed")
-
-
 def side_by_side(mine: dict, old: dict) -> dict:
     """[landed, this checkout] for each kind's recall, precision and loud false alarms, and the public totals."""
     out = {}
@@ -277,7 +239,7 @@ def side_by_side(mine: dict, old: dict) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "anomalies")
     ap.add_argument("--curve", nargs=2, action="append", default=[], metavar=("CSV", "LABELS"))
     ap.add_argument("--map", action="append", default=[], metavar="COLUMN=METRIC")
     ap.add_argument("--landed", default="main", metavar="REF", help="git ref whose detectors to compare with")
@@ -287,7 +249,7 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.perf_counter()
     injected, clean = build_set()
-    inj = [(name, detections(run_live(c)), with_gap_times(c, c.labels), c.n // c.every) for name, c in injected]
+    inj = [(name, detections(run_live(c)), c.timed_labels(), c.n // c.every) for name, c in injected]
     cln = [(name, detections(run_live(c)), [], c.n // c.every) for name, c in clean]
     ext = external(args.curve or default_curves(), parse_maps(args.map))
     report = {"per_kind": evaluate(inj + cln + ext), "clean": clean_alarms(cln),
@@ -302,7 +264,7 @@ def main() -> int:
         report.update(development=development(), held_out=held_out())
     false_alarms(report["per_kind"], cln + [r for r in ext if not r[2]])
     if not args.no_landed:
-        report["landed"] = landed(args.landed)
+        report["landed"] = run_landed(args.landed, Path(__file__), "--json", "--no-landed")  # on its observatory/
         if "error" not in report["landed"]:
             report["vs_landed"] = side_by_side(report, report["landed"])
     report["wall_s"] = round(time.perf_counter() - t0, 1)

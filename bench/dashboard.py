@@ -1,12 +1,5 @@
 """Page speed with a long history, in a real Chromium: the dashboard's first paint and zoom refetch, or (--front) the
-front page's first paint, the landed commit's against this checkout's. Prints one JSON object.
-
-    .venv/bin/python bench/dashboard.py [--steps 1000000] [--repeat 7] [--cpu-throttle 4] [--profile] [--db PATH]
-                                        [--compare COMMIT_OR_DIR] [--gpu]
-    .venv/bin/python bench/dashboard.py --front [--compare COMMIT] [--steps 200000] [--runs 20] [--repeat 7] [--gpu]
-
-What it measures and how: docs/PERFORMANCE.md, `dashboard` and `frontpage` (bench/results/dashboard.md, frontpage.md).
-"""
+front page's first paint, the landed commit's against this checkout's. Prints one JSON object."""
 
 from __future__ import annotations
 
@@ -17,75 +10,17 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import defaultdict
 from contextlib import ExitStack
 
 import psutil
 
 from harness import ROOT, Stack, django_here, med, parser, proc_cpu_s, report, web_server
-from stack import load_series, tree as checkout
+from stack import tree as checkout
 
-RUN_ID, FRONT_ID = "bench-dashboard", "bench-front"
-SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
-          "throughput/tokens_per_second", "moe/drop_fraction", "throughput/total_tokens")
-SPIKE_OFFSET = 123_457  # a one-step loss spike at this step (if the run is long enough)
+from bench.data.dashboard.seed import RUN_ID, SERIES, seed, seed_front
+
 ZOOMS = (200_000, 20_000, 2_000, 200, 20)  # window widths, in steps
-
-
-def value(name: str, step: int, rnd: random.Random) -> float:
-    if name == "throughput/total_tokens":
-        return float((step + 1) * 4096)
-    if name == "optim/learning_rate":
-        return 3e-4 * min(1.0, step / 2000) * (0.1 + 0.9 * (1 + math.cos(math.pi * step / 1e6)) / 2)
-    decay = 3.0 / math.sqrt(1 + step / 500)
-    base = {"train/loss": 2.0 + decay, "train/cross_entropy_loss": 1.9 + decay, "grad/norm/total": 0.6,
-            "throughput/tokens_per_second": 5.2e4, "moe/drop_fraction": 0.02}[name]
-    return base * (1 + 0.05 * rnd.gauss(0, 1))
-
-
-def seed(steps: int) -> float | None:
-    """The run with `steps` points per series, loaded once (seconds spent, or None if it was there)."""
-    from webapp.metrics.models import Series
-    from webapp.runs.models import Run
-
-    if Series.objects.filter(run_id=RUN_ID, count=steps).count() == len(SERIES):
-        return None
-    t0 = time.perf_counter()
-    Run.objects.filter(pk=RUN_ID).delete()
-    run = Run.objects.create(id=RUN_ID, name="dashboard benchmark", state="training", health="ended",
-                             last_step=steps - 1, heartbeat={"tokens": steps * 4096, "token_budget": 2 * steps * 4096,
-                                                            "steps_per_s": 4.0, "eta_s": steps / 4.0})
-    spike = SPIKE_OFFSET % steps
-    for name in SERIES:
-        rnd = random.Random(name)
-        load_series(run, name, ((step, v * 40 if name == "train/loss" and step == spike else v)
-                                for step in range(steps) for v in (value(name, step, rnd),)))
-    return time.perf_counter() - t0
-
-
-def seed_front(steps: int, runs: int) -> None:
-    """--front: the featured run (its loss, an anomaly, an annotation) and `runs` more, loaded once."""
-    from webapp.anomalies.models import Anomaly
-    from webapp.annotations.models import Annotation
-    from webapp.metrics.models import Series
-    from webapp.runs.models import Run
-
-    if Series.objects.filter(run_id=FRONT_ID, name="train/loss", count=steps).exists():
-        return
-    Run.objects.filter(pk__startswith=FRONT_ID).delete()
-    hb = {"tokens": steps * 4096, "token_budget": 2 * steps * 4096, "eta_s": 3600.0, "steps_per_s": 4.0}
-    run = Run.objects.create(id=FRONT_ID, name="front-page benchmark", state="training", health="alive",
-                             last_step=steps - 1, heartbeat=hb)
-    load_series(run, "train/loss", ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps)))
-    Anomaly.objects.create(run=run, key="loss_spike train/loss 77", kind="loss_spike", metric="train/loss",
-                           start_step=77, peak_step=77, detected_step=77, severity="warning", score=3.0,
-                           explanation="loss 9 at step 77 is 3x its running level")
-    Annotation.objects.create(run=run, title="spike at 77", body="a bad batch?", body_html="<p>a bad batch?</p>",
-                              step_start=70, step_end=80)
-    for i in range(runs):
-        Run.objects.create(id=f"{FRONT_ID}-{i:03d}", name=f"other {i}", state="stopped", health="ended",
-                           last_step=1000 + i)
 
 
 def front_paint(url: str, repeat: int, gpu: bool = False) -> dict:
@@ -164,31 +99,13 @@ window.__obsSpy = [];
 """
 
 
-def held_by(gate: dict):
-    """A route handler: requests wait in gate["held"] until gate["open"]."""
-    def handle(route):
-        if gate["open"]:
-            route.continue_()
-        else:
-            gate["held"].append(route)
-    return handle
-
-
-def lazy_plotly(url: str) -> bool:
-    """Whether the page loads Plotly after its first paint (the bundle preloaded, run later: _chart_scripts.html)."""
-    with urllib.request.urlopen(url, timeout=60) as r:
-        return b'id="plotly-bundle"' in r.read()
-
-
-def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = False,
-            free_plotly: bool = False, gpu: bool = False) -> dict:
+def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = False, gpu: bool = False) -> dict:
     """Wall times from the page's marks; the CPU spent on them (the page's renderer process and the web
     server, from /proc), which a busy machine inflates far less than wall time; the page's main-thread time and
     long tasks. targets: {name: (url, server pid)}; with several, the repetitions alternate between them (one
     browser, the same minutes), each measured on its own."""
     from pagecost import JS_BEFORE_PAINT, LONG_TASKS_JS, TRACE_CATEGORIES, Cdp, profile_summary, trace_tasks
 
-    lazy = {name: lazy_plotly(url) for name, (url, _) in targets.items()}
     acc = {name: defaultdict(list, zooms={w: [] for w in ZOOMS}, gesture_charts={}, summary={}) for name in targets}
     with Stack("dashboard-browser") as browsers:
         browser = browsers.browser(gpu)
@@ -197,13 +114,6 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                 A = acc[name]
                 context = browser.new_context(viewport={"width": 1400, "height": 900})
                 page = context.new_page()
-                # A page that loads Plotly after its first paint gets the bundle once the first paint's CPU and
-                # main-thread time are read: they are the first paint's alone (the bundle's ~0.6 s of evaluation
-                # would otherwise land in them whenever this script reads a moment late). Its plotly_drawn_ms
-                # then includes that moment (an upper bound).
-                gate = {"open": not lazy[name] or free_plotly, "held": []}
-                if not gate["open"]:
-                    page.route("**/vendor/plotly-cartesian*.js", held_by(gate))
                 page.add_init_script(LONG_TASKS_JS)
                 profiling = profile and i == 0
                 if profiling:
@@ -228,14 +138,9 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                     A["summary"]["first_paint_profile"] = profile_summary(cdp.stop_profile())
                     A["summary"]["first_paint_trace_self_ms"] = {k: round(v, 1) for k, v in
                                                                  trace_tasks(browser.stop_tracing())[2].items()}
-                gate["open"] = True
-                for r in gate["held"]:
-                    r.continue_()
-                # the charts in view complete (hover, zoom, tools): a tree that painted first with a light renderer
-                # marks when Plotly took over ("obs-plotly-drawn"); one with a single renderer says so at once
-                # ("obs-charts-drawn")
-                drawn = ("performance.getEntriesByName('obs-plotly-drawn')[0] || "
-                         "performance.getEntriesByName('obs-charts-drawn')[0]")
+                # the charts in view complete (hover, zoom, tools): "obs-charts-drawn" (plotly_drawn_ms, the name it
+                # had when a light renderer painted first and Plotly took over)
+                drawn = "performance.getEntriesByName('obs-charts-drawn')[0]"
                 page.wait_for_function(f"() => !!(document.getElementById('chart-train-loss') || {{}}).data && "
                                        f"!!({drawn})", timeout=60_000)
                 A["plotly"].append(page.evaluate(f"() => ({drawn}).startTime"))
@@ -249,18 +154,14 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                     # the gesture: its time (page clock) taken just before the view zooms, as a drag ends
                     t0 = page.evaluate(f"""() => {{ window.__obsSpy = []; const t = performance.now();
                         Obs.zoomTo({a}, {a + w}); return t; }}""")
-                    # a page that draws a zoom's windows onto the drawn lines first says when Plotly has caught up
-                    page.wait_for_function("() => !!window.__obsZoom && window.__obsZoom.plotlyMs !== null",
-                                           timeout=30_000)  # (undefined: a tree that draws a zoom once)
+                    page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
                     z = page.evaluate("""() => ({...window.__obsZoom,
                         start: performance.getEntriesByName('obs-zoom-start').pop().startTime,
                         done: performance.getEntriesByName('obs-zoom-done').pop().startTime})""")
-                    # (the loss chart's own time: the zoom's source on a tree whose zoomTo names none)
-                    own = z["sourceMs"] if z.get("sourceMs") is not None else (z.get("charts") or {}).get(
-                        "train/loss", z["ms"])
+                    own = z["charts"].get("train/loss", z["ms"])  # the loss chart's own (zoomTo names no source)
                     A["gesture"].append(z["done"] - t0)
                     A["gesture_own"].append(z["start"] + own - t0)
-                    for cid, at in (z.get("charts") or {}).items():  # (a tree whose page reports each chart's)
+                    for cid, at in z["charts"].items():
                         A["gesture_charts"].setdefault(cid, []).append(z["start"] + at - t0)
                     if profiling:
                         spy = page.evaluate("() => window.__obsSpy")
@@ -277,16 +178,16 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                                                           trace_tasks(browser.stop_tracing())[2].items()}
                     A["summary"]["zoom_timelines"] = A["timelines"]
                 context.close()
+    def cpu(pairs):  # (browser, server) CPU ms of each
+        return {"cpu_median": med([a + b for a, b in pairs]), "cpu_browser_median": med([a for a, _ in pairs]),
+                "cpu_server_median": med([b for _, b in pairs])}
+
     out = {}
     for name, A in acc.items():
-        first_cpu, first_long, zoom_cpu = A["first_cpu"], A["first_long"], A["zoom_cpu"]
-        all_zooms = [x for xs in A["zooms"].values() for x in xs]
+        first_long, all_zooms = A["first_long"], [x for xs in A["zooms"].values() for x in xs]
         out[name] = {
             "first_paint_ms": {"median": med(A["first"]), "runs": [round(x, 1) for x in A["first"]],
-                               "cpu_median": med([a + b for a, b in first_cpu]),
-                               "cpu_browser_median": med([a for a, _ in first_cpu]),
-                               "cpu_server_median": med([b for _, b in first_cpu]),
-                               "main_thread_median": med(A["first_main"]),
+                               **cpu(A["first_cpu"]), "main_thread_median": med(A["first_main"]),
                                "long_tasks_median": med([len(x) for x in first_long]),
                                "long_task_ms_median": med([sum(x) for x in first_long]),
                                "longest_task_ms_median": med([max(x, default=0) for x in first_long])},
@@ -298,10 +199,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
             "zoom_gesture_ms": {"every_chart_median": med(A["gesture"]), "zoomed_chart_median": med(A["gesture_own"]),
                                 "by_chart_median": {k: med(v) for k, v in sorted(A["gesture_charts"].items())},
                                 "runs": [round(x, 1) for x in A["gesture"]]},
-            "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(A["own"]),
-                        "cpu_median": med([a + b for a, b in zoom_cpu]),
-                        "cpu_browser_median": med([a for a, _ in zoom_cpu]),
-                        "cpu_server_median": med([b for _, b in zoom_cpu]),
+            "zoom_ms": {"median": med(all_zooms), "zoomed_chart_median": med(A["own"]), **cpu(A["zoom_cpu"]),
                         "main_thread_median": med(A["zoom_main"]),
                         "long_tasks_total": sum(len(x) for x in A["zoom_long"]),
                         "by_window_steps": {str(w): med(xs) for w, xs in A["zooms"].items()}},
@@ -310,7 +208,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
 
 
 def main() -> int:
-    ap = parser(__doc__, db="dashboard", gpu=True)
+    ap = parser(__doc__, "dashboard", "frontpage", db="dashboard", gpu=True)
     ap.add_argument("--steps", type=int, help="points per series (default 1,000,000; --front: 200,000)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--front", action="store_true", help="the front page instead, landed against this checkout")
@@ -318,9 +216,6 @@ def main() -> int:
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N",
                     help="slow the page's CPU N times (4: a phone)")
     ap.add_argument("--profile", action="store_true", help="profile and trace the first repetition's first paint")
-    ap.add_argument("--free-plotly", action="store_true",
-                    help="never hold Plotly's bundle back (plotly_drawn_ms as a user sees it; the first paint's CPU "
-                         "may then include some of the bundle's evaluation)")
     ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
                     help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed) "
                          "served alongside this one; repetitions alternate")
@@ -331,7 +226,8 @@ def main() -> int:
     if args.front:
         return front(args, env)
     args.steps = args.steps or 1_000_000
-    seeded = seed(args.steps)
+    t0 = time.perf_counter()
+    seed_s = round(time.perf_counter() - t0, 1) if seed(args.steps) else None  # None: the run was loaded already
     trees = {"this": ROOT}
     targets = {}
     with ExitStack() as stack:  # each checkout served by its own code and static files, same database
@@ -340,10 +236,10 @@ def main() -> int:
         for name, tree in trees.items():
             server = stack.enter_context(web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree))
             targets[name] = (f"http://127.0.0.1:{server.port}/runs/{RUN_ID}/", server.pid)
-        out = measure(targets, args.repeat, args.cpu_throttle, args.profile, args.free_plotly, args.gpu)
+        out = measure(targets, args.repeat, args.cpu_throttle, args.profile, args.gpu)
     result = {"steps_per_series": args.steps, "series": len(SERIES),
               "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
-              "seed_s": None if seeded is None else round(seeded, 1), "cpu_throttle": args.cpu_throttle,
+              "seed_s": seed_s, "cpu_throttle": args.cpu_throttle,
               "gpu": args.gpu}
     if args.compare:  # this tree against the other, alternating repetitions: medians and ratios (this / other)
         def ratio(k, f):
@@ -362,8 +258,7 @@ def main() -> int:
     result["load_average"] = os.getloadavg()[0]
     result["targets_ms"] = {"first_paint": 200, "first_paint_cpu_browser": 250, "first_paint_4x_throttle": 600,
                             "zoom": 30, "js_before_first_paint_kb": 250}
-    report("dashboard", result, args.json, not args.no_save)
-    return 0
+    return report("dashboard", result, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

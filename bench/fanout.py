@@ -1,15 +1,6 @@
 """Fan-out: how many live viewers of one run the web tier serves, and how late; or (--browser) publish → browser
 latency through the real chain, a Chromium on the run's page. Prints one JSON object.
-
-    .venv/bin/python bench/fanout.py --viewers 1000 --seconds 30 --json [--replicas 2] [--server uvicorn]
-    .venv/bin/python bench/fanout.py --viewers 1000 --soak --seconds 300 --json      # RSS over time
-    .venv/bin/python bench/fanout.py --tier hub,nchan --viewers 3000 --connect-rate 0 --json  # both tiers, a storm
-    .venv/bin/python bench/fanout.py --browser [--seconds 30] [--rate 5] [--width full|2] [--server uvicorn|daphne]
-    .venv/bin/python bench/fanout.py --browser --tier nchan --others 1000   # through the push tier, 1,000 watching
-
-What it measures and how: docs/PERFORMANCE.md, `fanout`, `push_tier`, `latency` and `latency_nchan`
-(bench/results/fanout.md, push_tier.md, latency.md).
-"""
+A tier of its own files `fanout` (hub) or `latency` (--browser); with nchan, `push_tier` or `latency_nchan`."""
 
 from __future__ import annotations
 
@@ -20,11 +11,9 @@ import statistics
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-from harness import (PushTap, Stack, SyntheticTrainer, cpu_s, dashboard_subscription, demo_names, free_port,
-                     nchan_config, parser, pct, publish_times, push_tier_missing, report, rss_mb, wait_for, wait_http,
-                     wait_port)
+from harness import (PushTap, Stack, SyntheticTrainer, cpu_s, dashboard_subscription, demo_names, free_port, parser,
+                     pct, publish_times, push_tier_missing, report, rss_mb, sawtooth, wait_for, wait_http)
 
 import psutil  # noqa: E402
 import redis  # noqa: E402
@@ -95,23 +84,11 @@ def run_bench(args) -> dict:
 
 def push_replicas(stack: Stack, args, web_port: int) -> tuple[list[int], list]:
     """(public ports, processes) of the push tier: make run's nginx + nchan, or N sharing channels in nchan's Redis
-    mode (deploy/push.conf as compose runs it) on the bench's Redis, db 1; OBS_LIVE_PUSH_URL is the first's."""
-    if args.push_replicas == 1:
-        port, procs = stack.push_tier(web_port, relay=False, conn_limit=args.viewers + 100)
-        return [port], procs
-    ports, procs = [], []
-    for i in range(args.push_replicas):
-        var, port, pub = Path(stack.tmp) / f"push{i}", free_port(), free_port()
-        (var / "logs").mkdir(parents=True) or (var / "nginx").mkdir()
-        (var / "nginx" / "nginx.conf").write_text(nchan_config(
-            var, "127.0.0.1", port, web_port, pub, conn_limit=args.viewers + 100, redis=stack.redis.url[:-1] + "1"))
-        procs.append(stack.start(["nginx", "-c", str(var / "nginx" / "nginx.conf"), "-p", str(var / "nginx"), "-e",
-                                  str(var / "logs" / "nginx-error.log")], quiet=False))
-        wait_port(port, 30)
-        ports.append(port)
-        if i == 0:
-            stack.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub}/pub/runs/"
-    return ports, procs
+    mode (deploy/push.conf as compose runs it) on the bench's Redis, db 1 (OBS_LIVE_PUSH_URL: the last one's)."""
+    redis_url = stack.redis.url[:-1] + "1" if args.push_replicas > 1 else None
+    tiers = [stack.push_tier(web_port, relay=False, conn_limit=args.viewers + 100, redis=redis_url, name=f"push{i}")
+             for i in range(args.push_replicas)]
+    return [port for port, _ in tiers], [p for _, procs in tiers for p in procs]
 
 
 def phase(args, tier: str, urls: list[str], ps_server: list, others: dict, trainer, tap) -> dict:
@@ -200,15 +177,9 @@ def prometheus_means(url: str) -> dict[str, float]:
     return {k: round(1000 * v / sums["_count"][k], 1) for k, v in sums["_sum"].items() if sums["_count"].get(k)}
 
 
-def measure_latency(seconds: float, rate: float, width: str = "full", server: str = "uvicorn", tier: str = "hub",
-                    others: int = 0) -> dict:
-    with Stack("latency") as stack:
-        stack.site(private_redis=True, OBS_METRICS_TOKEN=SCRAPE_TOKEN)  # a concurrent bench flushes the shared db
-        return browser_measure(stack, seconds, rate, width, server, tier, others)
-
-
-def browser_measure(stack: Stack, seconds: float, rate: float, width: str, server: str, tier: str, others: int
-                    ) -> dict:
+def measure_latency(stack: Stack, a) -> dict:
+    """--browser: publish -> the run's page in a Chromium through --tier, --others viewers watching meanwhile."""
+    seconds, rate, width, server, tier, others = a.seconds, a.rate, a.width, a.server, a.tiers[0], a.others
     port = free_port()
     front, crowd, push_tap = port, None, None
     if tier == "nchan":  # the page through nginx + nchan as `make run` has it, the relay feeding it (--tier nchan)
@@ -228,7 +199,7 @@ def browser_measure(stack: Stack, seconds: float, rate: float, width: str, serve
     base = f"http://127.0.0.1:{front}"
     wait_http(f"{base}/api/runs/", 60)
     # a loaded box starts ingest slowly; without the run the page is a 404
-    wait_for(lambda: run_stored(base, run_id, stepped=False), 120, f"ingest creating run {run_id}")
+    wait_for(lambda: run_stored(base, run_id, None), 120, f"ingest creating run {run_id}")
     if tier == "nchan":
         push_tap = LiveViewer(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
         push_tap.start()
@@ -253,9 +224,7 @@ def browser_measure(stack: Stack, seconds: float, rate: float, width: str, serve
         target = t0 + step / rate
         time.sleep(max(0.0, target - time.monotonic()))
         sent[step] = time.time() * 1000.0
-        vals = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
-        vals[contract.M_LOSS] = 5.0 / (1 + step / 100)
-        pub.metrics(step, vals)
+        pub.metrics(step, sawtooth(step, names))
     try:  # the last step's arrival; a lost step is reported in steps_received, not waited for forever
         page.wait_for_function(f"() => window.__obsFrames.some((f) => f[2].includes({n}))", timeout=10_000)
     except Exception:
@@ -300,7 +269,7 @@ def browser_measure(stack: Stack, seconds: float, rate: float, width: str, serve
 
 
 def main() -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "fanout", "push_tier", "latency", "latency_nchan")
     ap.add_argument("--viewers", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=30.0, help="measured window")
     ap.add_argument("--replicas", type=int, default=1, help="web server processes (viewers round-robin)")
@@ -310,8 +279,6 @@ def main() -> int:
                          "embed: one series (train/loss), what an embed or a report chart subscribes")
     ap.add_argument("--publisher", choices=("synthetic", "demo"), default="synthetic")
     ap.add_argument("--rate", type=float, default=5.0, help="synthetic steps per second (the demo's rate)")
-    ap.add_argument("--client", choices=("c",), default="c",
-                    help="viewer processes: bench/viewers.c (built with gcc on first use)")
     ap.add_argument("--workers", type=int, default=0,
                     help="viewer processes (default: one per 5,000 viewers; at most 8)")
     ap.add_argument("--tier", default="hub", help="comma list of hub, nchan: measured one after the other in one run "
@@ -343,8 +310,9 @@ def main() -> int:
         if len(args.tiers) != 1:
             ap.error("--browser: one --tier, hub or nchan")
         print(f"measuring publish → browser latency for {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
-        out = {"publish_to_browser": measure_latency(args.seconds, args.rate, args.width, args.server, args.tiers[0],
-                                                     args.others), "targets": {"p50_ms": 50, "p99_ms": 250}}
+        with Stack("latency") as stack:
+            stack.site(private_redis=True, OBS_METRICS_TOKEN=SCRAPE_TOKEN)  # a concurrent bench flushes the shared db
+            out = {"publish_to_browser": measure_latency(stack, args), "targets": {"p50_ms": 50, "p99_ms": 250}}
         return report("latency" if args.tiers == ["hub"] else "latency_nchan", out, args.json, not args.no_save)
     build()  # before any clock starts (cached in var/bench/ by the source's hash)
     if not args.json:

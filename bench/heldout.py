@@ -74,8 +74,3 @@ def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST, reporter: 
             return {"ok": False, "reason": f"{path}: frozen by {frozen_by[:12]}, not before {reporter} "
                                            f"(first committed in {first[0][:12]})"}
     return {"ok": True, "frozen_by": frozen_by, "sha256": want}
-
-
-def verify_all(paths: list[str], *, root: Path = ROOT, manifest: str = MANIFEST,
-               reporter: str | None = None) -> dict[str, dict]:
-    return {p: verify(p, root=root, manifest=manifest, reporter=reporter) for p in paths}

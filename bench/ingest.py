@@ -1,23 +1,12 @@
 """Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers; or
 (--detectors) what anomaly detection costs inside ingest, measured in the live path; or (--trim) ingest fallen far
 behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory; or (--tensorboard) the
-throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer.
-
-    .venv/bin/python bench/ingest.py [--runs 8] [--steps 300] [--width 242] [--consumers 1,2]
-                                     [--backends sqlite,postgresql] [--json]
-    .venv/bin/python bench/ingest.py --detectors [--steps 600] [--database-url postgres://...]
-    .venv/bin/python bench/ingest.py --trim [--read 500000] [--behind 1500000] [--width 1] [--json]
-    .venv/bin/python bench/ingest.py --tensorboard [--runs 2] [--steps 20000] [--tags 4] [--json]
-
-What it measures and how: docs/PERFORMANCE.md, `ingest`, `anomaly_live`, `trim` and `tb_import`
-(bench/results/ingest.md, anomaly_live.md, trim.md, tb_import.md).
-"""
+throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
 import resource
@@ -27,8 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, parser,
-                     proc_cpu_s, report)
+from harness import (ROOT, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, drained,
+                     parser, proc_cpu_s, report, setup_django)
+
+from bench.data.ingest.seed import prefill, tb_write
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -36,10 +27,7 @@ GO, STOP = "bench:go", "bench:stop"
 # ---------------------------------------------------------------------------------------------- worker
 def worker(name: str, redis_url: str, batch: int) -> None:
     """One consumer: wait for GO, step until STOP, print its counters as JSON."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-    import django
-
-    django.setup()
+    setup_django()
     import redis
     from django.db import connection
 
@@ -65,54 +53,22 @@ def worker(name: str, redis_url: str, batch: int) -> None:
             print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             time.sleep(0.1)
     cpu1, db1 = proc_cpu_s(os.getpid()), proc_cpu_s(backend) if backend else 0.0
-    getattr(ing, "close", lambda: None)()
+    ing.close()
     print(json.dumps({"name": name, "points": ing.stats["points"], "entries": ing.stats["entries"],
                       "cpu_s": round(cpu1 - cpu0, 3), "db_cpu_s": round(db1 - db0, 3), "errors": errors}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- parent
-def prefill(client, runs: int, steps: int, width: int, seed: int = 1) -> list[str]:
-    from observatory import contract
-
-    rnd = random.Random(seed)
-    names = [f"bench/layer{i // 16}/m{i % 16}" for i in range(width)]
-    run_ids = [f"bench-{i}" for i in range(runs)]
-    for run_id in run_ids:
-        pipe = client.pipeline(transaction=False)
-        pipe.sadd(contract.RUNS_KEY, run_id)
-        for step in range(steps):
-            pipe.xadd(contract.telemetry_stream(run_id),
-                      contract.metrics_fields(run_id, step, {n: rnd.random() for n in names}, t=1.7e9 + step))
-            if len(pipe) >= 200:
-                pipe.execute()
-        pipe.execute()
-    return run_ids
-
-
-def drained(client, run_ids: list[str]) -> bool:
-    from observatory import contract
-
-    for run_id in run_ids:
-        try:
-            groups = client.xinfo_groups(contract.telemetry_stream(run_id))
-        except Exception:
-            return False
-        g = next((g for g in groups if g["name"] in (b"ingest", "ingest")), None)
-        if g is None or g["pending"] or g.get("lag", 1):
-            return False
-    return True
-
-
-def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, width: int, batch: int,
-          redis_pid: int) -> dict:
+def trial(stack: Stack, backend: str, consumers: int, runs: int, steps: int, width: int, batch: int) -> dict:
+    """One drain on the stack's site (its own Redis, a database of `backend`, emptied first)."""
     import redis
 
-    client = redis.Redis.from_url(redis_url)
+    client, redis_pid = redis.Redis.from_url(stack.redis_url), stack.redis.proc.pid
     client.flushdb()
-    db.reset()
+    stack.manage("flush", "--noinput", check=True)
     run_ids = prefill(client, runs, steps, width)
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"bench-c{i}", "--redis", redis_url,
-                               "--batch", str(batch)], cwd=ROOT, env=db.env, stdout=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"bench-c{i}", "--redis", stack.redis_url,
+                               "--batch", str(batch)], cwd=ROOT, env=stack.env, stdout=subprocess.PIPE, text=True)
              for i in range(consumers)]
     try:
         for p in procs:
@@ -135,14 +91,14 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
                 p.send_signal(signal.SIGKILL)
                 p.wait()
     expected = runs * steps * width
-    stored = db.count_points()
+    stored = stack.sql("SELECT COUNT(*) FROM metrics_point")[0][0]
     cpu = sum(r["cpu_s"] for r in reports)
     db_cpu = sum(r["db_cpu_s"] for r in reports)
-    out = {"backend": db.backend, "consumers": consumers, "points": expected, "stored": stored,
+    out = {"backend": backend, "consumers": consumers, "points": expected, "stored": stored,
            "wall_s": round(wall, 2), "points_per_s": round(expected / wall),
            "ingest_cpu_s": round(cpu, 2), "points_per_cpu_s": round(expected / cpu) if cpu else None,
            "per_consumer_points": [r["points"] for r in reports], "errors": sum(r["errors"] for r in reports)}
-    if db.backend == "postgresql":
+    if backend == "postgresql":
         out["db_cpu_s"] = round(db_cpu, 2)
         out["points_per_cpu_s_with_db"] = round(expected / (cpu + db_cpu)) if cpu + db_cpu else None
     # Everything this drain cost the machine (ingest + database server + Redis); for PostgreSQL also the rate that
@@ -151,7 +107,7 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
     total = cpu + db_cpu + redis_cpu
     out["redis_cpu_s"] = round(redis_cpu, 2)
     out["points_per_total_cpu_s"] = round(expected / total) if total else None
-    if db.backend == "postgresql" and total:
+    if backend == "postgresql" and total:
         out["cpu_bound_points_per_s"] = round(expected / total * min(consumers, os.cpu_count()))
     out["load_avg"] = round(os.getloadavg()[0], 1)
     if stored != expected:
@@ -194,8 +150,6 @@ def measure_detectors(client, run_id: str, steps: int, batch: int) -> dict:
 
 def detectors(args) -> int:
     """--detectors: `live` (each step its own batch, ingest keeping up) and `catchup` (batches of 500)."""
-    if args.database_url:
-        os.environ["DATABASE_URL"] = args.database_url
     with Stack("anomaly-live") as stack:  # the bench Redis database (flushed) and a migrated database
         os.environ.update({"OBS_DATA_DIR": stack.tmp, "OBS_LOG_LEVEL": "WARNING"})
         django_here(f"{stack.tmp}/bench.sqlite3", debug=False)
@@ -265,14 +219,13 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
         pub.close()
         mem = client.info("memory")
         length = client.xlen(stream)
-        lost_key = getattr(contract, "telemetry_lost_key", None)
-        counted = {k.decode(): int(v) for k, v in client.hgetall(lost_key(run_id)).items()} if lost_key else None
+        counted = {k.decode(): int(v) for k, v in client.hgetall(contract.telemetry_lost_key(run_id)).items()}
         t0 = time.perf_counter()
         steps, other = read_back(client, stream)
         t_back = time.perf_counter() - t0
         missing = behind - len(set(steps) & set(range(read, read + behind)))
         client.close()
-    return {"cap": contract.STREAM_MAXLEN, "hard_cap": getattr(contract, "STREAM_HARD_MAXLEN", None),
+    return {"cap": contract.STREAM_MAXLEN, "hard_cap": contract.STREAM_HARD_MAXLEN,
             "width": width, "acknowledged_before": read, "behind": behind,
             "entries_lost": missing, "lost_counted": counted, "other_entries_in_backlog": other,
             "in_order": steps == sorted(steps), "stream_length_at_end": length,
@@ -284,27 +237,6 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- --tensorboard
-def tb_write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
-    from tensorboard.summary import Writer
-
-    n = 0
-    for r in range(runs):
-        out = logdir / f"run{r}"
-        tmp = logdir.parent / f"tmp{r}"
-        w = Writer(str(tmp if name else out))
-        for s in steps:
-            for t in range(tags):
-                w.add_scalar(f"group/tag{t}", 1.0 / (s + t + 1), s, wall_time=1.7e9 + s)
-                n += 1
-        w.close()
-        if name:
-            (f,) = list(tmp.iterdir())
-            out.mkdir(parents=True, exist_ok=True)
-            f.rename(out / name)
-            tmp.rmdir()
-    return n
-
-
 def tb_timed(env, logdir) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -339,7 +271,7 @@ def tensorboard(a) -> int:
 
 
 def main() -> int:
-    ap = parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__, "ingest", "anomaly_live", "trim", "tb_import")
     ap.add_argument("--runs", type=int, help="runs (default 8; --tensorboard: 2)")
     ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600; --tensorboard: 20,000)")
     ap.add_argument("--width", type=int, help="metrics per entry (default 242, the demo trainer's; --trim: 1)")
@@ -349,7 +281,6 @@ def main() -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
     ap.add_argument("--detectors", action="store_true", help="the anomaly detectors' cost inside ingest instead")
-    ap.add_argument("--database-url", help="--detectors: the database (default: a throw-away SQLite file)")
     ap.add_argument("--trim", action="store_true", help="ingest far behind a capped stream instead")
     ap.add_argument("--read", type=int, default=500_000, help="--trim: entries ingest reads and acknowledges first")
     ap.add_argument("--behind", type=int, default=1_500_000, help="--trim: entries published after ingest stopped")
@@ -366,26 +297,16 @@ def main() -> int:
     if args.tensorboard:
         return tensorboard(args)
     args.runs, args.steps, args.width = args.runs or 8, args.steps or 300, args.width or 242
-
-    pg_server = os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/")
-    redis = PrivateRedis()
-    redis.start()
-    redis_proc, redis_url = redis.proc, redis.url
     results, failed = [], False
-    try:
-        for backend in args.backends.split(","):
-            db = Database(backend, pg_server)
-            try:
-                for n in (int(c) for c in args.consumers.split(",")):
-                    r = trial(db, redis_url, n, args.runs, args.steps, args.width, args.batch, redis_proc.pid)
-                    failed |= "error" in r
-                    results.append(r)
-                    if not args.json:
-                        print(json.dumps(r), file=sys.stderr, flush=True)
-            finally:
-                db.close()
-    finally:
-        redis.close()
+    for backend in args.backends.split(","):
+        with Stack("ingest") as stack:  # a redis-server of its own, a database of this backend
+            stack.site(private_redis=True, database_url=stack.database(backend))
+            for n in (int(c) for c in args.consumers.split(",")):
+                r = trial(stack, backend, n, args.runs, args.steps, args.width, args.batch)
+                failed |= "error" in r
+                results.append(r)
+                if not args.json:
+                    print(json.dumps(r), file=sys.stderr, flush=True)
     report("ingest", {"runs": args.runs, "steps": args.steps, "width": args.width, "batch": args.batch,
                       "results": results}, args.json, not args.no_save and not failed)
     return 1 if failed else 0

@@ -1,68 +1,41 @@
-"""What a live view costs the page: main-thread time per live update and long tasks, at the demo's full width.
-
-    .venv/bin/python bench/liveview.py [--seconds 60] [--rate 5] [--history 2000] [--charts 20] [--cpu-throttle 4]
-                                       [--profile] [--heap-profile] [--trace-out FILE] [--page-js JS] [--json]
-                                       [--compare COMMIT_OR_DIR] [--gpu]
-
-What it measures and how: docs/PERFORMANCE.md, `liveview` (bench/results/liveview.md).
-"""
+"""What a live view costs the page: main-thread time per live update and long tasks, at the demo's full width."""
 
 from __future__ import annotations
 
 import bisect
 import json
-import math
 import os
 import statistics
 import sys
 import time
 import urllib.parse
-import urllib.request
 from contextlib import nullcontext
 from pathlib import Path
 
-from harness import Stack, demo_names, parser, pct, report, wait_for, wait_http
+from harness import Stack, demo_names, heartbeat, liveview_values as values, parser, pct, report, wait_for, wait_http
 from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks, ws_hook
 from stack import tree
+from viewer_client import run_stored
 
-from observatory import contract
 from observatory.streams import Publisher
 
 MARK_JS = "window.__obsFrames = 0;\n" + ws_hook("window.__obsFrames++; performance.mark('obs-live-frame');")
 TRACE_CATEGORIES = ["toplevel", "blink.user_timing", "devtools.timeline", "disabled-by-default-v8.gc"]
 
 
-def values(step: int, names: list[str], data: str = "sawtooth") -> dict[str, float]:
-    """sawtooth: every series but the loss falls from 1 to 1/97 and jumps back, out of phase (some series jumps 97x
-    at nearly every step: the anomaly detectors open or close an episode almost every step, and the charts' marks
-    change with them); smooth: slow waves with 1% noise, no spikes (a healthy run's telemetry)."""
-    if data == "smooth":
-        out = {n: 1.0 + 0.2 * math.sin(step / 200 + i) + 0.01 * (((step + i) * 7919) % 13) / 13
-               for i, n in enumerate(names)}
-    else:
-        out = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
-    out[contract.M_LOSS] = 2.0 + 3.0 / (1 + step / 100) + 0.05 * ((step * 7919) % 13) / 13
-    return out
-
-
-def heartbeat(pub: Publisher, step: int, rate: float) -> None:
-    """The trainer's heartbeat (training/heartbeat.py's snapshot): its phase, step and rate."""
-    pub.publish("heartbeat", {"t": time.time(), "phase": "training", "step": step, "tokens": step * 4096,
-                              "token_budget": 10**9, "eta_s": None, "steps_per_s": rate, "since_step_s": 0.0,
-                              "pid": os.getpid()})
+def update_of(t: float, bounds: list[float]) -> int | None:
+    """The update `t` (ms) falls in: bounds are each live message's time, then the window's end; None: outside."""
+    j = bisect.bisect_right(bounds, t) - 1
+    return j if 0 <= j < len(bounds) - 1 else None
 
 
 def per_update(tasks: list[tuple[float, float, float]], marks: list[float], end: float, cpu: bool = False
                ) -> list[float]:
     """Main-thread ms from each live message to the next (the last: to `end`), tasks by their start; with `cpu`,
     the thread's CPU ms instead of its tasks' wall time."""
-    bounds = marks + [end]
-    out = [0.0] * len(marks)
-    j = 0
+    bounds, out = marks + [end], [0.0] * len(marks)
     for start, dur, cpu_ms in sorted(tasks):
-        while j < len(marks) and start >= bounds[j + 1]:
-            j += 1
-        if j < len(marks) and start >= bounds[j]:
+        if (j := update_of(start, bounds)) is not None:
             out[j] += cpu_ms if cpu else dur
     return out
 
@@ -71,16 +44,14 @@ def worst_updates(pieces: list[tuple[float, str, float]], marks: list[float], en
                   n: int = 6) -> list[dict]:
     """The `n` costliest updates, each with where its main-thread time went (self ms by trace event name, top 5;
     task time no finer event names is "(task)", as in trace_self_ms)."""
-    bounds = marks + [end]
-    worst = sorted(range(len(upd)), key=lambda i: -upd[i])[:n]
+    bounds, by = marks + [end], [{} for _ in upd]
+    for t, name, ms in pieces:
+        if (j := update_of(t, bounds)) is not None:
+            name = "(task)" if name in ("RunTask", "ThreadControllerImpl::RunTask") else name
+            by[j][name] = by[j].get(name, 0.0) + ms
     out = []
-    for i in worst:
-        by: dict[str, float] = {}
-        for t, name, ms in pieces:
-            if bounds[i] <= t < bounds[i + 1]:
-                name = "(task)" if name in ("RunTask", "ThreadControllerImpl::RunTask") else name
-                by[name] = by.get(name, 0.0) + ms
-        top = sorted(by.items(), key=lambda kv: -kv[1])[:5]
+    for i in sorted(range(len(upd)), key=lambda i: -upd[i])[:n]:
+        top = sorted(by[i].items(), key=lambda kv: -kv[1])[:5]
         out.append({"ms": round(upd[i], 1), "at_s": round((marks[i] - marks[0]) / 1000, 1),
                     "where_ms": {k: round(v, 1) for k, v in top}})
     return out
@@ -95,13 +66,10 @@ def without_major_gc(pieces: list[tuple[float, str, float]], marks: list[float],
     """A diagnostic: p50/p99 of the updates with under 1 ms of a major GC's main-thread work in them (V8's mark-
     compact and Blink's part of it: MAJOR_GC_EVENTS), and how many had more: what the page's own work costs,
     apart from the pauses V8 schedules (bench/liveview.py's `gc`)."""
-    bounds = marks + [end]
-    gc_ms = [0.0] * len(upd)
+    bounds, gc_ms = marks + [end], [0.0] * len(upd)
     for t, name, ms in pieces:
-        if name.startswith(MAJOR_GC_EVENTS):
-            j = bisect.bisect_right(bounds, t) - 1
-            if 0 <= j < len(upd):
-                gc_ms[j] += ms
+        if name.startswith(MAJOR_GC_EVENTS) and (j := update_of(t, bounds)) is not None:
+            gc_ms[j] += ms
     rest = [u for u, g in zip(upd, gc_ms) if g < 1.0]
     return {"p50": round(pct(rest, 50), 2), "p99": round(pct(rest, 99), 2), "left_out": len(upd) - len(rest)} \
         if rest else {}
@@ -140,11 +108,9 @@ def chart_url(base: str, run_id: str, page, charts: int) -> str:
     return f"{base}/runs/{run_id}/?" + urllib.parse.urlencode([("chart", i) for i in ids[:charts]])
 
 
-def measure(seconds: float, rate: float, history: int, charts: int, throttle: float, profile: bool = False,
-            data: str = "sawtooth", trace_out: str | None = None, heap_profile: bool = False,
-            page_js: str = "", other: Path | None = None, gpu: bool = False) -> dict:
-    """The live window on this tree's page; with `other` (a tree), the same run's next window on that tree's page
-    (its own web server, same database and Redis) right after: {"this": ..., "other": ...}."""
+def measure(a, other: Path | None = None) -> dict:
+    """The live window (the command line's `a`) on this tree's page; with `other` (a tree), the same run's next window
+    on that tree's page (its own web server, same database and Redis) right after: {"this": ..., "other": ...}."""
     stack = Stack("liveview").site()
     port, redis_url = stack.web(wait=False).port, stack.redis_url
     ports = {"this": port}
@@ -159,70 +125,58 @@ def measure(seconds: float, rate: float, history: int, charts: int, throttle: fl
     try:
         pub.publish("run", {"t": time.time(), "name": "live view bench", "config": {}})
         pub.publish("state", {"t": time.time(), "state": "training", "step": 0, "detail": ""})
-        for step in range(history):
-            pub.metrics(step, values(step, names, data))
-        heartbeat(pub, history - 1, rate)
+        for step in range(a.history):
+            pub.metrics(step, values(step, names, a.data))
+        heartbeat(pub, a.history - 1, a.rate)
         pub.flush()
         wait_http(f"{base}/api/runs/")
-
-        def stored() -> bool:
-            try:
-                return json.loads(urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2).read()).get(
-                    "last_step") == history - 1
-            except Exception:
-                return False
-        wait_for(stored, 600, "ingest to store the run's history", 0.5)
-        browser = stack.browser(gpu)
-        windows, step0 = {}, history
+        wait_for(lambda: run_stored(base, run_id, a.history - 1), 600, "ingest to store the run's history", 0.5)
+        browser = stack.browser(a.gpu)
+        windows, step0 = {}, a.history
         for name, at in ports.items():
             wait_http(f"http://127.0.0.1:{at}/api/runs/")
-            windows[name] = live_window(browser, f"http://127.0.0.1:{at}", run_id, pub, names, step0, seconds, rate,
-                                        charts, throttle, profile, data, trace_out, heap_profile, page_js)
-            step0 += int(seconds * rate)
+            windows[name] = live_window(browser, f"http://127.0.0.1:{at}", run_id, pub, names, step0, a)
+            step0 += int(a.seconds * a.rate)
     finally:
         pub.close()
         stack.close()
-    out = {name: summarise(seconds, rate, history, charts, throttle, data, **w) for name, w in windows.items()}
+    out = {name: summarise(a, **w) for name, w in windows.items()}
     return out if other is not None else out["this"]
 
 
-def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: int, seconds: float, rate: float,
-                charts: int, throttle: float, profile: bool, data: str, trace_out: str | None, heap_profile: bool,
-                page_js: str) -> dict:
-    """One live window on the dashboard at `base`: the run's steps from step0 on, published at `rate`."""
+def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: int, a) -> dict:
+    """One live window on the dashboard at `base`: the run's steps from step0 on, published at --rate."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     errors: list[str] = []
     page.add_init_script(LONG_TASKS_JS + MARK_JS)
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{base}/runs/{run_id}/")
-    url = chart_url(base, run_id, page, charts)
-    if charts:
+    url = chart_url(base, run_id, page, a.charts)
+    if a.charts:
         page.goto(url)
-    cdp = Cdp(page, throttle)
+    cdp = Cdp(page, a.cpu_throttle)
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
                            "window.__obsFrames > 0", timeout=60_000)
-    # the live window starts on the settled page, every chart drawn and complete (first paint is bench/dashboard.py's
-    # to measure): "obs-plotly-drawn" on a tree that painted first without Plotly, else "obs-charts-drawn"
-    page.wait_for_function("() => performance.getEntriesByName('obs-plotly-drawn').length > 0 || "
-                           "performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
-    if page_js:  # (to find what a part of the page costs: hide it, or stub it out)
-        page.evaluate(page_js)
+    # the live window starts on the settled page, every chart drawn and complete (first paint: bench/dashboard.py's)
+    page.wait_for_function("() => performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    if a.page_js:  # (to find what a part of the page costs: hide it, or stub it out)
+        page.evaluate(a.page_js)
     open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
-    if profile:
+    if a.profile:
         cdp.start_profile()
-    if heap_profile:
+    if a.heap_profile:
         cdp.start_heap_profile()
     t_page = page.evaluate("() => performance.now()")
     frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
     t0 = time.monotonic()
-    n = int(seconds * rate)
+    n = int(a.seconds * a.rate)
     for k in range(1, n + 1):
-        time.sleep(max(0.0, t0 + k / rate - time.monotonic()))
-        pub.metrics(step0 + k - 1, values(step0 + k - 1, names, data))
-        if k % max(1, round(2 * rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
-            heartbeat(pub, step0 + k - 1, rate)
+        time.sleep(max(0.0, t0 + k / a.rate - time.monotonic()))
+        pub.metrics(step0 + k - 1, values(step0 + k - 1, names, a.data))
+        if k % max(1, round(2 * a.rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
+            heartbeat(pub, step0 + k - 1, a.rate)
     page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
     page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
                            f"'chart-train-loss').data[0].x).pop() >= {step0 + n - 1})", timeout=30_000)
@@ -233,11 +187,11 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
     settle_long = [d for t, d in every_long if t < t_page]
     frames = page.evaluate("() => window.__obsFrames") - frames0
     redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
-    prof = profile_summary(cdp.stop_profile()) if profile else None
-    heap = heap_summary(cdp.stop_heap_profile(), wall) if heap_profile else None
+    prof = profile_summary(cdp.stop_profile()) if a.profile else None
+    heap = heap_summary(cdp.stop_heap_profile(), wall) if a.heap_profile else None
     trace = browser.stop_tracing()
-    if trace_out:
-        Path(trace_out).write_bytes(trace)
+    if a.trace_out:
+        Path(a.trace_out).write_bytes(trace)
     pieces: list = []
     tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
     page.close()
@@ -246,9 +200,9 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
             "selfs": selfs, "pieces": pieces, "errors": errors, "open_charts": open_charts, "n": n}
 
 
-def summarise(seconds: float, rate: float, history: int, charts: int, throttle: float, data: str, *, wall: float,
-              main: float, long_tasks: list, settle_long: list, frames: int, redraws, prof, heap, trace: bytes,
-              tasks: list, marks: list, selfs: dict, pieces: list, errors: list, open_charts: int, n: int) -> dict:
+def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: list, frames: int, redraws, prof, heap,
+              trace: bytes, tasks: list, marks: list, selfs: dict, pieces: list, errors: list, open_charts: int,
+              n: int) -> dict:
     """A live window (live_window's, as keywords): main-thread time per update (p50, p99), long tasks, redraws."""
     # an update: from one live message to the next, up to the window's end (the bench's own probes of the page
     # follow it, and the task that marked it is the bench's: not counted)
@@ -259,8 +213,8 @@ def summarise(seconds: float, rate: float, history: int, charts: int, throttle: 
     tasks = [(t, d, c) for t, d, c in tasks if not t <= end <= t + d]
     upd, upd_cpu = per_update(tasks, stamps, end), per_update(tasks, stamps, end, cpu=True)
     r = lambda x: round(x, 2)  # noqa: E731
-    return {"seconds": round(wall, 1), "rate_per_s": rate, "width": len(demo_names()), "history_steps": history,
-            "charts_open": open_charts, "cpu_throttle": throttle, "data": data, "updates": len(upd),
+    return {"seconds": round(wall, 1), "rate_per_s": a.rate, "width": len(demo_names()), "history_steps": a.history,
+            "charts_open": open_charts, "cpu_throttle": a.cpu_throttle, "data": a.data, "updates": len(upd),
             "frames_counted": frames,
             "update_main_ms": {"p50": r(pct(upd, 50)), "p99": r(pct(upd, 99)), "max": r(max(upd)),
                                "mean": r(statistics.fmean(upd))} if upd else None,
@@ -279,13 +233,14 @@ def summarise(seconds: float, rate: float, history: int, charts: int, throttle: 
 
 
 def main() -> int:
-    ap = parser(__doc__, gpu=True)
+    ap = parser(__doc__, "liveview", gpu=True)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
     ap.add_argument("--charts", type=int, default=0, help="charts open (0: the default charts)")
     ap.add_argument("--data", choices=("sawtooth", "smooth"), default="sawtooth",
-                    help="the synthetic series (values()): sawtooth, marks changing almost every step; smooth")
+                    help="the synthetic series (bench/data/telemetry/synthetic.py): sawtooth, marks changing almost "
+                         "every step; smooth")
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
     ap.add_argument("--profile", action="store_true", help="add a sampling profile of the live window")
     ap.add_argument("--heap-profile", action="store_true",
@@ -303,8 +258,7 @@ def main() -> int:
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
     with tree(args.compare) if args.compare else nullcontext() as other:
-        out = measure(args.seconds, args.rate, args.history, args.charts, args.cpu_throttle, args.profile, args.data,
-                      args.trace_out, args.heap_profile, args.page_js, other, args.gpu)
+        out = measure(args, other)
     if args.compare:  # this tree's window and the other's, on the same run one after the other: p99s and ratios
         def ratio(k, f):
             a, b = (out["this"].get(k) or {}).get(f), (out["other"].get(k) or {}).get(f)
@@ -314,8 +268,7 @@ def main() -> int:
                "ratio_this_over_other": {f"update_main_ms.{f}": ratio("update_main_ms", f) for f in ("p50", "p99")},
                "load_average": round(os.getloadavg()[0], 2)}
     out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
-    report("liveview", out, args.json, not args.no_save)
-    return 0
+    return report("liveview", out, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,5 @@
-"""MoE benchmark: `.venv/bin/python bench/moe.py --json` prints one JSON object (progress goes to stderr).
-
-What it measures and how: docs/PERFORMANCE.md, `moe` (bench/results/moe.md).
-"""
+"""MoE benchmark: routing drops on text-like batches and the trainer's step by dispatch mode and expert parallelism.
+Prints one JSON object (progress goes to stderr)."""
 
 from __future__ import annotations
 
@@ -17,19 +15,14 @@ import numpy as np
 
 from harness import ROOT, parser, report
 
+from bench.data.moe.textlike import TextLikeStream
+
 SEQS = (128, 256, 512, 1024, 2048, 4096)
 DEMO_TOML = ROOT / "training" / "configs" / "demo.toml"
 
 
 def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def load_demo():
-    """The demo run config (training/configs/demo.toml)."""
-    from training.config import load
-
-    return load(DEMO_TOML)
 
 
 # ---------------------------------------------------------------- step timing (the trainer's own step)
@@ -131,50 +124,7 @@ def run_ep(devices: int, rounds: int, configs: tuple[str, ...]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# ---------------------------------------------------------------- text-like routing skew
-
-
-class TextLikeStream:
-    """Packed documents with topics, Zipfian tokens and bursty repeats; yields router inputs per sequence."""
-
-    def __init__(self, d_model=64, vocab=8192, topics=64, seed=0):
-        self.rng = np.random.default_rng(seed)
-        r = self.rng
-        self.vocab, self.topics = vocab, topics
-        zipf = 1.0 / np.arange(1, vocab + 1) ** 1.1
-        self.p_global = zipf / zipf.sum()
-        self.topic_perm = np.stack([r.permutation(vocab) for _ in range(topics)])
-        self.emb = r.normal(size=(vocab, d_model)).astype(np.float32)
-        self.topic_vec = r.normal(size=(topics, d_model)).astype(np.float32)
-
-    def _doc(self, n: int, topic: int) -> np.ndarray:
-        r = self.rng
-        from_topic = r.random(n) < 0.5
-        toks = np.where(from_topic, self.topic_perm[topic][r.choice(self.vocab, n, p=self.p_global)],
-                        r.choice(self.vocab, n, p=self.p_global))
-        # Bursts: a third of the tokens repeat one of the previous 32.
-        rep = np.nonzero(r.random(n) < 0.33)[0]
-        for i in rep[rep > 0]:
-            toks[i] = toks[r.integers(max(0, i - 32), i)]
-        return toks
-
-    def sequence(self, length: int) -> np.ndarray:
-        """Router inputs [length, d]: documents packed back to back (lognormal lengths, median ~700 tokens)."""
-        parts, n = [], 0
-        while n < length:
-            doc_len = int(min(self.rng.lognormal(np.log(700), 1.0), 4 * length)) + 16
-            topic = int(self.rng.integers(self.topics))
-            toks = self._doc(doc_len, topic)
-            parts.append(self.emb[toks] + 1.0 * self.topic_vec[topic])
-            n += doc_len
-        x = np.concatenate(parts)
-        start = int(self.rng.integers(0, len(x) - length + 1))
-        return x[start:start + length]
-
-    def batch(self, tokens: int, seq_len: int) -> np.ndarray:
-        return np.concatenate([self.sequence(seq_len) for _ in range(tokens // seq_len)])[None]
-
-
+# ---------------------------------------------------------------- text-like routing skew (bench/data/moe)
 def drop_table(tokens=32768, group=4096, batches=2, seqs=SEQS, balance_steps=400) -> tuple[list[dict], dict]:
     import jax
     import jax.numpy as jnp
@@ -240,7 +190,9 @@ def bench_moe(rounds: int, quick: bool = False) -> dict:
         key = (mode, cf, seq)
         return next(r["drop_fraction"] for r in rows if (r["mode"], r["capacity_factor"], r["seq_len"]) == key)
 
-    demo = load_demo()
+    from training.config import load
+
+    demo = load(DEMO_TOML)
     return {
         "drop_table": rows,
         "drop_setup": setup,
@@ -271,14 +223,13 @@ def main(argv=None) -> int:
     if argv and argv[0] == "_ep":
         print(json.dumps(ep_worker(int(argv[1]), tuple(argv[2:]) or ("demo", "larger"))))
         return 0
-    ap = parser(__doc__, prog="bench/moe.py")
+    ap = parser(__doc__, "moe", prog="bench/moe.py")
     ap.add_argument("--rounds", type=int, default=10, help="timed steps per measurement (median taken)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke-sized (one length, one device, a tiny config): the code paths, not a measurement")
     args = ap.parse_args(argv)
     result = bench_moe(args.rounds, args.quick)
-    report("moe", result, args.json, not args.no_save)
-    return 0
+    return report("moe", result, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

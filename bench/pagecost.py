@@ -1,7 +1,4 @@
-"""What a page costs its main thread, read from Chromium itself (bench/dashboard.py, bench/liveview.py).
-
-What it measures and how: docs/PERFORMANCE.md, `dashboard` (bench/results/dashboard.md).
-"""
+"""What a page costs its main thread, read from Chromium itself (bench/dashboard.py, bench/liveview.py)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
 """Scaling-law fits: wall time per law, the pruned multi-start against the full grid, and the forecast error of
-the largest run from the smaller ones on real ladders. Prints one JSON object.
-
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/scaling.py --json [--bootstrap 200] [--rungs 24] [--full-grid]
-        [--ladder var/ladder/demo-scaling/rungs.csv] [--public-only] [--ladders-bootstrap 200] [--compare REF]
-    .venv/bin/python bench/scaling.py --public-only --json    # the public ladders alone: the `scaling_ladders` topic
-    .venv/bin/python bench/scaling.py --demo --json [--config training/configs/ladder.toml] [--workdir DIR]
-        [--keep] [--cold] [--redis] [--only dense|moe]     # the demo ladder held to its forecast: `scaling_demo`
-
-What it measures and how: docs/PERFORMANCE.md, `scaling` (bench/results/scaling.md), `scaling_ladders` and
-`scaling_demo`.
-"""
+the largest run from the smaller ones on real ladders. Prints one JSON object
+(timings: run it with OPENBLAS_NUM_THREADS=1). --public-only: the public ladders alone (`scaling_ladders`);
+--demo (its own --help): the demo ladder held to its forecast (`scaling_demo`)."""
 
 from __future__ import annotations
 
@@ -30,10 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 _CORE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--core"), None)
 sys.path[:0] = [_CORE, str(ROOT)] if _CORE else [str(ROOT)]
 
-from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, fit_law  # noqa: E402
+from observatory.scaling import LAWS, Points, fit_law  # noqa: E402
 from observatory.scaling.fit import DEFAULT_STARTS, holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
 from bench.data.ladders.ladders import LADDERS, load  # noqa: E402 (the data: bench/data/ladders)
+from bench.data.scaling.synthetic import synthetic_ladder, synthetic_losses  # noqa: E402
 from bench.harness import parser, report  # noqa: E402
 from bench.stack import run_landed  # noqa: E402
 
@@ -42,12 +35,6 @@ CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
 CHINCHILLA_URL = ("https://github.com/epoch-research/analyzing-chinchilla/blob/"
                   "92258837425e1b5f2851d624287f0120583a3d0e/data/svg_extracted_data.csv")
 from observatory.scaling.solver import best_grid_starts, solve  # noqa: E402
-
-TRUTHS = {
-    "chinchilla": (CHINCHILLA, {"E": 1.82, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}),
-    "compute": (COMPUTE, {"E": 1.6, "A": 95.18, "alpha": 0.0941}),
-    "overtrained": (OVERTRAINED, {"E": 1.7, "A": 400.0, "B": 2000.0, "alpha": 0.34, "beta": 0.30, "gamma": 0.03}),
-}
 
 
 def forecast_errors(points: Points, loss: np.ndarray, starts: int = DEFAULT_STARTS) -> dict:
@@ -93,7 +80,7 @@ def public(args) -> dict:
 def main() -> None:
     if "--demo" in sys.argv[1:]:  # the demo ladder run end to end: DEMO_DOC
         sys.exit(demo_main([a for a in sys.argv[1:] if a != "--demo"]))
-    ap = parser(__doc__)
+    ap = parser(__doc__, "scaling", "scaling_ladders")
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--rungs", type=int, default=24, help="rungs: sizes × 4 tokens-per-parameter ratios")
     ap.add_argument("--full-grid", action="store_true")
@@ -113,13 +100,9 @@ def main() -> None:
         return 0
     if args.public_only:
         return report("scaling_ladders", {"public": public(args), **ladders(args)}, args.json, not args.no_save)
-    sizes = max(2, args.rungs // 4)
-    N = np.repeat(np.geomspace(3e7, 3e9, sizes), 4)
-    pts = Points.of(N=N, D=N * np.tile([10.0, 40.0, 160.0, 640.0], sizes))
-    rng = np.random.default_rng(0)
+    pts = synthetic_ladder(args.rungs)
     out = {"rungs": len(pts), "bootstrap": args.bootstrap, "laws": {}}
-    for name, (law, truth) in TRUTHS.items():
-        loss = law.predict(law.theta_of(truth), pts) * np.exp(rng.normal(0, 0.003, len(pts)))
+    for name, (law, truth, loss) in synthetic_losses(pts).items():
         t0 = time.perf_counter()
         f = fit_law(law, pts, loss, bootstrap=args.bootstrap, starts=args.starts)
         out["laws"][name] = {"seconds": round(time.perf_counter() - t0, 3), "holdout_error": f.holdout_error,
@@ -211,8 +194,7 @@ DEMO_DOC = """The demo ladder held to its forecast: run the ladder, then its tar
 Two ladders by default: the dense demo ladder (training/configs/ladder.toml: demo_forecast, demo_error, ...) and
 the hero's own MoE family (training/configs/ladder_moe.toml, issue 48: the same figures under "moe", and
 moe_demo_error / moe_inside_band at the top level). --config runs that one ladder as the dense one; --only one of
-the two. Filed as the `scaling_demo` topic.
-"""
+the two."""
 
 
 def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> tuple[float, float]:
@@ -266,7 +248,7 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
 
 
 def demo_main(argv: list[str]) -> int:
-    ap = parser(DEMO_DOC, prog="bench/scaling.py --demo")
+    ap = parser(DEMO_DOC, "scaling_demo", prog="bench/scaling.py --demo")
     ap.add_argument("--config", type=Path, default=ROOT / "training/configs/ladder.toml")
     ap.add_argument("--moe-config", type=Path, default=ROOT / "training/configs/ladder_moe.toml")
     ap.add_argument("--only", choices=("dense", "moe"), help="run only this ladder")
@@ -289,9 +271,7 @@ def demo_main(argv: list[str]) -> int:
     finally:
         if not (args.workdir or args.keep):
             shutil.rmtree(work, ignore_errors=True)
-    report("scaling_demo", out, args.json, not args.no_save)
-    return 0
-
+    return report("scaling_demo", out, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

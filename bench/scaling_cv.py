@@ -7,7 +7,7 @@ out. The band (observatory/scaling/calibrate.py) has no option chosen here: SIZE
 earlier round of this CV, and its pooled prior is computed from development fold errors by the rule in code; each
 left-out ladder's band uses the prior pooled from the other three. `chosen_on_all` (fit option, prior from all
 four) is checked against the code's (`code_matches`) on this machine's OpenBLAS kernel (`blas_core`); POOLED was
-computed on `pooled_on_core`, another can differ (docs/SCALING.md, "The pooled prior's provenance"). Held-out
+recomputed on the kernels `pooled_on_core` (docs/SCALING.md, "The pooled prior's provenance"). Held-out
 ladders (bench/data/heldout): scored with the code's constants only, each file first verified against
 MANIFEST.json (bench/heldout.py); a file that fails is reported with the reason, never with figures.
 """
@@ -30,8 +30,8 @@ from observatory.scaling.solver import HUBER_DELTA
 FIT_OPTIONS = [(delta, power) for delta in (1e-3, 1e-2) for power in (0.0, 0.5)]
 BAND = (cal.SIZE_FOLDS, cal.D0)  # rule 2's folds and D0, as in code (not chosen here)
 TARGET = {"mean_rel_error": 0.025, "coverage": (0.7, 0.9), "median_half_width": 0.04}
-FRESH = "heldout/ladders2"  # frozen after this file existed: its files count from this file's first commit naming it
-POOLED_ON = "Haswell"  # the OpenBLAS kernel POOLED was computed on (on SkylakeX the rule gives S 1.68%, M2 0.710)
+FRESH = ("heldout/ladders2", "heldout/ladders3")  # frozen after this file existed: each counts from its first mention
+POOLED_ON = ("Haswell", "SkylakeX")  # the OpenBLAS kernels POOLED was recomputed on, to the same 3 digits
 
 
 def _fit(d: dict, delta: float, power: float):
@@ -84,7 +84,7 @@ def development() -> dict:
     return {"ladders": folds, "pooled_band": _pooled(cv_bands), "band": {"size_folds": BAND[0], "d0": BAND[1]},
             "mean_rel_error_per_ladder": {n: r["mean_rel_error"] for n, r in folds.items()},
             "chosen_on_all": chosen, "code": code, "code_matches": chosen == code, "pooled_prior": asdict(p),
-            "blas_core": harness.blas_core(), "pooled_on_core": POOLED_ON,
+            "blas_core": harness.blas_core(), "pooled_on_core": list(POOLED_ON),
             "options": {"fit": FIT_OPTIONS}, "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -94,7 +94,7 @@ def held_out(bootstrap: int = 200) -> dict:
     out, bands, landed = {}, {}, {}
     for name, (rel, _, _) in HELDOUT.items():
         path, group = f"bench/data/{rel}", rel.rsplit("/", 1)[0]
-        v = heldout.verify(path, reporter="bench/scaling_cv.py", mention=FRESH if group == FRESH else None)
+        v = heldout.verify(path, reporter="bench/scaling_cv.py", mention=group if group in FRESH else None)
         if not v["ok"]:
             out[name] = {"file": path, "set": group, "refused": v["reason"]}
             continue

@@ -2,9 +2,8 @@
 checkout's in the same run (the landed-vs-new ratio), and a run's series loaded into the database.
 
 - `tree(spec)` (`--compare`): a directory as it is, or a commit checked out into a temporary git worktree;
-- `landed_tree(ref, *paths)`: `git archive` of `ref` (those paths, or the whole tree) in a temporary directory;
-- `run_landed(ref, script, *args, paths=...)`: a bench script run on the landed code of `ref` (its `--core DIR`), its
-  one JSON object back (or {"ref", "error"});
+- `run_landed(ref, script, *args, paths=...)`: a bench script run on the landed code of `ref` (`git archive` of those
+  paths in a temporary directory, its `--core DIR`), its one JSON object back (or {"ref", "error"});
 - `load_series(run, name, points)`: a Series of `run` holding (step, value) points, written through the storage the
   ingest path uses (needs Django set up: harness.django_here).
 """
@@ -44,26 +43,18 @@ def tree(spec: str):
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], check=False)
 
 
-@contextmanager
-def landed_tree(ref: str, *paths: str):
-    """A temporary directory holding `ref`'s tree (only `paths` of it, if given), removed after the block."""
-    sha = resolve(ref)
+def run_landed(ref: str, script: Path, *args: str, paths: tuple[str, ...] = ("observatory",)) -> dict:
+    """`script --core DIR *args --no-save` on `ref`'s `paths`: its JSON, with the ref and the commit it named."""
+    try:
+        sha = resolve(ref)
+    except ValueError as e:
+        return {"ref": ref, "error": str(e)}
     with tempfile.TemporaryDirectory(prefix="obs-landed-") as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha, *paths], capture_output=True,
                                  check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        yield Path(tmp)
-
-
-def run_landed(ref: str, script: Path, *args: str, paths: tuple[str, ...] = ("observatory",)) -> dict:
-    """`script --core DIR *args --no-save` on `ref`'s `paths`: its JSON, with the ref and the commit it named."""
-    try:
-        with landed_tree(ref, *paths) as tree:
-            out = subprocess.run([sys.executable, str(script), *args, "--no-save", "--core", str(tree)],
-                                 capture_output=True, text=True, cwd=ROOT)
-        sha = resolve(ref)
-    except ValueError as e:
-        return {"ref": ref, "error": str(e)}
+        out = subprocess.run([sys.executable, str(script), *args, "--no-save", "--core", tmp], capture_output=True,
+                             text=True, cwd=ROOT)
     if out.returncode:
         return {"ref": ref, "error": out.stderr.strip().splitlines()[-1:]}
     return {"ref": ref, "commit": sha[:12], **json.loads(out.stdout)}

@@ -1,12 +1,5 @@
 """Trainer benchmark, JSON on stdout: publisher overhead, checkpoint blocking vs writing, restore, sink costs; or
-(--first-step) seconds from launching the demo trainer to its first step, with cold and then warm caches under var/.
-
-    .venv/bin/python bench/trainer.py [--config training/configs/demo.toml] [--blocks 8] [--block-steps 25]
-    .venv/bin/python bench/trainer.py --first-step --json [--config training/configs/demo.toml] [--compare TREE]
-
-What it measures and how: docs/PERFORMANCE.md, `trainer` and `first_step` (bench/results/trainer.md,
-first_step.md).
-"""
+(--first-step) seconds from launching the demo trainer to its first step, with cold and then warm caches under var/."""
 
 from __future__ import annotations
 
@@ -140,7 +133,7 @@ def first_step(args) -> int:
 
 
 def main(argv=None) -> int:
-    ap = parser(__doc__)
+    ap = parser(__doc__, "trainer", "first_step")
     ap.add_argument("--config", default=str(ROOT / "training/configs/demo.toml"))
     ap.add_argument("--blocks", type=int, default=8)
     ap.add_argument("--block-steps", type=int, default=25)
@@ -233,8 +226,7 @@ def main(argv=None) -> int:
     except Exception:
         pass
     shutil.rmtree(tmp, ignore_errors=True)
-    report("trainer", out, ns.json, not ns.no_save)
-    return 0
+    return report("trainer", out, ns.json, not ns.no_save)
 
 
 if __name__ == "__main__":

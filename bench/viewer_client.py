@@ -49,10 +49,8 @@ class CViewers:
     hub: the web server's socket (hello, then `resume` with after_step); else nchan's (frames only)."""
 
     def __init__(self, urls: list[str], count: int, rate: float = 0.0, hub: bool = False,
-                 resume: dict | None = None, origin: str = "http://127.0.0.1", series: str = "train/loss",
-                 timeout: float = 120.0, exe: Path | None = None):
-        argv = [str(exe or build()), "--count", str(count), "--rate", str(rate), "--origin", origin,
-                "--series", series, "--timeout", str(timeout)]
+                 resume: dict | None = None, exe: Path | None = None):
+        argv = [str(exe or build()), "--count", str(count), "--rate", str(rate)]
         argv += [a for u in urls for a in ("--url", u)]
         if hub:  # the client appends ,"after_step":<hello's last_step>} to the resume
             argv += ["--hub"] + (["--resume", json.dumps(resume, separators=(",", ":"))[:-1]] if resume else [])
@@ -122,11 +120,12 @@ def wpct(ws: list[tuple[float, int]], q: float) -> float:
     return ws[-1][0]
 
 
-def run_stored(base: str, run_id: str, stepped: bool = True) -> bool:
-    """Ingest stored the run (its page and API answer), and some steps of it unless stepped=False."""
+def run_stored(base: str, run_id: str, upto: int | None = 0) -> bool:
+    """Ingest stored the run (its page and API answer), and its steps up to `upto` unless that is None."""
     try:
         with urllib.request.urlopen(f"{base}/api/runs/{run_id}/", timeout=2) as r:
-            return not stepped or (json.loads(r.read()).get("last_step") or -1) >= 0
+            last = json.loads(r.read()).get("last_step")
+            return upto is None or (last if last is not None else -1) >= upto
     except Exception:
         return False
 

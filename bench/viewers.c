@@ -3,7 +3,7 @@
    viewers are not what a fan-out measures; bench/viewer_client.py builds it with gcc on first use.
 
      viewers --url ws://127.0.0.1:8080/live/runs/<id>/lite/ [--url ...] --count N [--rate R] [--hub]
-             [--resume JSON] [--origin http://127.0.0.1] [--series train/loss] [--timeout S] [--seconds S]
+             [--resume JSON] [--seconds S]
 
    --hub: the web server's /ws/runs/<id>/ as a browser opens it: read the "hello", then send JSON, the resume (an
    object without its closing brace; `,"after_step":<hello's run.last_step or -1>}` appended). Else (nchan): frames
@@ -11,7 +11,7 @@
    stdout: "ready <connected> <failed>" once all connected or failed; stdin "count" answers "count <(viewer, step)
    pairs> <connected> <dropped> <messages>"; "stop <unix time>" (or stdin's end, or --seconds after ready) ends the
    run then, with one JSON line: connected, failed, dropped, errors {kind: n}, duplicates, too_old, cpu_s, messages,
-   bytes, and per step of the series ("<series>":{"steps":[...]} in a frame) how many viewers got it, its first
+   bytes, and per step of train/loss ("train/loss":{"steps":[...]} in a frame) how many viewers got it, its first
    arrival (unix s) and a histogram of (arrival - first) per viewer in ms bins (bin_ms() in viewer_client.py). */
 
 #include "viewers.h"
@@ -23,12 +23,12 @@ Url urls[MAX_URLS];
 int nurls;
 Conn *conns;
 int count, hub, epfd;
-double rate = 0, timeout_s = 120, run_seconds = -1;
+double rate = 0, timeout_s = 120, run_seconds = -1;  /* timeout_s: for a handshake */
 const char *origin = "http://127.0.0.1";
 char *resume_text;
 size_t resume_len;
-static char needle[512];
-static size_t needle_len;
+static const char needle[] = "\"train/loss\":{\"steps\":[";
+static const size_t needle_len = sizeof needle - 1;
 long n_connected, n_failed, n_dropped, n_duplicates, n_too_old, n_pairs;
 long long n_messages, n_bytes; /* data messages received after the hello, and their payload bytes */
 static struct { char kind[64]; long n; } errors[64];
@@ -103,7 +103,7 @@ static void got_step(Conn *c, int64_t s, double t) {
     r->hist[bin_of((t - r->first) * 1000.0)]++;
 }
 
-/* What bench/fanout_viewers.py's LOSS_STEPS regex finds: every "<series>":{"steps":[digits,commas]}. */
+/* Every "train/loss":{"steps":[digits,commas]} of a message. */
 void scan(Conn *c, const char *p, size_t n, double t) {
     const char *end = p + n;
     while (p < end) {
@@ -149,12 +149,11 @@ static void report(double t_ready) {
 
 static void usage(void) {
     fprintf(stderr, "usage: viewers --url ws://HOST:PORT/PATH [--url ...] --count N [--rate R] [--hub] "
-                    "[--resume JSON] [--origin O] [--series NAME] [--timeout S] [--seconds S]\n");
+                    "[--resume JSON] [--seconds S]\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    const char *series = "train/loss";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--hub")) { hub = 1; continue; }
@@ -166,15 +165,11 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(a, "--count")) count = atoi(v);
         else if (!strcmp(a, "--rate")) rate = atof(v);
-        else if (!strcmp(a, "--origin")) origin = v;
-        else if (!strcmp(a, "--series")) series = v;
         else if (!strcmp(a, "--resume")) resume_text = (char *)v;
-        else if (!strcmp(a, "--timeout")) timeout_s = atof(v);
         else if (!strcmp(a, "--seconds")) run_seconds = atof(v);
         else usage();
     }
     if (!nurls || count <= 0) usage();
-    needle_len = (size_t)snprintf(needle, sizeof needle, "\"%s\":{\"steps\":[", series);
     if (resume_text) resume_len = strlen(resume_text);
     struct rlimit rl;
     if (!getrlimit(RLIMIT_NOFILE, &rl)) { rl.rlim_cur = rl.rlim_max; setrlimit(RLIMIT_NOFILE, &rl); }

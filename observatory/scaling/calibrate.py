@@ -8,8 +8,9 @@ The rule (docs/SCALING.md, "Calibrated bands"):
 2. **Errors within a ladder** (rolling origin): refit the chosen law with the rungs' top removed — the 1 to
    SIZE_FOLDS largest model sizes (rows with N), and the largest n // 8 and n // 4 rows in compute — and record each
    removed rung's log error |ln L̂ − ln L| with its distance from the rungs kept. Folds that leave fewer rows
-   than the law has parameters, or no rung removed, are skipped; identical folds count once. Each error per unit
-   of reach: r = |e| / (D0 + d) (interpolation error counts as that of a forecast D0 e-folds out).
+   than the law has parameters, or no rung removed, are skipped, and so are size folds that leave a law with an
+   N term fewer model sizes than that term has parameters (MIN_KEPT_SIZES); identical folds count once. Each
+   error per unit of reach: r = |e| / (D0 + d) (interpolation error counts as that of a forecast D0 e-folds out).
 3. **The pooled prior** (`Prior`, `pooled_prior`): the r of rule 2 on the DEVELOPMENT ladders only (Chinchilla,
    Gadre et al. ×3: bench/scaling_cv.py; no held-out ladder), each ladder weighing 1 whatever its count of errors:
    S = their `level` quantile, M2 = their mean (r / S)², and ν0 = max(1, round(1 / (2·var ln RMS_l))), the weight
@@ -17,7 +18,8 @@ The rule (docs/SCALING.md, "Calibrated bands"):
    on the variance, var ln σ ≈ 1 / (2·ν0)). Fixed in code (POOLED); the bench recomputes it and checks the code.
 4. **Scale**, shrinking the prior by the ladder's own k errors, the prior counting as ν0 of them:
    s = λ·S, λ² = (ν0 + Σ (r_i / S)² / M2) / (ν0 + k). A ladder with no fold (k = 0) gets S; one with one error
-   (a 4–7-rung compute ladder) the prior and that error half and half; one with 30–90 (the public ladders) its own.
+   (a 4–7-rung compute ladder) the prior weighted ν0 (2 now) against that error's 1; one with 30–90 (the public
+   ladders) its own.
 5. **Band** at distance d: L̂·exp(±h), h = max(s·(D0 + d), q), q the `level` quantile of the full fit's own
    |log residuals| (the scatter of runs about the law, the least a forecast can miss by).
 
@@ -35,13 +37,17 @@ import numpy as np
 
 from observatory.scaling.laws import Law, Points
 
-__all__ = ["Calibration", "D0", "LEVEL", "POOLED", "Prior", "SIZE_FOLDS", "distance", "calibrate", "folds",
-           "pooled_prior", "reach_errors", "scale_of"]
+__all__ = ["Calibration", "D0", "LEVEL", "MIN_KEPT_SIZES", "POOLED", "Prior", "SIZE_FOLDS", "distance", "calibrate",
+           "folds", "pooled_prior", "reach_errors", "scale_of"]
 
 # Chosen by leave-one-ladder-out cross-validation on the development ladders only (bench/scaling_cv.py), before
 # the held-out ladders were scored; fixed here, the same for every ladder and config.
 D0 = 1.0        # e-folds: the reach an interpolation error is counted at
 SIZE_FOLDS = 2  # rolling-origin folds removing the 1..SIZE_FOLDS largest model sizes
+# A size fold must keep at least as many model sizes as a law's N term has parameters (E, A, α): with fewer, the
+# refit's optimum is not determined by the data (many optima tie to rounding and forecast the removed sizes 1-13%
+# apart, so which one wins depends on the BLAS kernel: docs/SCALING.md "The pooled prior's provenance").
+MIN_KEPT_SIZES = 3
 LEVEL = 0.8     # nominal coverage of the calibrated band
 
 
@@ -56,9 +62,10 @@ class Prior:
 
 
 # Rule 3 on the development ladders' fits (bench/scaling_cv.py `development()["pooled_prior"]`, 3 significant
-# digits), with SIZE_FOLDS, D0 and LEVEL above: the same for every ladder and config. Computed on OpenBLAS's
-# Haswell kernel; on SkylakeX the same rule gives 0.0168, 0.710, 1 (Gadre N2 folds tie: docs/SCALING.md).
-POOLED = Prior(scale=0.0228, m2=0.534, weight=1)
+# digits), with SIZE_FOLDS, MIN_KEPT_SIZES, D0 and LEVEL above: the same for every ladder and config, and the same
+# on OpenBLAS's Haswell and SkylakeX kernels (before MIN_KEPT_SIZES, Gadre N2 folds tied and it was not:
+# 0.0228, 0.534, 1 on Haswell; 0.0168, 0.710, 1 on SkylakeX; docs/SCALING.md).
+POOLED = Prior(scale=0.015, m2=0.543, weight=2)
 
 
 @dataclass(frozen=True)
@@ -91,13 +98,15 @@ def distance(points: Points, n_max: float | None, c_max: float) -> np.ndarray:
     return d
 
 
-def folds(points: Points, size_folds: int = 3) -> list[tuple[str, np.ndarray]]:
+def folds(points: Points, size_folds: int = 3, min_kept_sizes: int = 1) -> list[tuple[str, np.ndarray]]:
     """(label, mask of the rungs held out) per rolling-origin fold (rule 2), distinct: "N1".."N3" remove the
-    1..3 largest model sizes, "C8" / "C4" the largest n // 8 / n // 4 rows in compute."""
+    1..3 largest model sizes, each only while at least `min_kept_sizes` sizes stay (calibrate passes
+    MIN_KEPT_SIZES for a law with an N term), "C8" / "C4" the largest n // 8 / n // 4 rows in compute."""
     n, masks = len(points), []
     if points.N is not None:
         sizes = np.unique(points.N)[::-1]
-        masks += [(f"N{j + 1}", points.N >= sizes[j] * (1 - 1e-9)) for j in range(min(size_folds, len(sizes) - 1))]
+        allowed = min(size_folds, len(sizes) - max(1, min_kept_sizes))
+        masks += [(f"N{j + 1}", points.N >= sizes[j] * (1 - 1e-9)) for j in range(max(0, allowed))]
     order = np.argsort(points.C)[::-1]
     for label, k in (("C8", max(1, n // 8)), ("C4", max(1, n // 4))):
         m = np.zeros(n, dtype=bool)
@@ -151,7 +160,8 @@ def calibrate(law: Law, points: Points, loss: np.ndarray, refit, theta: np.ndarr
     y = np.log(loss)
     resid = np.abs(law.log_predict(theta, points) - y)
     errors = []
-    for fold, held in folds(points, max(size_folds, record_folds)):
+    min_sizes = MIN_KEPT_SIZES if "N" in law.needs else 1
+    for fold, held in folds(points, max(size_folds, record_folds), min_sizes):
         keep = ~held
         if keep.sum() < law.n_params:
             continue

@@ -47,12 +47,7 @@
     // lines' extent).
     pixels(lay, traces) {
       let [lo, hi] = lay.xaxis.autorange === false && lay.xaxis.range ? lay.xaxis.range : [Infinity, -Infinity];
-      if (!(hi > lo)) {
-        for (const tr of traces || []) {
-          if (tr.mode !== "lines" || !tr.x || !tr.x.length) continue;
-          lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
-        }
-      }
+      if (!(hi > lo)) [lo, hi] = Obs.xExtent(traces);
       const width = Math.max(50, (this.width || 600) - lay.margin.l - lay.margin.r);
       return hi > lo ? (v) => (v - lo) / (hi - lo) * width : () => 0; // (no extent: every mark at one place)
     },

@@ -76,6 +76,16 @@
     return [X, Y];
   };
 
+  // The x span of a figure's lines (traces, x sorted): [lo, hi], or [Infinity, -Infinity] when none has a point.
+  Obs.xExtent = (traces) => {
+    let lo = Infinity, hi = -Infinity;
+    for (const tr of traces || []) {
+      if (tr.mode !== "lines" || !tr.x || !tr.x.length) continue;
+      lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
+    }
+    return [lo, hi];
+  };
+
   // Debiased exponential moving average (TensorBoard's): the early points are not dragged towards zero.
   Obs.ema = (values, w) => {
     let last = 0;

@@ -24,7 +24,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
   const LIVE_AHEAD_S = 120; // and room for this long at the observed live rate,
   const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span
   const TABLE_ROWS = 1000;
-  const TOOLBAR_PX = 80; // the chart's tool bar (plot.js), top right: the legend's rows stay left of it
   const LABEL_ROW_PX = 22; // the room above the plot for marker labels (rewinds, overlays), kept with or without one
   const EMPTY = {steps: [], values: [], nfSteps: [], nfKinds: []};
   const BUSY = {starting: "the run is starting… (data, model)", compiling: "compiling… the first step follows"};
@@ -292,10 +291,11 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
       };
       const px = (n) => Math.min(96, Math.max(34, Math.round(10 + 6.5 * n)));
       let top = this.labelRow() ? LABEL_ROW_PX : 8; // marker labels (rewinds, overlays) sit just above the plot
-      if (multi) {
-        const width = this.items.reduce((a, it) => a + 44 + 6 * this.label(it.name).length, 0);
-        // (the legend's rows: left of the tool bar, top right; plot.js lays them out)
-        top += 20 * Math.ceil(width / Math.max(160, (this.width || 600) - 60 - TOOLBAR_PX));
+      if (multi) { // the legend's rows (plot.js lays them out, left of the tool bar): the names it will show
+        const names = traces ? traces.filter((t) => t.mode === "lines" && t.showlegend !== false && t.name)
+          .map((t) => t.name) : this.items.map((it) => this.label(it.name));
+        const rows = Obs.legendRows(names, this.width || 600);
+        top += rows ? 4 + 16 * rows : 0; // (a row: 10 px text at the page's line height, .1rem apart)
       }
       return {l: px(chars("y")), r: sec ? px(chars("y3")) + 14 : 12, t: top, b: time ? 52 : 38};
     }
@@ -307,11 +307,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
     liveish() { return this.live || (this.ctx.runState === "training" && this.ctx.stepsPerS > 0); }
 
     headroom(axis, traces) { // a live chart's x axis: the run so far and room for the next points past it
-      let lo = Infinity, hi = -Infinity;
-      for (const tr of traces) {
-        if (tr.mode !== "lines" || !tr.x.length) continue;
-        lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
-      }
+      const [lo, hi] = Obs.xExtent(traces);
       if (!(hi > lo)) return;
       let ahead = (hi - lo) * LIVE_HEADROOM, perS = 0;
       const a = this.liveFrom, b = this.liveTo, sps = this.ctx.stepsPerS;

@@ -15,7 +15,7 @@
   const charts = new Map(); // metric -> Obs.CompareChart
   const listed = new Map(); // run id -> its summary from /api/runs/ (the run picker)
   let order = []; // the RunLines compared, in the URL's order (colours follow it)
-  let redrawQueued = false, loadGen = 0, keepStatus = false, smoothTimer = null;
+  let redrawQueued = false, loadGen = 0, keepStatus = false, showView = () => {};
   // Written by an importer (W&B, TensorBoard, ...) rather than streamed live: any source but "stream".
   Obs.imported = (source) => !!source && source !== "stream";
 
@@ -39,8 +39,7 @@
   function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; }); schedule(); }
 
   const status = (text) => { $("compare-status").textContent = text || ""; };
-  const announce = (text) => { const el = $("announce"); el.textContent = "";
-    setTimeout(() => { el.textContent = text; }, 50); };
+  const announce = Obs.announce; // (view.js)
 
   // ------------------------------------------------------------------------------------------ runs
   async function loadRuns() {
@@ -147,10 +146,7 @@
   }
 
   // ------------------------------------------------------------------------------------------ charts
-  const metricPicker = new Obs.Picker(registry, (name) => charts.has(name), (name) => {
-    view.set({charts: [...view.charts.filter((c) => c !== name), name]});
-    charts.get(name)?.box.scrollIntoView({block: "nearest"});
-  });
+  const metricPicker = Obs.chartPicker(registry, view, charts);
 
   function syncCharts() {
     for (const [id, ch] of charts) {
@@ -167,21 +163,11 @@
     schedule();
   }
 
-  function chartAction(id, action) {
-    const list = Obs.reorder(view.charts, id, action);
-    if (!list) return;
-    view.set({charts: list});
-    const ch = charts.get(id), btn = ch && ch.box.querySelector(action === "up" ? ".up" : ".down");
-    if (btn) btn.focus(); else $("metric-search").focus();
-    announce(action === "remove" ? `Chart ${registry.info(id).title} removed` : `Chart moved ${action}`);
-  }
+  function chartAction(id, action) { Obs.moveChart(view, charts, id, action, registry.info(id).title); }
 
   // A visible x range (the axis's units; null: everything), from a chart, the range fields or the URL.
   function zoomTo(range) {
-    if (range) {
-      range = [Math.max(0, Math.floor(Math.min(range[0], range[1]))), Math.ceil(Math.max(range[0], range[1]))];
-      if (range[1] <= range[0]) range[1] = range[0] + 1;
-    }
+    range = Obs.wholeRange(range);
     const cur = view.range;
     if ((!range && !cur) || (range && cur && range[0] === cur[0] && range[1] === cur[1])) return;
     view.set({range});
@@ -197,14 +183,8 @@
         ? (b.value === "tokens" ? "no run here publishes a token count" : "no run here has timestamps") : "";
     });
     $("logx").setAttribute("aria-pressed", String(view.logx));
-    if (!smoothTimer) { // (not while the slider is being moved: its value is about to be the view's)
-      $("smooth").value = view.smooth;
-      $("smooth-out").textContent = view.smooth > 0 ? view.smooth.toFixed(2) : "off";
-    }
-    $("range-from").value = view.range ? view.range[0] : "";
-    $("range-to").value = view.range ? view.range[1] : "";
+    showView();
     $("range-unit").textContent = {step: "steps", tokens: "tokens", time: "seconds since each start"}[view.x];
-    $("range-reset").disabled = !view.range;
   }
 
   view.onChange((keys) => {
@@ -222,24 +202,8 @@
       if (b.value !== view.x) view.set({x: b.value, range: null}); // a range in steps means nothing in tokens
     }));
     $("logx").addEventListener("click", () => view.toggleLogX());
-    $("smooth").addEventListener("input", () => {
-      const v = +$("smooth").value;
-      $("smooth-out").textContent = v > 0 ? v.toFixed(2) : "off";
-      clearTimeout(smoothTimer); // dragging the slider redraws once it rests
-      smoothTimer = setTimeout(() => { smoothTimer = null; view.set({smooth: v}); }, 120);
-    });
-    $("range-form").addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      const a = parseFloat($("range-from").value), b = parseFloat($("range-to").value);
-      if (Number.isFinite(a) && Number.isFinite(b) && b > a) zoomTo([a, b]);
-      else Obs.toast("Enter where the view starts and ends, the end after the start.", "warning");
-    });
-    $("range-reset").addEventListener("click", () => zoomTo(null));
-    $("copy-link").addEventListener("click", async () => {
-      const url = location.origin + view.url();
-      try { await navigator.clipboard.writeText(url); Obs.toast("Link to this view copied.", "info"); }
-      catch (e) { window.prompt("Copy this link:", url); }
-    });
+    showView = Obs.viewControls(view, zoomTo, parseFloat,
+                                "Enter where the view starts and ends, the end after the start.");
     document.addEventListener("obs-theme", () => { renderChips(); redrawAll(); });
   }
 

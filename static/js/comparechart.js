@@ -52,11 +52,7 @@
         xa.type = "log";
         if (xa.range) xa.range = xa.range.map((v) => Math.log10(Math.max(v, 1e-9)));
       } else if (view.x === "time") { // seconds since each run's start, labelled as durations
-        let lo = Infinity, hi = -Infinity;
-        if (view.range) [lo, hi] = view.range;
-        else for (const tr of traces || []) if (tr.mode === "lines" && tr.x.length) {
-          lo = Math.min(lo, tr.x[0]); hi = Math.max(hi, tr.x[tr.x.length - 1]);
-        }
+        const [lo, hi] = view.range || Obs.xExtent(traces);
         Object.assign(xa, Obs.durationTicks(lo, hi, this.width < 500 ? 3 : 6) || {});
       }
       return lay;

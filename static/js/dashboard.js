@@ -30,7 +30,7 @@
     firstPaint = false;
   const beforeDraw = new Set(); // feature modules' functions to run at the next frame, before the views draw
   let preDrawing = false;
-  let smoothTimer = null; // the smoothing slider is being moved (its value not yet the view's)
+  let showView = () => {}; // the smoothing slider and range fields from the view (view.js viewControls)
   let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null, zoomCharts = {};
 
   const registry = new Obs.Registry(page.registry);
@@ -47,10 +47,7 @@
     .split("{layer}").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("\\d+") + "/\\d+$");
   const data = new Obs.DataPanel(ctx, page.mixture);
   const header = new Obs.RunHeader(() => data.stageLabel());
-  const picker = new Obs.Picker(registry, (name) => charts.has(name), (name) => {
-    view.set({charts: [...view.charts.filter((c) => c !== name), name]});
-    charts.get(name)?.box.scrollIntoView({block: "nearest"});
-  });
+  const picker = Obs.chartPicker(registry, view, charts);
   // The connection's word, except that an ended run is "stopped" (or "failed"), not "live", while its socket is open.
   let conn = "";
   const ENDED = new Set(["stopped", "failed"]); // runs/models.py ENDED_STATES
@@ -138,25 +135,14 @@
     scheduleRedraw();
   }
 
-  function chartAction(id, action) {
-    const list = Obs.reorder(view.charts, id, action);
-    if (!list) return;
-    view.set({charts: list});
-    const ch = charts.get(id), btn = ch && ch.box.querySelector(action === "up" ? ".up" : ".down");
-    if (btn) btn.focus(); // the moved chart keeps the keyboard's place
-    else $("metric-search").focus();
-    Obs.announce(action === "remove" ? `Chart ${specFor(id).title || id} removed` : `Chart moved ${action}`);
-  }
+  function chartAction(id, action) { Obs.moveChart(view, charts, id, action, specFor(id).title || id); }
 
   // ------------------------------------------------------------------------------------------ zoom
   // A new visible range (steps; null: the whole run), from a chart (`source`), the step fields or the URL. The
   // page measures itself (bench/dashboard.py): window.__obsZoom = {ms: every visible chart drawn with its window,
   // sourceMs: the zoomed one, charts: {id: ms}}, from "obs-zoom-start" to "obs-zoom-done".
   function zoomTo(range, source) {
-    if (range) {
-      range = [Math.max(0, Math.floor(Math.min(range[0], range[1]))), Math.ceil(Math.max(range[0], range[1]))];
-      if (range[1] <= range[0]) range[1] = range[0] + 1;
-    }
+    range = Obs.wholeRange(range);
     const cur = view.range;
     if ((!range && !cur) || (range && cur && range[0] === cur[0] && range[1] === cur[1])) return;
     zoomT0 = performance.now(); zoomSource = source || null;
@@ -192,13 +178,7 @@
       b.title = avail[b.value] ? ""
         : b.value === "tokens" ? "this run publishes no token count" : "not enough timestamps";
     });
-    if (!smoothTimer) { // (not while the slider is being moved: its value is about to be the view's)
-      $("smooth").value = view.smooth;
-      $("smooth-out").textContent = view.smooth > 0 ? view.smooth.toFixed(2) : "off";
-    }
-    $("range-from").value = view.range ? view.range[0] : "";
-    $("range-to").value = view.range ? view.range[1] : "";
-    $("range-reset").disabled = !view.range;
+    showView();
   }
 
   view.onChange((keys) => {
@@ -217,23 +197,8 @@
     if (window.matchMedia("(max-width: 600px)").matches && !view.range) $("view-controls").open = false; // charts first
     document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click",
       () => view.set({x: b.value})));
-    $("smooth").addEventListener("input", () => {
-      $("smooth-out").textContent = (+$("smooth").value) > 0 ? (+$("smooth").value).toFixed(2) : "off";
-      clearTimeout(smoothTimer); // dragging the slider redraws once it rests
-      smoothTimer = setTimeout(() => { smoothTimer = null; view.set({smooth: +$("smooth").value}); }, 120);
-    });
-    $("range-form").addEventListener("submit", (ev) => {
-      ev.preventDefault();
-      const a = parseInt($("range-from").value, 10), b = parseInt($("range-to").value, 10);
-      if (Number.isFinite(a) && Number.isFinite(b) && b > a) zoomTo([a, b]);
-      else Obs.toast("Enter a first and a last step, the last after the first.", "warning");
-    });
-    $("range-reset").addEventListener("click", () => zoomTo(null));
-    $("copy-link").addEventListener("click", async () => {
-      const url = location.origin + view.url();
-      try { await navigator.clipboard.writeText(url); Obs.toast("Link to this view copied.", "info"); }
-      catch (e) { window.prompt("Copy this link:", url); }
-    });
+    showView = Obs.viewControls(view, (range) => zoomTo(range), (v) => parseInt(v, 10),
+                                "Enter a first and a last step, the last after the first.");
     document.addEventListener("obs-theme", () => { redrawAll(); router?.reset(); });
   }
 
@@ -375,10 +340,6 @@
       scheduleRedraw();
     });
   }
-
-  // Screen-reader announcements for actions whose result is not where focus is.
-  Obs.announce = (text) => { const el = $("announce"); el.textContent = "";
-    setTimeout(() => { el.textContent = text; }, 50); };
 
   start();
 })();

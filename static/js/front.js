@@ -34,7 +34,8 @@ window.Obs = window.Obs || {};
       traces.push({x: b.steps, y: b.loss, mode: "lines", line: {color: "#2e7d32", dash: "dash", width: 1.5},
                    name: "forecast"});
     }
-    traces.push({x: line.steps, y: line.values, mode: "lines", line: {color: "#1a56b0", width: 1.6}, name: METRIC});
+    traces.push({x: line.steps, y: line.values, mode: "lines", line: {color: Obs.lineColor(0), width: 1.6},
+                 name: METRIC}); // (the dashboard's palette: the run's colour there)
     const hi = Math.max(line.last, 1);
     // the legend sits above the plot, left of the tool bar (top right)
     const layout = {margin: {l: 50, r: 10, t: b ? 24 : 10, b: 44}, showlegend: !!b,
@@ -49,6 +50,7 @@ window.Obs = window.Obs || {};
     box.dataset.last = String(line.last);
   }
   const redraw = () => { if (!drawQueued) { drawQueued = true; requestAnimationFrame(draw); } };
+  document.addEventListener("obs-theme", redraw); // (theme.js: the palette of the other theme)
 
   // points of one SERIES (webapp/live/protocol.py) past what the line holds
   function apply(s) {

@@ -92,6 +92,7 @@ window.Obs = window.Obs || {};
       if (spec) { const c = new MiniChart(node, spec, stores); charts.push(c); c.draw(); }
     });
     window.addEventListener("resize", () => charts.forEach((c) => c.schedule()));
+    document.addEventListener("obs-theme", () => charts.forEach((c) => c.schedule())); // (theme.js: the palette)
     runs.forEach((entry) => entry.live.connect());
   }
 

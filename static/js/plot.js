@@ -55,7 +55,8 @@ window.Obs = window.Obs || {};
     let step = Infinity;
     for (let i = 1; i < vals.length; i++) step = Math.min(step, Math.abs(vals[i] - vals[i - 1]) || Infinity);
     if (!Number.isFinite(step)) return vals.map(num);
-    const e = Math.floor(Math.log10(step) + 1e-9);
+    const lead = Math.floor(Math.log10(step) + 1e-9), m = step / 10 ** lead; // m: 1, 2, 2.5 or 5 (uPlot's)
+    const e = lead - (Math.abs(m - Math.round(m)) > 1e-6 ? 1 : 0); // (2.5 apart: a digit more, not 3, 5, 8)
     return vals.map((v) => {
       const a = Math.abs(v);
       if (!Number.isFinite(v) || a < step / 2) return Number.isFinite(v) ? "0" : ""; // (0: a float's residue too)
@@ -110,8 +111,7 @@ window.Obs = window.Obs || {};
       grid: {show: side !== 1, stroke: t.grid, width: 1}, ticks: {show: true, stroke: t.grid, width: 1, size: 4},
       values: scale === "x" && time ? undefined
         : (u, vals) => (fig.ticks[scale] = fig.log[scale] ? logNum(vals) : tickLabels(vals))});
-    const series = [{}];
-    const bands = [];
+    const series = [{}], bands = [];
     lines.forEach((tr, i) => {
       const ln = tr.line || {}, width = ln.width === undefined ? 1.5 : ln.width;
       series.push({label: tr.name || "", scale: tr.yaxis === "y3" ? "y3" : "y", spanGaps: true,
@@ -119,24 +119,20 @@ window.Obs = window.Obs || {};
                    dash: DASH[ln.dash] || undefined, points: {show: false}});
       if (tr.fill === "tonexty" && i > 0) bands.push({series: [i + 1, i], fill: tr.fillcolor || "rgba(0,0,0,0.1)"});
     });
-    // A span within rounding error of its values (a constant series smoothed: 0.9999999999999997..1.0000000000000002)
-    // is a flat line: uPlot would look for ticks 1e-16 apart, never move past the first and fill memory.
+    // A span within rounding error of its values is a flat line (uPlot would step its ticks 1e-16 apart forever)
     const flat = (lo, hi) => !(hi - lo > Math.max(Math.abs(lo), Math.abs(hi)) * 1e-9);
     const rng = (key) => (u, lo, hi) => {
       const r = fig.ranges[key];
-      if (r && !flat(r[0], r[1])) return r.slice();
-      if (r) [lo, hi] = r;
+      if (r) { if (!flat(r[0], r[1])) return r.slice(); [lo, hi] = r; }
       if (!(hi >= lo)) return [0, 1];
-      const log = fig.log[key];
-      if (key === "x" && !flat(lo, hi)) return log && !(lo > 0) ? [1e-9, hi] : [lo, hi];
+      const log = fig.log[key], thin = flat(lo, hi);
+      if (key === "x" && !thin) return log && !(lo > 0) ? [1e-9, hi] : [lo, hi];
       // y (and a single x): what is visible (uPlot's min and max over the x range drawn) with 6% room, a flat line
       // not drawn at 0
-      if (log && lo > 0) {
-        const a = Math.log10(lo), b = Math.log10(hi), p = flat(lo, hi) ? 0.3 : (b - a) * 0.06;
-        return [10 ** (a - p), 10 ** (b + p)];
-      }
-      const p = flat(lo, hi) ? Math.abs(hi) * 0.5 || 1 : (hi - lo) * 0.06;
-      return [lo - p, hi + p];
+      const a = Math.log10(lo), b = Math.log10(hi), p = thin ? 0.3 : (b - a) * 0.06;
+      if (log && lo > 0) return [10 ** (a - p), 10 ** (b + p)];
+      const q = thin ? Math.abs(hi) * 0.5 || 1 : (hi - lo) * 0.06;
+      return [lo - q, hi + q];
     };
     const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1},
                     y: {range: rng("y"), distr: fig.log.y ? 3 : 1}};

@@ -21,6 +21,20 @@ window.Obs = window.Obs || {};
     return theme;
   };
 
+  // How many rows a line chart's legend of these names takes in a figure `width` wide: plot.css's wrapping row of
+  // items (a 16 + 4 px swatch and the name at 10 px, .8rem apart) between left: 48px and right: 84px (plot.js's tool
+  // bar), the names measured on a canvas (no layout read)
+  const measure = document.createElement("canvas").getContext("2d");
+  Obs.legendRows = (names, width) => {
+    measure.font = "10px system-ui, sans-serif";
+    let rows = names.length ? 1 : 0, x = 0;
+    for (const name of names) {
+      const w = 21 + Math.ceil(measure.measureText(name).width), room = Math.max(80, width - 132);
+      if (x && x + 12.8 + w > room) { rows++; x = w; } else x += (x ? 12.8 : 0) + w;
+    }
+    return rows;
+  };
+
   // Plotly config for every chart: no logo, no "share to the cloud", a short tool set, and no drag-to-zoom on
   // touch screens (a finger must be able to scroll the page past a chart).
   const CONFIG = Object.freeze({ // one object: Plotly then keeps a chart's mode bar instead of rebuilding it
@@ -59,18 +73,6 @@ window.Obs = window.Obs || {};
       if (window.requestIdleCallback) requestIdleCallback(() => Obs.plotly.load(), {timeout: 200});
       else setTimeout(() => Obs.plotly.load(), 0);
     },
-  };
-  // A chart list after a chart's "remove" / "up" / "down" button (dashboard and compare page); null: no change.
-  Obs.reorder = (charts, id, action) => {
-    const list = charts.slice(), i = list.indexOf(id);
-    if (i < 0) return null;
-    if (action === "remove") list.splice(i, 1);
-    else {
-      const j = action === "up" ? i - 1 : i + 1;
-      if (j < 0 || j >= list.length) return null;
-      [list[i], list[j]] = [list[j], list[i]];
-    }
-    return list;
   };
   Obs.coarsePointer = () => window.matchMedia && window.matchMedia("(pointer: coarse)").matches;
 

@@ -189,6 +189,68 @@
     axisType() { return this.mode === "time" ? "date" : "linear"; }
   }
 
+  // ------------------------------------------------------------------------------------------ page controls
+  // What the dashboard and the compare page share around their charts (templates/runs/_view_controls.html).
+  const $ = (id) => document.getElementById(id);
+
+  // A visible range from a drag or the fields: whole units, ordered, at least one wide (null stays null).
+  Obs.wholeRange = (range) => {
+    if (!range) return null;
+    const r = [Math.max(0, Math.floor(Math.min(range[0], range[1]))), Math.ceil(Math.max(range[0], range[1]))];
+    if (r[1] <= r[0]) r[1] = r[0] + 1;
+    return r;
+  };
+
+  // The "add a chart" picker (picker.js): a chosen metric's chart goes last and is scrolled to.
+  Obs.chartPicker = (registry, view, charts) => new Obs.Picker(registry, (name) => charts.has(name), (name) => {
+    view.set({charts: [...view.charts.filter((c) => c !== name), name]});
+    charts.get(name)?.box.scrollIntoView({block: "nearest"});
+  });
+
+  // Screen-reader announcements for actions whose result is not where focus is.
+  Obs.announce = (text) => { const el = $("announce"); el.textContent = "";
+    setTimeout(() => { el.textContent = text; }, 50); };
+
+  // A chart's "remove" / "up" / "down" button: the view's new chart list; the moved chart keeps the keyboard's place.
+  Obs.moveChart = (view, charts, id, action, title) => {
+    const list = view.charts.slice(), i = list.indexOf(id), j = action === "up" ? i - 1 : i + 1;
+    if (i < 0 || (action !== "remove" && (j < 0 || j >= list.length))) return; // (nothing to move)
+    if (action === "remove") list.splice(i, 1); else [list[i], list[j]] = [list[j], list[i]];
+    view.set({charts: list});
+    const ch = charts.get(id), btn = ch && ch.box.querySelector(action === "up" ? ".up" : ".down");
+    if (btn) btn.focus(); else $("metric-search").focus();
+    Obs.announce(action === "remove" ? `Chart ${title} removed` : `Chart moved ${action}`);
+  };
+
+  // The smoothing slider, the range fields and the view's link. zoomTo(range | null); parse: a field's number;
+  // bad: the notice for a range that is none. Returns show(): the controls from the view.
+  Obs.viewControls = (view, zoomTo, parse, bad) => {
+    let smoothTimer = null; // the slider is being moved (its value not yet the view's)
+    const said = (v) => { $("smooth-out").textContent = v > 0 ? v.toFixed(2) : "off"; };
+    $("smooth").addEventListener("input", () => {
+      said(+$("smooth").value);
+      clearTimeout(smoothTimer); // dragging the slider redraws once it rests
+      smoothTimer = setTimeout(() => { smoothTimer = null; view.set({smooth: +$("smooth").value}); }, 120);
+    });
+    $("range-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const a = parse($("range-from").value), b = parse($("range-to").value);
+      if (Number.isFinite(a) && Number.isFinite(b) && b > a) zoomTo([a, b]); else Obs.toast(bad, "warning");
+    });
+    $("range-reset").addEventListener("click", () => zoomTo(null));
+    $("copy-link").addEventListener("click", async () => {
+      const url = location.origin + view.url();
+      try { await navigator.clipboard.writeText(url); Obs.toast("Link to this view copied.", "info"); }
+      catch (e) { window.prompt("Copy this link:", url); }
+    });
+    return () => {
+      if (!smoothTimer) { $("smooth").value = view.smooth; said(view.smooth); }
+      $("range-from").value = view.range ? view.range[0] : "";
+      $("range-to").value = view.range ? view.range[1] : "";
+      $("range-reset").disabled = !view.range;
+    };
+  };
+
   Obs.Registry = Registry;
   Obs.View = View;
   Obs.XAxis = XAxis;

@@ -40,6 +40,20 @@ def test_folds_remove_the_largest_sizes_and_the_top_of_compute_once_each():
     assert {k: int(m.sum()) for k, m in cal.folds(iso, size_folds=1)} == {"N1": 1, "C8": 1, "C4": 2}
 
 
+def test_a_size_fold_that_leaves_fewer_sizes_than_the_n_term_has_parameters_is_refused():
+    N = np.repeat([1e7, 1e8, 1e9, 1e10], 4)
+    pts = Points.of(N=N, D=N * np.tile([5.0, 20, 80, 320], 4))
+    assert cal.MIN_KEPT_SIZES == 3                  # E, A and α of the N term need three sizes to be pinned
+    assert set(dict(cal.folds(pts, 3, cal.MIN_KEPT_SIZES))) == {"N1", "C8"}  # N2 would keep 2 sizes, N3 one
+    assert set(dict(cal.folds(pts, 3, 4))) == {"C8", "C4"}                   # no size fold at all
+    rng = np.random.default_rng(0)
+    loss = (1.7 + 400 / N ** 0.34 + 2000 / pts.D ** 0.3) * np.exp(rng.normal(0, 0.005, len(N)))
+    f = fit_law("chinchilla", pts, loss, bootstrap=0, band="calibrated")
+    assert {e[0] for e in f.calibration.errors} == {"N1", "C8"}  # the N2 refit (two sizes) never ran
+    C = N * pts.D * 6                                             # the compute law has no N term: no such limit
+    assert {"N1", "N2"} <= set(dict(cal.folds(Points.of(N=N, D=pts.D, C=C), 3, 1)))
+
+
 def shrunk(r, prior=cal.POOLED) -> float:
     """Rule 4 by hand: s = S·sqrt((ν0 + Σ (r / S)² / M2) / (ν0 + k))."""
     u = np.asarray(r, dtype=float) / prior.scale
@@ -93,8 +107,8 @@ def test_no_error_gives_the_prior_one_error_half_of_it_and_many_their_own_scale(
     assert cal.scale_of([("C8", 0.0, typical)]) == pytest.approx(prior.scale)
     one = [("C8", 1.0, 0.02)]                                   # a 4-rung compute ladder: one fold, one error
     assert cal.scale_of(one) == pytest.approx(shrunk([0.02 / (cal.D0 + 1.0)]))
-    assert prior.weight == 1 and cal.scale_of(one) ** 2 == pytest.approx(
-        (prior.scale ** 2 + (0.01 ** 2) / prior.m2) / 2)       # the prior and the one error half and half
+    assert prior.weight == 2 and cal.scale_of(one) ** 2 == pytest.approx(
+        (2 * prior.scale ** 2 + (0.01 ** 2) / prior.m2) / 3)   # the prior counts as two errors, the one as one
     rng = np.random.default_rng(0)
     many = [("C8", 0.0, e) for e in np.abs(rng.normal(0, 0.003, 400))]
     own = np.sqrt(np.mean([e * e for _, _, e in many]) / prior.m2)

@@ -59,6 +59,8 @@ def test_every_held_out_ladder_loads_with_its_held_out_runs_past_the_fitted_ones
         assert h.sum() == 1 and d["N"][h][0] == 3309980160 and d["C"][h][0] > 20 * d["C"][~h].max()
     if name == "gemstones_mcleish2025":
         assert h.sum() == 29 and d["N"][h].min() > 1.8 * d["N"][~h].max()
+    if name.startswith("porian2024_"):   # the two largest budgets: 1.28e19 (6 runs) and 2.56e19 (5)
+        assert h.sum() == 11 and (~h).sum() == 77 and d["C"][~h].max() < 1.28e19 * 0.99 <= d["C"][h].min()
 
 
 def test_a_bad_ladder_file_is_refused_naming_the_column(tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """Where the calibrated band's pooled prior (observatory/scaling/calibrate.py POOLED) comes from: rule 3 on the four
-development ladders reproduces it on the OpenBLAS kernel it was computed with (bench/scaling_cv.py
-POOLED_ON), and why another kernel gives another prior — the Gadre ladders' N2 fold keeps two model sizes,
-too few to pin the N term, so its refit ties exactly between optima that forecast differently (docs/SCALING.md,
-"The pooled prior's provenance")."""
+development ladders reproduces it on each OpenBLAS kernel it was recomputed on (bench/scaling_cv.py POOLED_ON), and
+why a size fold must keep MIN_KEPT_SIZES model sizes — the Gadre ladders' N2 fold keeps two, too few to pin the N
+term, so its refit ties exactly between optima that forecast differently, and before the rule refused that fold the
+prior depended on the kernel (docs/SCALING.md, "The pooled prior's provenance")."""
 
 from __future__ import annotations
 
@@ -49,10 +49,11 @@ def test_blas_core_names_the_kernel_numpys_openblas_runs_and_openblas_coretype_p
     assert in_child("from bench import harness; print(repr(harness.blas_core()))", "Haswell") == "''"  # no numpy
 
 
-def test_pooled_is_rule_3_on_the_development_ladders_on_the_kernel_it_was_computed_with():
-    core, p = json.loads(in_child(PRIOR, scaling_cv.POOLED_ON))
-    if core != scaling_cv.POOLED_ON:
-        pytest.skip(f"this machine cannot run OpenBLAS's {scaling_cv.POOLED_ON} kernel (it ran {core})")
+@pytest.mark.parametrize("kernel", scaling_cv.POOLED_ON)
+def test_pooled_is_rule_3_on_the_development_ladders_on_each_kernel_it_was_recomputed_on(kernel):
+    core, p = json.loads(in_child(PRIOR, kernel))
+    if core != kernel:
+        pytest.skip(f"this machine cannot run OpenBLAS's {kernel} kernel (it ran {core})")
     assert [float(f"{p['scale']:.3g}"), float(f"{p['m2']:.3g}"), p["weight"]] == [
         cal.POOLED.scale, cal.POOLED.m2, cal.POOLED.weight]
 
@@ -63,6 +64,7 @@ def test_a_gadre_n2_fold_ties_between_optima_that_forecast_its_removed_rungs_dif
     h = d["heldout"]
     pts = scaling.Points.of(N=d["N"][~h], D=d["D"][~h], C=d["C"][~h])
     law = scaling.get_law("overtrained")                   # `auto`'s choice on all three (bench/scaling_cv.py)
+    assert "N2" not in dict(cal.folds(pts, cal.SIZE_FOLDS, cal.MIN_KEPT_SIZES))  # the band's rule refuses it
     held = dict(cal.folds(pts, cal.SIZE_FOLDS))["N2"]
     kept, y = pts.take(~held), np.log(d["L"][~h][~held])
     assert len(np.unique(kept.N)) == 2                     # E, A and α of the N term meet two sizes

@@ -20,6 +20,24 @@ TOKENS_PER_STEP = 2048
 TICK_S = 5.0  # the live timer: during a gap between steps the bench ticks this often
 
 
+def trainer_width() -> list[str]:
+    """The rest of a trainer's ~230 metric names beside a Curves' own (bench/anomalies.py's cost: router stats for 4
+    layers x 8 experts, ~100 per-parameter grad norms, hardware)."""
+    fill = [f"grad/norm/{p}" for p in (f"layer_{i}/{w}" for i in range(12) for w in
+                                       ("attn/q", "attn/k", "attn/v", "attn/o", "mlp/w1", "mlp/w2", "norm1", "norm2"))]
+    fill += [contract.router_metric(l, s) for l in range(4) for s in ("routing_entropy", "load_balancing_loss",
+                                                                     "router_z_loss", "capacity_overflow_rate",
+                                                                     "max_mean_load")]
+    fill += [contract.router_metric(l, f"{s}/{e}") for l in (2, 3) for s in ("routing_hist", "router_bias")
+             for e in range(EXPERTS)]
+    fill += [contract.mixture_weight(d) for d in DOMAINS] + [contract.tokens_seen(d) for d in DOMAINS]
+    return fill + [contract.HW_CPU_PERCENT, contract.HW_LOAD1, contract.HW_RSS, contract.HW_HOST_MEM_USED,
+                   contract.HW_HOST_MEM_PERCENT, contract.HW_PROCESS_CPU, contract.HW_PROCESS_THREADS,
+                   contract.M_PARAM_NORM, contract.M_LR_MULT, contract.M_TOTAL_STEPS, contract.M_TOTAL_TOKENS,
+                   contract.M_DATA_TIME, contract.M_COMPUTE_TIME, contract.M_HOST_TIME, contract.M_MIX_STAGE,
+                   contract.M_PUBLISH_DROPPED, contract.M_PUBLISH_QUEUE]
+
+
 # ---------------------------------------------------------------------------------------------- curves
 class Curves:
     """One run's metric arrays (NaN = non-finite, `present` masks = not logged) and its wall clock."""
@@ -72,6 +90,13 @@ class Curves:
     def label(self, kind: str, start: int, end: int, *also: str) -> None:
         self.labels.append({"kind": kind, "start_step": int(start), "end_step": int(end), "also": list(also)})
 
+    def timed_labels(self) -> list[dict]:
+        """Its labels, stall and heartbeat_lost ones with gap_t: when the last step before the gap completed (their
+        delay is measured in seconds from it)."""
+        t = 1.7e9 + np.cumsum(TOKENS_PER_STEP / self.tokens + self.gaps)
+        return [{**lab, "gap_t": float(t[lab["start_step"]])} if lab["kind"] in ("stall", "heartbeat_lost") else lab
+                for lab in self.labels]
+
     def steps(self):
         """(step, values, t, heartbeat dead during the gap before it) for every logged step."""
         step_time = TOKENS_PER_STEP / self.tokens
@@ -96,6 +121,17 @@ class Curves:
             if self.loss_scale is not None:
                 v[M_LOSS_SCALE] = self.loss_scale[i]
             yield i, {k: float(x) for k, x in v.items()}, float(t[i]), bool(self.hb_dead[i])
+
+
+def trainer_stream(steps: int) -> list[tuple[int, dict[str, float], float]]:
+    """(step, values, t) of a clean Curves (seed 99) as wide as a trainer's telemetry: trainer_width()'s names filled
+    with uniform noise (bench/anomalies.py's cost)."""
+    rng, fill = np.random.default_rng(5), trainer_width()
+    stream = []
+    for step, values, t, _ in Curves(99, steps).steps():
+        values.update({name: float(x) for name, x in zip(fill, rng.random(len(fill)))})
+        stream.append((step, values, t))
+    return stream
 
 
 # ---------------------------------------------------------------------------------------------- events

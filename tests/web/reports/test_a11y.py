@@ -83,3 +83,33 @@ def test_a_report_colours_its_lines_as_the_dashboard_and_the_compare_page_do(rep
     page.wait_for_function(f"() => ({COLOURS})('#chart-train-loss').some((c) => c.length >= 1)", timeout=30_000)
     assert single == page.evaluate(COLOURS, "#chart-train-loss")[0][:1]
     assert pair[0] != pair[1]
+
+
+EMBED_LOOK = """() => { const c = document.querySelector('.minichart');
+  const bg = getComputedStyle(document.body).backgroundColor.match(/\\d+/g).slice(0, 3).map(Number);
+  const line = (c.data || []).find((t) => t.mode === 'lines');
+  return {dark: bg.reduce((a, v) => a + v, 0) / 3 < 80, line: line ? line.line.color : null,
+          palette: Obs.lineColor(0)}; }"""
+
+
+def test_the_embed_follows_the_sites_theme(report, web, new_page):
+    """Dark under a dark system preference and under the site's toggle (its choice outlives the page: localStorage),
+    its line in the dashboard's palette of that theme; the embed had neither (the light palette's blue on black)."""
+    embed = f"{web.url}/embed/runs/demo-a/chart/?series=train/loss"
+    dark = new_page(viewport={"width": 600, "height": 300}, color_scheme="dark")
+    errors = page_errors(dark)
+    dark.goto(f"{web.url}/runs/demo-a/")
+    dark.wait_for_function("() => !!document.querySelector('#chart-train-loss .uplot')", timeout=30_000)
+    palette = dark.evaluate("() => Obs.lineColor(0)")
+    dark.goto(embed)
+    dark.wait_for_function(DRAWN, timeout=30_000)
+    assert dark.evaluate(EMBED_LOOK) == {"dark": True, "line": palette, "palette": palette}
+    assert axe_violations(dark) == []
+    chosen = new_page(viewport={"width": 600, "height": 300}, color_scheme="light")
+    chosen.goto(f"{web.url}/runs/demo-a/")
+    chosen.click("#theme-toggle")
+    chosen.wait_for_function("() => document.documentElement.dataset.theme === 'dark'")
+    chosen.goto(embed)
+    chosen.wait_for_function(DRAWN, timeout=30_000)
+    assert chosen.evaluate(EMBED_LOOK) == {"dark": True, "line": palette, "palette": palette}
+    assert errors == []

@@ -3,6 +3,8 @@ bucket keeps every bucket's extremes (a one-step spike survives), a zoomed windo
 coarse history, live points append to typed arrays that grow by doubling (no allocation a point) and a rewind cuts
 them, and close labels fold into one with a count."""
 
+import math
+
 import pytest
 
 from ..servers import ROOT
@@ -121,3 +123,14 @@ def test_the_smoothed_line_is_debiased_so_its_first_points_are_not_dragged_towar
     assert all(abs(v - 4) < 1e-12 for v in flat), "a constant stays at its value from the first point"
     # by hand: last = 0.5, 0.5 / (1 - 0.5) = 1; then last = 0.25 + 1.5 = 1.75, 1.75 / (1 - 0.25) = 7 / 3
     assert abs(pair[0] - 1) < 1e-12 and abs(pair[1] - 7 / 3) < 1e-12 and empty == []
+
+
+def test_a_figures_x_extent_spans_its_lines_only(model):
+    """Obs.xExtent (a live chart's headroom, the marks' pixel scale, a compare chart's duration ticks): the first and
+    last x over every line, typed-array lines included; point marks and empty lines do not count."""
+    got = model.evaluate("""() => [
+      Obs.xExtent([{mode: "lines", x: [5, 9, 20]}, {mode: "markers", x: [1, 500]},
+                   {mode: "lines", x: new Float64Array([2, 3, 4]).subarray(0, 2)}, {mode: "lines", x: []}]),
+      Obs.xExtent([{mode: "markers", x: [1]}]), Obs.xExtent(null)]""")
+    assert got[0] == [2, 20]
+    assert got[1] == got[2] == [math.inf, -math.inf], "no line has a point: an empty span"

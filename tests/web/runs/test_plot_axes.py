@@ -25,7 +25,7 @@ def test_adjacent_tick_labels_are_distinct_with_the_digits_their_spacing_needs(p
                                        return Obs.tickLabels(v); };
       return {zoomed: axis(100000, 150000, 5000), run: axis(0, 1000000, 100000), lr: axis(0, 3e-4, 1e-4),
               loss: axis(0.6, 0.9, 0.05), fine: axis(1000.5, 1000.6, 0.02), big: axis(950000, 1050000, 10000),
-              neg: axis(-0.2, 0.2, 0.1)};
+              neg: axis(-0.2, 0.2, 0.1), steps: axis(0, 15, 2.5), zoomed25: axis(100000, 110000, 2500)};
     }""")
     assert got["zoomed"] == ["1e5", "1.05e5", "1.1e5", "1.15e5", "1.2e5", "1.25e5", "1.3e5", "1.35e5", "1.4e5",
                              "1.45e5", "1.5e5"]
@@ -33,6 +33,9 @@ def test_adjacent_tick_labels_are_distinct_with_the_digits_their_spacing_needs(p
     assert got["lr"] == ["0", "1e\u22124", "2e\u22124", "3e\u22124"]
     assert got["loss"] == ["0.6", "0.65", "0.7", "0.75", "0.8", "0.85", "0.9"]
     assert got["neg"] == ["\u22120.2", "\u22120.1", "0", "0.1", "0.2"]
+    # 2.5 apart (uPlot's 1, 2, 2.5, 5 spacings): the tick at 2.5 read "3" and the one at 7.5 "8" (an embed's x axis)
+    assert got["steps"] == ["0", "2.5", "5", "7.5", "10", "12.5", "15"]
+    assert got["zoomed25"] == ["1e5", "1.025e5", "1.05e5", "1.075e5", "1.1e5"]
     for name, labels in got.items():
         assert all(a != b for a, b in zip(labels, labels[1:])), (name, labels)
 

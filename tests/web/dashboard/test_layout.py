@@ -1,0 +1,72 @@
+"""The dashboard's chart boxes as laid out in Chromium (issue 46's screenshots): a legend sits just above its plot
+at phone and desktop widths, smoothing on or off (no blank band, no overlap with the marker labels' row), and a
+chart's note never pushes its tool bar off the title's line."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..servers import page_errors
+from .conftest import apply, demo_messages
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+# The room between a legend's bottom and its plot's top (CSS px): the marker labels' row (charts.js LABEL_ROW_PX,
+# its labels 12 px high, 4 px above the plot) and a few px; a wrong count of the legend's rows showed as a 45 px
+# band at 390 px (2 rows counted for 1), or as the last row over the labels with smoothing on (2 counted for 3).
+GAP = (16, 32)
+LEGEND_GAP = """() => { const p = document.querySelector('#chart-train-loss'), lg = p.querySelector('.legend'),
+  over = p.querySelector('.u-over');
+  if (!lg || lg.hidden || !lg.children.length || !over) return null;
+  return {gap: over.getBoundingClientRect().top - lg.getBoundingClientRect().bottom,
+          rows: new Set([...lg.children].map((i) => Math.round(i.getBoundingClientRect().top))).size}; }"""
+
+
+@pytest.fixture
+def run(live_env):
+    apply("demo-a", demo_messages("demo-a"))
+
+
+@pytest.mark.parametrize("width,height", [(390, 844), (1400, 900)])
+@pytest.mark.parametrize("query", ["", "?smooth=0.6"])
+def test_a_legend_sits_just_above_its_plot(run, web, new_page, width, height, query):
+    page = new_page(viewport={"width": width, "height": height})
+    errors = page_errors(page)
+    page.goto(f"{web.url}/runs/demo-a/{query}")
+    page.wait_for_function(f"() => ({LEGEND_GAP})() !== null", timeout=30_000)
+    if query:  # the smoothed lines' names are the legend's: longer, more rows at a phone's width
+        page.wait_for_function("() => document.querySelector('#chart-train-loss .legend').textContent"
+                               ".includes('(smoothed)')", timeout=30_000)
+    got = page.evaluate(LEGEND_GAP)
+    assert GAP[0] <= got["gap"] <= GAP[1], got
+    assert errors == []
+
+
+def test_a_charts_note_leaves_its_tools_on_the_title_line(run, web, new_page):
+    page = new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{web.url}/runs/demo-a/")
+    tput = '.chart[data-metric="throughput/tokens_per_second"]'
+    page.wait_for_function(f"() => document.querySelector('{tput} .note').textContent.includes('MFU hidden')",
+                           timeout=30_000)
+    heads = page.evaluate("""() => [...document.querySelectorAll('#charts figure.chart')].map((f) => {
+      const h3 = f.querySelector('h3').getBoundingClientRect();
+      const tools = [...f.querySelectorAll('.chart-tools > *')].map((b) => b.getBoundingClientRect());
+      return {metric: f.dataset.metric, note: f.querySelector('.note').textContent,
+              onTitleLine: tools.every((b) => b.top < h3.bottom && b.bottom > h3.top)}; })""")
+    assert any(h["note"] for h in heads), heads
+    assert [h for h in heads if not h["onTitleLine"]] == [], heads
+
+
+def test_smoothing_draws_a_constant_series_flat(run, web, new_page):
+    """The debiased EMA of a constant differs from it in the last bits: drawn to that span, the learning rate zigzagged
+    over 1e-19 and the gradient norm chart threw in uPlot's tick splits and stayed empty."""
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = page_errors(page)
+    page.goto(f"{web.url}/runs/demo-a/?smooth=0.6")
+    spans = """() => Object.fromEntries(['optim-learning-rate', 'grad-norm-total'].map((id) => {
+      const u = document.querySelector('#chart-' + id)._figure?.u;
+      return [id, u && u.data[1].some((v) => v !== null) ? u.scales.y.max - u.scales.y.min : null]; }))"""
+    page.wait_for_function(f"() => Object.values(({spans})()).every((s) => s !== null)", timeout=30_000)
+    got = page.evaluate(spans)
+    assert got["optim-learning-rate"] > 1e-4 and got["grad-norm-total"] > 0.1, got
+    assert errors == []
