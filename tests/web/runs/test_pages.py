@@ -56,7 +56,7 @@ def test_the_dashboard_page_loads_vendored_plotly_and_no_cdn(client, run):
     resp = client.get("/runs/r1/")
     assert resp.status_code == 200
     html = resp.content.decode()
-    assert "/static/vendor/plotly-cartesian.min.js" in html and "/static/js/dashboard-bundle.js" in html
+    assert "/static/vendor/plotly-cartesian.min.js" in html and "/static/js/dashboard.js" in html
     # no other origin; the link-preview tags name this site's own absolute URLs, as Open Graph requires
     outside = re.sub(r'<meta (?:property|name)="(?:og|twitter):[^"]+" content="http://testserver/[^"]*">', "", html)
     assert "https://" not in outside and "http://" not in outside
