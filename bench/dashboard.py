@@ -133,7 +133,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                 A["first_main"].append(cdp.main_thread_ms())
                 A["first_long"].append(long_tasks(page, until=A["first"][-1]))
                 js = page.evaluate(JS_BEFORE_PAINT)
-                A["js_run"].append(js["run"]); A["js_fetched"].append(js["fetched"]); A["js_files"] = js["files"]
+                A["js"].append(js)
                 if profiling:
                     A["summary"]["first_paint_profile"] = profile_summary(cdp.stop_profile())
                     A["summary"]["first_paint_trace_self_ms"] = {k: round(v, 1) for k, v in
@@ -192,9 +192,10 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                                "long_task_ms_median": med([sum(x) for x in first_long]),
                                "longest_task_ms_median": med([max(x, default=0) for x in first_long])},
             "plotly_drawn_ms": {"median": med(A["plotly"]), "runs": [round(x, 1) for x in A["plotly"]]},
-            "js_before_first_paint_bytes": {"run_median": statistics.median(A["js_run"]),
-                                            "fetched_median": statistics.median(A["js_fetched"]),
-                                            "scripts_run": A["js_files"]},
+            "first_paint_phases_ms": {k: med([j["phases"][k] for j in A["js"]]) for k in A["js"][0]["phases"]},
+            "js_before_first_paint_bytes": {"run_median": statistics.median([j["run"] for j in A["js"]]),
+                                            "fetched_median": statistics.median([j["fetched"] for j in A["js"]]),
+                                            "scripts_run": A["js"][-1]["files"]},
             "zoom_gesture_ms": {"every_chart_median": med(A["gesture"]), "zoomed_chart_median": med(A["gesture_own"]),
                                 "by_chart_median": {k: med(v) for k, v in sorted(A["gesture_charts"].items())},
                                 "runs": [round(x, 1) for x in A["gesture"]]},
@@ -202,8 +203,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                         "main_thread_median": med(A["zoom_main"]),
                         "long_tasks_total": sum(len(x) for x in A["zoom_long"]),
                         "by_window_steps": {str(w): med(xs) for w, xs in A["zooms"].items()}},
-            **A["summary"],
-            "console_errors": A["errors"]}
+            **A["summary"], "console_errors": A["errors"]}
     return out
 
 
