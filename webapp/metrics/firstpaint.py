@@ -16,7 +16,10 @@ windows change with every batch; a finished, paused or busy run's are computed o
 
 from __future__ import annotations
 
+import logging
+
 from django.core.cache import cache
+from redis.exceptions import RedisError
 
 from webapp.metrics import api
 from webapp.metrics.models import Series
@@ -25,6 +28,7 @@ INITIAL_POINTS = 1000  # a desktop chart is ~600-900 px wide: one point per pixe
 MAX_INITIAL_SERIES = 24  # a run with hundreds of per-domain losses reads the rest itself
 CACHE_FORMAT = 1  # part of every key: change it when series_window's answer changes shape
 CACHE_TTL_S = 3600  # (a key is never read after its series' next write; this bounds what old ones hold)
+log = logging.getLogger(__name__)
 
 
 def wanted(charts: list[dict], names: list[str]) -> list[str]:
@@ -52,7 +56,11 @@ def add_initial(request, run, page: dict) -> None:
                        for s in series.values()]  # (api.metric_rows)
     names = [n for n in wanted(page.get("charts", []), list(series)) if n in series]
     keyed = {n: cache_key(series[n]) for n in names if series[n].version}  # (0: never written, nothing to keep)
-    have = cache.get_many(list(keyed.values())) if keyed else {}
+    try:  # (the cache is an accelerator: with Redis away the page computes its windows, as before the cache)
+        have = cache.get_many(list(keyed.values())) if keyed else {}
+    except (RedisError, OSError) as e:
+        log.warning("first-paint windows: cache unreachable (%s); computing them", e)
+        have, keyed = {}, {}
     windows, fresh = {}, {}
     for n in names:
         win = windows[n] = have.get(keyed.get(n))
@@ -61,5 +69,8 @@ def add_initial(request, run, page: dict) -> None:
             if n in keyed:
                 fresh[keyed[n]] = win
     if fresh:
-        cache.set_many(fresh, CACHE_TTL_S)
+        try:
+            cache.set_many(fresh, CACHE_TTL_S)
+        except (RedisError, OSError) as e:
+            log.warning("first-paint windows: not cached (%s)", e)
     page["initial_windows"] = windows

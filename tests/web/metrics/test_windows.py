@@ -109,3 +109,13 @@ def test_the_first_windows_come_from_the_cache_until_a_write_and_never_stale_aft
             assert win == one(client, name, f"points={firstpaint.INITIAL_POINTS}")
         first = now
     assert max(first[contract.M_LOSS]["steps"]) <= 2000 and first[contract.M_LOSS]["last_step"] == 2000
+
+
+def test_with_the_cache_unreachable_the_page_computes_its_windows(client, run, settings):
+    """The windows' cache is an accelerator: with its Redis away (here: a port nothing listens on) the page still
+    carries every window, equal to the API's, and says so in the log rather than failing."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": "redis://127.0.0.1:1/0"}}  # (Django's test signals reset caches)
+    windows = page_windows(client)
+    assert windows and all(win == one(client, name, f"points={firstpaint.INITIAL_POINTS}")
+                           for name, win in windows.items())
