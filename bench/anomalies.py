@@ -10,8 +10,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 # --core DIR: judge the `observatory` package found in DIR (another commit's detectors) instead of this checkout's
 _CORE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--core"), None)
@@ -24,7 +22,7 @@ from observatory.anomalies.scan import parse_maps  # noqa: E402
 from anomaly_cv import detections, development, held_out, labelled, match, scan  # noqa: E402
 from harness import parser, report as file_result  # noqa: E402
 from stack import run_landed  # noqa: E402
-from bench.data.anomalies.synth import TICK_S, TOKENS_PER_STEP, Curves, build_set, trainer_width  # noqa: E402
+from bench.data.anomalies.synth import TICK_S, Curves, build_set, trainer_stream  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "anomalies"
 PUBLIC = DATA / "public"
@@ -90,23 +88,11 @@ def clean_alarms(runs: list[tuple[str, list[dict], list[dict], int]]) -> dict:
             "warning_or_critical": by_sev["warning"] + by_sev["critical"], "examples": examples}
 
 
-def with_gap_times(c: Curves, labels: list[dict]) -> list[dict]:
-    """Stall labels measure delay in seconds from the moment the last step before the gap completed."""
-    t = 1.7e9 + np.cumsum(TOKENS_PER_STEP / c.tokens + c.gaps)
-    return [{**lab, "gap_t": float(t[lab["start_step"]])} if lab["kind"] in ("stall", "heartbeat_lost") else lab
-            for lab in labels]
-
-
 # ---------------------------------------------------------------------------------------------- cost
 def cost(steps: int = 1500) -> dict:
     """µs per step for the Monitor at ~230 metrics (the trainer's names: router stats for 4 layers × 8 experts,
     ~100 per-parameter grad norms, hardware), against the contract's decode of the same message."""
-    c = Curves(99, steps)
-    rng, fill = np.random.default_rng(5), trainer_width()
-    stream = []
-    for step, values, t, _ in c.steps():
-        values.update({name: float(x) for name, x in zip(fill, rng.random(len(fill)))})
-        stream.append((step, values, t))
+    stream = trainer_stream(steps)
     n_metrics = statistics.median(len(v) for _, v, _ in stream)
     msgs = [contract.metrics_fields("bench", step, values, t) for step, values, t in stream[:300]]
     monitor_us = decode_us = math.inf
@@ -263,7 +249,7 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.perf_counter()
     injected, clean = build_set()
-    inj = [(name, detections(run_live(c)), with_gap_times(c, c.labels), c.n // c.every) for name, c in injected]
+    inj = [(name, detections(run_live(c)), c.timed_labels(), c.n // c.every) for name, c in injected]
     cln = [(name, detections(run_live(c)), [], c.n // c.every) for name, c in clean]
     ext = external(args.curve or default_curves(), parse_maps(args.map))
     report = {"per_kind": evaluate(inj + cln + ext), "clean": clean_alarms(cln),

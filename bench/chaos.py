@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import signal
 import sqlite3
@@ -17,7 +16,7 @@ import urllib.request
 from contextlib import closing
 from pathlib import Path
 
-from harness import (Database, PrivateRedis, Stack, SyntheticTrainer, drained, free_port, listening,  # noqa
+from harness import (PrivateRedis, Stack, SyntheticTrainer, drained, free_port, listening,  # noqa
                      parser, pct, report, wait_for as wait, web_command)
 from viewer_client import LiveViewer  # noqa: E402
 from observatory import contract  # noqa: E402
@@ -54,16 +53,16 @@ def same(a, b) -> bool:
     return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
 
 
-def db_points(db: Database, run_id: str) -> dict[tuple[str, int], float | None]:
+def db_points(stack: Stack, run_id: str) -> dict[tuple[str, int], float | None]:
     # (run ids here are our own: letters, digits and dashes)
     sql = ("SELECT s.name, p.step, p.value, p.special FROM metrics_point p JOIN metrics_series s ON p.series_id = s.id "
            f"WHERE s.run_id = '{run_id}'")
     special = {1: math.nan, 2: math.inf, 3: -math.inf}
-    return {(n, st): (special[sp] if sp else v) for n, st, v, sp in db.sql([sql])[0]}
+    return {(n, st): (special[sp] if sp else v) for n, st, v, sp in stack.sql(sql)}
 
 
-def db_last_step(db: Database, run_id: str) -> int:
-    rows = db.sql([f"SELECT last_step FROM runs_run WHERE id = '{run_id}'"])[0]
+def db_last_step(stack: Stack, run_id: str) -> int:
+    rows = stack.sql(f"SELECT last_step FROM runs_run WHERE id = '{run_id}'")
     return rows[0][0] if rows and rows[0][0] is not None else -1
 
 
@@ -91,12 +90,9 @@ def main() -> int:
     stack = Stack("chaos")
     work = Path(stack.tmp)
     run_id = f"chaos-{int(time.time())}"
-    db = Database(args.db, os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/"))
     redis_server, wport = PrivateRedis(work, appendonly=True), free_port()
-    redis_url = redis_server.url
-    stack.callback(redis_server.stop)  # after the processes that use it, before the directory goes
-    stack.env = {**db.env, "REDIS_URL": redis_url, "OBS_DEBUG": "1", "OBS_LOG_LEVEL": "INFO",
-                 "WANDB_MODE": "disabled"}
+    redis_url = redis_server.url  # the site stops it after the processes that use it, before the directory goes
+    stack.site(redis_server, stack.database(args.db), OBS_DEBUG="1", OBS_LOG_LEVEL="INFO", WANDB_MODE="disabled")
     procs: dict[str, subprocess.Popen] = {}  # by name; children in their own sessions (a kill -9 hits exactly one)
     out: dict = {"run_id": run_id, "steps": args.steps, "db": args.db, "faults": [], "work": str(work)}
     client = redis.Redis(port=redis_server.port)
@@ -128,7 +124,7 @@ def main() -> int:
 
     def moved_on(since: int, by: int = 5, timeout: float = 120):
         t0 = time.monotonic()
-        wait(lambda: db_last_step(db, run_id) >= reach(since + by), timeout, f"the database past step {since}")
+        wait(lambda: db_last_step(stack, run_id) >= reach(since + by), timeout, f"the database past step {since}")
         return round(time.monotonic() - t0, 2)
 
     watcher = None
@@ -142,24 +138,24 @@ def main() -> int:
             sys.executable, "-m", "training", "run", "--config", "training/configs/demo.toml", "--run-id", run_id,
             "--steps", str(args.steps), "--metrics-jsonl", str(jsonl), "--redis-url", redis_url,
             "--set", f'checkpoint.dir="{work / "ckpt"}"', *[a for s in TINY for a in ("--set", s)]])
-        wait(lambda: db_last_step(db, run_id) >= 1, 300, "the first stored step (trainer start, compile)")
+        wait(lambda: db_last_step(stack, run_id) >= 1, 300, "the first stored step (trainer start, compile)")
         watcher = LiveViewer(f"ws://127.0.0.1:{wport}/ws/runs/{run_id}/", metric=contract.M_LOSS)
         watcher.start()
 
         # 1. Redis: kill -9, restart on its append-only file.
         wait(lambda: trainer_step(jsonl) >= args.steps // 5, 300, "a fifth of the run")
-        at, live, mid = db_last_step(db, run_id), trainer_step(jsonl), trainer.poll() is None
+        at, live, mid = db_last_step(stack, run_id), trainer_step(jsonl), trainer.poll() is None
         redis_server.stop(kill=True)
         time.sleep(1.0)  # down for a second: the trainer's publisher buffers, ingest and web retry
         up_redis()
         out["faults"].append({"fault": "redis kill -9 + restart", "db_step": at, "trainer_step": live, "mid_run": mid,
-                              "db_moving_again_s": moved_on(db_last_step(db, run_id), by=1)})
+                              "db_moving_again_s": moved_on(db_last_step(stack, run_id), by=1)})
 
         # 2. kill -9 the ingest holding the run's lease; the other takes over; a supervisor starts a new one.
         wait(lambda: trainer_step(jsonl) >= 2 * args.steps // 5, 300, "40% of the run")
         lease = client.get(f"obs:ingest:lease:{contract.telemetry_stream(run_id)}")
         holder = lease.decode().split(":")[0].removeprefix("chaos-") if lease else "ingest1"
-        at, live, mid = db_last_step(db, run_id), trainer_step(jsonl), trainer.poll() is None
+        at, live, mid = db_last_step(stack, run_id), trainer_step(jsonl), trainer.poll() is None
         kill(holder)
         took = moved_on(at, by=1)
         ingest(holder + "b")
@@ -180,12 +176,12 @@ def main() -> int:
 
         rc = trainer.wait(600)
         final = max(st for _, st in jsonl_points(jsonl))
-        wait(lambda: db_last_step(db, run_id) >= final, 120, "the database to reach the trainer's last step")
+        wait(lambda: db_last_step(stack, run_id) >= final, 120, "the database to reach the trainer's last step")
         wait(lambda: max(watcher.steps, default=-1) >= final, 60, "the client to reach the last step")
         stream = client.xrange(contract.telemetry_stream(run_id))
         wait(lambda: drained(client, [run_id]), 60, "the run's stream to be fully acknowledged")
 
-        want, got = jsonl_points(jsonl), db_points(db, run_id)
+        want, got = jsonl_points(jsonl), db_points(stack, run_id)
         lost = sorted(k for k in want if k not in got)
         extra = sorted(k for k in got if k not in want)
         wrong = sorted(k for k in want if k in got and not same(want[k], got[k]))
@@ -220,7 +216,6 @@ def main() -> int:
             watcher.stop.set()
         stack.keep = args.keep or not ok  # the logs, the JSONL and Redis's files stay
         stack.close()
-        db.close()
     out["ok"] = ok
     report("chaos", out, args.json, not args.no_save)
     return 0 if ok else 1

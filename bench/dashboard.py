@@ -16,68 +16,11 @@ from contextlib import ExitStack
 import psutil
 
 from harness import ROOT, Stack, django_here, med, parser, proc_cpu_s, report, web_server
-from stack import load_series, tree as checkout
+from stack import tree as checkout
 
-RUN_ID, FRONT_ID = "bench-dashboard", "bench-front"
-SERIES = ("train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
-          "throughput/tokens_per_second", "moe/drop_fraction", "throughput/total_tokens")
-SPIKE_OFFSET = 123_457  # a one-step loss spike at this step (if the run is long enough)
+from bench.data.dashboard.seed import RUN_ID, SERIES, seed, seed_front
+
 ZOOMS = (200_000, 20_000, 2_000, 200, 20)  # window widths, in steps
-
-
-def value(name: str, step: int, rnd: random.Random) -> float:
-    if name == "throughput/total_tokens":
-        return float((step + 1) * 4096)
-    if name == "optim/learning_rate":
-        return 3e-4 * min(1.0, step / 2000) * (0.1 + 0.9 * (1 + math.cos(math.pi * step / 1e6)) / 2)
-    decay = 3.0 / math.sqrt(1 + step / 500)
-    base = {"train/loss": 2.0 + decay, "train/cross_entropy_loss": 1.9 + decay, "grad/norm/total": 0.6,
-            "throughput/tokens_per_second": 5.2e4, "moe/drop_fraction": 0.02}[name]
-    return base * (1 + 0.05 * rnd.gauss(0, 1))
-
-
-def seed(steps: int) -> float | None:
-    """The run with `steps` points per series, loaded once (seconds spent, or None if it was there)."""
-    from webapp.metrics.models import Series
-    from webapp.runs.models import Run
-
-    if Series.objects.filter(run_id=RUN_ID, count=steps).count() == len(SERIES):
-        return None
-    t0 = time.perf_counter()
-    Run.objects.filter(pk=RUN_ID).delete()
-    run = Run.objects.create(id=RUN_ID, name="dashboard benchmark", state="training", health="ended",
-                             last_step=steps - 1, heartbeat={"tokens": steps * 4096, "token_budget": 2 * steps * 4096,
-                                                            "steps_per_s": 4.0, "eta_s": steps / 4.0})
-    spike = SPIKE_OFFSET % steps
-    for name in SERIES:
-        rnd = random.Random(name)
-        load_series(run, name, ((step, v * 40 if name == "train/loss" and step == spike else v)
-                                for step in range(steps) for v in (value(name, step, rnd),)))
-    return time.perf_counter() - t0
-
-
-def seed_front(steps: int, runs: int) -> None:
-    """--front: the featured run (its loss, an anomaly, an annotation) and `runs` more, loaded once."""
-    from webapp.anomalies.models import Anomaly
-    from webapp.annotations.models import Annotation
-    from webapp.metrics.models import Series
-    from webapp.runs.models import Run
-
-    if Series.objects.filter(run_id=FRONT_ID, name="train/loss", count=steps).exists():
-        return
-    Run.objects.filter(pk__startswith=FRONT_ID).delete()
-    hb = {"tokens": steps * 4096, "token_budget": 2 * steps * 4096, "eta_s": 3600.0, "steps_per_s": 4.0}
-    run = Run.objects.create(id=FRONT_ID, name="front-page benchmark", state="training", health="alive",
-                             last_step=steps - 1, heartbeat=hb)
-    load_series(run, "train/loss", ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps)))
-    Anomaly.objects.create(run=run, key="loss_spike train/loss 77", kind="loss_spike", metric="train/loss",
-                           start_step=77, peak_step=77, detected_step=77, severity="warning", score=3.0,
-                           explanation="loss 9 at step 77 is 3x its running level")
-    Annotation.objects.create(run=run, title="spike at 77", body="a bad batch?", body_html="<p>a bad batch?</p>",
-                              step_start=70, step_end=80)
-    for i in range(runs):
-        Run.objects.create(id=f"{FRONT_ID}-{i:03d}", name=f"other {i}", state="stopped", health="ended",
-                           last_step=1000 + i)
 
 
 def front_paint(url: str, repeat: int, gpu: bool = False) -> dict:
@@ -199,7 +142,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                 A["first_main"].append(cdp.main_thread_ms())
                 A["first_long"].append(long_tasks(page, until=A["first"][-1]))
                 js = page.evaluate(JS_BEFORE_PAINT)
-                A["js_run"].append(js["run"]); A["js_fetched"].append(js["fetched"]); A["js_files"] = js["files"]
+                A["js"].append(js)
                 if profiling:
                     A["summary"]["first_paint_profile"] = profile_summary(cdp.stop_profile())
                     A["summary"]["first_paint_trace_self_ms"] = {k: round(v, 1) for k, v in
@@ -258,9 +201,10 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                                "long_task_ms_median": med([sum(x) for x in first_long]),
                                "longest_task_ms_median": med([max(x, default=0) for x in first_long])},
             "plotly_drawn_ms": {"median": med(A["plotly"]), "runs": [round(x, 1) for x in A["plotly"]]},
-            "js_before_first_paint_bytes": {"run_median": statistics.median(A["js_run"]),
-                                            "fetched_median": statistics.median(A["js_fetched"]),
-                                            "scripts_run": A["js_files"]},
+            "first_paint_phases_ms": {k: med([j["phases"][k] for j in A["js"]]) for k in A["js"][0]["phases"]},
+            "js_before_first_paint_bytes": {"run_median": statistics.median([j["run"] for j in A["js"]]),
+                                            "fetched_median": statistics.median([j["fetched"] for j in A["js"]]),
+                                            "scripts_run": A["js"][-1]["files"]},
             "zoom_gesture_ms": {"every_chart_median": med(A["gesture"]), "zoomed_chart_median": med(A["gesture_own"]),
                                 "by_chart_median": {k: med(v) for k, v in sorted(A["gesture_charts"].items())},
                                 "runs": [round(x, 1) for x in A["gesture"]]},
@@ -268,8 +212,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                         "main_thread_median": med(A["zoom_main"]),
                         "long_tasks_total": sum(len(x) for x in A["zoom_long"]),
                         "by_window_steps": {str(w): med(xs) for w, xs in A["zooms"].items()}},
-            **A["summary"],
-            "console_errors": A["errors"]}
+            **A["summary"], "console_errors": A["errors"]}
     return out
 
 
@@ -292,7 +235,8 @@ def main() -> int:
     if args.front:
         return front(args, env)
     args.steps = args.steps or 1_000_000
-    seeded = seed(args.steps)
+    t0 = time.perf_counter()
+    seed_s = round(time.perf_counter() - t0, 1) if seed(args.steps) else None  # None: the run was loaded already
     trees = {"this": ROOT}
     targets = {}
     with ExitStack() as stack:  # each checkout served by its own code and static files, same database
@@ -304,7 +248,7 @@ def main() -> int:
         out = measure(targets, args.repeat, args.cpu_throttle, args.profile, args.gpu)
     result = {"steps_per_series": args.steps, "series": len(SERIES),
               "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
-              "seed_s": None if seeded is None else round(seeded, 1), "cpu_throttle": args.cpu_throttle,
+              "seed_s": seed_s, "cpu_throttle": args.cpu_throttle,
               "gpu": args.gpu}
     if args.compare:  # this tree against the other, alternating repetitions: medians and ratios (this / other)
         def ratio(k, f):
@@ -323,8 +267,7 @@ def main() -> int:
     result["load_average"] = os.getloadavg()[0]
     result["targets_ms"] = {"first_paint": 200, "first_paint_cpu_browser": 250, "first_paint_4x_throttle": 600,
                             "zoom": 30, "js_before_first_paint_kb": 250}
-    report("dashboard", result, args.json, not args.no_save)
-    return 0
+    return report("dashboard", result, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 A bench is its measurement and its report only; what it runs against comes from here:
 - Redis: the bench database of the local server (BENCH_REDIS_URL, else db 14), flushed, or a private redis-server
   (tests.support.PrivateRedis); the database: a throwaway SQLite file (or DATABASE_URL), migrated, in this
-  process (django_here) or for server processes (Stack.site; `Database`: SQLite or a PostgreSQL database of its own);
+  process (django_here) or for server processes (Stack.site; Stack.database: SQLite or a PostgreSQL database of its
+  own; Stack.sql reads it);
 - processes, all tracked by a `Stack` and stopped when it closes: `manage.py ingest`, the web server as `make run`
   starts it (deploy/run_local.py's web_command), `manage.py relay`, the nginx + nchan push tier (run_local's
   nchan_config), a headless Debian Chromium through Playwright;
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
@@ -44,7 +45,7 @@ import psutil  # noqa: E402
 from deploy.run_local import free_port, nchan_config, push_tier_missing, web_command  # noqa: E402,F401
 from tests.support import PrivateRedis, listening, stop_all, wait_for, wait_port  # noqa: E402,F401
 from telemetry import (PushTap, SyntheticTrainer, dashboard_subscription, demo_names,  # noqa: E402,F401 (re-exported)
-                       demo_values, drained, heartbeat, publish_times, sawtooth)
+                       demo_values, drained, heartbeat, liveview_values, publish_times, sawtooth)
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench" / "results"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -96,7 +97,8 @@ def save(topic: str, result: dict, argv: list[str] | None = None) -> Path:
 
 
 def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -> int:
-    """A bench's last act: its JSON on stdout (indented unless as_json), and the run filed under bench/results/."""
+    """A bench's last act (`return report(...)`: 0, its exit status): its JSON on stdout (indented unless as_json),
+    and the run filed under bench/results/."""
     print(json.dumps(result, indent=None if as_json else 2, default=str))
     if saved and "--no-save" not in sys.argv:
         print(f"filed in {save(topic, result, [a for a in sys.argv[1:]])}", file=sys.stderr)
@@ -227,10 +229,13 @@ class Stack(ExitStack):
         self.callback(lambda: self.keep or shutil.rmtree(self.tmp, True))
         self.redis_url, self.env = bench_redis_url(), dict(os.environ)
 
-    def site(self, private_redis: bool = False, database_url: str = "", migrate: bool = True, **extra: str):
+    def site(self, private_redis: bool | PrivateRedis = False, database_url: str = "", migrate: bool = True,
+             **extra: str):
+        """private_redis: True, a redis-server of its own started now; or the bench's PrivateRedis (it starts it)."""
         if private_redis:
-            redis = PrivateRedis(self.tmp)
-            redis.start()
+            redis = PrivateRedis(self.tmp) if private_redis is True else private_redis
+            if private_redis is True:
+                redis.start()
             self.callback(redis.stop)
             self.redis, self.redis_url = redis, redis.url
         else:
@@ -244,6 +249,38 @@ class Stack(ExitStack):
         if migrate:
             self.manage("migrate", "--noinput", check=True)
         return self
+
+    def database(self, backend: str = "sqlite") -> str:
+        """A throw-away database's URL, for site(): a SQLite file in the stack's directory, or (postgresql) a database
+        of its own on the server at OBS_BENCH_PG, dropped when the stack closes."""
+        if backend == "sqlite":
+            return f"sqlite:///{self.tmp}/bench.sqlite3"
+        import psycopg
+
+        server = os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/").rstrip("/")
+        name = f"obs_bench_{self.name}_{os.getpid()}".replace("-", "_")
+
+        def sql(statement: str) -> None:
+            with psycopg.connect(server + "/postgres", autocommit=True) as c:
+                c.execute(statement)
+        sql(f"DROP DATABASE IF EXISTS {name}")
+        sql(f"CREATE DATABASE {name}")
+        self.callback(sql, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        return f"{server}/{name}"
+
+    def sql(self, statement: str) -> list:
+        """The rows of one statement on the site's database."""
+        url = self.env["DATABASE_URL"]
+        if url.startswith("sqlite"):
+            import sqlite3
+
+            with closing(sqlite3.connect(urlparse(url).path)) as c:
+                return c.execute(statement).fetchall()
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as c:
+            cur = c.execute(statement)
+            return cur.fetchall() if cur.description else []
 
     def manage(self, *args: str, check: bool = False) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, check=check,
@@ -320,66 +357,6 @@ class Stack(ExitStack):
 
 def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-class Database:
-    """A throw-away database of one backend, migrated, with a DATABASE_URL for the children."""
-
-    def __init__(self, backend: str, pg_server: str):
-        self.backend = backend
-        if backend == "sqlite":
-            self.dir = tempfile.mkdtemp(prefix="obs-bench-ingest-db-")
-            self.url = f"sqlite:///{self.dir}/bench.sqlite3"
-        else:
-            import psycopg
-
-            self.name = f"obs_bench_ingest_{os.getpid()}"
-            self.admin = pg_server.rstrip("/") + "/postgres"
-            with psycopg.connect(self.admin, autocommit=True) as c:
-                c.execute(f"DROP DATABASE IF EXISTS {self.name}")
-                c.execute(f"CREATE DATABASE {self.name}")
-            self.url = pg_server.rstrip("/") + "/" + self.name
-        # DEBUG off, as in production (Django's debug cursor would log every query's parameters)
-        self.env = {**os.environ, "DATABASE_URL": self.url, "OBS_DEBUG": "0", "DJANGO_SECRET_KEY": "bench-only",
-                    "PYTHONPATH": str(ROOT),
-                    "DJANGO_SETTINGS_MODULE": "webapp.settings",
-                    "OBS_LOG_LEVEL": os.environ.get("OBS_LOG_LEVEL", "WARNING")}
-        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=self.env, check=True,
-                       stdout=subprocess.DEVNULL)
-
-    def sql(self, statements: list[str]) -> list:
-        out = []
-        if self.backend == "sqlite":
-            import sqlite3
-
-            with sqlite3.connect(urlparse(self.url).path) as c:
-                for st in statements:
-                    out.append(c.execute(st).fetchall())
-        else:
-            import psycopg
-
-            with psycopg.connect(self.url, autocommit=True) as c:
-                for st in statements:
-                    cur = c.execute(st)
-                    out.append(cur.fetchall() if cur.description else [])
-        return out
-
-    def reset(self) -> None:
-        """Every table emptied (`manage.py flush`), the schema kept."""
-        subprocess.run([sys.executable, "manage.py", "flush", "--noinput"], cwd=ROOT, env=self.env, check=True,
-                       stdout=subprocess.DEVNULL)
-
-    def count_points(self) -> int:
-        return self.sql(["SELECT COUNT(*) FROM metrics_point"])[0][0][0]
-
-    def close(self) -> None:
-        if self.backend == "sqlite":
-            shutil.rmtree(self.dir, ignore_errors=True)
-        else:
-            import psycopg
-
-            with psycopg.connect(self.admin, autocommit=True) as c:
-                c.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
 
 
 @contextmanager

@@ -16,8 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness import (ROOT, Database, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, drained,
+from harness import (ROOT, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, drained,
                      parser, proc_cpu_s, report, setup_django)
+
+from bench.data.ingest.seed import prefill, tb_write
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -57,34 +59,16 @@ def worker(name: str, redis_url: str, batch: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- parent
-def prefill(client, runs: int, steps: int, width: int, seed: int = 1) -> list[str]:
-    from observatory import contract
-
-    rnd = random.Random(seed)
-    names = [f"bench/layer{i // 16}/m{i % 16}" for i in range(width)]
-    run_ids = [f"bench-{i}" for i in range(runs)]
-    for run_id in run_ids:
-        pipe = client.pipeline(transaction=False)
-        pipe.sadd(contract.RUNS_KEY, run_id)
-        for step in range(steps):
-            pipe.xadd(contract.telemetry_stream(run_id),
-                      contract.metrics_fields(run_id, step, {n: rnd.random() for n in names}, t=1.7e9 + step))
-            if len(pipe) >= 200:
-                pipe.execute()
-        pipe.execute()
-    return run_ids
-
-
-def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, width: int, batch: int,
-          redis_pid: int) -> dict:
+def trial(stack: Stack, backend: str, consumers: int, runs: int, steps: int, width: int, batch: int) -> dict:
+    """One drain on the stack's site (its own Redis, a database of `backend`, emptied first)."""
     import redis
 
-    client = redis.Redis.from_url(redis_url)
+    client, redis_pid = redis.Redis.from_url(stack.redis_url), stack.redis.proc.pid
     client.flushdb()
-    db.reset()
+    stack.manage("flush", "--noinput", check=True)
     run_ids = prefill(client, runs, steps, width)
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"bench-c{i}", "--redis", redis_url,
-                               "--batch", str(batch)], cwd=ROOT, env=db.env, stdout=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", f"bench-c{i}", "--redis", stack.redis_url,
+                               "--batch", str(batch)], cwd=ROOT, env=stack.env, stdout=subprocess.PIPE, text=True)
              for i in range(consumers)]
     try:
         for p in procs:
@@ -107,14 +91,14 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
                 p.send_signal(signal.SIGKILL)
                 p.wait()
     expected = runs * steps * width
-    stored = db.count_points()
+    stored = stack.sql("SELECT COUNT(*) FROM metrics_point")[0][0]
     cpu = sum(r["cpu_s"] for r in reports)
     db_cpu = sum(r["db_cpu_s"] for r in reports)
-    out = {"backend": db.backend, "consumers": consumers, "points": expected, "stored": stored,
+    out = {"backend": backend, "consumers": consumers, "points": expected, "stored": stored,
            "wall_s": round(wall, 2), "points_per_s": round(expected / wall),
            "ingest_cpu_s": round(cpu, 2), "points_per_cpu_s": round(expected / cpu) if cpu else None,
            "per_consumer_points": [r["points"] for r in reports], "errors": sum(r["errors"] for r in reports)}
-    if db.backend == "postgresql":
+    if backend == "postgresql":
         out["db_cpu_s"] = round(db_cpu, 2)
         out["points_per_cpu_s_with_db"] = round(expected / (cpu + db_cpu)) if cpu + db_cpu else None
     # Everything this drain cost the machine (ingest + database server + Redis); for PostgreSQL also the rate that
@@ -123,7 +107,7 @@ def trial(db: Database, redis_url: str, consumers: int, runs: int, steps: int, w
     total = cpu + db_cpu + redis_cpu
     out["redis_cpu_s"] = round(redis_cpu, 2)
     out["points_per_total_cpu_s"] = round(expected / total) if total else None
-    if db.backend == "postgresql" and total:
+    if backend == "postgresql" and total:
         out["cpu_bound_points_per_s"] = round(expected / total * min(consumers, os.cpu_count()))
     out["load_avg"] = round(os.getloadavg()[0], 1)
     if stored != expected:
@@ -253,27 +237,6 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- --tensorboard
-def tb_write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
-    from tensorboard.summary import Writer
-
-    n = 0
-    for r in range(runs):
-        out = logdir / f"run{r}"
-        tmp = logdir.parent / f"tmp{r}"
-        w = Writer(str(tmp if name else out))
-        for s in steps:
-            for t in range(tags):
-                w.add_scalar(f"group/tag{t}", 1.0 / (s + t + 1), s, wall_time=1.7e9 + s)
-                n += 1
-        w.close()
-        if name:
-            (f,) = list(tmp.iterdir())
-            out.mkdir(parents=True, exist_ok=True)
-            f.rename(out / name)
-            tmp.rmdir()
-    return n
-
-
 def tb_timed(env, logdir) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -334,26 +297,16 @@ def main() -> int:
     if args.tensorboard:
         return tensorboard(args)
     args.runs, args.steps, args.width = args.runs or 8, args.steps or 300, args.width or 242
-
-    pg_server = os.environ.get("OBS_BENCH_PG", "postgres://postgres@127.0.0.1:5432/")
-    redis = PrivateRedis()
-    redis.start()
-    redis_proc, redis_url = redis.proc, redis.url
     results, failed = [], False
-    try:
-        for backend in args.backends.split(","):
-            db = Database(backend, pg_server)
-            try:
-                for n in (int(c) for c in args.consumers.split(",")):
-                    r = trial(db, redis_url, n, args.runs, args.steps, args.width, args.batch, redis_proc.pid)
-                    failed |= "error" in r
-                    results.append(r)
-                    if not args.json:
-                        print(json.dumps(r), file=sys.stderr, flush=True)
-            finally:
-                db.close()
-    finally:
-        redis.close()
+    for backend in args.backends.split(","):
+        with Stack("ingest") as stack:  # a redis-server of its own, a database of this backend
+            stack.site(private_redis=True, database_url=stack.database(backend))
+            for n in (int(c) for c in args.consumers.split(",")):
+                r = trial(stack, backend, n, args.runs, args.steps, args.width, args.batch)
+                failed |= "error" in r
+                results.append(r)
+                if not args.json:
+                    print(json.dumps(r), file=sys.stderr, flush=True)
     report("ingest", {"runs": args.runs, "steps": args.steps, "width": args.width, "batch": args.batch,
                       "results": results}, args.json, not args.no_save and not failed)
     return 1 if failed else 0

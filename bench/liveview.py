@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 import os
 import statistics
 import sys
@@ -13,26 +12,15 @@ import urllib.parse
 from contextlib import nullcontext
 from pathlib import Path
 
-from harness import Stack, demo_names, heartbeat, parser, pct, report, sawtooth, wait_for, wait_http
+from harness import Stack, demo_names, heartbeat, liveview_values as values, parser, pct, report, wait_for, wait_http
 from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks, ws_hook
 from stack import tree
 from viewer_client import run_stored
 
-from observatory import contract
 from observatory.streams import Publisher
 
 MARK_JS = "window.__obsFrames = 0;\n" + ws_hook("window.__obsFrames++; performance.mark('obs-live-frame');")
 TRACE_CATEGORIES = ["toplevel", "blink.user_timing", "devtools.timeline", "disabled-by-default-v8.gc"]
-
-
-def values(step: int, names: list[str], data: str = "sawtooth") -> dict[str, float]:
-    """sawtooth: every series but the loss falls from 1 to 1/97 and jumps back, out of phase (some series jumps 97x
-    at nearly every step: the anomaly detectors open or close an episode almost every step, and the charts' marks
-    change with them); smooth: slow waves with 1% noise, no spikes (a healthy run's telemetry)."""
-    out = sawtooth(step, names) if data == "sawtooth" else {
-        n: 1.0 + 0.2 * math.sin(step / 200 + i) + 0.01 * (((step + i) * 7919) % 13) / 13 for i, n in enumerate(names)}
-    out[contract.M_LOSS] = 2.0 + 3.0 / (1 + step / 100) + 0.05 * ((step * 7919) % 13) / 13
-    return out
 
 
 def update_of(t: float, bounds: list[float]) -> int | None:
@@ -251,7 +239,8 @@ def main() -> int:
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
     ap.add_argument("--charts", type=int, default=0, help="charts open (0: the default charts)")
     ap.add_argument("--data", choices=("sawtooth", "smooth"), default="sawtooth",
-                    help="the synthetic series (values()): sawtooth, marks changing almost every step; smooth")
+                    help="the synthetic series (bench/data/telemetry/synthetic.py): sawtooth, marks changing almost "
+                         "every step; smooth")
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
     ap.add_argument("--profile", action="store_true", help="add a sampling profile of the live window")
     ap.add_argument("--heap-profile", action="store_true",
@@ -279,8 +268,7 @@ def main() -> int:
                "ratio_this_over_other": {f"update_main_ms.{f}": ratio("update_main_ms", f) for f in ("p50", "p99")},
                "load_average": round(os.getloadavg()[0], 2)}
     out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
-    report("liveview", out, args.json, not args.no_save)
-    return 0
+    return report("liveview", out, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

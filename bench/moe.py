@@ -229,8 +229,7 @@ def main(argv=None) -> int:
                     help="smoke-sized (one length, one device, a tiny config): the code paths, not a measurement")
     args = ap.parse_args(argv)
     result = bench_moe(args.rounds, args.quick)
-    report("moe", result, args.json, not args.no_save)
-    return 0
+    return report("moe", result, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

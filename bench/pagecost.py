@@ -14,17 +14,18 @@ try {
 } catch (e) {}
 """
 
-# JavaScript the page fetched and ran before its first paint ("obs-first-paint"): bytes of the scripts run
-# (<script> elements) and of every .js fetched (a preloaded bundle included), decoded sizes, from Resource Timing.
+# Before the first paint ("obs-first-paint"): JavaScript fetched and run (decoded bytes: <script> elements', every .js)
+# and page times, ms (scripts_run: DOMContentLoaded, its charts built; "server.<part>": from Server-Timing).
 JS_BEFORE_PAINT = """() => {
-  const fp = performance.getEntriesByName('obs-first-paint')[0].startTime;
+  const fp = performance.getEntriesByName('obs-first-paint')[0].startTime, run = (r) => r.initiatorType === 'script';
   const js = performance.getEntriesByType('resource').filter((r) => new URL(r.name).pathname.endsWith('.js') &&
-                                                               r.responseEnd <= fp);
+                                                               r.responseEnd <= fp), ran = js.filter(run);
   const sum = (l) => l.reduce((a, r) => a + (r.decodedBodySize || r.transferSize || 0), 0);
-  return {run: sum(js.filter((r) => r.initiatorType === 'script')), fetched: sum(js),
-          files: js.filter((r) => r.initiatorType === 'script').map((r) => new URL(r.name).pathname.split('/').pop())};
+  const nav = performance.getEntriesByType('navigation')[0], phases = {first_byte: nav.responseStart, first_paint: fp,
+    scripts_fetched: Math.max(...ran.map((r) => r.responseEnd)), scripts_run: nav.domContentLoadedEventStart};
+  nav.serverTiming.forEach((t) => { phases['server.' + t.name] = t.duration; });
+  return {run: sum(ran), fetched: sum(js), files: ran.map((r) => r.name.split('/').pop()), phases};
 }"""
-
 
 
 def ws_hook(on_message: str, on_open: str = "") -> str:

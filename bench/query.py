@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
 import statistics
 import sys
 import time
@@ -22,7 +20,6 @@ if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout'
     ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
 sys.path[:0] = [str(ROOT), str(DB_ROOT / "bench")]  # that code first, this checkout's harness (after it)
 from harness import bench_redis_url, med, parser, report, setup_django, timed_ms, web_server  # noqa: E402
-from stack import load_series  # noqa: E402
 os.environ.setdefault("REDIS_URL", bench_redis_url())  # (--preview: the cache this process and the server share)
 OWN_DB = (None if os.environ.get("DATABASE_URL")
           else DB_ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
@@ -39,7 +36,9 @@ from webapp.metrics import queries  # noqa: E402
 from webapp.metrics.models import Series  # noqa: E402
 from webapp.runs.models import Run  # noqa: E402
 
-BENCH_RUN = "bench-query"
+from bench.data.query.seed import (BENCH_RUN, EXPORT_RUN, PREVIEW_RUN, WIN_RUN, export_run,  # noqa: E402
+                                   extend_preview, load_windows_run, query_run, seed_preview, spikes as spikes_of,
+                                   windows_spike)
 
 
 def main() -> int:
@@ -64,8 +63,8 @@ def main() -> int:
         call_command("migrate", verbosity=0)
     try:
         if args.export:
-            report("export", export_bench(args.points_total or 2_000_000, args.repeat), args.json, not args.no_save)
-            return 0
+            return report("export", export_bench(args.points_total or 2_000_000, args.repeat), args.json,
+                          not args.no_save)
         if args.preview:
             out = preview_bench(args.steps, args.repeat)
             report("ogimage", out, args.json, not args.no_save)
@@ -84,18 +83,12 @@ def main() -> int:
 
 
 def bench(n: int, points: list[int], repeat: int, keep: bool) -> dict:
-    spikes = [n // 7, 2 * n // 7 + 11, n // 2 + 3, 5 * n // 7 + 1, n - 2]
+    spikes = spikes_of(n)
     series = Series.objects.filter(run_id=BENCH_RUN, name=contract.M_LOSS, count=n).first()
     load_s = None
     if series is None:
-        Run.objects.filter(pk=BENCH_RUN).delete()
-        run = Run.objects.create(id=BENCH_RUN, name="query benchmark")
-        rnd = random.Random(0)
-        spike_set = set(spikes)
         t = time.perf_counter()
-        series = load_series(run, contract.M_LOSS, ((i, 50.0 if i in spike_set else
-                                                     2.0 + 3.0 * math.exp(-i / (n / 5)) + rnd.random() * 0.05)
-                                                    for i in range(n)))
+        series = query_run(n, contract.M_LOSS)
         load_s = time.perf_counter() - t
     out = {"database": connection.vendor, "points_total": series.count, "load_s": load_s, "queries": []}
     cases = [("full", 0, n - 1, p) for p in points] + [
@@ -119,18 +112,10 @@ def export_bench(n: int, repeat: int) -> dict:
     view's generators as a client reads them: seconds (best of `repeat`), points/s, MB/s, the Python heap's peak."""
     from django.test import RequestFactory
 
-    from webapp.metrics import bulk, storage
-    from webapp.metrics.models import Point
     from webapp.transfer import exports
 
     t = time.perf_counter()
-    Run.objects.filter(pk=EXPORT_RUN).delete()
-    run = Run.objects.create(id=EXPORT_RUN, name="export benchmark", state="stopped")
-    s = Series.objects.create(run=run, name="train/loss")
-    for lo in range(0, n, 200_000):
-        bulk.insert(Point._meta.db_table, storage.POINT_COLS,
-                    [(s.id, i, 2.0 + ((i * 7919) % 1000) / 997.0, 0) for i in range(lo, min(n, lo + 200_000))])
-    Series.objects.filter(pk=s.pk).update(count=n, first_step=0, last_step=n - 1)
+    run = export_run(n)
     out = {"points": n, "database": connection.vendor, "load_s": round(time.perf_counter() - t, 2),
            "chunk_rows": exports.CHUNK, "formats": {}}
 
@@ -148,31 +133,6 @@ def export_bench(n: int, repeat: int) -> dict:
                                "python_heap_peak_mb": round(peak / 2**20, 1)}
     Run.objects.filter(pk=EXPORT_RUN).delete()
     return out
-
-
-WIN_RUN, EXPORT_RUN, PREVIEW_RUN = "bench-windows", "bench-export", "bench-ogimage"
-
-
-# ---------------------------------------------------------------------------------------------- --preview
-def seed_preview(steps: int) -> None:
-    if Series.objects.filter(run_id=PREVIEW_RUN, name="train/loss", count=steps).exists():
-        return
-    Run.objects.filter(pk=PREVIEW_RUN).delete()
-    run = Run.objects.create(id=PREVIEW_RUN, name="og:image benchmark", state="training", last_step=steps - 1)
-    load_series(run, "train/loss", ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500) + (5.0 if i == steps // 3 else 0.0))
-                                    for i in range(steps)))
-
-
-def extend_preview(steps: int, more: int) -> None:
-    """Append `more` points through the ingest write path's storage (a run advancing)."""
-    from django.db import transaction
-
-    from webapp.metrics import storage
-
-    s = Series.objects.get(run_id=PREVIEW_RUN, name="train/loss")
-    with transaction.atomic():
-        storage.bulk_load(s.id, ((i, 2.0 + 3.0 / math.sqrt(1 + i / 500)) for i in range(steps + more)))
-    Run.objects.filter(pk=PREVIEW_RUN).update(last_step=steps + more - 1)
 
 
 def get(url: str, headers: dict | None = None) -> tuple[float, int, str, bytes]:
@@ -232,22 +192,6 @@ def preview_bench(steps: int, repeat: int) -> dict:
             "load1": round(os.getloadavg()[0], 2), "target_cached_ms": 100}
 
 
-def load_windows_run(steps: int, n_series: int) -> list[str]:
-    """A run of n_series series, `steps` points each (noisy decays, a one-step spike in each), loaded once."""
-    names = [f"bench/s{i}" for i in range(n_series)]
-    have = Series.objects.filter(run_id=WIN_RUN, name__in=names, count=steps).count()
-    if have == n_series:
-        return names
-    Run.objects.filter(pk=WIN_RUN).delete()
-    run = Run.objects.create(id=WIN_RUN, name="windows benchmark", state="stopped")
-    rnd = random.Random(1)
-    for i, name in enumerate(names):
-        spike = steps // 2 + 37 * i
-        load_series(run, name, ((k, 50.0 if k == spike else 2.0 + (i + 1) * math.exp(-k / (steps / 5))
-                                 + rnd.random() * 0.05) for k in range(steps)))
-    return names
-
-
 def time_windows(steps: int, names: list[str], spans: list[int], widths: list[int], repeat: int) -> list[dict]:
     """Median ms per windows request (in process: URL routing, view, queries, JSON body, ETag) at each span."""
     from django.test import Client
@@ -267,9 +211,9 @@ def time_windows(steps: int, names: list[str], spans: list[int], widths: list[in
                 times.append((time.perf_counter() - t) * 1000)
             assert resp.status_code == 200, (resp.status_code, body[:300])
             wins = json.loads(body)["windows"]
-            spikes = sum(1 for i, n in enumerate(names) if start <= steps // 2 + 37 * i <= end
+            spikes = sum(1 for i, n in enumerate(names) if start <= windows_spike(steps, i) <= end
                          and 50.0 in wins[n]["values"])
-            want = sum(1 for i in range(len(names)) if start <= steps // 2 + 37 * i <= end)
+            want = sum(1 for i in range(len(names)) if start <= windows_spike(steps, i) <= end)
             out.append({"span": end - start + 1, "points": width, "series": len(names),
                         "ms": times[1:],  # the first is a warm-up
                         "returned": max(len(w["steps"]) for w in wins.values()),

@@ -22,10 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 _CORE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--core"), None)
 sys.path[:0] = [_CORE, str(ROOT)] if _CORE else [str(ROOT)]
 
-from observatory.scaling import CHINCHILLA, COMPUTE, LAWS, OVERTRAINED, Points, fit_law  # noqa: E402
+from observatory.scaling import LAWS, Points, fit_law  # noqa: E402
 from observatory.scaling.fit import DEFAULT_STARTS, holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
 from bench.data.ladders.ladders import LADDERS, load  # noqa: E402 (the data: bench/data/ladders)
+from bench.data.scaling.synthetic import synthetic_ladder, synthetic_losses  # noqa: E402
 from bench.harness import parser, report  # noqa: E402
 from bench.stack import run_landed  # noqa: E402
 
@@ -34,12 +35,6 @@ CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
 CHINCHILLA_URL = ("https://github.com/epoch-research/analyzing-chinchilla/blob/"
                   "92258837425e1b5f2851d624287f0120583a3d0e/data/svg_extracted_data.csv")
 from observatory.scaling.solver import best_grid_starts, solve  # noqa: E402
-
-TRUTHS = {
-    "chinchilla": (CHINCHILLA, {"E": 1.82, "A": 482.01, "B": 2085.43, "alpha": 0.3478, "beta": 0.3658}),
-    "compute": (COMPUTE, {"E": 1.6, "A": 95.18, "alpha": 0.0941}),
-    "overtrained": (OVERTRAINED, {"E": 1.7, "A": 400.0, "B": 2000.0, "alpha": 0.34, "beta": 0.30, "gamma": 0.03}),
-}
 
 
 def forecast_errors(points: Points, loss: np.ndarray, starts: int = DEFAULT_STARTS) -> dict:
@@ -105,13 +100,9 @@ def main() -> None:
         return 0
     if args.public_only:
         return report("scaling_ladders", {"public": public(args), **ladders(args)}, args.json, not args.no_save)
-    sizes = max(2, args.rungs // 4)
-    N = np.repeat(np.geomspace(3e7, 3e9, sizes), 4)
-    pts = Points.of(N=N, D=N * np.tile([10.0, 40.0, 160.0, 640.0], sizes))
-    rng = np.random.default_rng(0)
+    pts = synthetic_ladder(args.rungs)
     out = {"rungs": len(pts), "bootstrap": args.bootstrap, "laws": {}}
-    for name, (law, truth) in TRUTHS.items():
-        loss = law.predict(law.theta_of(truth), pts) * np.exp(rng.normal(0, 0.003, len(pts)))
+    for name, (law, truth, loss) in synthetic_losses(pts).items():
         t0 = time.perf_counter()
         f = fit_law(law, pts, loss, bootstrap=args.bootstrap, starts=args.starts)
         out["laws"][name] = {"seconds": round(time.perf_counter() - t0, 3), "holdout_error": f.holdout_error,
@@ -280,9 +271,7 @@ def demo_main(argv: list[str]) -> int:
     finally:
         if not (args.workdir or args.keep):
             shutil.rmtree(work, ignore_errors=True)
-    report("scaling_demo", out, args.json, not args.no_save)
-    return 0
-
+    return report("scaling_demo", out, args.json, not args.no_save)
 
 
 if __name__ == "__main__":

@@ -1,30 +1,17 @@
 """The demo trainer's telemetry without its compute, for the live-path benches (re-exported by bench/harness.py):
-its metric names and values (bench/data/telemetry), what a default dashboard subscribes to, a SyntheticTrainer
-publishing them at a rate, a tap on the run's live log (PushTap), each step's publish time (publish_times) and
-whether ingest has read and acknowledged a run's stream (drained).
+its metric names and values and a SyntheticTrainer publishing them at a rate (both bench/data/telemetry: they
+measure nothing), what a default dashboard subscribes to, a tap on the run's live log (PushTap), each step's publish
+time (publish_times) and whether ingest has read and acknowledged a run's stream (drained).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
 from bench.data.telemetry.demo import demo_names, demo_values  # noqa: F401 (re-exported)
-
-
-def sawtooth(step: int, names: list[str]) -> dict[str, float]:
-    """A synthetic step: every series falls from 1 to 1/97 and jumps back, out of phase; the loss decays."""
-    vals = {n: 1.0 / (1 + (step + i) % 97) for i, n in enumerate(names)}
-    vals["train/loss"] = 5.0 / (1 + step / 100)
-    return vals
-
-
-def heartbeat(pub, step: int, rate: float) -> None:
-    """The trainer's heartbeat (training/heartbeat.py's snapshot): its phase, step and rate."""
-    pub.publish("heartbeat", {"phase": "training", "step": step, "tokens": step * 4096, "token_budget": 10**9,
-                              "eta_s": None, "steps_per_s": rate, "since_step_s": 0.0, "pid": os.getpid()})
+from bench.data.telemetry.synthetic import SyntheticTrainer, heartbeat, liveview_values, sawtooth  # noqa: F401
 
 
 def dashboard_subscription(names: list[str]) -> list[str]:
@@ -34,33 +21,6 @@ def dashboard_subscription(names: list[str]) -> list[str]:
             "train/router/layer_0/max_mean_load", "train/router/layer_0/capacity_overflow_rate"}
     return [n for n in names if n in want or n.startswith(("train/loss/", "mixture/weight/",
                                                              "train/router/layer_0/routing_hist/"))]
-
-
-class SyntheticTrainer(threading.Thread):
-    """The demo trainer's telemetry without its compute: run/state/heartbeat messages and one full-width metrics
-    record per step at `rate` steps/s, through the trainer's own Publisher."""
-
-    def __init__(self, redis_url: str, run_id: str, rate: float):
-        super().__init__(daemon=True)
-        from observatory.streams import Publisher
-
-        self.pub = Publisher(redis_url, run_id)
-        self.rate, self.names = rate, demo_names()
-        self.stop = threading.Event()
-        self.step = -1
-
-    def run(self) -> None:
-        self.pub.publish("run", {"name": "fanout bench", "config": {}})
-        self.pub.publish("state", {"state": "training", "step": 0, "detail": ""})
-        t0, k = time.monotonic(), 0
-        while not self.stop.is_set():
-            k += 1
-            self.stop.wait(max(0.0, t0 + k / self.rate - time.monotonic()))
-            self.step += 1
-            self.pub.metrics(self.step, sawtooth(self.step, self.names))
-            if self.step % int(2 * self.rate) == 0:
-                heartbeat(self.pub, self.step, self.rate)
-        self.pub.close()
 
 
 class PushTap(threading.Thread):

@@ -226,8 +226,7 @@ def main(argv=None) -> int:
     except Exception:
         pass
     shutil.rmtree(tmp, ignore_errors=True)
-    report("trainer", out, ns.json, not ns.no_save)
-    return 0
+    return report("trainer", out, ns.json, not ns.no_save)
 
 
 if __name__ == "__main__":

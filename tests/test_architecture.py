@@ -247,6 +247,7 @@ STATIC_OWNERS = {
     "runs": ("js/series.js", "js/plotkit.js", "js/chartmodel.js", "js/plot.js", "js/chartmarks.js", "css/plot.css",
              "js/chartlive.js", "js/view.js", "js/downloads.js", "js/charts.js", "js/zoom.js",
              "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js", "js/dashboard.js",
+             "js/dashboard-bundle.js",
              "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js", "js/compareview.js"),
     "anomalies": ("js/anomalies.js",),
     "experiments": ("js/forecast.js",),

@@ -242,6 +242,9 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = ["django.contrib.staticfiles.finders.FileSystemFinder",
+                       "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+                       "webapp.runs.bundle.BundleFinder"]  # js/dashboard-bundle.js: the dashboard's scripts in one
 STATIC_ROOT = Path(env_str("OBS_STATIC_ROOT", str(DATA_DIR / "static")))  # the image collects it at build
 SERVE_STATIC = env_bool("OBS_SERVE_STATIC", True)
 # Probes and scrapes speak plain HTTP inside the cluster: no redirect to HTTPS for them (webapp.ops).

@@ -1,5 +1,6 @@
 """bench/harness.py files a run with where and when it was measured; bench/report.py renders the newest run of a
-topic with its target and its landed-vs-new ratios, and the topic's narrative."""
+topic with its target and title (bench/results/targets.json, itself no topic), its landed-vs-new ratios, and the
+topic's narrative."""
 
 import importlib.util
 import json
@@ -33,3 +34,6 @@ def test_a_filed_run_renders_as_the_newest_figures_with_target_and_ratio(tmp_pat
     assert "**Target:** publish → browser p50 ≤ 50 ms" in text
     assert "| ratio_this_over_landed | 0.8 |" in text.split("Compared in the same run")[1]
     assert "63.8 / 450.9 ms" in text and "(3 run(s) filed)" not in text and "(2 run(s) filed)" in text
+    (tmp_path / "targets.json").write_text("{}")  # where the real one lies: the targets, not a topic's runs
+    page = report.render()
+    assert "## Publish → browser latency (hub) (`latency`)" in page and "`targets`" not in page

@@ -6,15 +6,29 @@ the page carries the metric list and, for every series a default chart draws (it
 the per-domain ones its `extra_prefix` names), the whole-run window at INITIAL_POINTS: the same JSON that
 GET /api/runs/<id>/metrics/<name>/?points=INITIAL_POINTS answers. The page uses a window when its chart asks for
 no more points than that (static/js/series.js, Store.seed); a wider chart reads its own.
+
+Computing those windows is most of the page's server time (a 1M-step series: a few thousand pyramid rows each), so
+they are cached (Django's cache: Redis), each under its series' id and Series.version, which every write to the
+series changes in its own transaction (storage.py): a page read after a write finds the new version and computes
+anew; one read before it may be given the older window, as it would have read it from the database. A live run's
+windows change with every batch; a finished, paused or busy run's are computed once for all its viewers.
 """
 
 from __future__ import annotations
+
+import logging
+
+from django.core.cache import cache
+from redis.exceptions import RedisError
 
 from webapp.metrics import api
 from webapp.metrics.models import Series
 
 INITIAL_POINTS = 1000  # a desktop chart is ~600-900 px wide: one point per pixel (a bucket's min and max / 2 px)
 MAX_INITIAL_SERIES = 24  # a run with hundreds of per-domain losses reads the rest itself
+CACHE_FORMAT = 1  # part of every key: change it when series_window's answer changes shape
+CACHE_TTL_S = 3600  # (a key is never read after its series' next write; this bounds what old ones hold)
+log = logging.getLogger(__name__)
 
 
 def wanted(charts: list[dict], names: list[str]) -> list[str]:
@@ -31,11 +45,32 @@ def wanted(charts: list[dict], names: list[str]) -> list[str]:
     return out[:MAX_INITIAL_SERIES]
 
 
+def cache_key(series: Series) -> str:
+    return f"obs:firstpaint:{CACHE_FORMAT}:{INITIAL_POINTS}:{series.id}:{series.version}"
+
+
 def add_initial(request, run, page: dict) -> None:
     """Page-data contributor (webapp/runs/extensions.PAGE_DATA): `metrics` and `initial_windows`."""
-    rows = api.metric_rows(run)
-    page["metrics"] = rows
-    names = wanted(page.get("charts", []), [r["name"] for r in rows])
-    series = {s.name: s for s in Series.objects.filter(run=run, name__in=names)}
-    page["initial_windows"] = {n: api.series_window(run, series[n], 0, api.MAX_STEP, INITIAL_POINTS)
-                               for n in names if n in series}
+    series = {s.name: s for s in Series.objects.filter(run=run).order_by("name")}  # one read for both
+    page["metrics"] = [{"name": s.name, "count": s.count, "first_step": s.first_step, "last_step": s.last_step}
+                       for s in series.values()]  # (api.metric_rows)
+    names = [n for n in wanted(page.get("charts", []), list(series)) if n in series]
+    keyed = {n: cache_key(series[n]) for n in names if series[n].version}  # (0: never written, nothing to keep)
+    try:  # (the cache is an accelerator: with Redis away the page computes its windows, as before the cache)
+        have = cache.get_many(list(keyed.values())) if keyed else {}
+    except (RedisError, OSError) as e:
+        log.warning("first-paint windows: cache unreachable (%s); computing them", e)
+        have, keyed = {}, {}
+    windows, fresh = {}, {}
+    for n in names:
+        win = windows[n] = have.get(keyed.get(n))
+        if win is None:
+            win = windows[n] = api.series_window(run, series[n], 0, api.MAX_STEP, INITIAL_POINTS)
+            if n in keyed:
+                fresh[keyed[n]] = win
+    if fresh:
+        try:
+            cache.set_many(fresh, CACHE_TTL_S)
+        except (RedisError, OSError) as e:
+            log.warning("first-paint windows: not cached (%s)", e)
+    page["initial_windows"] = windows

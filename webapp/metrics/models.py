@@ -19,6 +19,9 @@ class Series(models.Model):
     count = models.BigIntegerField(default=0)
     first_step = models.BigIntegerField(null=True)
     last_step = models.BigIntegerField(null=True)
+    # A new random token with every write to the series' points (webapp/metrics/storage.py, in the writing
+    # transaction; 0: never written): what a cache of its windows keys on (firstpaint.py), never serving one stale.
+    version = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [

@@ -4,6 +4,7 @@ the general way (docs/ARCHITECTURE.md "Storage"). Call inside a transaction that
 
 from __future__ import annotations
 
+import secrets
 from collections import defaultdict
 from typing import Iterable
 
@@ -174,10 +175,10 @@ def _append(points: dict[int, dict[int, tuple]], totals: dict[int, tuple]) -> No
         n, first, last = totals[sid]
         lo, hi = min(pts), max(pts)
         rows.append((n + len(pts), lo if first is None else min(first, lo), hi if last is None else max(last, hi),
-                     sid))
+                     new_version(), sid))
     with connection.cursor() as cur:
         cur.executemany(f"UPDATE {connection.ops.quote_name(Series._meta.db_table)} "
-                        f"SET count = %s, first_step = %s, last_step = %s WHERE id = %s", rows)
+                        f"SET count = %s, first_step = %s, last_step = %s, version = %s WHERE id = %s", rows)
 
 
 def _recompute_level(level: int, touched: set[tuple[int, int]]) -> None:
@@ -212,7 +213,8 @@ def _recompute_level(level: int, touched: set[tuple[int, int]]) -> None:
 
 
 def refresh_totals(sids: Iterable[int]) -> None:
-    """Series.count/first_step/last_step from the top level of the pyramid (a few rows per series)."""
+    """Series.count/first_step/last_step from the top level of the pyramid (a few rows per series), and a new
+    Series.version."""
     sids = set(sids)
     if not sids:
         return
@@ -223,8 +225,15 @@ def refresh_totals(sids: Iterable[int]) -> None:
     rows = []
     for sid in sids:
         s = per.get(sid) or Summary()
-        rows.append(Series(id=sid, count=s.count, first_step=s.first_step, last_step=s.last_step))
-    Series.objects.bulk_update(rows, ["count", "first_step", "last_step"])
+        rows.append(Series(id=sid, count=s.count, first_step=s.first_step, last_step=s.last_step,
+                           version=new_version()))
+    Series.objects.bulk_update(rows, ["count", "first_step", "last_step", "version"])
+
+
+def new_version() -> int:
+    """A series' next Series.version: random (a deleted series' id may come back with a new series, SQLite reuses
+    row ids, so a counter could repeat an old series' (id, version)), never 0 (never written)."""
+    return 1 + secrets.randbelow(2**62)
 
 
 # ---------------------------------------------------------------------------------------------- bulk load

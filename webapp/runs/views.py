@@ -1,5 +1,7 @@
 """Pages: the run list and a run's live dashboard (data comes from the JSON API and the WebSocket)."""
 
+import time
+
 from django.db.models import Min
 from django.http import HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
@@ -45,6 +47,7 @@ def _rows(runs, limit: int) -> list[dict]:
 @public
 @require_GET
 def dashboard(request, run_id: str):
+    t0 = time.perf_counter()
     run = get_object_or_404(Run, pk=run_id)
     peak = pagedata.peak_info(run)
     has_forecast = forecast.published(run.id)
@@ -65,12 +68,20 @@ def dashboard(request, run_id: str):
             "mixture": {"stage": contract.M_MIX_STAGE, "weight_prefix": contract.mixture_weight("")},
             # what the page would otherwise ask /api/runs/<id>/ for first: one round trip less to first paint
             "detail": api.detail_payload(request, run)}
+    timing = [("data", time.perf_counter() - t0)]  # the page's own data; then each app's, then the template
     for extra in extensions.PAGE_DATA:  # later apps' keys (runs.extensions)
+        t = time.perf_counter()
         extra(request, run, page)
-    return render(request, "runs/dashboard.html", {
+        timing.append((f"{extra.__module__.rsplit('.', 1)[-1]}.{extra.__name__}", time.perf_counter() - t))
+    t = time.perf_counter()
+    resp = render(request, "runs/dashboard.html", {
         "run": run,
         "started": pagedata.first_started(run),
         "progress": pagedata.progress(run), "glossary": contract.GLOSSARY,
         "page": page, "preview_meta": pagedata.preview_meta(request, run), "facts": pagedata.facts(page["detail"]),
         "extensions": extensions.dashboard(),
     })
+    timing.append(("template", time.perf_counter() - t))
+    # Where the server's time before the first byte went (the browser shows it; bench/dashboard.py reads it)
+    resp["Server-Timing"] = ", ".join(f"{name};dur={s * 1000:.1f}" for name, s in timing)
+    return resp

@@ -90,6 +90,13 @@ class Curves:
     def label(self, kind: str, start: int, end: int, *also: str) -> None:
         self.labels.append({"kind": kind, "start_step": int(start), "end_step": int(end), "also": list(also)})
 
+    def timed_labels(self) -> list[dict]:
+        """Its labels, stall and heartbeat_lost ones with gap_t: when the last step before the gap completed (their
+        delay is measured in seconds from it)."""
+        t = 1.7e9 + np.cumsum(TOKENS_PER_STEP / self.tokens + self.gaps)
+        return [{**lab, "gap_t": float(t[lab["start_step"]])} if lab["kind"] in ("stall", "heartbeat_lost") else lab
+                for lab in self.labels]
+
     def steps(self):
         """(step, values, t, heartbeat dead during the gap before it) for every logged step."""
         step_time = TOKENS_PER_STEP / self.tokens
@@ -114,6 +121,17 @@ class Curves:
             if self.loss_scale is not None:
                 v[M_LOSS_SCALE] = self.loss_scale[i]
             yield i, {k: float(x) for k, x in v.items()}, float(t[i]), bool(self.hb_dead[i])
+
+
+def trainer_stream(steps: int) -> list[tuple[int, dict[str, float], float]]:
+    """(step, values, t) of a clean Curves (seed 99) as wide as a trainer's telemetry: trainer_width()'s names filled
+    with uniform noise (bench/anomalies.py's cost)."""
+    rng, fill = np.random.default_rng(5), trainer_width()
+    stream = []
+    for step, values, t, _ in Curves(99, steps).steps():
+        values.update({name: float(x) for name, x in zip(fill, rng.random(len(fill)))})
+        stream.append((step, values, t))
+    return stream
 
 
 # ---------------------------------------------------------------------------------------------- events

@@ -78,7 +78,9 @@ def test_the_page_lists_filters_and_links_to_the_chart_zoomed_on_each(log):
     assert f"/runs/{RUN}/?from=80&amp;to=124&amp;anomaly={log['spike'].id}" in html
     assert "<form method=\"post\"" not in html  # no triage for visitors
     dash = Client().get(f"/runs/{RUN}/").content.decode()
-    assert f'href="/runs/{RUN}/anomalies/"' in dash and "js/anomalies.js" in dash
+    assert f'href="/runs/{RUN}/anomalies/"' in dash and "/static/js/dashboard-bundle.js" in dash
+    served = b"".join(Client().get("/static/js/dashboard-bundle.js").streaming_content).decode()
+    assert "// js/anomalies.js\n" in served  # the page's scripts come in one file (webapp/runs/bundle.py)
 
 
 def test_operators_acknowledge_then_explain_with_a_reason(log, operator):

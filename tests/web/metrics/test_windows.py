@@ -72,3 +72,50 @@ def test_wanted_keeps_chart_order_and_only_one_segment_domain_losses():
     charts = [{"metrics": ["a"], "optional": ["b"], "extra_prefix": "loss/"}, {"metrics": ["c"]}]
     names = ["c", "loss/x", "loss/x/y", "b", "a", "z"]
     assert firstpaint.wanted(charts, names) == ["a", "b", "loss/x", "c"]
+
+
+def page_windows(client) -> dict:
+    html = client.get("/runs/w1/").content.decode()
+    return json.loads(re.search(r'<script id="page-data" type="application/json">(.*?)</script>', html, re.S)[1]
+                      )["initial_windows"]
+
+
+def write(msgs) -> None:
+    from webapp.metrics.apply import apply_messages
+
+    with transaction.atomic():
+        apply_messages([("", contract.decode(contract.encode("w1", kind, data))) for kind, data in msgs])
+
+
+def test_the_first_windows_come_from_the_cache_until_a_write_and_never_stale_after_one(client, run):
+    """Every kind of write to a series (an appended step, a step written again with another value, a rewind) gives
+    the next page the new windows; with no write in between the page reads no window from the database."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as cold:
+        first = page_windows(client)
+    with CaptureQueriesContext(connection) as warm:
+        assert page_windows(client) == first
+    reads = [q["sql"] for q in cold.captured_queries if "metrics_block" in q["sql"] or "metrics_point" in q["sql"]]
+    assert reads and not [q for q in warm.captured_queries if q["sql"] in reads]
+    for msgs in ([("metrics", {"t": 1.0, "step": 5000, "values": {contract.M_LOSS: 999.0}})],  # appended
+                 [("metrics", {"t": 2.0, "step": 4321, "values": {contract.M_LOSS: -77.0}})],  # rewritten
+                 [("rewind", {"t": 3.0, "from_step": 5000, "to_step": 2000})]):  # cut
+        write(msgs)
+        now = page_windows(client)
+        assert now[contract.M_LOSS] != first[contract.M_LOSS]
+        for name, win in now.items():  # (a rewind cuts every series of the run; a point, its own)
+            assert win == one(client, name, f"points={firstpaint.INITIAL_POINTS}")
+        first = now
+    assert max(first[contract.M_LOSS]["steps"]) <= 2000 and first[contract.M_LOSS]["last_step"] == 2000
+
+
+def test_with_the_cache_unreachable_the_page_computes_its_windows(client, run, settings):
+    """The windows' cache is an accelerator: with its Redis away (here: a port nothing listens on) the page still
+    carries every window, equal to the API's, and says so in the log rather than failing."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": "redis://127.0.0.1:1/0"}}  # (Django's test signals reset caches)
+    windows = page_windows(client)
+    assert windows and all(win == one(client, name, f"points={firstpaint.INITIAL_POINTS}")
+                           for name, win in windows.items())
