@@ -19,7 +19,10 @@ import time
 from dataclasses import dataclass
 
 LITE_PACE_S = 0.25  # the lite channel: at most one message per this, per run
-LITE_MAX_ENTRIES = 100  # entries per lite message (a backlog goes out in messages of this many, back to back)
+# Entries per lite message: one message per pace up to 32 steps/s; a backlog (after a push-tier outage) goes out in
+# messages of this many, back to back. With deploy/push.conf's lite window (60 messages) it bounds what a resume
+# returns: at most 480 entries (~1.6 MB at the demo's lite width), however fast the trainer.
+LITE_MAX_ENTRIES = 8
 
 LITE_NAMES = frozenset({"train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
                         "throughput/tokens_per_second", "throughput/mfu", "moe/drop_fraction", "mixture/stage",
