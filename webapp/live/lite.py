@@ -23,6 +23,8 @@ LITE_PACE_S = 0.25  # the lite channel: at most one message per this, per run
 # messages of this many, back to back. With deploy/push.conf's lite window (60 messages) it bounds what a resume
 # returns: at most 480 entries (~1.6 MB at the demo's lite width), however fast the trainer.
 LITE_MAX_ENTRIES = 8
+REDIS_TIMER_MS = 100  # Redis ends a blocked read's wait on its timer (hz 10): up to this late
+POLL_S = 0.005  # the relay's read interval within REDIS_TIMER_MS of a held lite message's deadline
 
 LITE_NAMES = frozenset({"train/loss", "train/cross_entropy_loss", "optim/learning_rate", "grad/norm/total",
                         "throughput/tokens_per_second", "throughput/mfu", "moe/drop_fraction", "mixture/stage",
@@ -77,10 +79,15 @@ class LitePacing:
     due: dict[str, float]
     pos: dict[str, Cursor]
 
-    def _until_due_ms(self) -> int:
-        """Milliseconds until the first held lite message is due (at least 1: XREAD's 0 blocks for ever)."""
+    def _read_block(self, block_ms: int) -> int | None:
+        """XREAD's block time: no further than the first held lite message's deadline. Redis checks a blocked read's
+        timeout only every 1/hz (100 ms by default), so within that of the deadline the relay polls (None: no
+        block; the caller sleeps POLL_S after an empty read) instead of blocking past it."""
         dues = [self.due[r] for r, held in self.held.items() if held]
-        return max(1, math.ceil((min(dues) - time.monotonic()) * 1000)) if dues else 1 << 30
+        if not dues:
+            return block_ms
+        left_ms = math.ceil((min(dues) - time.monotonic()) * 1000) - REDIS_TIMER_MS
+        return min(block_ms, left_ms) if left_ms >= 1 else None
 
     def _flush_due(self) -> None:
         now = time.monotonic()
@@ -101,11 +108,12 @@ class LitePacing:
             if not self._record(run_id, pending=upto):
                 return False
             body = [f for _, frames in batch for f in frames]
+            began = time.monotonic()
             new = self._post(run_id, "lite", body, self.pos[run_id].lite_id, upto)
             if not self._record(run_id, lite=upto, lite_id=new, pending=None):
                 return False
             del held[:len(batch)]
-            self.due[run_id] = time.monotonic() + LITE_PACE_S
+            self.due[run_id] = began + LITE_PACE_S  # (counted from the publish's start: a slow nginx is no slower)
             self.stats["lite_messages"] += 1
         return True
 

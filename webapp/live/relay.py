@@ -38,7 +38,7 @@ from observatory import contract
 from observatory.streams import streams_reply, text
 from observatory.streams.nchan import NchanPublisher
 from webapp.live import livelog, protocol
-from webapp.live.lite import LITE_NAMES, LITE_PACE_S, LITE_PREFIXES, Cursor, LitePacing, lite_frames  # noqa: F401
+from webapp.live.lite import LITE_NAMES, LITE_PREFIXES, POLL_S, Cursor, LitePacing, lite_frames
 from webapp.metrics.leases import _RENEW
 
 log = logging.getLogger("observatory.relay")
@@ -254,9 +254,8 @@ class Relay(LitePacing):
 
     # ------------------------------------------------------------------------------------------ publishing
     def step(self, block_ms: int) -> int:
-        """One read (blocking up to block_ms, and no longer than until a held lite message is due) of the held runs'
-        logs, each entry published on the full channel and held for the lite one; then the lite messages due.
-        Returns the entries read."""
+        """One read of the held runs' logs (blocking up to block_ms, not past a held lite message's deadline), each
+        entry published on the full channel and held for the lite one; then the lite messages due. Returns entries."""
         if time.monotonic() >= self.next_discover:
             self.discover()
         self._drop_lost()
@@ -265,9 +264,12 @@ class Relay(LitePacing):
             return 0
         self._flush_due()
         keys = {livelog.log_key(r): c for r, c in self.cursors.items()}
-        block = min(block_ms, int(DISCOVER_EVERY_S * 1000), self._until_due_ms())
+        block = self._read_block(min(block_ms, int(DISCOVER_EVERY_S * 1000)))
         n = 0
-        for key, entries in streams_reply(self.r.xread(keys, count=self.batch, block=block)):
+        reply = streams_reply(self.r.xread(keys, count=self.batch, block=block))
+        if block is None and not reply:
+            time.sleep(POLL_S)
+        for key, entries in reply:
             run_id = livelog.run_of(text(key))
             if run_id not in self.cursors or not self._still_holds(run_id):
                 continue
