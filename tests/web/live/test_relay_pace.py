@@ -153,3 +153,23 @@ def test_a_relay_killed_with_held_lite_entries_is_replaced_with_each_entry_once_
     b.close()
     full.close()
     lite.close()
+
+
+def test_a_relay_closing_publishes_what_it_holds_before_handing_the_run_back(relay, nchan, trainer, ingest, run_id,
+                                                                             redis_client):
+    open_channels(relay, ingest, trainer)
+    lite = nchan.viewer(run_id, FROM_START, channel="lite")
+    step = iter(range(1000))
+
+    def one_held() -> bool:
+        _entry(trainer, ingest, next(step))
+        relay.step(50)
+        return bool(relay.held[run_id])
+
+    wait_for(one_held, 10, "an entry held for the lite channel", every=0)
+    held = [seq for seq, _ in relay.held[run_id]]
+    relay.close()  # (SIGTERM to manage.py relay) before the batch is due
+    lite.read_until(lambda: lite.seqs and lite.seqs[-1] == held[-1], "the held entries on the lite channel")
+    assert lite.seqs[-len(held):] == held and _contiguous(lite.seqs)
+    assert Cursor.parse(redis_client.get(cursor_key(run_id)).decode()).lite == held[-1]
+    lite.close()
