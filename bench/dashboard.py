@@ -76,7 +76,7 @@ def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]
 
 
 # --profile: what happens between a zoom's gesture and its charts' redraws, on any tree (no page code needed): the
-# windows request (sent, answered, parsed), in page time (performance.now()); the bench reads window.__obsSpy.
+# windows request (sent, answered, its time to first byte and Server-Timing, parsed), in page time; in window.__obsSpy.
 ZOOM_SPY_JS = """
 window.__obsSpy = [];
 (() => {
@@ -87,11 +87,11 @@ window.__obsSpy = [];
     if (!u.includes('/windows/')) return f.call(this, url, ...rest);
     return f.call(this, url, ...rest).then((r) => {
       log('windows answered', t0, performance.now());
-      const j = r.json.bind(r);
-      r.json = () => {
-        const p0 = performance.now();
-        return j().then((v) => { log('windows json', p0, performance.now()); return v; });
-      };
+      const j = r.json.bind(r), st = (e) => [['windows ttfb', e.responseStart - e.requestStart],
+        ...e.serverTiming.map((s) => ['server ' + s.name, s.duration])]; // (what the server's view says it spent)
+      r.json = (p0 = performance.now()) => j().then((v) => { log('windows json', p0, performance.now());
+        performance.getEntriesByName(r.url).slice(-1).forEach((e) => st(e).forEach(([w, d]) => log(w, e.requestStart,
+          e.requestStart + d))); return v; });
       return r;
     });
   };

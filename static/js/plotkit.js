@@ -74,7 +74,12 @@ window.Obs = window.Obs || {};
       else setTimeout(() => Obs.plotly.load(), 0);
     },
   };
-  Obs.coarsePointer = () => window.matchMedia && window.matchMedia("(pointer: coarse)").matches;
+  // A touch screen's (no drag-zoom there): the query made once and its answer kept (a matchMedia() a chart's redraw
+  // was most of a zoom's layout time in bench/dashboard.py --profile)
+  const coarse = window.matchMedia ? window.matchMedia("(pointer: coarse)") : null;
+  let isCoarse = !!(coarse && coarse.matches);
+  if (coarse && coarse.addEventListener) coarse.addEventListener("change", (e) => { isCoarse = e.matches; });
+  Obs.coarsePointer = () => isCoarse;
 
   // The Plotly mode bar as one ARIA toolbar: a single tab stop (the last button used), arrows move inside it.
   Obs.toolbarA11y = (plotEl, label) => {

@@ -43,6 +43,13 @@ def _count_upto(name: str, params: list, limit: int) -> int:
     return _rows(name, [*params, limit + 1])[0][0]
 
 
+def _blocks_upto(sid: int, level: int, first: int, last: int, limit: int, dense: bool) -> int:
+    """What _count_upto("count_blocks", ...) answers; a dense series has every block of its span: no query."""
+    if dense:
+        return min(max(0, last - first + 1), limit + 1)
+    return _count_upto("count_blocks", [sid, level, first, last], limit)
+
+
 _SQL: dict[str, str] = {}
 
 
@@ -100,8 +107,13 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     if lo > hi:
         return SeriesWindow(lo, hi, RAW, 1, window_from_points([]))
     limit = FETCH_FACTOR * points
+    # Every step of its span present (the writers' totals say so: points are unique by step): the counts below are
+    # known without reading the index (a point or block missing meanwhile, a rollback's, still takes the general path)
+    dense = FAST_PATH and series.count == series.last_step - series.first_step + 1
     if hi - lo + 1 <= points:
         n_raw = hi - lo + 1
+    elif dense:
+        n_raw = min(hi - lo + 1, limit + 1)
     elif _at_least(sid, lo, hi) > limit:
         n_raw = limit + 1  # what the LIMITed count would say, from a few blocks instead of up to 4P index entries
     else:
@@ -133,7 +145,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         first, last = _whole_blocks(lo, hi, level - 1)
         if (last - first + 1) * density > 2 * limit:
             break  # clearly too many blocks for a (near-)dense series: skip counting them
-        if _count_upto("count_blocks", [sid, level - 1, first, last], limit) > limit:
+        if _blocks_upto(sid, level - 1, first, last, limit, dense) > limit:
             break
         level -= 1
     n_mid = max(1, n_buckets - 2)  # the two edge regions get a bucket each
@@ -141,7 +153,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         # A coarser level that still yields ~90% of the buckets asked for costs 8x fewer rows: prefer it.
         first, last = _whole_blocks(lo, hi, level + 1)
         if last - first + 1 >= 0.9 * n_mid:
-            if _count_upto("count_blocks", [sid, level + 1, first, last], n_mid) >= 0.9 * n_mid:
+            if _blocks_upto(sid, level + 1, first, last, n_mid, dense) >= 0.9 * n_mid:
                 level += 1
     size = block_size(level)
     first, last = _whole_blocks(lo, hi, level)

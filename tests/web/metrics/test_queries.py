@@ -88,3 +88,24 @@ def test_the_fast_path_answers_exactly_what_the_general_path_answers(monkeypatch
         assert fast == general, (series.name, a, b, p)
     for a, b, p in [(0, 299_999, 1000), (100_000, 130_000, 1200), (0, 3000, 1000)]:
         _check(s, pts, a, b, p)
+
+
+def test_a_dense_series_is_read_without_counting(monkeypatch):
+    """Every step of its span stored (the writers' totals say so): the window's plan needs no COUNT or SUM over the
+    index, and answers what counting answers; a series with a gap still counts."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    rnd = random.Random(8)
+    dense = _load("every-step", [(i, rnd.random()) for i in range(100_000)])
+    gappy = _load("a-gap", [(i, rnd.random()) for i in range(100_000) if i != 50_000])
+    for a, b, p in [(0, 99_999, 1000), (1_000, 4_000, 600), (20_000, 60_000, 1200)]:
+        with CaptureQueriesContext(connection) as cq:
+            fast = queries.window(dense, a, b, p).as_json()
+        assert not [q["sql"] for q in cq.captured_queries if "COUNT(" in q["sql"] or "SUM(" in q["sql"]]
+        monkeypatch.setattr(queries, "FAST_PATH", False)
+        assert queries.window(dense, a, b, p).as_json() == fast
+        monkeypatch.setattr(queries, "FAST_PATH", True)
+        with CaptureQueriesContext(connection) as cq:
+            queries.window(gappy, a, b, p)
+        assert [q["sql"] for q in cq.captured_queries if "COUNT(" in q["sql"] or "SUM(" in q["sql"]]

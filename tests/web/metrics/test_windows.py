@@ -56,6 +56,15 @@ def test_the_batch_of_an_unknown_run_is_a_404(client, run):
     assert client.get("/api/runs/nope/windows/?series=train/loss").status_code == 404
 
 
+def test_a_batch_reads_its_own_runs_series_and_says_what_the_server_spent(client, run):
+    Run.objects.create(id="w2", name="another", state="training")
+    other = client.get(f"/api/runs/w2/windows/?series={contract.M_LOSS}")  # w1 has it, w2 has not
+    assert other.status_code == 200 and other.json() == {"run_id": "w2", "points": 1000,
+                                                         "windows": {contract.M_LOSS: None}}
+    spent = dict(p.split(";dur=") for p in other["Server-Timing"].split(", "))
+    assert list(spent) == ["lookup", "read", "json", "etag"] and all(float(v) >= 0 for v in spent.values())
+
+
 def test_the_dashboard_carries_its_first_windows_the_run_and_its_metric_list(client, run):
     html = client.get("/runs/w1/").content.decode()
     page = json.loads(re.search(r'<script id="page-data" type="application/json">(.*?)</script>', html, re.S)[1])
