@@ -20,8 +20,7 @@
 window.Obs = window.Obs || {};
 
 (function (Obs) {
-  const DASH = {dot: [2, 3], dash: [6, 4], solid: null};
-  const FONT = "11px system-ui, sans-serif";
+  const DASH = {dot: [2, 3], dash: [6, 4], solid: null}, FONT = "11px system-ui, sans-serif";
   const rgba = (hex, a) => {
     if (a === undefined || a >= 1 || !/^#[0-9a-f]{6}$/i.test(hex || "")) return hex;
     const n = parseInt(hex.slice(1), 16);
@@ -43,8 +42,7 @@ window.Obs = window.Obs || {};
 
   // Tick labels as short as the axis needs: 1.2k, 3e-4, 0.25
   const num = (v) => {
-    if (v === null || v === undefined) return "";
-    if (v === 0) return "0";
+    if (v === null || v === undefined || v === 0) return v === 0 ? "0" : "";
     const a = Math.abs(v);
     if (a >= 1e4 || a < 1e-3) return v.toExponential(1).replace(/\.0e/, "e").replace("e+", "e").replace("-", "\u2212");
     return String(+v.toPrecision(4)).replace("-", "\u2212");
@@ -147,6 +145,8 @@ window.Obs = window.Obs || {};
     const drag = layout.dragmode !== false;
     return {
       width: fig.width, height: fig.height, ms: 1, legend: {show: false}, series, axes, scales, bands,
+      // UTC dates (as the axis title and hover say) of whole ms: uPlot's rounding put ticks 1 ms before the minute
+      tzDate: (ms) => uPlot.tzDate(new Date(Math.floor(ms)), "Etc/UTC"),
       padding: [m.t, layout.yaxis3 ? 0 : (u) => Math.max(m.r, halfLast(fig.ticks.x)), 0, 0],
       cursor: {y: false, points: {show: false}, drag: {x: drag, y: false, setScale: false},
                bind: {dblclick: () => () => { if (on.reset) on.reset(); return null; },

@@ -84,3 +84,27 @@ def test_a_line_flat_within_rounding_error_draws_on_a_padded_axis(plot, level, l
     assert got["spread"] > 0, "the case needs values a few ulps apart"
     assert not got["errors"], got["errors"]
     assert got["min"] < level * 0.99 and got["max"] > level * 1.01, got  # padded around the line, not ulps wide
+
+
+def test_a_wall_time_axis_ticks_whole_minutes_labelled_in_utc_whatever_the_viewers_zone(new_page):
+    """The dashboard's x = wall time (UTC) is unix ms interpolated between heartbeats, so fractional: uPlot's own
+    date (Math.round of the ms) put every tick 1 ms before the minute, labelled with the minute before (a chart whose
+    hover read 11:32:15 had it under the tick "11:31"); and it labelled the ticks in the viewer's zone."""
+    page = new_page(viewport={"width": 900, "height": 600}, timezone_id="America/New_York")
+    page.set_content("<!doctype html><title>plot</title><div id='c' style='width:900px;height:260px'></div>")
+    page.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
+    got = page.evaluate("""async () => {
+      const node = document.getElementById('c'), x = [], y = [];
+      const t0 = Date.UTC(2026, 11, 7, 11, 27, 48) + 288.6;  // 11:27:48.2886 UTC
+      for (let s = 0; s < 400; s++) { x.push(t0 + s * 1543.37); y.push(9 - s / 100); }
+      const u = Obs.drawFigure(node, [{x, y, mode: 'lines', name: 'loss', line: {color: '#1f5fbf'}}],
+        {margin: {l: 52, r: 10, t: 10, b: 40}, xaxis: {type: 'date'}, yaxis: {}, dragmode: false});
+      await new Promise((r) => requestAnimationFrame(() => r()));
+      const a = u.axes[0];  // (uPlot 1.6.32's drawn splits and labels)
+      return {splits: a._splits.map((v) => new Date(v).toISOString()), labels: a._values};
+    }""")
+    assert got["splits"][0] == "2026-12-07T11:28:00.000Z", got
+    assert all(s.endswith(":00.000Z") for s in got["splits"]), got  # whole minutes (the span is ~10 minutes)
+    assert got["labels"][0].startswith("11:28"), got  # UTC, not New York's 6:28
+    assert got["labels"][-1].startswith("11:38"), got  # the last x: 11:38:05
