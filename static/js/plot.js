@@ -39,7 +39,6 @@ window.Obs = window.Obs || {};
                         "#d8f5a2", "#91a7ff"];
   Obs.lineColor = (i) => (document.documentElement.dataset.theme === "dark" ? PALETTE_DARK : PALETTE)[i % 10];
   const isLine = (t) => t.mode === "lines" && t.x && t.x.length !== undefined;
-
   // Tick labels as short as the axis needs: 1.2k, 3e-4, 0.25
   const num = (v) => {
     if (v === null || v === undefined || v === 0) return v === 0 ? "0" : "";
@@ -64,15 +63,16 @@ window.Obs = window.Obs || {};
       return s.replace("-", "\u2212");
     });
   };
-  // A log axis: powers of ten as 1e−3 (the splits between them unlabelled unless the axis spans under 2 decades)
+  // A log axis: under 2 decades every split as a number; wider, the powers of ten alone, as 1e−3
   const logNum = (vals) => {
     const pos = vals.filter((v) => v > 0), span = pos.length ? Math.log10(Math.max(...pos) / Math.min(...pos)) : 0;
     return vals.map((v) => {
-      if (!(v > 0)) return "";
       const e = Math.round(Math.log10(v)), pow = Math.abs(v / 10 ** e - 1) < 1e-9;
-      return pow ? ("1e" + e).replace("-", "\u2212") : span < 2 ? num(v) : "";
+      return !(v > 0) ? "" : span < 2 ? num(+v.toPrecision(12)) : pow ? ("1e" + e).replace("-", "\u2212") : "";
     });
   };
+  // A log range's end on one significant digit (uPlot's log splits count up from the range's start): 140.8 → 100
+  const round1 = (v, f, k = 10 ** Math.floor(Math.log10(v))) => +(f(+(v / k).toFixed(9)) * k).toPrecision(12);
 
   // Half the width of an x axis's last tick label (CSS px): the room right of the plot that keeps it whole
   const measure = document.createElement("canvas").getContext("2d");
@@ -128,7 +128,7 @@ window.Obs = window.Obs || {};
       // y (and a single x): what is visible (uPlot's min and max over the x range drawn) with 6% room, a flat line
       // not drawn at 0
       const a = Math.log10(lo), b = Math.log10(hi), p = thin ? 0.3 : (b - a) * 0.06;
-      if (log && lo > 0) return [10 ** (a - p), 10 ** (b + p)];
+      if (log && lo > 0) return [round1(10 ** (a - p), Math.floor), round1(10 ** (b + p), Math.ceil)];
       const q = thin ? Math.abs(hi) * 0.5 || 1 : (hi - lo) * 0.06;
       return [lo - q, hi + q];
     };

@@ -2,6 +2,8 @@
 never read the same (each carries the digits its axis's spacing needs), and the x axis's last label is drawn whole,
 inside the chart, not cut at its right edge."""
 
+import math
+
 import pytest
 
 from ..servers import ROOT
@@ -108,3 +110,27 @@ def test_a_wall_time_axis_ticks_whole_minutes_labelled_in_utc_whatever_the_viewe
     assert all(s.endswith(":00.000Z") for s in got["splits"]), got  # whole minutes (the span is ~10 minutes)
     assert got["labels"][0].startswith("11:28"), got  # UTC, not New York's 6:28
     assert got["labels"][-1].startswith("11:38"), got  # the last x: 11:38:05
+
+
+@pytest.mark.parametrize("lo,hi", [(150.0, 2000.0), (0.055, 0.22), (0.7, 3.1), (2e-5, 3e-2)])
+def test_a_log_axis_ticks_round_values_labelled_alike(plot, lo, hi):
+    """A log y axis (the dashboard's "log y"): its padded range started uPlot's ticks at the data's minimum, so a
+    throughput chart read 140.8, 241, 541, 1041, 2082 and a token-drop one 0.05029, 0.07, 1e−1, 0.2; a power of ten
+    amid plain numbers read 1e0 beside 2 and 3. Ticks are on round values, and under two decades each label is a
+    plain number (wider spans label the powers of ten alone, 1e−3)."""
+    got = plot.evaluate("""async ([lo, hi]) => {
+      const node = document.getElementById('c'), x = [], y = [];
+      for (let s = 0; s <= 300; s++) { x.push(s); y.push(lo * (hi / lo) ** ((Math.sin(s / 7) + 1) / 2)); }
+      const u = Obs.drawFigure(node, [{x, y, mode: 'lines', name: 'v', line: {color: '#1f5fbf'}}],
+        {margin: {l: 52, r: 10, t: 10, b: 22}, xaxis: {}, yaxis: {type: 'log'}, dragmode: false});
+      await new Promise((r) => requestAnimationFrame(() => r()));
+      const a = u.axes[1];  // (uPlot 1.6.32's drawn splits and labels)
+      return {splits: a._splits, labels: a._values};
+    }""", [lo, hi])
+    shown = [(v, s) for v, s in zip(got["splits"], got["labels"]) if s]
+    assert len(shown) >= 2, got
+    for v, s in shown:
+        lead = v / 10 ** math.floor(math.log10(v) + 1e-9)
+        assert abs(lead - round(lead)) < 1e-6, (v, s, got)  # 100, 200, 500, 0.05 — not 140.8 or 0.05029
+        if math.log10(hi / lo) < 1.9:
+            assert "e" not in s and float(s.replace("\u2212", "-")) == pytest.approx(v, rel=1e-9), (v, s, got)
