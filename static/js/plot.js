@@ -142,13 +142,13 @@ window.Obs = window.Obs || {};
                                   values: layout.yaxis3.tickformat
                                     ? (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")
                                     : (u, v) => (fig.ticks.y3 = tickLabels(v))});
-    const drag = layout.dragmode !== false;
+    const drag = layout.dragmode !== false; // none (touch): no mousedown for uPlot, nor a tap read as a drag's end
     return {
       width: fig.width, height: fig.height, ms: 1, legend: {show: false}, series, axes, scales, bands,
       // UTC dates (as the axis title and hover say) of whole ms: uPlot's rounding put ticks 1 ms before the minute
       tzDate: (ms) => uPlot.tzDate(new Date(Math.floor(ms)), "Etc/UTC"),
       padding: [m.t, layout.yaxis3 ? 0 : (u) => Math.max(m.r, halfLast(fig.ticks.x)), 0, 0],
-      cursor: {y: false, points: {show: false}, drag: {x: drag, y: false, setScale: false},
+      cursor: {y: false, points: {show: false}, drag: {x: drag, y: false, setScale: false, ...(!drag && {click() {}})},
                bind: {dblclick: () => () => { if (on.reset) on.reset(); return null; },
                       ...(drag ? {} : {mousedown: () => () => null})}},
       hooks: {

@@ -134,3 +134,27 @@ def test_a_log_axis_ticks_round_values_labelled_alike(plot, lo, hi):
         assert abs(lead - round(lead)) < 1e-6, (v, s, got)  # 100, 200, 500, 0.05 — not 140.8 or 0.05029
         if math.log10(hi / lo) < 1.9:
             assert "e" not in s and float(s.replace("\u2212", "-")) == pytest.approx(v, rel=1e-9), (v, s, got)
+
+
+def test_a_tap_on_a_chart_without_drag_zoom_reaches_the_page(new_page):
+    """On a touch screen a chart has no drag-zoom (dragmode false: uPlot never sees the mousedown), and uPlot then
+    took every click for the end of a drag and stopped it: a member's tap on a point never opened the annotation
+    form the page's hint promises ("Tap a point on a chart, or use Annotate, to add a note")."""
+    page = new_page(viewport={"width": 390, "height": 600}, has_touch=True, is_mobile=True)
+    page.set_content("<!doctype html><title>plot</title><div id='c' style='width:360px;height:260px'></div>")
+    page.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
+    box = page.evaluate("""async () => {
+      const node = document.getElementById('c'), x = [], y = [];
+      for (let s = 0; s <= 100; s++) { x.push(s); y.push(9 - s / 50); }
+      window.clicked = [];
+      node.addEventListener('obs-plot-click', (ev) => window.clicked.push(ev.detail.x));
+      const u = Obs.drawFigure(node, [{x, y, mode: 'lines', name: 'loss', line: {color: '#1f5fbf'}}],
+        {margin: {l: 40, r: 10, t: 10, b: 22}, xaxis: {}, yaxis: {}, dragmode: false});
+      await new Promise((r) => requestAnimationFrame(() => r()));
+      const r = u.over.getBoundingClientRect();
+      return {x: r.left + r.width / 2, y: r.top + r.height / 2};
+    }""")
+    page.touchscreen.tap(box["x"], box["y"])
+    page.wait_for_function("() => window.clicked.length > 0", timeout=5000)
+    assert 40 < page.evaluate("window.clicked[0]") < 60  # the step under the finger (the middle of 0..100)
