@@ -158,3 +158,29 @@ def test_a_tap_on_a_chart_without_drag_zoom_reaches_the_page(new_page):
     page.touchscreen.tap(box["x"], box["y"])
     page.wait_for_function("() => window.clicked.length > 0", timeout=5000)
     assert 40 < page.evaluate("window.clicked[0]") < 60  # the step under the finger (the middle of 0..100)
+
+
+@pytest.mark.parametrize("lines", ["none", "nulls"])
+def test_a_log_axis_with_nothing_to_draw_draws_empty(plot, lines):
+    """A chart the run has no data for yet, on a log y axis (the URL's ?chart=X&log=X): its range fell back to [0, 1],
+    and uPlot's log ticks from 0 never end ("RangeError: Invalid array length" on every redraw, a blocked page). It
+    draws an empty linear axis until a value > 0 arrives."""
+    got = plot.evaluate("""async (lines) => {
+      const node = document.getElementById('c'), errors = [];
+      const traces = lines === 'none' ? [] : [{x: [1, 2, 3], y: [null, null, null], mode: 'lines', name: 'v'}];
+      const onError = (e) => errors.push(String(e.message));
+      window.addEventListener('error', onError);  // (uPlot draws in a microtask: its errors are uncaught ones)
+      try {
+        Obs.drawFigure(node, traces, {margin: {l: 52, r: 10, t: 10, b: 22}, xaxis: {}, yaxis: {type: 'log'},
+                                      dragmode: false});
+        await new Promise((r) => requestAnimationFrame(() => r()));
+        const empty = node._figure.u.scales.y.distr;
+        // then the run's first values: the same chart on a log axis
+        const u = Obs.drawFigure(node, [{x: [1, 2, 3], y: [0.5, 0.2, 0.1], mode: 'lines', name: 'v'}],
+                                 node.layout);
+        await new Promise((r) => requestAnimationFrame(() => r()));
+        return {errors, empty, later: u.scales.y.distr, min: u.scales.y.min};
+      } catch (e) { errors.push(String(e)); return {errors}; } finally { window.removeEventListener('error', onError); }
+    }""", lines)
+    assert not got["errors"], got["errors"]
+    assert got["empty"] == 1 and got["later"] == 3 and got["min"] > 0, got  # (distr 3: uPlot's log scale)
