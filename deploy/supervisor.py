@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +47,7 @@ class Supervisor:
         self.due: dict[str, float] = {}  # name -> when its restart is due (it exited)
         self.restarts = 0
         self.stopping = False
+        self.scratch: list[str] = []  # folders removed once every child has stopped (the web's socket folder)
 
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         VAR.joinpath("logs").mkdir(parents=True, exist_ok=True)
@@ -118,6 +120,8 @@ class Supervisor:
                     p.wait()
             if stage == 0 and group:
                 time.sleep(1.0)  # let ingest store the trainer's last messages
+        for d in self.scratch:
+            shutil.rmtree(d, ignore_errors=True)
         log("all stopped")
 
 

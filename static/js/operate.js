@@ -242,7 +242,10 @@
       }
       const v = $("op-arg-" + a.name).value;
       if (v === "") continue;
-      args[a.name] = a.type === "int" ? parseInt(v, 10) : a.type === "float" ? parseFloat(v) : v;
+      // the number typed, whole or not sent as one: parseInt read 3e7 (the CLI's own spelling) as 3 and 1.5 as 1;
+      // a number the field cannot be goes to the server as typed, which names what is wrong with it
+      const n = Number(v), ok = a.type === "int" ? Number.isSafeInteger(n) : Number.isFinite(n);
+      args[a.name] = a.type === "int" || a.type === "float" ? (ok ? n : v) : v;
     }
     return args;
   }

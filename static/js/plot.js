@@ -20,18 +20,15 @@
 window.Obs = window.Obs || {};
 
 (function (Obs) {
-  const DASH = {dot: [2, 3], dash: [6, 4], solid: null};
-  const FONT = "11px system-ui, sans-serif";
+  const DASH = {dot: [2, 3], dash: [6, 4], solid: null}, FONT = "11px system-ui, sans-serif";
   const rgba = (hex, a) => {
     if (a === undefined || a >= 1 || !/^#[0-9a-f]{6}$/i.test(hex || "")) return hex;
-    const n = parseInt(hex.slice(1), 16);
-    return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
+    const n = parseInt(hex.slice(1), 16); return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
   };
   // Colours: the page's theme (plotkit.js), else (an embed) the text colour, muted
   const theme = () => {
     if (Obs.theme) return Obs.theme();
-    const fg = getComputedStyle(document.body).color || "#333";
-    return {fg, muted: fg, grid: "rgba(128,128,128,0.25)"};
+    const fg = getComputedStyle(document.body).color || "#333"; return {fg, muted: fg, grid: "rgba(128,128,128,0.25)"};
   };
   // The i-th line's colour in the page's theme: one palette, so a run's colour is the same on every page
   const PALETTE = ["#1f5fbf", "#d9730d", "#2e7d32", "#8e24aa", "#00838f", "#6d4c41", "#c2185b", "#546e7a",
@@ -40,11 +37,9 @@ window.Obs = window.Obs || {};
                         "#d8f5a2", "#91a7ff"];
   Obs.lineColor = (i) => (document.documentElement.dataset.theme === "dark" ? PALETTE_DARK : PALETTE)[i % 10];
   const isLine = (t) => t.mode === "lines" && t.x && t.x.length !== undefined;
-
   // Tick labels as short as the axis needs: 1.2k, 3e-4, 0.25
   const num = (v) => {
-    if (v === null || v === undefined) return "";
-    if (v === 0) return "0";
+    if (v === null || v === undefined || v === 0) return v === 0 ? "0" : "";
     const a = Math.abs(v);
     if (a >= 1e4 || a < 1e-3) return v.toExponential(1).replace(/\.0e/, "e").replace("e+", "e").replace("-", "\u2212");
     return String(+v.toPrecision(4)).replace("-", "\u2212");
@@ -66,21 +61,24 @@ window.Obs = window.Obs || {};
       return s.replace("-", "\u2212");
     });
   };
-  // A log axis: powers of ten as 1e−3 (the splits between them unlabelled unless the axis spans under 2 decades)
+  // A log axis: under 2 decades every split as a number; wider, the powers of ten alone, as 1e−3
   const logNum = (vals) => {
     const pos = vals.filter((v) => v > 0), span = pos.length ? Math.log10(Math.max(...pos) / Math.min(...pos)) : 0;
     return vals.map((v) => {
-      if (!(v > 0)) return "";
       const e = Math.round(Math.log10(v)), pow = Math.abs(v / 10 ** e - 1) < 1e-9;
-      return pow ? ("1e" + e).replace("-", "\u2212") : span < 2 ? num(v) : "";
+      return !(v > 0) ? "" : span < 2 ? num(+v.toPrecision(12)) : pow ? ("1e" + e).replace("-", "\u2212") : "";
     });
   };
+  // A log range's end on one significant digit (uPlot's log splits count up from the range's start): 140.8 → 100
+  const round1 = (v, f, k = 10 ** Math.floor(Math.log10(v))) => +(f(+(v / k).toFixed(9)) * k).toPrecision(12);
 
+  // A log axis only over a value > 0 (uPlot's log ticks over an empty scale, its -1..1, never end: RangeError)
+  const logOf = (lay, lines, k, a = lay[k[0] + "axis" + k.slice(1)]) => !!(a && a.type === "log") && lines.some(
+    (t) => (k === "x" || (t.yaxis === "y3") === (k === "y3")) && [].some.call(k === "x" ? t.x : t.y, (v) => v > 0));
   // Half the width of an x axis's last tick label (CSS px): the room right of the plot that keeps it whole
   const measure = document.createElement("canvas").getContext("2d");
   const halfLast = (labels) => {
-    const last = labels && labels[labels.length - 1];
-    measure.font = FONT;
+    const last = labels && labels[labels.length - 1]; measure.font = FONT;
     return last ? Math.ceil(measure.measureText(last).width / 2) + 1 : 0;
   };
 
@@ -130,7 +128,7 @@ window.Obs = window.Obs || {};
       // y (and a single x): what is visible (uPlot's min and max over the x range drawn) with 6% room, a flat line
       // not drawn at 0
       const a = Math.log10(lo), b = Math.log10(hi), p = thin ? 0.3 : (b - a) * 0.06;
-      if (log && lo > 0) return [10 ** (a - p), 10 ** (b + p)];
+      if (log && lo > 0) return [round1(10 ** (a - p), Math.floor), round1(10 ** (b + p), Math.ceil)];
       const q = thin ? Math.abs(hi) * 0.5 || 1 : (hi - lo) * 0.06;
       return [lo - q, hi + q];
     };
@@ -144,11 +142,13 @@ window.Obs = window.Obs || {};
                                   values: layout.yaxis3.tickformat
                                     ? (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")
                                     : (u, v) => (fig.ticks.y3 = tickLabels(v))});
-    const drag = layout.dragmode !== false;
+    const drag = layout.dragmode !== false; // none (touch): no mousedown for uPlot, nor a tap read as a drag's end
     return {
       width: fig.width, height: fig.height, ms: 1, legend: {show: false}, series, axes, scales, bands,
+      // UTC dates (as the axis title and hover say) of whole ms: uPlot's rounding put ticks 1 ms before the minute
+      tzDate: (ms) => uPlot.tzDate(new Date(Math.floor(ms)), "Etc/UTC"),
       padding: [m.t, layout.yaxis3 ? 0 : (u) => Math.max(m.r, halfLast(fig.ticks.x)), 0, 0],
-      cursor: {y: false, points: {show: false}, drag: {x: drag, y: false, setScale: false},
+      cursor: {y: false, points: {show: false}, drag: {x: drag, y: false, setScale: false, ...(!drag && {click() {}})},
                bind: {dblclick: () => () => { if (on.reset) on.reset(); return null; },
                       ...(drag ? {} : {mousedown: () => () => null})}},
       hooks: {
@@ -328,10 +328,10 @@ window.Obs = window.Obs || {};
 
   // The figure drawn again with its lines' points changed in place (node.data's line traces: new x / y arrays,
   // typed-array views included) and its layout's axis ranges: the canvas only (uPlot's setData), nothing else
-  // rebuilt. False when there is no such figure (then drawFigure).
+  // rebuilt. False when there is no such figure, or its log y axis has its first value > 0 (then drawFigure).
   Obs.redrawData = (node) => {
     const fig = node._figure;
-    if (!fig || !fig.u || !fig.lines.length) return false;
+    if (!fig || !fig.u || !fig.lines.length || logOf(fig.layout, fig.lines, "y") !== fig.log.y) return false;
     fig.ranges = ranges(fig, fig.layout);
     fig.u.setData(columns(fig.lines), true);
     return true;
@@ -354,13 +354,13 @@ window.Obs = window.Obs || {};
       node.addEventListener("mouseleave", () => hideTip(fig));
     }
     fig.on = on; fig.layout = layout; fig.lines = lines; fig.markers = markers; fig.width = width; fig.height = height;
-    const time = layout.xaxis && layout.xaxis.type === "date", logOf = (a) => !!(a && a.type === "log");
-    fig.log = {x: logOf(layout.xaxis), y: logOf(layout.yaxis), y3: logOf(layout.yaxis3)};
+    const time = layout.xaxis && layout.xaxis.type === "date";
+    fig.log = {x: logOf(layout, lines, "x"), y: logOf(layout, lines, "y"), y3: logOf(layout, lines, "y3")};
     fig.fmtX = time ? (v) => new Date(v).toISOString().slice(0, 19).replace("T", " ")
       : (v) => Number(v).toLocaleString("en-US");
     fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"
       : num(v) + (tr.unit ? " " + tr.unit : ""));
-    const key = shapeKey(lines, layout);
+    const key = shapeKey(lines, layout) + fig.log.x + fig.log.y + fig.log.y3;
     const data = lines.length ? columns(lines) : [[], []];
     if (!lines.length) data.length = 1;
     legend(fig, layout, lines);

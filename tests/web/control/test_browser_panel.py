@@ -114,7 +114,7 @@ def test_an_operator_steers_a_live_run_from_the_panel(servers, live_run, new_pag
     page.wait_for_function(f"() => document.querySelector('{run_row} .lrm').textContent === '0.25'", timeout=30_000)
     # set-token-budget shows the re-planned schedule and the new ETA before anything is sent
     page.click('#op-buttons button[data-cmd="set-token-budget"]')
-    page.fill("#op-arg-tokens", "200000000")
+    page.fill("#op-arg-tokens", "2e8")  # the CLI's spelling (README); the panel read it as 2 (parseInt)
     page.wait_for_selector("#op-plan-text", timeout=30_000)
     assert "ETA" in page.text_content("#op-plan-text")
     page.wait_for_function("() => document.getElementById('op-chart').data.some(t => t.name === 'plan after')")

@@ -64,7 +64,7 @@ def test_charts_paint_without_plotly_from_the_inline_windows(run, web, new_page)
     lr = page.evaluate(DRAWN, "chart-optim-learning-rate")
     assert lr["lines"][0]["points"] == page.evaluate(INLINE, contract.M_LR)["finite"]
     assert lr["marks"] == []
-    # the learning rate's log axis (1e-3..1e-2): powers of ten in "e" format, no 0
-    assert lr["yType"] == "log" and "1e−3" in lr["ticks"] and "0" not in lr["ticks"], lr["ticks"]
+    # the learning rate's log axis (1e-3..1e-2, one decade): plain numbers like their neighbours' (not 1e−3), no 0
+    assert lr["yType"] == "log" and "0.001" in lr["ticks"] and "0" not in lr["ticks"], lr["ticks"]
     assert plotly == [], "no Plotly for line charts"
     assert errors == []

@@ -7,9 +7,12 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.support import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "deploy"))
+import run_local  # noqa: E402
 import supervisor  # noqa: E402
 
 # The trainer's stand-in takes SIGINT as the trainer does, which installs its own handler (training/cli.py): one that
@@ -51,3 +54,18 @@ def test_another_child_exiting_stops_the_rest(tmp_path):
     sup.start("ingest", _exits(tmp_path / "ingest", 4), {})
     assert sup.watch([]) == 4
     assert trainer.poll() is not None
+
+
+def test_make_runs_push_tier_leaves_no_socket_folder_behind(tmp_path, redis_url):
+    """make run's web listens on a unix socket in a private folder under /tmp (deploy/run_local.py start_push_tier);
+    every make run left that folder, socket and all, behind after Ctrl-C."""
+    if run_local.push_tier_missing():
+        pytest.skip(f"push tier not installed ({run_local.push_tier_missing()})")
+    sup = supervisor.Supervisor()
+    env = {**run_local.os.environ, "REDIS_URL": redis_url, "OBS_DATA_DIR": str(tmp_path)}
+    try:
+        sock = run_local.start_push_tier(sup, env, "127.0.0.1", run_local.free_port(), tmp_path)
+        assert Path(sock).parent.is_dir()
+    finally:
+        sup.stop()
+    assert not Path(sock).parent.exists()
