@@ -20,7 +20,15 @@ def test_the_parts_are_the_chart_scripts_then_the_dashboards_with_the_apps_scrip
     text = bundle.text()
     assert text.startswith('"use strict";\n')
     for name in names:
-        assert (ROOT / "static" / name).read_text() in text
+        source = (ROOT / "static" / name).read_text()
+        assert bundle.minified(name, source) in text
+        assert name.endswith(".min.js") or len(bundle.minified(name, source)) < 0.9 * len(source)
+
+
+def test_a_minified_part_keeps_its_code_and_loses_its_comments():
+    source = "// why\nconst a = 1; /* note */\nconst re = /\\/\\//g, s = `${a} // not a comment`;\n"
+    out = bundle.minified("js/x.js", source)
+    assert "why" not in out and "note" not in out and "`${a} // not a comment`" in out and "/\\/\\//g" in out
 
 
 def test_the_file_is_written_again_when_it_differs_from_its_parts(tmp_path):
