@@ -304,7 +304,7 @@ window.Obs = window.Obs || {};
   function legend(fig, layout, lines) {
     const el = fig.legend, show = layout.showlegend ? lines.filter((t) => t.showlegend !== false && t.name) : [];
     const key = show.map((t) => t.name + "\u0000" + (t.line || {}).color).join("|");
-    el.hidden = !show.length;
+    if (el.hidden !== !show.length) el.hidden = !show.length; // (rewritten, it restyles: a forced recalc a chart)
     if (el.dataset.key === key) return;
     el.dataset.key = key;
     el.replaceChildren(...show.map((t) => {

@@ -107,3 +107,26 @@ def test_every_chart_in_view_is_drawn_with_the_windows_raw_points_when_the_zoom_
     tol = (c["yrange"][1] - c["yrange"][0]) / c["plotHeight"]
     assert all(abs(y - v) <= tol for (_, y), (_, v) in zip(got, want))
     assert errors == []
+
+
+def test_a_zoom_rewrites_nothing_it_leaves_unchanged_in_the_charts_legends(noisy_run, web, new_page):
+    """A legend a zoom does not change is not written: each written attribute restyles it, and the next chart's
+    draw (uPlot sets its canvas font) then recalculates styles at once, a forced recalc per chart per zoom."""
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = page_errors(page)
+    page.goto(f"{web.url}/runs/noisy/")
+    page.wait_for_function("() => performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    page.evaluate("""() => { window.__writes = [];
+      const seen = new MutationObserver((rs) => rs.forEach((r) => window.__writes.push(
+        r.target.closest('.chart').dataset.metric + ': ' + r.type + ' ' + (r.attributeName || ''))));
+      document.querySelectorAll('#charts .chart .legend').forEach((el) =>
+        seen.observe(el, {attributes: true, childList: true, subtree: true}));
+      window.__seen = seen; }""")
+    for a, b in ((20_000, 60_000), (61_234, 61_273)):
+        page.evaluate(f"() => {{ window.__obsZoom = null; Obs.zoomTo({a}, {b}); }}")
+        page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
+    zoom = page.evaluate("() => window.__obsZoom")
+    writes = page.evaluate("() => [...window.__writes, ...window.__seen.takeRecords().map((r) => r.type)]")
+    assert set(SERIES) <= set(zoom["charts"]), "every chart redrew with its window"
+    assert writes == [], f"the legends were rewritten unchanged: {writes[:6]}"
+    assert errors == []
