@@ -1,11 +1,6 @@
-"""The synthetic labelled set of bench/anomalies.py (data, not a bench): real-shaped runs with one injected event
-each, and clean runs.
-
-Curves: power-law loss with noise and benign bumps, per-domain and eval losses, grad and update norms following the
-LR schedule, throughput with compile and checkpoint blips, MoE drop fraction, per-expert loads and router biases.
-Each injector (loss_spike, grad_spike, slowdown, stall, expert, ...) changes a Curves in place and appends its
-label ({"kind", "start_step", "end_step", "also"}); build_set() is the fixed-seed set the benchmark reports on.
-"""
+"""The synthetic labelled set of bench/anomalies.py (data, not a bench): real-shaped runs (Curves) with one event
+injected each (an injector changes a Curves in place and appends its label), and clean runs; build_set() is the
+fixed-seed set the benchmark reports on."""
 
 from __future__ import annotations
 
