@@ -27,7 +27,6 @@ import pickle
 import re
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -130,20 +129,25 @@ def marin(repo: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- heldout/anomalies*
-def nanogpt_rows(text: str) -> dict[int, dict]:
-    """`s:N trl:X` / `s:N tel:X` (llm.c format) or `step:N/M train_loss:X` / `step:N/M val_loss:X` lines."""
-    rows: dict[int, dict] = defaultdict(dict)
+def loss_rows(text: str, norm: bool = False, every: int = 1) -> dict[int, dict]:
+    """llm.c's `s:N trl:X lr:Y norm:Z` / `s:N tel:X` or modded-nanogpt's `step:N/M train_loss:X` / `val_loss:X`
+    lines -> {step: {metric: the logged text}}; `norm`: the llm.c grad norm too; `every`: only steps it divides."""
+    rows: dict[int, dict] = {}
     for line in text.splitlines():
-        m = (re.match(r"s:(\d+) (trl|tel):([0-9.]+)", line)
-             or re.match(r"step:(\d+)/\d+ (train_loss|val_loss):([0-9.]+)", line))
-        if m:
-            rows[int(m.group(1))]["train/loss" if m.group(2) in ("trl", "train_loss") else "eval/loss"] = m.group(3)
+        m = (re.match(r"s:(\d+) (trl|tel):([0-9.]+)(?: lr:[0-9.]+ norm:([0-9.]+))?", line)
+             or re.match(r"step:(\d+)/\d+ (train_loss|val_loss):([0-9.]+)()", line))
+        if not m or int(m.group(1)) % every:
+            continue
+        row = rows.setdefault(int(m.group(1)), {})
+        row["train/loss" if m.group(2) in ("trl", "train_loss") else "eval/loss"] = m.group(3)
+        if norm and m.group(4):
+            row["grad/norm/total"] = m.group(4)
     return rows
 
 
 def nanogpt(repo: Path) -> None:
     for name, path in NANOGPT[1].items():
-        write_clean_curve("anomalies", name, nanogpt_rows(show(repo, NANOGPT[0], path)))
+        write_clean_curve("anomalies", name, loss_rows(show(repo, NANOGPT[0], path)))
 
 
 def nanogpt_fresh(repo: Path) -> None:
@@ -155,7 +159,7 @@ def nanogpt_fresh(repo: Path) -> None:
         if record in used or not FRESH_FROM <= record[:10] <= FRESH_TO:
             continue
         try:
-            rows = nanogpt_rows(show(repo, commit, path))
+            rows = loss_rows(show(repo, commit, path))
         except subprocess.CalledProcessError:  # listed, but its blob is absent from a partial mirror: say so
             print(f"skipped {path}: not readable in {repo}")
             continue
@@ -259,23 +263,6 @@ def megatron_rows(text: str, grad: bool = True) -> dict[int, dict]:
     return rows
 
 
-def llmc_rows(lines: list[str], every: int = 1) -> dict[int, dict]:
-    """llm.c main.log: `s:N trl:X lr:Y norm:Z` per step, `s:N tel:X` per evaluation."""
-    rows: dict[int, dict] = {}
-    for line in lines:
-        m = re.match(r"s:(\d+) (trl|tel):([0-9.]+)(?: lr:[0-9.]+ norm:([0-9.]+))?", line)
-        if not m or int(m.group(1)) % every:
-            continue
-        row = rows.setdefault(int(m.group(1)), {})
-        if m.group(2) == "trl":
-            row["train/loss"] = m.group(3)
-            if m.group(4):
-                row["grad/norm/total"] = m.group(4)
-        else:
-            row["eval/loss"] = m.group(3)
-    return rows
-
-
 # name -> (bigscience file, [(first line, last line)] of the log lines its chronicle pastes); their labels, quoting
 # the authors, are hand-written beside them (<name>.labels.json): only the curves are extracted
 CHRONICLES = {
@@ -311,11 +298,11 @@ def public(bigscience: Path, nanogpt: Path) -> None:
         lines = show(bigscience, BIGSCIENCE, path).splitlines()
         text = "\n".join("\n".join(lines[a - 1:b]) for a, b in ranges)
         write_public(name, megatron_rows(text, grad=name not in NO_GRAD))
-    small = show(nanogpt, NANOGPT[0], "records/track_1_short/2024-10-13_llmc/main.log").splitlines()
-    write_public("llmc-gpt2-124M", llmc_rows(small), gz=True, clean=True)
-    write_public("llmc-gpt2-124M-every10", llmc_rows(small, every=10), clean=True)
-    medium = show(nanogpt, NANOGPT[0], "records/track_2_medium/2025-01-18/main.log").splitlines()
-    write_public("llmc-gpt2-350M-eval", llmc_rows(medium), clean=True)
+    small = show(nanogpt, NANOGPT[0], "records/track_1_short/2024-10-13_llmc/main.log")
+    write_public("llmc-gpt2-124M", loss_rows(small, norm=True), gz=True, clean=True)
+    write_public("llmc-gpt2-124M-every10", loss_rows(small, norm=True, every=10), clean=True)
+    medium = show(nanogpt, NANOGPT[0], "records/track_2_medium/2025-01-18/main.log")
+    write_public("llmc-gpt2-350M-eval", loss_rows(medium, norm=True), clean=True)
 
 
 # ---------------------------------------------------------------------------------------------- ladders/gadre2024_*
