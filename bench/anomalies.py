@@ -28,7 +28,6 @@ DATA = Path(__file__).resolve().parent / "data" / "anomalies"
 PUBLIC = DATA / "public"
 
 
-# ---------------------------------------------------------------------------------------------- running
 def run_live(c: Curves) -> list[tuple[int, float, object]]:
     """Feed a run the way ingest would: steps in order, and timer ticks during long gaps. (step, t, event)."""
     mon, out, prev_t = Monitor(), [], None
@@ -88,7 +87,6 @@ def clean_alarms(runs: list[tuple[str, list[dict], list[dict], int]]) -> dict:
             "warning_or_critical": by_sev["warning"] + by_sev["critical"], "examples": examples}
 
 
-# ---------------------------------------------------------------------------------------------- cost
 def cost(steps: int = 1500) -> dict:
     """µs per step for the Monitor at ~230 metrics (the trainer's names: router stats for 4 layers × 8 experts,
     ~100 per-parameter grad norms, hardware), against the contract's decode of the same message."""
@@ -112,7 +110,6 @@ def cost(steps: int = 1500) -> dict:
             "snapshot_bytes": len(json.dumps(mon.snapshot()))}
 
 
-# ---------------------------------------------------------------------------------------------- main
 def external(curves: list[list[str]], mapping: dict) -> list[tuple[str, list[dict], list[dict], int]]:
     out = []
     for csv_path, labels_path in curves:
@@ -143,10 +140,6 @@ def false_alarms(table: dict, clean: list[tuple[str, list[dict], list[dict], int
         row["false_alarms_per_10k_warning_up"] = round(loud[kind] * 10_000 / steps, 2)
 
 
-def default_curves() -> list[list[str]]:
-    return [[str(c), str(c.with_name(name + ".labels.json"))] for name, c, _ in labelled(DATA, "*.csv.gz")]
-
-
 def recorded_clean(ext: list[tuple[str, list[dict], list[dict], int]]) -> dict:
     """Per recorded run without labels: its alarms per kind and severity, per 10k steps, and the count of
     warnings and criticals (each one a false alarm)."""
@@ -166,7 +159,6 @@ def recorded_clean(ext: list[tuple[str, list[dict], list[dict], int]]) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------------------------- public logs
 def _delay_points(points: list[int], start: int, at: int) -> int:
     """Logged points from the first one at or after `start` to the one at `at` (0: found on the first)."""
     first = next((i for i, p in enumerate(points) if p >= start), len(points))
@@ -251,7 +243,8 @@ def main() -> int:
     injected, clean = build_set()
     inj = [(name, detections(run_live(c)), c.timed_labels(), c.n // c.every) for name, c in injected]
     cln = [(name, detections(run_live(c)), [], c.n // c.every) for name, c in clean]
-    ext = external(args.curve or default_curves(), parse_maps(args.map))
+    curves = args.curve or [[str(c), str(c.with_name(n + ".labels.json"))] for n, c, _ in labelled(DATA, "*.csv.gz")]
+    ext = external(curves, parse_maps(args.map))
     report = {"per_kind": evaluate(inj + cln + ext), "clean": clean_alarms(cln),
               "recorded_per_kind": evaluate(ext), "recorded_clean": recorded_clean(ext),
               "missed": [f"{name}: {lab['kind']} at {lab['start_step']}" for name, dets, labels, _ in inj + ext

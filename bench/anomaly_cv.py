@@ -1,9 +1,5 @@
-"""Labelled logs and how detections are scored against them (bench/anomalies.py's library), and the development
-(cross-validated) and held-out figures for the detectors on public logs (issue 48; the method and the sets:
-docs/ANOMALIES.md "Development and held-out"). Development: bench/data/anomalies/public and the seen first
-held-out set; the loss detector's rise/prev thresholds and single-point confirmation chosen leave-one-log-out.
-Held out: heldout/anomalies2 (clean) and heldout/incidents, each file verified (bench/heldout.py) first, at defaults.
-"""
+"""Labelled logs and how detections are scored against them (bench/anomalies.py's library), and the detectors'
+development (leave-one-log-out) and held-out figures on public logs (issue 48; docs/ANOMALIES.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Held-out files and their freeze (bench/data/heldout/README.md): which files may be reported as held out.
-
-`verify(path)` -> {"ok": True, "frozen_by": commit, "sha256": ...} or {"ok": False, "reason": ...}. A file is
-frozen by the first commit whose MANIFEST.json holds its entry; it may be reported as held out only if that
-commit's entry is the entry now, the file in that commit and on disk hash to it, and no later commit changed the
-file or the entry. Uses the git repository the manifest sits in (`root`), so a test can build its own.
-"""
+"""Held-out files and their freeze (bench/data/heldout/README.md): which files may be reported as held out."""
 
 from __future__ import annotations
 
@@ -33,9 +27,10 @@ def _entry_at(root: Path, commit: str, manifest: str, path: str) -> dict | None:
 
 def verify(path: str, *, root: Path = ROOT, manifest: str = MANIFEST, reporter: str | None = None,
            mention: str | None = None) -> dict:
-    """Whether `path` (from the repository root) may be reported as held out, and the commit that froze it.
-    `reporter`: the file of the code that reports it; its first commit must come after the freezing one (a
-    reporter not yet committed comes after it too); with `mention` (the folder it names), its first commit naming it."""
+    """{"ok": True, "frozen_by", "sha256"} or {"ok": False, "reason"}: `path` (from `root`, the git repository the
+    manifest sits in) is frozen by the first commit whose manifest holds it, and may be reported as held out only if
+    that entry is the entry now, the file then and on disk hash to it, and no later commit changed file or entry.
+    `reporter`: the code reporting it, first committed (naming `mention`, if given) after the freezing commit."""
     try:
         entry = json.loads((root / manifest).read_text()).get("files", {}).get(path)
     except (OSError, ValueError) as e:

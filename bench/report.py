@@ -1,13 +1,6 @@
-"""Render docs/PERFORMANCE.md from bench/results/: one section per topic with its target, the newest run's figures
-(machine, load, commit, date), the landed-vs-new ratios where the run measured both, and the topic's narrative.
-
-    .venv/bin/python bench/report.py            # writes docs/PERFORMANCE.md
-    .venv/bin/python bench/report.py --check    # exit 1 if docs/PERFORMANCE.md is not what the results render
-
-bench/results/<topic>.json is what bench/harness.py's report() files ({"topic", "runs": [...]}, newest last);
-bench/results/<topic>.md is the topic's narrative: how it was measured, and the history of earlier figures;
-bench/results/targets.json holds each topic's target and title.
-"""
+"""Render docs/PERFORMANCE.md from bench/results/: per topic its target and title (targets.json), the newest run's
+figures and same-run ratios (<topic>.json, filed by bench/harness.py's report(), newest last), and its narrative:
+how it was measured and the earlier figures (<topic>.md). --check: exit 1 if docs/PERFORMANCE.md is out of date."""
 
 from __future__ import annotations
 
@@ -21,9 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 OUT = ROOT / "docs" / "PERFORMANCE.md"
 MAX_ROWS = 60
-
-# What each topic is held to (the issues' targets) and its section's title, by topic: bench/results/targets.json (a
-# topic without a target shows its figures only; without a title, its name).
 TOPICS = json.loads((ROOT / "bench" / "results" / "targets.json").read_text())
 
 

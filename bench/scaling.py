@@ -25,6 +25,7 @@ sys.path[:0] = [_CORE, str(ROOT)] if _CORE else [str(ROOT)]
 from observatory.scaling import LAWS, Points, fit_law  # noqa: E402
 from observatory.scaling.fit import DEFAULT_STARTS, holdout_mask  # noqa: E402
 from observatory.scaling.cli import read_rungs  # noqa: E402
+from observatory.scaling.solver import best_grid_starts, solve  # noqa: E402
 from bench.data.ladders.ladders import LADDERS, load  # noqa: E402 (the data: bench/data/ladders)
 from bench.data.scaling.synthetic import synthetic_ladder, synthetic_losses  # noqa: E402
 from bench.harness import parser, report  # noqa: E402
@@ -34,7 +35,6 @@ DATA = Path(__file__).resolve().parent / "data" / "scaling"
 CHINCHILLA_CSV = DATA / "chinchilla_svg_extracted_data.csv"
 CHINCHILLA_URL = ("https://github.com/epoch-research/analyzing-chinchilla/blob/"
                   "92258837425e1b5f2851d624287f0120583a3d0e/data/svg_extracted_data.csv")
-from observatory.scaling.solver import best_grid_starts, solve  # noqa: E402
 
 
 def forecast_errors(points: Points, loss: np.ndarray, starts: int = DEFAULT_STARTS) -> dict:
@@ -63,18 +63,10 @@ def forecast_errors(points: Points, loss: np.ndarray, starts: int = DEFAULT_STAR
 
 
 def public(args) -> dict:
-    out = {}
     cols = read_rungs(str(CHINCHILLA_CSV), {"N": "Model Size", "C": "Training FLOP", "L": "loss"})
     pts = Points.of(N=cols["N"], D=cols["C"] / (6 * cols["N"]), C=cols["C"])
-    out["chinchilla_hoffmann2022"] = {"source": CHINCHILLA_URL, "rows": len(pts),
-                                      "laws": forecast_errors(pts, cols["L"], args.starts)}
-    if args.ladder is not None and args.ladder.exists():
-        cols = read_rungs(str(args.ladder), {})
-        pts = Points.of(N=cols["N"], D=cols["D"], C=cols["C"])
-        out["demo_ladder"] = {"source": str(args.ladder), "rows": len(pts), "N": cols["N"].tolist(),
-                              "D": cols["D"].tolist(), "C": cols["C"].tolist(), "loss": cols["L"].tolist(),
-                              "laws": forecast_errors(pts, cols["L"], args.starts)}
-    return out
+    return {"chinchilla_hoffmann2022": {"source": CHINCHILLA_URL, "rows": len(pts),
+                                        "laws": forecast_errors(pts, cols["L"], args.starts)}}
 
 
 def main() -> None:
@@ -84,8 +76,6 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=200)
     ap.add_argument("--rungs", type=int, default=24, help="rungs: sizes × 4 tokens-per-parameter ratios")
     ap.add_argument("--full-grid", action="store_true")
-    ap.add_argument("--ladder", type=Path, default=Path("var/ladder/demo-scaling/rungs.csv"),
-                    help="a ladder's rungs.csv (python -m training ladder writes one); skipped when absent")
     ap.add_argument("--public-only", action="store_true", help="only the real ladders (no synthetic timings)")
     ap.add_argument("--ladders-bootstrap", type=int, default=200, help="bootstrap fits per law on the public ladders")
     ap.add_argument("--compare", metavar="REF", help="also measure the core at this git ref on the public ladders")
@@ -136,8 +126,6 @@ def ladders(args) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the public ladders
-# bench/data/ladders/README.md: public ladders with held-out larger runs, and how a law forecasts them (the
-# `scaling_ladders` topic; bench/scaling_cv.py scores the same ladders cross-validated and held out).
 def evaluate(scaling, name: str, laws=("chinchilla", "compute", "overtrained", "auto"), bootstrap: int = 200,
              seed: int = 0, starts: int = 64) -> dict:
     """Per law: held-out mean/max relative error, band coverage, and each held-out run's forecast."""
@@ -170,8 +158,7 @@ def evaluate_all(scaling, bootstrap: int = 200, seed: int = 0, starts: int = 64)
 
 
 def landed(ref: str, bootstrap: int = 200, seed: int = 0) -> dict:
-    """The same evaluation of the core at git `ref` (e.g. the merge base), in a subprocess on its own checkout
-    of observatory/ (bench/stack.py), so that both are measured in one run on the same machine."""
+    """The same evaluation of the core at git `ref`, in a subprocess on its own checkout (bench/stack.py)."""
     out = run_landed(ref, Path(__file__).resolve(), "--ladders-bootstrap", str(bootstrap), "--seed", str(seed))
     if "error" in out:
         raise SystemExit(f"the landed ladders ({ref}): {out['error']}")
@@ -190,11 +177,8 @@ def summary(ladders: dict, target_error: float = 0.03, target_coverage: float = 
 
 # ---------------------------------------------------------------------------------------------- --demo
 DEMO_DOC = """The demo ladder held to its forecast: run the ladder, then its target, and compare (one JSON object).
-
-Two ladders by default: the dense demo ladder (training/configs/ladder.toml: demo_forecast, demo_error, ...) and
-the hero's own MoE family (training/configs/ladder_moe.toml, issue 48: the same figures under "moe", and
-moe_demo_error / moe_inside_band at the top level). --config runs that one ladder as the dense one; --only one of
-the two."""
+Two ladders: the dense one (--config: demo_forecast, demo_error, ...) and the hero's MoE family (--moe-config: the
+same under "moe", and moe_demo_error / moe_inside_band); --only one of them."""
 
 
 def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> tuple[float, float]:
@@ -211,10 +195,8 @@ def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> tuple[float, float]
 def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = False) -> dict:
     from training import ladder as lad  # (no JAX: planning and reading metrics only)
 
-    config = config.resolve()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cache = work / "var" / "jax-cache" if cold else ROOT / "var" / "jax-cache"
-    env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    config, cache = config.resolve(), (work if cold else ROOT) / "var" / "jax-cache"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_COMPILATION_CACHE_DIR": str(cache)}
     load0, t0 = os.getloadavg(), time.time()
     total_s, cpu_s = _run([sys.executable, "-m", "training", "ladder", "--config", str(config), "--with-target",
                           *([] if redis else ["--no-redis"])], work, env, work / "ladder.log")
@@ -227,8 +209,7 @@ def run_demo(config: Path, work: Path, *, cold: bool = False, redis: bool = Fals
         target_t0 = json.loads(ladder.jsonl(target).read_text().splitlines()[0])["t"]  # its run record
     finally:
         os.chdir(cwd)
-    rungs = ladder.rungs
-    own = {}
+    rungs, own = ladder.rungs, {}
     for r in rungs:  # each rung's own records, first to last: a rung trained earlier in a resumed workdir too
         ts = [t for x in (work / ladder.jsonl(r)).read_text().splitlines() if (t := json.loads(x).get("t")) is not None]
         own[r.name] = round(max(ts) - min(ts), 1) if ts else 0.0
@@ -253,7 +234,6 @@ def demo_main(argv: list[str]) -> int:
     ap.add_argument("--moe-config", type=Path, default=ROOT / "training/configs/ladder_moe.toml")
     ap.add_argument("--only", choices=("dense", "moe"), help="run only this ladder")
     ap.add_argument("--workdir", type=Path, help="run here (kept); default: a temporary directory, removed after")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (its path is printed)")
     ap.add_argument("--cold", action="store_true", help="an empty compilation cache instead of var/jax-cache")
     ap.add_argument("--redis", action="store_true", help="publish the rungs and the target to Redis (the dashboard)")
     args = ap.parse_args(argv)
@@ -269,7 +249,7 @@ def demo_main(argv: list[str]) -> int:
             moe = run_demo(args.moe_config, (work / "moe").resolve(), cold=args.cold, redis=args.redis)
             out.update(moe=moe, moe_demo_error=moe["demo_error"], moe_inside_band=moe["inside_band"])
     finally:
-        if not (args.workdir or args.keep):
+        if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
     return report("scaling_demo", out, args.json, not args.no_save)
 

@@ -1,15 +1,10 @@
 """Development (cross-validated) and held-out figures for the ladder fits and their calibrated bands (issue 48).
 
-Development ladders: the four of bench/data/ladders' LADDERS (Chinchilla, Gadre et al. ×3), where every earlier
-choice was made. Fit options (Huber δ × compute-weight power) are chosen by leave-one-ladder-out cross-validation on
-them: for each ladder, the option with the lowest mean held-out error on the other three is scored on the one left
-out. The band (observatory/scaling/calibrate.py) has no option chosen here: SIZE_FOLDS and D0 were fixed by an
-earlier round of this CV, and its pooled prior is computed from development fold errors by the rule in code; each
-left-out ladder's band uses the prior pooled from the other three. `chosen_on_all` (fit option, prior from all
-four) is checked against the code's (`code_matches`) on this machine's OpenBLAS kernel (`blas_core`); POOLED was
-recomputed on the kernels `pooled_on_core` (docs/SCALING.md, "The pooled prior's provenance"). Held-out
-ladders (bench/data/heldout): scored with the code's constants only, each file first verified against
-MANIFEST.json (bench/heldout.py); a file that fails is reported with the reason, never with figures.
+Development: the four LADDERS (Chinchilla, Gadre ×3). Fit options (Huber δ × weight power) are chosen leave-one-
+ladder-out (each ladder scored at the option best on the other three); the band's prior is pooled from the other
+three by the rule in code (SIZE_FOLDS, D0: fixed by an earlier round). `code_matches`: the choice on all four equals
+the code's, on this machine's OpenBLAS kernel (`blas_core`; POOLED was recomputed on `pooled_on_core`). Held out
+(bench/data/heldout): the code's constants only, each file verified first (bench/heldout.py), else refused.
 """
 
 from __future__ import annotations

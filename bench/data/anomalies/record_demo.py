@@ -1,11 +1,7 @@
 """Record demo-trainer curves with faults injected through its `inject-fault` command, as labelled, gzipped CSVs
-for bench/anomalies.py (which reads every bench/data/anomalies/*.csv.gz by default). A data recorder, kept beside
-the data it made (it measures nothing itself).
+for bench/anomalies.py (bench/data/anomalies/README.md). A data recorder; it measures nothing itself.
 
     nice -n 10 .venv/bin/python bench/data/anomalies/record_demo.py [--only clean,faults]  # slow: minutes a run
-    .venv/bin/python bench/data/anomalies/record_demo.py --evaluate                         # = bench/anomalies.py
-
-What it measures and how: docs/PERFORMANCE.md, `anomalies` (bench/results/anomalies.md).
 """
 
 from __future__ import annotations
@@ -158,14 +154,11 @@ def _runs(steps: list[int]) -> list[tuple[int, int]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
-    ap.add_argument("--evaluate", action="store_true", help="print the evaluation with the recorded curves")
     ap.add_argument("--convert", nargs=2, metavar=("SCENARIO", "JSONL"),
                     help="write the CSV and labels from a trainer's --metrics-jsonl (e.g. a run cut short)")
     ap.add_argument("--out", type=Path, default=OUT, help="where the CSVs and labels go (default: bench/data/...)")
     args = ap.parse_args()
     globals()["OUT"] = args.out
-    if args.evaluate:
-        return subprocess.run([sys.executable, str(ROOT / "bench" / "anomalies.py"), "--json"], cwd=ROOT).returncode
     if args.convert:
         args.out.mkdir(parents=True, exist_ok=True)
         name, path = args.convert

@@ -1,11 +1,6 @@
-"""The synthetic labelled set of bench/anomalies.py (data, not a bench): real-shaped runs with one injected event
-each, and clean runs.
-
-Curves: power-law loss with noise and benign bumps, per-domain and eval losses, grad and update norms following the
-LR schedule, throughput with compile and checkpoint blips, MoE drop fraction, per-expert loads and router biases.
-Each injector (loss_spike, grad_spike, slowdown, stall, expert, ...) changes a Curves in place and appends its
-label ({"kind", "start_step", "end_step", "also"}); build_set() is the fixed-seed set the benchmark reports on.
-"""
+"""The synthetic labelled set of bench/anomalies.py (data, not a bench): real-shaped runs (Curves) with one event
+injected each (an injector changes a Curves in place and appends its label), and clean runs; build_set() is the
+fixed-seed set the benchmark reports on."""
 
 from __future__ import annotations
 
@@ -260,28 +255,24 @@ def drop_surge(c: Curves, factor: float) -> None:
 
 def build_set() -> tuple[list[tuple[str, Curves]], list[tuple[str, Curves]]]:
     """(injected runs, clean runs), each (name, curves); seeds are fixed so the table is reproducible."""
-    plans = []
-    for i, (size, width) in enumerate([(0.08, 1), (0.15, 1), (0.3, 1), (1.0, 1), (0.2, 3), (0.5, 5)]):
-        plans.append((f"loss_spike-{size}x{width}", lambda c, a=size, w=width: loss_spike(c, a, w), {}))
-    plans += [(f"loss_spike_sparse-{a}", lambda c, a=a: loss_spike(c, a, 1), {"every": 10}) for a in (0.15, 0.3)]
-    plans += [(f"loss_spike_noisy-{a}", lambda c, a=a: loss_spike(c, a, 1), {"noise": 2}) for a in (0.15, 0.3)]
-    plans += [(f"domain_spike-{a}", lambda c, a=a: domain_spike(c, a), {}) for a in (0.3, 0.6)]
-    plans += [(f"divergence-{i}", divergence, {}) for i in range(3)]
-    plans += [(f"grad_spike-{m}", lambda c, m=m: grad_spike(c, m), {}) for m in (3, 5, 10)]
-    plans += [(f"update_then_loss-{m}", lambda c, m=m: update_then_loss(c, m), {}) for m in (3, 5)]
-    plans += [(f"grad_high-{x}", lambda c, x=x: grad_high(c, x), {}) for x in (4.5, 6.0)]
-    plans += [(f"nonfinite-{w}", lambda c, w=w: nonfinite(c, w), {}) for w in (1, 3)]
-    plans += [(f"nonfinite_sparse-{w}", lambda c, w=w: nonfinite(c, w), {"every": 10}) for w in (1,)]
-    plans += [(f"skipped-{w}", lambda c, w=w: skipped(c, w), {}) for w in (1, 4)]
-    plans += [(f"scale_collapse-{h}", lambda c, h=h: scale_collapse(c, h), {"loss_scale": True}) for h in (3, 6)]
-    plans += [(f"slowdown-{m}", lambda c, m=m: slowdown(c, m), {}) for m in (0.05, 0.08, 0.12, 0.2)]
-    plans += [(f"slowdown_noisy-{m}", lambda c, m=m: slowdown(c, m), {"noise": 2}) for m in (0.05, 0.1)]
-    plans += [(f"stall-{g}", lambda c, g=g: stall(c, g), {}) for g in (60, 300, 1800)]
-    plans += [(f"heartbeat_lost-{g}", lambda c, g=g: stall(c, g, heartbeat=False), {}) for g in (120, 600)]
-    plans += [(f"hot_expert-{f}", lambda c, f=f: expert(c, f), {}) for f in (4, 6, 10)]
-    plans += [(f"dead_expert-{f}", lambda c, f=f: expert(c, f), {}) for f in (0.02, 0.05)]
-    plans += [(f"bias_runaway-{r}", lambda c, r=r: bias_runaway(c, r), {"n": 2500}) for r in (0.001, 0.003)]
-    plans += [(f"drop_surge-{f}", lambda c, f=f: drop_surge(c, f), {}) for f in (2.5, 4.0)]
+    def each(name, inject, values, **opts):  # a plan per value: (f"{name}-{value}", inject(c, value), opts)
+        return [(f"{name}-{v}", lambda c, v=v: inject(c, v), opts) for v in values]
+
+    one = lambda c, a: loss_spike(c, a, 1)  # noqa: E731
+    plans = [(f"loss_spike-{a}x{w}", lambda c, a=a, w=w: loss_spike(c, a, w), {})
+             for a, w in [(0.08, 1), (0.15, 1), (0.3, 1), (1.0, 1), (0.2, 3), (0.5, 5)]]
+    plans += each("loss_spike_sparse", one, (0.15, 0.3), every=10) + each("loss_spike_noisy", one, (0.15, 0.3), noise=2)
+    plans += each("domain_spike", domain_spike, (0.3, 0.6)) + [(f"divergence-{i}", divergence, {}) for i in range(3)]
+    plans += each("grad_spike", grad_spike, (3, 5, 10)) + each("update_then_loss", update_then_loss, (3, 5))
+    plans += each("grad_high", grad_high, (4.5, 6.0)) + each("nonfinite", nonfinite, (1, 3))
+    plans += each("nonfinite_sparse", nonfinite, (1,), every=10) + each("skipped", skipped, (1, 4))
+    plans += each("scale_collapse", scale_collapse, (3, 6), loss_scale=True)
+    plans += each("slowdown", slowdown, (0.05, 0.08, 0.12, 0.2))
+    plans += each("slowdown_noisy", slowdown, (0.05, 0.1), noise=2)
+    plans += each("stall", stall, (60, 300, 1800))
+    plans += each("heartbeat_lost", lambda c, g: stall(c, g, heartbeat=False), (120, 600))
+    plans += each("hot_expert", expert, (4, 6, 10)) + each("dead_expert", expert, (0.02, 0.05))
+    plans += each("bias_runaway", bias_runaway, (0.001, 0.003), n=2500) + each("drop_surge", drop_surge, (2.5, 4.0))
     plans += [(f"noisy-{k}", f, {"noise": 2}) for k, f in (("hot_expert", lambda c: expert(c, 6)),
                                                           ("grad_spike", lambda c: grad_spike(c, 5)),
                                                           ("drop_surge", lambda c: drop_surge(c, 3)))]

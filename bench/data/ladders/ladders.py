@@ -1,7 +1,5 @@
-"""The scaling ladders' data (bench/data/ladders/README.md, bench/data/heldout/README.md): which file holds each
-ladder, its columns and how its held-out runs are chosen, and `load(name)`, which reads one (data, not a bench:
-bench/scaling.py and bench/scaling_cv.py measure on them).
-"""
+"""The scaling ladders' data (bench/data/ladders/README.md, bench/data/heldout/README.md): each ladder's file,
+columns and held-out rule, and `load(name)`, which reads one (data, not a bench)."""
 
 from __future__ import annotations
 
@@ -13,26 +11,21 @@ import numpy as np
 DATA = Path(__file__).resolve().parent.parent  # bench/data
 CHINCHILLA_HELDOUT_C = 2e21   # Hoffmann et al.'s largest isoFLOP profile (~3e21) and their 1.3e22 run
 
-LADDERS = {
-    # name: (file, columns, how the held-out runs are chosen)
-    "chinchilla_hoffmann2022": ("scaling/chinchilla_svg_extracted_data.csv",
-                                {"N": "Model Size", "C": "Training FLOP", "L": "loss"}, "C >= 2e21"),
-    "gadre2024_c4": ("ladders/gadre2024_c4.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
-    "gadre2024_rpj": ("ladders/gadre2024_rpj.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
-    "gadre2024_rw": ("ladders/gadre2024_rw.csv", {"N": "N", "D": "D", "L": "L"}, "split"),
-}
-# Frozen before tuning (bench/data/heldout/README.md): scored only through bench/scaling_cv.py, which checks each
-# file against bench/data/heldout/MANIFEST.json first.
-# Two sets: `heldout/ladders` (frozen in d780ded; its figures were seen while the band rule was settled) and
-# `heldout/ladders2` (frozen in cc9b83b, after that rule, before any fit ran on it; scored once in 8827984: spent),
-# `heldout/ladders3` (frozen in f5fc276 before any fit ran on it and before the size-fold rule; blind until scored).
+NDL = {"N": "N", "D": "D", "L": "L"}
+# name: (file, columns, how the held-out runs are chosen)
+LADDERS = {"chinchilla_hoffmann2022": ("scaling/chinchilla_svg_extracted_data.csv",
+                                       {"N": "Model Size", "C": "Training FLOP", "L": "loss"}, "C >= 2e21"),
+           **{f"gadre2024_{s}": (f"ladders/gadre2024_{s}.csv", NDL, "split") for s in ("c4", "rpj", "rw")}}
+# Frozen before tuning, scored only through bench/scaling_cv.py (each file verified first): `heldout/ladders`
+# (frozen in d780ded; seen while the band rule was settled), `heldout/ladders2` (cc9b83b, before any fit; scored
+# once in 8827984: spent), `heldout/ladders3` (f5fc276, before any fit and the size-fold rule; blind until scored).
 HELDOUT_SETS = {
     "heldout/ladders": ("misfitting_li2025", "marin2026_comma", "marin2026_dclm", "marin2026_nemotron"),
     "heldout/ladders2": ("l2l_fineweb", "l2l_fineweb_edu", "l2l_proof_pile_2", "l2l_slimpajama", "l2l_smollm",
                          "l2l_starcoder", "gemstones_mcleish2025"),
     "heldout/ladders3": ("porian2024_rw_cosine", "porian2024_owt2_cosine"),
 }
-HELDOUT = {name: (f"{folder}/{name}.csv", {"N": "N", "D": "D", "L": "L"}, "split")
+HELDOUT = {name: (f"{folder}/{name}.csv", NDL, "split")
            for folder, names in HELDOUT_SETS.items() for name in names}
 
 
