@@ -11,9 +11,9 @@ import urllib.request
 
 from harness import Stack, parser, pct, report, setup_django, wait_http
 from pagecost import ws_hook
+from stack import load_series
 
-from bench.data.annotations.seed import world
-
+STEPS = 2000  # the runs' loss curves
 CSRF = "b" * 32  # a CSRF secret of our choosing: cookie and header agree
 HOOK = "window.__ann = {};\n" + ws_hook("""
     const now = Date.now();
@@ -27,6 +27,34 @@ LABELS_JS = """() => { const d = document.getElementById("chart-train-loss");  /
     .filter((t) => t.includes("✎")) : []; }"""
 DATA_JS = """() => { const d = document.getElementById("chart-train-loss");
   return !!(d && d.data && d.data[0] && d.data[0].x.length > 0); }"""
+
+
+def world(runs: list[str], many: int, members: int) -> list[str]:
+    """Runs with a loss curve (`runs[0]` gets `many` annotations), and signed-in members' session keys."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from observatory import contract
+    from webapp.accounts import roles
+    from webapp.annotations.models import Annotation
+    from webapp.runs.models import Run
+
+    for run_id in runs:
+        run = Run.objects.create(id=run_id, name="annotations bench", last_step=STEPS - 1, state="training")
+        load_series(run, contract.M_LOSS, ((s, 4.0 / (1 + s / 300)) for s in range(STEPS)))
+    author = get_user_model().objects.create_user("bench-author", "a@example.org", "x" * 16)
+    Annotation.objects.bulk_create(
+        Annotation(run_id=runs[0], author=author, title=f"note {i}", body="b", body_html="<p>b</p>",
+                   step_start=(i * 7) % STEPS, step_end=min(STEPS - 1, (i * 7) % STEPS + (i % 2) * 15))
+        for i in range(many))
+    sessions = []
+    for i in range(members):
+        user = get_user_model().objects.create_user(f"bench-member-{i}", f"m{i}@example.org", "x" * 16)
+        roles.grant(user, "member")
+        client = Client()
+        client.force_login(user)
+        sessions.append(client.cookies["sessionid"].value)
+    return sessions
 
 
 def _post(base: str, run_id: str, session: str, title: str, step: int) -> float:

@@ -1,19 +1,11 @@
-"""The one bench harness: it starts the stack a bench needs and tears it down, and files the bench's result.
+"""The one bench harness: it starts the stack a bench needs, tears it down, and files the bench's result.
 
-A bench is its measurement and its report only; what it runs against comes from here:
-- Redis: the bench database of the local server (BENCH_REDIS_URL, else db 14), flushed, or a private redis-server
-  (tests.support.PrivateRedis); the database: a throwaway SQLite file (or DATABASE_URL), migrated, in this
-  process (django_here) or for server processes (Stack.site; Stack.database: SQLite or a PostgreSQL database of its
-  own; Stack.sql reads it);
-- processes, all tracked by a `Stack` and stopped when it closes: `manage.py ingest`, the web server as `make run`
-  starts it (deploy/run_local.py's web_command), `manage.py relay`, the nginx + nchan push tier (run_local's
-  nchan_config), a headless Debian Chromium through Playwright;
-- the demo trainer's telemetry without its compute (SyntheticTrainer), a tap on the run's live log (bench/telemetry.py,
-  re-exported here);
-- `parser(__doc__, *topics)`: a bench's command line (--json, --no-save); `pct`, `med`, `timed_ms`, CPU and RSS readers;
-- `report(topic, result, ...)`: the JSON on stdout and appended to bench/results/<topic>.json with the machine, its
-  load, the commit and the date (BENCH_RESULTS_DIR elsewhere; `--no-save` nowhere); bench/report.py renders them.
-Only this module imports deploy/ (its public helpers); benches import this module, never each other's internals.
+`Stack` runs Redis (the bench database, flushed, or a private redis-server), a migrated throw-away database
+(SQLite or PostgreSQL), `manage.py ingest` and `relay`, the web server and the nginx + nchan push tier as `make run`
+starts them (deploy/run_local.py), and a headless Chromium; `django_here` sets Django up in this process. Also:
+the synthetic trainer's telemetry (bench/telemetry.py, re-exported), `parser` (a bench's command line), numbers and
+CPU/RSS readers, and `report` (JSON on stdout, appended to bench/results/<topic>.json with machine, load, commit
+and date). Only this module imports deploy/; benches import it, never each other's internals.
 """
 
 from __future__ import annotations
@@ -97,18 +89,16 @@ def save(topic: str, result: dict, argv: list[str] | None = None) -> Path:
 
 
 def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -> int:
-    """A bench's last act (`return report(...)`: 0, its exit status): its JSON on stdout (indented unless as_json),
-    and the run filed under bench/results/."""
+    """A bench's last act (`return report(...)`: 0): its JSON on stdout, and the run filed under bench/results/."""
     print(json.dumps(result, indent=None if as_json else 2, default=str))
     if saved and "--no-save" not in sys.argv:
-        print(f"filed in {save(topic, result, [a for a in sys.argv[1:]])}", file=sys.stderr)
+        print(f"filed in {save(topic, result)}", file=sys.stderr)
     return 0
 
 
 def parser(doc: str, *topics: str, db: str = "", gpu: bool = False, **kw) -> argparse.ArgumentParser:
-    """A bench's command line: its docstring for --help, where `topics` are told (docs/PERFORMANCE.md and each
-    topic's bench/results/<topic>.md), --json (the result on one line), --no-save; with `gpu` --gpu, with `db` --db
-    (a SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set)."""
+    """A bench's command line: its docstring for --help, where `topics` are told, --json, --no-save; with `gpu`
+    --gpu, with `db` --db (a SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set)."""
     told = ", ".join(f"`{t}`" for t in topics)
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
         f"What it measures and how: {told} in docs/PERFORMANCE.md (bench/results/<topic>.md)" if topics else None),
@@ -217,10 +207,9 @@ def django_here(db: str, debug: bool = True) -> dict[str, str]:
 
 # --- the stack ---------------------------------------------------------------------------------------------------
 class Stack(ExitStack):
-    """What a bench runs against, torn down in reverse when the `with` block ends. Stack(name) alone is a temporary
-    directory; `site()` adds Redis (the bench db flushed, or private=True: a redis-server of its own) and a migrated
-    database with production settings (debug off); ingest(), web(), relay(), push_tier(), browser() start the rest.
-    Every process started through it is stopped at the end (SIGTERM, then kill)."""
+    """What a bench runs against, torn down in reverse when the `with` block ends: a temporary directory; `site()`
+    adds Redis and a migrated database (production settings); ingest(), web(), relay(), push_tier(), browser() start
+    the rest. Every process started through it is stopped at the end (SIGTERM, then kill)."""
 
     def __init__(self, name: str):
         super().__init__()

@@ -239,7 +239,7 @@ def main() -> int:
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
     ap.add_argument("--charts", type=int, default=0, help="charts open (0: the default charts)")
     ap.add_argument("--data", choices=("sawtooth", "smooth"), default="sawtooth",
-                    help="the synthetic series (bench/data/telemetry/synthetic.py): sawtooth, marks changing almost "
+                    help="the synthetic series (bench/telemetry.py): sawtooth, marks changing almost "
                          "every step; smooth")
     ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
     ap.add_argument("--profile", action="store_true", help="add a sampling profile of the live window")

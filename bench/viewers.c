@@ -1,5 +1,6 @@
-/* Many WebSocket viewers of one run in one process: the load generator of bench/fanout.py (and its --browser).
-   Compiled (with bench/viewers_ws.c: epoll, non-blocking sockets, no library, no permessage-deflate) so that the
+/* Many WebSocket viewers of one run in one process, of either tier (nchan's /live/, or --hub: the web server's /ws/):
+   the load generator of bench/fanout.py (and its --browser). One program; bench/viewers_ws.c (included below) holds
+   its sockets and protocol. Compiled (epoll, non-blocking sockets, no library, no permessage-deflate) so that the
    viewers are not what a fan-out measures; bench/viewer_client.py builds it with gcc on first use.
 
      viewers --url ws://127.0.0.1:8080/live/runs/<id>/lite/ [--url ...] --count N [--rate R] [--hub]
@@ -14,41 +15,70 @@
    bytes, and per step of train/loss ("train/loss":{"steps":[...]} in a frame) how many viewers got it, its first
    arrival (unix s) and a histogram of (arrival - first) per viewer in ms bins (bin_ms() in viewer_client.py). */
 
-#include "viewers.h"
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
+#define MAX_URLS 16
+#define NBINS 576
+#define WIN 256 /* per viewer: which of the last WIN steps it already got */
 #define MAX_STEP 50000000 /* steps are recorded in an array indexed by step */
+
+enum { S_CONNECTING, S_HANDSHAKE, S_HELLO, S_OPEN, S_DONE };
+typedef struct { char host[300], path[1024], hostport[300]; struct sockaddr_storage addr; socklen_t addrlen; } Url;
+
+typedef struct {
+    int fd, state, url, msg_op;  /* msg_op: the fragmented message's opcode, 0 when none */
+    double deadline;
+    char *in, *msg, *out;  /* unparsed bytes (a partial frame or handshake), a fragmented message, bytes unwritten */
+    size_t in_len, in_cap, msg_len, msg_cap, out_len, out_off;
+    int64_t max_step;
+    uint64_t seen[WIN / 64];
+} Conn;
 typedef struct { double first; uint32_t n; uint32_t *hist; } StepRec;
 
-Url urls[MAX_URLS];
-int nurls;
-Conn *conns;
-int count, hub, epfd;
-double rate = 0, timeout_s = 120, run_seconds = -1;  /* timeout_s: for a handshake */
-const char *origin = "http://127.0.0.1";
-char *resume_text;
-size_t resume_len;
+static Url urls[MAX_URLS];
+static int nurls, count, hub, epfd;
+static Conn *conns;
+static double rate = 0, timeout_s = 120, run_seconds = -1;  /* timeout_s: for a handshake */
+static const char *origin = "http://127.0.0.1";
+static char *resume_text;
+static size_t resume_len;
 static const char needle[] = "\"train/loss\":{\"steps\":[";
 static const size_t needle_len = sizeof needle - 1;
-long n_connected, n_failed, n_dropped, n_duplicates, n_too_old, n_pairs;
-long long n_messages, n_bytes; /* data messages received after the hello, and their payload bytes */
+static long n_connected, n_failed, n_dropped, n_duplicates, n_too_old, n_pairs;
+static long long n_messages, n_bytes; /* data messages received after the hello, and their payload bytes */
 static struct { char kind[64]; long n; } errors[64];
 static int nerrors;
 static StepRec *steps; /* by step: how many viewers got it (0: none yet), when first, the histogram */
 static size_t steps_cap;
 
-double now(void) {
+static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void *xrealloc(void *p, size_t n) {
+static void *xrealloc(void *p, size_t n) {
     void *q = realloc(p, n);
     if (!q) { fprintf(stderr, "viewers: out of memory\n"); exit(2); }
     return q;
 }
 
-void error_kind(const char *kind) {
+static void error_kind(const char *kind) {
     for (int i = 0; i < nerrors; i++)
         if (!strcmp(errors[i].kind, kind)) { errors[i].n++; return; }
     if (nerrors == 64) return;
@@ -104,7 +134,7 @@ static void got_step(Conn *c, int64_t s, double t) {
 }
 
 /* Every "train/loss":{"steps":[digits,commas]} of a message. */
-void scan(Conn *c, const char *p, size_t n, double t) {
+static void scan(Conn *c, const char *p, size_t n, double t) {
     const char *end = p + n;
     while (p < end) {
         const char *m = memmem(p, end - p, needle, needle_len);
@@ -121,6 +151,8 @@ void scan(Conn *c, const char *p, size_t n, double t) {
         p = r;
     }
 }
+
+#include "viewers_ws.c"  /* the sockets and the WebSocket protocol: one program, two files */
 
 static void report(double t_ready) {
     struct rusage ru;

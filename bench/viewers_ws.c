@@ -1,7 +1,6 @@
-/* The viewers' sockets and WebSocket protocol (RFC 6455, client side) for bench/viewers.c: non-blocking connects,
-   the upgrade handshake, masked client frames, partial reads and frames, fragmented messages, pings, closes. */
-
-#include "viewers.h"
+/* The viewers' sockets and WebSocket protocol (RFC 6455, client side), included by bench/viewers.c: non-blocking
+   connects, the upgrade handshake, masked client frames, partial reads and frames, fragmented messages, pings,
+   closes. */
 
 static char rbuf[1 << 20];
 
@@ -15,19 +14,19 @@ static void close_conn(Conn *c, int state) {
 }
 
 /* A viewer ends: before it was open it failed, after it dropped (its kind noted either way). */
-void fail(Conn *c, const char *kind) {
+static void fail(Conn *c, const char *kind) {
     if (c->state == S_DONE) return;
     error_kind(kind);
     if (c->state == S_OPEN) n_dropped++; else n_failed++;
     close_conn(c, S_DONE);
 }
 
-void want_write(Conn *c, int on) {
+static void want_write(Conn *c, int on) {
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0), .data.u32 = (uint32_t)(c - conns)};
     epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-void flush_out(Conn *c) {
+static void flush_out(Conn *c) {
     while (c->out_off < c->out_len) {
         ssize_t w = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
         if (w < 0) {
@@ -71,7 +70,7 @@ static void send_frame(Conn *c, int op, const char *p, size_t n) {
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-void start_conn(int i) {
+static void start_conn(int i) {
     Conn *c = &conns[i];
     memset(c, 0, sizeof *c);
     c->url = i % nurls;
@@ -95,7 +94,7 @@ void start_conn(int i) {
     }
 }
 
-void send_handshake(Conn *c) {
+static void send_handshake(Conn *c) {
     char k64[25] = "", req[2048];  /* 16 random bytes in base64: 21 digits, one of 4 (2 bits), "==" */
     for (int i = 0; i < 21; i++) k64[i] = B64[random() & 63];
     k64[21] = "AQgw"[random() & 3];
@@ -223,7 +222,7 @@ static size_t consume(Conn *c, char *p, size_t n, double t) {
     return off + frames(c, p + off, n - off, t);
 }
 
-void on_readable(Conn *c) {
+static void on_readable(Conn *c) {
     for (int rounds = 0; rounds < 4 && c->state != S_DONE; rounds++) {
         char *dst;
         size_t room;
@@ -259,7 +258,7 @@ void on_readable(Conn *c) {
     }
 }
 
-int parse_url(const char *s, Url *u) {
+static int parse_url(const char *s, Url *u) {
     if (strncmp(s, "ws://", 5)) return -1;
     s += 5;
     const char *slash = strchr(s, '/');
