@@ -100,8 +100,7 @@
       }
     });
   }
-  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; ch.liveOnly = false; });
-    scheduleRedraw(); }
+  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; }); scheduleRedraw(); }
 
   // ------------------------------------------------------------------------------------------ charts
   function specFor(id) {
