@@ -6,7 +6,6 @@
 (function (Obs) {
   // Read again when the run's live events say a command was applied or undone (the trainer acks a command before
   // its event, so the read has it), and every REFRESH_MS for what no event said (a viewer who reconnected late).
-  // A 10 s poll was a request a viewer every 10 s, and its work on the main thread, for commands that are rare.
   const REFRESH_MS = 60000;
   const TOLD = new Set(["command", "commands_rolled_back", "rollback"]); // the events that change the list
   const LABEL_CHARS = 32; // labels sit side by side at the top of a chart; the whole reason is a click away

@@ -7,8 +7,7 @@ window.Obs = window.Obs || {};
 
 (function (Obs) {
   // Colours from the stylesheet's custom properties, so light and dark mode need no second palette here. Read once
-  // a theme (theme.js's "obs-theme" event): reading them makes the browser compute the page's pending style at once,
-  // which in a live chart's marks redraw was a second style pass in the frame (bench/liveview.py's worst updates).
+  // a theme (theme.js's "obs-theme" event): a read forces the page's pending style, a second style pass a frame.
   let theme = null;
   document.addEventListener("obs-theme", () => { theme = null; });
   Obs.theme = () => {
@@ -115,9 +114,8 @@ window.Obs = window.Obs || {};
     : n >= 1e12 ? (n / 1e12).toFixed(2) + "T"
     : n >= 1e9 ? (n / 1e9).toFixed(2) + "B" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M"
     : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(Math.round(n));
-  // Writes that leave the DOM alone when nothing changed: a live page rewrites its header, panels and notes on every
-  // update, and each real write costs the page style, layout and paint (a live update's main cost, bench/liveview.py).
-  // A lone text node's data is rewritten in place: no new node, which the browser would style anew (and collect).
+  // Writes that leave the DOM alone when nothing changed: each real write costs style, layout and paint (a live
+  // update's main cost). A lone text node's data is rewritten in place: no new node to style anew (and collect).
   const setText = (el, text) => {
     const t = el.firstChild;
     if (t && t === el.lastChild && t.nodeType === Node.TEXT_NODE) t.data = text; else el.textContent = text;
