@@ -19,7 +19,6 @@ window.Obs = window.Obs || {};
 window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
 
 (function (Obs) {
-  const color = (i) => Obs.lineColor(i); // (plot.js: one palette for every line chart)
   const LIVE_HEADROOM = 0.04; // a live chart's x axis reaches at least this fraction of its span past the data,
   const LIVE_AHEAD_S = 120; // and room for this long at the observed live rate,
   const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span
@@ -224,7 +223,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
         if (p.x.length > 4 * this.resolution()) [p.x, p.y] = Obs.minmax(p.x, p.y, this.resolution());
         const unit = this.ctx.registry.info(it.metric).unit, label = this.label(it.name);
         const [raw, smoothed] = this.names(label, sm > 0), X = this.xOf(it, p.x), yaxis = it.secondary ? "y3" : "y";
-        const line = {width: it.metric === this.id ? 1.5 : 1.1, color: color(it.index),
+        const line = {width: it.metric === this.id ? 1.5 : 1.1, color: Obs.lineColor(it.index),
                       dash: it.secondary ? "dot" : "solid"}; // (the chart's own metric: its extra lines thinner)
         lines.push({x: X, y: p.y, mode: "lines", name: raw, yaxis, unit, showlegend: multi && !sm,
                     opacity: sm > 0 ? 0.28 : 1, line});
@@ -380,5 +379,4 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
     where(range) { return range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run"; }
   }
   Obs.LineChart = LineChart;
-  Obs.color = color; // the i-th line colour in the current theme (compare.js: one per run)
 })(window.Obs);
