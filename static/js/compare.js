@@ -174,16 +174,10 @@
   }
 
   // ------------------------------------------------------------------------------------------ controls
+  const X_WHY = {tokens: "no run here publishes a token count", time: "no run here has timestamps"};
   function showControls() {
-    const can = (mode) => order.some((l) => l.supports(mode));
-    document.querySelectorAll("#x-mode button").forEach((b) => {
-      b.setAttribute("aria-pressed", String(b.value === view.x));
-      b.disabled = order.length > 0 && !can(b.value);
-      b.title = b.disabled
-        ? (b.value === "tokens" ? "no run here publishes a token count" : "no run here has timestamps") : "";
-    });
+    showView(view.x, (mode) => (order.length && !order.some((l) => l.supports(mode)) ? X_WHY[mode] : ""));
     $("logx").setAttribute("aria-pressed", String(view.logx));
-    showView();
     $("range-unit").textContent = {step: "steps", tokens: "tokens", time: "seconds since each start"}[view.x];
   }
 
@@ -198,12 +192,10 @@
   });
 
   function wireControls() {
-    document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click", () => {
-      if (b.value !== view.x) view.set({x: b.value, range: null}); // a range in steps means nothing in tokens
-    }));
     $("logx").addEventListener("click", () => view.toggleLogX());
+    const pickX = (x) => { if (x !== view.x) view.set({x, range: null}); }; // a range in steps means nothing in tokens
     showView = Obs.viewControls(view, zoomTo, parseFloat,
-                                "Enter where the view starts and ends, the end after the start.");
+                                "Enter where the view starts and ends, the end after the start.", pickX);
     document.addEventListener("obs-theme", () => { renderChips(); redrawAll(); });
   }
 
