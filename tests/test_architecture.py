@@ -248,7 +248,7 @@ STATIC_OWNERS = {
              "js/chartlive.js", "js/view.js", "js/downloads.js", "js/charts.js", "js/zoom.js",
              "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js", "js/dashboard.js",
              "js/dashboard-bundle.js",
-             "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js", "js/compareview.js"),
+             "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js"),
     "anomalies": ("js/anomalies.js",),
     "experiments": ("js/forecast.js",),
     "annotations": ("js/annotation-thread.js", "js/annotations.js"),

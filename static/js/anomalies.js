@@ -11,8 +11,7 @@
   const byKey = new Map(); // key -> record (superseded ones are dropped)
   let page = null, ctx = null, logUrl = "";
   // Kept as records come, not made again from all of them on each frame: a detector storm brings ~10 frames a second
-  // and thousands of records, and remaking every mark and the sorted list from all of them was most of the page's
-  // garbage (1.3 of 1.9 MB/s: bench/liveview.py --heap-profile), the pace of its major GCs.
+  // and thousands of records, and remaking them all was most of the page's garbage (bench/liveview.py).
   const marks = new Map(); // "metric@step" -> the mark there (Obs.setOverlays reads this Map's values)
   const keysAt = new Map(); // "metric@step" -> Set of the keys of the records marked there
   const atOf = new Map(); // record key -> its "metric@step" (only drawn records: warning, critical)
@@ -134,9 +133,8 @@
 
   // Anomaly frames come in bursts (a divergence trips many detectors; frames between steps): the charts' marks are
   // made again at most once an animation frame, from all that came, before the charts draw in it (a hidden tab: on
-  // its return); the panel's list, for people to read, at most once a second and only while it is on screen (a
-  // storm's rows changing ten times a second were most of Blink's garbage: ~1.1 of ~1.5 MB/s, bench/liveview.py's
-  // gc.heap_growth_kb_per_s).
+  // its return); the panel's list, for people to read, at most once a second and only while it is on screen (rows
+  // rewritten ten times a second in a storm were most of Blink's garbage).
   const PANEL_EVERY_MS = 1000;
   // The log's first answer is written at once, on screen or not: the panel never says "None so far." while the run
   // has anomalies (it said so until scrolled into view), nor before the answer came.

@@ -19,7 +19,6 @@ window.Obs = window.Obs || {};
 window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
 
 (function (Obs) {
-  const color = (i) => Obs.lineColor(i); // (plot.js: one palette for every line chart)
   const LIVE_HEADROOM = 0.04; // a live chart's x axis reaches at least this fraction of its span past the data,
   const LIVE_AHEAD_S = 120; // and room for this long at the observed live rate,
   const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span
@@ -93,45 +92,37 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
     }
 
     build(parent) {
-      const slug = Obs.slug(this.id), title = this.spec.title || this.info.title;
-      const box = document.createElement("figure");
-      box.className = "chart";
-      box.dataset.metric = this.id;
-      box.setAttribute("aria-labelledby", "title-" + slug);
-      box.setAttribute("aria-describedby", "meaning-" + slug);
-      box.innerHTML = '<div class="chart-head"><h3><span class="name"></span> <span class="unit"></span></h3>' +
-        '<span class="note" role="status"></span><div class="chart-tools" role="group">' +
-        '<button type="button" class="tool log" aria-pressed="false">log y</button>' +
-        '<button type="button" class="tool up">↑</button><button type="button" class="tool down">↓</button>' +
-        '<button type="button" class="tool remove">✕</button></div></div>' +
-        '<p class="meaning"></p><div class="plot"></div>' +
-        '<details class="glossary"><summary>What is this?</summary><p></p></details>' +
-        '<details class="table-alt"><summary>Data table</summary><div class="table-wrap" tabindex="0"></div></details>';
-      const q = (s) => box.querySelector(s);
-      q("h3").id = "title-" + slug;
-      q(".name").textContent = title;
-      q(".name").title = this.id;
-      q(".unit").textContent = this.info.unit ? "(" + this.info.unit + ")" : "";
-      q(".meaning").id = "meaning-" + slug;
-      q(".meaning").textContent = this.info.meaning ? this.info.meaning[0].toUpperCase() + this.info.meaning.slice(1) +
-        "." : this.id;
+      const slug = Obs.slug(this.id), title = this.spec.title || this.info.title, el = Obs.el, m = this.info.meaning;
       const gloss = this.ctx.registry.glossary(this.spec.topic || this.info.topic);
-      q(".glossary p").textContent = gloss;
-      q(".glossary").hidden = !gloss;
-      q(".chart-tools").setAttribute("aria-label", "Chart: " + title);
-      const act = (sel, label, fn) => { const b = q(sel); b.setAttribute("aria-label", label); b.title = label;
-                                        b.addEventListener("click", fn); };
-      act(".log", "log y (logarithmic axis) for " + title, () => this.ctx.view.toggleLog(this.id));
-      act(".up", "Move " + title + " earlier", () => this.ctx.chartAction(this.id, "up"));
-      act(".down", "Move " + title + " later", () => this.ctx.chartAction(this.id, "down"));
-      act(".remove", "Remove the " + title + " chart", () => this.ctx.chartAction(this.id, "remove"));
-      q(".table-alt").addEventListener("toggle", () => this.renderTable());
-      this.box = box; this.title = title;
-      if (Obs.downloadMenu) Obs.downloadMenu(this, q(".chart-tools")); // (downloads.js)
-      this.plot = q(".plot");
-      this.plot.id = "chart-" + slug;
-      this.els = {note: q(".note"), log: q(".log"), table: q(".table-alt")}; // (written or read at every redraw)
-      parent.appendChild(box);
+      const tool = (cls, text, label, fn, attrs) => el("button", {type: "button", class: "tool " + cls, text,
+                                                                  title: label, attrs: {"aria-label": label, ...attrs},
+                                                                  on: {click: fn}});
+      const act = (action) => () => this.ctx.chartAction(this.id, action);
+      this.els = { // (written or read at every redraw)
+        note: el("span", {class: "note", attrs: {role: "status"}}),
+        log: tool("log", "log y", "log y (logarithmic axis) for " + title, () => this.ctx.view.toggleLog(this.id),
+                  {"aria-pressed": "false"}),
+        table: el("details", {class: "table-alt", on: {toggle: () => this.renderTable()}},
+                  el("summary", {text: "Data table"}), el("div", {class: "table-wrap", tabIndex: 0}))};
+      const tools = el("div", {class: "chart-tools", attrs: {role: "group", "aria-label": "Chart: " + title}},
+                       this.els.log, tool("up", "↑", "Move " + title + " earlier", act("up")),
+                       tool("down", "↓", "Move " + title + " later", act("down")),
+                       tool("remove", "✕", "Remove the " + title + " chart", act("remove")));
+      this.plot = el("div", {class: "plot", id: "chart-" + slug});
+      this.box = el("figure", {class: "chart", "data-metric": this.id,
+                               attrs: {"aria-labelledby": "title-" + slug, "aria-describedby": "meaning-" + slug}},
+        el("div", {class: "chart-head"},
+           el("h3", {id: "title-" + slug}, el("span", {class: "name", text: title, title: this.id}), " ",
+              el("span", {class: "unit", text: this.info.unit ? "(" + this.info.unit + ")" : ""})),
+           this.els.note, tools),
+        el("p", {class: "meaning", id: "meaning-" + slug, text: m ? m[0].toUpperCase() + m.slice(1) + "." : this.id}),
+        this.plot,
+        el("details", {class: "glossary", hidden: !gloss}, el("summary", {text: "What is this?"}),
+           el("p", {text: gloss})),
+        this.els.table);
+      this.title = title;
+      if (Obs.downloadMenu) Obs.downloadMenu(this, tools); // (downloads.js)
+      parent.appendChild(this.box);
     }
 
     // Does series `name` belong here as an extra trace (once the run has it)?
@@ -232,7 +223,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
         if (p.x.length > 4 * this.resolution()) [p.x, p.y] = Obs.minmax(p.x, p.y, this.resolution());
         const unit = this.ctx.registry.info(it.metric).unit, label = this.label(it.name);
         const [raw, smoothed] = this.names(label, sm > 0), X = this.xOf(it, p.x), yaxis = it.secondary ? "y3" : "y";
-        const line = {width: it.metric === this.id ? 1.5 : 1.1, color: color(it.index),
+        const line = {width: it.metric === this.id ? 1.5 : 1.1, color: Obs.lineColor(it.index),
                       dash: it.secondary ? "dot" : "solid"}; // (the chart's own metric: its extra lines thinner)
         lines.push({x: X, y: p.y, mode: "lines", name: raw, yaxis, unit, showlegend: multi && !sm,
                     opacity: sm > 0 ? 0.28 : 1, line});
@@ -388,5 +379,4 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
     where(range) { return range ? `steps ${Math.floor(range[0])}–${Math.ceil(range[1])}` : "the whole run"; }
   }
   Obs.LineChart = LineChart;
-  Obs.color = color; // the i-th line colour in the current theme (compare.js: one per run)
 })(window.Obs);

@@ -17,7 +17,7 @@
   let order = []; // the RunLines compared, in the URL's order (colours follow it)
   let redrawQueued = false, loadGen = 0, keepStatus = false, showView = () => {};
   // Written by an importer (W&B, TensorBoard, ...) rather than streamed live: any source but "stream".
-  Obs.imported = (source) => !!source && source !== "stream";
+  const imported = (source) => !!source && source !== "stream";
 
   const axis = { // the shared x axis: the view's range is already in its units
     get mode() { return view.x; },
@@ -110,12 +110,12 @@
     ul.replaceChildren(...order.map((line) => {
       const say = `Remove ${line.label} from the comparison`, el = Obs.el;
       const sw = el("span", {class: "swatch", attrs: {"aria-hidden": "true"}});
-      sw.style.background = Obs.color(line.index);
+      sw.style.background = Obs.lineColor(line.index); // (plot.js: the palette of every line chart)
       return el("li", {class: "run-chip", "data-run": line.id}, sw,
         el("a", {text: line.label, href: "/runs/" + encodeURIComponent(line.id) + "/"}),
         line.label !== line.id && el("span", {class: "muted run-id", text: line.id}),
         el("span", {class: "badge state-" + line.info.state, text: line.info.state}),
-        Obs.imported(line.info.source) && el("span", {class: "badge", text: "imported"}),
+        imported(line.info.source) && el("span", {class: "badge", text: "imported"}),
         el("button", {class: "remove", text: "✕", type: "button", title: say, attrs: {"aria-label": say},
                       on: {click: () => {
                         view.set({runs: view.runs.filter((id) => id !== line.id)});
@@ -130,8 +130,8 @@
   const runPicker = new Obs.Picker({info: (id) => {
     const r = listed.get(id) || {name: id, state: "", source: ""};
     return {name: id, title: [r.name || id, r.state,
-      Obs.imported(r.source) ? "imported" : ""].filter(Boolean).join(" · "),
-            group: Obs.imported(r.source) ? "Imported" : "Streamed"};
+      imported(r.source) ? "imported" : ""].filter(Boolean).join(" · "),
+            group: imported(r.source) ? "Imported" : "Streamed"};
   }}, (id) => view.runs.includes(id), addRun, {prefix: "run", noun: "runs"});
 
   async function listRuns() {
@@ -174,16 +174,10 @@
   }
 
   // ------------------------------------------------------------------------------------------ controls
+  const X_WHY = {tokens: "no run here publishes a token count", time: "no run here has timestamps"};
   function showControls() {
-    const can = (mode) => order.some((l) => l.supports(mode));
-    document.querySelectorAll("#x-mode button").forEach((b) => {
-      b.setAttribute("aria-pressed", String(b.value === view.x));
-      b.disabled = order.length > 0 && !can(b.value);
-      b.title = b.disabled
-        ? (b.value === "tokens" ? "no run here publishes a token count" : "no run here has timestamps") : "";
-    });
+    showView(view.x, (mode) => (order.length && !order.some((l) => l.supports(mode)) ? X_WHY[mode] : ""));
     $("logx").setAttribute("aria-pressed", String(view.logx));
-    showView();
     $("range-unit").textContent = {step: "steps", tokens: "tokens", time: "seconds since each start"}[view.x];
   }
 
@@ -198,12 +192,10 @@
   });
 
   function wireControls() {
-    document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click", () => {
-      if (b.value !== view.x) view.set({x: b.value, range: null}); // a range in steps means nothing in tokens
-    }));
     $("logx").addEventListener("click", () => view.toggleLogX());
+    const pickX = (x) => { if (x !== view.x) view.set({x, range: null}); }; // a range in steps means nothing in tokens
     showView = Obs.viewControls(view, zoomTo, parseFloat,
-                                "Enter where the view starts and ends, the end after the start.");
+                                "Enter where the view starts and ends, the end after the start.", pickX);
     document.addEventListener("obs-theme", () => { renderChips(); redrawAll(); });
   }
 

@@ -30,7 +30,7 @@
     firstPaint = false;
   const beforeDraw = new Set(); // feature modules' functions to run at the next frame, before the views draw
   let preDrawing = false;
-  let showView = () => {}; // the smoothing slider and range fields from the view (view.js viewControls)
+  let showView = () => {}; // the x axis, smoothing and range controls from the view (view.js viewControls)
   let zoomT0 = null, zoomWaiting = new Set(), zoomSource = null, zoomSourceMs = null, zoomCharts = {};
 
   const registry = new Obs.Registry(page.registry);
@@ -100,8 +100,7 @@
       }
     });
   }
-  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; ch.liveOnly = false; });
-    scheduleRedraw(); }
+  function redrawAll() { charts.forEach((ch) => { ch.full = true; ch.dirty = true; }); scheduleRedraw(); }
 
   // ------------------------------------------------------------------------------------------ charts
   function specFor(id) {
@@ -170,15 +169,10 @@
   }
 
   // ------------------------------------------------------------------------------------------ controls
+  const X_WHY = {tokens: "this run publishes no token count", time: "not enough timestamps"};
   function showControls() {
     const avail = ctx.xaxis.available();
-    document.querySelectorAll("#x-mode button").forEach((b) => {
-      b.setAttribute("aria-pressed", String(b.value === ctx.xaxis.mode));
-      b.disabled = !avail[b.value];
-      b.title = avail[b.value] ? ""
-        : b.value === "tokens" ? "this run publishes no token count" : "not enough timestamps";
-    });
-    showView();
+    showView(ctx.xaxis.mode, (mode) => (avail[mode] ? "" : X_WHY[mode]));
   }
 
   view.onChange((keys) => {
@@ -195,10 +189,8 @@
 
   function wireControls() {
     if (window.matchMedia("(max-width: 600px)").matches && !view.range) $("view-controls").open = false; // charts first
-    document.querySelectorAll("#x-mode button").forEach((b) => b.addEventListener("click",
-      () => view.set({x: b.value})));
     showView = Obs.viewControls(view, (range) => zoomTo(range), (v) => parseInt(v, 10),
-                                "Enter a first and a last step, the last after the first.");
+                                "Enter a first and a last step, the last after the first.", (x) => view.set({x}));
     document.addEventListener("obs-theme", () => { redrawAll(); router?.reset(); });
   }
 

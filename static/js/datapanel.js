@@ -37,7 +37,7 @@
       this.dirty = false;
       this.section = document.getElementById("data-panel");
       // Its live weights are written only while it is on screen (caught up when scrolled into view): a change of
-      // one relaid the whole table out, the Blink garbage behind a share of V8's major GCs (bench/liveview.py).
+      // one lays the whole table out again.
       this.seen = Obs.watchSeen(this.section, (seen) => {
         this.seen = seen;
         if (seen && this.liveStale) this.touch();

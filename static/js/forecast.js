@@ -142,30 +142,25 @@ window.Obs = window.Obs || {};
   function schedulePanel() { if (F.panel && !F.timer) F.timer = setTimeout(renderPanel, 300); }
 
   function buildPanel() {
-    const d = F.data, reg = d.registration, exp = reg.experiment || {};
-    const box = Obs.el("section", {class: "panel forecast", id: "forecast-panel",
-                                   attrs: {"aria-labelledby": "forecast-title"}});
-    box.innerHTML = '<h2 id="forecast-title">Pre-registered forecast <a class="fc-exp"></a> '
-      + '<span class="badge fc-badge"></span></h2>' +
-      '<p class="fc-final">final loss: forecast <b class="fc-forecast"></b> ' +
-      '<span class="fc-vs">vs live extrapolation</span> ' +
-      '<b class="fc-live"></b> ' +
-      '<span class="muted fc-how"></span></p><p class="muted fc-meta"></p>';
-    const q = (s) => box.querySelector(s);
-    q(".fc-exp").textContent = exp.name || d.run_id;
-    q(".fc-exp").href = d.experiment_url;
-    q(".fc-badge").textContent = d.verified ? "registration intact" : "registration not intact";
-    if (!d.verified) { q(".fc-badge").classList.add("sev-warning"); q(".fc-badge").title = d.problem || ""; }
+    const d = F.data, reg = d.registration, exp = reg.experiment || {}, el = Obs.el;
     const created = Number.isFinite(reg.created_at)
       ? new Date(reg.created_at * 1000).toISOString().replace(".000", "") : "?";
-    q(".fc-meta").textContent = `${(reg.forecast || {}).law || "?"} law · `
-      + `sha256 ${String(reg.sha256 || "").slice(0, 16)}… · ` +
+    const meta = `${(reg.forecast || {}).law || "?"} law · sha256 ${String(reg.sha256 || "").slice(0, 16)}… · ` +
       `registered ${created}` + (d.registered_before_start ? `, before step 0 of ${d.run_id}` :
         d.registered_before_start === false ? `, AFTER ${d.run_id} first started: not a pre-registration` : "") +
       ` · ${d.rungs.length} rung run(s) drawn faint`;
+    F.panel = el("section", {class: "panel forecast", id: "forecast-panel",
+                             attrs: {"aria-labelledby": "forecast-title"}},
+      el("h2", {id: "forecast-title"}, "Pre-registered forecast ",
+         el("a", {class: "fc-exp", href: d.experiment_url, text: exp.name || d.run_id}), " ",
+         el("span", {class: "badge fc-badge" + (d.verified ? "" : " sev-warning"), title: d.verified ? undefined
+                     : d.problem || "", text: d.verified ? "registration intact" : "registration not intact"})),
+      el("p", {class: "fc-final"}, "final loss: forecast ", el("b", {class: "fc-forecast"}), " ",
+         el("span", {class: "fc-vs", text: "vs live extrapolation"}), " ", el("b", {class: "fc-live"}), " ",
+         el("span", {class: "muted fc-how"})),
+      el("p", {class: "muted fc-meta", text: meta}));
     const charts = document.getElementById("charts");
-    charts.parentNode.insertBefore(box, charts);
-    F.panel = box;
+    charts.parentNode.insertBefore(F.panel, charts);
   }
 
   async function loadRung(r, metric) { // only series the rung has (the API lists them): no 404 in the console

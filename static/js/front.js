@@ -84,41 +84,33 @@ window.Obs = window.Obs || {};
   }
 
   // ------------------------------------------------------------------------------------------- moments
-  const node = (tag, attrs, text) => Obs.el(tag, {...attrs, text}); // (plotkit.js: user text is only ever text)
+  const node = (tag, attrs, text, ...kids) => Obs.el(tag, {...attrs, text}, ...kids); // (user text is only text)
+  const fixed = (v) => (v === null || v === undefined ? "–" : v.toFixed(3));
 
   function showMoments(list) {
-    const box = el("moments");
-    const items = list.map((m) => {
-      const li = node("li", {class: "moment moment-" + m.kind, "data-moment": m.kind + "-" + m.id});
-      li.append(node("span", {class: "badge"}, m.kind), " ", node("a", {href: m.url}, m.title), " ");
+    if (!list.length) return;
+    el("moments").replaceChildren(...list.map((m) => {
       const replies = m.count === null || m.count === undefined
         ? "" : ` · ${m.count} repl${m.count === 1 ? "y" : "ies"}`;
       const together = m.n > 1 ? ` · ${m.n} together` : ""; // one cause seen on several series (front/moments.py)
-      li.append(node("span", {class: "muted"}, `${m.run_name} · step ${m.step}${together}${replies}`));
-      if (m.detail) li.append(node("p", {class: "moment-detail"}, m.detail));
-      return li;
-    });
-    if (!items.length) return;
-    box.replaceChildren(...items);
+      return node("li", {class: "moment moment-" + m.kind, "data-moment": m.kind + "-" + m.id}, undefined,
+        node("span", {class: "badge"}, m.kind), " ", node("a", {href: m.url}, m.title), " ",
+        node("span", {class: "muted"}, `${m.run_name} · step ${m.step}${together}${replies}`),
+        m.detail && node("p", {class: "moment-detail"}, m.detail));
+    }));
   }
 
   function showExperiments(list) {
     const box = el("experiments");
     if (!box || !list.length) return;
     box.replaceChildren(...list.map((e) => {
-      const li = node("li", {"data-experiment": e.name});
-      li.append(node("a", {href: e.url}, e.name), " ");
-      const who = node("span", {class: "muted"}, "run ");
-      who.append(node("a", {href: e.run_url}, e.run_name), ` · ${e.state}`);
-      li.append(who);
-      if (e.goal) li.append(node("p", {class: "moment-detail"}, e.goal));
       const f = e.forecast || {};
-      const band = f.low !== null && f.low !== undefined ? ` (${f.low.toFixed(3)}–${f.high.toFixed(3)})` : "";
-      const stat = node("span", {class: "stat"}, "forecast final loss ");
-      stat.append(node("b", {}, f.loss === null || f.loss === undefined ? "–" : f.loss.toFixed(3)), band);
-      li.append(" ", stat);
-      if (!e.verified) li.append(" ", node("span", {class: "badge"}, "unverified"));
-      return li;
+      const band = f.low !== null && f.low !== undefined ? ` (${fixed(f.low)}–${fixed(f.high)})` : "";
+      return node("li", {"data-experiment": e.name}, undefined, node("a", {href: e.url}, e.name), " ",
+        node("span", {class: "muted"}, "run ", node("a", {href: e.run_url}, e.run_name), ` · ${e.state}`),
+        e.goal && node("p", {class: "moment-detail"}, e.goal), " ",
+        node("span", {class: "stat"}, "forecast final loss ", node("b", {}, fixed(f.loss)), band),
+        !e.verified && " ", !e.verified && node("span", {class: "badge"}, "unverified"));
     }));
   }
 

@@ -6,7 +6,6 @@
 (function (Obs) {
   // Read again when the run's live events say a command was applied or undone (the trainer acks a command before
   // its event, so the read has it), and every REFRESH_MS for what no event said (a viewer who reconnected late).
-  // A 10 s poll was a request a viewer every 10 s, and its work on the main thread, for commands that are rare.
   const REFRESH_MS = 60000;
   const TOLD = new Set(["command", "commands_rolled_back", "rollback"]); // the events that change the list
   const LABEL_CHARS = 32; // labels sit side by side at the top of a chart; the whole reason is a click away
@@ -18,18 +17,16 @@
   const short = (s) => (s.length > LABEL_CHARS ? s.slice(0, LABEL_CHARS - 1) + "…" : s);
 
   const who = (c) => (c.user ? ` — ${c.user}` : "");
-  const text = (c) => `${ICONS[c.command] || c.command} ${c.reason}` + (c.undone_by ? " (undone)" : "") + who(c);
+  const text = (c) => `${ICONS[c.command] || c.command} ${c.reason}${who(c)}`;
 
   // Commands applied at one step (a pause and its resume, say) share one marker, so labels do not overprint.
   function marker(group) {
-    const undone = group.every((c) => !!c.undone_by);
     return {
-      id: "intervention-" + group[0].id, x0: group[0].step, color: undone ? "#9e9e9e" : "#6a1b9a",
-      textColor: undone ? "var(--muted, #5b6470)" : "var(--mark-cmd, #4a148c)",
+      id: "intervention-" + group[0].id, x0: group[0].step, color: "#6a1b9a", textColor: "var(--mark-cmd, #4a148c)",
       label: short(text(group[0])) + (group.length > 1 ? ` +${group.length - 1}` : ""), // (drawn as text)
       hover: group.map((c) => `step ${c.step} · ${text(c)}`), collapse: true,
       onClick: () => group.forEach((c) => Obs.toast(`${c.command} at step ${c.step}${who(c)}: ${c.reason}. ` +
-        `Trainer: ${c.detail}` + (c.undone_by ? ` — ${c.undone_detail}` : ""), "info")),
+        `Trainer: ${c.detail}`, "info")),
     };
   }
 
@@ -52,7 +49,7 @@
         // an undone command (a rollback went back past it) is on the abandoned branch: not drawn on the new
         // timeline's steps (the log and the event list keep it)
         const list = (await r.json()).interventions.filter((c) => c.step !== null && !c.undone_by);
-        const key = JSON.stringify(list.map((c) => [c.id, c.undone_by]));
+        const key = list.map((c) => c.id).join();
         if (key === shown) return;
         shown = key;
         Obs.setOverlays("interventions", grouped(list).map(marker));

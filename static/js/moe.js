@@ -11,6 +11,21 @@
   const EXPERT_CAP = 20000; // points held per expert series before it reloads its history
   const MAX_COLS = 400; // heatmap columns before re-binning
   const MIN_REDRAW_MS = 200; // the heatmap redraws at most 5 times a second
+  // Plotly config: no logo, no "share to the cloud", a short tool set, no drag-to-zoom on touch screens (a finger
+  // must be able to scroll the page past it). One object: Plotly then keeps its mode bar instead of rebuilding it.
+  const CONFIG = Object.freeze({
+    responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,
+    displayModeBar: "hover", scrollZoom: false, doubleClick: "autosize", // double-click: the whole run
+    modeBarButtons: [["zoom2d", "pan2d", "select2d", "zoomIn2d", "zoomOut2d", "autoScale2d"], ["toImage"]],
+  });
+  // Plotly draws the heatmap alone, off the first paint's path: the page names its bundle in <meta id="plotly-bundle"
+  // content="its URL"> and the panel fetches it once it has something to draw (again after a failed load).
+  let plotly = null;
+  const loadPlotly = () => plotly || (plotly = new Promise((ok) => {
+    document.head.appendChild(Obs.el("script", {src: document.getElementById("plotly-bundle").content, on: {
+      load: () => { performance.mark("obs-plotly-loaded"); ok(); },
+      error: () => { console.error("the heatmap's library failed to load"); plotly = null; }}}));
+  }));
 
   class RouterPanel {
     constructor(ctx, routerMetric) {
@@ -165,15 +180,11 @@
         if (!this.timer) this.timer = setTimeout(() => { this.timer = null; this.ctx.schedule(); }, wait);
         return;
       }
-      if (!window.Plotly) { // the heatmap is Plotly's only: drawn once it has loaded
-        if (!this.plotlyWait) { this.plotlyWait = true; Obs.plotly.ready(() => this.ctx.schedule()); }
-        Obs.plotly.soon();
-        return;
-      }
+      if (!window.Plotly) { loadPlotly().then(() => this.ctx.schedule()); return; } // drawn once it is in
       this.dirty = false;
       this.lastDraw = performance.now();
       if (this.full) this.rebuild();
-      Plotly.react(this.plot, this.traces(), this.layout(), Obs.plotConfig());
+      Plotly.react(this.plot, this.traces(), this.layout(), CONFIG);
       Obs.toolbarA11y(this.plot, "Router heatmap tools");
       if (!this.relayoutBound && this.plot.on) { // a drag-zoom on the heatmap zooms the whole dashboard
         this.relayoutBound = true;

@@ -57,9 +57,7 @@ window.Obs = window.Obs || {};
       ctx.commands().filter((c) => c.run === run.id && c.outcome === "applied" && c.step != null).forEach((c) =>
         shapes.push({type: "line", x0: c.step, x1: c.step, line: {color: "#6a1b9a", width: 1}}));
       // The legend's rows sit above the plot, left of the tool bar (a phone: several rows)
-      const width = $("op-chart").clientWidth || 600;
-      const legendW = traces.reduce((a, t) => a + 30 + 6 * t.name.length, 0);
-      const rows = Math.max(1, Math.ceil(legendW / Math.max(100, width - 140)));
+      const rows = Math.max(1, Obs.legendRows(traces.map((t) => t.name), $("op-chart").clientWidth || 600));
       Obs.drawFigure($("op-chart"), traces, {
         margin: {l: 50, r: 56, t: 20 + 16 * rows, b: 36}, showlegend: true, shapes, annotations, hovermode: "x",
         dragmode: false, xaxis: {title: {text: "step"}}, yaxis: {}, yaxis3: {title: {text: "LR"}}}, {toolbar: TOOLS});

@@ -1,14 +1,13 @@
 // What every chart shares: theme colours, a keyboard-friendly tool bar (one tab stop, arrow keys inside), number
-// formatting, the data-table alternative to a chart, the overlay registry feature modules draw through
-// (Obs.setOverlays), and Plotly fetched on demand for the one chart that is no line (the router's heatmap, moe.js).
+// formatting, the data-table alternative to a chart, and the overlay registry feature modules draw through
+// (Obs.setOverlays).
 "use strict";
 
 window.Obs = window.Obs || {};
 
 (function (Obs) {
   // Colours from the stylesheet's custom properties, so light and dark mode need no second palette here. Read once
-  // a theme (theme.js's "obs-theme" event): reading them makes the browser compute the page's pending style at once,
-  // which in a live chart's marks redraw was a second style pass in the frame (bench/liveview.py's worst updates).
+  // a theme (theme.js's "obs-theme" event): a read forces the page's pending style, a second style pass a frame.
   let theme = null;
   document.addEventListener("obs-theme", () => { theme = null; });
   Obs.theme = () => {
@@ -35,45 +34,6 @@ window.Obs = window.Obs || {};
     return rows;
   };
 
-  // Plotly config for every chart: no logo, no "share to the cloud", a short tool set, and no drag-to-zoom on
-  // touch screens (a finger must be able to scroll the page past a chart).
-  const CONFIG = Object.freeze({ // one object: Plotly then keeps a chart's mode bar instead of rebuilding it
-    responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,
-    displayModeBar: "hover", scrollZoom: false, doubleClick: "autosize", // double-click: the whole run
-    modeBarButtons: [["zoom2d", "pan2d", "select2d", "zoomIn2d", "zoomOut2d", "autoScale2d"], ["toImage"]],
-  });
-  Obs.plotConfig = () => CONFIG;
-
-  // Plotly off the first paint's path (templates/runs/_chart_scripts.html): the page names the bundle in
-  // <meta id="plotly-bundle" content="its URL"> (nothing fetched) and the heatmap asks for it once it has something
-  // to draw (soon(): an idle moment). ready(fn) runs fn once Plotly is there (at once if it is: a page that loads it
-  // with a plain <script> tag, the operator panel). Pages without the link: nothing to load.
-  const waiting = [];
-  let loading = null;
-  const arrived = () => {
-    if (!window.Plotly) return;
-    performance.mark("obs-plotly-loaded");
-    waiting.splice(0).forEach((fn) => { try { fn(); } catch (e) { console.error("plotly ready:", e); } });
-    document.dispatchEvent(new CustomEvent("obs-plotly"));
-  };
-  Obs.plotly = {
-    ready(fn) { if (window.Plotly) fn(); else waiting.push(fn); },
-    load() {
-      if (window.Plotly || loading) return;
-      const link = document.getElementById("plotly-bundle");
-      if (!link) return;
-      loading = document.createElement("script");
-      loading.src = link.content;
-      loading.addEventListener("load", arrived);
-      loading.addEventListener("error", () => { console.error("the charts' library failed to load"); loading = null; });
-      document.head.appendChild(loading);
-    },
-    soon() { // after the frame being drawn: an idle moment (or 200 ms at most)
-      if (window.Plotly || loading) return;
-      if (window.requestIdleCallback) requestIdleCallback(() => Obs.plotly.load(), {timeout: 200});
-      else setTimeout(() => Obs.plotly.load(), 0);
-    },
-  };
   // A touch screen's (no drag-zoom there): the query made once and its answer kept (a matchMedia() a chart's redraw
   // was most of a zoom's layout time in bench/dashboard.py --profile)
   const coarse = window.matchMedia ? window.matchMedia("(pointer: coarse)") : null;
@@ -154,9 +114,8 @@ window.Obs = window.Obs || {};
     : n >= 1e12 ? (n / 1e12).toFixed(2) + "T"
     : n >= 1e9 ? (n / 1e9).toFixed(2) + "B" : n >= 1e6 ? (n / 1e6).toFixed(2) + "M"
     : n >= 1e3 ? (n / 1e3).toFixed(1) + "k" : String(Math.round(n));
-  // Writes that leave the DOM alone when nothing changed: a live page rewrites its header, panels and notes on every
-  // update, and each real write costs the page style, layout and paint (a live update's main cost, bench/liveview.py).
-  // A lone text node's data is rewritten in place: no new node, which the browser would style anew (and collect).
+  // Writes that leave the DOM alone when nothing changed: each real write costs style, layout and paint (a live
+  // update's main cost). A lone text node's data is rewritten in place: no new node to style anew (and collect).
   const setText = (el, text) => {
     const t = el.firstChild;
     if (t && t === el.lastChild && t.nodeType === Node.TEXT_NODE) t.data = text; else el.textContent = text;
@@ -250,21 +209,13 @@ window.Obs = window.Obs || {};
       const every = Math.ceil(steps.length / max);
       steps = steps.filter((_, i) => i % every === 0);
     }
-    const table = document.createElement("table");
-    table.className = "data-table";
-    const cap = table.createCaption();
-    cap.textContent = caption + (total > steps.length ? ` — every ${Math.ceil(total / max)}th of ${total} ` +
-      "points shown; zoom in for all of them" : ` — ${total} points`);
-    const head = table.createTHead().insertRow();
-    for (const name of ["step", ...columns.map((c) => c.label)]) {
-      const th = document.createElement("th"); th.scope = "col"; th.textContent = name; head.append(th);
-    }
-    const body = table.createTBody();
-    for (const s of steps) {
-      const tr = body.insertRow();
-      const th = document.createElement("th"); th.scope = "row"; th.textContent = s; tr.append(th);
-      for (const cell of rows.get(s)) tr.insertCell().textContent = cell;
-    }
+    const th = (scope, text) => Obs.el("th", {scope, text});
+    const said = total > steps.length ? ` — every ${Math.ceil(total / max)}th of ${total} points shown; zoom in ` +
+      "for all of them" : ` — ${total} points`;
+    const table = Obs.el("table", {class: "data-table"}, Obs.el("caption", {text: caption + said}),
+      Obs.el("thead", {}, Obs.el("tr", {}, ...["step", ...columns.map((c) => c.label)].map((n) => th("col", n)))),
+      Obs.el("tbody", {}, ...steps.map((s) => Obs.el("tr", {}, th("row", s),
+                                                         ...rows.get(s).map((text) => Obs.el("td", {text}))))));
     box.replaceChildren(table);
   };
 

@@ -222,9 +222,12 @@
     Obs.announce(action === "remove" ? `Chart ${title} removed` : `Chart moved ${action}`);
   };
 
-  // The smoothing slider, the range fields and the view's link. zoomTo(range | null); parse: a field's number;
-  // bad: the notice for a range that is none. Returns show(): the controls from the view.
-  Obs.viewControls = (view, zoomTo, parse, bad) => {
+  // The x axis buttons, the smoothing slider, the range fields and the view's link. zoomTo(range | null); parse: a
+  // field's number; bad: the notice for a range that is none; pickX(mode): an x axis button pressed. Returns
+  // show(mode, why): the controls from the view, `mode` the x axis shown, why(mode) why a mode cannot be (or "").
+  Obs.viewControls = (view, zoomTo, parse, bad, pickX) => {
+    const xButtons = document.querySelectorAll("#x-mode button");
+    xButtons.forEach((b) => b.addEventListener("click", () => pickX(b.value)));
     let smoothTimer = null; // the slider is being moved (its value not yet the view's)
     const said = (v) => { $("smooth-out").textContent = v > 0 ? v.toFixed(2) : "off"; };
     $("smooth").addEventListener("input", () => {
@@ -243,7 +246,12 @@
       try { await navigator.clipboard.writeText(url); Obs.toast("Link to this view copied.", "info"); }
       catch (e) { window.prompt("Copy this link:", url); }
     });
-    return () => {
+    return (mode, why) => {
+      xButtons.forEach((b) => {
+        b.setAttribute("aria-pressed", String(b.value === mode));
+        b.title = why(b.value);
+        b.disabled = !!b.title;
+      });
       if (!smoothTimer) { $("smooth").value = view.smooth; said(view.smooth); }
       $("range-from").value = view.range ? view.range[0] : "";
       $("range-to").value = view.range ? view.range[1] : "";

@@ -1,6 +1,6 @@
 """First paint with no Plotly at all: the dashboard's charts in view draw their history with the one line renderer
 (static/js/plot.js over the vendored uPlot) from the page's inline first windows; Plotly's bundle is never fetched
-for a run without a router panel (templates/runs/_chart_head.html, Obs.plotly in plotkit.js)."""
+for a run without a router panel (templates/runs/_chart_head.html, loadPlotly in moe.js)."""
 
 import math
 
