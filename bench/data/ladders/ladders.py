@@ -25,12 +25,14 @@ LADDERS = {
 # file against bench/data/heldout/MANIFEST.json first.
 # Two sets: `heldout/ladders` (frozen in d780ded; its figures were seen while the band rule was settled) and
 # `heldout/ladders2` (frozen in cc9b83b, after that rule, before any fit ran on it; scored once in 8827984: spent),
-# `heldout/ladders3` (frozen in f5fc276 before any fit ran on it and before the size-fold rule; blind until scored).
+# `heldout/ladders3` (frozen in f5fc276 before any fit ran on it and before the size-fold rule; scored once: spent),
+# `heldout/ladders4` (frozen in 82a5e37 before any fit ran on it; blind until scored).
 HELDOUT_SETS = {
     "heldout/ladders": ("misfitting_li2025", "marin2026_comma", "marin2026_dclm", "marin2026_nemotron"),
     "heldout/ladders2": ("l2l_fineweb", "l2l_fineweb_edu", "l2l_proof_pile_2", "l2l_slimpajama", "l2l_smollm",
                          "l2l_starcoder", "gemstones_mcleish2025"),
     "heldout/ladders3": ("porian2024_rw_cosine", "porian2024_owt2_cosine"),
+    "heldout/ladders4": ("cerebras2023_gpt_sp", "pythia2023_pile", "pythia2023_pile_dedup"),
 }
 HELDOUT = {name: (f"{folder}/{name}.csv", {"N": "N", "D": "D", "L": "L"}, "split")
            for folder, names in HELDOUT_SETS.items() for name in names}
