@@ -26,7 +26,7 @@ LADDERS = {
 # Two sets: `heldout/ladders` (frozen in d780ded; its figures were seen while the band rule was settled) and
 # `heldout/ladders2` (frozen in cc9b83b, after that rule, before any fit ran on it; scored once in 8827984: spent),
 # `heldout/ladders3` (frozen in f5fc276 before any fit ran on it and before the size-fold rule; scored once: spent),
-# `heldout/ladders4` (frozen in 82a5e37 before any fit ran on it; blind until scored).
+# `heldout/ladders4` (frozen in 82a5e37 before any fit ran on it; scored once in a261116's run: spent).
 HELDOUT_SETS = {
     "heldout/ladders": ("misfitting_li2025", "marin2026_comma", "marin2026_dclm", "marin2026_nemotron"),
     "heldout/ladders2": ("l2l_fineweb", "l2l_fineweb_edu", "l2l_proof_pile_2", "l2l_slimpajama", "l2l_smollm",
