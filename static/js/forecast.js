@@ -156,8 +156,7 @@ window.Obs = window.Obs || {};
     q(".fc-exp").href = d.experiment_url;
     q(".fc-badge").textContent = d.verified ? "registration intact" : "registration not intact";
     if (!d.verified) { q(".fc-badge").classList.add("sev-warning"); q(".fc-badge").title = d.problem || ""; }
-    const created = Number.isFinite(reg.created_at)
-      ? new Date(reg.created_at * 1000).toISOString().replace(".000", "") : "?";
+    const created = Number.isFinite(reg.created_at) ? Obs.utc(reg.created_at * 1000) : "?";
     q(".fc-meta").textContent = `${(reg.forecast || {}).law || "?"} law · `
       + `sha256 ${String(reg.sha256 || "").slice(0, 16)}… · ` +
       `registered ${created}` + (d.registered_before_start ? `, before step 0 of ${d.run_id}` :
