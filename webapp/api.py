@@ -6,7 +6,8 @@ import functools
 import hashlib
 import json
 
-from django.http import HttpResponseNotModified, JsonResponse
+from asgiref.sync import sync_to_async
+from django.http import HttpResponseNotModified, JsonResponse, StreamingHttpResponse
 
 HISTORY_MAX_AGE_S = 600  # how long a CDN or browser may serve a finished run's history window unasked
 
@@ -114,3 +115,18 @@ def cached(request, resp, immutable: bool):
         resp = HttpResponseNotModified()
     resp["ETag"], resp["Cache-Control"] = etag, cache
     return resp
+
+
+_END = object()
+
+
+class StreamedResponse(StreamingHttpResponse):
+    """A streamed answer from a sync generator (its rows read from the database) that streams under ASGI too:
+    Django's own answer to a sync iterator there is to read it whole into a list before the first byte (a 500k-point
+    export held in memory at once); this one reads it a chunk at a time, each in the request's sync thread."""
+
+    async def __aiter__(self):
+        parts = iter(self.streaming_content)
+        step = sync_to_async(next, thread_sensitive=True)
+        while (part := await step(parts, _END)) is not _END:
+            yield part

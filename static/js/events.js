@@ -109,7 +109,7 @@
       return el("li", "ev ev-" + e.group, undefined,
                 el("span", "ev-step", e.step === null || e.step === undefined ? "–" : "step " + e.step), " ",
                 el("span", "ev-text", e.text),
-                e.t ? Obs.el("time", {class: "muted", text: " " + new Date(e.t).toLocaleTimeString(), dateTime: e.t})
+                e.t ? Obs.el("time", {class: "muted", text: " " + Obs.utc(e.t), dateTime: e.t})
                   : null);
     }
 

@@ -143,8 +143,7 @@ window.Obs = window.Obs || {};
 
   function buildPanel() {
     const d = F.data, reg = d.registration, exp = reg.experiment || {}, el = Obs.el;
-    const created = Number.isFinite(reg.created_at)
-      ? new Date(reg.created_at * 1000).toISOString().replace(".000", "") : "?";
+    const created = Number.isFinite(reg.created_at) ? Obs.utc(reg.created_at * 1000) : "?";
     const meta = `${(reg.forecast || {}).law || "?"} law · sha256 ${String(reg.sha256 || "").slice(0, 16)}… · ` +
       `registered ${created}` + (d.registered_before_start ? `, before step 0 of ${d.run_id}` :
         d.registered_before_start === false ? `, AFTER ${d.run_id} first started: not a pre-registration` : "") +

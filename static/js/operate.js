@@ -104,7 +104,7 @@
           click: () => post(c.run, {id: c.id, command: c.command, args: c.args, reason: c.reason, confirm: true})}})
         : null;
       body.append(el("tr", {id: "cmd-" + c.id, "data-outcome": outcome, "data-run": c.run},
-        el("td", {text: new Date(c.created_at).toLocaleTimeString(), "data-label": "sent"}),
+        el("td", {text: Obs.utc(c.created_at), "data-label": "sent"}),
         el("td", {text: c.run, "data-label": "run"}),
         el("td", {"data-label": "command"}, el("code", {text: c.command}), " ",
           el("span", {class: "muted", text: argText(c.args)})),

@@ -356,7 +356,7 @@ window.Obs = window.Obs || {};
     fig.on = on; fig.layout = layout; fig.lines = lines; fig.markers = markers; fig.width = width; fig.height = height;
     const time = layout.xaxis && layout.xaxis.type === "date";
     fig.log = {x: logOf(layout, lines, "x"), y: logOf(layout, lines, "y"), y3: logOf(layout, lines, "y3")};
-    fig.fmtX = time ? (v) => new Date(v).toISOString().slice(0, 19).replace("T", " ")
+    fig.fmtX = time ? (v) => new Date(v).toISOString().slice(0, 19).replace("T", " ") + " UTC"
       : (v) => Number(v).toLocaleString("en-US");
     fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"
       : num(v) + (tr.unit ? " " + tr.unit : ""));

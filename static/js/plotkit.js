@@ -163,6 +163,8 @@ window.Obs = window.Obs || {};
       .observe(el);
     return false;
   };
+  // A moment as every page shows one, like the charts' wall-time axis: UTC, labelled ("2023-11-14 22:13:20 UTC")
+  Obs.utc = (t) => (t ? new Date(t).toISOString().slice(0, 19).replace("T", " ") + " UTC" : "–");
   Obs.duration = (s) => {
     if (s === null || s === undefined || !Number.isFinite(+s)) return "–";
     s = Math.max(0, Math.round(s));

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django_ratelimit.decorators import ratelimit
@@ -13,7 +13,7 @@ from django_ratelimit.decorators import ratelimit
 from webapp.accounts.permissions import can, public
 from webapp.annotations.access import Viewer, annotation_records
 from webapp.anomalies.models import Anomaly
-from webapp.api import api_view
+from webapp.api import StreamedResponse, api_view
 from webapp.pagination import after_cursor, page
 from webapp.publicapi import openapi
 from webapp.runs.api import get_run
@@ -84,7 +84,7 @@ def _records(request, run):
 def export_records(request, run_id: str):
     """{"run", "full_detail", "events", "anomalies", "annotations"}: everything but the series, streamed."""
     run = get_run(run_id)
-    resp = StreamingHttpResponse(_records(request, run), content_type="application/json")
+    resp = StreamedResponse(_records(request, run), content_type="application/json")
     resp["Content-Disposition"] = f'attachment; filename="{run.id}-records.json"'
     resp["Cache-Control"] = "no-cache"
     return resp

@@ -10,10 +10,10 @@ import json
 import math
 
 from django.db import connection
-from django.http import QueryDict, StreamingHttpResponse
+from django.http import QueryDict
 
 from observatory.downsample import FINITE, NAN, POSINF
-from webapp.api import ApiError, int_param
+from webapp.api import ApiError, StreamedResponse, int_param
 from webapp.metrics import queries
 from webapp.metrics.models import Point, Series
 from webapp.public import absolute
@@ -215,8 +215,8 @@ def parquet_stream(plan: Plan):
 STREAMS = {"csv": csv_stream, "json": json_stream, "parquet": parquet_stream}
 
 
-def response(plan: Plan, fmt: str) -> StreamingHttpResponse:
-    resp = StreamingHttpResponse(STREAMS[fmt](plan), content_type=CONTENT_TYPES[fmt])
+def response(plan: Plan, fmt: str) -> StreamedResponse:
+    resp = StreamedResponse(STREAMS[fmt](plan), content_type=CONTENT_TYPES[fmt])
     kind = "full" if plan.points is None else f"{plan.points}pts"
     resp["Content-Disposition"] = f'attachment; filename="{plan.run.id}-{kind}.{fmt}"'
     resp["Cache-Control"] = "no-cache"
