@@ -188,25 +188,23 @@ def measure_latency(stack: Stack, a) -> dict:
     stack.ingest()
     names = demo_names() if width == "full" else [contract.M_LOSS, contract.M_LR]
     run_id = f"bench-{int(time.time())}"
-    pub = Publisher(stack.redis_url, run_id)
-    stack.callback(pub.close)
+    stack.callback((pub := Publisher(stack.redis_url, run_id)).close)
     sent: dict[int, float] = {}
     pub.publish("run", {"t": time.time(), "name": "latency bench", "config": {}})
     pub.metrics(0, {n: 1.0 for n in names})
     pub.flush()
-    tap = PushTap(stack.redis_url, run_id)
-    tap.start() or stack.callback(tap.stop.set)
+    (tap := PushTap(stack.redis_url, run_id)).start() or stack.callback(tap.stop.set)
     base = f"http://127.0.0.1:{front}"
     wait_http(f"{base}/api/runs/", 60)
     # a loaded box starts ingest slowly; without the run the page is a 404
     wait_for(lambda: run_stored(base, run_id, None), 120, f"ingest creating run {run_id}")
     if tier == "nchan":
-        push_tap = LiveViewer(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")
-        push_tap.start()
+        (push_tap := LiveViewer(f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/")).start()
         stack.callback(lambda: push_tap.stop.set() or push_tap.join())
         if not push_tap.ready.wait(30):  # open before the first step is published
             raise RuntimeError(f"nchan refused {run_id}'s channel for 30 s: the relay never made it")
     if others:  # --others K: K viewers on the run's live path meanwhile (bench/viewers.c), connected first
+        wait_for(lambda: run_stored(base, run_id, 0), 120, "step 0 stored")  # the run exists for push.conf's check
         crowd = CViewers([f"ws://127.0.0.1:{front}/live/runs/{run_id}/lite/" if tier == "nchan" else
                           f"ws://127.0.0.1:{port}/ws/runs/{run_id}/"], others, rate=0, hub=tier == "hub",
                          resume={"type": "resume", "metrics": [contract.M_LOSS]})
@@ -231,13 +229,8 @@ def measure_latency(stack: Stack, a) -> dict:
         pass
     frames = page.evaluate("() => window.__obsFrames")
     server_stats = prometheus_means(f"http://127.0.0.1:{port}/metrics")
-    if crowd is not None:
-        crowd.stop(0)
-        crowd_out = crowd.result()
-    arrived: dict[int, float] = {}
-    for now, _typ, steps in frames:
-        for s in steps:
-            arrived.setdefault(s, now)
+    crowd_out = crowd.stop(0) or crowd.result() if crowd is not None else None
+    arrived = {s: now for now, _typ, steps in reversed(frames) for s in steps}  # each step's first arrival
     lat = [arrived[s] - sent[s] for s in sent if s in arrived]
     tap.stop.set()
     out = {"tier": tier, "path": PATHS[tier], "others": others}
@@ -262,6 +255,12 @@ def measure_latency(stack: Stack, a) -> dict:
                     "others_p99_ms": round(wpct(ws, 99), 1) if ws else None,
                     "first_socket_p50_ms": round(pct(first, 50), 1) if first else None,
                     "first_socket_p99_ms": round(pct(first, 99), 1) if first else None})
+        if others - crowd_ready[0] + crowd_out["dropped"] > others // 100:  # a latency without the crowd: no figure
+            out["error"] = f"--others {others}: {crowd_ready[0]} connected, {crowd_out['dropped']} of them dropped"
+    if tier == "nchan":  # a crashed nginx worker drops every socket it held (the page and push_tap reconnect)
+        log = open(f"{stack.tmp}/push/logs/nginx-error.log").read()
+        if "exited on signal" in log:
+            out["error"] = f"nginx's worker crashed {log.count('exited on signal')}x; {out.get('error', '')}"
     return {**out, "steps_sent": len(sent), "steps_received": len(lat), "rate_per_s": rate, "width": len(names),
             "server": server,
             "p50_ms": round(pct(lat, 50), 1) if lat else None, "p99_ms": round(pct(lat, 99), 1) if lat else None,
@@ -313,7 +312,9 @@ def main() -> int:
         with Stack("latency") as stack:
             stack.site(private_redis=True, OBS_METRICS_TOKEN=SCRAPE_TOKEN)  # a concurrent bench flushes the shared db
             out = {"publish_to_browser": measure_latency(stack, args), "targets": {"p50_ms": 50, "p99_ms": 250}}
-        return report("latency" if args.tiers == ["hub"] else "latency_nchan", out, args.json, not args.no_save)
+        error = out["publish_to_browser"].get("error")  # in the JSON, never filed, and a failing exit
+        return report("latency" if args.tiers == ["hub"] else "latency_nchan", out, args.json,
+                      not args.no_save and not error) or (2 if error else 0)
     build()  # before any clock starts (cached in var/bench/ by the source's hash)
     if not args.json:
         print(f"fan-out: {args.viewers} viewers, {args.replicas} {args.server} replica(s), {args.seconds:.0f}s",

@@ -311,11 +311,11 @@ class Stack(ExitStack):
         missing = push_tier_missing()
         if missing:
             raise RuntimeError(f"the push tier cannot start: {missing}")
-        port, pub_port, var = free_port(), free_port(), Path(self.tmp) / name
+        port, pub_port, auth_port, var = free_port(), free_port(), free_port(), Path(self.tmp) / name
         for sub in ("nginx", "logs"):
             (var / sub).mkdir(parents=True, exist_ok=True)
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port, conn_limit=conn_limit, redis=redis))
+        conf.write_text(nchan_config(var, "127.0.0.1", port, web_port, pub_port, auth_port, conn_limit, redis))
         self.env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
         nginx = self.start(["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e",
                             str(var / "logs" / "nginx-error.log")], quiet=False)

@@ -73,11 +73,12 @@ def viewer_cap(nofile: int) -> int:
     return max(1, nofile - max(256, nofile // 20))
 
 
-def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int,
+def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int, auth_port: int,
                  conn_limit: int | None = None, redis: str | None = None, nofile: int | None = None) -> str:
     """nginx.conf for `make run`'s push tier: deploy/push.conf rendered for one nginx (nchan's websocket
     subscribers at /live/runs/<run>/, its publisher at 127.0.0.1:pub_port for this machine only: OBS_LIVE_PUSH_URL)
-    with everything else proxied to the web server (`web`: a unix socket's path, or a port on 127.0.0.1).
+    with everything else proxied to the web server (`web`: a unix socket's path, or a port on 127.0.0.1), the
+    subscriber check's cache on 127.0.0.1:auth_port (TCP, not a unix socket: push.conf's @auth-listen says why).
     redis (benches): a push replica's, channels in nchan's Redis mode at that URL (the @replica lines kept).
     nofile: the worker's open files (default: open_file_limit()); viewer sockets are capped below it (viewer_cap):
     on a box whose hard limit is 20,000, 20,000 viewers left no descriptor for the relay and nothing was delivered.
@@ -98,8 +99,8 @@ def nchan_config(var: Path, host: str, port: int, web: int | str, pub_port: int,
         "replica": None,
         "viewer-cap": f"limit_conn live_all {viewer_cap(nofile)};",
         "web-upstream": None,  # make run's own (observatory_web below: the web's unix socket or port)
-        "auth-upstream": f"upstream live_authorize {{ server unix:{d / 'live-auth.sock'}; keepalive 8; }}",
-        "auth-listen": f"listen unix:{d / 'live-auth.sock'};",
+        "auth-upstream": f"upstream live_authorize {{ server 127.0.0.1:{auth_port}; keepalive 8; }}",
+        "auth-listen": f"listen 127.0.0.1:{auth_port} backlog=4096;",
         "auth-cache": f"proxy_cache_path {d / 'live-auth'} levels=1 keys_zone=live_authorize:1m max_size=8m "
                       "inactive=1m;",
         "real-ip": None,  # make run's nginx is the edge: the peer is the client

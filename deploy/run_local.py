@@ -144,7 +144,7 @@ def start_push_tier(sup: Supervisor, env: dict[str, str], host: str, port: int, 
     sock = os.path.join(tempfile.mkdtemp(prefix="obs-web-"), "web.sock")  # 0700; short (a socket path <= 107 bytes)
     sup.scratch.append(os.path.dirname(sock))  # (removed at stop: each make run made one more under /tmp)
     conf = d / "nginx.conf"
-    conf.write_text(nchan_config(var, host, port, sock, pub_port))
+    conf.write_text(nchan_config(var, host, port, sock, pub_port, free_port()))
     env["OBS_LIVE_PUSH_URL"] = f"http://127.0.0.1:{pub_port}/pub/runs/"
     env["OBS_PROXY_SOCKET"] = sock
     sup.start("nginx", [shutil.which("nginx"), "-c", str(conf), "-p", str(d), "-e",

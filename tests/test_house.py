@@ -180,7 +180,7 @@ def test_one_nchan_configuration():
     process = {"deploy/push_tier.py": ["nchan_shared_memory_size"]}
     writers = {str(p.relative_to(ROOT)): directive.findall(p.read_text(errors="replace")) for p in source_files()}
     assert {p: d for p, d in writers.items() if d and p != "deploy/push.conf"} == process
-    rendered = nchan_config(Path("/var/obs"), "127.0.0.1", 8000, 8001, 8002)
+    rendered = nchan_config(Path("/var/obs"), "127.0.0.1", 8000, 8001, 8002, 8003)
     wanted = [line.split("#")[0].strip() for line in (ROOT / "deploy" / "push.conf").read_text().splitlines()
               if directive.match(line) and "@replica" not in line]
     assert wanted and [w for w in wanted if w not in rendered] == []

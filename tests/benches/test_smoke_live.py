@@ -28,8 +28,11 @@ def test_latency(run_bench):
 @pytest.mark.browser
 @pytest.mark.skipif(not shutil.which("nginx"), reason="nginx + nchan not installed")
 def test_latency_through_the_push_tier(run_bench):
-    out, _ = run_bench("fanout", "--browser", "--seconds", "2", "--tier", "nchan", "--json", topic="latency_nchan")
-    assert out["publish_to_browser"]["push_steps_received"] > 0
+    out, _ = run_bench("fanout", "--browser", "--seconds", "2", "--tier", "nchan", "--others", "1000", "--json",
+                       topic="latency_nchan")
+    got = out["publish_to_browser"]
+    assert got["push_steps_received"] > 0  # and the crowd, all at once, all in (else the bench exits 2)
+    assert (got["others_connected"], got["others_failed"], got.get("error")) == (1000, 0, None)
 
 
 @pytest.mark.skipif(not shutil.which("nginx"), reason="nginx + nchan not installed")

@@ -305,7 +305,7 @@ def test_make_run_renders_the_one_nchan_config_and_nginx_accepts_it(tmp_path):
         pytest.skip(f"no push tier here ({push_tier.push_tier_missing()}); CI installs it")
     (tmp_path / "nginx").mkdir()
     (tmp_path / "logs").mkdir()
-    conf = push_tier.nchan_config(tmp_path, "127.0.0.1", 8100, str(tmp_path / "web.sock"), 8101)
+    conf = push_tier.nchan_config(tmp_path, "127.0.0.1", 8100, str(tmp_path / "web.sock"), 8101, 8102)
     source = (DEPLOY / "push.conf").read_text()
     assert "@" not in conf.split("from deploy/push.conf")[1].replace("`@", "")
     for line in source.splitlines():
@@ -313,6 +313,8 @@ def test_make_run_renders_the_one_nchan_config_and_nginx_accepts_it(tmp_path):
             assert line in conf  # the channel rules are push.conf's own lines
     assert "proxy_set_header Host $http_host;" in conf and "server_tokens off;" in conf
     assert "listen 127.0.0.1:8101;" in conf and "listen 127.0.0.1:8100;" in conf
+    # the subscriber check's cache on TCP (a unix socket's full backlog crashed nchan's worker under a crowd)
+    assert "listen 127.0.0.1:8102 backlog=4096;" in conf and "server 127.0.0.1:8102;" in conf
     (tmp_path / "nginx.conf").write_text(conf)
     out = subprocess.run(["nginx", "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path / "nginx"), "-e",
                           str(tmp_path / "logs" / "err.log")], capture_output=True, text=True)

@@ -27,7 +27,7 @@ from run_local import NCHAN_MODULE, push_tier_missing  # noqa: E402
 
 PUSH_REDIS = "redis://redis:6379/1"  # compose's `redis` service and the cluster's `redis` StatefulSet, database 1
 WEB = "server web:8000;"  # compose's `web` service and the cluster's `web` Service (its port 8000)
-AUTH, AUTH_CACHE = "127.0.0.1:8082;", "/var/lib/nginx/live-auth"  # the subscriber check's loopback server, its cache
+AUTH, AUTH_CACHE = "127.0.0.1:8082", "/var/lib/nginx/live-auth"  # the subscriber check's loopback server, its cache
 pytestmark = pytest.mark.django_db(transaction=True)  # push_web's web server reads the test database
 
 
@@ -46,7 +46,7 @@ class Replica:
                 .replace("listen 8081;", f"listen 127.0.0.1:{self.pub_port};")
                 .replace("listen 80;", f"listen 127.0.0.1:{self.port};")
                 .replace(WEB, f"server 127.0.0.1:{web_port};")  # the web server, for the subscriber check
-                .replace(AUTH, f"127.0.0.1:{auth_port};")
+                .replace(AUTH, f"127.0.0.1:{auth_port}")
                 .replace(AUTH_CACHE, str(d / "live-auth")))
         temps = " ".join(f"{k}_temp_path {d / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
         # what the proxy image's nginx.conf wraps conf.d/default.conf in (Debian's, less its user and log paths)

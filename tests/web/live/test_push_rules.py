@@ -8,6 +8,7 @@ and database, the real relay."""
 from __future__ import annotations
 
 import secrets
+import time
 
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -75,6 +76,29 @@ def test_a_stored_run_opens_before_the_relays_first_publish_and_after_nginx_rest
     limited.start()
     with _subscribe(limited, f"{run_id}/lite/") as lite:
         assert lite.protocol.state.name == "OPEN"
+
+
+def test_a_viewer_refused_before_its_run_exists_is_let_in_by_a_retry_once_it_does(limited, redis_client, run_id):
+    """A socket opened a moment before its run exists (the bench's crowd, a page racing ingest): refused, and that
+    refusal is cached for 1 s only (an allowed answer for 10 s), so a retry gets in soon after the run exists.
+    nginx's cache counts whole seconds (a refusal kept "1 s" goes 1-2 s later, "2 s" 2-3 s later): the refusal is
+    asked for early in a second, so the two fall either side of 2.4 s with room for a loaded box."""
+    wait_for(lambda: 0.02 < time.time() % 1 < 0.25, 2, "the start of a second", every=0.01)
+    with pytest.raises(InvalidStatus) as e:
+        _subscribe(limited, f"{run_id}/lite/")
+    refused_at = time.monotonic()  # the cached refusal was made before this
+    assert e.value.response.status_code == 403
+    LiveLog(redis_client).append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])  # the run is live
+
+    def opened():
+        try:
+            _subscribe(limited, f"{run_id}/lite/").close()
+            return time.monotonic()
+        except InvalidStatus as refused:
+            assert refused.response.status_code == 403
+            return None
+    waited = wait_for(opened, 10, "the run's channel once the run exists", every=0.05) - refused_at
+    assert waited < 2.4, f"refused for {waited:.2f} s after the run existed (push.conf keeps a refusal 1 s)"
 
 
 def test_a_viewer_in_before_the_relays_retry_gets_the_entry(limited, redis_client, run_id):

@@ -40,7 +40,7 @@ class Nchan:
         (var / "nginx").mkdir(parents=True)
         (var / "logs").mkdir()
         conf = var / "nginx" / "nginx.conf"
-        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port, self.pub_port,
+        conf.write_text(nchan_config(var, "127.0.0.1", self.port, web_port, self.pub_port, free_port(),
                                      conn_limit=conn_limit, nofile=nofile))
         self.nofile = nofile  # (nginx started with this open-file limit, soft and hard)
         self.argv = ["nginx", "-c", str(conf), "-p", str(var / "nginx"), "-e", str(var / "logs" / "nginx-error.log")]

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.web.live.test_relay import (  # noqa: F401 (fixtures: the push tier as make run has it)
-    ingest, nchan, open_channels, relay, relay_all)
-from tests.web.servers import wait_for
+    Nchan, ingest, nchan, open_channels, relay, relay_all)
+from tests.web.servers import stop, wait_for
+from webapp.live.livelog import LiveLog
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -57,6 +58,26 @@ def test_every_published_step_reaches_every_viewer_once(relay, nchan, trainer, i
     assert sorted((s, n) for s, n, _first, _hist in out["steps"]) == [(s, 6) for s in range(40)]
     assert all(sum(h[1::2]) == 6 for _s, _n, _first, h in out["steps"])  # the histogram holds every viewer
     assert got(out, set(range(40))) == 240
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_crowd_arriving_at_once_is_let_in_and_nginx_survives_it(tmp_path, push_web, redis_client, run_id, exe):
+    """1,000 sockets in one burst (bench/fanout.py --browser --others 1000): each handshake's subscriber check opens
+    a connection to nginx's loopback cache server; on make run's unix socket the full backlog failed that connect
+    inside nchan's subrequest and nchan 1.3.6 crashed the worker (SIGSEGV): ~980 of the 1,000 refused, and every
+    viewer it held dropped."""
+    n = Nchan(tmp_path, push_web, conn_limit=1100)  # (the crowd shares 127.0.0.1)
+    try:
+        LiveLog(redis_client).append(run_id, [{"type": "update", "run_id": run_id, "series": {}}])  # a live run
+        views = CViewers([f"ws://127.0.0.1:{n.port}/live/runs/{run_id}/lite/"], 1000, rate=0, exe=exe)
+        try:
+            ready = views.ready()
+        finally:
+            views.kill()
+        crashed = [ln for ln in (tmp_path / "logs" / "nginx-error.log").read_text().splitlines() if "signal" in ln]
+        assert (ready, crashed) == ((1000, 0), [])
+    finally:
+        stop(n.proc)
 
 
 def accept_key(key: str) -> str:
