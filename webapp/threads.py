@@ -74,5 +74,5 @@ class PooledASGIHandler(ASGIHandler):
         try:
             async with ThreadSensitiveContext(executor=executor):
                 await self.handle(scope, receive, send)
-        finally:
+        finally:  # (idle by now: a cancelled request's request_finished signal queued behind its view there)
             await self.threads.give(executor)
