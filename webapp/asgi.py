@@ -10,9 +10,13 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+import django  # noqa: E402
 
-django_http = get_asgi_application()  # before importing consumers: it sets up the app registry
+django.setup(set_prefix=False)  # (what get_asgi_application does) before importing consumers: the app registry
+
+from webapp.threads import PooledASGIHandler  # noqa: E402
+
+django_http = PooledASGIHandler()  # Django's ASGI handler, its request threads (and their DB connections) reused
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

@@ -113,7 +113,7 @@ def database_from_url(url: str, data_dir: Path) -> dict:
             "HOST": u.hostname or "",
             "PORT": str(port or ""),
             "OPTIONS": dict(parse_qsl(u.query)),
-            "CONN_MAX_AGE": 0,  # ASGI runs views in threads; persistent connections would pile up
+            **REUSED,
             "TEST": {"NAME": f"test_{name}_{os.getpid()}"},  # parallel test runs must not share a database
         }
     if u.scheme == "sqlite":
@@ -131,9 +131,7 @@ def _sqlite(path: Path, data_dir: Path) -> dict:
         "OPTIONS": {
             # WAL: the web server reads while ingest writes; IMMEDIATE: writers queue instead of failing.
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-        },
+            "transaction_mode": "IMMEDIATE", "timeout": 30}, **REUSED,
         # A file (not :memory:) so that test subprocesses (daphne, ingest) can share it; per-pid for parallel runs.
         "TEST": {"NAME": str(data_dir / f"test-observatory-{os.getpid()}.sqlite3")},
     }
@@ -141,6 +139,8 @@ def _sqlite(path: Path, data_dir: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------------- core
 TESTING = env_bool("OBS_TESTING", False)
+REUSED = {"CONN_MAX_AGE": 0 if TESTING else 60,  # kept by its request thread (webapp.threads); closed in tests: a
+          "CONN_HEALTH_CHECKS": True}  # test database is dropped at the end, and no thread may hold it open
 DEBUG = env_bool("OBS_DEBUG", False)
 DATA_DIR = Path(env_str("OBS_DATA_DIR", str(BASE_DIR / "var")))
 if not DATA_DIR.is_absolute():

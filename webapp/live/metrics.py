@@ -9,6 +9,7 @@ from django.conf import settings
 
 from webapp.live import livelog, relay, stats
 from webapp.live.relay import STATS_KEY
+from webapp.ops import probes
 from webapp.ops.exposition import Family, histogram
 
 
@@ -61,21 +62,18 @@ def live_health() -> dict[str, str]:
     if not settings.OBS_LIVE_PUSH_URL:
         return {"live_lag": "ok (no push tier)"}
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
-        try:
-            now_ms = int(time.time() * 1000)
-            runs = [r.decode() for r in client.zrangebyscore(livelog.RUNS_KEY, now_ms - relay.IDLE_S * 1000, "+inf")]
-            worst, where = 0, ""
-            for run_id in runs[:200]:
-                last = client.xrevrange(livelog.log_key(run_id), count=1)
-                cursor = client.get(relay.cursor_key(run_id))
-                if last and not client.exists(relay.lease_key(run_id)):
-                    return {"live_lag": f"no relay holds {run_id}"}
-                lag = livelog.seq_of(last[0][0]) - int(cursor.split(b" ")[0]) if last and cursor else 0
-                if lag > worst:
-                    worst, where = lag, run_id
-        finally:
-            client.close()
+        client = probes.client()  # (kept between probes, with the probes' short timeouts)
+        now_ms = int(time.time() * 1000)
+        runs = [r.decode() for r in client.zrangebyscore(livelog.RUNS_KEY, now_ms - relay.IDLE_S * 1000, "+inf")]
+        worst, where = 0, ""
+        for run_id in runs[:200]:
+            last = client.xrevrange(livelog.log_key(run_id), count=1)
+            cursor = client.get(relay.cursor_key(run_id))
+            if last and not client.exists(relay.lease_key(run_id)):
+                return {"live_lag": f"no relay holds {run_id}"}
+            lag = livelog.seq_of(last[0][0]) - int(cursor.split(b" ")[0]) if last and cursor else 0
+            if lag > worst:
+                worst, where = lag, run_id
     except (redis.RedisError, ValueError) as e:
         return {"live_lag": f"unknown ({type(e).__name__})"}
     return {"live_lag": "ok" if worst <= LIVE_LAG_OK else f"{worst} entries behind on {where}"}

@@ -26,9 +26,18 @@ def check_database() -> str | None:
         return f"{type(e).__name__}: {e}"[:200]
 
 
+_clients: dict[str, redis.Redis] = {}
+
+
 def client() -> redis.Redis:
-    # Own short timeouts: a probe must answer well within a Kubernetes probe's timeout even if Redis hangs.
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+    """The probes' client, one per process (per REDIS_URL): its pool keeps a connection between probes (a new one
+    per probe cost more than the rest of /healthz), each command still goes to Redis (a dead one: an error).
+    Own short timeouts: a probe must answer well within a Kubernetes probe's timeout even if Redis hangs."""
+    url = settings.REDIS_URL  # read at call time: tests point it at their own database
+    r = _clients.get(url)
+    if r is None:  # (two threads racing here make two clients; one is kept)
+        r = _clients.setdefault(url, redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1))
+    return r
 
 
 def check_redis(r: redis.Redis) -> str | None:

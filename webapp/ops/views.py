@@ -32,11 +32,8 @@ STARTED = time.time()
 def healthz(request):
     db = probes.check_database()
     r = probes.client()
-    try:
-        rd = probes.check_redis(r)
-        lag = probes.lag_health(r) if rd is None else "unknown (no Redis)"
-    finally:
-        r.close()
+    rd = probes.check_redis(r)
+    lag = probes.lag_health(r) if rd is None else "unknown (no Redis)"
     body = {"status": "ok" if db is None and rd is None else "unavailable",
             "database": _public_error("database", db), "redis": _public_error("redis", rd), "ingest_lag": lag}
     # no uptime: when a process last restarted is for operators (/metrics' start time), not the public
@@ -86,11 +83,7 @@ def metrics(request):
                               "when this web process started").add(round(STARTED, 3)),
             exposition.Family("observatory_database_up", "gauge", "1 when the database answered this scrape")
             .add(1 if probes.check_database() is None else 0)]
-    r = probes.client()
-    try:
-        fams += probes.redis_families(r)
-    finally:
-        r.close()
+    fams += probes.redis_families(probes.client())
     for collect in exposition.collectors:
         fams += list(collect())
     fams = exposition.without_process_names(fams, settings.SECRET_KEY)
