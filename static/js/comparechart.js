@@ -124,7 +124,7 @@
       const lay = super.layout(traces), view = this.ctx.view, xa = lay.xaxis;
       if (view.logx) {
         xa.type = "log";
-        if (xa.range) xa.range = xa.range.map((v) => Math.log10(Math.max(v, 1e-9)));
+        if (xa.range) xa.range = xa.range.map((v) => Math.log10(Math.max(v, 0))); // (from 0: from the first x > 0)
       } else if (view.x === "time") { // seconds since each run's start, labelled as durations
         const [lo, hi] = view.range || Obs.xExtent(traces);
         Object.assign(xa, Obs.durationTicks(lo, hi, this.width < 500 ? 3 : 6) || {});

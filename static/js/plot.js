@@ -36,14 +36,11 @@ window.Obs = window.Obs || {};
   const PALETTE_DARK = ["#74a9ff", "#ffa94d", "#69db7c", "#da77f2", "#3bc9db", "#d2a679", "#f783ac", "#a5b4c4",
                         "#d8f5a2", "#91a7ff"];
   Obs.lineColor = (i) => (document.documentElement.dataset.theme === "dark" ? PALETTE_DARK : PALETTE)[i % 10];
+  const make = (tag, props) => Object.assign(document.createElement(tag), props);
   const isLine = (t) => t.mode === "lines" && t.x && t.x.length !== undefined;
   // Tick labels as short as the axis needs: 1.2k, 3e-4, 0.25
-  const num = (v) => {
-    if (v === null || v === undefined || v === 0) return v === 0 ? "0" : "";
-    const a = Math.abs(v);
-    if (a >= 1e4 || a < 1e-3) return v.toExponential(1).replace(/\.0e/, "e").replace("e+", "e").replace("-", "\u2212");
-    return String(+v.toPrecision(4)).replace("-", "\u2212");
-  };
+  const num = (v) => !Number.isFinite(v) ? "" : (v !== 0 && (Math.abs(v) >= 1e4 || Math.abs(v) < 1e-3)
+    ? v.toExponential(1).replace(/\.0e/, "e").replace("e+", "e") : String(+v.toPrecision(4))).replace("-", "\u2212");
   // An axis's tick labels, each with the digits the ticks' spacing needs (adjacent labels never read the same):
   // 1e5, 1.05e5, 1.1e5 at a 5,000 spacing; 0.25, 0.3 at 0.05
   const tickLabels = Obs.tickLabels = (vals) => {
@@ -61,24 +58,43 @@ window.Obs = window.Obs || {};
       return s.replace("-", "\u2212");
     });
   };
-  // A log axis: under 2 decades every split as a number; wider, the powers of ten alone, as 1e−3
-  const logNum = (vals) => {
-    const pos = vals.filter((v) => v > 0), span = pos.length ? Math.log10(Math.max(...pos) / Math.min(...pos)) : 0;
+  // A log axis's ticks, counted from the decade (uPlot's count from the range's start ticked 1024, 2024, 3024…):
+  // 1..9 × 10^k in range; where fewer than two are (a zoom), 10..99 × 10^(k-1), and so on down
+  const logSplits = (lo, hi, sub = 0) => {
+    const out = [], top = 10 ** (sub + 1);
+    for (let k = Math.floor(Math.log10(lo)) - sub; lo > 0 && 10 ** k <= hi && out.length < 500; k++) {
+      for (let d = Math.max(top / 10, Math.ceil(lo / 10 ** k - 1e-9)); d < top && d * 10 ** k <= hi * (1 + 1e-9); d++) {
+        out.push(+(d + "e" + k));
+      }
+    }
+    return out.length > 1 || !(lo > 0) || sub > 9 ? out : logSplits(lo, hi, sub + 1);
+  };
+  // Its labels: the powers of ten where two are in range, else 1, 2, 5 × 10^k where two are, else every tick; as
+  // many as have room (none closer than their widths on x, a line's height on y); as 1e−3 if one is ≥ 1e4 or < 1e-3
+  const logLabels = (u, vals, i) => {
+    const a = u.axes[i], lead = (v) => +v.toExponential().split("e")[0];
+    const pick = new Set([[1], [1, 2, 5]].map((ds) => vals.filter((v) => ds.includes(lead(v))))
+      .find((p) => p.length > 1) || vals);
+    const expo = [...pick].some((v) => v >= 1e4 || v < 1e-3);
+    let last = -Infinity, room = 0;
     return vals.map((v) => {
-      const e = Math.round(Math.log10(v)), pow = Math.abs(v / 10 ** e - 1) < 1e-9;
-      return !(v > 0) ? "" : span < 2 ? num(+v.toPrecision(12)) : pow ? ("1e" + e).replace("-", "\u2212") : "";
+      const s = (expo ? v.toExponential().replace("e+", "e") : String(v)).replace("-", "\u2212");
+      const at = u.valToPos(v, a.scale), w = a.side % 2 ? 14 : measure.measureText(s).width;
+      if (!pick.has(v) || Math.abs(at - last) < (w + room) / 2 + 6) return "";
+      [last, room] = [at, w];
+      return s;
     });
   };
-  // A log range's end on one significant digit (uPlot's log splits count up from the range's start): 140.8 → 100
+  // A log range's end on one significant digit: 140.8 → 100
   const round1 = (v, f, k = 10 ** Math.floor(Math.log10(v))) => +(f(+(v / k).toFixed(9)) * k).toPrecision(12);
 
   // A log axis only over a value > 0 (uPlot's log ticks over an empty scale, its -1..1, never end: RangeError)
   const logOf = (lay, lines, k, a = lay[k[0] + "axis" + k.slice(1)]) => !!(a && a.type === "log") && lines.some(
     (t) => (k === "x" || (t.yaxis === "y3") === (k === "y3")) && [].some.call(k === "x" ? t.x : t.y, (v) => v > 0));
   // Half the width of an x axis's last tick label (CSS px): the room right of the plot that keeps it whole
-  const measure = document.createElement("canvas").getContext("2d");
+  const measure = Object.assign(document.createElement("canvas").getContext("2d"), {font: FONT});
   const halfLast = (labels) => {
-    const last = labels && labels[labels.length - 1]; measure.font = FONT;
+    const last = labels && labels.filter(Boolean).pop();
     return last ? Math.ceil(measure.measureText(last).width / 2) + 1 : 0;
   };
 
@@ -87,12 +103,11 @@ window.Obs = window.Obs || {};
   function columns(lines) {
     if (lines.length === 1) return [lines[0].x, lines[0].y];
     const x0 = lines[0].x;
-    if (lines.every((t) => t.x === x0 || (t.x.length === x0.length && sameX(t.x, x0)))) {
+    if (lines.every((t) => t.x === x0 || (t.x.length === x0.length && t.x.every((v, i) => v === x0[i])))) {
       return [lines[0].x, ...lines.map((t) => t.y)];
     }
     return uPlot.join(lines.map((t) => [t.x, t.y]));
   }
-  function sameX(a, b) { for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false; return true; }
 
   // A figure's shape: what uPlot's options depend on. The same shape keeps the instance.
   const shapeKey = (lines, layout) => [
@@ -108,7 +123,8 @@ window.Obs = window.Obs || {};
       scale, side, size, stroke: t.muted, font: FONT, labelFont: FONT, gap: 4,
       grid: {show: side !== 1, stroke: t.grid, width: 1}, ticks: {show: true, stroke: t.grid, width: 1, size: 4},
       values: scale === "x" && time ? undefined
-        : (u, vals) => (fig.ticks[scale] = fig.log[scale] ? logNum(vals) : tickLabels(vals))});
+        : (u, vals, i) => (fig.ticks[scale] = fig.log[scale] ? logLabels(u, vals, i) : tickLabels(vals)),
+      ...(fig.log[scale] && {splits: (u, i, lo, hi) => logSplits(lo, hi), filter: (u, v) => v})});
     const series = [{}], bands = [];
     lines.forEach((tr, i) => {
       const ln = tr.line || {}, width = ln.width === undefined ? 1.5 : ln.width;
@@ -120,11 +136,13 @@ window.Obs = window.Obs || {};
     // A span within rounding error of its values is a flat line (uPlot would step its ticks 1e-16 apart forever)
     const flat = (lo, hi) => !(hi - lo > Math.max(Math.abs(lo), Math.abs(hi)) * 1e-9);
     const rng = (key) => (u, lo, hi) => {
-      const r = fig.ranges[key];
-      if (r) { if (!flat(r[0], r[1])) return r.slice(); [lo, hi] = r; }
+      const r = fig.ranges[key], log = fig.log[key];
+      if (r) [lo, hi] = r;
+      // a log x from its first x > 0: step 0 is off the axis (not at 1e-9, ten empty decades away)
+      if (log && key === "x" && !(lo > 0)) lo = u.data[0].find((v) => v > 0);
+      const thin = flat(lo, hi);
+      if ((r || key === "x") && !thin) return [lo, hi];
       if (!(hi >= lo)) return [0, 1];
-      const log = fig.log[key], thin = flat(lo, hi);
-      if (key === "x" && !thin) return log && !(lo > 0) ? [1e-9, hi] : [lo, hi];
       // y (and a single x): what is visible (uPlot's min and max over the x range drawn) with 6% room, a flat line
       // not drawn at 0
       const a = Math.log10(lo), b = Math.log10(hi), p = thin ? 0.3 : (b - a) * 0.06;
@@ -139,9 +157,8 @@ window.Obs = window.Obs || {};
     const axes = [{...axis("x", 2, m.b), ...ticks, label: xa.title ? xa.title.text : "",
                    labelSize: 14}, axis("y", 3, m.l)];
     if (layout.yaxis3) axes.push({...axis("y3", 1, m.r), label: (layout.yaxis3.title || {}).text || "", labelSize: 14,
-                                  values: layout.yaxis3.tickformat
-                                    ? (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")
-                                    : (u, v) => (fig.ticks.y3 = tickLabels(v))});
+                                  ...(layout.yaxis3.tickformat && {
+                                    values: (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")})});
     const drag = layout.dragmode !== false; // none (touch): no mousedown for uPlot, nor a tap read as a drag's end
     return {
       width: fig.width, height: fig.height, ms: 1, legend: {show: false}, series, axes, scales, bands,
@@ -164,8 +181,7 @@ window.Obs = window.Obs || {};
         setCursor: [(u) => hover(u, fig)],
         ready: [(u) => u.over.addEventListener("click", (ev) => {
           if (u.select.width > 2) return;
-          const x = u.posToVal(ev.offsetX, "x");
-          node.dispatchEvent(new CustomEvent("obs-plot-click", {detail: {x}}));
+          node.dispatchEvent(new CustomEvent("obs-plot-click", {detail: {x: u.posToVal(ev.offsetX, "x")}}));
         })],
       },
     };
@@ -173,15 +189,12 @@ window.Obs = window.Obs || {};
 
   // What is drawn, written back into the figure's layout (as Plotly's did): the axes' ranges and tick labels.
   function drawn(u, fig) {
-    const layout = fig.layout, sx = u.scales.x, sy = u.scales.y;
-    if (sx.min !== undefined && sx.min !== null && layout.xaxis) {
-      layout.xaxis.range = fig.log.x ? [Math.log10(sx.min), Math.log10(sx.max)] : [sx.min, sx.max];
+    for (const k of ["x", "y"]) {
+      const s = u.scales[k], a = fig.layout[k + "axis"], f = fig.log[k] ? Math.log10 : (v) => v;
+      if (a && s.min !== undefined && s.min !== null) a.range = [f(s.min), f(s.max)];
     }
-    if (sy.min !== undefined && sy.min !== null && layout.yaxis) {
-      layout.yaxis.range = fig.log.y ? [Math.log10(sy.min), Math.log10(sy.max)] : [sy.min, sy.max];
-      layout.yaxis.ticklabels = fig.ticks.y;
-    }
-    if (layout.yaxis3) layout.yaxis3.ticklabels = fig.ticks.y3;
+    if (fig.layout.yaxis) fig.layout.yaxis.ticklabels = fig.ticks.y;
+    if (fig.layout.yaxis3) fig.layout.yaxis3.ticklabels = fig.ticks.y3;
   }
 
   // Vertical marks: lines and bands spanning the plot (bands first, under the lines)
@@ -235,8 +248,7 @@ window.Obs = window.Obs || {};
     want.forEach((a, i) => {
       let el = layer.childNodes[i];
       if (!el) {
-        el = layer.appendChild(document.createElement("span"));
-        el.className = "mark-label";
+        el = layer.appendChild(make("span", {className: "mark-label"}));
         el.addEventListener("mouseenter", () => {
           if (el.obsLabel.hovertext) showTip(fig, el, el.obsLabel.hovertext);
         });
@@ -289,14 +301,12 @@ window.Obs = window.Obs || {};
   }
 
   function toolbar(node, on) {
-    const bar = document.createElement("div");
-    bar.className = "modebar";
+    const bar = make("div", {className: "modebar"});
     for (const t of on.toolbar || []) {
-      const b = document.createElement("button");
-      b.type = "button"; b.className = "modebar-btn"; b.textContent = t.text;
-      b.setAttribute("aria-label", t.label); b.title = t.label;
+      const b = bar.appendChild(make("button", {type: "button", className: "modebar-btn", textContent: t.text,
+                                                title: t.label}));
+      b.setAttribute("aria-label", t.label);
       b.addEventListener("click", () => t.fn(node));
-      bar.appendChild(b);
     }
     return bar;
   }
@@ -308,8 +318,7 @@ window.Obs = window.Obs || {};
     if (el.dataset.key === key) return;
     el.dataset.key = key;
     el.replaceChildren(...show.map((t) => {
-      const item = document.createElement("span"), sw = document.createElement("i");
-      item.className = "legend-item";
+      const item = make("span", {className: "legend-item"}), sw = make("i");
       sw.style.borderColor = (t.line || {}).color || "";
       if ((t.line || {}).dash === "dot") sw.style.borderStyle = "dotted";
       item.append(sw, document.createTextNode(t.name));
@@ -346,9 +355,9 @@ window.Obs = window.Obs || {};
     if (!fig) {
       fig = node._figure = {node, ranges: {}, log: {}, ticks: {}};
       node.classList.add("figure");
-      fig.legend = document.createElement("div"); fig.legend.className = "legend";
-      fig.labels = document.createElement("div"); fig.labels.className = "mark-labels";
-      fig.tip = document.createElement("div"); fig.tip.className = "chart-hover"; fig.tip.hidden = true;
+      fig.legend = make("div", {className: "legend"});
+      fig.labels = make("div", {className: "mark-labels"});
+      fig.tip = make("div", {className: "chart-hover", hidden: true});
       fig.bar = toolbar(node, on);
       node.replaceChildren(fig.legend, fig.labels, fig.bar, fig.tip);
       node.addEventListener("mouseleave", () => hideTip(fig));
@@ -361,17 +370,15 @@ window.Obs = window.Obs || {};
     fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"
       : num(v) + (tr.unit ? " " + tr.unit : ""));
     const key = shapeKey(lines, layout) + fig.log.x + fig.log.y + fig.log.y3;
-    const data = lines.length ? columns(lines) : [[], []];
-    if (!lines.length) data.length = 1;
+    const data = lines.length ? columns(lines) : [[]];
     legend(fig, layout, lines);
+    fig.ranges = ranges(fig, layout);
     if (!fig.u || fig.key !== key) {
       if (fig.u) fig.u.destroy();
       fig.key = key;
-      const opts = options(node, fig, lines, layout, on);
-      fig.ranges = ranges(fig, layout);
-      fig.u = new uPlot(opts, data, (u, init) => { node.insertBefore(u.root, fig.labels); init(); });
+      fig.u = new uPlot(options(node, fig, lines, layout, on), data,
+                        (u, init) => { node.insertBefore(u.root, fig.labels); init(); });
     } else {
-      fig.ranges = ranges(fig, layout);
       fig.u.batch(() => {
         if (fig.u.width !== width || fig.u.height !== height) fig.u.setSize({width, height});
         fig.u.setData(data, true);
@@ -381,20 +388,13 @@ window.Obs = window.Obs || {};
   };
 
   // The x pixel (from the plot area's left) of x, as drawn; the plot area's box in the node (CSS px)
-  Obs.figureX = (node, x) => node._figure && node._figure.u ? node._figure.u.valToPos(x, "x") : null;
-  Obs.figureBox = (node) => {
-    const u = node._figure && node._figure.u;
-    return u ? {left: u.over.offsetLeft, top: u.over.offsetTop, width: u.over.clientWidth, height: u.over.clientHeight}
-      : null;
+  const uOf = (node) => node._figure && node._figure.u;
+  Obs.figureX = (node, x) => uOf(node) ? uOf(node).valToPos(x, "x") : null;
+  Obs.figureBox = (node, o = uOf(node) && uOf(node).over) =>
+    o ? {left: o.offsetLeft, top: o.offsetTop, width: o.clientWidth, height: o.clientHeight} : null;
+  Obs.figureXAt = (node, px) => uOf(node) ? uOf(node).posToVal(px, "x") : NaN;
+  Obs.savePNG = (node, u = uOf(node)) => { // the chart's canvas as a PNG file (named after the chart's element)
+    if (u) make("a", {href: u.ctx.canvas.toDataURL("image/png"), download: (node.id || "chart") + ".png"}).click();
   };
-  Obs.figureXAt = (node, px) => node._figure && node._figure.u ? node._figure.u.posToVal(px, "x") : NaN;
-  Obs.savePNG = (node) => { // the chart's canvas as a PNG file (named after the chart's element)
-    const u = node._figure && node._figure.u;
-    if (!u) return;
-    const a = document.createElement("a");
-    a.href = u.ctx.canvas.toDataURL("image/png");
-    a.download = (node.id || "chart") + ".png";
-    a.click();
-  };
-  Obs.figurePurge = (node) => { if (node._figure && node._figure.u) node._figure.u.destroy(); node._figure = null; };
+  Obs.figurePurge = (node) => { if (uOf(node)) uOf(node).destroy(); node._figure = null; };
 })(window.Obs);

@@ -184,3 +184,32 @@ def test_a_log_axis_with_nothing_to_draw_draws_empty(plot, lines):
     }""", lines)
     assert not got["errors"], got["errors"]
     assert got["empty"] == 1 and got["later"] == 3 and got["min"] > 0, got  # (distr 3: uPlot's log scale)
+
+
+@pytest.mark.parametrize("width", [900, 360])
+@pytest.mark.parametrize("lo,hi", [(0, 49), (0, 1_000_000), (1024, 51_200), (12_000, 12_300)])
+def test_a_log_x_axis_labels_round_ticks_from_its_first_x_above_0(new_page, width, lo, hi):
+    """Compare's "log x": steps from 0 started the axis at 1e-9 (ten empty decades; at a phone's width uPlot's log
+    filter left every tick unlabelled), tokens from 1,024 ticked 1024, 2024, 3024, and a zoom inside one decade had
+    no tick at all. The axis starts at the first x > 0 and labels at least two round ticks, none twice."""
+    page = new_page(viewport={"width": width + 40, "height": 600})
+    page.set_content(f"<!doctype html><div id='c' style='width:{width}px;height:260px'></div>")
+    page.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
+    got = page.evaluate("""async ([lo, hi]) => {
+      const node = document.getElementById('c'), x = [], y = [];
+      for (let i = 0; i <= 300; i++) { x.push(lo + (hi - lo) * i / 300); y.push(3 - i / 300); }
+      const u = Obs.drawFigure(node, [{x, y, mode: 'lines', name: 'v', line: {color: '#1f5fbf'}}],
+        {margin: {l: 52, r: 10, t: 10, b: 22}, xaxis: {type: 'log'}, yaxis: {}, dragmode: false});
+      await new Promise((r) => requestAnimationFrame(() => r()));
+      return {min: u.scales.x.min, max: u.scales.x.max, first: x.find((v) => v > 0), splits: u.axes[0]._splits,
+              labels: u.axes[0]._values};
+    }""", [lo, hi])
+    assert got["min"] == got["first"] and got["max"] == hi, got
+    shown = [(v, s) for v, s in zip(got["splits"], got["labels"]) if s]
+    assert len(shown) >= 2 and len({s for _, s in shown}) == len(shown), got
+    for v, s in shown:
+        assert got["min"] <= v <= got["max"] and float(s.replace("\u2212", "-")) == pytest.approx(v), (v, s, got)
+        assert float(f"{v:.3g}") == v, (v, got)  # round: 1e4, 2000, 1.21e4 — not 1024 or 2024
+    if math.log10(hi / got["first"]) >= 2:
+        assert all(math.log10(v) == round(math.log10(v)) for v, _ in shown), got  # the powers of ten alone
