@@ -389,7 +389,7 @@ class Relay(LitePacing):
         delays, self.delays = sorted(self.delays), []
         fields = {"frames": self.stats["frames"], "entries": self.stats["entries"], "gaps": self.stats["gaps"],
                   "runs": len(self.cursors), "lag_entries": lag, "takeovers": self.stats["takeovers"],
-                  "leases_lost": self.stats["leases_lost"],
+                  "leases_lost": self.stats["leases_lost"], "lite_messages": self.stats["lite_messages"],
                   "subscribers": sum(self.subscribers.values()), "t": time.time(),
                   "delay_p50_s": delays[len(delays) // 2] if delays else 0.0,
                   "delay_max_s": delays[-1] if delays else 0.0}
