@@ -364,15 +364,15 @@ if not (OBS_LIVE_SUBSCRIBE_PATH.startswith("/") and OBS_LIVE_SUBSCRIBE_PATH.ends
     raise ImproperlyConfigured(f"OBS_LIVE_SUBSCRIBE_PATH {OBS_LIVE_SUBSCRIBE_PATH!r} must start and end with '/'")
 OBS_LIVE_MIN_INTERVAL_MS = env_float("OBS_LIVE_MIN_INTERVAL_MS", 50.0)  # the hub's pace (webapp.live.hub)
 OBS_LIVE_FRAME_BUDGET = env_float("OBS_LIVE_FRAME_BUDGET", 12000.0, lo=1.0)
+# The lite channel is paced (one message per OBS_LIVE_PACE_MS) while this many viewers watch it (webapp.live.lite)
+OBS_LIVE_PACE_VIEWERS, OBS_LIVE_PACE_MS = env_float("OBS_LIVE_PACE_VIEWERS", 2000), env_float("OBS_LIVE_PACE_MS", 333)
 
 # ---------------------------------------------------------------------------------------------- celery
 CELERY_BROKER_URL = REDIS_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
-CELERY_BEAT_SCHEDULE = {
-    "check-heartbeats": {"task": "runs.check_heartbeats", "schedule": 10.0},
-}
+CELERY_BEAT_SCHEDULE = {"check-heartbeats": {"task": "runs.check_heartbeats", "schedule": 10.0}}
 
 # ---------------------------------------------------------------------------------------------- observatory
 OBS_LOST_AFTER_S = 300  # a run silent this long after its heartbeat expired is "lost" rather than "stale"

@@ -63,7 +63,7 @@ def _settings_in_a_child(tmp_path, **env) -> dict:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OBS_", "DJANGO_"))}
     code = ("import json, pytest, django; from django.conf import settings; from webapp.live import hub; "
             "print(json.dumps({'testing': settings.TESTING, 'interval': hub.MIN_INTERVAL_S, "
-            "'budget': hub.FRAME_BUDGET}))")
+            "'budget': hub.FRAME_BUDGET, 'pace': [settings.OBS_LIVE_PACE_VIEWERS, settings.OBS_LIVE_PACE_MS]}))")
     p = subprocess.run([sys.executable, "-c", "import django; django.setup(); " + code], cwd=ROOT, text=True,
                        capture_output=True, timeout=120,
                        env={**base, "DJANGO_SETTINGS_MODULE": "webapp.settings", "OBS_DEBUG": "1",
@@ -82,6 +82,19 @@ def test_test_mode_is_a_setting_not_a_guess(tmp_path, settings):
 def test_the_live_hub_takes_its_pace_from_settings(tmp_path):
     got = _settings_in_a_child(tmp_path, OBS_LIVE_MIN_INTERVAL_MS="700", OBS_LIVE_FRAME_BUDGET="500")
     assert (got["interval"], got["budget"]) == (0.7, 500.0)
+
+
+def test_the_lite_channels_pace_takes_its_crowd_and_interval_from_settings(tmp_path, settings):
+    assert _settings_in_a_child(tmp_path)["pace"] == [2000, 333]
+    assert _settings_in_a_child(tmp_path, OBS_LIVE_PACE_VIEWERS="50", OBS_LIVE_PACE_MS="500")["pace"] == [50, 500]
+    from webapp.live.lite import LitePacing
+
+    settings.OBS_LIVE_PACE_VIEWERS, settings.OBS_LIVE_PACE_MS = 5, 250
+    relay = LitePacing()
+    relay.subscribers = {("r", "lite"): 4, ("r", ""): 50}  # nchan's counts at the relay's last publishes
+    assert relay.pace_s == 0.25 and not relay.paced("r")  # the full channel's crowd does not count
+    relay.subscribers["r", "lite"] = 5
+    assert relay.paced("r") and not relay.paced("another run")
 
 
 async def test_channel_layers_on_two_redis_databases_do_not_hear_each_other(redis_url):

@@ -32,7 +32,8 @@ LOG_TTL_S = 7 * 86_400  # a run silent this long leaves nothing behind
 
 # KEYS: log, runs, relays' cursor, the id of the Redis server that appended last; ARGV: frames (JSON list),
 # window, run id, ttl, hold max -> the entry's number.
-# The trim counts the relays as a reader: entries after their cursor are kept (up to the hold max) past the window.
+# The trim counts the relays as a reader: entries after their cursor (the lite channel's number where the cursor has
+# one: it lags the full one) are kept (up to the hold max) past the window.
 # The first append after a Redis restart (a server id other than the last appender's) numbers from the clock: a
 # restart that lost the log's tail (an append-only file fsynced every second) never gives a number twice.
 _APPEND = """
@@ -50,7 +51,10 @@ if redis.call('get', KEYS[4]) ~= server then redis.call('set', KEYS[4], server) 
 local keep = tonumber(ARGV[2])
 local cursor = redis.call('get', KEYS[3])
 if cursor then
-  local behind = seq - tonumber(string.match(cursor, '^(%d+)'))
+  local upto = tonumber(string.match(cursor, '^(%d+)'))
+  local lite = string.match(cursor, '^%d+ %S+ %S+ (%d+)')
+  if lite and tonumber(lite) < upto then upto = tonumber(lite) end
+  local behind = seq - upto
   if behind > keep then keep = math.min(behind, tonumber(ARGV[5])) end
 end
 redis.call('xadd', KEYS[1], 'MAXLEN', keep, string.format('%d-0', seq), 'f', ARGV[1], 't', now)
@@ -71,7 +75,8 @@ def server_key(run_id: str) -> str:
 
 
 def relay_cursor_key(run_id: str) -> str:
-    """A STRING "<seq> <nchan id, full> <nchan id, lite>": the last entry the relays published (webapp.live.relay)."""
+    """A STRING "<seq> <nchan id, full> <nchan id, lite> <lite seq> [<pending>]" (webapp.live.lite.Cursor): the last
+    entry the relays published on each channel; the trim keeps what follows the lower of the two."""
     return contract.run_key(run_id, "relay")
 
 

@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from webapp.live import livelog
+from webapp.live.lite import Cursor
 
 
 def test_appends_from_many_writers_get_consecutive_numbers_in_one_order(redis_client, run_id):
@@ -92,3 +93,18 @@ def test_the_trim_keeps_what_the_relays_have_not_published_up_to_a_cap(redis_cli
     redis_client.delete(livelog.relay_cursor_key(run_id))  # no relay (no push tier): the window alone
     log.append(run_id, [{"type": "x"}])
     assert redis_client.xlen(livelog.log_key(run_id)) == 10
+
+
+def test_the_trim_counts_the_lite_channels_position_where_it_lags(redis_client, run_id):
+    """The relays' cursor names each channel's position (webapp.live.lite.Cursor): the paced lite channel lags the
+    full one, and the trim keeps what follows the lower of the two."""
+    log = livelog.LiveLog(redis_client, window=10)
+    first = log.append(run_id, [{"type": "x"}])
+    cursor = livelog.relay_cursor_key(run_id)
+    redis_client.set(cursor, str(Cursor(full=first + 15, full_id="1:0", lite_id="1:0", lite=first)))  # lite lags
+    for _ in range(20):
+        last = log.append(run_id, [{"type": "x"}])
+    assert redis_client.xlen(livelog.log_key(run_id)) == 20  # 21 appended, all but the first kept for lite
+    redis_client.set(cursor, str(Cursor(full=last, full_id="1:0", lite_id="1:0", lite=last, pending=last)))
+    log.append(run_id, [{"type": "x"}])
+    assert redis_client.xlen(livelog.log_key(run_id)) == 10  # both channels up to date: the window

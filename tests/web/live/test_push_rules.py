@@ -17,12 +17,13 @@ from websockets.sync.client import connect
 from observatory.streams.nchan import NchanPublisher, PushError
 from tests.support import wait_for
 from tests.web.servers import stop
+from webapp.live.lite import LITE_MAX_ENTRIES
 from webapp.live.livelog import LiveLog
 from webapp.live.relay import Relay
 
 from .test_relay import FROM_START, Nchan, push_tier_missing, viewer_cap
 
-FULL_WINDOW, LITE_WINDOW = 50, 150  # deploy/push.conf's nchan_message_buffer_length per channel
+FULL_WINDOW, LITE_WINDOW = 50, 60  # deploy/push.conf's nchan_message_buffer_length per channel
 pytestmark = pytest.mark.django_db(transaction=True)  # the push_web fixture's web server reads the test database
 
 
@@ -145,17 +146,17 @@ def test_a_resume_from_the_start_returns_at_most_the_window(limited, redis_clien
     log = LiveLog(redis_client)
     body = {"train/loss": {"steps": [0], "values": [1.0], "nonfinite": []}}
     last = [log.append(run_id, [{"type": "update", "run_id": run_id, "series": body, "pad": "x" * 2000}])
-            for _ in range(400)][-1]
+            for _ in range(600)][-1]  # more than either window holds (the lite one: LITE_MAX_ENTRIES a message)
     relay = Relay(redis_client, NchanPublisher(limited.pub_url))
     relay.drain()
-    for path, window in ((f"{run_id}/", FULL_WINDOW), (f"{run_id}/lite/", LITE_WINDOW)):
+    for path, window, entries in ((f"{run_id}/", FULL_WINDOW, 1), (f"{run_id}/lite/", LITE_WINDOW, LITE_MAX_ENTRIES)):
         with connect(f"ws://127.0.0.1:{limited.port}/live/runs/{path}?last_event_id={FROM_START}",
                      subprotocols=["ws+meta.nchan"]) as ws:
             got = [ws.recv(timeout=10)]
             while f'"seq":{last}' not in got[-1]:  # in order: the newest message closes what the resume gives
                 got.append(ws.recv(timeout=10))
         assert len(got) == window, (path, len(got))
-        assert sum(map(len, got)) < window * 2600  # ~2 KB each: the window, not the 400 published
+        assert sum(map(len, got)) < window * entries * 2600  # ~2 KB an entry: the window, not the 600 published
     relay.close()
 
 

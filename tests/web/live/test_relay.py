@@ -72,7 +72,8 @@ class Viewer:
         self.frames: list[dict] = []
         self.points: dict[str, dict[int, float | None]] = {}
         self.received: dict[str, list[int]] = {}  # every step delivered, in order, duplicates included
-        self.seqs: list[int] = []  # the live log's number of every message, in order, repeats included
+        self.seqs: list[int] = []  # the live log's number of every entry, in order, repeats included
+        self.messages = 0  # WebSocket messages (a paced lite message carries several entries)
 
     def read_until(self, condition, what: str, timeout: float = 20.0) -> None:
         def one():
@@ -86,7 +87,8 @@ class Viewer:
             self.last_id = head.split("\n")[0].removeprefix("id: ")
             msg = json.loads(data)
             frames = msg if isinstance(msg, list) else [msg]
-            self.seqs.append(frames[0].get("seq"))
+            self.messages += 1
+            self.seqs.extend(dict.fromkeys(f.get("seq") for f in frames))  # an entry's frames share its number
             for frame in frames:
                 self.apply(frame)
             return condition()
