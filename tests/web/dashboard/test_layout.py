@@ -8,6 +8,7 @@ import pytest
 
 from ..servers import page_errors
 from .conftest import apply, demo_messages
+from .test_a11y import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -95,6 +96,7 @@ def test_data_lines_are_hairlines_but_a_shared_charts_own_metric(run, web, new_p
     page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0", timeout=30_000)
     got = page.evaluate("""() => ({strokes: window.__strokes, lines: Object.fromEntries([...document.querySelectorAll(
       '.figure')].filter((d) => d._figure && d._figure.u).map((d) => [d.id, d._figure.lines.length]))})""")
+    shot(page, "hairlines-1400.png")
     lines = got["lines"]
     assert len(lines) >= 3 and any(n > 1 for n in lines.values()), got  # (single- and multi-line charts drawn)
     for fig, n in lines.items():
