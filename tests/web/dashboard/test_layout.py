@@ -8,6 +8,7 @@ import pytest
 
 from ..servers import page_errors
 from .conftest import apply, demo_messages
+from .test_a11y import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -69,4 +70,39 @@ def test_smoothing_draws_a_constant_series_flat(run, web, new_page):
     page.wait_for_function(f"() => Object.values(({spans})()).every((s) => s !== null)", timeout=30_000)
     got = page.evaluate(spans)
     assert got["optim-learning-rate"] > 1e-4 and got["grad-norm-total"] > 0.1, got
+    assert errors == []
+
+
+
+# Every Path2D stroke of the charts' canvases (uPlot strokes a series' line as one Path2D): its chart, its device px.
+STROKES = """window.__strokes = [];
+const stroke = CanvasRenderingContext2D.prototype.stroke;
+CanvasRenderingContext2D.prototype.stroke = function (path) {
+  const fig = this.canvas.closest && this.canvas.closest('.figure');
+  if (path instanceof Path2D && fig) window.__strokes.push([fig.id, this.lineWidth]);
+  return stroke.apply(this, arguments);
+};"""
+
+
+def test_data_lines_are_hairlines_but_a_shared_charts_own_metric(run, web, new_page):
+    """A line wider than one device pixel goes through Skia's stroker and anti-aliased scan conversion, a hairline
+    through its fast path: on a 1x screen, 1.5 and 1.1 px lines made a live redraw's canvas work ~2x that of 1 px
+    ones (bench/liveview.py, issue 46). Lines are 1 px; only a chart of several lines draws its own metric wider
+    (1.5), to tell it from the others."""
+    page = new_page(viewport={"width": 1400, "height": 900}, device_scale_factor=1)
+    errors = page_errors(page)
+    page.add_init_script(STROKES)
+    page.goto(f"{web.url}/runs/demo-a/")
+    page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0", timeout=30_000)
+    got = page.evaluate("""() => ({strokes: window.__strokes, lines: Object.fromEntries([...document.querySelectorAll(
+      '.figure')].filter((d) => d._figure && d._figure.u).map((d) => [d.id, d._figure.lines.length]))})""")
+    shot(page, "hairlines-1400.png")
+    lines = got["lines"]
+    assert len(lines) >= 3 and any(n > 1 for n in lines.values()), got  # (single- and multi-line charts drawn)
+    for fig, n in lines.items():
+        widths = [w for f, w in got["strokes"] if f == fig]
+        assert len(widths) >= n, (fig, widths)
+        wide = [w for w in widths if w > 1]
+        assert set(wide) <= ({1.5} if n > 1 else set()), (fig, widths)
+        assert len(wide) * n <= len(widths), (fig, widths)  # one line a redraw, of n
     assert errors == []
