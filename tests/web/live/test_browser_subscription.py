@@ -12,13 +12,17 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 LOSS, PICKED = "chart-train-loss", "chart-time-step-s"
 OFF_VIEW = "time/step_s"  # a series no default chart, panel or header shows
-# Every update frame's series names, as the page's socket received them (window.__names).
-RECORD_NAMES = """(() => { const WS = window.WebSocket; window.__names = new Set();
+# Every update frame's series names, as the page's socket received them (window.__names), and whether a backfill
+# came (window.__backfilled: the hub answered the page's first resume, so its subscription is in effect; until then,
+# or RESUME_WAIT_S at most, a new socket's live frames carry every series, which a loaded box can reach).
+RECORD_NAMES = """(() => { const WS = window.WebSocket; window.__names = new Set(); window.__backfilled = false;
   window.WebSocket = function (...a) {
     const ws = new WS(...a);
     ws.addEventListener("message", (ev) => { const m = JSON.parse(ev.data);
-      for (const f of Array.isArray(m) ? m : [m]) if (f.type === "update") Object.keys(f.series || {})
-        .forEach((n) => window.__names.add(n)); });
+      for (const f of Array.isArray(m) ? m : [m]) {
+        if (f.type === "backfill") window.__backfilled = true;
+        if (f.type === "update") Object.keys(f.series || {}).forEach((n) => window.__names.add(n));
+      } });
     return ws;
   };
   window.WebSocket.prototype = WS.prototype;
@@ -40,7 +44,8 @@ def test_a_default_view_receives_only_its_series_and_a_picked_chart_gets_its_liv
     page.add_init_script(RECORD_NAMES)
     page.goto(f"{servers.url}/runs/{run_id}/")
     wait_trace(page, LOSS, "x.length === 5")
-    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && window.__backfilled",
+                           timeout=30_000)
     page.evaluate("() => window.__names.clear()")
     for s in range(5, 10):
         step(s)
@@ -52,8 +57,10 @@ def test_a_default_view_receives_only_its_series_and_a_picked_chart_gets_its_liv
     page.wait_for_function("(n) => [...document.getElementById('metric-picker').options].some((o) => o.value === n)",
                            arg=OFF_VIEW)
     page.select_option("#metric-picker", OFF_VIEW)
+    page.evaluate("() => { window.__backfilled = false; }")
     page.click("#metric-add")
     wait_trace(page, PICKED, "x.length === 10")  # its history
+    page.wait_for_function("() => window.__backfilled", timeout=30_000)  # its resume answered: subscribed
     for s in range(10, 15):
         step(s)
     wait_trace(page, PICKED, "x.includes(14)")  # and its live points
