@@ -6,9 +6,10 @@ in order, are the <script> files templates/runs/_dashboard_scripts.html names (r
 list), where `{% include %}` reads the named template's and `{% for path in extensions.scripts %}` stands for the
 apps' scripts (extensions.add_script; lazy ones still load after the first paint, <meta name="obs-lazy-script">).
 
-BundleFinder, a staticfiles finder (settings.STATICFILES_FINDERS), writes the file under OBS_DATA_DIR/built-static/
-when asked for it and whenever a part changed, so it is a static file like the others: collectstatic collects, hashes
-and compresses it; WhiteNoise serves it from a checkout that has not collected; no build step, no npm. The file
+BundleFinder, a staticfiles finder (settings.STATICFILES_FINDERS), writes the file under
+OBS_DATA_DIR/built-static/<checkout>/ when asked for it and whenever a part changed, so it is a static file like the
+others: collectstatic collects, hashes and compresses it; WhiteNoise serves it from a checkout that has not
+collected; no build step, no npm. The file
 starts "use strict" (every part does) and runs each part in a block of its own, whose error is thrown again outside
 it: a part that fails, fails alone, as its own <script> did.
 
@@ -20,6 +21,7 @@ same syntax tree (positions aside), checked when the minifier came in.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -75,7 +77,10 @@ def text() -> str:
 
 
 def out_dir() -> Path:
-    return Path(settings.DATA_DIR) / "built-static"
+    """Under the data folder, one per checkout: two checkouts served from one data folder (a bench comparing the
+    landed tree with this one) would otherwise rewrite each other's bundle between a request's stat and its read."""
+    tree = hashlib.sha1(str(settings.BASE_DIR).encode()).hexdigest()[:12]
+    return Path(settings.DATA_DIR) / "built-static" / tree
 
 
 def build() -> Path:

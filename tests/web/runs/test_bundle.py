@@ -51,3 +51,13 @@ def test_a_part_that_throws_fails_alone_and_its_error_is_uncaught(new_page):
     page.wait_for_function("() => window.errs.length > 0")
     assert page.evaluate("() => [window.a, window.b, window.errs.length]") == [1, 2, 1]
     assert "null" in page.evaluate("() => window.errs[0]")
+
+
+def test_two_checkouts_on_one_data_folder_write_their_bundles_apart(tmp_path):
+    """A bench serving the landed tree beside this one from one data folder: each server rewrote the other's bundle
+    (its parts differ), and a page could read one tree's file under the other's length: it never went live."""
+    with override_settings(DATA_DIR=tmp_path, BASE_DIR=tmp_path / "a"):
+        a = bundle.out_dir()
+    with override_settings(DATA_DIR=tmp_path, BASE_DIR=tmp_path / "b"):
+        b = bundle.out_dir()
+    assert a != b and a.parent == b.parent == tmp_path / "built-static"
