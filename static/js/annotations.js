@@ -70,21 +70,19 @@
     return best;
   }
 
-  function changed() {
+  const changed = A.changed = () => {
     Obs.setOverlays(SOURCE, overlays());
     if (S.ctx) S.ctx.schedule();
     A.renderList();
-  }
-  A.changed = changed;
+  };
 
   // ------------------------------------------------------------------------------------------ compose
   function compose(x0, x1, metric) {
     if (!S.viewer.can.create) return;
     const f = $("ann-form");
     const [a, b] = [Math.round(Math.min(x0, x1)), Math.round(Math.max(x0, x1))];
-    const fe = f.elements;
+    const fe = f.elements, sel = fe.metric;
     fe.step_start.value = Math.max(0, a); fe.step_end.value = Math.max(0, b);
-    const sel = fe.metric;
     const names = [...document.querySelectorAll(".chart[data-metric]")].map((c) => c.dataset.metric);
     sel.replaceChildren(el("option", {text: "every chart", attrs: {value: ""}}),
                         ...[...new Set(names)].map((n) => el("option", {text: n, attrs: {value: n}})));
@@ -156,7 +154,6 @@
   const hookAll = () => document.querySelectorAll(".chart .plot").forEach(hookPlot);
 
   // ------------------------------------------------------------------------------------------ live
-
   function removed(id) {
     if (S.viewer.can.moderate || (S.byId.has(id) && mine(S.byId.get(id)))) {
       // moderators (and the author) keep it, marked: fetch the record as they may see it
@@ -186,7 +183,7 @@
     }).finally(() => {
       const again = reading.get(id);
       reading.delete(id);
-      if (again !== null && again !== undefined) { fetchNote(id, again); return; }
+      if (again != null) { fetchNote(id, again); return; }
       if (S.openId !== null && S.thread) A.renderThread();
       changed();
     });
