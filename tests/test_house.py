@@ -171,7 +171,7 @@ def test_the_transitional_exemptions_name_files_that_still_need_them():
 
 # static/js as a whole: issue 46 wants at most 4,500 lines (a chart layer a newcomer can read). Until it gets there
 # this is a ratchet at what has landed: lower it whenever the scripts shrink, never raise it.
-JS_TARGET, JS_RATCHET = 4_500, 5_483
+JS_TARGET, JS_RATCHET = 4_500, 5_469
 
 
 def js_lines(root=ROOT) -> int:
