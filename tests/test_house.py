@@ -169,6 +169,20 @@ def test_the_transitional_exemptions_name_files_that_still_need_them():
         assert {("lines" if " lines " in f else "width") for f in still} == rules, (rel, still)
 
 
+# static/js as a whole: issue 46 wants at most 4,500 lines (a chart layer a newcomer can read). Until it gets there
+# this is a ratchet at what has landed: lower it whenever the scripts shrink, never raise it.
+JS_TARGET, JS_RATCHET = 4_500, 5_469
+
+
+def js_lines(root=ROOT) -> int:
+    return sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (root / "static" / "js").glob("*.js"))
+
+
+def test_static_js_keeps_within_its_line_budget():
+    total = js_lines()
+    assert total <= JS_RATCHET, f"static/js is {total} lines: at most {JS_RATCHET} (issue 46's goal: {JS_TARGET})"
+
+
 def test_one_nchan_configuration():
     """deploy/push.conf is the one nchan configuration: no other source file writes an nchan directive, and the
     nginx.conf `make run` starts (deploy/push_tier.py nchan_config) holds every directive of it but the replicas'."""
