@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 import psutil
 
-from harness import ROOT, Stack, django_here, med, parser, proc_cpu_s, report, web_server
+from harness import ROOT, Stack, compared, django_here, med, parser, proc_cpu_s, report, web_server
 from stack import load_series, tree as checkout
 
 ZOOMS = (200_000, 20_000, 2_000, 200, 20)  # window widths, in steps
@@ -220,19 +220,12 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, gpu: bool = False
 
 
 def main() -> int:
-    ap = parser(__doc__, "dashboard", "frontpage", db="dashboard", gpu=True)
+    ap = parser(__doc__, "dashboard", "frontpage", db="dashboard", page=True)
     ap.add_argument("--steps", type=int, help="points per series (default 1,000,000; --front: 200,000)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--front", action="store_true", help="the front page instead, landed against this checkout")
     ap.add_argument("--runs", type=int, default=20, help="--front: runs besides the featured one")
-    ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N",
-                    help="slow the page's CPU N times (4: a phone)")
-    ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
-                    help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed) "
-                         "served alongside this one; repetitions alternate")
     args = ap.parse_args()
-    if args.cpu_throttle < 1:
-        ap.error("--cpu-throttle must be at least 1 (1: no throttling)")
     env = django_here(args.db)
     if args.front:
         return front(args, env)
@@ -253,17 +246,10 @@ def main() -> int:
               "seed_s": seed_s, "cpu_throttle": args.cpu_throttle,
               "gpu": args.gpu}
     if args.compare:  # this tree against the other, alternating repetitions: medians and ratios (this / other)
-        def ratio(k, f):
-            return round(out["this"][k][f] / out["other"][k][f], 3) if out["other"][k][f] else None
-
-        result.update({"this": {"tree": str(ROOT), **out["this"]},
-                       "other": {"tree": args.compare, **out["other"]},
-                       "ratio_this_over_other": {f"{k}.{f}": ratio(k, f) for k, f in (
-                           ("first_paint_ms", "median"), ("first_paint_ms", "cpu_browser_median"),
-                           ("first_paint_ms", "main_thread_median"), ("plotly_drawn_ms", "median"),
-                           ("js_before_first_paint_bytes", "run_median"),
-                           ("zoom_ms", "median"), ("zoom_ms", "zoomed_chart_median"),
-                           ("zoom_gesture_ms", "every_chart_median"), ("zoom_gesture_ms", "zoomed_chart_median"))}})
+        result.update(compared({"tree": str(ROOT), **out["this"]}, out["other"], args.compare, (
+            "first_paint_ms.median first_paint_ms.cpu_browser_median first_paint_ms.main_thread_median "
+            "plotly_drawn_ms.median js_before_first_paint_bytes.run_median zoom_ms.median zoom_ms.zoomed_chart_median "
+            "zoom_gesture_ms.every_chart_median zoom_gesture_ms.zoomed_chart_median")))
     else:
         result.update(out["this"])
     result["load_average"] = os.getloadavg()[0]

@@ -12,7 +12,8 @@ import urllib.parse
 from contextlib import nullcontext
 from pathlib import Path
 
-from harness import Stack, demo_names, heartbeat, liveview_values as values, parser, pct, report, wait_for, wait_http
+from harness import (Stack, compared, demo_names, heartbeat, liveview_values as values, parser, pct, report,
+                     wait_for, wait_http)
 from pagecost import LONG_TASKS_JS, Cdp, trace_tasks, ws_hook
 from stack import tree
 from viewer_client import run_stored
@@ -224,7 +225,7 @@ def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: lis
 
 
 def main() -> int:
-    ap = parser(__doc__, "liveview", gpu=True)
+    ap = parser(__doc__, "liveview", page=True)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
@@ -232,27 +233,17 @@ def main() -> int:
     ap.add_argument("--data", choices=("sawtooth", "smooth"), default="sawtooth",
                     help="the synthetic series (bench/telemetry.py): sawtooth, marks changing almost "
                          "every step; smooth")
-    ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
     ap.add_argument("--page-js", metavar="JS", default="",
                     help="run JS in the settled page before the window (hide or stub out a part to see what it costs)")
-    ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
-                    help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed): its "
-                         "page's live window follows this one's on the same run")
     args = ap.parse_args()
-    if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
-        ap.error("--seconds and --rate must be positive, --history at least 1, --charts at least 0, "
-                 "--cpu-throttle at least 1")
+    if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0:
+        ap.error("--seconds and --rate must be positive, --history at least 1, --charts at least 0")
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
     with tree(args.compare) if args.compare else nullcontext() as other:
         out = measure(args, other)
-    if args.compare:  # this tree's window and the other's, on the same run one after the other: p99s and ratios
-        def ratio(k, f):
-            a, b = (out["this"].get(k) or {}).get(f), (out["other"].get(k) or {}).get(f)
-            return round(a / b, 3) if a is not None and b else None
-
-        out = {"this": out["this"], "other": {"tree": args.compare, **out["other"]},
-               "ratio_this_over_other": {f"update_main_ms.{f}": ratio("update_main_ms", f) for f in ("p50", "p99")},
+    if args.compare:  # this tree's window and the other's, on the same run one after the other (its page follows)
+        out = {**compared(out["this"], out["other"], args.compare, "update_main_ms.p50 update_main_ms.p99"),
                "load_average": round(os.getloadavg()[0], 2)}
     out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
     return report("liveview", out, args.json, not args.no_save)
