@@ -81,9 +81,9 @@ def test_bench_has_no_import_cycle_and_only_the_harness_imports_deploy():
 # (*.py, *.c, *.h, bench/data/ included). Issue 47 asks for at most 5,000 lines; the tree is over that, so the test
 # holds it to what it has (BENCH_LINES_NOW, lowered as cuts land) until the target is met. Raised twice since it
 # came in: the fourth held-out set's extractor and pre-registered candidate (+194), the latency bench's check that
-# its crowd is really connected (+1).
+# its crowd is really connected (+1); three times: the fifth set's extractor and its candidates' scoring (+82).
 BENCH_TARGET_LINES = 5000
-BENCH_LINES_NOW = 6422
+BENCH_LINES_NOW = 6504
 
 
 def bench_lines() -> dict[str, int]:
