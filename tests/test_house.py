@@ -84,7 +84,7 @@ def test_bench_has_no_import_cycle_and_only_the_harness_imports_deploy():
 # its crowd is really connected (+1); lowered by retirements (the profilers' modes, query --export, ingest
 # --tensorboard, the scored drift candidate: bench/results/*.md and bench/data/heldout/README.md say so).
 BENCH_TARGET_LINES = 5000
-BENCH_LINES_NOW = 6075
+BENCH_LINES_NOW = 6157
 
 
 def bench_lines() -> dict[str, int]:
