@@ -72,6 +72,10 @@ def _sql(name: str) -> str:
             "points": f"SELECT {step}, {qn('value')}, {qn('special')} {points} ORDER BY {step}",
             "values": f"SELECT {qn('value')} {points} ORDER BY {step}",
             "count_points": f"SELECT COUNT(*) FROM (SELECT 1 {points} LIMIT %s) AS t",
+            # edge regions: several block / step ranges in one statement, their SELECTs chained by UNION ALL (an OR of
+            # ranges let SQLite's planner scan the series' whole index)
+            "edge_blocks": f"SELECT {qn('level')}, {idx}, {cols} {blocks}",
+            "edge_points": f"SELECT {step}, {qn('value')}, {qn('special')} {points}",
             "nonfinite": f"SELECT {step}, {qn('special')} {points} AND {qn('special')} > {FINITE} "
                          f"ORDER BY {step} LIMIT %s",
         })
@@ -79,8 +83,12 @@ def _sql(name: str) -> str:
 
 
 def _rows(name: str, params: list) -> list[tuple]:
+    return _query(_sql(name), params)
+
+
+def _query(sql: str, params: list) -> list[tuple]:
     with connection.cursor() as cur:
-        cur.execute(_sql(name), params)
+        cur.execute(sql, params)
         return cur.fetchall()
 
 
@@ -161,8 +169,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         return SeriesWindow(lo, hi, level, hi - lo + 1,
                             window_from_buckets([region_summary(sid, lo, hi, level)], exact_nf))
     per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
-    left = region_summary(sid, lo, first * size - 1, level - 1)
-    right = region_summary(sid, (last + 1) * size, hi, level - 1)
+    left, right = region_summaries(sid, [(lo, first * size - 1, level - 1), ((last + 1) * size, hi, level - 1)])
     if FAST_PATH and not nonfinite and not any(e is not None and e.nonfinite for e in (left, right)):
         rows = _rows("block_extremes", [sid, level, first, last])
         if len(rows) == last - first + 1:  # every block present (unique idx): runs of `per` rows are buckets
@@ -183,22 +190,48 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     return SeriesWindow(lo, hi, level, per * size, window_from_buckets(buckets, exact_nf))
 
 
+def _cover(lo: int, hi: int, level: int, blocks: list, points: list) -> None:
+    """The reads that summarise [lo, hi] exactly from blocks of `level` and finer: (level, first idx, last idx)
+    block ranges onto `blocks`, raw (lo, hi) step ranges onto `points` (an edge region: a few of each)."""
+    while lo <= hi:
+        if level < 0:
+            points.append((lo, hi))
+            return
+        first, last = _whole_blocks(lo, hi, level)
+        if first <= last:
+            size = block_size(level)
+            blocks.append((level, first, last))
+            _cover(lo, first * size - 1, level - 1, blocks, points)
+            lo, level = (last + 1) * size, level - 1
+        else:
+            level -= 1
+
+
+def region_summaries(sid: int, regions: list[tuple[int, int, int]]) -> list[Summary | None]:
+    """Exact summaries of the points in disjoint step ranges [(lo, hi, level)], each read from blocks of its level
+    and finer (raw points at -1): one query for all their blocks, one for all their raw points (None: lo > hi)."""
+    blocks: list[tuple[int, int, int]] = []
+    points: list[tuple[int, int]] = []
+    for lo, hi, level in regions:
+        _cover(lo, hi, level, blocks, points)
+    out = [Summary() if lo <= hi else None for lo, hi, _ in regions]
+
+    def owner(step: int) -> Summary:
+        return next(out[i] for i, (lo, hi, _) in enumerate(regions) if lo <= step <= hi)
+    if blocks:
+        for level, idx, *row in _query(" UNION ALL ".join([_sql("edge_blocks")] * len(blocks)),
+                                       [x for b in blocks for x in (sid, *b)]):
+            owner(idx * block_size(level)).merge_row(row)
+    if points:
+        for step, value, special in _query(" UNION ALL ".join([_sql("edge_points")] * len(points)),
+                                           [x for p in points for x in (sid, *p)]):
+            owner(step).add(step, value, special)
+    return out
+
+
 def region_summary(sid: int, lo: int, hi: int, level: int) -> Summary | None:
     """Exact summary of the points in [lo, hi], read from blocks of `level` and finer (raw points at -1)."""
-    if lo > hi:
-        return None
-    if level < 0:
-        return summarize(_rows("points", [sid, lo, hi]))
-    first, last = _whole_blocks(lo, hi, level)
-    if first > last:
-        return region_summary(sid, lo, hi, level - 1)
-    size = block_size(level)
-    inner = Summary()
-    for _, *row in _rows("blocks", [sid, level, first, last]):
-        inner.merge_row(row)
-    inner.merge(region_summary(sid, lo, first * size - 1, level - 1))
-    inner.merge(region_summary(sid, (last + 1) * size, hi, level - 1))
-    return inner
+    return region_summaries(sid, [(lo, hi, level)])[0]
 
 
 def tail(series_id: int, after_step: int, limit: int) -> tuple[list[tuple[int, float | None, int]], bool]:
