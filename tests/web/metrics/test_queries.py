@@ -126,7 +126,7 @@ def test_edge_regions_are_exact_and_read_in_two_queries():
         mid = rnd.randrange(a, b + 1)
         regions = [(a, mid, rnd.randrange(-1, 4)), (mid + 1, b, rnd.randrange(-1, 4))]
         with CaptureQueriesContext(connection) as cq:
-            got = queries.region_summaries(s.id, regions)
+            got = queries.run_plans([queries.region_summaries(s.id, regions)])[0]
         assert len(cq.captured_queries) <= 2
         for (lo, hi, _), summary in zip(regions, got):
             truth = ds.summarize([(st, *ds.classify(v)) for st, v in pts if lo <= st <= hi]) if lo <= hi else None
