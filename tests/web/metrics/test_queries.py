@@ -163,3 +163,16 @@ def test_a_wide_window_reads_its_blocks_from_an_index_alone():
         with connection.cursor() as cur:
             cur.execute("EXPLAIN QUERY PLAN " + queries._sql("block_extremes").replace("%s", "?"), [1, 2, 0, 10])
             assert "COVERING INDEX" in " ".join(str(r) for r in cur.fetchall())
+
+
+def test_several_series_read_together_answer_what_each_read_alone_answers():
+    """windows() runs every series' plan in lockstep (their plans differ: raw, bucketed, blocks, counted, empty)."""
+    rnd = random.Random(11)
+    series = [_load("t-dense", [(i, rnd.random()) for i in range(120_000)]),
+              _load("t-sparse", [(i * 997, rnd.random()) for i in range(3_000)]),
+              _load("t-nonfinite", [(i, math.nan if i % 5000 == 7 else rnd.random()) for i in range(60_000)]),
+              _load("t-short", [(5, 1.0), (6, math.inf)])]
+    series.append(Series.objects.create(run=series[0].run, name="t-empty"))
+    for a, b, p in [(0, 10**9, 640), (1_000, 41_000, 640), (59_000, 61_000, 300), (0, 30, 100), (3, 7, 10)]:
+        together = [w.as_json() for w in queries.windows(series, a, b, p)]
+        assert together == [queries.window(s, a, b, p).as_json() for s in series], (a, b, p)
