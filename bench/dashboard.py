@@ -277,9 +277,6 @@ def main() -> int:
     ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
                     help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed) "
                          "served alongside this one; repetitions alternate")
-    ap.add_argument("--compare-db", metavar="DATABASE_URL",
-                    help="the other tree serves this database (seeded alike, migrated by its own code): a schema "
-                         "change (an index) compared too; default: the same database as this tree")
     args = ap.parse_args()
     if args.cpu_throttle < 1:
         ap.error("--cpu-throttle must be at least 1 (1: no throttling)")
@@ -295,8 +292,7 @@ def main() -> int:
         if args.compare:
             trees["other"] = stack.enter_context(checkout(args.compare))
         for name, tree in trees.items():
-            db = {"DATABASE_URL": args.compare_db} if name == "other" and args.compare_db else {}
-            server = stack.enter_context(web_server({**env, "PYTHONPATH": str(tree), **db}, cwd=tree))
+            server = stack.enter_context(web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree))
             targets[name] = (f"http://127.0.0.1:{server.port}/runs/{RUN_ID}/", server.pid)
         out = measure(targets, args.repeat, args.cpu_throttle, args.profile, args.gpu)
     result = {"steps_per_series": args.steps, "series": len(SERIES),
