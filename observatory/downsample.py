@@ -251,6 +251,15 @@ def window_from_extremes(min_steps: Sequence[int], mins: Sequence[float], maxs: 
         if left.min is not None:
             _emit(pts, left.min, left.min_step, left.max, left.max_step)
     n = len(mins)
+    if per == 1:  # a bucket a block (a window at its level's own resolution): no slices
+        for mn_step, mn, mx, mx_step in zip(min_steps, mins, maxs, max_steps):
+            if mn_step < mx_step:
+                pts += ((mn_step, mn), (mx_step, mx))
+            elif mx_step < mn_step:
+                pts += ((mx_step, mx), (mn_step, mn))
+            else:
+                pts.append((mn_step, mn))
+        n = 0
     for a in range(0, n, per):
         seg = mins[a:a + per]
         mn = min(seg)

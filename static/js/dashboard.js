@@ -149,7 +149,7 @@
     performance.mark("obs-zoom-start");
     zoomWaiting = new Set([...charts.values()].filter((ch) => ch.visible && range));
     zoomCharts = {};
-    view.set({range});
+    view.set({range}, true); // (the URL follows once the charts are drawn)
     if (!zoomWaiting.size) zoomDrawn(null);
   }
   Obs.zoomTo = (from, to) => zoomTo(from === null || from === undefined ? null : [from, to]);
@@ -165,6 +165,7 @@
       performance.mark("obs-zoom-done");
       window.__obsZoom = {ms, sourceMs: zoomSource ? zoomSourceMs : null, charts: zoomCharts};
       zoomT0 = null;
+      view.saveSoon(); // (a task after this frame's drawing)
     }
   }
 

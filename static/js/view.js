@@ -40,6 +40,7 @@
   // ------------------------------------------------------------------------------------------ view state
   const STORAGE_KEY = "obs.dashboard.view";
   const X_MODES = ["step", "tokens", "time"];
+  const SAVE_WAIT_MS = 1000; // a zoom's URL waits at most this long for its charts to be drawn (View.set(…, later))
 
   class View {
     // defaults: chart ids in order. The URL wins over localStorage; the range is only ever in the URL.
@@ -65,12 +66,19 @@
 
     // Apply a change ({charts, x, log, smooth, range}) and tell listeners which keys changed.
     // The URL and localStorage follow a moment later (history.replaceState costs ~5-25 ms on a busy box: a zoom's
-    // window reads are on their way first).
-    set(change) {
+    // window reads are on their way first). `later`: once the caller says (saveSoon(): a zoom, when its charts are
+    // drawn, so that the save cannot hold up the answer's redraw), SAVE_WAIT_MS at the latest.
+    set(change, later = false) {
       const keys = Object.keys(change);
       Object.assign(this, change);
       this.listeners.forEach((fn) => fn(keys));
-      if (!this.saving) this.saving = setTimeout(() => { this.saving = null; this.save(); }, 0);
+      if (later) this.saveSoon(SAVE_WAIT_MS);
+      else if (!this.saving) this.saveSoon(0);
+    }
+
+    saveSoon(ms = 0) {
+      clearTimeout(this.saving);
+      this.saving = setTimeout(() => { this.saving = null; this.save(); }, ms);
     }
 
     toggleLog(id) {

@@ -94,3 +94,23 @@ def test_pyramid_builder_rejects_steps_out_of_order():
     b.add(5, 1.0, ds.FINITE)
     with pytest.raises(ValueError):
         b.add(5, 2.0, ds.FINITE)
+
+
+def test_extremes_bucketing_equals_the_summaries_way_at_every_bucket_width():
+    """window_from_extremes (C-level min/max over slices; a bucket a block read straight) answers what merging each
+    bucket's Summaries answers, ties (small integers) to the earlier step, edges included."""
+    rnd = random.Random(12)
+    pts = [(i, float(rnd.randint(0, 5))) for i in range(3_000)]
+    blocks = [ds.summarize([(st, v, ds.FINITE) for st, v in pts[a:a + 8]]) for a in range(8, 2_992, 8)]
+    left, right = ds.summarize([(st, v, ds.FINITE) for st, v in pts[:8]]), ds.summarize(
+        [(st, v, ds.FINITE) for st, v in pts[2_992:]])
+    cols = ([b.min_step for b in blocks], [b.min for b in blocks], [b.max for b in blocks],
+            [b.max_step for b in blocks])
+    for per in (1, 2, 3, 8, 1000):
+        buckets = [left] + [ds.Summary().merge(blocks[a]) for a in range(0, len(blocks), per)]
+        for k, a in enumerate(range(0, len(blocks), per)):
+            for b in blocks[a + 1:a + per]:
+                buckets[k + 1].merge(b)
+        want = ds.window_from_buckets(buckets + [right], [])
+        got = ds.window_from_extremes(*cols, sum(b.count for b in blocks), per, [left, right])
+        assert (got.steps, got.values, got.count) == (want.steps, want.values, want.count), per

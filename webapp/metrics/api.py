@@ -6,6 +6,7 @@ chart's series in one request), and GET /api/compare/?runs=a,b,c, the compare pa
 import time
 from collections import defaultdict
 
+from django.db import connection
 from django.http import JsonResponse
 
 from observatory import contract
@@ -29,9 +30,10 @@ def metric_list(request, run_id: str):
     return JsonResponse({"run_id": run.id, "metrics": metric_rows(run)})
 
 
-def series_window(run, series: Series, start: int, end: int, points: int) -> dict:
-    """The body of GET /api/runs/<id>/metrics/<name>/ (also inlined into the dashboard page: firstpaint.py)."""
-    win = queries.window(series, start, end, points)
+def series_window(run, series: Series, start: int, end: int, points: int, win=None) -> dict:
+    """The body of GET /api/runs/<id>/metrics/<name>/ (also inlined into the dashboard page: firstpaint.py); `win`:
+    its queries.window(), read already."""
+    win = win or queries.window(series, start, end, points)
     return {"run_id": run.id, "metric": series.name, "points": points, "first_step": series.first_step,
             "last_step": series.last_step, **win.as_json()}
 
@@ -50,22 +52,42 @@ def _window_params(request) -> tuple[int, int, int]:
     return start, end, points
 
 
+def _series_rows(run_id: str, names: list[str]) -> tuple[str | None, dict[str, Series]]:
+    """(the run's state, {name: Series with the fields a window reads}) for the run's series among `names`, in one
+    plain query: the ORM's select_related built two model instances a series (~1/3 of a small window's CPU)."""
+    if not names:
+        return None, {}
+    qn = connection.ops.quote_name
+    sql = (f"SELECT s.{qn('id')}, s.{qn('name')}, s.{qn('count')}, s.{qn('first_step')}, s.{qn('last_step')}, "
+           f"r.{qn('state')} FROM {qn(Series._meta.db_table)} s JOIN {qn(Run._meta.db_table)} r "
+           f"ON r.{qn('id')} = s.{qn('run_id')} WHERE s.{qn('run_id')} = %s "
+           f"AND s.{qn('name')} IN ({', '.join(['%s'] * len(names))})")
+    with connection.cursor() as cur:
+        cur.execute(sql, [run_id, *names])
+        rows = cur.fetchall()
+    found = {name: Series(id=sid, run_id=run_id, name=name, count=count, first_step=first, last_step=last)
+             for sid, name, count, first, last, _ in rows}
+    return (rows[0][5] if rows else None), found
+
+
 @public
 @api_view
 def metric_windows(request, run_id: str):
     """The same window of several series: {"windows": {name: <what /metrics/<name>/ answers> or null}}."""
     t0 = time.perf_counter()
     names = list(dict.fromkeys(n for raw in request.GET.getlist("series") for n in raw.split(",") if n))
-    # the series with their run in one query (the run alone, or its 404, when none of them is stored)
-    found = {s.name: s for s in Series.objects.select_related("run").filter(run_id=run_id, name__in=names[:MAX_BATCH])}
-    run = next(iter(found.values())).run if found else get_run(run_id)
+    # the series with their run's state in one query (the run alone, or its 404, when none of them is stored)
+    state, found = _series_rows(run_id, names[:MAX_BATCH])
+    run = Run(id=run_id, state=state) if found else get_run(run_id)
     start, end, points = _window_params(request)
     if not names:
         raise ApiError(400, "parameter 'series' is required (names, comma-separated or repeated)", parameter="series")
     if len(names) > MAX_BATCH:
         raise ApiError(400, f"at most {MAX_BATCH} series per request", parameter="series")
     t1 = time.perf_counter()
-    body = {n: series_window(run, found[n], start, end, points) if n in found else None for n in names}
+    read = [n for n in names if n in found]  # their reads made together: as many round trips as one series'
+    wins = dict(zip(read, queries.windows([found[n] for n in read], start, end, points)))
+    body = {n: series_window(run, found[n], start, end, points, wins[n]) if n in found else None for n in names}
     t2 = time.perf_counter()
     resp = JsonResponse({"run_id": run.id, "points": points, "windows": body},
                         json_dumps_params={"separators": (",", ":")})  # (no blanks: ~7% of a window's bytes)

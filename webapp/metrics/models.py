@@ -11,6 +11,8 @@ from django.db import models
 from observatory.downsample import Summary
 from webapp.runs.models import Run
 
+EXTREME_FIELDS = ("count", "min", "min_step", "max", "max_step")  # a Block's columns a wide window's buckets read
+
 
 class Series(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series", db_index=False)  # see below
@@ -76,6 +78,15 @@ class Block(models.Model):
     ns_kind = models.SmallIntegerField(default=0)
 
     SUMMARY_FIELDS = Summary.FIELDS  # the columns above that hold an observatory.downsample.Summary, in its order
+    EXTREME_FIELDS = EXTREME_FIELDS
+
+    class Meta:
+        indexes = [
+            # serves: the wide-window read (webapp/metrics/queries.py "block_extremes") from the index alone. A level's
+            # blocks lie far apart in the table (written as their spans close, between finer ones): through the
+            # primary key each row cost a page read of its own (~6 us in SQLite); here they are one run of leaves.
+            models.Index(fields=["series", "level", "idx", *EXTREME_FIELDS], name="block_extremes"),
+        ]
 
 
 class IngestFence(models.Model):

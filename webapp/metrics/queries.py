@@ -4,6 +4,7 @@ of window(), each read bounded by an index range: docs/ARCHITECTURE.md "Storage"
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generator
 
 from django.db import connection
 
@@ -38,16 +39,16 @@ class SeriesWindow:
         }
 
 
-def _count_upto(name: str, params: list, limit: int) -> int:
-    """COUNT over a LIMITed subquery: cost bounded by limit, not by the series."""
-    return _rows(name, [*params, limit + 1])[0][0]
+def _count_upto(name: str, params: list, limit: int):
+    """(a plan: `yield from` it) COUNT over a LIMITed subquery: cost bounded by limit, not by the series."""
+    return (yield from _rows(name, [*params, limit + 1]))[0][0]
 
 
-def _blocks_upto(sid: int, level: int, first: int, last: int, limit: int, dense: bool) -> int:
+def _blocks_upto(sid: int, level: int, first: int, last: int, limit: int, dense: bool):
     """What _count_upto("count_blocks", ...) answers; a dense series has every block of its span: no query."""
     if dense:
         return min(max(0, last - first + 1), limit + 1)
-    return _count_upto("count_blocks", [sid, level, first, last], limit)
+    return (yield from _count_upto("count_blocks", [sid, level, first, last], limit))
 
 
 _SQL: dict[str, str] = {}
@@ -72,25 +73,84 @@ def _sql(name: str) -> str:
             "points": f"SELECT {step}, {qn('value')}, {qn('special')} {points} ORDER BY {step}",
             "values": f"SELECT {qn('value')} {points} ORDER BY {step}",
             "count_points": f"SELECT COUNT(*) FROM (SELECT 1 {points} LIMIT %s) AS t",
+            # edge regions: several block / step ranges in one statement, their SELECTs chained by UNION ALL (an OR of
+            # ranges let SQLite's planner scan the series' whole index)
+            "edge_blocks": f"SELECT {qn('level')}, {idx}, {cols} {blocks}",
+            "edge_points": f"SELECT {step}, {qn('value')}, {qn('special')} {points}",
             "nonfinite": f"SELECT {step}, {qn('special')} {points} AND {qn('special')} > {FINITE} "
                          f"ORDER BY {step} LIMIT %s",
         })
     return _SQL[name]
 
 
-def _rows(name: str, params: list) -> list[tuple]:
+# A window's plan is a generator (Plan): it yields the statements it needs next, [(sql, params), ...], and is sent
+# their rows, [rows, ...]; it returns its SeriesWindow. window() runs one plan; windows() runs several in lockstep,
+# each round's statements together (PostgreSQL: one pipeline, one round trip for every series of a zoom).
+Plan = Generator[list[tuple[str, list]], list[list[tuple]], "SeriesWindow"]
+
+
+def _rows(name: str, params: list):
+    """(in a plan) `yield from` it: the rows of one hot-path statement."""
+    return (yield [(_sql(name), params)])[0]
+
+
+def _run(stmts: list[tuple[str, list]]) -> list[list[tuple]]:
+    """Each statement's rows. On PostgreSQL several go in one pipeline: sent together, one round trip."""
+    if len(stmts) > 1 and connection.vendor == "postgresql":
+        connection.ensure_connection()
+        raw = connection.connection
+        with raw.pipeline() as pipe:
+            curs = [raw.cursor() for _ in stmts]
+            for cur, (sql, params) in zip(curs, stmts):
+                cur.execute(sql, params)
+            pipe.sync()
+            return [cur.fetchall() for cur in curs]
+    out = []
     with connection.cursor() as cur:
-        cur.execute(_sql(name), params)
-        return cur.fetchall()
+        for sql, params in stmts:
+            cur.execute(sql, params)
+            out.append(cur.fetchall())
+    return out
 
 
-def _at_least(sid: int, lo: int, hi: int, most: int = 16) -> int:
+def run_plans(plans: list[Plan]) -> list[SeriesWindow]:
+    """Run plans to their end in lockstep: every plan's next statements in one round."""
+    out: list = [None] * len(plans)
+    want: dict[int, list] = {}
+
+    def advance(i: int, sent) -> None:
+        try:
+            want[i] = plans[i].send(sent)
+        except StopIteration as stop:
+            out[i] = stop.value
+    for i in range(len(plans)):
+        advance(i, None)
+    while want:
+        asked = sorted(want.items())
+        want.clear()
+        rows = _run([stmt for _, stmts in asked for stmt in stmts])
+        for i, stmts in asked:
+            advance(i, rows[:len(stmts)])
+            rows = rows[len(stmts):]
+    return out
+
+
+def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -> SeriesWindow:
+    return run_plans([_window(series, start, end, points)])[0]
+
+
+def windows(series: list[Series], start: int, end: int, points: int = DEFAULT_POINTS) -> list[SeriesWindow]:
+    """window() of several series, their reads made together (as many round trips as one series' plan)."""
+    return run_plans([_window(s, start, end, points) for s in series])
+
+
+def _at_least(sid: int, lo: int, hi: int, most: int = 16):
     """A lower bound on the points in [lo, hi]: the counts of the (at most `most`) whole blocks of the finest level
     with that few inside it (0 when there is none)."""
     for level in range(LEVELS):
         first, last = _whole_blocks(lo, hi, level)
         if last - first + 1 <= most:
-            return _rows("sum_blocks", [sid, level, first, last])[0][0] or 0 if first <= last else 0
+            return ((yield from _rows("sum_blocks", [sid, level, first, last]))[0][0] or 0) if first <= last else 0
     return 0
 
 
@@ -99,7 +159,7 @@ def _whole_blocks(lo: int, hi: int, level: int) -> tuple[int, int]:
     return -(-lo // size), (hi + 1) // size - 1
 
 
-def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -> SeriesWindow:
+def _window(series: Series, start: int, end: int, points: int) -> Plan:
     sid = series.id
     if series.first_step is None:
         return SeriesWindow(None, None, RAW, 1, window_from_points([]))
@@ -114,26 +174,26 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         n_raw = hi - lo + 1
     elif dense:
         n_raw = min(hi - lo + 1, limit + 1)
-    elif _at_least(sid, lo, hi) > limit:
+    elif (yield from _at_least(sid, lo, hi)) > limit:
         n_raw = limit + 1  # what the LIMITed count would say, from a few blocks instead of up to 4P index entries
     else:
-        n_raw = _count_upto("count_points", [sid, lo, hi], limit)
+        n_raw = yield from _count_upto("count_points", [sid, lo, hi], limit)
     if n_raw <= points:
-        return SeriesWindow(lo, hi, RAW, 1, window_from_points(_rows("points", [sid, lo, hi])))
+        return SeriesWindow(lo, hi, RAW, 1, window_from_points((yield from _rows("points", [sid, lo, hi]))))
 
-    nonfinite = _rows("nonfinite", [sid, lo, hi, points // 4 + 1])
+    nonfinite = yield from _rows("nonfinite", [sid, lo, hi, points // 4 + 1])
     exact_nf = nonfinite if len(nonfinite) <= points // 4 else None
     n_buckets = (points - len(nonfinite)) // 2 if exact_nf is not None else points // 3
 
     if n_raw <= limit:
         width = -(-(hi - lo + 1) // n_buckets)
         if FAST_PATH and not nonfinite and n_raw == hi - lo + 1:  # every step present, all finite: fast path
-            values = [v for (v,) in _rows("values", [sid, lo, hi])]
+            values = [v for (v,) in (yield from _rows("values", [sid, lo, hi]))]
             if len(values) == n_raw and None not in values:  # (no write landed in between)
                 return SeriesWindow(lo, hi, RAW, width,
                                     window_from_extremes(range(lo, hi + 1), values, values, range(lo, hi + 1),
                                                      n_raw, width, []))
-        buckets = bucket_points(_rows("points", [sid, lo, hi]), lo, hi, n_buckets)
+        buckets = bucket_points((yield from _rows("points", [sid, lo, hi])), lo, hi, n_buckets)
         return SeriesWindow(lo, hi, RAW, width, window_from_buckets(buckets, exact_nf))
 
     # Coarsest level whose block span alone guarantees <= limit blocks, then finer while the real count allows
@@ -145,7 +205,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         first, last = _whole_blocks(lo, hi, level - 1)
         if (last - first + 1) * density > 2 * limit:
             break  # clearly too many blocks for a (near-)dense series: skip counting them
-        if _blocks_upto(sid, level - 1, first, last, limit, dense) > limit:
+        if (yield from _blocks_upto(sid, level - 1, first, last, limit, dense)) > limit:
             break
         level -= 1
     n_mid = max(1, n_buckets - 2)  # the two edge regions get a bucket each
@@ -153,18 +213,18 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
         # A coarser level that still yields ~90% of the buckets asked for costs 8x fewer rows: prefer it.
         first, last = _whole_blocks(lo, hi, level + 1)
         if last - first + 1 >= 0.9 * n_mid:
-            if _blocks_upto(sid, level + 1, first, last, n_mid, dense) >= 0.9 * n_mid:
+            if (yield from _blocks_upto(sid, level + 1, first, last, n_mid, dense)) >= 0.9 * n_mid:
                 level += 1
     size = block_size(level)
     first, last = _whole_blocks(lo, hi, level)
     if first > last:  # no whole block (tiny P): the window is one edge region
         return SeriesWindow(lo, hi, level, hi - lo + 1,
-                            window_from_buckets([region_summary(sid, lo, hi, level)], exact_nf))
+                            window_from_buckets([(yield from region_summary(sid, lo, hi, level))], exact_nf))
     per = max(1, -(-(last - first + 1) // n_mid))  # consecutive blocks merged into one bucket
-    left = region_summary(sid, lo, first * size - 1, level - 1)
-    right = region_summary(sid, (last + 1) * size, hi, level - 1)
+    left, right = yield from region_summaries(sid, [(lo, first * size - 1, level - 1),
+                                                    ((last + 1) * size, hi, level - 1)])
     if FAST_PATH and not nonfinite and not any(e is not None and e.nonfinite for e in (left, right)):
-        rows = _rows("block_extremes", [sid, level, first, last])
+        rows = yield from _rows("block_extremes", [sid, level, first, last])
         if len(rows) == last - first + 1:  # every block present (unique idx): runs of `per` rows are buckets
             counts, mins, min_steps, maxs, max_steps = zip(*rows)
             if None not in mins and None not in maxs:  # all finite (no block of non-finite points only)
@@ -173,7 +233,7 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
                                                      [left, right]))
     buckets: list[Summary | None] = [left]
     cur_key = None
-    for idx, *row in _rows("blocks", [sid, level, first, last]):
+    for idx, *row in (yield from _rows("blocks", [sid, level, first, last])):
         key = (idx - first) // per
         if key != cur_key:
             buckets.append(Summary())
@@ -183,22 +243,53 @@ def window(series: Series, start: int, end: int, points: int = DEFAULT_POINTS) -
     return SeriesWindow(lo, hi, level, per * size, window_from_buckets(buckets, exact_nf))
 
 
-def region_summary(sid: int, lo: int, hi: int, level: int) -> Summary | None:
-    """Exact summary of the points in [lo, hi], read from blocks of `level` and finer (raw points at -1)."""
-    if lo > hi:
-        return None
-    if level < 0:
-        return summarize(_rows("points", [sid, lo, hi]))
-    first, last = _whole_blocks(lo, hi, level)
-    if first > last:
-        return region_summary(sid, lo, hi, level - 1)
-    size = block_size(level)
-    inner = Summary()
-    for _, *row in _rows("blocks", [sid, level, first, last]):
-        inner.merge_row(row)
-    inner.merge(region_summary(sid, lo, first * size - 1, level - 1))
-    inner.merge(region_summary(sid, (last + 1) * size, hi, level - 1))
-    return inner
+def _cover(lo: int, hi: int, level: int, blocks: list, points: list) -> None:
+    """The reads that summarise [lo, hi] exactly from blocks of `level` and finer: (level, first idx, last idx)
+    block ranges onto `blocks`, raw (lo, hi) step ranges onto `points` (an edge region: a few of each)."""
+    while lo <= hi:
+        if level < 0:
+            points.append((lo, hi))
+            return
+        first, last = _whole_blocks(lo, hi, level)
+        if first <= last:
+            size = block_size(level)
+            blocks.append((level, first, last))
+            _cover(lo, first * size - 1, level - 1, blocks, points)
+            lo, level = (last + 1) * size, level - 1
+        else:
+            level -= 1
+
+
+def region_summaries(sid: int, regions: list[tuple[int, int, int]]):
+    """(a plan: `yield from` it) Exact summaries of the points in disjoint step ranges [(lo, hi, level)], each read
+    from blocks of its level and finer (raw points at -1): all their blocks in one statement, all their raw points in
+    another, both in one round (None for a range with lo > hi)."""
+    blocks: list[tuple[int, int, int]] = []
+    points: list[tuple[int, int]] = []
+    for lo, hi, level in regions:
+        _cover(lo, hi, level, blocks, points)
+    out = [Summary() if lo <= hi else None for lo, hi, _ in regions]
+
+    def owner(step: int) -> Summary:
+        return next(out[i] for i, (lo, hi, _) in enumerate(regions) if lo <= step <= hi)
+    stmts = []
+    if blocks:
+        stmts.append((" UNION ALL ".join([_sql("edge_blocks")] * len(blocks)), [x for b in blocks for x in (sid, *b)]))
+    if points:
+        stmts.append((" UNION ALL ".join([_sql("edge_points")] * len(points)), [x for p in points for x in (sid, *p)]))
+    got = (yield stmts) if stmts else []
+    if blocks:
+        for level, idx, *row in got.pop(0):
+            owner(idx * block_size(level)).merge_row(row)
+    if points:
+        for step, value, special in got.pop(0):
+            owner(step).add(step, value, special)
+    return out
+
+
+def region_summary(sid: int, lo: int, hi: int, level: int):
+    """(a plan: `yield from` it) Exact summary of the points in [lo, hi], from blocks of `level` and finer."""
+    return (yield from region_summaries(sid, [(lo, hi, level)]))[0]
 
 
 def tail(series_id: int, after_step: int, limit: int) -> tuple[list[tuple[int, float | None, int]], bool]:

@@ -103,3 +103,19 @@ def test_zoom_reads_every_raw_step_of_a_20_step_window_and_the_spike_survives_zo
     other.wait_for_function(f"() => {{ const t = ({TRACE})(); return t && t.auto === true; }}", timeout=30_000)
     assert (SPIKE, SPIKE_VALUE) in window(other.evaluate(TRACE), SPIKE, SPIKE)
     assert errors == []
+
+
+def test_a_zoom_writes_the_url_after_its_charts_are_drawn(long_run, web, new_page):
+    """history.replaceState (~5-25 ms of main thread on a busy box) waits for the zoom's redraw: it cannot hold up
+    the windows' answer being drawn; the URL still follows."""
+    page = new_page(viewport={"width": 1400, "height": 900})
+    page.add_init_script("""(() => { const put = history.replaceState.bind(history); window.__urlAt = [];
+      history.replaceState = (...a) => { window.__urlAt.push(performance.now()); return put(...a); }; })()""")
+    page.goto(f"{web.url}/runs/long/")
+    page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0", timeout=30_000)
+    page.evaluate("() => { window.__urlAt = []; Obs.zoomTo(100000, 101000); }")
+    page.wait_for_function("() => !!window.__obsZoom && window.__urlAt.length > 0 && "
+                           "new URLSearchParams(location.search).get('from') === '100000'", timeout=30_000)
+    saved, drawn = page.evaluate("""() => [window.__urlAt[0],
+        performance.getEntriesByName('obs-zoom-done').pop().startTime]""")
+    assert saved >= drawn, f"the URL was written {drawn - saved:.1f} ms before the zoom's charts were drawn"

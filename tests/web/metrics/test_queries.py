@@ -109,3 +109,70 @@ def test_a_dense_series_is_read_without_counting(monkeypatch):
         with CaptureQueriesContext(connection) as cq:
             queries.window(gappy, a, b, p)
         assert [q["sql"] for q in cq.captured_queries if "COUNT(" in q["sql"] or "SUM(" in q["sql"]]
+
+
+def test_edge_regions_are_exact_and_read_in_two_queries():
+    """A window's edge regions (finer blocks, then raw points, on both sides of its whole blocks) are summarised
+    exactly, whatever their levels, and read together: one query for all their blocks, one for all their points."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    rnd = random.Random(9)
+    pts = [(i, rnd.gauss(0, 1) if rnd.random() > 0.01 else rnd.choice([math.nan, math.inf, -math.inf]))
+           for i in range(40_000) if rnd.random() > 0.05]  # gaps too
+    s = _load("edges", pts)
+    for _ in range(40):
+        a, b = sorted(rnd.randrange(0, 41_000) for _ in range(2))
+        mid = rnd.randrange(a, b + 1)
+        regions = [(a, mid, rnd.randrange(-1, 4)), (mid + 1, b, rnd.randrange(-1, 4))]
+        with CaptureQueriesContext(connection) as cq:
+            got = queries.run_plans([queries.region_summaries(s.id, regions)])[0]
+        assert len(cq.captured_queries) <= 2
+        for (lo, hi, _), summary in zip(regions, got):
+            truth = ds.summarize([(st, *ds.classify(v)) for st, v in pts if lo <= st <= hi]) if lo <= hi else None
+            assert summary == truth or (truth is not None and truth.count == 0 and summary.count == 0), (lo, hi)
+
+
+def test_a_wide_window_of_a_dense_series_costs_four_queries():
+    """Its non-finite points, its two edge regions' blocks and points, and its whole blocks' extremes: four reads
+    however deep the edges go (each edge level was a query of its own: eight)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    rnd = random.Random(10)
+    s = _load("wide", [(i, rnd.random()) for i in range(300_000)])
+    for a, b, p in [(1_234, 201_233, 640), (7, 290_001, 1000), (55_555, 75_554, 640)]:
+        with CaptureQueriesContext(connection) as cq:
+            win = queries.window(s, a, b, p)
+        assert win.level >= 0 and len(cq.captured_queries) <= 4, [q["sql"] for q in cq.captured_queries]
+
+
+def test_a_wide_window_reads_its_blocks_from_an_index_alone():
+    """A level's blocks lie far apart in the table (each written when its span closes): the wide-window read is
+    answered from an index holding what it selects (on SQLite, its plan says so)."""
+    from django.db import connection
+
+    from webapp.metrics.models import Block
+
+    fields = {f.name for f in Block._meta.get_fields()}
+    covering = [ix for ix in Block._meta.indexes
+                if ix.fields[:3] == ["series", "level", "idx"] and {"count", "min", "min_step", "max", "max_step"}
+                <= set(ix.fields) | set(ix.include or ()) and set(ix.fields) <= fields]
+    assert covering
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cur:
+            cur.execute("EXPLAIN QUERY PLAN " + queries._sql("block_extremes").replace("%s", "?"), [1, 2, 0, 10])
+            assert "COVERING INDEX" in " ".join(str(r) for r in cur.fetchall())
+
+
+def test_several_series_read_together_answer_what_each_read_alone_answers():
+    """windows() runs every series' plan in lockstep (their plans differ: raw, bucketed, blocks, counted, empty)."""
+    rnd = random.Random(11)
+    series = [_load("t-dense", [(i, rnd.random()) for i in range(120_000)]),
+              _load("t-sparse", [(i * 997, rnd.random()) for i in range(3_000)]),
+              _load("t-nonfinite", [(i, math.nan if i % 5000 == 7 else rnd.random()) for i in range(60_000)]),
+              _load("t-short", [(5, 1.0), (6, math.inf)])]
+    series.append(Series.objects.create(run=series[0].run, name="t-empty"))
+    for a, b, p in [(0, 10**9, 640), (1_000, 41_000, 640), (59_000, 61_000, 300), (0, 30, 100), (3, 7, 10)]:
+        together = [w.as_json() for w in queries.windows(series, a, b, p)]
+        assert together == [queries.window(s, a, b, p).as_json() for s in series], (a, b, p)
