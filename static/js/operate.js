@@ -7,7 +7,7 @@
   const page = JSON.parse(document.getElementById("operate-data").textContent);
   const $ = (id) => document.getElementById(id);
   const specs = new Map(page.specs.map((s) => [s.name, s]));
-  const OUTCOME_WORDS = {timeout: "no answer"};
+  const OUTCOME_WORDS = {timeout: "no answer", unsent: "not sent"};
   // the mixture rule as the contract states it (observatory/contract/commands.py MIXTURE_RULE): relative weights
   const weightsArg = (specs.get("set-mixture") || {args: []}).args.find((a) => a.type === "weights") || {lo: 0};
   let snap = page.snapshot;
@@ -99,7 +99,8 @@
       const outcome = c.outcome;
       const detail = [c.detail, c.undone_detail].filter(Boolean).join(" — ");
       // past the trainer's window an id may be forgotten (or is refused as stale): that is a new command
-      const retry = outcome === "timeout" && Date.now() - Date.parse(c.created_at) < page.retry_window_s * 1000
+      const late = Date.now() - Date.parse(c.created_at) >= page.retry_window_s * 1000;
+      const retry = (outcome === "timeout" || outcome === "unsent") && !late
         ? el("button", {type: "button", class: "small", text: "retry", title: "send again with the same id", on: {
           click: () => post(c.run, {id: c.id, command: c.command, args: c.args, reason: c.reason, confirm: true})}})
         : null;
