@@ -80,6 +80,13 @@
     return {tickmode: "array", tickvals: vals,
       ticktext: vals.map((v) => (v < 0 ? "−" : "") + Obs.duration(Math.abs(v)))};
   };
+  // The same on a log axis over [lo, hi] (lo > 0): round durations at least a ratio apart (1 s, 5 s, 30 s, 5 min…)
+  const logDurationTicks = (lo, hi, n) => {
+    const vals = [], ratio = Math.max(3, (hi / lo) ** (1 / n));
+    for (const s of NICE_S) if (s >= lo && s <= hi && !(s < vals[vals.length - 1] * ratio)) vals.push(s);
+    return vals.length < 2 ? Obs.durationTicks(lo, hi, n) : {tickmode: "array", tickvals: vals,
+      ticktext: vals.map(Obs.duration)};
+  };
 
   const AXIS_WORD = {tokens: "token count", time: "timestamps"};
 
@@ -121,13 +128,16 @@
     names(label, smoothing) { return smoothing ? [label + " (raw)", label] : [label, label]; } // (the legend: runs)
 
     layout(traces) {
-      const lay = super.layout(traces), view = this.ctx.view, xa = lay.xaxis;
+      const lay = super.layout(traces), view = this.ctx.view, xa = lay.xaxis, n = this.width < 500 ? 3 : 6;
+      if (view.x === "time") { // seconds since each run's start, as durations (a log axis: from its first x > 0)
+        const [lo, hi] = view.range || Obs.xExtent(traces);
+        const first = Math.min(...traces.map((t) => [].find.call(t.x || [], (v) => v > 0) || Infinity));
+        Object.assign(xa, (view.logx ? logDurationTicks(Math.max(lo, first), hi, n) : Obs.durationTicks(lo, hi, n))
+          || {});
+      }
       if (view.logx) {
         xa.type = "log";
         if (xa.range) xa.range = xa.range.map((v) => Math.log10(Math.max(v, 0))); // (from 0: from the first x > 0)
-      } else if (view.x === "time") { // seconds since each run's start, labelled as durations
-        const [lo, hi] = view.range || Obs.xExtent(traces);
-        Object.assign(xa, Obs.durationTicks(lo, hi, this.width < 500 ? 3 : 6) || {});
       }
       return lay;
     }
