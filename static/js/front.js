@@ -78,7 +78,7 @@ window.Obs = window.Obs || {};
     const p = run.progress || {};
     const frac = p.fraction !== undefined ? p.fraction
       : (p.tokens !== null && p.token_budget ? Math.min(1, p.tokens / p.token_budget) : null);
-    if (frac !== null && frac !== undefined) el("featured-pct").textContent = Math.round(frac * 100) + "%";
+    if (frac !== null && frac !== undefined) el("featured-pct").textContent = Obs.percent(frac);
     el("featured-eta").textContent = Obs.timeLeft(run, frac === undefined ? null : frac,
                                                   p.eta_s === undefined ? null : p.eta_s);
   }
