@@ -55,7 +55,7 @@
     const p = run.progress || {};
     const frac = p.fraction !== undefined ? p.fraction
       : (p.tokens !== null && p.token_budget ? Math.min(1, p.tokens / p.token_budget) : null);
-    if (frac != null) el("featured-pct").textContent = Math.round(frac * 100) + "%";
+    if (frac != null) el("featured-pct").textContent = Obs.percent(frac);
     el("featured-eta").textContent = Obs.timeLeft(run, frac ?? null, p.eta_s ?? null);
   }
 

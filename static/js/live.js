@@ -31,7 +31,7 @@
       this.status = status; // (text) -> shown in the header
       this.ws = null; this.attempts = 0; this.pending = new Set(); this.flushQueued = false;
       this.push = pushConfig(); this.lastId = null; this.recent = []; this.lastSeq = null;
-      this.lite = Boolean(this.push && this.push.lite); this.loadedAt = Date.now();
+      this.lite = Boolean(this.push && this.push.lite);
     }
 
     // Push tier: whether the lite channel carries series `name`.
@@ -40,12 +40,9 @@
       return l.names.includes(name) || l.prefixes.some((p) => name.startsWith(p));
     }
 
-    // Push tier: a series outside the lite channel is wanted: the full channel from a moment ago (its ids are its
-    // own; the store drops what it holds, and the frames replayed since then are contiguous, rewinds included).
+    // Push tier: a series outside the lite channel is wanted: the full channel from its oldest kept (push.since).
     widen() {
-      this.lite = false; this.lastSeq = null;
-      const elapsed = (Date.now() - this.loadedAt) / 1000; // since: a margin before the page was made (server clock)
-      this.lastId = Math.floor(Number(this.push.since.split(":")[0]) + elapsed) + ":0";
+      this.lite = false; this.lastSeq = null; this.lastId = null;
       const ws = this.ws;
       if (ws) { ws.onclose = null; ws.close(); this.ws = null; this.connect(); }
     }

@@ -7,7 +7,7 @@
   const page = JSON.parse(document.getElementById("operate-data").textContent);
   const $ = (id) => document.getElementById(id);
   const specs = new Map(page.specs.map((s) => [s.name, s]));
-  const OUTCOME_WORDS = {timeout: "no answer"};
+  const OUTCOME_WORDS = {timeout: "no answer", unsent: "not sent"};
   // the mixture rule as the contract states it (observatory/contract/commands.py MIXTURE_RULE): relative weights
   const weightsArg = (specs.get("set-mixture") || {args: []}).args.find((a) => a.type === "weights") || {lo: 0};
   let snap = page.snapshot;

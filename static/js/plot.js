@@ -152,8 +152,8 @@ window.Obs = window.Obs || {};
     };
     const scale = (k) => ({range: rng(k), distr: fig.log[k] ? 3 : 1});
     const scales = {x: {time, ...scale("x")}, y: scale("y"), ...(layout.yaxis3 && {y3: scale("y3")})};
-    const xa = layout.xaxis || {}, ticks = xa.tickvals ? {splits: () => xa.tickvals, values: () => xa.ticktext} : {};
-    const axes = [{...axis("x", 2, m.b), ...ticks, label: xa.title ? xa.title.text : "",
+    const xa = layout.xaxis || {}, tk = xa.tickvals ? {splits: () => fig.x.tickvals, values: () => fig.x.ticktext} : {};
+    const axes = [{...axis("x", 2, m.b), ...tk, label: xa.title ? xa.title.text : "",
                    labelSize: 14}, axis("y", 3, m.l)];
     if (layout.yaxis3) axes.push({...axis("y3", 1, m.r), label: (layout.yaxis3.title || {}).text || "", labelSize: 14,
                                   ...(layout.yaxis3.tickformat && {
@@ -369,7 +369,7 @@ window.Obs = window.Obs || {};
       : (v) => Number(v).toLocaleString("en-US");
     fig.fmtY = (v, tr) => (tr.unit === "fraction" ? +(v * 100).toPrecision(3) + "%"
       : num(v) + (tr.unit ? " " + tr.unit : ""));
-    const key = shapeKey(lines, layout) + fig.log.x + fig.log.y + fig.log.y3;
+    const key = shapeKey(lines, layout) + fig.log.x + fig.log.y + fig.log.y3 + !(fig.x = layout.xaxis || {}).tickvals;
     const data = lines.length ? columns(lines) : [[]];
     legend(fig, layout, lines);
     fig.ranges = ranges(fig, layout);

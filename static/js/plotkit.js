@@ -187,6 +187,8 @@ window.Obs = window.Obs || {};
     return d ? `${d} d ${h} h` : h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
   };
 
+  // A run's progress as every page writes it (pagedata.percent's rule, its float steps): 0.3%, 9.9%, 12%, rounded down
+  Obs.percent = (f, t = Math.floor(f * 1000 + 1e-9)) => (t < 100 ? +(t / 10).toFixed(1) : Math.floor(t / 10)) + "%";
   // The "time left" of a run (header and run list): the latest heartbeat's estimate while it trains and its trainer
   // is heard from (a lost or ended trainer's estimate is stale: none); once ended, how it ended ("finished" only
   // when it trained its whole token budget, else "stopped").

@@ -41,8 +41,8 @@
       else {
         const pct = Math.round(frac * 1000) / 10;
         if (bar.value !== pct) bar.value = pct;
-        Obs.put(bar, pct + "%");
-        Obs.putFigure($("stat-tokens"), `${Obs.count(tokens)} of ${Obs.count(budget)} (${(100 * frac).toFixed(1)}%)`);
+        Obs.put(bar, Obs.percent(frac));
+        Obs.putFigure($("stat-tokens"), `${Obs.count(tokens)} of ${Obs.count(budget)} (${Obs.percent(frac)})`);
       }
       const sps = num(p.steps_per_s), heard = this.run && Obs.heard(this.run);
       // a paused trainer's heartbeat still carries the rate it had before the pause: no speed to show

@@ -32,7 +32,7 @@
       if (!bar) bar = progress.insertBefore(Obs.el("progress", {max: 100, attrs: label}), progress.firstChild);
       bar.value = Math.round(frac * 100);
     }
-    progress.querySelector(".pct").textContent = frac === null ? "–" : Math.round(frac * 100) + "%";
+    progress.querySelector(".pct").textContent = frac === null ? "–" : Obs.percent(frac);
     q(".eta").textContent = Obs.timeLeft(run, frac, num(p.eta_s));
     const t = q(".updated time");
     if (run.updated_at && t) {

@@ -34,6 +34,15 @@ class Profile(models.Model):
         return profile
 
 
+def shown_name(user) -> str | None:
+    """What pages call a user: their display name (their login name only when they set none). The one rule for every
+    page and record that names a person: a login name is half a credential."""
+    if user is None:
+        return None
+    profile = getattr(user, "profile", None)  # no Profile row: None (select_related("...__profile") avoids a query)
+    return (profile.shown_name if profile is not None else "") or user.get_username()
+
+
 # (user, scope) -> why `user` may not hold a token with this scope, or None. Later apps add theirs in their
 # AppConfig.ready (webapp.intake: only runs the user owns, or new ids); WriteToken.issue consults every one.
 SCOPE_CHECKS: list = []

@@ -71,7 +71,7 @@ def viewer_and_post(request, target: str, pk: int):
 def get_post(viewer: Viewer, target: str, pk: int):
     """The annotation or reply `pk` if the viewer may read it, else ApiError 404."""
     qs = viewer.annotations() if target == "annotation" else viewer.replies().select_related("annotation")
-    return found(qs.select_related("author", "hidden_by").filter(pk=pk).first(), f"no {target} {pk}")
+    return found(qs.select_related("author__profile", "hidden_by__profile").filter(pk=pk).first(), f"no {target} {pk}")
 
 
 def own(viewer: Viewer, post) -> None:

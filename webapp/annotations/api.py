@@ -36,7 +36,7 @@ def run_annotations(request, run_id: str):
     if request.method == "POST":
         return _create(request, run)
     viewer = Viewer.of(request)
-    qs = viewer.annotations().filter(run=run).select_related("author", "hidden_by")
+    qs = viewer.annotations().filter(run=run).select_related("author__profile", "hidden_by__profile")
     start = int_param(request, "start", None, lo=0)
     end = int_param(request, "end", None, lo=0)
     if end is not None:
@@ -85,7 +85,7 @@ def annotation_detail(request, pk: int):
         return _delete(request, pk)
     viewer = Viewer.of(request)
     a = get_post(viewer, "annotation", pk)
-    replies = list(viewer.replies().filter(annotation=a).select_related("author", "hidden_by"))
+    replies = list(viewer.replies().filter(annotation=a).select_related("author__profile", "hidden_by__profile"))
     return JsonResponse({"annotation": annotation_record(a, viewer.moderate),
                          "replies": reply_records(replies, viewer.moderate),
                          "mine": my_reactions(viewer, a, [r.id for r in replies]), "viewer": viewer.as_json()})

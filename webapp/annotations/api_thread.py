@@ -40,7 +40,7 @@ def replies(request, pk: int):
         return _reply(request, pk)
     viewer = Viewer.of(request)
     a = get_post(viewer, "annotation", pk)
-    items = list(viewer.replies().filter(annotation=a).select_related("author", "hidden_by"))
+    items = list(viewer.replies().filter(annotation=a).select_related("author__profile", "hidden_by__profile"))
     return JsonResponse({"annotation": a.id, "replies": reply_records(items, viewer.moderate)})
 
 

@@ -8,6 +8,8 @@ whose x axis is the step (or a JSON-API/Infinity data source reading this URL) d
 """
 
 from __future__ import annotations
+
+from webapp.accounts.models import shown_name
 from webapp.public import absolute
 
 
@@ -23,7 +25,7 @@ def export(items, request) -> list[dict]:
         out.append({
             "id": a.id, "dashboardUID": a.run_id, "panelId": None,
             "time": a.step_start, "timeEnd": a.step_end, "tags": list(a.tags), "text": text,
-            "login": a.author.get_username() if a.author else None,
+            "login": shown_name(a.author),  # Grafana's author field: the display name, never the login name
             "created": _ms(a.created_at), "updated": _ms(a.edited_at or a.created_at),
             "data": {"run": a.run_id, "metric": a.metric or None, "title": a.title, "url": url,
                      "time_axis": "step"},

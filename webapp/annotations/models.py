@@ -7,6 +7,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from webapp.accounts.models import shown_name
+
 # Tags an annotation may carry (the API refuses others): a short, shared vocabulary keeps filters useful.
 TAGS = ("spike", "divergence", "data", "hardware", "optimizer", "eval", "question", "explained", "idea")
 # Reaction kinds -> what the button says. One of each per user and post (a unique constraint).
@@ -25,9 +27,7 @@ def author_json(user) -> dict | None:
     """Who wrote a post, as shown to everyone: the id (the page compares it with its viewer) and a display name."""
     if user is None:
         return None
-    profile = getattr(user, "profile", None)
-    name = getattr(profile, "shown_name", "") if profile is not None else ""
-    return {"id": user.pk, "name": name or user.get_username()}
+    return {"id": user.pk, "name": shown_name(user)}
 
 
 class PostQuerySet(models.QuerySet):
@@ -83,7 +83,7 @@ class Post(models.Model):
         if not self.public:  # only moderators and the author ever get a record that is not public
             out.update(hidden=self.hidden, hidden_reason=self.hidden_reason, deleted=self.deleted_at is not None)
             if moderator_view and self.hidden_by is not None:
-                out["hidden_by"] = self.hidden_by.get_username()
+                out["hidden_by"] = shown_name(self.hidden_by)
         return out
 
 

@@ -52,4 +52,4 @@ def query(run_id: str, f: dict):
     for field in ("kind", "severity", "status"):
         if f[field]:
             qs = qs.filter(**{field: f[field]})
-    return qs.select_related("acknowledged_by", "resolved_by")
+    return qs.select_related("acknowledged_by__profile", "resolved_by__profile")

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from observatory.anomalies import SEVERITIES
 from observatory.anomalies.model import RANK
+from webapp.accounts.models import shown_name
 
 # Triage: open -> acknowledged -> explained | false_alarm (explained and false_alarm may also follow open directly).
 OPEN, ACKNOWLEDGED, EXPLAINED, FALSE_ALARM = "open", "acknowledged", "explained", "false_alarm"
@@ -101,6 +102,14 @@ class Anomaly(models.Model):
     def status_label(self) -> str:
         return self.status.replace("_", " ")
 
+    @property
+    def acknowledged_by_name(self) -> str | None:
+        return shown_name(self.acknowledged_by)
+
+    @property
+    def resolved_by_name(self) -> str | None:
+        return shown_name(self.resolved_by)
+
     def triage(self, action: str, user, note: str) -> None:
         """Acknowledge, explain or mark a false alarm (caller saves). Raises TriageError."""
         if not isinstance(action, str) or action not in ACTIONS:
@@ -133,8 +142,7 @@ class Anomaly(models.Model):
                "created_at": _iso(self.created_at), "updated_at": _iso(self.updated_at),
                "zoom": {"from": zoom[0], "to": zoom[1]}}
         if who:
-            out["acknowledged_by"] = self.acknowledged_by.get_username() if self.acknowledged_by else None
-            out["resolved_by"] = self.resolved_by.get_username() if self.resolved_by else None
+            out["acknowledged_by"], out["resolved_by"] = self.acknowledged_by_name, self.resolved_by_name
         return out
 
 

@@ -66,22 +66,32 @@ def _send_new(request, run: Run, body: dict) -> JsonResponse:
     if existing is not None:
         return _retry(existing, run, body, args)
     check_for_run(run, body["command"], args, body.get("confirm"))
-    cmd = OperatorCommand(id=cmd_id, run=run, name=body["command"], args=args, reason=reason.strip(),
-                          user=request.user, sender=request.user.get_username())
-    try:  # to the trainer first: the audit record's write must not delay the command (nor, failing, lose it)
-        channel.send(cmd)
+    try:
+        channel.run_key(run.id)
     except channel.NoControlKey as e:
         raise ApiError(503, str(e)) from None
-    except Exception as e:  # Redis away: nothing was sent, so nothing is recorded
-        raise ApiError(503, f"could not reach the run's control stream: {type(e).__name__}") from None
-    try:
+    cmd = OperatorCommand(id=cmd_id, run=run, name=body["command"], args=args, reason=reason.strip(),
+                          user=request.user, sender=request.user.get_username())
+    try:  # recorded first: a replica's sync that reads the stream entry finds this record, never a "CLI" command
         with transaction.atomic():
             cmd.save(force_insert=True)
-    except IntegrityError:  # a replica's sync recorded it from the stream meanwhile (or the same id came twice)
-        OperatorCommand.objects.filter(pk=cmd_id, source="cli").update(
-            source="web", user=request.user, sender=cmd.sender, sent_entry=cmd.sent_entry)
-        cmd = OperatorCommand.objects.get(pk=cmd_id)
-    return JsonResponse(cmd.as_json(), status=202)
+    except IntegrityError:  # the same id came twice at once: answered as a retry of the one recorded
+        return _retry(OperatorCommand.objects.get(pk=cmd_id), run, body, args)
+    return _deliver(cmd, 202)
+
+
+def _deliver(cmd: OperatorCommand, status: int) -> JsonResponse:
+    """Put a recorded command on the stream; if that fails, the record says it was not sent (and why)."""
+    try:
+        channel.send(cmd)
+    except Exception as e:  # Redis away: nothing was sent, and the audit trail says so (the same id may send it)
+        why = f"could not reach the run's control stream: {type(e).__name__}"
+        cmd.status, cmd.detail = OperatorCommand.UNSENT, f"not sent: {why}"
+        OperatorCommand.objects.filter(pk=cmd.pk, status="sent", sent_entry="").update(
+            status=cmd.status, detail=cmd.detail, updated_at=timezone.now())
+        raise ApiError(503, why, command=cmd.as_json()) from None
+    OperatorCommand.objects.filter(pk=cmd.pk).update(sent_entry=cmd.sent_entry)
+    return JsonResponse(cmd.as_json(), status=status)
 
 
 def _retry(existing: OperatorCommand, run: Run, body: dict, args: dict) -> JsonResponse:
@@ -89,6 +99,12 @@ def _retry(existing: OperatorCommand, run: Run, body: dict, args: dict) -> JsonR
     applies an id once) while it is within the trainer's window; an answered one is returned as it is."""
     if existing.run_id != run.id or existing.name != body["command"] or existing.args != args:
         raise ApiError(409, "this id belongs to a different command")
+    if existing.status == OperatorCommand.UNSENT:  # never on the stream: this is its first send
+        existing.status, existing.detail, existing.created_at = "sent", "", timezone.now()
+        if not OperatorCommand.objects.filter(pk=existing.pk, status=OperatorCommand.UNSENT).update(
+                status="sent", detail="", created_at=existing.created_at):
+            raise ApiError(409, "this command is being sent by another request; look at the list")
+        return _deliver(existing, 202)
     if existing.undone_at is not None:
         raise ApiError(409, f"this command was undone ({existing.undone_detail or existing.undone_by}); "
                             "send it again as a new command", command=existing.as_json())

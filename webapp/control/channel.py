@@ -61,7 +61,8 @@ def _fields(raw: dict) -> dict[str, str]:
 
 
 def _import_foreign(run_ids: list[str], pipe_results) -> None:
-    """Commands on the control streams that no record holds yet (sent with the CLI): record them as sent."""
+    """Commands on the control streams that no record holds yet (sent with the CLI: a web command is recorded
+    before it is sent): record them as sent."""
     found = {}
     for run_id, entries in zip(run_ids, pipe_results):
         for eid, raw in entries:

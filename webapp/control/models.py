@@ -1,7 +1,8 @@
 """The audit trail of operator commands: who asked what, why, and what the trainer said, from the web or the CLI.
 
 A record's life comes from Redis and is written here (webapp.control.channel), never held in process memory:
-`status` follows the trainer's acks (sent -> accepted -> applied | rejected); `undone_*` is set when a rollback
+`status` follows the trainer's acks (sent -> accepted -> applied | rejected), or is "unsent" when the web recorded a
+command and then could not put it on the control stream; `undone_*` is set when a rollback
 (or a restart from an older checkpoint) undid an applied command. "No answer" is not stored: it is a sent or
 accepted command older than ACK_TIMEOUT_S, and it turns into the real outcome if the ack comes after all.
 """
@@ -16,7 +17,8 @@ ACK_TIMEOUT_S = 30  # no final ack after this long: shown as "no answer" (the tr
 
 
 class OperatorCommand(models.Model):
-    STATUSES = ("sent", "accepted", "applied", "rejected")
+    STATUSES = ("sent", "accepted", "applied", "rejected")  # the trainer's answers move a record along these
+    UNSENT = "unsent"  # recorded, then the control stream could not be reached: never sent (the same id may be)
     SOURCES = (("web", "web"), ("cli", "command line"))
     id = models.CharField(primary_key=True, max_length=200)  # the command id on the wire (idempotency key)
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="commands")
@@ -50,9 +52,11 @@ class OperatorCommand(models.Model):
 
     @property
     def outcome(self) -> str:
-        """What the page shows: sent, accepted, applied, rejected, undone or timeout (no answer yet)."""
+        """What the page shows: sent, accepted, applied, rejected, undone, unsent or timeout (no answer yet)."""
         if self.undone_at is not None:
             return "undone"
+        if self.status == self.UNSENT:
+            return self.status
         if not self.final and (timezone.now() - self.created_at).total_seconds() > ACK_TIMEOUT_S:
             return "timeout"
         return self.status

@@ -29,7 +29,6 @@ def operate(request):
     return render(request, "control/operate.html", {"page": {
         "specs": command_specs(), "ws_path": "/ws/operate/", "snapshot_url": "/api/operate/",
         "ack_timeout_s": ACK_TIMEOUT_S, "retry_window_s": contract.STALE_AFTER_S, "select": request.GET.get("run", ""),
-        "me": request.user.get_username(),
         "metrics": {"loss": contract.M_LOSS, "lr": contract.M_LR}, "snapshot": snapshot.build(),
     }})
 

@@ -47,7 +47,7 @@ DISCOVER_EVERY_S = 0.5
 LEASE_MS = 3000  # a dead relay's runs are taken over within this and one discovery round
 IDLE_S = 600.0  # a run with no append for this long leaves the read set (its cursor stays for when it returns)
 CURSOR_TTL_S = 7 * 86_400
-SINCE_MARGIN_S = 30  # a first subscription replays nchan's buffer from this long before its page was made
+SINCE = "0:0"  # a first subscription's last_event_id: nchan's oldest kept (a made-up "<time>:0" logged misses)
 LEASE_PREFIX = f"{contract.PREFIX}:live:relay:lease:"
 RELAYS_KEY = f"{contract.PREFIX}:live:relays"  # ZSET relay token -> its announcement's expiry (ms)
 
@@ -87,11 +87,11 @@ def lease_key(run_id: str) -> str:
 
 
 def add_page_data(request, run, page: dict) -> None:
-    """Page-data contributor: `live_push` ({"path": where to subscribe, "since": a message id a little before this
-    page's data was read}) when there is a push tier; the page then subscribes there instead of the hub."""
+    """Page-data contributor: `live_push` ({"path": where to subscribe, "since": a first subscription's last_event_id:
+    nchan's oldest kept message, its whole resume window; a made-up "<time>:0" names no message, and nchan logged the
+    first as missed}) when there is a push tier; the page then subscribes there instead of the hub."""
     if settings.OBS_LIVE_PUSH_URL:
-        since = f"{int(time.time()) - SINCE_MARGIN_S}:0"
-        page["live_push"] = {"path": settings.OBS_LIVE_SUBSCRIBE_PATH, "since": since,
+        page["live_push"] = {"path": settings.OBS_LIVE_SUBSCRIBE_PATH, "since": SINCE,
                              "lite": {"names": sorted(LITE_NAMES), "prefixes": list(LITE_PREFIXES)}}
 
 

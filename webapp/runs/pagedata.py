@@ -155,10 +155,19 @@ def progress(run: Run) -> dict:
     hb = run.heartbeat or {}
     tokens, budget = _num(hb.get("tokens")), _num(hb.get("token_budget"))
     ended = run.state in ENDED_STATES
-    return {"tokens": tokens, "token_budget": budget,
-            "fraction": min(1.0, tokens / budget) if tokens is not None and budget else None,
+    fraction = min(1.0, tokens / budget) if tokens is not None and budget else None
+    return {"tokens": tokens, "token_budget": budget, "fraction": fraction, "percent": percent(fraction),
             "eta_s": None if ended else _num(hb.get("eta_s")),
             "steps_per_s": None if ended else _num(hb.get("steps_per_s"))}
+
+
+def percent(fraction: float | None) -> str | None:
+    """A run's progress as every page writes it (static/js/plotkit.js Obs.percent: the same rule, the same float
+    steps): one decimal below 10% ("0.3%"), whole percents from there, rounded down (no "100%" before the end)."""
+    if fraction is None:
+        return None
+    tenths = math.floor(fraction * 1000 + 1e-9)
+    return (f"{tenths / 10:.1f}".removesuffix(".0") if tenths < 100 else str(tenths // 10)) + "%"
 
 
 def _num(v):

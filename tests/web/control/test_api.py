@@ -219,20 +219,45 @@ def test_the_snapshot_carries_the_published_checkpoints_and_the_live_heartbeat(o
     assert row["alive"] and row["state"] == "paused"  # the live heartbeat's phase: it does not wait for ingest
 
 
-def test_a_replica_that_records_the_command_from_the_stream_first_does_not_lose_who_sent_it(operator, run,
-                                                                                           monkeypatch):
+def test_a_replica_that_syncs_while_the_command_is_sent_shows_the_operators_display_name(operator, run,
+                                                                                         monkeypatch):
+    """QA (issue 46): the record was saved after the XADD, so another replica's sync in between imported the command
+    as a CLI one, named by its sender's login name, and the panel showed that until its next update."""
     from webapp.control import channel
 
-    real_send = channel.send
+    Profile.objects.update_or_create(user=operator.user, defaults={"display_name": "Olga Petrova"})
+    real_send, seen = channel.send, []
 
     def send_then_another_replica_syncs(cmd):
         real_send(cmd)
-        channel.sync([RUN])  # between the XADD and this request's own insert
+        channel.sync([RUN])  # another replica, between the XADD and the end of this request
+        seen.append(OperatorCommand.objects.select_related("user__profile").get(pk="race-0000001").as_json())
 
     monkeypatch.setattr(channel, "send", send_then_another_replica_syncs)
     resp = post(operator, id="race-0000001", command="pause", reason="look")
-    assert resp.status_code == 202 and resp.json()["user"] == "olga" and resp.json()["source"] == "web"
-    assert OperatorCommand.objects.get(pk="race-0000001").user == operator.user
+    assert resp.status_code == 202 and resp.json()["user"] == "Olga Petrova" and resp.json()["source"] == "web"
+    [between] = seen
+    assert (between["user"], between["source"]) == ("Olga Petrova", "web"), "the other replica's panel said so"
+    recorded = OperatorCommand.objects.get(pk="race-0000001")
+    assert recorded.user == operator.user and recorded.sent_entry and recorded.status == "sent"
+
+
+def test_a_command_the_stream_never_got_is_recorded_as_not_sent_and_its_id_sends_it_later(operator, run,
+                                                                                          fake_trainer, settings):
+    landed = settings.REDIS_URL
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there: Redis is away
+    resp = post(operator, id="away-0000001", command="pause", reason="look")
+    assert resp.status_code == 503 and "control stream" in resp.json()["error"]
+    assert resp.json()["command"]["outcome"] == "unsent"
+    settings.REDIS_URL = landed
+    [row] = [c for c in operator.get(URL).json()["commands"] if c["id"] == "away-0000001"]
+    assert row["outcome"] == "unsent" and "not sent" in row["detail"] and fake_trainer.sent() == []
+    again = post(operator, id="away-0000001", command="pause", reason="look")
+    assert again.status_code == 202 and again.json()["outcome"] == "sent" and again.json()["detail"] == ""
+    [entry] = fake_trainer.sent()
+    assert entry["id"] == "away-0000001" and OperatorCommand.objects.get(pk="away-0000001").sent_entry
+    fake_trainer.ack("away-0000001", "applied", "paused", 41)
+    assert outcomes(operator)["away-0000001"]["outcome"] == "applied"
 
 
 def test_the_panel_script_copies_no_rule_of_its_own():

@@ -42,6 +42,27 @@ def check_log_axis(axis):
         assert leads == {1}, axis  # the powers of ten alone
     else:
         assert leads <= {1, 2, 5}, axis
+UNITS = {"d": 86400, "h": 3600, "min": 60, "s": 1}
+
+
+def seconds(label: str) -> float:
+    """A duration label's seconds ("1 min 40 s" -> 100); ValueError for anything else (a bare "100")."""
+    words = label.split()
+    if not words or len(words) % 2 or any(u not in UNITS for u in words[1::2]):
+        raise ValueError(f"not a duration: {label!r}")
+    return sum(float(n) * UNITS[u] for n, u in zip(words[::2], words[1::2]))
+
+
+def check_log_duration_axis(axis):
+    """A log wall-time axis (QA, issue 46: it read 100, 1000): round durations, each label the time it marks."""
+    shown = [(v, s) for v, s in zip(axis["splits"], axis["labels"]) if s]
+    assert len(shown) >= 2 and len({s for _, s in shown}) == len(shown), axis
+    lo, hi = axis["min"], axis["max"]
+    for v, s in shown:
+        assert lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9), (v, s, axis)
+        assert seconds(s) == pytest.approx(v), (v, s, axis)
+    if hi / lo >= 10:  # decades: spread along the log axis, not bunched at its right end
+        assert all(b / a >= 2 for (a, _), (b, _) in zip(shown, shown[1:])), axis
 
 
 @pytest.mark.parametrize("width", [1400, 390])
@@ -49,12 +70,29 @@ def check_log_axis(axis):
 def test_the_compare_pages_log_axes_label_their_ticks(runs, web, new_page, x, width):  # noqa: F811
     page = new_page(viewport={"width": width, "height": 900})
     errors = page_errors(page)
-    page.goto(web.url + f"/compare/?runs={RESUMED},{RUNG}&chart={c.M_LOSS}&x={x}&logx=1&log={c.M_LOSS}")
-    page.wait_for_function(f"() => {{ const a = ({AXES})('chart-train-loss'); "
-                           "return a && a.types[0] === 'log' && a.types[1] === 'log'; }", timeout=30_000)
+    # wall time: switched to from steps (the chart drawn on a step axis first), as an operator does
+    first = "step" if x == "time" else x
+    page.goto(web.url + f"/compare/?runs={RESUMED},{RUNG}&chart={c.M_LOSS}&x={first}&logx=1&log={c.M_LOSS}")
+    drawn = f"(title) => {{ const a = ({AXES})('chart-train-loss'), d = document.getElementById('chart-train-loss');" \
+            " return a && a.types[0] === 'log' && a.types[1] === 'log' && d.layout.xaxis.title.text === title; }"
+    title = {"step": "step", "tokens": "tokens trained", "time": "wall time since each run's start"}
+    if x == "time":
+        page.wait_for_function(drawn, arg=title["step"], timeout=30_000)
+        page.click("#x-mode button[value=time]")
+    page.wait_for_function(drawn, arg=title[x], timeout=30_000)
     got = page.evaluate(AXES, "chart-train-loss")
     shot(page, f"compare-logx-{x}-{width}.png")
-    check_log_axis(got["axes"][0])  # x: steps from 0 (off the log axis), tokens from 1,024
+    if x == "time":
+        check_log_duration_axis(got["axes"][0])  # x: seconds from each run's start, as durations
+        page.fill("#range-from", "20")  # a zoom: the ticks follow the range drawn
+        page.fill("#range-to", "80")
+        page.click("#range-form button[type=submit]")
+        page.wait_for_function(f"() => {{ const a = ({AXES})('chart-train-loss'); "
+                               "return a && a.axes[0].max < 100; }", timeout=30_000)
+        zoomed = page.evaluate(AXES, "chart-train-loss")["axes"][0]
+        check_log_duration_axis(zoomed)
+    else:
+        check_log_axis(got["axes"][0])  # x: steps from 0 (off the log axis), tokens from 1,024
     assert got["axes"][0]["min"] == pytest.approx(got["first"]), got  # from the first x > 0, not from 1e-9
     check_log_axis(got["axes"][1])  # y: the loss, log
     assert errors == []
