@@ -70,15 +70,22 @@
 
   const NICE_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
                   172800, 432000, 864000, 1728000, 4320000];
-  // ~`n` ticks over [lo, hi] s, round durations apart (a log axis, `log`: its lines: a ratio apart, from x > 0)
-  Obs.durationTicks = (lo, hi, n = 5, log = null) => {
-    if (log) lo = Math.max(lo, Math.min(...log.map((t) => [].find.call(t.x || [], (v) => v > 0) || Infinity)));
+
+  // About `n` ticks over [lo, hi] seconds at a round duration apart, labelled as durations.
+  Obs.durationTicks = (lo, hi, n = 5) => {
     if (!(hi > lo)) return null;
-    const step = NICE_S.find((s) => (hi - lo) / s <= n) || NICE_S[NICE_S.length - 1], r = (hi / lo) ** (1 / n);
-    let p = 0, vals = log ? NICE_S.filter((s) => s >= lo && s <= hi && s >= p * Math.max(3, r) && (p = s)) : [];
-    if (vals.length < 2) vals = Array.from({length: Math.min(50, Math.floor(hi / step) - Math.ceil(lo / step) + 1)},
-      (_, i) => (Math.ceil(lo / step) + i) * step);
-    return {tickvals: vals, ticktext: vals.map((v) => (v < 0 ? "−" : "") + Obs.duration(Math.abs(v)))};
+    const step = NICE_S.find((s) => (hi - lo) / s <= n) || NICE_S[NICE_S.length - 1];
+    const vals = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi && vals.length < 50; v += step) vals.push(v);
+    return {tickmode: "array", tickvals: vals,
+      ticktext: vals.map((v) => (v < 0 ? "−" : "") + Obs.duration(Math.abs(v)))};
+  };
+  // The same on a log axis over [lo, hi] (lo > 0): round durations at least a ratio apart (1 s, 5 s, 30 s, 5 min…)
+  const logDurationTicks = (lo, hi, n) => {
+    const vals = [], ratio = Math.max(3, (hi / lo) ** (1 / n));
+    for (const s of NICE_S) if (s >= lo && s <= hi && !(s < vals[vals.length - 1] * ratio)) vals.push(s);
+    return vals.length < 2 ? Obs.durationTicks(lo, hi, n) : {tickmode: "array", tickvals: vals,
+      ticktext: vals.map(Obs.duration)};
   };
 
   const AXIS_WORD = {tokens: "token count", time: "timestamps"};
@@ -121,10 +128,12 @@
     names(label, smoothing) { return smoothing ? [label + " (raw)", label] : [label, label]; } // (the legend: runs)
 
     layout(traces) {
-      const lay = super.layout(traces), view = this.ctx.view, xa = lay.xaxis;
-      if (view.x === "time") { // seconds since each run's start, labelled as durations
+      const lay = super.layout(traces), view = this.ctx.view, xa = lay.xaxis, n = this.width < 500 ? 3 : 6;
+      if (view.x === "time") { // seconds since each run's start, as durations (a log axis: from its first x > 0)
         const [lo, hi] = view.range || Obs.xExtent(traces);
-        Object.assign(xa, Obs.durationTicks(lo, hi, this.width < 500 ? 3 : 6, view.logx && traces) || {});
+        const first = Math.min(...traces.map((t) => [].find.call(t.x || [], (v) => v > 0) || Infinity));
+        Object.assign(xa, (view.logx ? logDurationTicks(Math.max(lo, first), hi, n) : Obs.durationTicks(lo, hi, n))
+          || {});
       }
       if (view.logx) {
         xa.type = "log";

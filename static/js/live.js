@@ -40,7 +40,9 @@
       return l.names.includes(name) || l.prefixes.some((p) => name.startsWith(p));
     }
 
-    // Push tier: a series outside the lite channel is wanted: the full channel from its oldest kept (push.since).
+    // Push tier: a series outside the lite channel is wanted: the full channel from its oldest kept message (its ids
+    // are its own: push.since, as a first subscription; the store drops what it holds, and the frames replayed are
+    // contiguous, rewinds included).
     widen() {
       this.lite = false; this.lastSeq = null; this.lastId = null;
       const ws = this.ws;

@@ -99,7 +99,8 @@
       const outcome = c.outcome;
       const detail = [c.detail, c.undone_detail].filter(Boolean).join(" — ");
       // past the trainer's window an id may be forgotten (or is refused as stale): that is a new command
-      const retry = outcome === "timeout" && Date.now() - Date.parse(c.created_at) < page.retry_window_s * 1000
+      const late = Date.now() - Date.parse(c.created_at) >= page.retry_window_s * 1000;
+      const retry = (outcome === "timeout" || outcome === "unsent") && !late
         ? el("button", {type: "button", class: "small", text: "retry", title: "send again with the same id", on: {
           click: () => post(c.run, {id: c.id, command: c.command, args: c.args, reason: c.reason, confirm: true})}})
         : null;

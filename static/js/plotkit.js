@@ -187,8 +187,13 @@ window.Obs = window.Obs || {};
     return d ? `${d} d ${h} h` : h ? `${h} h ${m} min` : m ? `${m} min ${s % 60} s` : `${s} s`;
   };
 
-  // A run's progress as every page writes it (pagedata.percent's rule, its float steps): 0.3%, 9.9%, 12%, rounded down
-  Obs.percent = (f, t = Math.floor(f * 1000 + 1e-9)) => (t < 100 ? +(t / 10).toFixed(1) : Math.floor(t / 10)) + "%";
+  // A run's progress as every page writes it (webapp/runs/pagedata.py percent: the same rule): one decimal below
+  // 10% ("0.3%"), whole percents from there, rounded down (no "100%" before the end)
+  Obs.percent = (frac) => {
+    const tenths = Math.floor(frac * 1000 + 1e-9);
+    return (tenths < 100 ? (tenths / 10).toFixed(1).replace(/\.0$/, "") : String(Math.floor(tenths / 10))) + "%";
+  };
+
   // The "time left" of a run (header and run list): the latest heartbeat's estimate while it trains and its trainer
   // is heard from (a lost or ended trainer's estimate is stale: none); once ended, how it ended ("finished" only
   // when it trained its whole token budget, else "stopped").
