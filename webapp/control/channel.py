@@ -49,7 +49,9 @@ def send(cmd: OperatorCommand) -> None:
     """Put the command on its run's control stream, signed; the first send's entry goes on `cmd.sent_entry` (the
     caller saves it). A retry sends the same id again and leaves `sent_entry` as it was: acks of every send count."""
     key = run_key(cmd.run_id)
-    who = cmd.user.get_username() if cmd.user else cmd.sender
+    # The entry's `user` is public: the trainer writes it into its events and phase ("paused by …"). A web operator
+    # is named there as on public pages: by the name they chose to show, else "operator"; never by a login name.
+    who = (cmd.operator_name(public=True) or "operator") if cmd.user else cmd.sender
     fields = contract.sign_command(cmd.run_id, contract.command_fields(cmd.id, cmd.name, cmd.args, cmd.reason, who),
                                    key)
     entry = get_redis().xadd(contract.control_stream(cmd.run_id), fields, maxlen=CONTROL_MAXLEN, approximate=True)

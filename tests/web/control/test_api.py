@@ -183,6 +183,16 @@ def test_interventions_are_public_and_name_only_operators_who_opted_in(operator,
     assert "Olga O." in anon.get(f"/runs/{RUN}/log/").content.decode()
 
 
+def test_the_control_stream_names_a_web_operator_only_as_public_pages_would(operator, run, fake_trainer):
+    # the trainer writes the entry's `user` into its public events and phase text ("paused by …")
+    post(operator, id="who-0000001", command="pause", reason="look")
+    profile = Profile.of(operator.user)
+    profile.display_name, profile.show_name_publicly = "Olga O.", True
+    profile.save()
+    post(operator, id="who-0000002", command="resume", reason="ok")
+    assert [e["user"] for e in fake_trainer.sent()] == ["operator", "Olga O."]
+
+
 def test_the_profile_page_offers_the_opt_in(operator):
     resp = operator.post("/accounts/profile/", {"display_name": "O", "show_name_publicly": "on"})
     assert resp.status_code == 302 and Profile.of(operator.user).show_name_publicly
