@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 import psutil
 
-from harness import ROOT, Stack, django_here, med, parser, proc_cpu_s, report, web_server
+from harness import ROOT, Stack, compared, django_here, med, parser, proc_cpu_s, report, web_server
 from stack import load_series, tree as checkout
 
 ZOOMS = (200_000, 20_000, 2_000, 200, 20)  # window widths, in steps
@@ -133,38 +133,14 @@ def long_tasks(page, since: float = 0.0, until: float = math.inf) -> list[float]
     return [d for t, d in page.evaluate("() => window.__obsLong || []") if since <= t < until]
 
 
-# --profile: what happens between a zoom's gesture and its charts' redraws, on any tree (no page code needed): the
-# windows request (sent, answered, its time to first byte and Server-Timing, parsed), in page time; in window.__obsSpy.
-ZOOM_SPY_JS = """
-window.__obsSpy = [];
-(() => {
-  const log = (what, t0, t1) => window.__obsSpy.push([what, t0, t1]);
-  const f = window.fetch;
-  window.fetch = function (url, ...rest) {
-    const t0 = performance.now(), u = String(url);
-    if (!u.includes('/windows/')) return f.call(this, url, ...rest);
-    return f.call(this, url, ...rest).then((r) => {
-      log('windows answered', t0, performance.now());
-      const j = r.json.bind(r), st = (e) => [['windows ttfb', e.responseStart - e.requestStart],
-        ...e.serverTiming.map((s) => ['server ' + s.name, s.duration])]; // (what the server's view says it spent)
-      r.json = (p0 = performance.now()) => j().then((v) => { log('windows json', p0, performance.now());
-        performance.getEntriesByName(r.url).slice(-1).forEach((e) => st(e).forEach(([w, d]) => log(w, e.requestStart,
-          e.requestStart + d))); return v; });
-      return r;
-    });
-  };
-})();
-"""
-
-
-def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = False, gpu: bool = False) -> dict:
+def measure(targets: dict, repeat: int, throttle: float = 1.0, gpu: bool = False) -> dict:
     """Wall times from the page's marks; the CPU spent on them (the page's renderer process and the web
     server, from /proc), which a busy machine inflates far less than wall time; the page's main-thread time and
     long tasks. targets: {name: (url, server pid)}; with several, the repetitions alternate between them (one
     browser, the same minutes), each measured on its own."""
-    from pagecost import JS_BEFORE_PAINT, LONG_TASKS_JS, TRACE_CATEGORIES, Cdp, profile_summary, trace_tasks
+    from pagecost import JS_BEFORE_PAINT, LONG_TASKS_JS, Cdp
 
-    acc = {name: defaultdict(list, zooms={w: [] for w in ZOOMS}, gesture_charts={}, summary={}) for name in targets}
+    acc = {name: defaultdict(list, zooms={w: [] for w in ZOOMS}, gesture_charts={}) for name in targets}
     with Stack("dashboard-browser") as browsers:
         browser = browsers.browser(gpu)
         for i in range(repeat):
@@ -173,15 +149,9 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                 context = browser.new_context(viewport={"width": 1400, "height": 900})
                 page = context.new_page()
                 page.add_init_script(LONG_TASKS_JS)
-                profiling = profile and i == 0
-                if profiling:
-                    page.add_init_script(ZOOM_SPY_JS)
                 cdp = Cdp(page, throttle)
                 page.on("console", lambda m, A=A: m.type == "error" and A["errors"].append(m.text))
                 page.on("pageerror", lambda e, A=A: A["errors"].append(str(e)))
-                if profiling:
-                    cdp.start_profile()
-                    browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
                 srv0, ren0 = proc_cpu_s(server_pid) * 1000, renderers_cpu_ms()
                 page.goto(url)
                 page.wait_for_function("() => performance.getEntriesByName('obs-first-paint').length > 0",
@@ -192,10 +162,6 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                 A["first_long"].append(long_tasks(page, until=A["first"][-1]))
                 js = page.evaluate(JS_BEFORE_PAINT)
                 A["js"].append(js)
-                if profiling:
-                    A["summary"]["first_paint_profile"] = profile_summary(cdp.stop_profile())
-                    A["summary"]["first_paint_trace_self_ms"] = {k: round(v, 1) for k, v in
-                                                                 trace_tasks(browser.stop_tracing())[2].items()}
                 # the charts in view complete (hover, zoom, tools): "obs-charts-drawn" (plotly_drawn_ms, the name it
                 # had when a light renderer painted first and Plotly took over)
                 drawn = "performance.getEntriesByName('obs-charts-drawn')[0]"
@@ -203,14 +169,11 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                                        f"!!({drawn})", timeout=60_000)
                 A["plotly"].append(page.evaluate(f"() => ({drawn}).startTime"))
                 last = page.evaluate("() => Math.max(...document.getElementById('chart-train-loss').data[0].x)")
-                if profiling:
-                    cdp.start_profile()
-                    browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
                 for w in ZOOMS:
                     a = random.Random(i * 100 + w).randrange(0, max(1, last - w))
                     b0, s0, m0 = renderers_cpu_ms(), proc_cpu_s(server_pid) * 1000, cdp.main_thread_ms()
                     # the gesture: its time (page clock) taken just before the view zooms, as a drag ends
-                    t0 = page.evaluate(f"""() => {{ window.__obsSpy = []; const t = performance.now();
+                    t0 = page.evaluate(f"""() => {{ const t = performance.now();
                         Obs.zoomTo({a}, {a + w}); return t; }}""")
                     page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
                     z = page.evaluate("""() => ({...window.__obsZoom,
@@ -221,20 +184,11 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                     A["gesture_own"].append(z["start"] + own - t0)
                     for cid, at in z["charts"].items():
                         A["gesture_charts"].setdefault(cid, []).append(z["start"] + at - t0)
-                    if profiling:
-                        spy = page.evaluate("() => window.__obsSpy")
-                        A["timelines"].append({"window_steps": w, "done_ms": round(z["done"] - t0, 1), "events": [
-                            [what, round(a0 - t0, 1), round(a1 - a0, 1)] for what, a0, a1 in spy]})
                     A["zoom_cpu"].append((renderers_cpu_ms() - b0, proc_cpu_s(server_pid) * 1000 - s0))
                     A["zoom_main"].append(cdp.main_thread_ms() - m0)
                     A["zoom_long"].append(long_tasks(page, t0))
                     A["zooms"][w].append(z["ms"])
                     A["own"].append(own)
-                if profiling:
-                    A["summary"]["zoom_profile"] = profile_summary(cdp.stop_profile())
-                    A["summary"]["zoom_trace_self_ms"] = {k: round(v, 1) for k, v in
-                                                          trace_tasks(browser.stop_tracing())[2].items()}
-                    A["summary"]["zoom_timelines"] = A["timelines"]
                 context.close()
     def cpu(pairs):  # (browser, server) CPU ms of each
         return {"cpu_median": med([a + b for a, b in pairs]), "cpu_browser_median": med([a for a, _ in pairs]),
@@ -261,25 +215,17 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, profile: bool = F
                         "main_thread_median": med(A["zoom_main"]),
                         "long_tasks_total": sum(len(x) for x in A["zoom_long"]),
                         "by_window_steps": {str(w): med(xs) for w, xs in A["zooms"].items()}},
-            **A["summary"], "console_errors": A["errors"]}
+            "console_errors": A["errors"]}
     return out
 
 
 def main() -> int:
-    ap = parser(__doc__, "dashboard", "frontpage", db="dashboard", gpu=True)
+    ap = parser(__doc__, "dashboard", "frontpage", db="dashboard", page=True)
     ap.add_argument("--steps", type=int, help="points per series (default 1,000,000; --front: 200,000)")
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--front", action="store_true", help="the front page instead, landed against this checkout")
     ap.add_argument("--runs", type=int, default=20, help="--front: runs besides the featured one")
-    ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N",
-                    help="slow the page's CPU N times (4: a phone)")
-    ap.add_argument("--profile", action="store_true", help="profile and trace the first repetition's first paint")
-    ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
-                    help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed) "
-                         "served alongside this one; repetitions alternate")
     args = ap.parse_args()
-    if args.cpu_throttle < 1:
-        ap.error("--cpu-throttle must be at least 1 (1: no throttling)")
     env = django_here(args.db)
     if args.front:
         return front(args, env)
@@ -294,23 +240,16 @@ def main() -> int:
         for name, tree in trees.items():
             server = stack.enter_context(web_server({**env, "PYTHONPATH": str(tree)}, cwd=tree))
             targets[name] = (f"http://127.0.0.1:{server.port}/runs/{RUN_ID}/", server.pid)
-        out = measure(targets, args.repeat, args.cpu_throttle, args.profile, args.gpu)
+        out = measure(targets, args.repeat, args.cpu_throttle, args.gpu)
     result = {"steps_per_series": args.steps, "series": len(SERIES),
               "database": "postgresql" if "postgres" in env["DATABASE_URL"] else "sqlite",
               "seed_s": seed_s, "cpu_throttle": args.cpu_throttle,
               "gpu": args.gpu}
     if args.compare:  # this tree against the other, alternating repetitions: medians and ratios (this / other)
-        def ratio(k, f):
-            return round(out["this"][k][f] / out["other"][k][f], 3) if out["other"][k][f] else None
-
-        result.update({"this": {"tree": str(ROOT), **out["this"]},
-                       "other": {"tree": args.compare, **out["other"]},
-                       "ratio_this_over_other": {f"{k}.{f}": ratio(k, f) for k, f in (
-                           ("first_paint_ms", "median"), ("first_paint_ms", "cpu_browser_median"),
-                           ("first_paint_ms", "main_thread_median"), ("plotly_drawn_ms", "median"),
-                           ("js_before_first_paint_bytes", "run_median"),
-                           ("zoom_ms", "median"), ("zoom_ms", "zoomed_chart_median"),
-                           ("zoom_gesture_ms", "every_chart_median"), ("zoom_gesture_ms", "zoomed_chart_median"))}})
+        result.update(compared({"tree": str(ROOT), **out["this"]}, out["other"], args.compare, (
+            "first_paint_ms.median first_paint_ms.cpu_browser_median first_paint_ms.main_thread_median "
+            "plotly_drawn_ms.median js_before_first_paint_bytes.run_median zoom_ms.median zoom_ms.zoomed_chart_median "
+            "zoom_gesture_ms.every_chart_median zoom_gesture_ms.zoomed_chart_median")))
     else:
         result.update(out["this"])
     result["load_average"] = os.getloadavg()[0]

@@ -96,20 +96,43 @@ def report(topic: str, result: dict, as_json: bool = True, saved: bool = True) -
     return 0
 
 
-def parser(doc: str, *topics: str, db: str = "", gpu: bool = False, **kw) -> argparse.ArgumentParser:
-    """A bench's command line: its docstring for --help, where `topics` are told, --json, --no-save; with `gpu`
-    --gpu, with `db` --db (a SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set)."""
+def parser(doc: str, *topics: str, db: str = "", page: bool = False, **kw) -> argparse.ArgumentParser:
+    """A bench's command line: its docstring for --help, where `topics` are told, --json, --no-save; with `db` --db (a
+    SQLite file kept between runs in the temporary directory, unless DATABASE_URL is set); with `page` (a page in
+    Chromium) --gpu, --cpu-throttle and --compare (another tree measured in the same run: compared())."""
     told = ", ".join(f"`{t}`" for t in topics)
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
         f"What it measures and how: {told} in docs/PERFORMANCE.md (bench/results/<topic>.md)" if topics else None),
         **kw)
     ap.add_argument("--json", action="store_true", help="print the JSON object on one line")
     ap.add_argument("--no-save", action="store_true", help="print the result only (no bench/results/ entry)")
-    if gpu:
+    if page:
         ap.add_argument("--gpu", action="store_true", help="a browser with SwiftShader's GPU: canvases as users have")
+        ap.add_argument("--cpu-throttle", type=throttle, default=1.0, metavar="N",
+                        help="slow the page's CPU N times (4: a phone)")
+        ap.add_argument("--compare", metavar="COMMIT_OR_DIR", help="another tree (a commit, checked out for the run, "
+                        "or a directory; e.g. what has landed), measured beside this one in the same run")
     if db:
         ap.add_argument("--db", default=os.path.join(tempfile.gettempdir(), f"obs-bench-{db}.sqlite3"))
     return ap
+
+
+def throttle(text: str) -> float:
+    if float(text) < 1:
+        raise argparse.ArgumentTypeError("at least 1 (1: no throttling)")
+    return float(text)
+
+
+def compared(this: dict, other: dict, tree: str, keys: str) -> dict:
+    """A page measured on this tree and on `tree` in the same run: both, and this over other for each dotted key of
+    `keys` (space-separated; None where either side lacks it)."""
+    def at(d: dict, key: str):
+        for part in key.split("."):
+            d = (d or {}).get(part)
+        return d
+    ratio = {k: round(at(this, k) / at(other, k), 3) if at(this, k) is not None and at(other, k) else None
+             for k in keys.split()}
+    return {"this": this, "other": {"tree": tree, **other}, "ratio_this_over_other": ratio}
 
 
 # --- numbers and waits -------------------------------------------------------------------------------------------

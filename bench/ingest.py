@@ -1,7 +1,6 @@
 """Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers; or
 (--detectors) what anomaly detection costs inside ingest, measured in the live path; or (--trim) ingest fallen far
-behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory; or (--tensorboard) the
-throughput of `manage.py import_tensorboard` on a logdir written by tensorboard.summary.Writer."""
+behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory."""
 
 from __future__ import annotations
 
@@ -9,12 +8,10 @@ import argparse
 import json
 import os
 import random
-import resource
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from harness import (ROOT, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, drained,
                      parser, proc_cpu_s, report, setup_django)
@@ -40,29 +37,6 @@ def prefill(client, runs: int, steps: int, width: int, seed: int = 1) -> list[st
                 pipe.execute()
         pipe.execute()
     return run_ids
-
-
-def tb_write(logdir: Path, runs: int, steps: range, tags: int, name: str | None = None) -> int:
-    """logdir/run<r>/ for each run: `tags` scalars at each step (an event file named `name`, else the Writer's own
-    name); how many values it wrote."""
-    from tensorboard.summary import Writer
-
-    n = 0
-    for r in range(runs):
-        out = logdir / f"run{r}"
-        tmp = logdir.parent / f"tmp{r}"
-        w = Writer(str(tmp if name else out))
-        for s in steps:
-            for t in range(tags):
-                w.add_scalar(f"group/tag{t}", 1.0 / (s + t + 1), s, wall_time=1.7e9 + s)
-                n += 1
-        w.close()
-        if name:
-            (f,) = list(tmp.iterdir())
-            out.mkdir(parents=True, exist_ok=True)
-            f.rename(out / name)
-            tmp.rmdir()
-    return n
 
 
 # ---------------------------------------------------------------------------------------------- worker
@@ -277,44 +251,10 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
             "bytes_per_entry": round(mem["used_memory"] / max(1, length))}
 
 
-# ---------------------------------------------------------------------------------------------- --tensorboard
-def tb_timed(env, logdir) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "manage.py", "import_tensorboard", str(logdir)], cwd=ROOT, env=env,
-                       capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode:
-        raise SystemExit(p.stdout + p.stderr)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "up_to_date": p.stdout.count(": up to date")}
-
-
-def tensorboard(a) -> int:
-    """--tensorboard: a first import, the same again (nothing new), one after 10% more steps in every run."""
-    a.runs, a.steps = a.runs or 2, a.steps or 20_000
-    with Stack("tb-import") as stack:  # a migrated throw-away database (the harness's)
-        env = stack.site().env
-        logdir = Path(stack.tmp) / "logs"
-        values = tb_write(logdir, a.runs, range(a.steps), a.tags)
-        first = tb_timed(env, logdir)
-        again = tb_timed(env, logdir)
-        extra = tb_write(logdir, a.runs, range(a.steps, a.steps + a.steps // 10), a.tags,
-                         name="events.out.tfevents.9999999999.more")
-        appended = tb_timed(env, logdir)
-    out = {"runs": a.runs, "steps": a.steps, "tags": a.tags, "values": values, "appended_values": extra,
-           "first_import": {**first, "values_per_cpu_s": round(values / first["cpu_s"])},
-           "reimport_unchanged": {**again, "values_per_cpu_s": round(values / again["cpu_s"])},
-           "import_after_append": {**appended, "values_per_cpu_s": round((values + extra) / appended["cpu_s"])},
-           "load": os.getloadavg()}
-    return report("tb_import", out, a.json, not a.no_save)
-
-
 def main() -> int:
-    ap = parser(__doc__, "ingest", "anomaly_live", "trim", "tb_import")
-    ap.add_argument("--runs", type=int, help="runs (default 8; --tensorboard: 2)")
-    ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600; --tensorboard: 20,000)")
+    ap = parser(__doc__, "ingest", "anomaly_live", "trim")
+    ap.add_argument("--runs", type=int, default=8)
+    ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600)")
     ap.add_argument("--width", type=int, help="metrics per entry (default 242, the demo trainer's; --trim: 1)")
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--consumers", default="1,2")
@@ -325,8 +265,6 @@ def main() -> int:
     ap.add_argument("--trim", action="store_true", help="ingest far behind a capped stream instead")
     ap.add_argument("--read", type=int, default=500_000, help="--trim: entries ingest reads and acknowledges first")
     ap.add_argument("--behind", type=int, default=1_500_000, help="--trim: entries published after ingest stopped")
-    ap.add_argument("--tensorboard", action="store_true", help="TensorBoard logdir imports instead")
-    ap.add_argument("--tags", type=int, default=4, help="--tensorboard: scalar tags per step")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker, args.redis, args.batch)
@@ -335,9 +273,7 @@ def main() -> int:
         return detectors(args)
     if args.trim:
         return report("trim", measure_trim(args.read, args.behind, args.width or 1), args.json, not args.no_save)
-    if args.tensorboard:
-        return tensorboard(args)
-    args.runs, args.steps, args.width = args.runs or 8, args.steps or 300, args.width or 242
+    args.steps, args.width = args.steps or 300, args.width or 242
     results, failed = [], False
     for backend in args.backends.split(","):
         with Stack("ingest") as stack:  # a redis-server of its own, a database of this backend

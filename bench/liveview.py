@@ -12,8 +12,9 @@ import urllib.parse
 from contextlib import nullcontext
 from pathlib import Path
 
-from harness import Stack, demo_names, heartbeat, liveview_values as values, parser, pct, report, wait_for, wait_http
-from pagecost import LONG_TASKS_JS, Cdp, heap_summary, profile_summary, trace_tasks, ws_hook
+from harness import (Stack, compared, demo_names, heartbeat, liveview_values as values, parser, pct, report,
+                     wait_for, wait_http)
+from pagecost import LONG_TASKS_JS, Cdp, trace_tasks, ws_hook
 from stack import tree
 from viewer_client import run_stored
 
@@ -164,10 +165,6 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
         page.evaluate(a.page_js)
     open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
-    if a.profile:
-        cdp.start_profile()
-    if a.heap_profile:
-        cdp.start_heap_profile()
     t_page = page.evaluate("() => performance.now()")
     frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
     t0 = time.monotonic()
@@ -187,20 +184,16 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
     settle_long = [d for t, d in every_long if t < t_page]
     frames = page.evaluate("() => window.__obsFrames") - frames0
     redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
-    prof = profile_summary(cdp.stop_profile()) if a.profile else None
-    heap = heap_summary(cdp.stop_heap_profile(), wall) if a.heap_profile else None
     trace = browser.stop_tracing()
-    if a.trace_out:
-        Path(a.trace_out).write_bytes(trace)
     pieces: list = []
     tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
     page.close()
     return {"wall": wall, "main": main, "long_tasks": long_tasks, "settle_long": settle_long, "frames": frames,
-            "redraws": redraws, "prof": prof, "heap": heap, "trace": trace, "tasks": tasks, "marks": marks,
+            "redraws": redraws, "trace": trace, "tasks": tasks, "marks": marks,
             "selfs": selfs, "pieces": pieces, "errors": errors, "open_charts": open_charts, "n": n}
 
 
-def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: list, frames: int, redraws, prof, heap,
+def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: list, frames: int, redraws,
               trace: bytes, tasks: list, marks: list, selfs: dict, pieces: list, errors: list, open_charts: int,
               n: int) -> dict:
     """A live window (live_window's, as keywords): main-thread time per update (p50, p99), long tasks, redraws."""
@@ -227,13 +220,12 @@ def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: lis
             "main_thread_busy": r(main / (wall * 1000)),
             "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()},
             "worst_updates": worst_updates(pieces, stamps, end, upd) if upd else [],
-            "gc": gc_summary(trace, stamps), **({"profile": prof} if prof else {}),
-            **({"allocations": heap} if heap else {}),
+            "gc": gc_summary(trace, stamps),
             "redraws_since_load": redraws, "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
 
 
 def main() -> int:
-    ap = parser(__doc__, "liveview", gpu=True)
+    ap = parser(__doc__, "liveview", page=True)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rate", type=float, default=5.0, help="steps per second (the demo trainer's rate)")
     ap.add_argument("--history", type=int, default=2000, help="steps the run has before the page opens")
@@ -241,31 +233,17 @@ def main() -> int:
     ap.add_argument("--data", choices=("sawtooth", "smooth"), default="sawtooth",
                     help="the synthetic series (bench/telemetry.py): sawtooth, marks changing almost "
                          "every step; smooth")
-    ap.add_argument("--cpu-throttle", type=float, default=1.0, metavar="N", help="slow the page's CPU N times")
-    ap.add_argument("--profile", action="store_true", help="add a sampling profile of the live window")
-    ap.add_argument("--heap-profile", action="store_true",
-                    help="add the live window's JS allocations per second by function (what paces the GCs)")
-    ap.add_argument("--trace-out", metavar="FILE", help="also write the live window's Chromium trace (JSON) to FILE")
     ap.add_argument("--page-js", metavar="JS", default="",
                     help="run JS in the settled page before the window (hide or stub out a part to see what it costs)")
-    ap.add_argument("--compare", metavar="COMMIT_OR_DIR",
-                    help="another tree (a commit, checked out for the run, or a directory; e.g. what has landed): its "
-                         "page's live window follows this one's on the same run")
     args = ap.parse_args()
-    if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0 or args.cpu_throttle < 1:
-        ap.error("--seconds and --rate must be positive, --history at least 1, --charts at least 0, "
-                 "--cpu-throttle at least 1")
+    if args.seconds <= 0 or args.rate <= 0 or args.history < 1 or args.charts < 0:
+        ap.error("--seconds and --rate must be positive, --history at least 1, --charts at least 0")
     if not args.json:
         print(f"live view: {args.seconds:.0f}s at {args.rate}/s ...", file=sys.stderr)
     with tree(args.compare) if args.compare else nullcontext() as other:
         out = measure(args, other)
-    if args.compare:  # this tree's window and the other's, on the same run one after the other: p99s and ratios
-        def ratio(k, f):
-            a, b = (out["this"].get(k) or {}).get(f), (out["other"].get(k) or {}).get(f)
-            return round(a / b, 3) if a is not None and b else None
-
-        out = {"this": out["this"], "other": {"tree": args.compare, **out["other"]},
-               "ratio_this_over_other": {f"update_main_ms.{f}": ratio("update_main_ms", f) for f in ("p50", "p99")},
+    if args.compare:  # this tree's window and the other's, on the same run one after the other (its page follows)
+        out = {**compared(out["this"], out["other"], args.compare, "update_main_ms.p50 update_main_ms.p99"),
                "load_average": round(os.getloadavg()[0], 2)}
     out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
     return report("liveview", out, args.json, not args.no_save)

@@ -46,7 +46,7 @@ def ws_hook(on_message: str, on_open: str = "") -> str:
 
 
 class Cdp:
-    """A page's CDP session: throttling, main-thread time, profiling."""
+    """A page's CDP session: throttling, main-thread time."""
 
     def __init__(self, page, throttle: float = 1.0):
         self.s = page.context.new_cdp_session(page)
@@ -58,93 +58,6 @@ class Cdp:
         """The renderer main thread's busy time so far (all tasks: script, style, layout, paint, GC)."""
         got = {m["name"]: m["value"] for m in self.s.send("Performance.getMetrics")["metrics"]}
         return got.get("TaskDuration", 0.0) * 1000
-
-    def start_profile(self) -> None:
-        self.s.send("Profiler.enable")
-        self.s.send("Profiler.setSamplingInterval", {"interval": 200})
-        self.s.send("Profiler.start")
-
-    def stop_profile(self) -> dict:
-        return self.s.send("Profiler.stop")["profile"]
-
-    def start_heap_profile(self, interval: int = 1024) -> None:
-        """Sample the page's JS allocations (every ~`interval` bytes), the collected ones included."""
-        self.s.send("HeapProfiler.enable")
-        self.s.send("HeapProfiler.startSampling", {"samplingInterval": interval,
-                                                   "includeObjectsCollectedByMajorGC": True,
-                                                   "includeObjectsCollectedByMinorGC": True})
-
-    def stop_heap_profile(self) -> dict:
-        return self.s.send("HeapProfiler.stopSampling")["profile"]
-
-
-def _page_caller(frames: list[dict]) -> str:
-    """The page's own function (static/js/) nearest the top of a stack of call frames (innermost first)."""
-    for cf in frames:
-        if "/static/js/" in cf.get("url", ""):
-            return f"{cf.get('functionName') or '(anonymous)'} {cf['url'].rsplit('/', 1)[-1]}:{cf['lineNumber'] + 1}"
-    return "(not the page's code)"
-
-
-def heap_summary(profile: dict, seconds: float, top: int = 12) -> dict:
-    """A sampling heap profile (Cdp.stop_heap_profile) as KB allocated per second: by the allocating function and
-    by the page's own function nearest it (who asked for the memory). Garbage made per second is what paces V8's
-    GCs."""
-    by_fn: dict[str, float] = defaultdict(float)
-    by_caller: dict[str, float] = defaultdict(float)
-    total = 0.0
-
-    def walk(node: dict, stack: list[dict]) -> None:
-        nonlocal total
-        cf = node["callFrame"]
-        stack = [cf] + stack
-        size = node.get("selfSize", 0)
-        if size:
-            total += size
-            url = cf.get("url", "").rsplit("/", 1)[-1] or "(native)"
-            by_fn[f"{cf.get('functionName') or '(anonymous)'} {url}:{cf.get('lineNumber', 0) + 1}"] += size
-            by_caller[_page_caller(stack)] += size
-        for child in node.get("children", []):
-            walk(child, stack)
-
-    walk(profile["head"], [])
-    rate = lambda d: {k: round(v / 1024 / seconds, 1)  # noqa: E731
-                      for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]}
-    return {"kb_per_s": round(total / 1024 / seconds, 1), "by_function_kb_per_s": rate(by_fn),
-            "by_page_function_kb_per_s": rate(by_caller)}
-
-
-def profile_summary(profile: dict, top: int = 12) -> dict:
-    """Self time (ms) by script file and by the hottest functions of a CDP CPU profile, and time by the page's
-    own function (static/js/) nearest each sample: who asked for it."""
-    nodes = {n["id"]: n for n in profile["nodes"]}
-    parent = {c: n["id"] for n in profile["nodes"] for c in n.get("children", [])}
-
-    def caller(nid: int) -> str:
-        frames = []
-        while nid is not None:
-            frames.append(nodes[nid]["callFrame"])
-            nid = parent.get(nid)
-        return _page_caller(frames)
-
-    self_us: dict[int, float] = defaultdict(float)
-    for node, dt in zip(profile.get("samples", []), profile.get("timeDeltas", [])):
-        self_us[node] += dt
-    by_file: dict[str, float] = defaultdict(float)
-    by_fn: dict[str, float] = defaultdict(float)
-    by_caller: dict[str, float] = defaultdict(float)
-    for nid, us in self_us.items():
-        if nodes[nid]["callFrame"].get("functionName") != "(idle)":
-            by_caller[caller(nid)] += us / 1000
-        cf = nodes[nid]["callFrame"]
-        url = cf.get("url", "").rsplit("/", 1)[-1] or "(" + (cf.get("functionName") or "native") + ")"
-        by_file[url] += us / 1000
-        by_fn[f"{cf.get('functionName') or '(anonymous)'} {url}:{cf.get('lineNumber', 0) + 1}"] += us / 1000
-    rank = lambda d: {k: round(v, 1) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:top]}  # noqa: E731
-    return {"by_script_ms": rank(by_file), "top_functions_ms": rank(by_fn), "by_page_function_ms": rank(by_caller)}
-
-
-TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "blink.user_timing", "v8", "disabled-by-default-devtools.timeline"]
 
 
 def trace_tasks(trace: bytes, mark_prefix: str = "obs-", pieces: list | None = None

@@ -1,6 +1,6 @@
 """Reading stored series on the configured database: full-range queries (the min/max pyramid), the windows endpoint
-(the zoom's read), (--export) a full-resolution series streamed as CSV, JSON and Parquet, or (--preview) a run page's
-link-preview image (og:image) over HTTP, cached and cold. Prints one JSON object."""
+(the zoom's read), or (--preview) a run page's link-preview image (og:image) over HTTP, cached and cold. Prints one
+JSON object."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import random
 import statistics
 import sys
 import time
-import tracemalloc
 import urllib.request
 from pathlib import Path
 
@@ -35,12 +34,12 @@ from django.db import connection, transaction  # noqa: E402
 
 from observatory import contract  # noqa: E402
 from stack import load_series  # noqa: E402
-from webapp.metrics import bulk, queries, storage  # noqa: E402
-from webapp.metrics.models import Point, Series  # noqa: E402
+from webapp.metrics import queries, storage  # noqa: E402
+from webapp.metrics.models import Series  # noqa: E402
 from webapp.runs.models import Run  # noqa: E402
 
 # --- the data: synthetic runs written into the database (the bench's own timing around them where it reports one)
-BENCH_RUN, WIN_RUN, EXPORT_RUN, PREVIEW_RUN = "bench-query", "bench-windows", "bench-export", "bench-ogimage"
+BENCH_RUN, WIN_RUN, PREVIEW_RUN = "bench-query", "bench-windows", "bench-ogimage"
 
 
 def spikes_of(n: int) -> list[int]:
@@ -55,18 +54,6 @@ def query_run(n: int, name: str):
     spike_set = set(spikes_of(n))
     return load_series(run, name, ((i, 50.0 if i in spike_set else 2.0 + 3.0 * math.exp(-i / (n / 5))
                                     + rnd.random() * 0.05) for i in range(n)))
-
-
-def export_run(n: int):
-    """The export run afresh: its train/loss series of n raw points (bulk COPY/executemany, no pyramid)."""
-    Run.objects.filter(pk=EXPORT_RUN).delete()
-    run = Run.objects.create(id=EXPORT_RUN, name="export benchmark", state="stopped")
-    s = Series.objects.create(run=run, name="train/loss")
-    for lo in range(0, n, 200_000):
-        bulk.insert(Point._meta.db_table, storage.POINT_COLS,
-                    [(s.id, i, 2.0 + ((i * 7919) % 1000) / 997.0, 0) for i in range(lo, min(n, lo + 200_000))])
-    Series.objects.filter(pk=s.pk).update(count=n, first_step=0, last_step=n - 1)
-    return run
 
 
 def seed_preview(steps: int) -> None:
@@ -107,11 +94,10 @@ def load_windows_run(steps: int, n_series: int) -> list[str]:
 
 
 def main() -> int:
-    ap = parser(__doc__, "query", "export", "ogimage")
-    ap.add_argument("--points-total", type=int, help="points in the series (default 10,000,000; --export: 2,000,000)")
+    ap = parser(__doc__, "query", "ogimage")
+    ap.add_argument("--points-total", type=int, help="points in the series (default 10,000,000)")
     ap.add_argument("--points", type=int, nargs="*", default=[1000, 5000, 20000])
-    ap.add_argument("--repeat", type=int, help="timed reads of each (default 7; --export: 3)")
-    ap.add_argument("--export", action="store_true", help="time the exports (CSV, JSON, Parquet) instead")
+    ap.add_argument("--repeat", type=int, help="timed reads of each (default 7; --preview: 30)")
     ap.add_argument("--preview", action="store_true", help="time a run's link-preview image over HTTP instead")
     ap.add_argument("--keep", action="store_true", help="keep the loaded run (re-used by the next call)")
     ap.add_argument("--windows", action="store_true", help="time the windows endpoint (the zoom's read)")
@@ -123,13 +109,10 @@ def main() -> int:
     ap.add_argument("--compare", help="another checkout to time on the same data (e.g. the landed main)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    args.repeat = args.repeat or (3 if args.export else 30 if args.preview else 7)
+    args.repeat = args.repeat or (30 if args.preview else 7)
     if not args.child:
         call_command("migrate", verbosity=0)
     try:
-        if args.export:
-            return report("export", export_bench(args.points_total or 2_000_000, args.repeat), args.json,
-                          not args.no_save)
         if args.preview:
             out = preview_bench(args.steps, args.repeat)
             report("ogimage", out, args.json, not args.no_save)
@@ -169,34 +152,6 @@ def bench(n: int, points: list[int], repeat: int, keep: bool) -> dict:
                                                                               f"/{len(want)}"})
     if not keep:
         Run.objects.filter(pk=BENCH_RUN).delete()
-    return out
-
-
-def export_bench(n: int, repeat: int) -> dict:
-    """--export: an n-point series (raw points, bulk COPY/executemany) streamed in each format through the export
-    view's generators as a client reads them: seconds (best of `repeat`), points/s, MB/s, the Python heap's peak."""
-    from django.test import RequestFactory
-
-    from webapp.transfer import exports
-
-    t = time.perf_counter()
-    run = export_run(n)
-    out = {"points": n, "database": connection.vendor, "load_s": round(time.perf_counter() - t, 2),
-           "chunk_rows": exports.CHUNK, "formats": {}}
-
-    def stream(fmt: str) -> int:
-        return sum(len(chunk) for chunk in exports.STREAMS[fmt](exports.Plan(RequestFactory().get("/"), run)))
-
-    for fmt in ("csv", "json", "parquet"):
-        best = min(timed_ms(lambda: stream(fmt), repeat)) / 1000
-        tracemalloc.start()
-        size = stream(fmt)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        out["formats"][fmt] = {"seconds": round(best, 3), "points_per_s": round(n / best),
-                               "mb_per_s": round(size / best / 1e6, 1), "bytes": size,
-                               "python_heap_peak_mb": round(peak / 2**20, 1)}
-    Run.objects.filter(pk=EXPORT_RUN).delete()
     return out
 
 

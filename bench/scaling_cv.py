@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
 from bench import harness, heldout
-from bench.data.ladders.ladders import HELDOUT, LADDERS, load
+from bench.data.ladders.ladders import HELDOUT, HELDOUT_SETS, LADDERS, load
 from observatory import scaling
 from observatory.scaling import calibrate as cal
 from observatory.scaling.fit import WEIGHT_POWER
@@ -25,7 +25,9 @@ from observatory.scaling.solver import HUBER_DELTA
 FIT_OPTIONS = [(delta, power) for delta in (1e-3, 1e-2) for power in (0.0, 0.5)]
 BAND = (cal.SIZE_FOLDS, cal.D0)  # rule 2's folds and D0, as in code (not chosen here)
 TARGET = {"mean_rel_error": 0.025, "coverage": (0.7, 0.9), "median_half_width": 0.04}
-FRESH = ("heldout/ladders2", "heldout/ladders3", "heldout/ladders4")  # frozen after this file: from its first mention
+FRESH = ("heldout/ladders2", "heldout/ladders3", "heldout/ladders4", "heldout/ladders5")  # frozen after this file
+SPENT = ("heldout/ladders", "heldout/ladders2", "heldout/ladders3", "heldout/ladders4")  # scored: development now
+CANDIDATES = {"reach_band": True, "reach_floor": False}  # calibrate.py rule 6 (reach_only), fixed before set 5
 POOLED_ON = ("Haswell", "SkylakeX")  # the OpenBLAS kernels POOLED was recomputed on, to the same 3 digits
 
 
@@ -36,10 +38,16 @@ def _fit(d: dict, delta: float, power: float):
     return f, held, d["L"][h]
 
 
-def _band(f, held, truth, size_folds: int, d0: float, prior) -> dict:
-    h, pred = f.calibration.under(size_folds, d0, prior).half_width(held), f.predict(held)
-    inside = (truth >= pred * np.exp(-h)) & (truth <= pred * np.exp(h))
-    return {"inside": inside.tolist(), "half_width": np.expm1(h).tolist()}
+def _band(f, held, truth, size_folds: int, d0: float, prior, **rule) -> dict:
+    return _hband(replace(f.calibration.under(size_folds, d0, prior), **rule).half_width(held), f.predict(held), truth)
+
+
+def _hband(h, pred, truth, hw=np.expm1) -> dict:
+    """Inside L̂·exp(±h)?, half-widths, and the interval score (Gneiting & Raftery 2007, α = 1 − 0.8, in log loss:
+    2h + (2/α)·max(0, |e| − h); lower is better: it charges width and misses together)."""
+    e = np.abs(np.log(truth / pred))
+    return {"inside": (e <= h).tolist(), "half_width": hw(h).tolist(),
+            "score": (2 * h + 2 / (1 - cal.LEVEL) * np.maximum(0.0, e - h)).tolist()}
 
 
 def _score(f, held, truth) -> dict:
@@ -49,8 +57,9 @@ def _score(f, held, truth) -> dict:
 
 
 def _pooled(bands: list[dict]) -> dict:
-    inside, hw = ([x for b in bands for x in b[k]] for k in ("inside", "half_width"))
-    return {"points": len(inside), "coverage": float(np.mean(inside)), "median_half_width": statistics.median(hw)}
+    inside, hw, sc = ([x for b in bands for x in b.get(k, [])] for k in ("inside", "half_width", "score"))
+    return {"points": len(inside), "coverage": float(np.mean(inside)), "median_half_width": statistics.median(hw),
+            **({"interval_score": float(np.mean(sc))} if sc else {})}
 
 
 def _prior(runs: dict, fo, pool: list[str]):
@@ -80,13 +89,38 @@ def development() -> dict:
             "mean_rel_error_per_ladder": {n: r["mean_rel_error"] for n, r in folds.items()},
             "chosen_on_all": chosen, "code": code, "code_matches": chosen == code, "pooled_prior": asdict(p),
             "blas_core": harness.blas_core(), "pooled_on_core": list(POOLED_ON),
-            "options": {"fit": FIT_OPTIONS}, "seconds": round(time.perf_counter() - t0, 1)}
+            "options": {"fit": FIT_OPTIONS}, "reach": _reach({n: runs[n][(HUBER_DELTA, WEIGHT_POWER)]["fit"]
+                                                              for n in names}),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _reach(dev: dict) -> dict:
+    """Rule 6 (calibrate.py, the reach candidates) on the spent ladders' held-out points: REACH from all, and the
+    candidates' leave-one-source-out CV against the landed band (each source's points under REACH from the others;
+    source-weighted: each source weighs 1, as in REACH)."""
+    fits = {**dev, **{n: _fit(load(n), HUBER_DELTA, WEIGHT_POWER) for g in SPENT for n in HELDOUT_SETS[g]}}
+    src, err = {n: n.split("_")[0].rstrip("0123456789") for n in fits}, {}
+    for n, (f, held, truth) in fits.items():
+        d = cal.distance(held, f.calibration.n_max, f.calibration.c_max)
+        err.setdefault(src[n], []).extend(("H", a, b) for a, b in zip(d, np.abs(np.log(f.predict(held) / truth))))
+    out = {"reach_on_all": cal.pooled_prior(list(err.values())).scale, "code": cal.REACH, "sources": len(err)}
+    loso = {s: cal.pooled_prior([e for t, e in err.items() if t != s]).scale for s in err}
+    for key, only in (("landed", None), *CANDIDATES.items()):
+        bands = [_band(f, held, truth, *BAND, f.calibration.prior, **({} if only is None else
+                       {"reach": loso[src[n]], "reach_only": only})) | {"source": src[n]}
+                 for n, (f, held, truth) in fits.items()]
+        by = {s: [_pooled([b for b in bands if b["source"] == s])[k] for k in ("coverage", "interval_score")]
+              for s in err}
+        out[key] = {**_pooled(bands), "coverage_source_weighted": float(np.mean([c for c, _ in by.values()])),
+                    "interval_score_source_weighted": float(np.mean([x for _, x in by.values()]))}
+    return out
 
 
 def held_out(bootstrap: int = 200) -> dict:
     """The held-out ladders with the code's constants, each file verified first, pooled per set (top level: the
-    first set's); beside each, the landed band (bootstrap 95% widened to the held-out margin) on the same points."""
-    out, bands, landed = {}, {}, {}
+    first set's); beside each, the landed band (bootstrap 95% widened to the held-out margin) on the same points,
+    and the candidates' bands (CANDIDATES: calibrate.py rule 6 with REACH, about the same forecast)."""
+    out, bands, landed, cand = {}, {}, {}, {k: {} for k in CANDIDATES}
     for name, (rel, _, _) in HELDOUT.items():
         path, group = f"bench/data/{rel}", rel.rsplit("/", 1)[0]
         v = heldout.verify(path, reporter="bench/scaling_cv.py", mention=group if group in FRESH else None)
@@ -96,8 +130,11 @@ def held_out(bootstrap: int = 200) -> dict:
         d = load(name)
         h, (f, held, truth) = d["heldout"], _fit(d, HUBER_DELTA, WEIGHT_POWER)
         (lo, hi), pred = f.interval(held), f.predict(held)
-        band = {"inside": ((truth >= lo) & (truth <= hi)).tolist(), "half_width": ((hi - lo) / 2 / pred).tolist()}
-        bands.setdefault(group, []).append(band)
+        # held_out's half-width: (high − low) / 2 / L̂ = sinh h, as every set before was scored
+        bands.setdefault(group, []).append(band := _hband(f.calibration.half_width(held), pred, truth, np.sinh))
+        for k, only in CANDIDATES.items():
+            c = replace(f.calibration, reach=cal.REACH, reach_only=only)
+            cand[k].setdefault(group, []).append(_hband(c.half_width(held), pred, truth, np.sinh))
         old = scaling.fit(f.points, f.loss, "auto", bootstrap=bootstrap)
         olo, ohi = old.interval(held)
         landed.setdefault(group, []).append({"inside": ((truth >= olo) & (truth <= ohi)).tolist(),
@@ -105,9 +142,11 @@ def held_out(bootstrap: int = 200) -> dict:
         out[name] = {"file": path, "set": group, "frozen_by": v["frozen_by"], "rungs": int((~h).sum()),
                      "heldout": int(h.sum()), **_score(f, held, truth), "coverage": float(np.mean(band["inside"])),
                      "median_half_width": statistics.median(band["half_width"]), "low": lo.tolist(),
-                     "high": hi.tolist(), "landed_band": _pooled([landed[group][-1]])}
-    sets = {g: _summary([r for r in out.values() if r["set"] == g and "refused" not in r], bands.get(g, []),
-                        landed.get(g, [])) for g in dict.fromkeys(r["set"] for r in out.values())}
+                     "high": hi.tolist(), "landed_band": _pooled([landed[group][-1]]),
+                     **{k: _pooled([c[group][-1]]) for k, c in cand.items()}}
+    sets = {g: _summary(sc := [r for r in out.values() if r["set"] == g and "refused" not in r], bands.get(g, []),
+                        landed.get(g, [])) | {k: _summary(sc, c.get(g, []), []) for k, c in cand.items()}
+            for g in dict.fromkeys(r["set"] for r in out.values())}
     return {"ladders": out, **sets.get("heldout/ladders", {}), "sets": sets, "target": TARGET,
             "refused": sorted(n for n, r in out.items() if "refused" in r)}
 

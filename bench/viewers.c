@@ -3,17 +3,16 @@
    its sockets and protocol. Compiled (epoll, non-blocking sockets, no library, no permessage-deflate) so that the
    viewers are not what a fan-out measures; bench/viewer_client.py builds it with gcc on first use.
 
-     viewers --url ws://127.0.0.1:8080/live/runs/<id>/lite/ [--url ...] --count N [--rate R] [--hub]
-             [--resume JSON] [--seconds S]
+     viewers --url ws://127.0.0.1:8080/live/runs/<id>/lite/ [--url ...] --count N [--rate R] [--hub] [--resume JSON]
 
    --hub: the web server's /ws/runs/<id>/ as a browser opens it: read the "hello", then send JSON, the resume (an
    object without its closing brace; `,"after_step":<hello's run.last_step or -1>}` appended). Else (nchan): frames
    only. Viewers round-robin over the URLs, starting at R per second (0: all at once, a reconnect storm).
    stdout: "ready <connected> <failed>" once all connected or failed; stdin "count" answers "count <(viewer, step)
-   pairs> <connected> <dropped> <messages>"; "stop <unix time>" (or stdin's end, or --seconds after ready) ends the
-   run then, with one JSON line: connected, failed, dropped, errors {kind: n}, duplicates, too_old, cpu_s, messages,
-   bytes, and per step of train/loss ("train/loss":{"steps":[...]} in a frame) how many viewers got it, its first
-   arrival (unix s) and a histogram of (arrival - first) per viewer in ms bins (bin_ms() in viewer_client.py). */
+   pairs> <connected> <dropped> <messages>"; "stop <unix time>" (or stdin's end) ends the run then, with one JSON
+   line: connected, failed, dropped, errors {kind: n}, duplicates, too_old, cpu_s, messages, bytes, and per step of
+   train/loss ("train/loss":{"steps":[...]} in a frame) how many viewers got it, its first arrival (unix s) and a
+   histogram of (arrival - first) per viewer in ms bins (bin_ms() in viewer_client.py). */
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -53,7 +52,7 @@ typedef struct { double first; uint32_t n; uint32_t *hist; } StepRec;
 static Url urls[MAX_URLS];
 static int nurls, count, hub, epfd;
 static Conn *conns;
-static double rate = 0, timeout_s = 120, run_seconds = -1;  /* timeout_s: for a handshake */
+static double rate = 0, timeout_s = 120;  /* timeout_s: for a handshake */
 static const char *origin = "http://127.0.0.1";
 static char *resume_text;
 static size_t resume_len;
@@ -181,7 +180,7 @@ static void report(double t_ready) {
 
 static void usage(void) {
     fprintf(stderr, "usage: viewers --url ws://HOST:PORT/PATH [--url ...] --count N [--rate R] [--hub] "
-                    "[--resume JSON] [--seconds S]\n");
+                    "[--resume JSON]\n");
     exit(2);
 }
 
@@ -198,7 +197,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--count")) count = atoi(v);
         else if (!strcmp(a, "--rate")) rate = atof(v);
         else if (!strcmp(a, "--resume")) resume_text = (char *)v;
-        else if (!strcmp(a, "--seconds")) run_seconds = atof(v);
         else usage();
     }
     if (!nurls || count <= 0) usage();
@@ -233,7 +231,6 @@ int main(int argc, char **argv) {
             t_ready = t;
             printf("ready %ld %ld\n", n_connected, n_failed);
             fflush(stdout);
-            if (run_seconds >= 0) stop_at = t + run_seconds;
         }
         if (stop_at >= 0 && t >= stop_at && ready) break;
         double wait = 1.0;

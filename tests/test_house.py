@@ -81,9 +81,10 @@ def test_bench_has_no_import_cycle_and_only_the_harness_imports_deploy():
 # (*.py, *.c, *.h, bench/data/ included). Issue 47 asks for at most 5,000 lines; the tree is over that, so the test
 # holds it to what it has (BENCH_LINES_NOW, lowered as cuts land) until the target is met. Raised twice since it
 # came in: the fourth held-out set's extractor and pre-registered candidate (+194), the latency bench's check that
-# its crowd is really connected (+1).
+# its crowd is really connected (+1); lowered by retirements (the profilers' modes, query --export, ingest
+# --tensorboard, the scored drift candidate: bench/results/*.md and bench/data/heldout/README.md say so).
 BENCH_TARGET_LINES = 5000
-BENCH_LINES_NOW = 6422
+BENCH_LINES_NOW = 6157
 
 
 def bench_lines() -> dict[str, int]:
@@ -167,6 +168,20 @@ def test_the_transitional_exemptions_name_files_that_still_need_them():
         assert path.exists(), f"{rel} is gone: remove it from BEING_REWRITTEN"
         still = house_offences([path], exempt={})
         assert {("lines" if " lines " in f else "width") for f in still} == rules, (rel, still)
+
+
+# static/js as a whole: issue 46 wants at most 4,500 lines (a chart layer a newcomer can read). Until it gets there
+# this is a ratchet at what has landed: lower it whenever the scripts shrink, never raise it.
+JS_TARGET, JS_RATCHET = 4_500, 5_469
+
+
+def js_lines(root=ROOT) -> int:
+    return sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (root / "static" / "js").glob("*.js"))
+
+
+def test_static_js_keeps_within_its_line_budget():
+    total = js_lines()
+    assert total <= JS_RATCHET, f"static/js is {total} lines: at most {JS_RATCHET} (issue 46's goal: {JS_TARGET})"
 
 
 def test_one_nchan_configuration():

@@ -22,6 +22,12 @@ The rule (docs/SCALING.md, "Calibrated bands"):
    ladders) its own.
 5. **Band** at distance d: L̂·exp(±h), h = max(s·(D0 + d), q), q the `level` quantile of the full fit's own
    |log residuals| (the scatter of runs about the law, the least a forecast can miss by).
+6. **Reach** (`reach`, `reach_only`; two candidates, issue 48, registered before the fifth held-out set was scored;
+   off, 0, unless adopted): REACH is the `level` quantile of |ln(L̂ / L)| / (D0 + d) over the held-out points of
+   the spent ladders (development data: 4 development ladders and held-out sets 1-4, 20 ladders, 9 sources, each
+   source weighing 1: `pooled_prior` on them): forecasts' own errors, not folds' (rolling-origin folds reach less
+   far than a forecast, and on the loss-to-loss and Pythia ladders their errors fell short of the forecasts').
+   "reach band" (`reach_only`): s = REACH, the ladder's folds unused; "reach floor": s = max(s of rule 4, REACH).
 
 `level` is the band's nominal coverage (0.8). Nothing here is per ladder or per config. The rule replaced (issue
 48) a per-ladder one (s = the 80% quantile of the ladder's own r, at least t_k·RMS) that on a 4-rung ladder rested
@@ -37,8 +43,8 @@ import numpy as np
 
 from observatory.scaling.laws import Law, Points
 
-__all__ = ["Calibration", "D0", "LEVEL", "MIN_KEPT_SIZES", "POOLED", "Prior", "SIZE_FOLDS", "distance", "calibrate",
-           "folds", "pooled_prior", "reach_errors", "scale_of"]
+__all__ = ["Calibration", "D0", "LEVEL", "MIN_KEPT_SIZES", "POOLED", "Prior", "REACH", "SIZE_FOLDS", "distance",
+           "calibrate", "folds", "pooled_prior", "reach_errors", "scale_of"]
 
 # Chosen by leave-one-ladder-out cross-validation on the development ladders only (bench/scaling_cv.py), before
 # the held-out ladders were scored; fixed here, the same for every ladder and config.
@@ -66,6 +72,8 @@ class Prior:
 # on OpenBLAS's Haswell and SkylakeX kernels (before MIN_KEPT_SIZES, Gadre N2 folds tied and it was not:
 # 0.0228, 0.534, 1 on Haswell; 0.0168, 0.710, 1 on SkylakeX; docs/SCALING.md).
 POOLED = Prior(scale=0.015, m2=0.543, weight=2)
+# Rule 6 on the 20 spent ladders' held-out points (bench/scaling_cv.py `development()["reach"]`, 3 digits).
+REACH = 0.00981
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,8 @@ class Calibration:
     d0: float = D0
     errors: tuple = ()      # ((fold, distance, |log error|), ...): every fold's, `scale` from those allowed
     prior: Prior = POOLED   # the pooled prior `scale` was shrunk from
+    reach: float = 0.0      # rule 6: REACH, the scale's floor (0: off) ...
+    reach_only: bool = False  # ... or the scale itself
 
     def under(self, size_folds: int, d0: float, prior: Prior) -> "Calibration":
         """The same fit's calibration under other band options: its recorded errors, another D0 and prior."""
@@ -87,7 +97,8 @@ class Calibration:
 
     def half_width(self, points: Points) -> np.ndarray:
         d = distance(points, self.n_max, self.c_max)
-        return np.maximum(self.scale * (self.d0 + d), self.floor)
+        scale = self.reach if self.reach_only else max(self.scale, self.reach)
+        return np.maximum(scale * (self.d0 + d), self.floor)
 
 
 def distance(points: Points, n_max: float | None, c_max: float) -> np.ndarray:
@@ -152,7 +163,7 @@ def scale_of(errors, size_folds: int = SIZE_FOLDS, d0: float = D0, level: float 
 
 def calibrate(law: Law, points: Points, loss: np.ndarray, refit, theta: np.ndarray, level: float = LEVEL,
               size_folds: int = SIZE_FOLDS, d0: float = D0, record_folds: int = 3,
-              prior: Prior = POOLED) -> Calibration:
+              prior: Prior = POOLED, reach: float = 0.0, reach_only: bool = False) -> Calibration:
     """The calibration of a fit (θ on all the rungs). `refit(points, loss) -> θ` fits the same law the same way
     on a subset (fit.py passes its own multi-start fit)."""
     if not 0.0 < level < 1.0:
@@ -175,4 +186,5 @@ def calibrate(law: Law, points: Points, loss: np.ndarray, refit, theta: np.ndarr
     n_max = None if points.N is None else float(points.N.max())
     floor = float(np.quantile(resid, level))
     return Calibration(scale=scale_of(errors, size_folds, d0, level, prior), floor=floor, level=level, n_max=n_max,
-                       c_max=float(points.C.max()), d0=d0, errors=tuple(errors), prior=prior)
+                       c_max=float(points.C.max()), d0=d0, errors=tuple(errors), prior=prior, reach=reach,
+                       reach_only=reach_only)

@@ -70,21 +70,19 @@
     return best;
   }
 
-  function changed() {
+  const changed = A.changed = () => {
     Obs.setOverlays(SOURCE, overlays());
     if (S.ctx) S.ctx.schedule();
     A.renderList();
-  }
-  A.changed = changed;
+  };
 
   // ------------------------------------------------------------------------------------------ compose
   function compose(x0, x1, metric) {
     if (!S.viewer.can.create) return;
     const f = $("ann-form");
     const [a, b] = [Math.round(Math.min(x0, x1)), Math.round(Math.max(x0, x1))];
-    const fe = f.elements;
+    const fe = f.elements, sel = fe.metric;
     fe.step_start.value = Math.max(0, a); fe.step_end.value = Math.max(0, b);
-    const sel = fe.metric;
     const names = [...document.querySelectorAll(".chart[data-metric]")].map((c) => c.dataset.metric);
     sel.replaceChildren(el("option", {text: "every chart", attrs: {value: ""}}),
                         ...[...new Set(names)].map((n) => el("option", {text: n, attrs: {value: n}})));
@@ -117,33 +115,19 @@
   // Chart x (steps, or tokens/time when the dashboard's x axis says so) -> a step.
   const toStep = (x) => (S.ctx ? S.ctx.xaxis.toStep(x) : Number(x));
 
-  // Shift-drag across a chart selects a step range (the chart's own drag-zoom is left alone otherwise); a click
-  // on the plot annotates that step (or opens the note there). Geometry from plot.js (Obs.figureBox, figureXAt).
+  // A shift-drag across a chart selects a step range (plot.js offers it here before it would zoom: taken, it does
+  // not); a click on the plot annotates that step (or opens the note there).
   function hookPlot(plot) {
     if (plot.__obsAnnotations || !plot._figure) return;
     plot.__obsAnnotations = true;
     const metric = () => (plot.closest(".chart") || {dataset: {}}).dataset.metric;
-    plot.addEventListener("mousedown", (ev) => {
-      const z = Obs.figureBox(plot);
-      if (!ev.shiftKey || ev.button !== 0 || !S.viewer.can.create || !z) return;
-      const r = plot.getBoundingClientRect(), left = r.left + z.left;
-      if (ev.clientX < left || ev.clientX > left + z.width) return;
-      ev.preventDefault(); ev.stopPropagation();
-      const brush = el("div", {className: "ann-brush"});
-      brush.style.top = r.top + z.top + "px"; brush.style.height = z.height + "px";
-      document.body.append(brush);
-      const x0 = ev.clientX;
-      const draw = (x) => { brush.style.left = Math.min(x0, x) + "px"; brush.style.width = Math.abs(x - x0) + "px"; };
-      draw(x0);
-      const move = (e) => draw(Math.max(left, Math.min(left + z.width, e.clientX)));
-      const up = (e) => {
-        window.removeEventListener("mousemove", move, true); window.removeEventListener("mouseup", up, true);
-        brush.remove();
-        const x1 = Math.max(left, Math.min(left + z.width, e.clientX));
-        compose(toStep(Obs.figureXAt(plot, x0 - left)), toStep(Obs.figureXAt(plot, x1 - left)), metric());
-      };
-      window.addEventListener("mousemove", move, true); window.addEventListener("mouseup", up, true);
-    }, true);
+    let shift = false; // (the drag began with shift held)
+    plot.addEventListener("mousedown", (ev) => { shift = ev.shiftKey; }, true);
+    plot.addEventListener("obs-plot-select", (ev) => {
+      if (!shift || !S.viewer.can.create) return; // (not taken: the chart zooms)
+      ev.preventDefault();
+      compose(toStep(ev.detail.x0), toStep(ev.detail.x1), metric());
+    });
     plot.addEventListener("obs-plot-click", (ev) => { // inside a note: its thread; elsewhere (members): a new note
       const step = toStep(ev.detail.x);
       const slack = Math.abs(toStep(Obs.figureXAt(plot, 4)) - toStep(Obs.figureXAt(plot, 0))); // 4 px
@@ -156,7 +140,6 @@
   const hookAll = () => document.querySelectorAll(".chart .plot").forEach(hookPlot);
 
   // ------------------------------------------------------------------------------------------ live
-
   function removed(id) {
     if (S.viewer.can.moderate || (S.byId.has(id) && mine(S.byId.get(id)))) {
       // moderators (and the author) keep it, marked: fetch the record as they may see it
@@ -186,7 +169,7 @@
     }).finally(() => {
       const again = reading.get(id);
       reading.delete(id);
-      if (again !== null && again !== undefined) { fetchNote(id, again); return; }
+      if (again != null) { fetchNote(id, again); return; }
       if (S.openId !== null && S.thread) A.renderThread();
       changed();
     });

@@ -3,26 +3,23 @@
 "use strict";
 
 (function (Obs) {
-  const bytes = (n) => n === undefined || n === null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + " GB"
+  const bytes = (n) => n == null ? "–" : n >= 1e9 ? (n / 1e9).toFixed(2) + " GB"
     : n >= 1e6 ? (n / 1e6).toFixed(2) + " MB" : n >= 1e3 ? (n / 1e3).toFixed(1) + " kB" : n + " B";
   const {count, el} = Obs; // (plotkit.js)
 
-  function weightCell(w, cls) {
-    const td = el("td", {class: "num weight " + (cls || "")});
-    setWeight(td, w);
-    return td;
-  }
+  const weightCell = (w, cls) => setWeight(el("td", {class: "num weight " + (cls || "")}), w);
 
   function setWeight(td, w) { // a weight cell's bar and percentage (written only where they change)
     if (typeof w !== "number" || !isFinite(w)) {
       if (td.querySelector(".bar")) td.replaceChildren();
-      Obs.put(td, w === undefined || w === null ? "–" : String(w));
-      return;
+      Obs.put(td, w == null ? "–" : String(w));
+      return td;
     }
     if (!td.querySelector(".bar")) td.replaceChildren(el("span", {class: "bar"}), el("span", {class: "pct"}));
     const width = (Math.max(0, Math.min(1, w)) * 100).toFixed(1) + "%";
     if (td.firstChild.style.width !== width) td.firstChild.style.width = width;
     Obs.put(td.lastChild, (w * 100).toFixed(1) + "%");
+    return td;
   }
 
   class DataPanel {
@@ -116,16 +113,13 @@
       this.shape = shape;
       this.liveCells = new Map();
 
-      const facts = [];
-      if (m.tokenizer) facts.push(["tokenizer",
-        m.tokenizer.name + (m.tokenizer.vocab_size ? ` (vocab ${m.tokenizer.vocab_size})` : "")]);
-      if (m.seq_len) facts.push(["sequence", m.seq_len + " tokens"]);
-      if (m.batch_size) facts.push(["batch", String(m.batch_size)]);
-      if (m.token_budget) facts.push(["token budget", count(m.token_budget)]);
-      if (m.seed !== undefined) facts.push(["seed", String(m.seed)]);
-      if (typeof m.load_seconds === "number") facts.push(["loaded in", m.load_seconds.toFixed(2) + " s"]);
+      const tk = m.tokenizer, facts = [ // [label, its text or nothing]
+        ["tokenizer", tk && tk.name + (tk.vocab_size ? ` (vocab ${tk.vocab_size})` : "")],
+        ["sequence", m.seq_len && m.seq_len + " tokens"], ["batch", m.batch_size && String(m.batch_size)],
+        ["token budget", m.token_budget && count(m.token_budget)], ["seed", m.seed !== undefined && String(m.seed)],
+        ["loaded in", typeof m.load_seconds === "number" && m.load_seconds.toFixed(2) + " s"]];
       document.getElementById("data-facts").replaceChildren(
-        ...facts.map(([k, v]) => el("span", {class: "stat"}, k + " ", el("b", {text: v}))));
+        ...facts.filter(([, v]) => v).map(([k, v]) => el("span", {class: "stat"}, k + " ", el("b", {text: v}))));
 
       const head = el("tr", {}, el("th", {text: "domain"}), el("th", {text: "sources"}),
                       el("th", {class: "num", text: "documents"}), el("th", {class: "num", text: "size"}),

@@ -21,7 +21,6 @@
       this.entries = []; // {id, group, text, step, t}
       this.lastId = 0;
       this.restarting = false; // between a (re)start and training: a rewind then is the restart's
-      this.sawAny = false;
       this.show = new Set(GROUPS.map((g) => g[0]));
       this.buildFilters();
     }
@@ -39,16 +38,14 @@
 
     // Events in id order (history from the API, then live frames); already-seen ids are skipped.
     add(events) {
-      let changed = false;
+      const before = this.lastId;
       for (const ev of events) {
         if (ev.id <= this.lastId) continue;
         this.lastId = ev.id;
         this.entries.push(this.describe(ev));
-        this.sawAny = true;
-        changed = true;
       }
       if (this.entries.length > MAX_EVENTS) this.entries.splice(0, this.entries.length - MAX_EVENTS);
-      if (changed) this.render();
+      if (this.lastId !== before) this.render();
     }
 
     describe(ev) {
@@ -57,8 +54,9 @@
       if (ev.kind === "state") {
         out.group = ev.name === "checkpointing" ? "checkpoint" : "lifecycle";
         if (ev.name === "starting") {
-          out.text = this.sawAny ? "Restarting" : "Starting";
-          if (this.sawAny && !ev.step) out.step = null; // not "step 0": the restart has not restored yet
+          const again = this.entries.length > 0; // (an event before it: a restart)
+          out.text = again ? "Restarting" : "Starting";
+          if (again && !ev.step) out.step = null; // not "step 0": the restart has not restored yet
           this.restarting = true;
         } else {
           out.text = "State: " + ev.name + (p.detail ? " — " + p.detail : "");
@@ -107,7 +105,7 @@
 
     item(e) {
       return el("li", "ev ev-" + e.group, undefined,
-                el("span", "ev-step", e.step === null || e.step === undefined ? "–" : "step " + e.step), " ",
+                el("span", "ev-step", e.step == null ? "–" : "step " + e.step), " ",
                 el("span", "ev-text", e.text),
                 e.t ? Obs.el("time", {class: "muted", text: " " + Obs.utc(e.t), dateTime: e.t})
                   : null);
@@ -125,7 +123,7 @@
         const run = shown.slice(i, j);
         if (run.length < 3) run.forEach((e) => out.push(this.item(e)));
         else { // routine: one line, details on demand
-          const steps = run.map((e) => e.step).filter((s) => s !== null && s !== undefined);
+          const steps = run.map((e) => e.step).filter((s) => s != null);
           out.push(el("li", "ev ev-checkpoint collapsed", undefined, el("details", "", undefined,
             el("summary", "", `${run.length} routine checkpoint events` +
                (steps.length ? `, steps ${Math.min(...steps)}–${Math.max(...steps)}` : "")),

@@ -11,8 +11,6 @@
 // eval/loss point. An unverified registration is drawn dashed and labelled, never as a trusted forecast.
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   const SOURCE = "forecast";
   let TRAIN = null, EVAL = null, CHARTS = new Set(); // the loss series it is drawn on: page.loss_metrics (contract)
@@ -70,8 +68,7 @@ window.Obs = window.Obs || {};
     const high = c.high || c.loss, low = c.low || c.loss;
     // the law diverges as tokens → 0: draw the curve where it is no higher than the chart's own data reaches
     const cap = Math.max(liveMax(chart), hero.high || hero.loss || 0) * 1.1;
-    const keep = c.tokens.map((_, i) => high[i] <= cap);
-    const pick = (arr) => arr.filter((_, i) => keep[i]);
+    const pick = (arr) => arr.filter((_, i) => high[i] <= cap);
     const tokens = pick(c.tokens), x = xOf(tokens);
     if (!x || !tokens.length) return null;
     const label = ok ? "forecast" : "forecast (UNVERIFIED)", color = ok ? BAND.line : BAND.badLine;
@@ -133,9 +130,10 @@ window.Obs = window.Obs || {};
     q(".fc-how").textContent = how;
   }
 
+  const retrace = () => { Obs.setTraces(SOURCE, traces); F.ctx.schedule(); };
   let hadEval = false;
   function evalSeen() { // the first eval/loss point moves the band from the train loss to the held-out loss
-    if (hasEval() !== hadEval) { hadEval = hasEval(); Obs.setTraces(SOURCE, traces); F.ctx.schedule(); }
+    if (hasEval() !== hadEval) { hadEval = hasEval(); retrace(); }
     schedulePanel();
   }
 
@@ -173,8 +171,7 @@ window.Obs = window.Obs || {};
     const steps = [], values = [];
     body.steps.forEach((s, i) => { if (body.values[i] !== null) { steps.push(s); values.push(body.values[i]); } });
     F.rungs.set(key, {steps, values});
-    Obs.setTraces(SOURCE, traces);
-    F.ctx.schedule();
+    retrace();
   }
 
   // (Re)load the run's forecast: at start when the page says it has one, and when a `forecast` event arrives live
@@ -194,25 +191,21 @@ window.Obs = window.Obs || {};
       for (const name of [TRAIN, EVAL]) F.live.set(name, ctx.store.want(name, watcher, {points: 1000}));
     }
     if (!F.data.tokens_per_step && !F.tokens) {
-      F.tokens = ctx.store.want(page.tokens_metric, {reset: () => { Obs.setTraces(SOURCE, traces); ctx.schedule(); },
-                                                     added: schedulePanel}, {points: 1000});
+      F.tokens = ctx.store.want(page.tokens_metric, {reset: retrace, added: schedulePanel}, {points: 1000});
     }
     if (F.panel) F.panel.remove();
     buildPanel();
     renderPanel();
-    Obs.setTraces(SOURCE, traces);
-    ctx.schedule();
+    retrace();
     for (const r of F.data.rungs) for (const m of r.series || []) loadRung(r, m).catch((e) => console.warn("rung:", e));
   }
 
-  Obs.onStart = Obs.onStart || [];
   Obs.onStart.push((ctx, page) => {
     F.ctx = ctx; F.page = page;
     ({train: TRAIN, eval: EVAL} = page.loss_metrics);
     CHARTS = new Set([TRAIN, EVAL]);
     if (page.forecast) load(ctx, page); // (none: the page says so, and no 404 lands in the console)
   });
-  Obs.onEvents = Obs.onEvents || [];
   Obs.onEvents.push((list) => {
     if (!F.page) return; // the page's own history: onStart reads it
     const fresh = list.filter((e) => e.kind === "event" && e.name === "forecast");

@@ -4,20 +4,14 @@
 // annotation, and every `poll_s` for the runs this page holds no socket for. Each moment links to its chart window.
 "use strict";
 
-window.Obs = window.Obs || {};
-
 (function (Obs) {
   const page = JSON.parse(document.getElementById("page-data").textContent);
   const chart = page.chart || {};
   const METRIC = chart.metric || "train/loss";
   const el = (id) => document.getElementById(id);
-  const line = {steps: [], values: [], last: -1};
+  let line = {steps: [], values: [], last: -1}; // (the store's series, series.js, once there is a run)
   let marks = page.moments || []; // this run's moments are marked on its chart
   const MARK = {anomaly: "#c62828", annotation: "#1a56b0", intervention: "#6a1b9a"};
-  if (chart.window) {
-    line.steps = chart.window.steps.slice(); line.values = chart.window.values.slice();
-    line.last = chart.window.last_step === null || chart.window.last_step === undefined ? -1 : chart.window.last_step;
-  }
 
   // ------------------------------------------------------------------------------------------- the chart
   let drawQueued = false;
@@ -52,46 +46,27 @@ window.Obs = window.Obs || {};
   const redraw = () => { if (!drawQueued) { drawQueued = true; requestAnimationFrame(draw); } };
   document.addEventListener("obs-theme", redraw); // (theme.js: the palette of the other theme)
 
-  // points of one SERIES (webapp/live/protocol.py) past what the line holds
-  function apply(s) {
-    const nonfinite = new Map((s.nonfinite || []).map(([st]) => [st, null]));
-    for (let i = 0; i < s.steps.length; i++) {
-      if (s.steps[i] <= line.last) continue;
-      line.steps.push(s.steps[i]); line.values.push(nonfinite.has(s.steps[i]) ? null : s.values[i]);
-      line.last = s.steps[i];
-    }
-  }
-  function rewind(to) {
-    let n = line.steps.length;
-    while (n && line.steps[n - 1] > to) n--;
-    line.steps.length = n; line.values.length = n;
-    line.last = n ? Math.min(line.last, to) : -1;
-  }
-
   // ------------------------------------------------------------------------------------------- the header
   function showStatus(run) {
     if (!run || !el("featured-state")) return;
     el("featured-state").textContent = run.state;
     el("featured-health").textContent = run.health;
-    el("featured-step").textContent = run.last_step === null || run.last_step === undefined
-      ? "–" : String(run.last_step);
+    el("featured-step").textContent = run.last_step == null ? "–" : String(run.last_step);
     const p = run.progress || {};
     const frac = p.fraction !== undefined ? p.fraction
       : (p.tokens !== null && p.token_budget ? Math.min(1, p.tokens / p.token_budget) : null);
-    if (frac !== null && frac !== undefined) el("featured-pct").textContent = Math.round(frac * 100) + "%";
-    el("featured-eta").textContent = Obs.timeLeft(run, frac === undefined ? null : frac,
-                                                  p.eta_s === undefined ? null : p.eta_s);
+    if (frac != null) el("featured-pct").textContent = Math.round(frac * 100) + "%";
+    el("featured-eta").textContent = Obs.timeLeft(run, frac ?? null, p.eta_s ?? null);
   }
 
   // ------------------------------------------------------------------------------------------- moments
   const node = (tag, attrs, text, ...kids) => Obs.el(tag, {...attrs, text}, ...kids); // (user text is only text)
-  const fixed = (v) => (v === null || v === undefined ? "–" : v.toFixed(3));
+  const fixed = (v) => (v == null ? "–" : v.toFixed(3));
 
   function showMoments(list) {
     if (!list.length) return;
     el("moments").replaceChildren(...list.map((m) => {
-      const replies = m.count === null || m.count === undefined
-        ? "" : ` · ${m.count} repl${m.count === 1 ? "y" : "ies"}`;
+      const replies = m.count == null ? "" : ` · ${m.count} repl${m.count === 1 ? "y" : "ies"}`;
       const together = m.n > 1 ? ` · ${m.n} together` : ""; // one cause seen on several series (front/moments.py)
       return node("li", {class: "moment moment-" + m.kind, "data-moment": m.kind + "-" + m.id}, undefined,
         node("span", {class: "badge"}, m.kind), " ", node("a", {href: m.url}, m.title), " ",
@@ -105,7 +80,7 @@ window.Obs = window.Obs || {};
     if (!box || !list.length) return;
     box.replaceChildren(...list.map((e) => {
       const f = e.forecast || {};
-      const band = f.low !== null && f.low !== undefined ? ` (${fixed(f.low)}–${fixed(f.high)})` : "";
+      const band = f.low != null ? ` (${fixed(f.low)}–${fixed(f.high)})` : "";
       return node("li", {"data-experiment": e.name}, undefined, node("a", {href: e.url}, e.name), " ",
         node("span", {class: "muted"}, "run ", node("a", {href: e.run_url}, e.run_name), ` · ${e.state}`),
         e.goal && node("p", {class: "moment-detail"}, e.goal), " ",
@@ -137,12 +112,11 @@ window.Obs = window.Obs || {};
   const refreshSoon = () => { clearTimeout(soon); soon = setTimeout(refresh, 150); };
 
   // ------------------------------------------------------------------------------------------- live
-  function handle(f) {
+  function handle(f, store) { // (the store's view redraws the chart)
     if (f.type === "update" || f.type === "backfill") {
-      for (const rw of f.rewinds || []) rewind(rw.to_step);
-      if (f.series && f.series[METRIC]) apply(f.series[METRIC]);
+      for (const rw of f.rewinds || []) store.rewind(rw.to_step);
+      for (const [name, s] of Object.entries(f.series || {})) store.apply(name, s);
       if (f.run) showStatus(f.run);
-      redraw();
     } else if (f.type === "hello") {
       if (f.run) showStatus(f.run);
     } else if (f.type === "anomaly" || f.type === "annotation") {
@@ -150,21 +124,17 @@ window.Obs = window.Obs || {};
     }
   }
 
-  // What live.js asks of the dashboard's Obs.Store, for the one series drawn here.
-  const store = {
-    has: (n) => n === METRIC, ready: () => [METRIC],
-    get: () => ({last: line.last, loading: false, waiting: false}),
-    apply: (n, s) => { if (n === METRIC) { apply(s); redraw(); } },
-    rewindOne: (_entry, to) => { rewind(to); redraw(); },
-  };
-
+  // The one series as the dashboard holds its own (series.js, live.js): the page's window, then live points. Its
+  // history in, the push tier replays what came meanwhile (never widening to the full channel for it).
   if (page.run_id) {
     showStatus(page.featured);
-    draw();
-    const sock = new Obs.LiveSocket(page.run_id, store, () => page.last_event_id || 0, handle,
+    const store = new Obs.Store("/api/runs/" + encodeURIComponent(page.run_id),
+                                (names) => (sock.push ? sock.replay(names) : sock.ready(names)));
+    const sock = new Obs.LiveSocket(page.run_id, store, () => page.last_event_id || 0, (f) => handle(f, store),
                                     (text) => { el("featured-conn").textContent = text; });
+    store.seed(chart.window ? {[METRIC]: chart.window} : {});
+    line = store.want(METRIC, {reset: draw, added: redraw}, {points: chart.window ? chart.window.points : 800});
     sock.connect();
-    if (sock.push) sock.replay([METRIC]);
   }
   setInterval(refresh, Math.max(2, page.poll_s || 10) * 1000);
 })(window.Obs);

@@ -1,13 +1,10 @@
 // A minimal live chart (an embed, a report's chart, compare and forecast blocks): a line per run of one series
 // over a step range, drawn by the one line renderer (plot.js over uPlot: axes with ticks, a legend for several runs,
-// hover values). It reads
-// the series API once, then follows each run on the dashboard's live path: one Obs.Store and one Obs.LiveSocket
-// per run (series.js, live.js: resume/backfill on the hub, or nchan's channel),
-// shared by every chart of the page. Page data (#page-data): {charts: [{runs, series, start, end}], live_push?}.
+// hover values). It reads the series API once, then follows each run on the dashboard's live path: one Obs.Store
+// and one Obs.LiveSocket per run (series.js, live.js: resume/backfill on the hub, or nchan's channel), shared by
+// every chart of the page. Page data (#page-data): {charts: [{runs, series, start, end}], live_push?}.
 // A chart element (.minichart[data-chart=i]) carries data-last-step / data-points for whoever watches it advance.
 "use strict";
-
-window.Obs = window.Obs || {};
 
 (function (Obs) {
   const POINTS = 600; // history resolution per series (an embed is a few hundred pixels wide)
@@ -15,18 +12,16 @@ window.Obs = window.Obs || {};
   // A run's Store that reads each series over the union of the steps its charts show.
   class RangedStore extends Obs.Store {
     constructor(apiBase, onReady) { super(apiBase, onReady); this.ranges = new Map(); }
-    widen(name, start, end) {
-      const r = this.ranges.get(name);
-      const s = start == null ? 0 : start;
-      this.ranges.set(name, r ? {start: Math.min(r.start, s),
-        end: r.end == null || end == null ? null : Math.max(r.end, end)}
-                               : {start: s, end: end == null ? null : end});
+    widen(name, start, end) { // (no end: to the run's end)
+      start = start ?? 0; end = end ?? null;
+      const r = this.ranges.get(name) || {start, end};
+      this.ranges.set(name, {start: Math.min(r.start, start), end: r.end === null || end === null ? null
+        : Math.max(r.end, end)});
     }
     url(name, query) {
       const r = this.ranges.get(name);
-      let q = query;
-      if (r) { q += "&start=" + r.start; if (r.end != null) q += "&end=" + r.end; }
-      return super.url(name, q);
+      if (r) query += "&start=" + r.start + (r.end != null ? "&end=" + r.end : "");
+      return super.url(name, query);
     }
   }
 
@@ -44,10 +39,8 @@ window.Obs = window.Obs || {};
     }
     // The points of run i inside the chart's range.
     visible(s) {
-      const lo = this.spec.start == null ? -Infinity : this.spec.start,
-        hi = this.spec.end == null ? Infinity : this.spec.end;
-      const a = Obs.lowerBound(s.steps, lo);
-      const b = Obs.lowerBound(s.steps, hi + 1);
+      const a = Obs.lowerBound(s.steps, this.spec.start ?? -Infinity);
+      const b = Obs.lowerBound(s.steps, (this.spec.end ?? Infinity) + 1);
       return {x: s.steps.slice(a, b), y: s.values.slice(a, b)};
     }
     draw() { // through plot.js, as every line chart

@@ -72,17 +72,16 @@
     }
 
     setLayer(layer) {
-      const view = this;
       const old = [...this.experts, ...this.lines].map((s) => s.name);
       this.layer = layer;
       this.rows = [...this.layers.get(layer)].sort((a, b) => a - b);
       const store = this.ctx.store;
-      this.experts = this.rows.map((e) => store.want(this.name(layer, "routing_hist") + "/" + e, view,
+      this.experts = this.rows.map((e) => store.want(this.name(layer, "routing_hist") + "/" + e, this,
                                                      {points: EXPERT_POINTS, cap: EXPERT_CAP}));
       this.lines = ["max_mean_load", "capacity_overflow_rate"].map(
-        (w) => store.want(this.name(layer, w), view, {points: LINE_POINTS}));
+        (w) => store.want(this.name(layer, w), this, {points: LINE_POINTS}));
       const keep = new Set([...this.experts, ...this.lines].map((s) => s.name));
-      for (const name of old) if (!keep.has(name)) store.release(name, view);
+      for (const name of old) if (!keep.has(name)) store.release(name, this);
       this.layerSelect.set(layer);
       this.plot.dataset.layer = layer;
       this.zoom = null;

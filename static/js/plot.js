@@ -150,9 +150,8 @@ window.Obs = window.Obs || {};
       const q = thin ? Math.abs(hi) * 0.5 || 1 : (hi - lo) * 0.06;
       return [lo - q, hi + q];
     };
-    const scales = {x: {time, range: rng("x"), distr: fig.log.x ? 3 : 1},
-                    y: {range: rng("y"), distr: fig.log.y ? 3 : 1}};
-    if (layout.yaxis3) scales.y3 = {range: rng("y3"), distr: fig.log.y3 ? 3 : 1};
+    const scale = (k) => ({range: rng(k), distr: fig.log[k] ? 3 : 1});
+    const scales = {x: {time, ...scale("x")}, y: scale("y"), ...(layout.yaxis3 && {y3: scale("y3")})};
     const xa = layout.xaxis || {}, ticks = xa.tickvals ? {splits: () => xa.tickvals, values: () => xa.ticktext} : {};
     const axes = [{...axis("x", 2, m.b), ...ticks, label: xa.title ? xa.title.text : "",
                    labelSize: 14}, axis("y", 3, m.l)];
@@ -160,6 +159,7 @@ window.Obs = window.Obs || {};
                                   ...(layout.yaxis3.tickformat && {
                                     values: (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")})});
     const drag = layout.dragmode !== false; // none (touch): no mousedown for uPlot, nor a tap read as a drag's end
+    const tell = (what, detail, c) => node.dispatchEvent(new CustomEvent("obs-plot-" + what, {detail, cancelable: c}));
     return {
       width: fig.width, height: fig.height, ms: 1, legend: {show: false}, series, axes, scales, bands,
       // UTC dates (as the axis title and hover say) of whole ms: uPlot's rounding put ticks 1 ms before the minute
@@ -176,12 +176,12 @@ window.Obs = window.Obs || {};
           if (s.width < 3) return;
           const a = u.posToVal(s.left, "x"), b = u.posToVal(s.left + s.width, "x");
           u.setSelect({left: 0, width: 0, top: 0, height: 0}, false);
-          if (on.zoom) on.zoom(a, b);
+          // offered to the page first (annotations.js takes a shift-drag for a note over the range), else a zoom
+          if (tell("select", {x0: a, x1: b}, true) && on.zoom) on.zoom(a, b);
         }],
         setCursor: [(u) => hover(u, fig)],
         ready: [(u) => u.over.addEventListener("click", (ev) => {
-          if (u.select.width > 2) return;
-          node.dispatchEvent(new CustomEvent("obs-plot-click", {detail: {x: u.posToVal(ev.offsetX, "x")}}));
+          if (u.select.width <= 2) tell("click", {x: u.posToVal(ev.offsetX, "x")});
         })],
       },
     };

@@ -77,9 +77,7 @@ window.Obs = window.Obs || {};
       if (select.value !== committed) { committed = select.value; fn(select.value); }
     };
     select.addEventListener("keydown", (ev) => {
-      if (ev.key.startsWith("Arrow") || ev.key === "Home" || ev.key === "End" || ev.key.startsWith("Page")) {
-        arrows = true;
-      }
+      if (/^(Arrow|Page|Home$|End$)/.test(ev.key)) arrows = true;
       else if (ev.key === "Enter") { ev.preventDefault(); commit(); }
     });
     select.addEventListener("pointerdown", () => { arrows = false; });
@@ -154,6 +152,23 @@ window.Obs = window.Obs || {};
   };
   Obs.putClass = (el, cls) => { if (el.className !== cls) el.className = cls; };
   Obs.putHidden = (el, hidden) => { if (el.hidden !== !!hidden) el.hidden = !!hidden; };
+  // A transient notice, gone 8 s after it was last written. With a `key`, the notice under that key is rewritten in
+  // place and its time starts again: a stream of news (an anomaly storm) is one notice, not a stack of them.
+  const keyed = new Map(); // key -> the notice on screen
+  Obs.toast = (text, level, key) => {
+    const box = document.getElementById("toasts") ||
+      document.body.appendChild(Obs.el("div", {id: "toasts", attrs: {role: "status", "aria-live": "polite"}}));
+    let t = key !== undefined ? keyed.get(key) : null;
+    if (!t || !t.isConnected) {
+      t = box.appendChild(Obs.el("div"));
+      if (key !== undefined) keyed.set(key, t);
+    }
+    clearTimeout(t.obsTimer);
+    Obs.putClass(t, "toast toast-" + (level || "info"));
+    Obs.put(t, text); // (its text node rewritten in place: no new node to style and lay out)
+    t.obsTimer = setTimeout(() => { t.remove(); if (keyed.get(key) === t) keyed.delete(key); }, 8000);
+    return t;
+  };
   // Draw only what is seen: fn(seen) whenever `el` comes within 100 px of the viewport or leaves it; returns what to
   // start from (true where the browser has no IntersectionObserver: everything is then seen). Charts and panels
   // skip their drawing while unseen and catch up in fn.
@@ -193,12 +208,8 @@ window.Obs = window.Obs || {};
   // One column of the data table: a series' points (finite ones, then the non-finite kinds), only those with
   // lo <= step <= hi when lo is given.
   Obs.tableColumn = (d, label, lo, hi) => {
-    let steps = d.steps.concat(d.nfSteps), values = d.values.concat(d.nfKinds);
-    if (lo !== undefined) {
-      const keep = steps.map((s) => s >= lo && s <= hi);
-      steps = steps.filter((_, i) => keep[i]); values = values.filter((_, i) => keep[i]);
-    }
-    return {label, steps, values};
+    const steps = d.steps.concat(d.nfSteps), keep = (_, i) => lo === undefined || (steps[i] >= lo && steps[i] <= hi);
+    return {label, steps: steps.filter(keep), values: d.values.concat(d.nfKinds).filter(keep)};
   };
 
   // The data-table alternative: rows = steps (ascending), one column per series; at most `max` rows, evenly

@@ -24,7 +24,7 @@
       Obs.put($("badge-phase"), run.phase || "–");
       Obs.putHidden($("badge-phase"), !run.phase || run.phase === run.state); // (the heartbeat's, when it says more)
       const h = $("badge-health"); Obs.put(h, run.health); Obs.putClass(h, "badge health-" + run.health);
-      if (run.last_step !== null && run.last_step !== undefined) Obs.putFigure($("stat-step"), run.last_step);
+      if (run.last_step != null) Obs.putFigure($("stat-step"), run.last_step);
       this.tick();
     }
 

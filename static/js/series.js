@@ -5,31 +5,8 @@
 // Store.discover(name) rather than asking the API for a 404; Store.window() reads a zoomed chart's window.
 "use strict";
 
-window.Obs = window.Obs || {};
 // Extension points shared by the dashboard and feature modules (see dashboard.js and charts.js).
-window.Obs.frameHandlers = window.Obs.frameHandlers || {};
-window.Obs.onStart = window.Obs.onStart || [];
-window.Obs.onEvents = window.Obs.onEvents || [];
-// A transient notice, gone TOAST_MS after it was last written. With a `key`, the notice under that key is rewritten
-// in place and its time starts again: a stream of news (an anomaly storm) is one notice, not a stack of them.
-window.Obs.toast = window.Obs.toast || ((Obs) => {
-  const TOAST_MS = 8000;
-  const keyed = new Map(); // key -> the notice on screen
-  return function (text, level, key) { // (Obs.el, Obs.put: plotkit.js, loaded by every page that shows notices)
-    const box = document.getElementById("toasts") ||
-      document.body.appendChild(Obs.el("div", {id: "toasts", attrs: {role: "status", "aria-live": "polite"}}));
-    let t = key !== undefined ? keyed.get(key) : null;
-    if (!t || !t.isConnected) {
-      t = box.appendChild(Obs.el("div"));
-      if (key !== undefined) keyed.set(key, t);
-    }
-    clearTimeout(t.obsTimer);
-    Obs.putClass(t, "toast toast-" + (level || "info"));
-    Obs.put(t, text); // (its text node rewritten in place: no new node to style and lay out)
-    t.obsTimer = setTimeout(() => { t.remove(); if (keyed.get(key) === t) keyed.delete(key); }, TOAST_MS);
-    return t;
-  };
-})(window.Obs);
+window.Obs = Object.assign(window.Obs || {}, {frameHandlers: {}, onStart: [], onEvents: []});
 
 (function (Obs) {
   const WINDOW_BATCH = 32; // series per GET <run>/windows/ (the API's limit)
@@ -125,9 +102,7 @@ window.Obs.toast = window.Obs.toast || ((Obs) => {
     // Detach a view; a series no view needs is dropped (live frames for it are then ignored).
     release(name, view) {
       const s = this.map.get(name);
-      if (!s) return;
-      s.views.delete(view);
-      if (s.views.size === 0) { this.map.delete(name); s.gen++; }
+      if (s && s.views.delete(view) && !s.views.size) { this.map.delete(name); s.gen++; }
     }
 
     // Names whose history is in: what a (re)connect resumes.
@@ -150,8 +125,7 @@ window.Obs.toast = window.Obs.toast || ((Obs) => {
       }
       let query = "points=" + (s.tail ? 10 : s.points);
       const meta = this.meta.get(s.name);
-      if (s.tail && meta && meta.last_step !== null &&
-        meta.last_step !== undefined) query += "&start=" + meta.last_step;
+      if (s.tail && meta && meta.last_step != null) query += "&start=" + meta.last_step;
       try {
         const r = await fetch(this.url(s.name, query));
         if (!current()) return;
@@ -235,10 +209,7 @@ window.Obs.toast = window.Obs.toast || ((Obs) => {
     }
 
     // A SERIES frame for `name` (update or backfill); ignored for series no view holds.
-    apply(name, frame) {
-      const s = this.map.get(name);
-      if (s) this.append(s, frame);
-    }
+    apply(name, frame) { const s = this.map.get(name); if (s) this.append(s, frame); }
 
     // A frame's points onto the series (those past its last step), then its views told what was added. The usual
     // frame (every point new and finite) is told as the frame's own arrays: nothing copied a series a step (views

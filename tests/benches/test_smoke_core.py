@@ -13,11 +13,6 @@ def test_query(run_bench):
                                   for q in out["queries"])
 
 
-def test_export(run_bench):
-    out, _ = run_bench("query", "--export", "--points-total", "2000", "--repeat", "1", "--json", topic="export")
-    assert set(out["formats"]) == {"csv", "json", "parquet"} and out["formats"]["csv"]["bytes"] > 0
-
-
 def test_operate(run_bench):
     out, _ = run_bench("operate", "--runs", "2", "--commands", "5", "--points", "50", "--repeat", "1")
     assert out["snapshot_bytes"] > 0 and out["sync"]["median_ms"] > 0
@@ -31,12 +26,6 @@ def test_trim(run_bench):
 def test_ingest(run_bench):
     out, _ = run_bench("ingest", "--runs", "1", "--steps", "20", "--backends", "sqlite", "--consumers", "1", "--json")
     assert out["results"][0]["stored"] == out["results"][0]["points"] == 20 * 242
-
-
-def test_tb_import(run_bench):
-    out, _ = run_bench("ingest", "--tensorboard", "--runs", "1", "--steps", "200", "--tags", "2", "--json",
-                       topic="tb_import")
-    assert out["values"] == 400 and out["reimport_unchanged"]["up_to_date"] == 1
 
 
 def test_anomaly_live(run_bench):

@@ -5,6 +5,8 @@ own scatter — and it covers about its nominal level on ladders whose truth is 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -80,6 +82,20 @@ def test_the_band_is_the_pooled_prior_shrunk_by_the_ladders_own_errors_and_grown
     assert np.allclose(h, np.maximum(c.scale * (cal.D0 + np.array([0, 1, 3])), c.floor))
     assert np.allclose(np.log(f.predict(out) / lo), h)            # symmetric in log loss
     assert h[2] > h[1] > 0
+
+
+def test_the_reach_candidates_floor_or_replace_the_scale_and_are_off_by_default():
+    """Rule 6 (issue 48's fifth-set candidates): REACH per e-fold (plus D0) as the scale's floor, or as the scale."""
+    C, loss = ladder(0)
+    c = fit_law("compute", Points.of(C=C), loss, bootstrap=0, band="calibrated").calibration
+    assert c.reach == 0.0 and not c.reach_only and 0 < cal.REACH < 0.05
+    out = Points.of(C=C[-1] * np.array([1.0, np.e, np.e ** 3]))
+    reach = cal.D0 + np.array([0, 1, 3])   # D0 + distance
+    big, small = replace(c, reach=c.scale * 2), replace(c, reach=c.scale / 2)
+    assert np.allclose(big.half_width(out), np.maximum(2 * c.scale * reach, c.floor))
+    assert np.allclose(small.half_width(out), c.half_width(out))               # a floor below the scale: no change
+    only = replace(c, reach=c.scale / 2, reach_only=True)
+    assert np.allclose(only.half_width(out), np.maximum(c.scale / 2 * reach, c.floor))
 
 
 def test_the_pooled_prior_weighs_each_ladder_once_and_its_weight_follows_their_spread():

@@ -52,7 +52,9 @@ def test_every_held_out_ladder_loads_with_its_held_out_runs_past_the_fitted_ones
     compute, as bench/data/heldout/README.md says (the second set: the 1e21 runs; Gemstones' ~2B shapes)."""
     d = ladders.load(name)
     h = d["heldout"]
-    assert (~h).sum() >= (5 if name in ladders.HELDOUT_SETS["heldout/ladders4"] else 70) and 1 <= h.sum() <= 29
+    few = {"heldout/ladders4": 5, "heldout/ladders5": 20}
+    assert (~h).sum() >= next((k for g, k in few.items() if name in ladders.HELDOUT_SETS[g]), 70)
+    assert 1 <= h.sum() <= 29
     assert np.all((d["L"] > 0.5) & (d["L"] < 7)) and np.allclose(d["C"], 6 * d["N"] * d["D"], rtol=1e-9)
     assert d["C"][h].max() > d["C"][~h].max()
     if name.startswith("l2l_"):
@@ -64,6 +66,9 @@ def test_every_held_out_ladder_loads_with_its_held_out_runs_past_the_fitted_ones
     if name in ladders.HELDOUT_SETS["heldout/ladders4"]:  # the five smallest sizes fitted, the rest held out
         assert (~h).sum() == 5 and d["N"][h].min() > d["N"][~h].max()
         assert name != "cerebras2023_gpt_sp" or d["C"][h].max() > 20 * d["C"][~h].max()
+    if name in ladders.HELDOUT_SETS["heldout/ladders5"]:  # the paper's ladder fitted; 3B x5, 7B, 13B held out
+        assert (~h).sum() == 20 and h.sum() == 7 and d["N"][h].min() > 2 * d["N"][~h].max()
+        assert len(set(d["N"][~h])) == 4 and d["C"][h].max() > 200 * d["C"][~h].max()
 
 
 def test_a_bad_ladder_file_is_refused_naming_the_column(tmp_path, monkeypatch):

@@ -33,9 +33,12 @@ print(json.dumps([harness.blas_core(), asdict(s._prior(runs, fo, list(runs)))]))
 """  # rule 3 on all four development ladders, and the kernel it ran on
 
 
-def in_child(code: str, core: str) -> str:
-    """Run `code` in a child Python whose OpenBLAS is asked for the `core` kernel; its last line of output."""
-    env = {**os.environ, "OPENBLAS_CORETYPE": core}
+def in_child(code: str, core: str | None) -> str:
+    """Run `code` in a child Python whose OpenBLAS is asked for the `core` kernel (None: not asked, whatever the
+    environment asks); its last line of output."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           check=True).stdout.strip().splitlines()[-1]
 
@@ -44,7 +47,9 @@ def test_blas_core_names_the_kernel_numpys_openblas_runs_and_openblas_coretype_p
     here = harness.blas_core()
     assert here not in ("", "unknown")                       # numpy is loaded (this module imports it)
     core = "import numpy; from bench import harness; print(harness.blas_core())"
-    assert in_child(core, "NoSuchCore") == here               # an unknown name: OpenBLAS keeps its own choice
+    assert in_child(core, os.environ.get("OPENBLAS_CORETYPE")) == here  # a child asked as this process was
+    own = in_child(core, None)                                 # (a box may set OPENBLAS_CORETYPE for everything)
+    assert in_child(core, "NoSuchCore") == own                # an unknown name: OpenBLAS keeps its own choice
     assert in_child(core, "Sandybridge") == "Sandybridge"     # AVX: every x86-64 box this runs on has it
     assert in_child("from bench import harness; print(repr(harness.blas_core()))", "Haswell") == "''"  # no numpy
 

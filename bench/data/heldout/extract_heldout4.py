@@ -22,7 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from extract_heldout import show, write_ladder  # (this folder: the first set's extractor)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/data: the other sets' extractor
+from extract import show, write_ladder  # noqa: E402
 
 MODELZOO = ("c1ef453dd85fd8c4689c4f0c635ee88300514471",
             "modelzoo/transformers/pytorch/gpt3/configs/Cerebras_GPT/README.md")

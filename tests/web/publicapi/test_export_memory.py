@@ -1,6 +1,6 @@
 """A large series exports in bounded memory: the peak of the Python heap (tracemalloc) and of Arrow's memory
 pool while streaming 500k points (OBS_EXPORT_TEST_POINTS) stays at about one keyset page (10k points), a small
-fraction of the rows' size: the series is never loaded whole. Throughput is bench/query.py --export's business."""
+fraction of the rows' size: the series is never loaded whole. Throughput is not measured (bench/results/export.md)."""
 
 from __future__ import annotations
 
