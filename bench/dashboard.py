@@ -119,10 +119,10 @@ def front(args, env: dict) -> int:
 
 
 def renderers_cpu_ms() -> float:
-    """CPU used so far by the Chromium renderer processes this script started (its descendants)."""
+    """CPU so far of this script's Chromium renderers, not counting each window's UI ("--top-chrome-webui")."""
     def renderer(p):
         try:
-            return "--type=renderer" in p.cmdline()
+            return "--type=renderer" in (cmd := p.cmdline()) and "--top-chrome-webui" not in cmd
         except psutil.Error:
             return False
     return sum(proc_cpu_s(p.pid) * 1000 for p in psutil.Process().children(recursive=True) if renderer(p))

@@ -247,7 +247,7 @@ STATIC_OWNERS = {
     "runs": ("js/series.js", "js/plotkit.js", "js/chartmodel.js", "js/plot.js", "js/chartmarks.js", "css/plot.css",
              "js/chartlive.js", "js/view.js", "js/downloads.js", "js/charts.js", "js/zoom.js",
              "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js", "js/dashboard.js",
-             "js/dashboard-bundle.js",
+             "js/dashboard-bundle.js", "js/lazyintl.js",
              "js/runlist.js", "css/compare.css", "js/compare.js", "js/comparechart.js"),
     "anomalies": ("js/anomalies.js",),
     "experiments": ("js/forecast.js",),

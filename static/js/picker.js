@@ -57,7 +57,8 @@
         if (!groups.has(info.group)) groups.set(info.group, []);
         groups.get(info.group).push(info);
       }
-      const byGroup = [...groups.entries()].sort((a, b) => a[0].localeCompare(b[0]));
+      // (not localeCompare: its collator's ICU set-up was 10-30 ms of the page's start)
+      const byGroup = [...groups.entries()].sort(([a], [b]) => (a.toLowerCase() < b.toLowerCase() ? -1 : 1));
       this.select.replaceChildren(...byGroup.map(([group, infos]) =>
         Obs.el("optgroup", {label: `${group} (${infos.length})`}, ...infos.map((info) => {
           const shown = this.isShown(info.name);

@@ -171,13 +171,15 @@ window.Obs = window.Obs || {};
   };
   // Draw only what is seen: fn(seen) whenever `el` comes within 100 px of the viewport or leaves it; returns what to
   // start from (true where the browser has no IntersectionObserver: everything is then seen). Charts and panels
-  // skip their drawing while unseen and catch up in fn.
+  // skip their drawing while unseen and catch up in fn. Obs.seenNow(els): its answer for each now, not a frame later.
   Obs.watchSeen = (el, fn) => {
     if (!window.IntersectionObserver) return true;
     new IntersectionObserver((entries) => fn(entries[entries.length - 1].isIntersecting), {rootMargin: "100px"})
       .observe(el);
     return false;
   };
+  Obs.seenNow = (els) => els.map((el) => el.getBoundingClientRect()).map((r) => r.bottom >= -100 && r.right >= -100
+    && r.top <= innerHeight + 100 && r.left <= innerWidth + 100 && r.width + r.height > 0); // (one layout: call first)
   // A moment as every page shows one, like the charts' wall-time axis: UTC, labelled ("2023-11-14 22:13:20 UTC")
   Obs.utc = (t) => (t ? new Date(t).toISOString().slice(0, 19).replace("T", " ") + " UTC" : "–");
   Obs.duration = (s) => {

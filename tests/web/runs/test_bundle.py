@@ -12,7 +12,8 @@ from ..servers import ROOT
 
 def test_the_parts_are_the_chart_scripts_then_the_dashboards_with_the_apps_scripts_last():
     names = bundle.parts()
-    assert names[:2] == ["vendor/uPlot.iife.min.js", "js/series.js"] and "js/dashboard.js" not in names
+    assert names[:3] == ["js/lazyintl.js", "vendor/uPlot.iife.min.js", "js/series.js"]  # (lazyintl: uPlot's Intl)
+    assert "js/dashboard.js" not in names
     apps = extensions.dashboard()["scripts"]
     assert apps and names[-len(apps):] == apps
     assert not set(extensions.dashboard()["lazy"]) & set(names) and "js/moe.js" not in names  # after first paint
