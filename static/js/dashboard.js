@@ -73,9 +73,12 @@
       preDrawing = true;
       for (const fn of pre) safely("pre-draw", fn);
       preDrawing = false;
-      // Charts their observer has not answered for yet (built since the last frame) draw now if seen, not a frame later
+      // Charts built since the last frame that the observer has not answered for (charts.js watchSeen): drawn in
+      // this frame if seen now, not in the next one after its answer (the first paint waited a frame for it)
       const unseen = [...charts.values()].filter((ch) => !ch.observed);
-      Obs.seenNow(unseen.map((c) => c.box)).forEach((s, i) => Object.assign(unseen[i], {visible: s, observed: true}));
+      Obs.seenNow(unseen.map((ch) => ch.box)).forEach((seen, i) => {
+        unseen[i].visible = seen; unseen[i].observed = true;
+      });
       // A zoom's charts draw first, the zoomed one first, all in this frame (someone waits for them); then the
       // other views, within the frame's budget.
       const ready = [...zoomWaiting].filter((ch) => ch && ch.zoomPending && !ch.fetching && ch.dirty && ch.visible)

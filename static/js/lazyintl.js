@@ -1,15 +1,29 @@
-// uPlot (the bundle's next part) makes an Intl.NumberFormat and reads Intl.DateTimeFormat's zone as it loads: ICU's
-// set-up, ~10-40 ms of a fresh page, before any chart drew, though none uses either (plot.js labels every axis and
-// gives uPlot.tzDate "Etc/UTC", converted before uPlot compares zones). Its call of each gets a stand-in (the number
-// format made once used; no zone: uPlot then takes none for the browser's own, right if slower), and the real
-// constructors are back at once, at the end of the bundle at the latest (tests/web/dashboard/test_first_paint_work).
+// The dashboard bundle's first part (templates/runs/_dashboard_scripts.html), just before uPlot, which makes an
+// Intl.NumberFormat and reads Intl.DateTimeFormat's time zone as it loads: the page's first use of ICU, whose set-up
+// (~10-40 ms of one core in a fresh page) came before any chart was drawn, though no chart needs either (plot.js
+// gives every axis its own labels, and uPlot.tzDate "Etc/UTC", which uPlot converts before it compares a zone with
+// the one it read). So the next call of each constructor (uPlot's) gets a stand-in, and the constructor is put back
+// at once, or at the end of the bundle's script at the latest: every later caller gets the real thing. The number
+// format's stand-in makes the real one when it is first used; the date format's answers resolvedOptions() with no
+// time zone (uPlot then takes every zone for one not the browser's own: right, if slower, for any zone).
 "use strict";
-(function (I, NF, DTF) {
-  const lazy = (get, real = null) => ({format: (v) => (real = real || get()).format(v),
-                                       resolvedOptions: () => (real = real || get()).resolvedOptions()});
-  I.NumberFormat = function (...a) { I.NumberFormat = NF; return lazy(() => new NF(...a)); };
-  I.DateTimeFormat = function (...a) {
-    I.DateTimeFormat = DTF; return a.length ? new DTF(...a) : {...lazy(() => new DTF()), resolvedOptions: () => ({})};
+
+(function () {
+  const NumberFormat = Intl.NumberFormat, DateTimeFormat = Intl.DateTimeFormat;
+  const restore = () => { Intl.NumberFormat = NumberFormat; Intl.DateTimeFormat = DateTimeFormat; };
+  const lazy = (Real, args) => {
+    let real = null;
+    const get = () => real || (real = new Real(...args));
+    return {format: (v) => get().format(v), formatToParts: (v) => get().formatToParts(v),
+            resolvedOptions: () => get().resolvedOptions()};
   };
-  queueMicrotask(() => Object.assign(I, {NumberFormat: NF, DateTimeFormat: DTF}));
-})(Intl, Intl.NumberFormat, Intl.DateTimeFormat);
+  Intl.NumberFormat = function (...args) {
+    Intl.NumberFormat = NumberFormat; // (one call only)
+    return lazy(NumberFormat, args);
+  };
+  Intl.DateTimeFormat = function (...args) {
+    Intl.DateTimeFormat = DateTimeFormat;
+    return args.length ? new DateTimeFormat(...args) : {...lazy(DateTimeFormat, args), resolvedOptions: () => ({})};
+  };
+  queueMicrotask(restore); // (after the script that runs this one: the bundle)
+})();

@@ -171,15 +171,18 @@ window.Obs = window.Obs || {};
   };
   // Draw only what is seen: fn(seen) whenever `el` comes within 100 px of the viewport or leaves it; returns what to
   // start from (true where the browser has no IntersectionObserver: everything is then seen). Charts and panels
-  // skip their drawing while unseen and catch up in fn. Obs.seenNow(els): its answer for each now, not a frame later.
+  // skip their drawing while unseen and catch up in fn.
+  const SEEN_PX = 100; // (the observer's margin: "seen" from this far off screen)
   Obs.watchSeen = (el, fn) => {
     if (!window.IntersectionObserver) return true;
-    new IntersectionObserver((entries) => fn(entries[entries.length - 1].isIntersecting), {rootMargin: "100px"})
+    new IntersectionObserver((entries) => fn(entries[entries.length - 1].isIntersecting), {rootMargin: SEEN_PX + "px"})
       .observe(el);
     return false;
   };
-  Obs.seenNow = (els) => els.map((el) => el.getBoundingClientRect()).map((r) => r.bottom >= -100 && r.right >= -100
-    && r.top <= innerHeight + 100 && r.left <= innerWidth + 100 && r.width + r.height > 0); // (one layout: call first)
+  // Whether each of `els` is seen now, as watchSeen's observer will say (its first answer comes a frame later):
+  // every box read in one layout, so call it before writing to the DOM
+  Obs.seenNow = (els) => els.map((el) => el.getBoundingClientRect()).map((r) => r.bottom >= -SEEN_PX &&
+    r.right >= -SEEN_PX && r.top <= innerHeight + SEEN_PX && r.left <= innerWidth + SEEN_PX && r.width + r.height > 0);
   // A moment as every page shows one, like the charts' wall-time axis: UTC, labelled ("2023-11-14 22:13:20 UTC")
   Obs.utc = (t) => (t ? new Date(t).toISOString().slice(0, 19).replace("T", " ") + " UTC" : "–");
   Obs.duration = (s) => {
