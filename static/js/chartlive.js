@@ -1,8 +1,10 @@
 // A line chart's live append path (a part of Obs.LineChart, as zoom.js and chartmarks.js). After a full redraw the
 // drawn lines are copied into typed-array buffers (Obs.LiveBuffer); a live point is appended there (no allocation
-// a point) and the same figure redrawn from views of those buffers (Obs.redrawData: uPlot's setData; no new
-// figure, legend, tool bar or labels; changed marks are made again on the same layout). The axes keep room ahead
-// and fit y from running extents, not a rescan.
+// a point). Where the scales drawn hold the new points (and no mark changed) only the new segments are drawn
+// (Obs.drawTail, livedraw.js: the common live step); else the same figure is redrawn from views of those buffers
+// (Obs.redrawData: uPlot's setData; no new figure, legend, tool bar or labels; changed marks are made again on the
+// same layout). The x axis keeps the range drawn while ROOM_MIN of it is left past the data, then room ahead
+// again (headroom); margins come from running extents, not a rescan.
 // A chart that draws more than its lines' own points (zoomed, smoothed, feature lines, impossible values,
 // non-finite marks, lines on different steps), whose margins would change, or whose drawn points would pass 4 a
 // pixel takes the full redraw instead (which cuts a rewind and downsamples again: Obs.minmax).
@@ -10,6 +12,7 @@
 
 (function (Obs) {
   const MAX_ADDS = 512; // frames held for a chart off screen; past this it redraws in full once seen
+  const ROOM_MIN = 0.01; // a live x axis keeps its range while this fraction of it is left past the data
 
   const aligned = (lines) => lines.every((t) => {
     const a = t.x, b = lines[0].x;
@@ -56,6 +59,7 @@
           if ((b && add.y[i] > b.max) || (log && !(add.y[i] > 0))) return false;
         }
       }
+      const from = this.items[0].buf.n; // (the points drawn: every line's buffer holds as many after a redraw)
       for (let a = 0; a < adds.length; a += 2) {
         const it = this.items.find((i) => i.series === adds[a]), add = adds[a + 1];
         const e = this.ext[it.secondary ? "y3" : "y"];
@@ -73,8 +77,12 @@
       this.items.forEach((it, k) => { lines[k].x = x; lines[k].y = it.buf.y.subarray(0, n); });
       const m = this.margins(lines, !!lay.yaxis3, this.items.length > 1, xa.mode === "time", this.ext);
       if (m.l !== lay.margin.l || m.r !== lay.margin.r) return false;
-      if (xa.mode !== "time") this.headroom(lay.xaxis, lines);
+      const r = lay.xaxis.autorange === false && lay.xaxis.range; // the x range drawn, kept while it has room
+      if (xa.mode !== "time" && !(r && r[0] === x[0] && last < r[1] - (r[1] - r[0]) * ROOM_MIN)) {
+        this.headroom(lay.xaxis, lines);
+      }
       if (this.remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; } // (chartmarks.js)
+      else if (Obs.drawTail(this.plot, from)) { Obs.redrawCounts.tail++; return true; } // (the new segments)
       return Obs.redrawData(this.plot);
     },
   });
