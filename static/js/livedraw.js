@@ -5,78 +5,91 @@
 // most of a live update's main-thread time). They are drawn as uPlot draws a line (its public options and
 // instance: the series' stroke, width, dash and cap, round joins, points on whole canvas pixels, the line's
 // half-pixel offset, clipped to the plot area widened by half the line).
-//   Obs.drawTail(node, from)  node._figure's lines (their x / y already holding the new points, chartlive.js) drawn
-//                             from point `from - 1` on; false: nothing drawn, the caller redraws in full
-//                             (Obs.redrawData)
+//   Obs.drawTail(node, from)  node._figure's lines (their x / y already holding the new points, chartlive.js),
+//                             line k from its point from[k] - 1 on (from[k]: the points the canvas holds); false:
+//                             nothing drawn, the caller redraws in full (Obs.redrawData)
 // uPlot's own data catches up lazily: at the next full redraw (any setData), or when a pointer enters the chart
 // (its hover reads uPlot's data); while a pointer is over the plot every live point redraws in full, as before.
+// What the canvas holds is known from uPlot's public hooks (setData, draw): a draw of uPlot's own (a new pixel
+// ratio) draws its data as last set, and the next live point then redraws in full.
 "use strict";
 
 (function (Obs) {
-  // Sticks out of the plot where the new segments go (a vertical mark, a point mark): drawn above the lines, so the
-  // chart is drawn in full instead (a mark at the live tip is rare: the marks are at past steps).
+  // A mark where the new segments go (a vertical mark line, a point mark: drawn above the lines), within `lo`..`hi`
+  // (canvas pixels) and its own half width: then the chart is drawn in full instead (the marks are at past steps,
+  // a live tip rarely has one).
   function marked(fig, u, lo, hi) {
-    const dpr = u.pxRatio || devicePixelRatio || 1, pad = 8 * dpr;
+    const dpr = u.pxRatio || devicePixelRatio || 1, pad = 3 * dpr;
     for (const s of fig.layout.shapes || []) {
       if (s.type === "rect") continue; // (bands are drawn below the lines)
       const x = u.valToPos(+s.x0, "x", true);
       if (x >= lo - pad && x <= hi + pad) return true;
     }
     for (const tr of fig.markers) {
+      const r = ((tr.marker && tr.marker.size) || 8) / 2 * dpr + pad;
       for (let i = 0; i < tr.x.length; i++) {
         const x = u.valToPos(tr.x[i], "x", true);
-        if (x >= lo - pad && x <= hi + pad) return true;
+        if (x >= lo - r && x <= hi + r) return true;
       }
     }
     return false;
   }
 
-  // The canvas is behind uPlot's data: a pointer entering the chart brings it up to date (a full redraw) first.
-  function follow(node, fig) {
-    if (fig.tailHooked) return;
-    fig.tailHooked = true;
-    node.addEventListener("pointerenter", () => {
-      if (fig.u && fig.tailData === fig.u.data) { fig.tailData = null; Obs.redrawData(node); }
+  // What the canvas holds, each line's points (fig.canvasN): uPlot's data as last set (fig.dataN) after each of its
+  // draws, that and the tails drawn since; a pointer entering the chart brings uPlot's data up to date first.
+  function follow(node, fig, u, from) {
+    if (fig.tailU === u) return;
+    fig.tailU = u; fig.dataN = fig.canvasN = from.slice();
+    (u.hooks.setData = u.hooks.setData || []).push(() => {
+      fig.dataN = fig.lines.map((t) => t.x.length); fig.behind = false;
     });
+    (u.hooks.draw = u.hooks.draw || []).push(() => { fig.canvasN = fig.dataN; });
+    if (!fig.tailNode) {
+      fig.tailNode = true;
+      node.addEventListener("pointerenter", () => { if (fig.behind) Obs.redrawData(node); });
+    }
   }
 
+  // from: each line's points the canvas holds (its newer ones are drawn)
   Obs.drawTail = (node, from) => {
     const fig = node._figure, u = fig && fig.u, lines = fig && fig.lines;
-    if (!u || !lines.length || !(from >= 1) || fig.log.x || u.cursor.left >= 0) return false;
-    // what the canvas holds: uPlot's data, or that and the tail drawn since
-    const held = fig.tailData === u.data ? fig.tailN : u.data[0] && u.data[0].length;
-    const xa = fig.layout.xaxis || {}, r = xa.range, sx = u.scales.x, n = lines[0].x.length;
-    if (held !== from || n <= from || xa.autorange !== false || !r || r[0] !== sx.min || r[1] !== sx.max) return false;
-    if (u.series.length !== lines.length + 1 || lines.some((t) => t.fill || t.x.length !== n)) return false;
+    if (!u || !lines.length || lines.length !== from.length || fig.log.x || u.cursor.left >= 0) return false;
+    follow(node, fig, u, from);
+    const xa = fig.layout.xaxis || {}, r = xa.range, sx = u.scales.x;
+    if (xa.autorange !== false || !r || r[0] !== sx.min || r[1] !== sx.max) return false;
+    if (u.series.length !== lines.length + 1 || lines.some((t) => t.fill)) return false;
+    let lo = Infinity, hi = -Infinity;
     for (let k = 0; k < lines.length; k++) { // every new point inside the scales drawn
-      const x = lines[k].x, y = lines[k].y, sy = u.scales[u.series[k + 1].scale];
-      for (let i = from; i < n; i++) {
+      const x = lines[k].x, y = lines[k].y, sy = u.scales[u.series[k + 1].scale], f = from[k];
+      if (fig.canvasN[k] !== f || !(f >= 1) || x.length < f) return false;
+      for (let i = f; i < x.length; i++) {
         if (!(x[i] >= sx.min && x[i] <= sx.max && y[i] >= sy.min && y[i] <= sy.max)) return false;
       }
+      if (x.length > f) { lo = Math.min(lo, x[f - 1]); hi = Math.max(hi, x[x.length - 1]); }
     }
-    const lo = u.valToPos(lines[0].x[from - 1], "x", true), hi = u.valToPos(lines[0].x[n - 1], "x", true);
-    if (marked(fig, u, lo, hi)) return false;
+    if (!(hi >= lo) || marked(fig, u, u.valToPos(lo, "x", true), u.valToPos(hi, "x", true))) return false;
     const c = u.ctx, {left, top, width, height} = u.bbox, dpr = u.pxRatio || devicePixelRatio || 1;
     c.save();
     for (let k = 0; k < lines.length; k++) { // in uPlot's order: later lines over earlier ones
-      const s = u.series[k + 1], key = s.scale, x = lines[k].x, y = lines[k].y;
+      const s = u.series[k + 1], key = s.scale, x = lines[k].x, y = lines[k].y, f = from[k];
       const w = Math.round(s.width * dpr * 1000) / 1000, off = (w % 2) / 2;
       const round = s.pxAlign === 0 ? (v) => v : Math.round;
-      if (!s.show || !(w > 0)) continue;
+      if (!s.show || !(w > 0) || x.length === f) continue;
       c.save();
       if (s.pxAlign === 1 && off > 0) c.translate(off, off);
       c.beginPath(); c.rect(left - w / 2, top - w / 2, width + w, height + w); c.clip();
       c.strokeStyle = typeof s.stroke === "function" ? s.stroke(u, k + 1) : s.stroke;
       c.lineWidth = w; c.lineJoin = "round"; c.lineCap = s.cap || "butt"; c.setLineDash(s.dash || []);
       c.beginPath();
-      c.moveTo(round(u.valToPos(x[from - 1], "x", true)), round(u.valToPos(y[from - 1], key, true)));
-      for (let i = from; i < n; i++) c.lineTo(round(u.valToPos(x[i], "x", true)), round(u.valToPos(y[i], key, true)));
+      c.moveTo(round(u.valToPos(x[f - 1], "x", true)), round(u.valToPos(y[f - 1], key, true)));
+      for (let i = f; i < x.length; i++) {
+        c.lineTo(round(u.valToPos(x[i], "x", true)), round(u.valToPos(y[i], key, true)));
+      }
       c.stroke();
       c.restore();
     }
     c.restore();
-    fig.tailData = u.data; fig.tailN = n;
-    follow(node, fig);
+    fig.canvasN = lines.map((t) => t.x.length); fig.behind = true;
     return true;
   };
 })(window.Obs);
