@@ -35,6 +35,31 @@
     return false;
   }
 
+  // Lines on steps of their own on one x, as uPlot draws them (uPlot.join: a line's y null where it has no point);
+  // where every line only grew by points on the same new steps past the last join of the same figure's lines (the
+  // live append path), that join grows by their rows instead of joining every point again.
+  const joins = new WeakMap(); // a figure's lines -> {xs: each line's x as joined, n: their lengths, table}
+  Obs.joinLines = (lines) => {
+    const j = joins.get(lines), t0 = lines[0].x, add = t0.length - (j ? j.n[0] : 0), X = j && j.table[0];
+    const grew = j && add > 0 && lines.every((t, k) => t.x.length - j.n[k] === add && ArrayBuffer.isView(t.x) &&
+      t.x.buffer === j.xs[k].buffer && t.x.byteOffset === j.xs[k].byteOffset);
+    let ok = grew && t0[j.n[0]] > X[X.length - 1];
+    for (let k = 1; ok && k < lines.length; k++) {
+      for (let i = 0; i < add; i++) if (lines[k].x[j.n[k] + i] !== t0[j.n[0] + i]) { ok = false; break; }
+    }
+    if (!ok) {
+      const table = uPlot.join(lines.map((t) => [t.x, t.y]));
+      joins.set(lines, {xs: lines.map((t) => t.x), n: lines.map((t) => t.x.length), table});
+      return table;
+    }
+    for (let i = 0; i < add; i++) {
+      X.push(t0[j.n[0] + i]);
+      lines.forEach((t, k) => j.table[k + 1].push(t.y[j.n[k] + i]));
+    }
+    lines.forEach((t, k) => { j.xs[k] = t.x; j.n[k] = t.x.length; });
+    return j.table.slice();
+  };
+
   // What the canvas holds, each line's points (fig.canvasN): uPlot's data as last set (fig.dataN) after each of its
   // draws, that and the tails drawn since; a pointer entering the chart brings uPlot's data up to date first.
   function follow(node, fig, u, from) {
