@@ -14,6 +14,8 @@
 // ratio) draws its data as last set, and the next live point then redraws in full.
 "use strict";
 
+window.Obs = window.Obs || {};
+
 (function (Obs) {
   // A mark where the new segments go (a vertical mark line, a point mark: drawn above the lines), within `lo`..`hi`
   // (canvas pixels) and its own half width: then the chart is drawn in full instead (the marks are at past steps,
