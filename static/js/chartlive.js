@@ -1,15 +1,20 @@
 // A line chart's live append path (a part of Obs.LineChart, as zoom.js and chartmarks.js). After a full redraw the
 // drawn lines are copied into typed-array buffers (Obs.LiveBuffer); a live point is appended there (no allocation
-// a point) and the same figure redrawn from views of those buffers (Obs.redrawData: uPlot's setData; no new
-// figure, legend, tool bar or labels; changed marks are made again on the same layout). The axes keep room ahead
-// and fit y from running extents, not a rescan.
-// A chart that draws more than its lines' own points (zoomed, smoothed, feature lines, impossible values,
-// non-finite marks, lines on different steps), whose margins would change, or whose drawn points would pass 4 a
-// pixel takes the full redraw instead (which cuts a rewind and downsamples again: Obs.minmax).
+// a point). Where the scales drawn hold the new points (and no mark changed) only the new segments are drawn
+// (Obs.drawTail, livedraw.js: the common live step); else the same figure is redrawn from views of those buffers
+// (Obs.redrawData: uPlot's setData; no new figure, legend, tool bar or labels; changed marks are made again on the
+// same layout). The x axis keeps the range drawn while ROOM_MIN of it is left past the data, then room ahead
+// again (headroom); margins come from running extents, not a rescan.
+// Lines may sit on steps of their own (downsampled history: each keeps its buckets' extremes) while their live
+// points come on the same steps. A chart that draws more than its lines' own points (zoomed, smoothed, feature
+// lines, impossible values, non-finite marks, a line whose newest point is on another step), whose margins would
+// change, or whose drawn points would pass 4 a pixel takes the full redraw instead (which cuts a rewind and
+// downsamples again: Obs.minmax).
 "use strict";
 
 (function (Obs) {
   const MAX_ADDS = 512; // frames held for a chart off screen; past this it redraws in full once seen
+  const ROOM_MIN = 0.01; // a live x axis keeps its range while this fraction of it is left past the data
 
   const aligned = (lines) => lines.every((t) => {
     const a = t.x, b = lines[0].x;
@@ -33,8 +38,9 @@
       this.adds.length = 0;
       this.canAppend = Object.getPrototypeOf(this) === Obs.LineChart.prototype && n > 0 && !view.range &&
         !(view.smooth > 0) && !this.oobTotal && !this.nonPositive && !this.zoomPending &&
-        traces.filter((t) => t.mode === "lines").length === n && lines[0].x.length > 0 && aligned(lines);
+        traces.filter((t) => t.mode === "lines").length === n && lines.every((t) => t.x.length > 0);
       if (!this.canAppend) return;
+      this.aligned = aligned(lines); // (lines on one x share its buffer's view: plot.js draws them without a join)
       this.ext = {y: [Infinity, -Infinity], y3: [Infinity, -Infinity]};
       lines.forEach((t, k) => {
         const it = this.items[k];
@@ -56,6 +62,7 @@
           if ((b && add.y[i] > b.max) || (log && !(add.y[i] > 0))) return false;
         }
       }
+      const from = this.items.map((it) => it.buf.n); // (each line's points drawn)
       for (let a = 0; a < adds.length; a += 2) {
         const it = this.items.find((i) => i.series === adds[a]), add = adds[a + 1];
         const e = this.ext[it.secondary ? "y3" : "y"];
@@ -68,13 +75,23 @@
       }
       adds.length = 0;
       const first = this.items[0].buf, n = first.n, last = first.x[n - 1];
-      if (this.items.some((it) => it.buf.n !== n || it.buf.x[n - 1] !== last)) return false; // (steps differ)
+      // every line's newest point on the same step (a line on steps of its own, or left behind: the full redraw)
+      if (this.items.some((it) => it.buf.x[it.buf.n - 1] !== last || (this.aligned && it.buf.n !== n))) return false;
       const lay = this.plot.layout, lines = this.plot.data, [x] = first.view();
-      this.items.forEach((it, k) => { lines[k].x = x; lines[k].y = it.buf.y.subarray(0, n); });
+      let lo = Infinity;
+      this.items.forEach((it, k) => {
+        const b = it.buf;
+        lines[k].x = this.aligned ? x : b.x.subarray(0, b.n); lines[k].y = b.y.subarray(0, b.n);
+        if (b.x[0] < lo) lo = b.x[0];
+      });
       const m = this.margins(lines, !!lay.yaxis3, this.items.length > 1, xa.mode === "time", this.ext);
       if (m.l !== lay.margin.l || m.r !== lay.margin.r) return false;
-      if (xa.mode !== "time") this.headroom(lay.xaxis, lines);
+      const r = lay.xaxis.autorange === false && lay.xaxis.range; // the x range drawn, kept while it has room
+      if (xa.mode !== "time" && !(r && r[0] === lo && last < r[1] - (r[1] - r[0]) * ROOM_MIN)) {
+        this.headroom(lay.xaxis, lines);
+      }
       if (this.remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; } // (chartmarks.js)
+      else if (Obs.drawTail(this.plot, from)) { Obs.redrawCounts.tail++; return true; } // (the new segments)
       return Obs.redrawData(this.plot);
     },
   });

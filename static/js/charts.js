@@ -15,8 +15,9 @@
 "use strict";
 
 window.Obs = window.Obs || {};
-// Why charts redraw (bench/liveview.py reports it): full redraws (new figure), redraws for live points only.
-window.Obs.redrawCounts = {full: 0, remark: 0, append: 0};
+// Why charts redraw (bench/liveview.py reports it): full redraws (new figure), redraws for live points only, and
+// of those the ones that drew the new segments alone (chartlive.js, livedraw.js).
+window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
 
 (function (Obs) {
   const LIVE_HEADROOM = 0.04; // a live chart's x axis reaches at least this fraction of its span past the data,

@@ -106,7 +106,7 @@ window.Obs = window.Obs || {};
     if (lines.every((t) => t.x === x0 || (t.x.length === x0.length && t.x.every((v, i) => v === x0[i])))) {
       return [lines[0].x, ...lines.map((t) => t.y)];
     }
-    return uPlot.join(lines.map((t) => [t.x, t.y]));
+    return Obs.joinLines ? Obs.joinLines(lines) : uPlot.join(lines.map((t) => [t.x, t.y])); // (livedraw.js)
   }
 
   // A figure's shape: what uPlot's options depend on. The same shape keeps the instance.
