@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
-for _p in (str(ROOT / "bench"), str(ROOT)):  # after sys.path[0]: a tree put first (query.py --compare) stays first
+for _p in (str(ROOT / "bench"), str(ROOT)):  # after sys.path[0]
     if _p not in sys.path:
         sys.path.insert(1, _p)
 
@@ -37,7 +37,7 @@ import psutil  # noqa: E402
 from deploy.run_local import free_port, nchan_config, push_tier_missing, web_command  # noqa: E402,F401
 from tests.support import PrivateRedis, listening, stop_all, wait_for, wait_port  # noqa: E402,F401
 from telemetry import (PushTap, SyntheticTrainer, dashboard_subscription, demo_names,  # noqa: E402,F401 (re-exported)
-                       demo_values, drained, heartbeat, liveview_values, publish_times, sawtooth)
+                       drained, heartbeat, liveview_values, publish_times, sawtooth)
 
 RESULTS = Path(os.environ.get("BENCH_RESULTS_DIR", ROOT / "bench" / "results"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-quic", "--no-first-run", "--disable-background-networking",

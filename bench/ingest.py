@@ -1,6 +1,5 @@
 """Ingest throughput: drain pre-filled telemetry streams into SQLite and PostgreSQL with 1 and 2 consumers; or
-(--detectors) what anomaly detection costs inside ingest, measured in the live path; or (--trim) ingest fallen far
-behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory."""
+(--trim) ingest fallen far behind a capped telemetry stream: what is lost, how fast the publisher goes, Redis memory."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import subprocess
 import sys
 import time
 
-from harness import (ROOT, PrivateRedis, Stack, bench_redis_url, demo_values, django_here, drained,
-                     parser, proc_cpu_s, report, setup_django)
+from harness import ROOT, PrivateRedis, Stack, drained, parser, proc_cpu_s, report, setup_django
 
 GO, STOP = "bench:go", "bench:stop"
 
@@ -130,59 +128,6 @@ def trial(stack: Stack, backend: str, consumers: int, runs: int, steps: int, wid
     return out
 
 
-# ---------------------------------------------------------------------------------------------- --detectors
-def measure_detectors(client, run_id: str, steps: int, batch: int) -> dict:
-    from observatory import contract
-    from webapp.anomalies.detect import DETECTION
-    from webapp.live.pipeline import LiveIngest
-
-    rnd = random.Random(1)
-    stream = contract.telemetry_stream(run_id)
-    client.sadd(contract.RUNS_KEY, run_id)
-    msgs = [contract.metrics_fields(run_id, s, demo_values(s, rnd), 1.7e9 + 0.46 * s) for s in range(steps)]
-    ing = LiveIngest(client, lambda run, *bodies: None, consumer="bench", batch=batch, interval=3600.0)
-    ing.ingestor.renew()
-    ing.ingestor.discover()
-    spent = 0.0
-    try:
-        for i in range(0, steps, batch):
-            pipe = client.pipeline(transaction=False)
-            for m in msgs[i:i + batch]:
-                pipe.xadd(stream, m)
-            pipe.execute()
-            t0 = time.perf_counter()
-            ing.ingestor.process(ing.ingestor.read())
-            ing.flush(force=True)  # push, then XACK
-            spent += time.perf_counter() - t0
-    finally:
-        ing.close()
-    return {"steps": steps, "batch": batch, "metrics_per_step": len(demo_values(0, rnd)),
-            "detector_saves": DETECTION.stats["saves"],
-            "ingest_s": round(spent, 3), "hook_s": round(ing.hook_s, 3),
-            "hook_share": round(ing.hook_s / spent, 4), "ingest_ms_per_step": round(spent / steps * 1000, 2),
-            "hook_ms_per_step": round(ing.hook_s / steps * 1000, 3)}
-
-
-def detectors(args) -> int:
-    """--detectors: `live` (each step its own batch, ingest keeping up) and `catchup` (batches of 500)."""
-    with Stack("anomaly-live") as stack:  # the bench Redis database (flushed) and a migrated database
-        os.environ.update({"OBS_DATA_DIR": stack.tmp, "OBS_LOG_LEVEL": "WARNING"})
-        django_here(f"{stack.tmp}/bench.sqlite3", debug=False)
-        import redis
-        from django.db import connection
-
-        client = redis.Redis.from_url(bench_redis_url())
-        client.flushdb()
-        out = {"database": connection.vendor}
-        try:
-            for mode, batch in (("live", 1), ("catchup", 500)):
-                out[mode] = measure_detectors(client, f"bench-{mode}-{int(time.time())}", args.steps or 600, batch)
-        finally:
-            client.flushdb()
-            connection.close()
-    return report("anomaly_live", out, args.json, not args.no_save)
-
-
 # ---------------------------------------------------------------------------------------------- --trim
 def publish(pub, steps, names) -> float:
     """Publish these steps without overflowing the queue; returns the seconds it took."""
@@ -252,16 +197,15 @@ def measure_trim(read: int, behind: int, width: int) -> dict:
 
 
 def main() -> int:
-    ap = parser(__doc__, "ingest", "anomaly_live", "trim")
+    ap = parser(__doc__, "ingest", "trim")
     ap.add_argument("--runs", type=int, default=8)
-    ap.add_argument("--steps", type=int, help="steps per run (default 300; --detectors: 600)")
+    ap.add_argument("--steps", type=int, default=300, help="steps per run")
     ap.add_argument("--width", type=int, help="metrics per entry (default 242, the demo trainer's; --trim: 1)")
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--consumers", default="1,2")
     ap.add_argument("--backends", default="sqlite,postgresql")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
-    ap.add_argument("--detectors", action="store_true", help="the anomaly detectors' cost inside ingest instead")
     ap.add_argument("--trim", action="store_true", help="ingest far behind a capped stream instead")
     ap.add_argument("--read", type=int, default=500_000, help="--trim: entries ingest reads and acknowledges first")
     ap.add_argument("--behind", type=int, default=1_500_000, help="--trim: entries published after ingest stopped")
@@ -269,11 +213,9 @@ def main() -> int:
     if args.worker:
         worker(args.worker, args.redis, args.batch)
         return 0
-    if args.detectors:
-        return detectors(args)
     if args.trim:
         return report("trim", measure_trim(args.read, args.behind, args.width or 1), args.json, not args.no_save)
-    args.steps, args.width = args.steps or 300, args.width or 242
+    args.width = args.width or 242
     results, failed = [], False
     for backend in args.backends.split(","):
         with Stack("ingest") as stack:  # a redis-server of its own, a database of this backend

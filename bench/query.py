@@ -4,7 +4,6 @@ JSON object."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -13,17 +12,12 @@ import statistics
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DB_ROOT = ROOT
-if os.environ.get("OBS_BENCH_TREE"):  # --compare's child: import that checkout's code, use this one's database
-    ROOT = Path(os.environ["OBS_BENCH_TREE"]).resolve()
-sys.path[:0] = [str(ROOT), str(DB_ROOT / "bench")]  # that code first, this checkout's harness (after it)
-from harness import bench_redis_url, med, parser, report, setup_django, timed_ms, web_server  # noqa: E402
+from harness import ROOT, bench_redis_url, med, parser, report, setup_django, timed_ms, web_server
+
 os.environ.setdefault("REDIS_URL", bench_redis_url())  # (--preview: the cache this process and the server share)
 OWN_DB = (None if os.environ.get("DATABASE_URL")
-          else DB_ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
+          else ROOT / os.environ.get("OBS_DATA_DIR", "var") / "bench-query.sqlite3")
 if OWN_DB is not None:
     os.environ["DATABASE_URL"] = f"sqlite:///{OWN_DB}"
 # production settings (DEBUG off: Django's debug cursor would keep every query), with a throw-away key
@@ -105,13 +99,9 @@ def main() -> int:
     ap.add_argument("--series", type=int, default=5)
     ap.add_argument("--spans", type=int, nargs="*", default=[2000, 20_000, 200_000, 1_000_000])
     ap.add_argument("--width", type=int, nargs="*", default=[1200], help="points= (the chart's pixel width)")
-    ap.add_argument("--rounds", type=int, default=3, help="--compare: alternations of the two trees")
-    ap.add_argument("--compare", help="another checkout to time on the same data (e.g. the landed main)")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.repeat = args.repeat or (30 if args.preview else 7)
-    if not args.child:
-        call_command("migrate", verbosity=0)
+    call_command("migrate", verbosity=0)
     try:
         if args.preview:
             out = preview_bench(args.steps, args.repeat)
@@ -123,7 +113,7 @@ def main() -> int:
             out = bench(args.points_total or 10_000_000, args.points, args.repeat, args.keep)
         report("query", out, args.json, not args.no_save)
     finally:
-        if OWN_DB is not None and not args.keep and not args.child:
+        if OWN_DB is not None and not args.keep:
             connection.close()
             for path in OWN_DB.parent.glob(OWN_DB.name + "*"):  # with its -wal and -shm files
                 path.unlink()
@@ -244,51 +234,14 @@ def time_windows(steps: int, names: list[str], spans: list[int], widths: list[in
 
 def windows_bench(args) -> dict:
     names = load_windows_run(args.steps, args.series)
-    if args.child or not args.compare:
-        res = time_windows(args.steps, names, args.spans, args.width, args.repeat)
-        if args.child:
-            return {"cases": res}
-        for r in res:
-            r["ms_median"] = round(statistics.median(r.pop("ms")), 2)
-        if not args.keep:
-            Run.objects.filter(pk=WIN_RUN).delete()
-        return {"database": connection.vendor, "steps": args.steps, "load_before": os.getloadavg(),
-                "cases": res, "load_after": os.getloadavg()}
-    import subprocess
-
-    trees = {"yours": str(DB_ROOT), "landed": str(Path(args.compare).resolve())}
-    child = [sys.executable, str(Path(__file__).resolve()), "--windows", "--child", "--no-save", "--steps",
-             str(args.steps), "--series", str(args.series), "--repeat", str(args.repeat), "--spans",
-             *map(str, args.spans), "--width", *map(str, args.width)]
-    env = {**os.environ, "DATABASE_URL": os.environ["DATABASE_URL"]}
     load_before = os.getloadavg()
-    acc: dict[str, list[dict]] = {}
-    for rnd in range(args.rounds):
-        for label in (["yours", "landed"] if rnd % 2 == 0 else ["landed", "yours"]):
-            out = subprocess.run(child, env={**env, "OBS_BENCH_TREE": trees[label]}, capture_output=True,
-                                 text=True, check=False)
-            if out.returncode:
-                raise SystemExit(f"{label} child failed: {out.stderr[-3000:]}")
-            cases = json.loads(out.stdout)["cases"]
-            if label not in acc:
-                acc[label] = cases
-            else:
-                for a, c in zip(acc[label], cases):
-                    a["ms"] += c["ms"]
-    rows = []
-    for mine, base in zip(acc["yours"], acc["landed"]):
-        m, b = statistics.median(mine["ms"]), statistics.median(base["ms"])
-        rows.append({"span": mine["span"], "points": mine["points"], "series": mine["series"],
-                     "ms_median": round(m, 2), "landed_ms_median": round(b, 2), "ratio": round(m / b, 2),
-                     "samples": len(mine["ms"]), "returned": mine["returned"], "landed_returned": base["returned"],
-                     "levels": mine["levels"], "landed_levels": base["levels"], "bytes": mine["bytes"],
-                     "landed_bytes": base["bytes"], "spikes_kept": mine["spikes_kept"],
-                     "landed_spikes_kept": base["spikes_kept"]})
-    out = {"database": connection.vendor, "steps": args.steps, "compare": trees, "load_before": load_before,
-           "cases": rows, "load_after": os.getloadavg()}
+    res = time_windows(args.steps, names, args.spans, args.width, args.repeat)
+    for r in res:
+        r["ms_median"] = round(statistics.median(r.pop("ms")), 2)
     if not args.keep:
         Run.objects.filter(pk=WIN_RUN).delete()
-    return out
+    return {"database": connection.vendor, "steps": args.steps, "load_before": load_before, "cases": res,
+            "load_after": os.getloadavg()}
 
 
 if __name__ == "__main__":

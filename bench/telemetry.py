@@ -1,5 +1,5 @@
 """The demo trainer's telemetry without its compute, for the live-path benches (re-exported by bench/harness.py):
-its per-step metric names and values (training/configs/demo.toml: 4 layers, 16 experts, 4 domains), a
+its per-step metric names (training/configs/demo.toml: 4 layers, 16 experts, 4 domains), a
 SyntheticTrainer publishing them at a rate through the trainer's own Publisher, what a default dashboard subscribes
 to, a tap on the run's live log (PushTap), each step's publish time and whether ingest has drained a run's stream.
 """
@@ -36,30 +36,6 @@ def demo_names() -> list[str]:
                                   "router_z_loss", "routing_entropy")]
         names += [f"{r}{w}/{e}" for w in ("router_bias", "routing_hist") for e in range(EXPERTS)]
     return names
-
-
-def demo_values(step: int, rnd) -> dict[str, float]:
-    """One step of the demo trainer's metrics as it publishes them (demo_names(), the host's and the publisher's;
-    values of the right shape; `rnd`: a random.Random)."""
-    loss = (1.5 + 4.0 * (1 + step / 50) ** -0.5) * (1 + rnd.uniform(-0.01, 0.01))
-    v = {"train/loss": loss, "train/cross_entropy_loss": loss - 0.01, "train/aux_loss": 0.01, "train/finite": 1.0,
-         "grad/norm/total": 0.4 * math.exp(rnd.gauss(0, 0.1)), "optim/update_norm": 0.8 + rnd.gauss(0, 0.02),
-         "optim/learning_rate": 3e-3, "optim/lr_multiplier": 1.0, "optim/total_steps": 62_500.0,
-         "params/norm/total": 120.0, "moe/drop_fraction": 0.05 * (1 + rnd.gauss(0, 0.1)),
-         "throughput/tokens_per_second": 1100 * (1 + rnd.gauss(0, 0.01)), "throughput/mfu": 0.15,
-         "throughput/total_tokens": 512.0 * step, "time/step_s": 0.46, "time/data_s": 0.005,
-         "time/compute_s": 0.45, "time/host_s": 0.0002, "sys/publish_dropped": 0.0, "sys/publish_queue": 0.0,
-         "mixture/stage": 0.0, "hw/cpu_percent": 90.0, "hw/load1": 3.0, "hw/rss_bytes": 7e8}
-    for name in demo_names():  # the rest by kind: per domain, per parameter, per router layer (and expert)
-        if name in v:
-            continue
-        v[name] = (loss * (1 + rnd.uniform(-0.03, 0.03)) if name.startswith("train/loss/") else
-                   0.25 if name.startswith("mixture/weight/") else 128.0 * step if name.startswith("data/") else
-                   0.05 * math.exp(rnd.gauss(0, 0.1)) if name.startswith("grad/norm/") else
-                   float(round(128 * math.exp(rnd.gauss(0, 0.1)))) if "/routing_hist/" in name else
-                   0.01 * int(name.rsplit("/", 1)[1]) + rnd.gauss(0, 0.001) if "/router_bias/" in name else
-                   rnd.random())
-    return v
 
 
 def sawtooth(step: int, names: list[str]) -> dict[str, float]:

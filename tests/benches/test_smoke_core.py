@@ -28,11 +28,6 @@ def test_ingest(run_bench):
     assert out["results"][0]["stored"] == out["results"][0]["points"] == 20 * 242
 
 
-def test_anomaly_live(run_bench):
-    out, _ = run_bench("ingest", "--detectors", "--steps", "30", topic="anomaly_live")
-    assert out["live"]["steps"] == 30 and out["live"]["hook_s"] > 0
-
-
 def test_scaling_ladders(run_bench):
     """The public ladders alone (`scaling.py --public-only`), filed as their own topic."""
     out, _ = run_bench("scaling", "--public-only", "--ladders-bootstrap", "2", "--starts", "4", "--no-cv", "--json",
