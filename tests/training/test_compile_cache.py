@@ -3,6 +3,9 @@ $JAX_COMPILATION_CACHE_DIR chooses the directory, and a second compile of the sa
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -10,6 +13,7 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from training.compile_cache import CacheCounter, enable_compilation_cache
 
+ROOT = Path(__file__).resolve().parents[2]
 _KEYS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
          "jax_persistent_cache_min_entry_size_bytes")
 
@@ -46,3 +50,12 @@ def test_a_small_program_compiled_again_is_read_from_the_cache(tmp_path, monkeyp
         assert again["cache_hits"] == again["cache_requests"] - first["cache_requests"] >= 1
     finally:
         counter.stop()
+
+
+def test_the_training_tests_compile_into_the_shared_cache():
+    """tests/training/conftest.py: what this test process compiles persists in the checkout's var/jax-cache (or
+    $JAX_COMPILATION_CACHE_DIR), however quick, so a later run or another xdist worker reads it instead."""
+    want = os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(ROOT / "var" / "jax-cache")
+    assert jax.config.jax_compilation_cache_dir == str(Path(want).absolute())
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0
+    assert jax.config.jax_persistent_cache_min_entry_size_bytes == 0

@@ -102,6 +102,9 @@ def _compare(ref: dict, got: dict, label: str) -> list[str]:
 def _worker(ref_dir: str) -> int:
     import jax
 
+    from training.compile_cache import enable_compilation_cache
+
+    enable_compilation_cache(str(ROOT / "var" / "jax-cache"))  # the cache of the test process (training/conftest.py)
     assert len(jax.devices()) == 8, jax.devices()
     errors = []
     for mode in MODES:
