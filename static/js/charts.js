@@ -46,10 +46,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
     return s;
   }
 
-  // The tools of every line chart: back to the whole run, and the chart as a PNG image.
-  const TOOLS = [
-    {text: "⤢", label: "Zoom out to the whole run", fn: () => { if (Obs.zoomTo) Obs.zoomTo(null); }}, Obs.PNG_TOOL];
-
   // Whether a chart of `spec` draws series `name`: one of its metrics, an optional one, or a series right under its
   // prefix (per-domain losses). anomalies.js marks an anomaly on the chart that draws its series.
   Obs.chartDraws = (spec, name) => {
@@ -334,7 +330,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
       Obs.drawFigure(this.plot, traces, this.layout(traces), this.handlers || (this.handlers = {
         zoom: (a, b) => this.relayouted({"xaxis.range": [a, b]}),
         reset: () => this.relayouted({"xaxis.autorange": true}),
-        label: (id) => this.clickedLabel(id), toolbar: TOOLS, toolbarLabel: "Chart tools: " + this.title}),
+        label: (id) => this.clickedLabel(id), toolbarLabel: "Chart tools: " + this.title,
+        // (ctx.zoomTo: the page's own zoom; the compare page has no Obs.zoomTo, the dashboard's global)
+        toolbar: [{text: "⤢", label: "Zoom out to the whole run", fn: () => this.ctx.zoomTo(null)}, Obs.PNG_TOOL]}),
       plotSize(this));
       this.lastFull = now;
       this.full = false; this.appended = false;
