@@ -30,11 +30,7 @@
   // a chart's prefix; anything else (router loads, step time, the heartbeat) is marked on the loss chart.
   function chartMetric(metric) {
     const charts = page.charts || [];
-    for (const spec of charts) {
-      if ((spec.metrics || []).includes(metric) || (spec.optional || []).includes(metric)) return metric;
-      const p = spec.extra_prefix;
-      if (p && metric.startsWith(p) && metric.length > p.length && !metric.slice(p.length).includes("/")) return metric;
-    }
+    if (charts.some((spec) => Obs.chartDraws(spec, metric))) return metric; // (charts.js)
     return charts.length ? charts[0].metrics[0] : undefined;
   }
 

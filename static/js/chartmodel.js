@@ -6,7 +6,8 @@
 "use strict";
 
 (function (Obs) {
-  const lowerBound = (arr, x) => { // the first index whose value is >= x (arr sorted)
+  // The first index whose value is >= x (arr sorted: a binary search). Every page's (series.js, view.js, ...).
+  const lowerBound = Obs.lowerBound = (arr, x) => {
     let lo = 0, hi = arr.length;
     while (lo < hi) { const mid = (lo + hi) >> 1; if (arr[mid] < x) lo = mid + 1; else hi = mid; }
     return lo;

@@ -46,11 +46,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
     return s;
   }
 
-  // The tools of every line chart: back to the whole run, and the chart as a PNG image.
-  const TOOLS = [
-    {text: "⤢", label: "Zoom out to the whole run", fn: () => { if (Obs.zoomTo) Obs.zoomTo(null); }},
-    {text: "⇩", label: "Download the chart as a PNG image", fn: (node) => Obs.savePNG(node)},
-  ];
+  // Whether a chart of `spec` draws series `name`: one of its metrics, an optional one, or a series right under its
+  // prefix (per-domain losses). anomalies.js marks an anomaly on the chart that draws its series.
+  Obs.chartDraws = (spec, name) => {
+    const p = spec.extra_prefix;
+    return (spec.metrics || []).includes(name) || (spec.optional || []).includes(name) ||
+      (!!p && name.startsWith(p) && name.length > p.length && !name.slice(p.length).includes("/"));
+  };
 
   class LineChart {
     // ctx: {store, schedule, view, xaxis, registry, bounds, rewinds, chartAction, zoomDrawn}; spec: {id?, title,
@@ -60,7 +62,6 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
       this.id = spec.id || spec.metrics[0];
       this.spec = spec;
       this.secondary = new Set(spec.secondary || []);
-      this.optional = new Set(spec.optional || []);
       this.items = []; // {name, metric, store, series, index, secondary, zoom, buf}
       this.full = true; this.dirty = true; this.lastFull = 0;
       this.rangeRev = 0; this.stale = false; this.abort = null; this.zoomPending = false;
@@ -127,12 +128,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
     }
 
     // Does series `name` belong here as an extra trace (once the run has it)?
-    wants(name) {
-      if (this.items.some((it) => it.name === name)) return false;
-      if (this.optional.has(name)) return true;
-      const p = this.spec.extra_prefix;
-      return !!p && name.startsWith(p) && name.length > p.length && !name.slice(p.length).includes("/");
-    }
+    wants(name) { return !this.items.some((it) => it.name === name) && Obs.chartDraws(this.spec, name); }
 
     resolution() { // points per window = the plot's pixel width: a bucket's min and max every two pixels
       return Math.max(100, Math.min(4000, Math.round(this.width || 600))); // (cached: reading it forces a layout)
@@ -334,11 +330,13 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
       Obs.drawFigure(this.plot, traces, this.layout(traces), this.handlers || (this.handlers = {
         zoom: (a, b) => this.relayouted({"xaxis.range": [a, b]}),
         reset: () => this.relayouted({"xaxis.autorange": true}),
-        label: (id) => this.clickedLabel(id), toolbar: TOOLS}), plotSize(this));
+        label: (id) => this.clickedLabel(id), toolbarLabel: "Chart tools: " + this.title,
+        // (ctx.zoomTo: the page's own zoom; the compare page has no Obs.zoomTo, the dashboard's global)
+        toolbar: [{text: "⤢", label: "Zoom out to the whole run", fn: () => this.ctx.zoomTo(null)}, Obs.PNG_TOOL]}),
+      plotSize(this));
       this.lastFull = now;
       this.full = false; this.appended = false;
       this.fill(traces); // (chartlive.js: the live points' buffers)
-      if (wasFull) Obs.toolbarA11y(this.plot, "Chart tools: " + this.title);
       this.note();
       if (Obs.downloadLinks && wasFull) Obs.downloadLinks(this); // (what they link to changes with a full redraw)
       if (this.zoomPending && !this.fetching) { this.zoomPending = false; this.ctx.zoomDrawn(this); }

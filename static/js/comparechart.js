@@ -77,15 +77,13 @@
     const step = NICE_S.find((s) => (hi - lo) / s <= n) || NICE_S[NICE_S.length - 1];
     const vals = [];
     for (let v = Math.ceil(lo / step) * step; v <= hi && vals.length < 50; v += step) vals.push(v);
-    return {tickmode: "array", tickvals: vals,
-      ticktext: vals.map((v) => (v < 0 ? "−" : "") + Obs.duration(Math.abs(v)))};
+    return {tickvals: vals, ticktext: vals.map((v) => (v < 0 ? "−" : "") + Obs.duration(Math.abs(v)))};
   };
   // The same on a log axis over [lo, hi] (lo > 0): round durations at least a ratio apart (1 s, 5 s, 30 s, 5 min…)
   const logDurationTicks = (lo, hi, n) => {
     const vals = [], ratio = Math.max(3, (hi / lo) ** (1 / n));
     for (const s of NICE_S) if (s >= lo && s <= hi && !(s < vals[vals.length - 1] * ratio)) vals.push(s);
-    return vals.length < 2 ? Obs.durationTicks(lo, hi, n) : {tickmode: "array", tickvals: vals,
-      ticktext: vals.map(Obs.duration)};
+    return vals.length < 2 ? Obs.durationTicks(lo, hi, n) : {tickvals: vals, ticktext: vals.map(Obs.duration)};
   };
 
   const AXIS_WORD = {tokens: "token count", time: "timestamps"};

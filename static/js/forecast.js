@@ -160,18 +160,13 @@
     charts.parentNode.insertBefore(F.panel, charts);
   }
 
-  async function loadRung(r, metric) { // only series the rung has (the API lists them): no 404 in the console
+  // A rung's series, held as the charts hold theirs (an Obs.Store of that run's, history only: no socket); the band
+  // is drawn again once it is in. Only series the rung has (the API lists them): no request for one it lacks.
+  function loadRung(r, metric) {
     const key = r.id + " " + metric;
     if (F.rungs.has(key) || !CHARTS.has(metric) || !r.tokens_per_step) return;
-    F.rungs.set(key, null);
-    const resp = await fetch("/api/runs/" + encodeURIComponent(r.id) + "/metrics/" + encodeURI(metric)
-      + "/?points=500");
-    if (!resp.ok) return; // a rung without this series: nothing to draw
-    const body = await resp.json();
-    const steps = [], values = [];
-    body.steps.forEach((s, i) => { if (body.values[i] !== null) { steps.push(s); values.push(body.values[i]); } });
-    F.rungs.set(key, {steps, values});
-    retrace();
+    const store = new Obs.Store("/api/runs/" + encodeURIComponent(r.id), () => {});
+    F.rungs.set(key, store.want(metric, {reset: retrace, added() {}}, {points: 500}));
   }
 
   // (Re)load the run's forecast: at start when the page says it has one, and when a `forecast` event arrives live
@@ -197,7 +192,7 @@
     buildPanel();
     renderPanel();
     retrace();
-    for (const r of F.data.rungs) for (const m of r.series || []) loadRung(r, m).catch((e) => console.warn("rung:", e));
+    for (const r of F.data.rungs) for (const m of r.series || []) loadRung(r, m);
   }
 
   Obs.onStart.push((ctx, page) => {

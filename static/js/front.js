@@ -38,9 +38,7 @@
                     shapes: marks.filter((m) => m.run_id === page.run_id && Number.isFinite(m.step)).map((m) => ({
                       type: "line", x0: m.step, x1: m.step,
                       line: {color: MARK[m.kind] || t.muted, width: 1, dash: "dot"}}))};
-    Obs.drawFigure(box, traces, layout, {toolbar: [{text: "⇩", label: "Download the chart as a PNG image",
-                                                    fn: (node) => Obs.savePNG(node)}]});
-    Obs.toolbarA11y(box, "Chart tools: training loss");
+    Obs.drawFigure(box, traces, layout, {toolbar: [Obs.PNG_TOOL], toolbarLabel: "Chart tools: training loss"});
     box.dataset.last = String(line.last);
   }
   const redraw = () => { if (!drawQueued) { drawQueued = true; requestAnimationFrame(draw); } };

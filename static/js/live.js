@@ -110,7 +110,7 @@
     // A hole: every series the page holds is read again over HTTP (its answer is newer than what the hole held;
     // ingest commits before it appends), then resumed or replayed as after a first load.
     refetch() {
-      if (typeof this.store.all === "function") for (const s of [...this.store.all()]) this.store.reload(s.name);
+      for (const s of [...this.store.all()]) this.store.reload(s.name);
     }
 
     receive(text) {

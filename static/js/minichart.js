@@ -98,6 +98,5 @@
     for (const name of msg.truncated || []) store.reload(name);
   }
 
-  Obs.MiniChart = MiniChart;
   start();
 })(window.Obs);

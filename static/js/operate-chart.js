@@ -8,7 +8,6 @@
 window.Obs = window.Obs || {};
 (function () {
   const enc = encodeURIComponent;
-  const TOOLS = [{label: "Download the chart as a PNG", text: "PNG", fn: (node) => Obs.savePNG(node)}];
 
   Obs.operateChart = function (ctx) {
     const {$, num} = ctx;
@@ -17,23 +16,18 @@ window.Obs = window.Obs || {};
     async function load() {
       const runId = chart.run;
       if (!runId) return;
-      if (!chart.known || chart.known.run !== runId || chart.known.names.size < Object.keys(ctx.page.metrics).length) {
-        // ask which series exist first: a series not stored yet is not an error to show in the console
-        try {
-          const list = await (await fetch(`/api/runs/${enc(runId)}/metrics/`)).json();
-          chart.known = {run: runId, names: new Set(list.metrics.map((m) => m.name))};
-        } catch (e) { return; }
-      }
-      const wanted = Object.entries(ctx.page.metrics).filter(([, name]) => chart.known.names.has(name));
-      await Promise.all(wanted.map(async ([key, name]) => {
-        try {
-          // up to the trainer's step: points past it belong to a branch a rollback abandoned (not yet overwritten)
-          const step = (ctx.runOf(runId) || {}).step;
-          const end = Number.isInteger(step) && step > 0 ? `&end=${step}` : "";
-          const r = await fetch(`/api/runs/${enc(runId)}/metrics/${name}/?points=400${end}`);
-          if (r.ok && chart.run === runId) chart.series[key] = await r.json();
-        } catch (e) { /* next round */ }
-      }));
+      // up to the trainer's step: points past it belong to a branch a rollback abandoned (not yet overwritten)
+      const step = (ctx.runOf(runId) || {}).step;
+      const end = Number.isInteger(step) && step > 0 ? `&end=${step}` : "";
+      const names = Object.entries(ctx.page.metrics); // [key, series name]
+      try { // one request for both; a series not stored yet answers null (not a 404 in the console)
+        const r = await fetch(`/api/runs/${enc(runId)}/windows/?points=400${end}&series=` +
+                              names.map(([, name]) => enc(name)).join(","));
+        if (!r.ok || chart.run !== runId) return;
+        const got = (await r.json()).windows;
+        for (const [key, name] of names) if (got[name]) chart.series[key] = got[name];
+        chart.known = runId;
+      } catch (e) { return; } // next round
       draw();
     }
 
@@ -60,9 +54,10 @@ window.Obs = window.Obs || {};
       const rows = Math.max(1, Obs.legendRows(traces.map((t) => t.name), $("op-chart").clientWidth || 600));
       Obs.drawFigure($("op-chart"), traces, {
         margin: {l: 50, r: 56, t: 20 + 16 * rows, b: 36}, showlegend: true, shapes, annotations, hovermode: "x",
-        dragmode: false, xaxis: {title: {text: "step"}}, yaxis: {}, yaxis3: {title: {text: "LR"}}}, {toolbar: TOOLS});
+        dragmode: false, xaxis: {title: {text: "step"}}, yaxis: {}, yaxis3: {title: {text: "LR"}}},
+        {toolbar: [Obs.PNG_TOOL], toolbarLabel: "Chart tools: the run's loss and learning rate"});
       $("op-chart-note").textContent = s.loss ? `${num(s.loss.count)} steps stored`
-        : chart.known && chart.known.run === run.id ? "no data yet" : "loading…";
+        : chart.known === run.id ? "no data yet" : "loading…";
     }
 
     chart.load = load;

@@ -12,7 +12,7 @@
 //           yaxis / yaxis3: {range (log10 units on a log axis), type: "linear" | "log"}, shapes: [{type: "line" |
 //           "rect", x0, x1, line: {color, width, dash}, fillcolor, layer}], annotations: [{x, text, hovertext,
 //           captureevents, overlayId, xanchor, font: {color}}], dragmode}
-//   on     {zoom(x0, x1), reset(), label(overlayId), toolbar: [{label, text, fn}]}
+//   on     {zoom(x0, x1), reset(), label(overlayId), toolbar: [{label, text, fn}], toolbarLabel: its name}
 // The same figure's shape (its lines, axes and their types) keeps its uPlot instance: a redraw is setData, no DOM
 // work; the axes' ranges actually drawn are written back into node.layout (xaxis.range, yaxis.range).
 "use strict";
@@ -358,8 +358,8 @@ window.Obs = window.Obs || {};
       fig.legend = make("div", {className: "legend"});
       fig.labels = make("div", {className: "mark-labels"});
       fig.tip = make("div", {className: "chart-hover", hidden: true});
-      fig.bar = toolbar(node, on);
-      node.replaceChildren(fig.legend, fig.labels, fig.bar, fig.tip);
+      node.replaceChildren(fig.legend, fig.labels, toolbar(node, on), fig.tip);
+      if (on.toolbar && Obs.toolbarA11y) Obs.toolbarA11y(node, on.toolbarLabel || "Chart tools");
       node.addEventListener("mouseleave", () => hideTip(fig));
     }
     fig.on = on; fig.layout = layout; fig.lines = lines; fig.markers = markers; fig.width = width; fig.height = height;

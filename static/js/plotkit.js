@@ -41,7 +41,11 @@ window.Obs = window.Obs || {};
   if (coarse && coarse.addEventListener) coarse.addEventListener("change", (e) => { isCoarse = e.matches; });
   Obs.coarsePointer = () => isCoarse;
 
-  // The Plotly mode bar as one ARIA toolbar: a single tab stop (the last button used), arrows move inside it.
+  // A chart's tool that downloads it as a PNG image (plot.js savePNG): the dashboard's, the front page's, the panel's.
+  Obs.PNG_TOOL = {text: "⇩", label: "Download the chart as a PNG image", fn: (node) => Obs.savePNG(node)};
+
+  // A chart's tool bar (plot.js's, the heatmap's Plotly mode bar) as one ARIA toolbar: a single tab stop (the last
+  // button used), arrows move inside it.
   Obs.toolbarA11y = (plotEl, label) => {
     const bar = plotEl.querySelector(".modebar");
     if (!bar) return;

@@ -200,10 +200,8 @@ window.Obs = Object.assign(window.Obs || {}, {frameHandlers: {}, onStart: [], on
     rewindOne(s, toStep) {
       if (s.loading) { s.queue.push(["rewind", toStep]); return; }
       if (s.last <= toStep) return;
-      const i = Obs.lowerBound(s.steps, toStep + 1), j = Obs.lowerBound(s.nfSteps, toStep + 1); // (integer steps)
-      s.steps.length = i; s.values.length = i;
-      s.nfTotal -= s.nfSteps.length - j;
-      s.nfSteps.length = j; s.nfKinds.length = j;
+      s.nfTotal -= s.nfSteps.length - Obs.lowerBound(s.nfSteps, toStep + 1); // (integer steps)
+      Obs.cutAfter(s, toStep); // (chartmodel.js)
       s.last = toStep;
       s.views.forEach((v) => v.reset(s, toStep));
     }
@@ -240,12 +238,6 @@ window.Obs = Object.assign(window.Obs || {}, {frameHandlers: {}, onStart: [], on
     }
   }
 
-  // Index of the first element of sorted `arr` that is >= x (binary search).
-  Obs.lowerBound = (arr, x) => {
-    let lo = 0, hi = arr.length;
-    while (lo < hi) { const mid = (lo + hi) >> 1; if (arr[mid] < x) lo = mid + 1; else hi = mid; }
-    return lo;
-  };
   Obs.Store = Store;
   Obs.emptyWindow = () => ({steps: [], values: [], nfSteps: [], nfKinds: [], nfTotal: 0, bucketSteps: 1});
   Obs.slug = (name) => name.replace(/[^A-Za-z0-9]+/g, "-");

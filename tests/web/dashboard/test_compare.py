@@ -180,6 +180,20 @@ def test_a_zoom_reads_each_runs_own_window(runs, web, new_page):
     assert errors == []
 
 
+def test_the_charts_zoom_out_tool_shows_the_whole_runs_again(runs, web, new_page):
+    """A chart's ⤢ tool zooms the compare page out as it does the dashboard (it called the dashboard's global
+    Obs.zoomTo, which the compare page has not: the button did nothing there)."""
+    page, errors = open_page(new_page)
+    page.goto(web.url + f"/compare/?runs={RUNG},{RESUMED}&chart={c.M_LOSS}&from=10&to=20")
+    page.wait_for_function("() => { const d = document.getElementById('chart-train-loss'); "
+                           "return !!(d && d.layout && d.layout.xaxis && d.layout.xaxis.range); }", timeout=30_000)
+    page.hover("#chart-train-loss .u-over")
+    page.click("#chart-train-loss .modebar button[aria-label='Zoom out to the whole run']")
+    page.wait_for_function("() => !location.search.includes('from=')", timeout=10_000)
+    assert page.eval_on_selector("#range-from", "e => e.value") == ""
+    assert errors == []
+
+
 def test_the_compare_page_fits_a_phone_and_passes_axe_light_and_dark(runs, web, new_page):
     page, errors = open_page(new_page, 390, 844)
     page.goto(web.url + f"/compare/?runs={RESUMED},{RUNG},{IMPORTED}&chart={c.M_LOSS}&chart={c.M_GRAD_NORM}"
