@@ -111,3 +111,26 @@ def test_the_monotone_candidate_drops_only_fitted_rows_a_smaller_cheaper_row_bea
     dedup = ladders.load("pythia2023_pile_dedup")   # development data now: its 1.4B rung (1.889) above its 1B's
     kept, dropped = scaling_cv.monotone(dedup)
     assert dropped == 1 and 1.4e9 not in kept["N"] and kept["heldout"].sum() == dedup["heldout"].sum()
+
+
+def test_the_sixth_sets_extractor_rebuilds_its_files_byte_for_byte():
+    """bench/data/heldout/extract_heldout6.py from the two sources' snapshots (git mirrors; skipped where this machine
+    has none: OBS_MIRRORS names their folder, <owner>+<name>/repo inside), rendered as write_ladder writes them."""
+    import csv
+    import io
+    import os
+    mirrors = Path(os.environ.get("OBS_MIRRORS", "/work/.mirror"))
+    repos = [mirrors / f"{r}/repo" for r in ("huggingface+datablations", "eric-czech+llama3_isoflop_extraction")]
+    if not all(r.is_dir() for r in repos):
+        pytest.skip("no snapshots of the sixth set's sources here")
+    spec = importlib.util.spec_from_file_location("extract_heldout6",
+                                                  ROOT / "bench/data/heldout/extract_heldout6.py")
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    built = {"datablations2023_c4": ex.datablations(repos[0]), "llama3_2024_isoflop": ex.llama3(repos[1])}
+    for name, rows in built.items():
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, ["run", "N", "D", "L", "split"], lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        assert buf.getvalue().encode() == (ROOT / f"bench/data/heldout/ladders6/{name}.csv").read_bytes()
