@@ -25,9 +25,13 @@ from observatory.scaling.solver import HUBER_DELTA
 FIT_OPTIONS = [(delta, power) for delta in (1e-3, 1e-2) for power in (0.0, 0.5)]
 BAND = (cal.SIZE_FOLDS, cal.D0)  # rule 2's folds and D0, as in code (not chosen here)
 TARGET = {"mean_rel_error": 0.025, "coverage": (0.7, 0.9), "median_half_width": 0.04}
-FRESH = ("heldout/ladders2", "heldout/ladders3", "heldout/ladders4", "heldout/ladders5")  # frozen after this file
+FRESH = ("heldout/ladders2", "heldout/ladders3", "heldout/ladders4", "heldout/ladders5",
+         "heldout/ladders6")  # frozen after this file
 SPENT = ("heldout/ladders", "heldout/ladders2", "heldout/ladders3", "heldout/ladders4")  # scored: development now
 CANDIDATES = {"reach_band": True, "reach_floor": False}  # calibrate.py rule 6 (reach_only), fixed before set 5
+# The monotone-rungs candidate (docs/SCALING.md, "The sixth held-out set"), registered before the sixth set is
+# scored and scored on it alone: the landed fit and band on the fitted rows a law decreasing in N and D can follow.
+MONOTONE = ("heldout/ladders6",)
 POOLED_ON = ("Haswell", "SkylakeX")  # the OpenBLAS kernels POOLED was recomputed on, to the same 3 digits
 
 
@@ -48,6 +52,17 @@ def _hband(h, pred, truth, hw=np.expm1) -> dict:
     e = np.abs(np.log(truth / pred))
     return {"inside": (e <= h).tolist(), "half_width": hw(h).tolist(),
             "score": (2 * h + 2 / (1 - cal.LEVEL) * np.maximum(0.0, e - h)).tolist()}
+
+
+def monotone(d: dict) -> tuple[dict, int]:
+    """The ladder without its dominated fitted rows (some other fitted row has N and D no larger, not both equal,
+    and a lower loss: a law decreasing in N and D cannot follow them), and how many were dropped."""
+    fit, n, dd, loss = ~d["heldout"], d["N"], d["D"], d["L"]
+    beaten = [i for i in np.flatnonzero(fit)
+              if np.any(fit & (n <= n[i]) & (dd <= dd[i]) & ((n < n[i]) | (dd < dd[i])) & (loss < loss[i]))]
+    keep = np.ones(loss.size, dtype=bool)
+    keep[beaten] = False
+    return {k: v[keep] if isinstance(v, np.ndarray) else v for k, v in d.items()}, len(beaten)
 
 
 def _score(f, held, truth) -> dict:
@@ -120,7 +135,7 @@ def held_out(bootstrap: int = 200) -> dict:
     """The held-out ladders with the code's constants, each file verified first, pooled per set (top level: the
     first set's); beside each, the landed band (bootstrap 95% widened to the held-out margin) on the same points,
     and the candidates' bands (CANDIDATES: calibrate.py rule 6 with REACH, about the same forecast)."""
-    out, bands, landed, cand = {}, {}, {}, {k: {} for k in CANDIDATES}
+    out, bands, landed, cand, mono = {}, {}, {}, {k: {} for k in CANDIDATES}, {}
     for name, (rel, _, _) in HELDOUT.items():
         path, group = f"bench/data/{rel}", rel.rsplit("/", 1)[0]
         v = heldout.verify(path, reporter="bench/scaling_cv.py", mention=group if group in FRESH else None)
@@ -139,14 +154,24 @@ def held_out(bootstrap: int = 200) -> dict:
         olo, ohi = old.interval(held)
         landed.setdefault(group, []).append({"inside": ((truth >= olo) & (truth <= ohi)).tolist(),
                                              "half_width": ((ohi - olo) / 2 / old.predict(held)).tolist()})
+        extra = {}
+        if group in MONOTONE:   # the registered candidate: the same held-out rows, the dominated rungs dropped
+            dm, dropped = monotone(d)
+            fm, heldm, truthm = _fit(dm, HUBER_DELTA, WEIGHT_POWER) if dropped else (f, held, truth)
+            mono.setdefault(group, []).append(
+                mb := _hband(fm.calibration.half_width(heldm), fm.predict(heldm), truthm, np.sinh))
+            extra["monotone"] = {"dropped": dropped, **_score(fm, heldm, truthm), **_pooled([mb])}
         out[name] = {"file": path, "set": group, "frozen_by": v["frozen_by"], "rungs": int((~h).sum()),
                      "heldout": int(h.sum()), **_score(f, held, truth), "coverage": float(np.mean(band["inside"])),
                      "median_half_width": statistics.median(band["half_width"]), "low": lo.tolist(),
                      "high": hi.tolist(), "landed_band": _pooled([landed[group][-1]]),
-                     **{k: _pooled([c[group][-1]]) for k, c in cand.items()}}
+                     **{k: _pooled([c[group][-1]]) for k, c in cand.items()}, **extra}
     sets = {g: _summary(sc := [r for r in out.values() if r["set"] == g and "refused" not in r], bands.get(g, []),
                         landed.get(g, [])) | {k: _summary(sc, c.get(g, []), []) for k, c in cand.items()}
             for g in dict.fromkeys(r["set"] for r in out.values())}
+    for g, mb in mono.items():
+        sets[g]["monotone"] = _summary([r["monotone"] for r in out.values() if r["set"] == g and "monotone" in r],
+                                       mb, [])
     return {"ladders": out, **sets.get("heldout/ladders", {}), "sets": sets, "target": TARGET,
             "refused": sorted(n for n, r in out.items() if "refused" in r)}
 

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHES = ("annotations", "anomalies", "chaos", "dashboard", "fanout", "ingest", "liveview", "moe",
            "operate", "query", "scaling", "trainer")
 # The tools that made a data set of bench/data, kept beside it: no measurement of their own, a --help each.
-RECORDERS = ("data/anomalies/record_demo", "data/extract", "data/heldout/extract_heldout4")
+RECORDERS = ("data/anomalies/record_demo", "data/extract", "data/heldout/extract_heldout4",
+             "data/heldout/extract_heldout6")
 
 
 @pytest.fixture
