@@ -1,9 +1,10 @@
 """Series math for charts that never hide a spike: min/max summaries, a block pyramid, min/max bucket downsampling.
 
-Framework-free (no Django; numpy only for the fast path's bucketing, imported when first used). The storage layer keeps a pyramid of summary blocks per series: level L
-holds one Summary per FANOUT**(L+1) consecutive steps (8, 64, 512, ... steps), so any step range is covered by
-a few thousand blocks at some level. A chart bucket reports its minimum and its maximum *at their true steps*,
-so a one-step spike anywhere in a bucket is always drawn, at any zoom.
+Framework-free (no Django; numpy only for the fast path's bucketing, imported when first used). The storage layer
+keeps a pyramid of summary blocks per series: level L holds one Summary per FANOUT**(L+1) consecutive steps (8, 64,
+512, ... steps), so any step range is covered by a few thousand blocks at some level. A chart bucket reports its
+minimum and its maximum *at their true steps*, so a one-step spike anywhere in a bucket is always drawn, at any
+zoom.
 
 Non-finite values (NaN, +Inf, -Inf: a diverged loss) are real signals: they never enter min/max (which would
 poison them) but are counted per block, and the first one in each block is remembered with its step.
