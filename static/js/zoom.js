@@ -20,7 +20,7 @@
     // history is not exact reads the window first and redraws with the finer points.
     setRange() {
       if (this.abort) { this.abort.abort(); this.abort = null; }
-      this.stale = !this.visible && (this.lastFull > 0 || this.observed); // (not observed yet: it may be in view)
+      this.stale = this.observed && !this.visible; // (drawn or not yet; not observed yet: it may be in view)
       if (this.stale) return; // off screen: redrawn (and its window read) once scrolled into view
       this.rangeRev++;
       this.zoomPending = !!this.ctx.view.range;
