@@ -1,9 +1,10 @@
 """Series math for charts that never hide a spike: min/max summaries, a block pyramid, min/max bucket downsampling.
 
-Framework-free (no Django, no numpy). The storage layer keeps a pyramid of summary blocks per series: level L
-holds one Summary per FANOUT**(L+1) consecutive steps (8, 64, 512, ... steps), so any step range is covered by
-a few thousand blocks at some level. A chart bucket reports its minimum and its maximum *at their true steps*,
-so a one-step spike anywhere in a bucket is always drawn, at any zoom.
+Framework-free (no Django; numpy only for the fast path's bucketing, imported when first used). The storage layer
+keeps a pyramid of summary blocks per series: level L holds one Summary per FANOUT**(L+1) consecutive steps (8, 64,
+512, ... steps), so any step range is covered by a few thousand blocks at some level. A chart bucket reports its
+minimum and its maximum *at their true steps*, so a one-step spike anywhere in a bucket is always drawn, at any
+zoom.
 
 Non-finite values (NaN, +Inf, -Inf: a diverged loss) are real signals: they never enter min/max (which would
 poison them) but are counted per block, and the first one in each block is remembered with its step.
@@ -240,41 +241,39 @@ def window_from_extremes(min_steps: Sequence[int], mins: Sequence[float], maxs: 
                          max_steps: Sequence[int], count: int, per: int, edges: Sequence) -> Window:
     """What window_from_buckets gives for buckets of `per` consecutive entries of these parallel columns (blocks'
     or points' min and max at their steps, in step order, all finite, none missing), between the edges' Summaries
-    (either None), with no non-finite point anywhere: the same points, found by C-level min/max over slices
-    instead of a Python loop over rows. Ties go to the earlier step, as in Summary: the first of equal values
-    in a slice is the earliest (entries are in step order and their steps increase)."""
+    (either None), with no non-finite point anywhere: the same points, found by numpy's argmin/argmax over the
+    columns as rows of `per` instead of a Python loop over buckets. Ties go to the earlier step, as in Summary:
+    argmin/argmax answer the first of equal values in a row, the earliest (entries are in step order)."""
+    import numpy as np
+
     left, right = edges if edges else (None, None)
-    pts: list[tuple[int, float]] = []
+    head: list[tuple[int, float]] = []
+    tail: list[tuple[int, float]] = []
+    for edge, pts in ((left, head), (right, tail)):
+        if edge is not None and edge.count and edge.min is not None:
+            _emit(pts, edge.min, edge.min_step, edge.max, edge.max_step)
     w = Window()
-    if left is not None and left.count:
-        w.count += left.count
-        if left.min is not None:
-            _emit(pts, left.min, left.min_step, left.max, left.max_step)
+    w.count = count + sum(e.count for e in (left, right) if e is not None)
     n = len(mins)
-    if per == 1:  # a bucket a block (a window at its level's own resolution): no slices
-        for mn_step, mn, mx, mx_step in zip(min_steps, mins, maxs, max_steps):
-            if mn_step < mx_step:
-                pts += ((mn_step, mn), (mx_step, mx))
-            elif mx_step < mn_step:
-                pts += ((mx_step, mx), (mn_step, mn))
-            else:
-                pts.append((mn_step, mn))
-        n = 0
-    for a in range(0, n, per):
-        seg = mins[a:a + per]
-        mn = min(seg)
-        i = a + seg.index(mn)
-        seg = maxs[a:a + per]
-        mx = max(seg)
-        j = a + seg.index(mx)
-        _emit(pts, mn, min_steps[i], mx, max_steps[j])
-    w.count += count
-    if right is not None and right.count:
-        w.count += right.count
-        if right.min is not None:
-            _emit(pts, right.min, right.min_step, right.max, right.max_step)
-    w.steps = [p[0] for p in pts]
-    w.values = [p[1] for p in pts]
+    rows = -(-n // per)
+    short = rows * per - n  # the last bucket's missing entries: +inf for the min, -inf for the max never win
+    lo = np.asarray(mins, dtype=np.float64)
+    hi = lo if maxs is mins else np.asarray(maxs, dtype=np.float64)  # (raw points: one column, converted once)
+    lo, hi = np.concatenate((lo, np.full(short, np.inf))), np.concatenate((hi, np.full(short, -np.inf)))
+    first = np.arange(0, rows * per, per)
+    i = first + lo.reshape(rows, per).argmin(axis=1)
+    j = first + hi.reshape(rows, per).argmax(axis=1)
+    si, sj = np.asarray(min_steps, dtype=np.int64)[i], np.asarray(max_steps, dtype=np.int64)[j]
+    vi, vj = lo[i], hi[j]
+    min_first = si <= sj
+    # each bucket's two points in step order, the second left out where they are the same point
+    steps, values = np.empty(2 * rows, dtype=np.int64), np.empty(2 * rows)
+    steps[0::2], steps[1::2] = np.where(min_first, si, sj), np.where(min_first, sj, si)
+    values[0::2], values[1::2] = np.where(min_first, vi, vj), np.where(min_first, vj, vi)
+    keep = np.ones(2 * rows, dtype=bool)
+    keep[1::2] = si != sj
+    w.steps = [st for st, _ in head] + steps[keep].tolist() + [st for st, _ in tail]
+    w.values = [v for _, v in head] + values[keep].tolist() + [v for _, v in tail]
     return w
 
 

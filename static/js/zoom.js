@@ -1,9 +1,9 @@
 // Real zoom for line charts (a part of Obs.LineChart): every zoom or pan — a drag, the toolbar, the step fields,
 // a shared URL, another chart — reads the visible window of each downsampled series from the API at the chart's
 // pixel width (each bucket's min and max at their true steps, raw points once the window holds few enough),
-// cancelling stale reads; an off-screen chart does it once scrolled into view. The read leaves at once (every
-// chart's in one request: Store.window); each chart redraws with its window as soon as it is in (a canvas redraw,
-// a millisecond or two), the y axis fitted to the window.
+// cancelling stale reads; an off-screen chart (drawn or not yet) does it once scrolled into view. The read leaves at
+// once (every chart's in one request: Store.window); each chart redraws with its window as soon as it is in, in that
+// task, not at the next animation frame (a canvas redraw, a millisecond or two), the y axis fitted to the window.
 "use strict";
 
 (function (Obs) {
@@ -20,7 +20,7 @@
     // history is not exact reads the window first and redraws with the finer points.
     setRange() {
       if (this.abort) { this.abort.abort(); this.abort = null; }
-      this.stale = !this.visible && this.lastFull > 0;
+      this.stale = this.observed && !this.visible; // (drawn or not yet; not observed yet: it may be in view)
       if (this.stale) return; // off screen: redrawn (and its window read) once scrolled into view
       this.rangeRev++;
       this.zoomPending = !!this.ctx.view.range;
@@ -52,7 +52,7 @@
       }
       this.abort = null; this.fetching = false;
       this.full = true; this.dirty = true;
-      this.ctx.schedule();
+      this.redraw(); // now (off screen, or its history loading: drawn once seen, or by its reset())
     },
 
     // One item's finer points over the view's range (mapped to the item's steps: stepOf, a compare chart's x

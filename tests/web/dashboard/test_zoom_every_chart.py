@@ -3,6 +3,7 @@
 points of the window, in an x axis at the zoomed range and a y axis fitted to them."""
 
 import random
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -129,4 +130,67 @@ def test_a_zoom_rewrites_nothing_it_leaves_unchanged_in_the_charts_legends(noisy
     writes = page.evaluate("() => [...window.__writes, ...window.__seen.takeRecords().map((r) => r.type)]")
     assert set(SERIES) <= set(zoom["charts"]), "every chart redrew with its window"
     assert writes == [], f"the legends were rewritten unchanged: {writes[:6]}"
+    assert errors == []
+
+
+# Animation frames run so far, and the count when the page had parsed the zoom's windows (its /windows/ read with
+# bounds) and when it marked "obs-zoom-done".
+FRAMES_JS = """(() => {
+  window.__frames = 0; window.__at = {};
+  const raf = window.requestAnimationFrame.bind(window);
+  window.requestAnimationFrame = (cb) => raf((t) => { window.__frames++; cb(t); });
+  const get = window.fetch.bind(window);
+  window.fetch = (url, ...rest) => get(url, ...rest).then((r) => {
+    if (!String(url).includes('/windows/?start=')) return r;
+    const json = r.json.bind(r);
+    r.json = () => json().then((body) => { window.__at.parsed = window.__frames; return body; });
+    return r;
+  });
+  const mark = performance.mark.bind(performance);
+  performance.mark = (name, ...rest) => {
+    if (name === 'obs-zoom-done') window.__at.done = window.__frames;
+    return mark(name, ...rest);
+  };
+})();"""
+
+
+def test_the_charts_draw_the_zoom_in_the_task_its_windows_land_not_a_frame_later(noisy_run, web, new_page):
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = page_errors(page)
+    page.add_init_script(FRAMES_JS)
+    page.goto(f"{web.url}/runs/noisy/")
+    page.wait_for_function("() => performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    for a, b in ((20_000, 60_000), (61_234, 61_273)):
+        page.evaluate(f"() => {{ window.__obsZoom = null; window.__at = {{}}; Obs.zoomTo({a}, {b}); }}")
+        page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
+        zoom, at = page.evaluate("() => [window.__obsZoom, window.__at]")
+        assert set(SERIES) <= set(zoom["charts"]), "every chart in view drew its window"
+        assert at["parsed"] == at["done"], f"no animation frame between the windows' arrival and their drawing: {at}"
+    assert errors == []
+
+
+def test_a_chart_below_the_fold_reads_its_window_once_scrolled_into_view(noisy_run, web, new_page):
+    """A zoom reads the windows of the charts in view only (one request); a chart below the fold, never drawn yet,
+    reads its own once scrolled into view and draws the window's raw points."""
+    page = new_page(viewport={"width": 1400, "height": 560})  # the first row of charts only
+    errors = page_errors(page)
+    reads = []
+    page.on("request", lambda r: "/windows/?start=" in r.url and reads.append(parse_qs(urlparse(r.url).query)))
+    page.goto(f"{web.url}/runs/noisy/")
+    page.wait_for_function("() => performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    below = page.evaluate("() => document.getElementById('chart-grad-norm-total').getBoundingClientRect().top")
+    assert below > 560, "the grad-norm chart starts below the fold"
+    a, b = 61_234, 61_273
+    page.evaluate(f"() => Obs.zoomTo({a}, {b})")
+    page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
+    assert [q["series"] for q in reads] == [[f"{contract.M_LOSS},{contract.M_LR}"]], "the charts in view, once"
+
+    page.evaluate("() => document.getElementById('chart-grad-norm-total').scrollIntoView()")
+    page.wait_for_function(f"""() => {{ const gd = document.getElementById('chart-grad-norm-total');
+      return !!gd.data && gd.layout.xaxis.range[0] === {a} && gd.data[0].x.includes({a + 1}); }}""", timeout=30_000)
+    assert [q["series"] for q in reads[1:]] == [["grad/norm/total"]]
+    stored = web.api(f"/api/runs/noisy/metrics/grad/norm/total/?start={a}&end={b}&points=100")
+    drawn = page.evaluate("() => { const t = document.getElementById('chart-grad-norm-total').data[0];"
+                          " return [Array.from(t.x), Array.from(t.y)]; }")
+    assert [(x, y) for x, y in zip(*drawn) if a <= x <= b] == list(zip(stored["steps"], stored["values"]))
     assert errors == []
