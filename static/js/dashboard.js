@@ -55,7 +55,8 @@
     const t = conn === "live" && ENDED.has(ctx.runState) ? ctx.runState : conn;
     if (t && $("stat-conn").textContent !== t) $("stat-conn").textContent = t;
   };
-  const live = new Obs.LiveSocket(runId, store, () => events.lastId, handle, (t) => { conn = t; showConn(); });
+  const live = new Obs.LiveSocket(runId, store, () => events.lastId, handle, (t) => { conn = t; showConn(); },
+                                  page.live_push);
   views.add(data);
   (page.rewinds || []).forEach(addRewind);
 
@@ -317,11 +318,9 @@
     scheduleRedraw();
   }
 
-  // What the first paint does not need, once the charts in view have painted: the URL naming the whole view
-  // (history.replaceState: ~5-25 ms on a busy box), the feature modules' starts (their API reads: anomalies, commands,
-  // the forecast; mostly the page's first fetch, ~5-15 ms), then the scripts not needed for the first paint
-  // (<meta name="obs-lazy-script">: the MoE router panel, annotations), fetched together and run in order; then the
-  // router panel starts and the lazy modules' Obs.onStart functions run.
+  // Once the charts in view have painted, what their frame does not need: the URL naming the view (replaceState), the
+  // modules' starts (their API reads: the page's first fetch) and the lazy scripts (<meta name="obs-lazy-script">: the
+  // MoE router panel, annotations), fetched together and run in order; then the router panel and their onStart.
   let lazy = null;
   function afterPaint() {
     if (lazy) return;

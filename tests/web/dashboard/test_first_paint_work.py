@@ -100,3 +100,18 @@ def test_the_modules_read_the_api_after_the_first_paint(run, web, new_page):
         .map((r) => [new URL(r.name).pathname, r.startTime >= fp]); }""")
     assert {path for path, _ in reads} >= {"/api/runs/early/anomalies/", "/api/runs/early/interventions/"}, reads
     assert all(after for _, after in reads), reads
+
+
+def test_the_page_data_is_parsed_once_before_the_first_paint(run, web, new_page):
+    """The page data (~200 KB with a long run's first windows) is parsed by dashboard.js alone; the live socket takes
+    its push tier's settings from that parse (live.js read them with a second JSON.parse of the whole page data)."""
+    page = new_page(viewport={"width": 1280, "height": 800})
+    page.add_init_script("""(() => { window.__parsed = []; const real = JSON.parse;
+      JSON.parse = function (text, ...rest) { window.__parsed.push([String(text).length, performance.now()]);
+                                              return real.call(this, text, ...rest); }; })();""")
+    page.goto(f"{web.url}/runs/early/")
+    page.wait_for_function(FIRST_PAINT, timeout=30_000)
+    parses = page.evaluate("""() => { const fp = performance.getEntriesByName('obs-first-paint')[0].startTime;
+      const n = document.getElementById('page-data').textContent.length;
+      return window.__parsed.filter(([len, t]) => len === n && t <= fp).length; }""")
+    assert parses == 1
