@@ -93,8 +93,10 @@ def test_the_modules_read_the_api_after_the_first_paint(run, web, new_page):
     page = new_page(viewport={"width": 1280, "height": 800})
     page.goto(f"{web.url}/runs/early/")
     page.wait_for_function(FIRST_PAINT, timeout=30_000)
-    page.wait_for_function("() => performance.getEntriesByType('resource').some((r) => r.name.includes('/anomalies/'))"
-                           " && location.search.includes('chart=')", timeout=30_000)
+    # (a resource's entry is made once its answer is in: wait for both reads)
+    page.wait_for_function("() => ['/anomalies/', '/interventions/'].every((p) => performance.getEntriesByType("
+                           "'resource').some((r) => r.name.includes(p))) && location.search.includes('chart=')",
+                           timeout=30_000)
     reads = page.evaluate("""() => { const fp = performance.getEntriesByName('obs-first-paint')[0].startTime;
       return performance.getEntriesByType('resource').filter((r) => new URL(r.name).pathname.startsWith('/api/'))
         .map((r) => [new URL(r.name).pathname, r.startTime >= fp]); }""")
