@@ -5,7 +5,7 @@
 //
 // Extension points for feature modules loaded before this file (anomalies.js, annotations.js, …):
 //   Obs.frameHandlers[type] = (frame, ctx) => {}   live frames of your own type
-//   Obs.onStart.push((ctx, page) => {})            once the run's history is in
+//   Obs.onStart.push((ctx, page) => {})            once the charts in view have painted (their history is in)
 //   Obs.onEvents.push((events, ctx) => {})         the run's events as they arrive (history, live, backfill)
 //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, onClick?}])   marks on every line chart
 //   Obs.toast(text, level)                          a transient notice
@@ -41,7 +41,7 @@
                beforeDraw: (fn) => { beforeDraw.add(fn); scheduleRedraw(); }};
   ctx.xaxis = new Obs.XAxis(store, page, () => redrawAll());
   const events = new Obs.EventLog($("events-section"), addRewind);
-  let router = null; // the MoE router panel (moe.js, loaded after the first paint: loadLazy)
+  let router = null; // the MoE router panel (moe.js, loaded after the first paint: afterPaint)
   // (its series, moe.js's pattern: a run that has them shows the panel at once, where it will be drawn)
   const routerHist = page.router_metric && new RegExp("^" + page.router_metric.replace("{name}", "routing_hist")
     .split("{layer}").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("\\d+") + "/\\d+$");
@@ -55,7 +55,8 @@
     const t = conn === "live" && ENDED.has(ctx.runState) ? ctx.runState : conn;
     if (t && $("stat-conn").textContent !== t) $("stat-conn").textContent = t;
   };
-  const live = new Obs.LiveSocket(runId, store, () => events.lastId, handle, (t) => { conn = t; showConn(); });
+  const live = new Obs.LiveSocket(runId, store, () => events.lastId, handle, (t) => { conn = t; showConn(); },
+                                  page.live_push);
   views.add(data);
   (page.rewinds || []).forEach(addRewind);
 
@@ -102,7 +103,7 @@
         firstPaint = true;
         performance.mark("obs-first-paint"); // every chart in view drawn, hover, zoom and tools included
         performance.mark("obs-charts-drawn");
-        setTimeout(loadLazy, 0); // (after this frame's paint)
+        setTimeout(afterPaint, 0); // (after this frame's paint)
       }
     });
   }
@@ -311,20 +312,20 @@
     started = true;
     wireControls();
     showControls();
-    view.save(); // the URL now names the whole view: copy it from the address bar
-    for (const fn of Obs.onStart) safely("module start", fn, ctx, page);
-    setTimeout(loadLazy, 3000); // (at the latest: a page whose charts never paint still gets them)
+    setTimeout(afterPaint, 3000); // (at the latest: a page whose charts never paint still gets them)
     live.connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
     setInterval(() => header.tick(), 1000); // display only: heartbeat age, ETA countdown
     scheduleRedraw();
   }
 
-  // Scripts not needed for the first paint (<meta name="obs-lazy-script">: the MoE router panel, annotations),
-  // fetched together once the charts have painted and run in order; then the router panel starts and the modules'
-  // Obs.onStart functions run, as start() ran those of the scripts loaded with the page.
+  // Once the charts in view have painted, what their frame does not need: the URL naming the view (replaceState), the
+  // modules' starts (their API reads: the page's first fetch) and the lazy scripts (<meta name="obs-lazy-script">: the
+  // MoE router panel, annotations), fetched together and run in order; then the router panel and their onStart.
   let lazy = null;
-  function loadLazy() {
+  function afterPaint() {
     if (lazy) return;
+    view.save(); // the URL now names the whole view: copy it from the address bar
+    for (const fn of Obs.onStart) safely("module start", fn, ctx, page);
     const ran = Obs.onStart.length;
     lazy = Promise.all([...document.querySelectorAll('meta[name="obs-lazy-script"]')].map((m) => new Promise((ok) => {
       document.head.appendChild(Obs.el("script", {src: m.content, async: false, on: { // (run in document order)

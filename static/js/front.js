@@ -129,7 +129,7 @@
     const store = new Obs.Store("/api/runs/" + encodeURIComponent(page.run_id),
                                 (names) => (sock.push ? sock.replay(names) : sock.ready(names)));
     const sock = new Obs.LiveSocket(page.run_id, store, () => page.last_event_id || 0, (f) => handle(f, store),
-                                    (text) => { el("featured-conn").textContent = text; });
+                                    (text) => { el("featured-conn").textContent = text; }, page.live_push);
     store.seed(chart.window ? {[METRIC]: chart.window} : {});
     line = store.want(METRIC, {reset: draw, added: redraw}, {points: chart.window ? chart.window.points : 800});
     sock.connect();

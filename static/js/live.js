@@ -11,11 +11,6 @@
   const RESUME_CHUNK = 200; // protocol.MAX_RESUME_METRICS is 256
   const RECENT = 300; // push tier: frames kept for series whose history arrives later (a minute at 5 steps/s)
 
-  function pushConfig() {
-    const el = document.getElementById("page-data");
-    try { return (el && JSON.parse(el.textContent).live_push) || null; } catch (e) { return null; }
-  }
-
   // A ws+meta.nchan message -> {id, data}: "id: <id>\ncontent-type: ...\n\n<data>".
   function nchanMessage(text) {
     const cut = text.indexOf("\n\n");
@@ -25,12 +20,13 @@
   }
 
   class LiveSocket {
-    // store: Obs.Store; lastEvent(): the last event id the page holds; handle(frame): one server frame.
-    constructor(runId, store, lastEvent, handle, status) {
+    // store: Obs.Store; lastEvent(): the last event id the page holds; handle(frame): one server frame; push: the
+    // page data's live_push (the push tier's channel; none: the hub), from the caller's parse of it.
+    constructor(runId, store, lastEvent, handle, status, push) {
       this.runId = runId; this.store = store; this.lastEvent = lastEvent; this.handle = handle;
       this.status = status; // (text) -> shown in the header
       this.ws = null; this.attempts = 0; this.pending = new Set(); this.flushQueued = false;
-      this.push = pushConfig(); this.lastId = null; this.recent = []; this.lastSeq = null;
+      this.push = push || null; this.lastId = null; this.recent = []; this.lastSeq = null;
       this.lite = Boolean(this.push && this.push.lite);
     }
 

@@ -73,7 +73,8 @@
       if (!runs.has(run)) {
         const entry = {lastEvent: (page.last_events || {})[run] || 0};
         entry.store = new RangedStore("/api/runs/" + encodeURIComponent(run), (names) => entry.live.ready(names));
-        entry.live = new Obs.LiveSocket(run, entry.store, () => entry.lastEvent, (msg) => handle(entry, msg), status);
+        entry.live = new Obs.LiveSocket(run, entry.store, () => entry.lastEvent, (msg) => handle(entry, msg), status,
+                                        page.live_push);
         runs.set(run, entry);
       }
       return runs.get(run).store;

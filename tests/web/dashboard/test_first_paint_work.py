@@ -85,3 +85,35 @@ def test_the_charts_in_view_draw_in_the_first_frame_and_the_others_when_scrolled
     last.scroll_into_view_if_needed()
     page.wait_for_function("(m) => !!document.querySelector(`figure.chart[data-metric='${m}'] .uplot canvas`)",
                            arg=charts[-1], timeout=30_000)
+
+
+def test_the_modules_read_the_api_after_the_first_paint(run, web, new_page):
+    """The feature modules' API reads (anomalies, commands, the forecast) wait for the charts' first paint, and the
+    URL comes to name the whole view then (dashboard.js afterPaint): neither is work the first frame needs."""
+    page = new_page(viewport={"width": 1280, "height": 800})
+    page.goto(f"{web.url}/runs/early/")
+    page.wait_for_function(FIRST_PAINT, timeout=30_000)
+    # (a resource's entry is made once its answer is in: wait for both reads)
+    page.wait_for_function("() => ['/anomalies/', '/interventions/'].every((p) => performance.getEntriesByType("
+                           "'resource').some((r) => r.name.includes(p))) && location.search.includes('chart=')",
+                           timeout=30_000)
+    reads = page.evaluate("""() => { const fp = performance.getEntriesByName('obs-first-paint')[0].startTime;
+      return performance.getEntriesByType('resource').filter((r) => new URL(r.name).pathname.startsWith('/api/'))
+        .map((r) => [new URL(r.name).pathname, r.startTime >= fp]); }""")
+    assert {path for path, _ in reads} >= {"/api/runs/early/anomalies/", "/api/runs/early/interventions/"}, reads
+    assert all(after for _, after in reads), reads
+
+
+def test_the_page_data_is_parsed_once_before_the_first_paint(run, web, new_page):
+    """The page data (~200 KB with a long run's first windows) is parsed by dashboard.js alone; the live socket takes
+    its push tier's settings from that parse (live.js read them with a second JSON.parse of the whole page data)."""
+    page = new_page(viewport={"width": 1280, "height": 800})
+    page.add_init_script("""(() => { window.__parsed = []; const real = JSON.parse;
+      JSON.parse = function (text, ...rest) { window.__parsed.push([String(text).length, performance.now()]);
+                                              return real.call(this, text, ...rest); }; })();""")
+    page.goto(f"{web.url}/runs/early/")
+    page.wait_for_function(FIRST_PAINT, timeout=30_000)
+    parses = page.evaluate("""() => { const fp = performance.getEntriesByName('obs-first-paint')[0].startTime;
+      const n = document.getElementById('page-data').textContent.length;
+      return window.__parsed.filter(([len, t]) => len === n && t <= fp).length; }""")
+    assert parses == 1
