@@ -1,13 +1,13 @@
 // The live tip of a figure (plot.js) drawn alone: when the points appended to its lines leave everything drawn as
-// it is (each new x inside the x range drawn, each new y inside its axis's range drawn, no mark where the new
+// it is (each new x inside the x range drawn, each new y inside its axis's range drawn, no point mark where the new
 // segments go, no pointer over the plot), only the new segments are stroked onto the chart's canvas, over what is
 // there: no clear, no grid, axes, marks or other point drawn again (a full redraw of every chart a live step was
 // most of a live update's main-thread time). They are drawn as uPlot draws a line (its public options and
 // instance: the series' stroke, width, dash and cap, round joins, points on whole canvas pixels, the line's
 // half-pixel offset, clipped to the plot area widened by half the line).
 //   Obs.drawTail(node, from)  node._figure's lines (their x / y already holding the new points, chartlive.js),
-//                             line k from its point from[k] - 1 on (from[k]: the points the canvas holds); false:
-//                             nothing drawn, the caller redraws in full (Obs.redrawData)
+//                             line k from its point from[k] - 1 on (from[k]: the points the canvas holds); true
+//                             with no new point; false: nothing drawn, the caller redraws in full (Obs.redrawData)
 // uPlot's own data catches up lazily: at the next full redraw (any setData), or when a pointer enters the chart
 // (its hover reads uPlot's data); while a pointer is over the plot every live point redraws in full, as before.
 // What the canvas holds is known from uPlot's public hooks (setData, draw): a draw of uPlot's own (a new pixel
@@ -17,16 +17,11 @@
 window.Obs = window.Obs || {};
 
 (function (Obs) {
-  // A mark where the new segments go (a vertical mark line, a point mark: drawn above the lines), within `lo`..`hi`
-  // (canvas pixels) and its own half width: then the chart is drawn in full instead (the marks are at past steps,
-  // a live tip rarely has one).
+  // A point mark where the new segments go (drawn above the lines on the canvas), within `lo`..`hi` (canvas pixels)
+  // and its own half width: then the chart is drawn in full instead (the marks are at past steps, a live tip rarely
+  // has one). Vertical marks are elements over and under the canvas (plot.js): no stroke covers them.
   function marked(fig, u, lo, hi) {
     const dpr = u.pxRatio || devicePixelRatio || 1, pad = 3 * dpr;
-    for (const s of fig.layout.shapes || []) {
-      if (s.type === "rect") continue; // (bands are drawn below the lines)
-      const x = u.valToPos(+s.x0, "x", true);
-      if (x >= lo - pad && x <= hi + pad) return true;
-    }
     for (const tr of fig.markers) {
       const r = ((tr.marker && tr.marker.size) || 8) / 2 * dpr + pad;
       for (let i = 0; i < tr.x.length; i++) {
@@ -94,7 +89,8 @@ window.Obs = window.Obs || {};
       }
       if (x.length > f) { lo = Math.min(lo, x[f - 1]); hi = Math.max(hi, x[x.length - 1]); }
     }
-    if (!(hi >= lo) || marked(fig, u, u.valToPos(lo, "x", true), u.valToPos(hi, "x", true))) return false;
+    if (!(hi >= lo)) return true; // (no new point: nothing to draw)
+    if (marked(fig, u, u.valToPos(lo, "x", true), u.valToPos(hi, "x", true))) return false;
     const c = u.ctx, {left, top, width, height} = u.bbox, dpr = u.pxRatio || devicePixelRatio || 1;
     c.save();
     for (let k = 0; k < lines.length; k++) { // in uPlot's order: later lines over earlier ones

@@ -169,8 +169,7 @@ window.Obs = window.Obs || {};
                bind: {dblclick: () => () => { if (on.reset) on.reset(); return null; },
                       ...(drag ? {} : {mousedown: () => () => null})}},
       hooks: {
-        drawAxes: [(u) => drawShapes(u, fig, true)],
-        draw: [(u) => { drawShapes(u, fig, false); drawMarkers(u, fig); placeLabels(u, fig); drawn(u, fig); }],
+        draw: [(u) => { placeShapes(u, fig); drawMarkers(u, fig); placeLabels(u, fig); drawn(u, fig); }],
         setSelect: [(u) => {
           const s = u.select;
           if (s.width < 3) return;
@@ -197,9 +196,34 @@ window.Obs = window.Obs || {};
     if (fig.layout.yaxis3) fig.layout.yaxis3.ticklabels = fig.ticks.y3;
   }
 
-  // Vertical marks: lines and bands spanning the plot (bands first, under the lines)
-  function drawShapes(u, fig, below) {
-    const c = u.ctx, {left, top, width, height} = u.bbox, dpr = devicePixelRatio || 1;
+  // Vertical marks as elements over the plot area: bands under uPlot's canvas, lines over it (bands under the lines,
+  // mark lines above them). A change of the marks alone moves, adds or removes elements and leaves the canvas as it
+  // is (Obs.placeMarks): in a detector storm a live chart's marks change at almost every step, and redrawing the
+  // chart for them (its bands filled again) was most of a live update's main-thread time. Written only where changed.
+  const LINE_STYLE = {dot: "dotted", dash: "dashed"};
+  function placeShapes(u, fig) {
+    if (fig.shapesU !== u) { // (a new uPlot instance: new layers)
+      fig.shapesU = u;
+      fig.shapeLayers = [u.under, u.over].map((p) => p.insertBefore(make("div", {className: "shapes"}), p.firstChild));
+    }
+    const dpr = u.pxRatio || devicePixelRatio || 1, used = [0, 0];
+    for (const s of fig.layout.shapes || []) {
+      const k = s.type === "rect" ? 0 : 1, layer = fig.shapeLayers[k]; // (0: a band, under; 1: a line, over)
+      const el = layer.childNodes[used[k]++] || layer.appendChild(make("i")), x0 = u.valToPos(+s.x0, "x");
+      const ln = s.line || {}, w = ln.width || 1.5, x1 = u.valToPos(+s.x1, "x");
+      const look = k // (a line where the canvas drew it: centred on a whole pixel's middle)
+        ? `left:${(Math.round(x0 * dpr) + 0.5) / dpr - w / 2}px;` +
+          `border-left:${w}px ${LINE_STYLE[ln.dash] || "solid"} ${ln.color || "#ef6c00"}`
+        : `left:${Math.min(x0, x1)}px;width:${Math.max(1 / dpr, Math.abs(x1 - x0))}px;` +
+          `background:${s.fillcolor || "rgba(255,160,0,0.18)"}`;
+      if (el.obsLook !== look) { el.obsLook = look; el.style.cssText = look; }
+    }
+    fig.shapeLayers.forEach((layer, i) => { while (layer.childNodes.length > used[i]) layer.lastChild.remove(); });
+  }
+
+  // The same marks drawn on a canvas (the PNG export's copy of the chart's: bands under its lines, lines over them)
+  function drawShapes(c, u, fig, below) {
+    const {left, top, width, height} = u.bbox, dpr = devicePixelRatio || 1;
     c.save();
     c.beginPath(); c.rect(left, top, width, height); c.clip();
     for (const s of fig.layout.shapes || []) {
@@ -393,8 +417,13 @@ window.Obs = window.Obs || {};
   Obs.figureBox = (node, o = uOf(node) && uOf(node).over) =>
     o ? {left: o.offsetLeft, top: o.offsetTop, width: o.clientWidth, height: o.clientHeight} : null;
   Obs.figureXAt = (node, px) => uOf(node) ? uOf(node).posToVal(px, "x") : NaN;
-  Obs.savePNG = (node, u = uOf(node)) => { // the chart's canvas as a PNG file (named after the chart's element)
-    if (u) make("a", {href: u.ctx.canvas.toDataURL("image/png"), download: (node.id || "chart") + ".png"}).click();
+  Obs.savePNG = (node, u = uOf(node)) => { // the chart with its marks as a PNG file (named after the chart's element)
+    if (!u) return;
+    const c = make("canvas", {width: u.ctx.canvas.width, height: u.ctx.canvas.height}).getContext("2d");
+    drawShapes(c, u, node._figure, true); c.drawImage(u.ctx.canvas, 0, 0); drawShapes(c, u, node._figure, false);
+    make("a", {href: c.canvas.toDataURL("image/png"), download: (node.id || "chart") + ".png"}).click();
   };
+  // The marks of the figure's layout placed again (its shapes, labels), the canvas untouched (chartlive.js)
+  Obs.placeMarks = (node, fig = node._figure) => { placeShapes(fig.u, fig); placeLabels(fig.u, fig); };
   Obs.figurePurge = (node) => { if (uOf(node)) uOf(node).destroy(); node._figure = null; };
 })(window.Obs);
