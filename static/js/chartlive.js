@@ -93,7 +93,7 @@
       const remark = this.remark; // (the marks changed: made again, chartmarks.js, and placed over the canvas)
       if (remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; }
       if (!Obs.drawTail(this.plot, from)) return Obs.redrawData(this.plot); // (else the new segments alone drawn)
-      if (remark) Obs.placeMarks(this.plot);
+      if (remark) Obs.redrawMarks(this.plot);
       Obs.redrawCounts.tail++;
       return true;
     },

@@ -1,7 +1,7 @@
 // The live tip of a figure (plot.js) drawn alone: when the points appended to its lines leave everything drawn as
 // it is (each new x inside the x range drawn, each new y inside its axis's range drawn, no point mark where the new
 // segments go, no pointer over the plot), only the new segments are stroked onto the chart's canvas, over what is
-// there: no clear, no grid, axes, marks or other point drawn again (a full redraw of every chart a live step was
+// there (none while the new points stay inside the pixels drawn in their line's last column): no clear, no grid, axes, marks or other point drawn again (a full redraw of every chart a live step was
 // most of a live update's main-thread time). They are drawn as uPlot draws a line (its public options and
 // instance: the series' stroke, width, dash and cap, round joins, points on whole canvas pixels, the line's
 // half-pixel offset, clipped to the plot area widened by half the line).
@@ -61,15 +61,28 @@ window.Obs = window.Obs || {};
   // draws, that and the tails drawn since; a pointer entering the chart brings uPlot's data up to date first.
   function follow(node, fig, u, from) {
     if (fig.tailU === u) return;
-    fig.tailU = u; fig.dataN = fig.canvasN = from.slice();
+    fig.tailU = u; fig.dataN = fig.canvasN = from.slice(); fig.cols = [];
     (u.hooks.setData = u.hooks.setData || []).push(() => {
       fig.dataN = fig.lines.map((t) => t.x.length); fig.behind = false;
     });
-    (u.hooks.draw = u.hooks.draw || []).push(() => { fig.canvasN = fig.dataN; });
+    (u.hooks.draw = u.hooks.draw || []).push(() => { fig.canvasN = fig.dataN; fig.cols = []; });
     if (!fig.tailNode) {
       fig.tailNode = true;
       node.addEventListener("pointerenter", () => { if (fig.behind) Obs.redrawData(node); });
     }
+  }
+
+  // The pixels of line k's last column as drawn (canvas px, points on whole pixels as uPlot puts them): [its x, the
+  // least and greatest y of its points there]. uPlot draws a column's points as one vertical stroke over that span,
+  // joined to the next column's first point.
+  function lastColumn(u, k, x, y, n, round) {
+    const key = u.series[k + 1].scale, px = (i) => round(u.valToPos(x[i], "x", true));
+    const col = [px(n - 1), Infinity, -Infinity];
+    for (let i = n - 1; i >= 0 && px(i) === col[0]; i--) {
+      const py = round(u.valToPos(y[i], key, true));
+      col[1] = Math.min(col[1], py); col[2] = Math.max(col[2], py);
+    }
+    return col;
   }
 
   // from: each line's points the canvas holds (its newer ones are drawn)
@@ -92,12 +105,26 @@ window.Obs = window.Obs || {};
     if (!(hi >= lo)) return true; // (no new point: nothing to draw)
     if (marked(fig, u, u.valToPos(lo, "x", true), u.valToPos(hi, "x", true))) return false;
     const c = u.ctx, {left, top, width, height} = u.bbox, dpr = u.pxRatio || devicePixelRatio || 1;
-    c.save();
-    for (let k = 0; k < lines.length; k++) { // in uPlot's order: later lines over earlier ones
+    let stroked = false; // (a line drawn: the lines after it are drawn over it, as uPlot's order has them)
+    for (let k = 0; k < lines.length; k++) {
       const s = u.series[k + 1], key = s.scale, x = lines[k].x, y = lines[k].y, f = from[k];
       const w = Math.round(s.width * dpr * 1000) / 1000, off = (w % 2) / 2;
       const round = s.pxAlign === 0 ? (v) => v : Math.round;
       if (!s.show || !(w > 0) || x.length === f) continue;
+      // New points inside the last column's drawn span change no pixel (in a long run a column holds hundreds of
+      // steps): nothing is stroked for them, and the segment from the last of them is drawn with the next column's.
+      const col = fig.cols[k] || (fig.cols[k] = lastColumn(u, k, x, y, f, round));
+      let inside = !s.dash; // (a dashed line's pattern would not meet the drawn one)
+      for (let i = f; i < x.length; i++) {
+        const px = round(u.valToPos(x[i], "x", true)), py = round(u.valToPos(y[i], key, true));
+        if (px !== col[0]) { // a new column
+          col[0] = px; col[1] = col[2] = py; inside = false;
+        } else if (py < col[1] || py > col[2]) { // the column's span grows
+          col[1] = Math.min(col[1], py); col[2] = Math.max(col[2], py); inside = false;
+        }
+      }
+      if (inside && !stroked) continue;
+      stroked = true;
       c.save();
       if (s.pxAlign === 1 && off > 0) c.translate(off, off);
       c.beginPath(); c.rect(left - w / 2, top - w / 2, width + w, height + w); c.clip();
@@ -111,7 +138,6 @@ window.Obs = window.Obs || {};
       c.stroke();
       c.restore();
     }
-    c.restore();
     fig.canvasN = lines.map((t) => t.x.length); fig.behind = true;
     return true;
   };
