@@ -1,10 +1,11 @@
 // The live tip of a figure (plot.js) drawn alone: when the points appended to its lines leave everything drawn as
 // it is (each new x inside the x range drawn, each new y inside its axis's range drawn, no point mark where the new
 // segments go, no pointer over the plot), only the new segments are stroked onto the chart's canvas, over what is
-// there (none while the new points stay inside the pixels drawn in their line's last column): no clear, no grid, axes, marks or other point drawn again (a full redraw of every chart a live step was
-// most of a live update's main-thread time). They are drawn as uPlot draws a line (its public options and
-// instance: the series' stroke, width, dash and cap, round joins, points on whole canvas pixels, the line's
-// half-pixel offset, clipped to the plot area widened by half the line).
+// there (none while the new points stay inside the pixels drawn in their line's last column): no clear, no grid,
+// axes, marks or other point drawn again (a full redraw of every chart a live step was most of a live update's
+// main-thread time). They are drawn as uPlot draws a line (its public options and instance: the series' stroke,
+// width, dash and cap, round joins, points on whole canvas pixels, the line's half-pixel offset, clipped to the
+// plot area widened by half the line).
 //   Obs.drawTail(node, from)  node._figure's lines (their x / y already holding the new points, chartlive.js),
 //                             line k from its point from[k] - 1 on (from[k]: the points the canvas holds); true
 //                             with no new point; false: nothing drawn, the caller redraws in full (Obs.redrawData)
@@ -72,19 +73,6 @@ window.Obs = window.Obs || {};
     }
   }
 
-  // The pixels of line k's last column as drawn (canvas px, points on whole pixels as uPlot puts them): [its x, the
-  // least and greatest y of its points there]. uPlot draws a column's points as one vertical stroke over that span,
-  // joined to the next column's first point.
-  function lastColumn(u, k, x, y, n, round) {
-    const key = u.series[k + 1].scale, px = (i) => round(u.valToPos(x[i], "x", true));
-    const col = [px(n - 1), Infinity, -Infinity];
-    for (let i = n - 1; i >= 0 && px(i) === col[0]; i--) {
-      const py = round(u.valToPos(y[i], key, true));
-      col[1] = Math.min(col[1], py); col[2] = Math.max(col[2], py);
-    }
-    return col;
-  }
-
   // from: each line's points the canvas holds (its newer ones are drawn)
   Obs.drawTail = (node, from) => {
     const fig = node._figure, u = fig && fig.u, lines = fig && fig.lines;
@@ -113,7 +101,9 @@ window.Obs = window.Obs || {};
       if (!s.show || !(w > 0) || x.length === f) continue;
       // New points inside the last column's drawn span change no pixel (in a long run a column holds hundreds of
       // steps): nothing is stroked for them, and the segment from the last of them is drawn with the next column's.
-      const col = fig.cols[k] || (fig.cols[k] = lastColumn(u, k, x, y, f, round));
+      // fig.cols[k]: [x, least y, greatest y] of the points drawn in line k's last column, as far as its tails
+      // drew them (canvas px, points on whole pixels as uPlot puts them; after a full draw: none known)
+      const col = fig.cols[k] || (fig.cols[k] = [NaN, Infinity, -Infinity]);
       let inside = !s.dash; // (a dashed line's pattern would not meet the drawn one)
       for (let i = f; i < x.length; i++) {
         const px = round(u.valToPos(x[i], "x", true)), py = round(u.valToPos(y[i], key, true));

@@ -98,7 +98,8 @@ def test_a_live_point_inside_the_scales_draws_its_segment_alone_and_hover_reads_
 
 # The loss chart's vertical marks as placed (plotmarks.js): [where: "over" or "under" uPlot's canvas, left and right
 # edge from the plot area's left, CSS px]
-SHAPES = f"""() => {{ const g = document.getElementById('{LOSS}'), o = g.querySelector('.u-over').getBoundingClientRect();
+SHAPES = f"""() => {{ const g = document.getElementById('{LOSS}');
+  const o = g.querySelector('.u-over').getBoundingClientRect();
   return [...g.querySelectorAll('.u-over .shapes i, .u-under .shapes i')].map((e) => {{
     const r = e.getBoundingClientRect();
     return [e.closest('.u-over') ? 'over' : 'under', r.left - o.left, r.right - o.left]; }}); }}"""
