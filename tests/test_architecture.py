@@ -245,7 +245,7 @@ def test_the_environment_checker_sees_every_spelling(tmp_path):
 # (the site's stylesheet, theme switch, icons, vendored libraries) belongs to the project: any template may name it.
 STATIC_OWNERS = {
     "runs": ("js/series.js", "js/plotkit.js", "js/chartmodel.js", "js/plot.js", "js/chartmarks.js", "css/plot.css",
-             "js/livedraw.js",
+             "js/livedraw.js", "js/plotmarks.js",
              "js/chartlive.js", "js/view.js", "js/downloads.js", "js/charts.js", "js/zoom.js",
              "js/moe.js", "js/datapanel.js", "js/events.js", "js/runhead.js", "js/picker.js", "js/dashboard.js",
              "js/dashboard-bundle.js", "js/lazyintl.js",

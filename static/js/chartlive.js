@@ -1,6 +1,6 @@
 // A line chart's live append path (a part of Obs.LineChart, as zoom.js and chartmarks.js). After a full redraw the
 // drawn lines are copied into typed-array buffers (Obs.LiveBuffer); a live point is appended there (no allocation
-// a point). Where the scales drawn hold the new points (and no mark changed) only the new segments are drawn
+// a point). Where the scales drawn hold the new points only the new segments are drawn (changed marks placed again)
 // (Obs.drawTail, livedraw.js: the common live step); else the same figure is redrawn from views of those buffers
 // (Obs.redrawData: uPlot's setData; no new figure, legend, tool bar or labels; changed marks are made again on the
 // same layout). The x axis keeps the range drawn while ROOM_MIN of it is left past the data, then room ahead
@@ -90,9 +90,12 @@
       if (xa.mode !== "time" && !(r && r[0] === lo && last < r[1] - (r[1] - r[0]) * ROOM_MIN)) {
         this.headroom(lay.xaxis, lines);
       }
-      if (this.remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; } // (chartmarks.js)
-      else if (Obs.drawTail(this.plot, from)) { Obs.redrawCounts.tail++; return true; } // (the new segments)
-      return Obs.redrawData(this.plot);
+      const remark = this.remark; // (the marks changed: made again, chartmarks.js, and placed over the canvas)
+      if (remark) { this.marks(lay, Obs.theme(), lines); this.remark = false; }
+      if (!Obs.drawTail(this.plot, from)) return Obs.redrawData(this.plot); // (else the new segments alone drawn)
+      if (remark) Obs.redrawMarks(this.plot);
+      Obs.redrawCounts.tail++;
+      return true;
     },
   });
 })(window.Obs);

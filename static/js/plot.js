@@ -169,8 +169,7 @@ window.Obs = window.Obs || {};
                bind: {dblclick: () => () => { if (on.reset) on.reset(); return null; },
                       ...(drag ? {} : {mousedown: () => () => null})}},
       hooks: {
-        drawAxes: [(u) => drawShapes(u, fig, true)],
-        draw: [(u) => { drawShapes(u, fig, false); drawMarkers(u, fig); placeLabels(u, fig); drawn(u, fig); }],
+        draw: [(u) => { Obs.drawPointMarks(u, fig); Obs.placeMarks(u, fig); drawn(u, fig); }], // (plotmarks.js)
         setSelect: [(u) => {
           const s = u.select;
           if (s.width < 3) return;
@@ -197,97 +196,11 @@ window.Obs = window.Obs || {};
     if (fig.layout.yaxis3) fig.layout.yaxis3.ticklabels = fig.ticks.y3;
   }
 
-  // Vertical marks: lines and bands spanning the plot (bands first, under the lines)
-  function drawShapes(u, fig, below) {
-    const c = u.ctx, {left, top, width, height} = u.bbox, dpr = devicePixelRatio || 1;
-    c.save();
-    c.beginPath(); c.rect(left, top, width, height); c.clip();
-    for (const s of fig.layout.shapes || []) {
-      if ((s.type === "rect") !== below) continue;
-      const x0 = u.valToPos(+s.x0, "x", true);
-      if (s.type === "rect") {
-        const x1 = u.valToPos(+s.x1, "x", true);
-        c.fillStyle = s.fillcolor || "rgba(255,160,0,0.18)";
-        c.fillRect(Math.min(x0, x1), top, Math.max(1, Math.abs(x1 - x0)), height);
-      } else {
-        const ln = s.line || {};
-        c.strokeStyle = ln.color || "#ef6c00"; c.lineWidth = (ln.width || 1.5) * dpr;
-        c.setLineDash((DASH[ln.dash] || []).map((d) => d * dpr));
-        c.beginPath(); c.moveTo(Math.round(x0) + 0.5, top); c.lineTo(Math.round(x0) + 0.5, top + height); c.stroke();
-      }
-    }
-    c.restore();
-  }
-
-  // Point marks: ✕ and ▲ at their value (y, y3) or at the top of the plot (y2, 0..1 of its height)
-  function drawMarkers(u, fig) {
-    const c = u.ctx, {left, top, width, height} = u.bbox, dpr = devicePixelRatio || 1;
-    for (const tr of fig.markers) {
-      const mk = tr.marker || {}, r = (mk.size || 8) / 2 * dpr;
-      c.strokeStyle = mk.color || "#c62828"; c.lineWidth = 1.6 * dpr; c.setLineDash([]);
-      for (let i = 0; i < tr.x.length; i++) {
-        const x = u.valToPos(tr.x[i], "x", true);
-        if (x < left - r || x > left + width + r) continue;
-        const y = tr.yaxis === "y2" ? top + (1 - tr.y[i] / 1.05) * height + r
-          : u.valToPos(tr.y[i], tr.yaxis === "y3" ? "y3" : "y", true);
-        c.beginPath();
-        if (String(mk.symbol).startsWith("triangle")) {
-          c.moveTo(x, y - r); c.lineTo(x + r, y + r); c.lineTo(x - r, y + r); c.closePath();
-        } else { c.moveTo(x - r, y - r); c.lineTo(x + r, y + r); c.moveTo(x + r, y - r); c.lineTo(x - r, y + r); }
-        c.stroke();
-      }
-    }
-  }
-
-  // Labels above the plot, in HTML (clickable, hoverable, read by screen readers as text)
-  function placeLabels(u, fig) {
-    const layer = fig.labels, dpr = devicePixelRatio || 1, want = (fig.layout.annotations || []).filter((a) => a.text);
-    while (layer.childNodes.length > want.length) layer.lastChild.remove();
-    // (the plot area from uPlot's box, canvas pixels: reading the overlay's offsets would force a layout)
-    const plotLeft = u.bbox.left / dpr, plotTop = u.bbox.top / dpr, w = u.bbox.width / dpr;
-    want.forEach((a, i) => {
-      let el = layer.childNodes[i];
-      if (!el) {
-        el = layer.appendChild(make("span", {className: "mark-label"}));
-        el.addEventListener("mouseenter", () => {
-          if (el.obsLabel.hovertext) showTip(fig, el, el.obsLabel.hovertext);
-        });
-        el.addEventListener("mouseleave", () => hideTip(fig));
-        el.addEventListener("click", () => {
-          if (el.obsLabel.captureevents && fig.on.label) fig.on.label(el.obsLabel.overlayId);
-        });
-      }
-      el.obsLabel = a;
-      if (el.textContent !== a.text) el.textContent = a.text;
-      const x = u.valToPos(+a.x, "x"), hide = !(x >= -1 && x <= w + 1);
-      // whole pixels: a live x axis moves a label by a fraction of one an update, so it is rarely rewritten
-      const left = Math.round(plotLeft + x) + "px";
-      if (el.style.left !== left) el.style.left = left;
-      const look = [plotTop, (a.font && a.font.color) || "", a.xanchor, !!(a.captureevents || a.hovertext), hide]
-        .join("|");
-      if (el.obsLook === look) return; // (unchanged: no style written, no layout invalidated)
-      el.obsLook = look;
-      el.hidden = hide;
-      el.style.top = (plotTop - 16) + "px";
-      el.style.color = (a.font && a.font.color) || "";
-      el.classList.toggle("center", a.xanchor === "center");
-      el.classList.toggle("live", !!(a.captureevents || a.hovertext));
-    });
-  }
-
-  function showTip(fig, el, text) {
-    const tip = fig.tip, r = el.getBoundingClientRect(), box = fig.node.getBoundingClientRect();
-    tip.textContent = String(text).replace(/<br>/g, "\n"); tip.hidden = false; fig.labelTip = true;
-    tip.style.left = Math.max(0, Math.min(r.left - box.left, box.width - 240)) + "px";
-    tip.style.top = (r.bottom - box.top + 4) + "px";
-  }
-  function hideTip(fig) { fig.tip.hidden = true; fig.labelTip = false; }
-
   // Hover: every line's value at the pointer's x
   function hover(u, fig) {
     const i = u.cursor.idx;
     if (!fig.layout.hovermode) return;
-    if (i === null || i === undefined || u.cursor.left < 0) { if (!fig.labelTip) hideTip(fig); return; }
+    if (i === null || i === undefined || u.cursor.left < 0) { if (!fig.labelTip) Obs.hideMarkTip(fig); return; }
     const xv = u.data[0][i], rows = [fig.fmtX(xv)];
     fig.lines.forEach((tr, k) => {
       const v = u.data[k + 1][i];
@@ -360,7 +273,7 @@ window.Obs = window.Obs || {};
       fig.tip = make("div", {className: "chart-hover", hidden: true});
       node.replaceChildren(fig.legend, fig.labels, toolbar(node, on), fig.tip);
       if (on.toolbar && Obs.toolbarA11y) Obs.toolbarA11y(node, on.toolbarLabel || "Chart tools");
-      node.addEventListener("mouseleave", () => hideTip(fig));
+      node.addEventListener("mouseleave", () => Obs.hideMarkTip(fig));
     }
     fig.on = on; fig.layout = layout; fig.lines = lines; fig.markers = markers; fig.width = width; fig.height = height;
     const time = layout.xaxis && layout.xaxis.type === "date";
@@ -393,8 +306,13 @@ window.Obs = window.Obs || {};
   Obs.figureBox = (node, o = uOf(node) && uOf(node).over) =>
     o ? {left: o.offsetLeft, top: o.offsetTop, width: o.clientWidth, height: o.clientHeight} : null;
   Obs.figureXAt = (node, px) => uOf(node) ? uOf(node).posToVal(px, "x") : NaN;
-  Obs.savePNG = (node, u = uOf(node)) => { // the chart's canvas as a PNG file (named after the chart's element)
-    if (u) make("a", {href: u.ctx.canvas.toDataURL("image/png"), download: (node.id || "chart") + ".png"}).click();
+  Obs.savePNG = (node, u = uOf(node)) => { // the chart with its marks as a PNG file (named after the chart's element)
+    if (!u) return;
+    const c = make("canvas", {width: u.ctx.canvas.width, height: u.ctx.canvas.height}).getContext("2d");
+    Obs.drawMarks(c, u, node._figure, true); c.drawImage(u.ctx.canvas, 0, 0); Obs.drawMarks(c, u, node._figure, false);
+    make("a", {href: c.canvas.toDataURL("image/png"), download: (node.id || "chart") + ".png"}).click();
   };
+  // The figure's marks placed again for its layout's shapes and labels, the canvas untouched (chartlive.js)
+  Obs.redrawMarks = (node) => { if (uOf(node)) Obs.placeMarks(uOf(node), node._figure); };
   Obs.figurePurge = (node) => { if (uOf(node)) uOf(node).destroy(); node._figure = null; };
 })(window.Obs);

@@ -18,6 +18,7 @@ def plot(new_page):
     page.add_style_tag(path=str(ROOT / "static" / "vendor" / "uPlot.min.css"))
     page.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
     page.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "plotmarks.js"))
     return page
 
 
@@ -96,6 +97,7 @@ def test_a_wall_time_axis_ticks_whole_minutes_labelled_in_utc_whatever_the_viewe
     page.set_content("<!doctype html><title>plot</title><div id='c' style='width:900px;height:260px'></div>")
     page.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
     page.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "plotmarks.js"))
     got = page.evaluate("""async () => {
       const node = document.getElementById('c'), x = [], y = [];
       const t0 = Date.UTC(2026, 11, 7, 11, 27, 48) + 288.6;  // 11:27:48.2886 UTC
@@ -144,6 +146,7 @@ def test_a_tap_on_a_chart_without_drag_zoom_reaches_the_page(new_page):
     page.set_content("<!doctype html><title>plot</title><div id='c' style='width:360px;height:260px'></div>")
     page.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
     page.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "plotmarks.js"))
     box = page.evaluate("""async () => {
       const node = document.getElementById('c'), x = [], y = [];
       for (let s = 0; s <= 100; s++) { x.push(s); y.push(9 - s / 50); }
@@ -196,6 +199,7 @@ def test_a_log_x_axis_labels_round_ticks_from_its_first_x_above_0(new_page, widt
     page.set_content(f"<!doctype html><div id='c' style='width:{width}px;height:260px'></div>")
     page.add_script_tag(path=str(ROOT / "static" / "vendor" / "uPlot.iife.min.js"))
     page.add_script_tag(path=str(ROOT / "static" / "js" / "plot.js"))
+    page.add_script_tag(path=str(ROOT / "static" / "js" / "plotmarks.js"))
     got = page.evaluate("""async ([lo, hi]) => {
       const node = document.getElementById('c'), x = [], y = [];
       for (let i = 0; i <= 300; i++) { x.push(lo + (hi - lo) * i / 300); y.push(3 - i / 300); }
