@@ -57,8 +57,9 @@ def stack(request, redis_url, tmp_path_factory):
         pytest.skip(f"push tier not installed ({push_tier_missing()}): apt-get install -y nginx-light "
                     "libnginx-mod-nchan (CI installs them)")
     var = tmp_path_factory.mktemp(f"make-run-{request.param}")
-    # a budget the module never reaches: the run is still training when the operator journey steers it
-    config = TinyConfigs(var)(**WEB_TINY, train={"token_budget": 100_000_000})
+    # The module's TOKEN_BUDGET: the trainer steps (and ingest stores) as fast as the CPU allows until it is spent,
+    # so a module that needs no live run takes a budget that ends (the trainer then exits 0 and the web stays up).
+    config = TinyConfigs(var)(**WEB_TINY, train={"token_budget": request.module.TOKEN_BUDGET})
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "OBS_EMAIL_DIR", "OBS_PUBLIC_URL",
                                                              "OBS_TESTING", "DJANGO_SETTINGS_MODULE")}
     env["REDIS_URL"] = redis_url

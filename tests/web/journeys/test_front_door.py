@@ -1,5 +1,5 @@
 """Journeys through the front door of the stack `make run` starts (tests/web/journeys/conftest.py), with the push
-tier and without: a new member signs up by the mailed link, logs in and annotates the live run; shared links (the
+tier and without: a new member signs up by the mailed link, logs in and annotates the run; shared links (the
 mail's, og:url, og:image, oEmbed) carry the port and load; a client's wrong passwords lock out that client only.
 
 On the landed nginx config (`proxy_set_header Host $host`) every form POST behind the push tier answered 403
@@ -27,6 +27,9 @@ from push_tier import front_door_problem  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 PASSWORD = "an unguessable passphrase 42"
+# 50 steps of WEB_TINY's 4 x 32 tokens: these journeys need a stored run with points (its page, preview and
+# embed), not a live one; the trainer then exits and leaves the CPU to the rest of the module.
+TOKEN_BUDGET = 50 * 4 * 32
 
 
 class Meta(HTMLParser):

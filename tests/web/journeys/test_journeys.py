@@ -1,8 +1,9 @@
 """Members, moderators, operators and other sites through the front door of `make run`'s stack (push tier on and
 off: tests/web/journeys/conftest.py): every write a real form or a page's own fetch, with the browser's Origin.
+  - the operator panel: every command of the contract sent from the panel and applied by the trainer (first: the
+    others need a stored run, not a live one, and its last command stops the run);
   - a thread: a member annotates, replies and reacts; a moderator hides it and the public no longer gets it;
   - a report: a member writes and publishes it, an anonymous reader opens it;
-  - the operator panel: every command of the contract sent from the panel and applied by the trainer;
   - an embed framed by a page of another origin draws the run's curve."""
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from tests.web.control.live import command_row
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 PASSWORD = "an unguessable passphrase 42"
 USERS = {"mia": "member", "mod": "moderator", "olga": "operator"}
+# a budget the module never reaches: the run is still training when the operator journey steers it (the
+# first journey below; its last command stops the run, so the trainer does not step through the rest)
+TOKEN_BUDGET = 100_000_000
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +71,40 @@ def _call(page, method, path, body=None):
     return page.evaluate(FETCH, [method, path, body])
 
 
+# Each command with what its form needs; the trainer (tests/tiny.py WEB_TINY, faults allowed) applies every one.
+COMMANDS = [("pause", {}, False), ("resume", {}, False), ("checkpoint", {}, False),
+            ("set-lr-multiplier", {"#op-arg-value": "0.5"}, False),
+            ("set-token-budget", {"#op-arg-tokens": "200000000"}, False), ("set-mixture", {}, False),
+            ("inject-fault", {}, False), ("rollback", {}, True), ("stop", {}, True)]
+
+
+def test_an_operator_sends_every_command_from_the_panel(stack, people, new_page):
+    olga = _logged_in(new_page, stack, "olga")
+    olga.goto(f"{stack.url}/operate/?run={stack.run_id}")
+    olga.wait_for_function("() => document.getElementById('op-conn').textContent === 'live'", timeout=60_000)
+    state = f"document.querySelector('#op-runs tr[data-run=\"{stack.run_id}\"] .state')"
+    olga.wait_for_function(f"() => {state} && {state}.textContent === 'training'", timeout=300_000)
+    for command, fill, confirm in COMMANDS:
+        olga.click(f'#op-buttons button[data-cmd="{command}"]')
+        if command == "rollback":  # the checkpoint the `checkpoint` command wrote
+            olga.wait_for_function("() => document.querySelectorAll('#op-arg-step option[value]').length > 0",
+                                   timeout=60_000)
+        for selector, value in fill.items():
+            olga.fill(selector, value)
+        olga.fill("#op-reason", f"front door: {command}")
+        if confirm:
+            olga.check("#op-confirm")
+        olga.click("#op-send")
+        olga.wait_for_selector("#op-form", state="hidden", timeout=60_000)  # the web took it
+        row = command_row(stack.run_id, command)
+        olga.wait_for_function(f"() => {{ const r = {row}; return r && ['applied', 'rejected', 'timeout']"
+                               f".includes(r.dataset.outcome); }}", timeout=120_000)
+        outcome = olga.evaluate(f"() => ({row}).dataset.outcome + ': ' + ({row}).textContent")
+        assert outcome.startswith("applied"), outcome
+    olga.wait_for_function(f"() => {state}.textContent === 'stopped'", timeout=120_000)
+    assert olga.problems == []
+
+
 def test_a_thread_is_written_by_members_and_hidden_by_a_moderator(stack, people, new_page):
     mia = _logged_in(new_page, stack, "mia")
     mia.goto(f"{stack.url}/runs/{stack.run_id}/")
@@ -102,40 +140,6 @@ def test_a_member_publishes_a_report_an_anonymous_reader_opens(stack, people, ne
     assert reader.goto(mia.url).status == 200
     assert reader.inner_text("#report-title") == "Front door report"
     assert mia.problems == []
-
-
-# Each command with what its form needs; the trainer (tests/tiny.py WEB_TINY, faults allowed) applies every one.
-COMMANDS = [("pause", {}, False), ("resume", {}, False), ("checkpoint", {}, False),
-            ("set-lr-multiplier", {"#op-arg-value": "0.5"}, False),
-            ("set-token-budget", {"#op-arg-tokens": "200000000"}, False), ("set-mixture", {}, False),
-            ("inject-fault", {}, False), ("rollback", {}, True), ("stop", {}, True)]
-
-
-def test_an_operator_sends_every_command_from_the_panel(stack, people, new_page):
-    olga = _logged_in(new_page, stack, "olga")
-    olga.goto(f"{stack.url}/operate/?run={stack.run_id}")
-    olga.wait_for_function("() => document.getElementById('op-conn').textContent === 'live'", timeout=60_000)
-    state = f"document.querySelector('#op-runs tr[data-run=\"{stack.run_id}\"] .state')"
-    olga.wait_for_function(f"() => {state} && {state}.textContent === 'training'", timeout=300_000)
-    for command, fill, confirm in COMMANDS:
-        olga.click(f'#op-buttons button[data-cmd="{command}"]')
-        if command == "rollback":  # the checkpoint the `checkpoint` command wrote
-            olga.wait_for_function("() => document.querySelectorAll('#op-arg-step option[value]').length > 0",
-                                   timeout=60_000)
-        for selector, value in fill.items():
-            olga.fill(selector, value)
-        olga.fill("#op-reason", f"front door: {command}")
-        if confirm:
-            olga.check("#op-confirm")
-        olga.click("#op-send")
-        olga.wait_for_selector("#op-form", state="hidden", timeout=60_000)  # the web took it
-        row = command_row(stack.run_id, command)
-        olga.wait_for_function(f"() => {{ const r = {row}; return r && ['applied', 'rejected', 'timeout']"
-                               f".includes(r.dataset.outcome); }}", timeout=120_000)
-        outcome = olga.evaluate(f"() => ({row}).dataset.outcome + ': ' + ({row}).textContent")
-        assert outcome.startswith("applied"), outcome
-    olga.wait_for_function(f"() => {state}.textContent === 'stopped'", timeout=120_000)
-    assert olga.problems == []
 
 
 def test_a_page_of_another_origin_embeds_the_live_chart(stack, people, new_page):
