@@ -25,6 +25,14 @@ window.Obs = window.Obs || {};
     if (a === undefined || a >= 1 || !/^#[0-9a-f]{6}$/i.test(hex || "")) return hex;
     const n = parseInt(hex.slice(1), 16); return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
   };
+  // A y axis at least as wide as its widest tick label plus the tick and gap (uPlot asks again while its labels
+  // change): a fixed 50 px margin cut "0.00125" to ".00125" on a phone
+  const ruler = document.createElement("canvas").getContext("2d");
+  const fitLabels = (min) => (u, values) => {
+    ruler.font = FONT;
+    const widest = Math.max(0, ...(values || []).map((v) => ruler.measureText(String(v ?? "")).width));
+    return Math.max(min, Math.ceil(widest) + 10);
+  };
   // Colours: the page's theme (plotkit.js), else (an embed) the text colour, muted
   const theme = () => {
     if (Obs.theme) return Obs.theme();
@@ -154,8 +162,9 @@ window.Obs = window.Obs || {};
     const scales = {x: {time, ...scale("x")}, y: scale("y"), ...(layout.yaxis3 && {y3: scale("y3")})};
     const xa = layout.xaxis || {}, tk = xa.tickvals ? {splits: () => fig.x.tickvals, values: () => fig.x.ticktext} : {};
     const axes = [{...axis("x", 2, m.b), ...tk, label: xa.title ? xa.title.text : "",
-                   labelSize: 14}, axis("y", 3, m.l)];
-    if (layout.yaxis3) axes.push({...axis("y3", 1, m.r), label: (layout.yaxis3.title || {}).text || "", labelSize: 14,
+                   labelSize: 14}, axis("y", 3, fitLabels(m.l))];
+    if (layout.yaxis3) axes.push({...axis("y3", 1, fitLabels(m.r)), labelSize: 14,
+                                  label: (layout.yaxis3.title || {}).text || "",
                                   ...(layout.yaxis3.tickformat && {
                                     values: (u, v) => v.map((x) => +(x * 100).toPrecision(3) + "%")})});
     const drag = layout.dragmode !== false; // none (touch): no mousedown for uPlot, nor a tap read as a drag's end

@@ -17,6 +17,13 @@ SIZES = [(390, 844), (1400, 900)]
 SCROLL_TO_UNDRAWN = "(() => { const next = [...document.querySelectorAll('#charts .chart, #router-panel')].find(" \
                     "(el) => !el.hidden && !el.querySelector('.main-svg, .uplot')); if (next) next.scrollIntoView(); " \
                     "return true; })()"
+# Every drawn chart's y tick labels (plot.js's fig.ticks.y, as uPlot drew them at 11 px) fit left of its plot area
+# with the tick and gap: a fixed 50 px axis cut "0.00125" to ".00125" on a phone.
+CUT_LABELS = "() => { const c = document.createElement('canvas').getContext('2d'); c.font = '11px system-ui, " \
+             "sans-serif'; return [...document.querySelectorAll('#charts .chart .plot')].filter((n) => n._figure && " \
+             "n._figure.u).map((n) => { const f = n._figure, w = Math.max(0, ...(f.ticks.y || []).map((t) => " \
+             "c.measureText(String(t ?? '')).width)); return {id: n.id, labels: f.ticks.y, width: Math.ceil(w), " \
+             "left: f.u.over.offsetLeft}; }).filter((a) => !a.labels || !a.labels.length || a.width + 8 > a.left); }"
 DRAWN = f"() => {SCROLL_TO_UNDRAWN} && document.querySelectorAll('#charts .chart .plot .uplot').length >= 5 && " \
         "!!document.querySelector('#router-heatmap .main-svg') && document.querySelectorAll('#events li').length > 3"
 
@@ -58,6 +65,7 @@ def test_no_overflow_and_no_serious_axe_violation(runs, web, new_page, width, he
     page.wait_for_function(DRAWN, timeout=30_000)
     layout = page.evaluate(OVERFLOW_JS)
     assert layout["bad"] == [] and layout["scrollWidth"] <= width, layout
+    assert page.evaluate(CUT_LABELS) == []
     assert axe_violations(page) == []
     shot(page, f"dashboard-{width}.png")
     page.click("#theme-toggle")  # dark mode, by choice
