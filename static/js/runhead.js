@@ -1,9 +1,8 @@
 // The run header: lifecycle state, phase and health badges, step, heartbeat age, and progress — tokens trained of
 // the budget, the data stage, steps/s and the ETA from the latest heartbeat (counting down between heartbeats).
 // Its figures are written together once a second (its clock), not at every live frame: a header text's change lays
-// out and repaints the header and layerizes the whole page again, ~0.8 ms of a live update's main thread (most of
-// its style, layout and paint; bench/liveview.py render_steps). The step is written at once when it had not
-// changed for a second (a slow run's step shows when it comes), else at the clock's next tick: at most a second late.
+// out and repaints the header and layerizes the page again (most of a live update's style, layout and paint). The
+// step is written at once after a quiet second (a slow run's shows as it comes), else at the next tick: <= 1 s late.
 "use strict";
 
 (function (Obs) {
