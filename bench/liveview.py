@@ -271,7 +271,8 @@ def main() -> int:
     with tree(args.compare) if args.compare else nullcontext() as other:
         out = measure(args, other)
     if args.compare:  # this tree's window and the other's, on the same run one after the other (its page follows)
-        out = {**compared(out["this"], out["other"], args.compare, "update_main_ms.p50 update_main_ms.p99 dom_mutations_per_update"),
+        out = {**compared(out["this"], out["other"], args.compare,
+                          "update_main_ms.p50 update_main_ms.p99 dom_mutations_per_update"),
                "load_average": round(os.getloadavg()[0], 2)}
     out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
     return report("liveview", out, args.json, not args.no_save)
