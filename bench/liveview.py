@@ -21,6 +21,18 @@ from viewer_client import run_stored
 from observatory.streams import Publisher
 
 MARK_JS = "window.__obsFrames = 0;\n" + ws_hook("window.__obsFrames++; performance.mark('obs-live-frame');")
+# The page's DOM writes by kind and element ("characterData #stat-step", "attributes div.toast@class"), counted from
+# the window's start (reset there): what each live update asks style, layout and paint to look at again.
+MUTATIONS_JS = """window.__obsMut = {};
+new MutationObserver((records) => { for (const r of records) {
+  const el = r.target.nodeType === 1 ? r.target : r.target.parentNode;
+  const cls = el && typeof el.className === "string" && el.className ? "." + el.className.split(" ")[0] : "";
+  const k = r.type + " " + (!el ? "?" : el.id ? "#" + el.id : el.nodeName.toLowerCase() + cls) +
+    (r.attributeName ? "@" + r.attributeName : "");
+  window.__obsMut[k] = (window.__obsMut[k] || 0) + 1;
+} }).observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+"""
+RENDER_STEPS = ("UpdateLayoutTree", "Layout", "PrePaint", "Paint", "Layerize")  # the renderer's steps a DOM write costs
 TRACE_CATEGORIES = ["toplevel", "blink.user_timing", "devtools.timeline", "disabled-by-default-v8.gc"]
 
 
@@ -39,6 +51,17 @@ def per_update(tasks: list[tuple[float, float, float]], marks: list[float], end:
         if (j := update_of(start, bounds)) is not None:
             out[j] += cpu_ms if cpu else dur
     return out
+
+
+def render_steps(pieces: list[tuple[float, str, float]], marks: list[float], end: float) -> dict:
+    """RENDER_STEPS in the window: how many of each an update (mean) and their self ms an update."""
+    bounds, out = marks + [end], {}
+    for t, name, ms in pieces:
+        if name in RENDER_STEPS and update_of(t, bounds) is not None:
+            n, total = out.get(name, (0, 0.0))
+            out[name] = (n + 1, total + ms)
+    upd = max(1, len(marks))
+    return {k: {"per_update": round(n / upd, 2), "ms_per_update": round(ms / upd, 3)} for k, (n, ms) in out.items()}
 
 
 def worst_updates(pieces: list[tuple[float, str, float]], marks: list[float], end: float, upd: list[float],
@@ -149,7 +172,7 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
     """One live window on the dashboard at `base`: the run's steps from step0 on, published at --rate."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     errors: list[str] = []
-    page.add_init_script(LONG_TASKS_JS + MARK_JS)
+    page.add_init_script(LONG_TASKS_JS + MARK_JS + MUTATIONS_JS)
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{base}/runs/{run_id}/")
@@ -164,6 +187,7 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
     if a.page_js:  # (to find what a part of the page costs: hide it, or stub it out)
         page.evaluate(a.page_js)
     open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
+    page.evaluate("() => { window.__obsMut = {}; }")
     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
     t_page = page.evaluate("() => performance.now()")
     frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
@@ -184,16 +208,17 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
     settle_long = [d for t, d in every_long if t < t_page]
     frames = page.evaluate("() => window.__obsFrames") - frames0
     redraws = page.evaluate("() => window.Obs && Obs.redrawCounts")
+    mutations = page.evaluate("() => window.__obsMut")
     trace = browser.stop_tracing()
     pieces: list = []
     tasks, marks, selfs = trace_tasks(trace, "obs-", pieces)
     page.close()
     return {"wall": wall, "main": main, "long_tasks": long_tasks, "settle_long": settle_long, "frames": frames,
-            "redraws": redraws, "trace": trace, "tasks": tasks, "marks": marks,
+            "redraws": redraws, "mutations": mutations, "trace": trace, "tasks": tasks, "marks": marks,
             "selfs": selfs, "pieces": pieces, "errors": errors, "open_charts": open_charts, "n": n}
 
 
-def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: list, frames: int, redraws,
+def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: list, frames: int, redraws, mutations,
               trace: bytes, tasks: list, marks: list, selfs: dict, pieces: list, errors: list, open_charts: int,
               n: int) -> dict:
     """A live window (live_window's, as keywords): main-thread time per update (p50, p99), long tasks, redraws."""
@@ -221,6 +246,9 @@ def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: lis
             "trace_self_ms": {k: round(v, 1) for k, v in selfs.items()},
             "worst_updates": worst_updates(pieces, stamps, end, upd) if upd else [],
             "gc": gc_summary(trace, stamps),
+            "render_steps": render_steps(pieces, stamps, end),
+            "dom_mutations_per_update": round(sum(mutations.values()) / max(1, len(upd)), 2),
+            "dom_mutations": dict(sorted(mutations.items(), key=lambda kv: -kv[1])[:12]),
             "redraws_since_load": redraws, "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
 
 
@@ -243,7 +271,8 @@ def main() -> int:
     with tree(args.compare) if args.compare else nullcontext() as other:
         out = measure(args, other)
     if args.compare:  # this tree's window and the other's, on the same run one after the other (its page follows)
-        out = {**compared(out["this"], out["other"], args.compare, "update_main_ms.p50 update_main_ms.p99"),
+        out = {**compared(out["this"], out["other"], args.compare,
+                          "update_main_ms.p50 update_main_ms.p99 dom_mutations_per_update"),
                "load_average": round(os.getloadavg()[0], 2)}
     out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
     return report("liveview", out, args.json, not args.no_save)

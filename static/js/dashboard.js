@@ -314,7 +314,6 @@
     showControls();
     setTimeout(afterPaint, 3000); // (at the latest: a page whose charts never paint still gets them)
     live.connect(); // series still loading subscribe themselves (Store.onReady) once their history is in
-    setInterval(() => header.tick(), 1000); // display only: heartbeat age, ETA countdown
     scheduleRedraw();
   }
 

@@ -1,16 +1,21 @@
 // The run header: lifecycle state, phase and health badges, step, heartbeat age, and progress — tokens trained of
 // the budget, the data stage, steps/s and the ETA from the latest heartbeat (counting down between heartbeats).
+// Its figures are written together once a second (its clock), not at every live frame: a header text's change lays
+// out and repaints the header and layerizes the page again (most of a live update's style, layout and paint). The
+// step is written at once after a quiet second (a slow run's shows as it comes), else at the next tick: <= 1 s late.
 "use strict";
 
 (function (Obs) {
   const $ = (id) => document.getElementById(id);
   const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+  const FIGURES_MS = 1000; // the clock: the figures' writes at most this often
 
   class RunHeader {
     // stage(): the data stage's label ("pretrain (1 of 2)") or null, from the data panel.
     constructor(stage) {
       this.stage = stage;
       this.run = null; this.progress = {}; this.progressAt = null; this.heartbeatAt = null;
+      this.step = null; this.stepAt = -Infinity; this.clock = null;
     }
 
     // A run summary (API detail, hello/update frames) or a detail's heartbeat.
@@ -24,12 +29,22 @@
       Obs.put($("badge-phase"), run.phase || "–");
       Obs.putHidden($("badge-phase"), !run.phase || run.phase === run.state); // (the heartbeat's, when it says more)
       const h = $("badge-health"); Obs.put(h, run.health); Obs.putClass(h, "badge health-" + run.health);
-      if (run.last_step != null) Obs.putFigure($("stat-step"), run.last_step);
-      this.tick();
+      if (run.last_step != null) this.step = run.last_step;
+      if (!this.clock) { // (the first run: every figure at once, then every second)
+        this.clock = setInterval(() => this.tick(), FIGURES_MS);
+        this.tick();
+      } else if (performance.now() - this.stepAt >= FIGURES_MS) this.putStep();
     }
 
-    // Every second: heartbeat age, ETA counting down from the last heartbeat's estimate, the progress bar.
+    putStep() {
+      if (this.step === null || $("stat-step").textContent === String(this.step)) return;
+      Obs.putFigure($("stat-step"), this.step);
+      this.stepAt = performance.now();
+    }
+
+    // Every second: the newest step, heartbeat age, ETA counting down from the last heartbeat's estimate, progress.
     tick() {
+      this.putStep();
       Obs.putFigure($("stat-heartbeat"), this.heartbeatAt
         ? Obs.duration((Date.now() - this.heartbeatAt.getTime()) / 1000) + " ago" : "–");
       const p = this.progress || {};

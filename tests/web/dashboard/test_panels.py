@@ -4,6 +4,7 @@ filters), a compiling run says so on its empty charts and causes no console erro
 without a reload."""
 
 import os
+import time
 
 import pytest
 
@@ -192,3 +193,32 @@ def test_the_live_step_sits_in_a_box_of_its_own_measured_size_that_holds_it_whol
         assert fig["top"] >= 0 and fig["bottom"] >= 0, f"the box stays within its line: {fig}"
     if os.environ.get("OBS_SCREENSHOT_DIR"):  # (to look at: the header, boxed figures on their lines)
         page.locator("section.run-head").screenshot(path=os.path.join(os.environ["OBS_SCREENSHOT_DIR"], "figures.png"))
+
+
+STEP_WRITES = """() => { window.__stepWrites = 0;
+  new MutationObserver((records) => { window.__stepWrites += records.length; })
+    .observe(document.getElementById('stat-step'), {subtree: true, childList: true, characterData: true}); }"""
+
+
+def test_the_header_writes_the_live_step_once_a_second_and_the_newest_one_shows(trainer, servers, new_page, run_id):
+    """RunHeader's clock: live steps coming faster than one a second are written to the header at most once a
+    second, not at every live frame (a header text's change lays out and repaints the header and layerizes the
+    page), and the newest step still shows, within the clock's second."""
+    trainer.send("run", name="clock", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    trainer.metrics(0, **{contract.M_LOSS: 4.0})
+    wait_ingested(run_id, 0)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1000, "height": 700})
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+    page.evaluate(STEP_WRITES)
+    last, t0 = 30, time.monotonic()
+    for step in range(1, last + 1):  # each step its own live frame: the next is sent once the chart has drawn it
+        trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.01 * step})
+        page.wait_for_function(f"() => Array.from(document.getElementById('chart-train-loss').data[0].x).pop() "
+                               f">= {step}", timeout=30_000)
+    page.wait_for_function(f"() => document.getElementById('stat-step').textContent === '{last}'", timeout=5_000)
+    elapsed = time.monotonic() - t0  # (a write at its start, then one a second of the clock's at most)
+    writes = page.evaluate("() => window.__stepWrites")
+    assert writes <= elapsed + 2, f"{writes} writes of the step for {last} live steps in {elapsed:.1f} s"
