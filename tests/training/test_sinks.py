@@ -12,7 +12,7 @@ import pytest
 
 from tests.support import wait_for
 from training.sinks import CompositeSink, JsonlSink, Sink, WandbSink, resolve_wandb_mode
-from webapp.transfer.wandb_file import WandbReadError, read_run
+from webapp.transfer.wandb_file import BLOCK, HEADER, RECORD, WandbReadError, read_run
 
 
 @pytest.fixture
@@ -73,6 +73,23 @@ def test_wandb_mode_is_offline_unless_configured(monkeypatch):
     assert resolve_wandb_mode() == "disabled" and resolve_wandb_mode("offline") == "offline"
 
 
+def cut_inside_a_record(data: bytes, at: int) -> int:
+    """A crash's cut in the middle of the first record at or after byte `at`: a fixed fraction of the file could
+    land on a record's end or in a block's zero padding (where W&B flushed), leaving no visible tear."""
+    pos = HEADER.size
+    while pos < len(data):
+        left = BLOCK - pos % BLOCK
+        crc, n, rtype = RECORD.unpack_from(data, pos) if left >= RECORD.size else (0, 0, 0)
+        if n == 0:  # a block's trailer or its zero-filled rest
+            pos += left
+        elif pos >= at and n >= 2:
+            return pos + RECORD.size + n // 2
+        else:
+            pos += RECORD.size + n
+    raise AssertionError(f"no record after byte {at}")
+
+
+
 def test_wandb_offline_mirror_is_read_back_with_the_same_values(wandb_env):
     sink = WandbSink("observatory", "run-abc", {"model": {"d": 64}, "lr": 3e-3}, dir=wandb_env, name="demo")
     assert sink.mode == "offline"
@@ -103,7 +120,7 @@ def test_wandb_offline_mirror_is_read_back_with_the_same_values(wandb_env):
     data = open(files[0], "rb").read()
     crashed = wandb_env / "crashed"
     crashed.mkdir()
-    (crashed / "run-run-abc.wandb").write_bytes(data[: len(data) * 2 // 3 + 5])
+    (crashed / "run-run-abc.wandb").write_bytes(data[: cut_inside_a_record(data, len(data) * 2 // 3)])
     partial = read_run(str(crashed))
     assert 50 < len(partial["history"]) < 200 and partial["skipped"]
     assert partial["history"] == run["history"][: len(partial["history"])]

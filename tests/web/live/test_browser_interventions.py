@@ -34,6 +34,10 @@ def test_an_applied_command_is_drawn_once_its_live_event_comes(trainer, servers,
     assert page.evaluate("() => window.__held") == [60000], "the interventions' slow poll is held"
     first = len(reads)
     assert first >= 1, "read once at the start"
+    # ... and answered before the command exists: a read still in flight (the modules start after the first paint)
+    # could be answered with the command in it, and the marker then needs no read for the event
+    page.wait_for_function("(n) => performance.getEntriesByType('resource').filter("
+                           "(e) => e.name.includes('/interventions/')).length >= n", arg=first)
 
     # The trainer applies a command (its ack, as the record stands) and then says so in its events.
     # (in a thread of its own: Playwright's event loop runs in this one, where Django refuses database calls)
