@@ -138,9 +138,11 @@ def test_rollback_between_checkpoints_undoes_later_commands_and_lists_checkpoint
     # the state the rollback discarded was checkpointed first, and set aside with the abandoned branch
     pre = list((tmp_path / "ckpt" / run_id).glob(f"abandoned-*/{at2}/meta/metadata"))
     assert pre and json.loads(pre[0].read_text())["why"] == f"before rollback {rb}"
-    undone = [m.data["payload"] for m in stream(redis_client, run_id)
-              if m.kind == "event" and m.data["name"] == "commands_rolled_back"]
-    assert undone and undone[-1]["by"] == rb
+    # (the event goes through the trainer's publisher, which flushes on its own thread: it can land after the ack)
+    undone = until(lambda: [m.data["payload"] for m in stream(redis_client, run_id)
+                            if m.kind == "event" and m.data["name"] == "commands_rolled_back"], 30,
+                   "the commands_rolled_back event")
+    assert undone[-1]["by"] == rb
     assert set(undone[-1]["ids"]) == {lr_id, manual["id"]}  # pause and resume act on the loop: not undone
     assert lr_id not in t.state.applied_ids
     assert json.loads(redis_client.hget(contract.seen_commands_key(run_id), lr_id))["outcome"] == "undone"
