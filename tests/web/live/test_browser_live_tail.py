@@ -53,14 +53,20 @@ SAME_AS_FULL = f"""([a, b]) => {{
 }}"""
 
 
-def test_a_live_point_inside_the_scales_draws_its_segment_alone_and_hover_reads_it(trainer, servers, new_page,
-                                                                                   run_id):
-    live_run(trainer, servers, run_id, "live tail")  # a loss falling from 4.0 to 3.005 over steps 0..199
+def open_live_dashboard(servers, new_page, run_id):
+    """The run's dashboard at 1400 x 900, once it is live and its charts are drawn; the page and its errors."""
     page = new_page(viewport={"width": 1400, "height": 900})
     errors = page_errors(page)
     page.goto(f"{servers.url}/runs/{run_id}/")
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
                            "performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    return page, errors
+
+
+def test_a_live_point_inside_the_scales_draws_its_segment_alone_and_hover_reads_it(trainer, servers, new_page,
+                                                                                   run_id):
+    live_run(trainer, servers, run_id, "live tail")  # a loss falling from 4.0 to 3.005 over steps 0..199
+    page, errors = open_live_dashboard(servers, new_page, run_id)
     point = lambda s, v: trainer.metrics(s, **{contract.M_LOSS: v})  # noqa: E731
 
     point(200, 3.5)  # the first live point: the x axis takes room ahead (a new x range: drawn in full)
@@ -110,11 +116,7 @@ def test_a_change_of_the_marks_is_placed_over_the_canvas_which_is_not_drawn_agai
     a live point are placed as elements (the line over the canvas, the band under it) at their steps, and the canvas
     is only stroked with the new segment, not cleared and drawn again."""
     live_run(trainer, servers, run_id, "live marks alone")
-    page = new_page(viewport={"width": 1400, "height": 900})
-    errors = page_errors(page)
-    page.goto(f"{servers.url}/runs/{run_id}/")
-    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                           "performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    page, errors = open_live_dashboard(servers, new_page, run_id)
     trainer.metrics(200, **{contract.M_LOSS: 3.5})  # the first live point: room ahead on x (drawn in full)
     wait_trace(page, LOSS, "x.includes(200)")
     page.wait_for_function(f"() => document.getElementById('{LOSS}').layout.xaxis.range[1] > 203", timeout=30_000)
@@ -148,11 +150,7 @@ def test_a_live_point_inside_its_columns_drawn_pixels_strokes_nothing(trainer, s
     already has drawn changes nothing, so nothing is stroked for it; the segment from it is drawn with the next
     column's point, its pixels those of a full redraw."""
     live_run(trainer, servers, run_id, "live columns", steps=2000)  # ~3 steps a pixel column
-    page = new_page(viewport={"width": 1400, "height": 900})
-    errors = page_errors(page)
-    page.goto(f"{servers.url}/runs/{run_id}/")
-    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live' && "
-                           "performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    page, errors = open_live_dashboard(servers, new_page, run_id)
     point = lambda s, v: trainer.metrics(s, **{contract.M_LOSS: v})  # noqa: E731
     point(2000, -5.0)  # the first live point: room ahead on x (drawn in full)
     wait_trace(page, LOSS, "x.includes(2000)")
