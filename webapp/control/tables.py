@@ -12,6 +12,7 @@ import math
 from django.template.loader import render_to_string
 
 from observatory import contract
+from webapp.runs.pagedata import duration
 
 OUTCOME_WORDS = {"timeout": "no answer", "unsent": "not sent"}
 RETRIED = ("timeout", "unsent")  # the outcomes a command can be sent again from (same id, within the window)
@@ -43,15 +44,6 @@ def num(x) -> str:
 def sig(x, d: int = 3) -> str:
     """`d` significant digits, trailing zeros dropped; "–" for anything but a number."""
     return js(float(f"{x:.{d}g}")) if _is_num(x) and math.isfinite(x) else "–"
-
-
-def duration(s) -> str:
-    """A span as the run pages write one (static/js/plotkit.js Obs.duration): "3 d 4 h", "2 h 5 min", "7 s"."""
-    if not _is_num(s) or not math.isfinite(s):
-        return "–"
-    s = max(0, round(s))
-    d, h, m = s // 86400, s // 3600 % 24, s // 60 % 60
-    return f"{d} d {h} h" if d else f"{h} h {m} min" if h else f"{m} min {s % 60} s" if m else f"{s} s"
 
 
 def utc(iso: str | None) -> str:
