@@ -161,6 +161,29 @@ def progress(run: Run) -> dict:
             "steps_per_s": None if ended else _num(hb.get("steps_per_s"))}
 
 
+def duration(s) -> str:
+    """A span as every page writes one (static/js/plotkit.js Obs.duration): "3 d 4 h", "2 h 5 min", "7 s"."""
+    if _num(s) is None:
+        return "–"
+    s = max(0, round(s))
+    d, h, m = s // 86400, s // 3600 % 24, s // 60 % 60
+    return f"{d} d {h} h" if d else f"{h} h {m} min" if h else f"{m} min {s % 60} s" if m else f"{s} s"
+
+
+def time_left(run: Run, prog: dict) -> str:
+    """The run list's "time left" (static/js/plotkit.js Obs.timeLeft, the run header's: the same rule): the latest
+    heartbeat's estimate while it trains and its trainer is heard from (a lost or ended trainer's estimate is
+    stale: none); once ended, how it ended ("finished" only when it trained its whole token budget)."""
+    fraction = prog["fraction"]
+    if run.state == "failed":
+        return "failed"
+    if run.state == "stopped":
+        return "finished" if fraction is not None and fraction >= 0.999 else "stopped"
+    if run.health in ("lost", "ended") or run.state != "training" or prog["eta_s"] is None:
+        return "–"
+    return "≈ " + duration(prog["eta_s"])
+
+
 def percent(fraction: float | None) -> str | None:
     """A run's progress as every page writes it (static/js/plotkit.js Obs.percent: the same rule, the same float
     steps): one decimal below 10% ("0.3%"), whole percents from there, rounded down (no "100%" before the end)."""

@@ -9,19 +9,23 @@ from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public
+from webapp.fragments import fragment
 from webapp.runs import api, extensions, forecast, pagedata
 from webapp.runs.models import Run
 
 LIST_LIMIT = 500
-LIST_POLL_S = 5  # the run list refreshes state, step and ETA from /api/runs/ this often
-ROWS_MAX = 100  # /runs/?rows=a,b: at most this many rows per request (runlist.js asks for the runs that appeared)
+LIST_POLL_S = 5  # the run list asks for its rows (/runs/?part=rows) this often
+ROWS_MAX = 100  # /runs/?rows=a,b: at most this many rows per request
 
 
 @public
 @require_GET
 def run_list(request):
-    """The run table; `?rows=a,b` answers only those runs' rows (templates/runs/_run_row.html, the one piece of
-    code that renders a row): static/js/runlist.js inserts runs that appeared with it."""
+    """The run table; `?part=rows` answers the table's rows alone (static/js/runlist.js polls it: a fragment with
+    an ETag, 304 while nothing changed), `?rows=a,b` only those runs' rows (templates/runs/_run_row.html, the one
+    piece of code that renders a row)."""
+    if request.GET.get("part") == "rows":
+        return fragment(request, "runs/_run_rows.html", {"rows": _rows(Run.objects.for_list(), LIST_LIMIT)})
     wanted = request.GET.get("rows")
     if wanted is not None:
         ids = [i for i in wanted.split(",") if i]
@@ -32,7 +36,7 @@ def run_list(request):
         return render(request, "runs/_run_rows.html", {"rows": _rows(runs, ROWS_MAX)})
     return render(request, "runs/run_list.html", {"rows": _rows(Run.objects.for_list(), LIST_LIMIT),
                                                   "extensions": extensions.run_list(),
-                                                  "page": {"poll_s": LIST_POLL_S, "limit": LIST_LIMIT}})
+                                                  "page": {"poll_s": LIST_POLL_S}})
 
 
 def _rows(runs, limit: int) -> list[dict]:
@@ -40,7 +44,8 @@ def _rows(runs, limit: int) -> list[dict]:
     # "Started" is the first start: a restart must not move it
     for r in runs.annotate(first_event_t=Min("events__t"))[:limit]:
         started = min((t for t in (r.started_at, r.first_event_t) if t is not None), default=None)
-        rows.append({"run": r, "started": started, "progress": pagedata.progress(r)})
+        prog = pagedata.progress(r)
+        rows.append({"run": r, "started": started, "progress": prog, "time_left": pagedata.time_left(r, prog)})
     return rows
 
 

@@ -140,7 +140,7 @@ def test_time_left_is_the_estimate_only_while_the_trainer_is_heard_from(live_env
     Run.objects.create(id="crashed", name="crashed", state="failed", health="ended", last_step=10, heartbeat=hb)
     page = new_page(viewport={"width": 1400, "height": 900})
     page.goto(web.url + "/runs/")
-    # the server renders the time left as "–"; runlist.js's first poll writes every row's at once
+    # the server renders every row's time left (runlist.js puts the rows it polls in place)
     page.wait_for_function("() => document.querySelector('tr[data-run=done] .eta').textContent === 'finished'",
                            timeout=20_000)
     eta = {r: page.inner_text(f"tr[data-run={r}] .eta") for r in ("heard", "silent", "halted", "done", "crashed")}

@@ -1,6 +1,7 @@
 """Pages: the run list and a run's dashboard (its data comes from the API and the WebSocket)."""
 
 import datetime as dt
+import gzip
 import json
 import re
 
@@ -43,6 +44,25 @@ def test_the_list_answers_only_the_rows_it_is_asked_for_with_the_pages_own_row(c
     for bad in ("", "a,,b/../c", ",".join(f"r{i}" for i in range(101)), "<script>"):
         resp = client.get("/runs/", {"rows": bad})
         assert resp.status_code == 400 and b"run ids" in resp.content and b"<script>" not in resp.content
+
+
+def test_the_list_polls_its_rows_as_a_fragment_answered_304_while_nothing_changed(client, run):
+    """runlist.js asks for the table's rows (/runs/?part=rows) every poll: the server renders them, time left
+    included, and answers 304 with no body to the ETag of rows that did not change."""
+    run.state, run.health = "training", "alive"
+    run.heartbeat = {"tokens": 250, "token_budget": 1000, "eta_s": 125.0, "steps_per_s": 2.0}
+    run.save()
+    first = client.get("/runs/?part=rows")
+    assert first.status_code == 200 and first["Cache-Control"] == "no-cache" and first["ETag"].startswith('W/"')
+    html = first.content.decode()
+    assert html.count("<tr ") == 1 and '<td class="num eta">≈ 2 min 5 s</td>' in html and "<html" not in html
+    again = client.get("/runs/?part=rows", HTTP_IF_NONE_MATCH=first["ETag"])
+    assert again.status_code == 304 and again.content == b"" and again["ETag"] == first["ETag"]
+    Run.objects.filter(pk=run.pk).update(last_step=77)
+    changed = client.get("/runs/?part=rows", HTTP_IF_NONE_MATCH=first["ETag"])
+    assert changed.status_code == 200 and changed["ETag"] != first["ETag"] and b">77</td>" in changed.content
+    zipped = client.get("/runs/?part=rows", HTTP_ACCEPT_ENCODING="gzip, br")  # (to a browser: gzipped)
+    assert zipped["Content-Encoding"] == "gzip" and gzip.decompress(zipped.content) == changed.content
 
 
 def test_the_api_summary_carries_progress_for_the_live_list(client, run):
