@@ -134,3 +134,33 @@ def test_the_sixth_sets_extractor_rebuilds_its_files_byte_for_byte():
         w.writeheader()
         w.writerows(rows)
         assert buf.getvalue().encode() == (ROOT / f"bench/data/heldout/ladders6/{name}.csv").read_bytes()
+
+
+def test_the_seventh_sets_extractor_rebuilds_its_files_byte_for_byte(tmp_path):
+    """bench/data/heldout/extract_heldout7.py from the source's snapshot (a git mirror; skipped where this machine has
+    none: OBS_MIRRORS names their folder, <owner>+<name>/repo inside) and a Python with pandas (the source pickles
+    DataFrames: this one if it has pandas, else OBS_PANDAS_PYTHON), rendered as write_ladder writes them."""
+    import os
+    import subprocess
+    repo = Path(os.environ.get("OBS_MIRRORS", "/work/.mirror")) / "NX-AI+xlstm_scaling_laws/repo"
+    if not repo.is_dir():
+        pytest.skip("no snapshot of the seventh set's source here")
+    python = sys.executable if importlib.util.find_spec("pandas") else os.environ.get("OBS_PANDAS_PYTHON")
+    if not python:
+        pytest.skip("no Python with pandas (OBS_PANDAS_PYTHON) to read the source's pickles")
+    script = f"""
+import csv, io, sys
+sys.path.insert(0, {str(ROOT / 'bench/data/heldout')!r})
+import extract_heldout7 as ex
+for path, name in ex.FILES.items():
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, ["run", "N", "D", "L", "split"], lineterminator="\\n")
+    w.writeheader()
+    w.writerows(ex.ladder(ex.Path({str(repo)!r}), path, name))
+    open({str(tmp_path)!r} + "/" + name + ".csv", "w", encoding="utf-8", newline="").write(buf.getvalue())
+"""
+    subprocess.run([python, "-c", script], check=True, cwd=ROOT)
+    for name in ("xlstm2025_llama_ctx2048", "xlstm2025_llama_ctx8192", "xlstm2025_llama_ctx16384",
+                 "xlstm2025_mlstm_ctx16384"):
+        assert (tmp_path / f"{name}.csv").read_bytes() == \
+            (ROOT / f"bench/data/heldout/ladders7/{name}.csv").read_bytes()
