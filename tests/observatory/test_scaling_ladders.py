@@ -52,10 +52,11 @@ def test_every_held_out_ladder_loads_with_its_held_out_runs_past_the_fitted_ones
     compute, as bench/data/heldout/README.md says (the second set: the 1e21 runs; Gemstones' ~2B shapes)."""
     d = ladders.load(name)
     h = d["heldout"]
-    few = {"heldout/ladders4": 5, "heldout/ladders5": 20, "heldout/ladders6": 22}
+    few = {"heldout/ladders4": 5, "heldout/ladders5": 20, "heldout/ladders6": 22, "heldout/ladders7": 34}
     assert (~h).sum() >= next((k for g, k in few.items() if name in ladders.HELDOUT_SETS[g]), 70)
-    assert 1 <= h.sum() <= 29
+    assert 1 <= h.sum() <= (36 if name.startswith("xlstm2025_") else 29)
     top = 8.2 if name == "datablations2023_c4" else 7   # its 7M and 14M models at 100M tokens: 8.11, 7.28
+    top = 11 if name == "xlstm2025_mlstm_ctx16384" else top   # three held-out runs diverged (up to 10.85), kept
     assert np.all((d["L"] > 0.5) & (d["L"] < top)) and np.allclose(d["C"], 6 * d["N"] * d["D"], rtol=1e-9)
     assert d["C"][h].max() > d["C"][~h].max()
     if name.startswith("l2l_"):
@@ -74,6 +75,10 @@ def test_every_held_out_ladder_loads_with_its_held_out_runs_past_the_fitted_ones
         assert (~h).sum() == 22 and h.sum() == 6 and d["N"][h].min() >= 2.8e9 > d["N"][~h].max()
     if name == "llama3_2024_isoflop":   # the budgets 3e21 and 1e22 held out, 6e18-1e21 fitted
         assert (~h).sum() == 121 and h.sum() == 12 and d["C"][~h].max() < 1.01e21 < 2.9e21 < d["C"][h].min()
+    if name in ladders.HELDOUT_SETS["heldout/ladders7"]:  # each file's largest isoFLOP budget held out, 2.2-3.3x
+        rows = {"xlstm2025_llama_ctx2048": (49, 36), "xlstm2025_llama_ctx8192": (82, 27),
+                "xlstm2025_llama_ctx16384": (34, 36), "xlstm2025_mlstm_ctx16384": (52, 32)}
+        assert ((~h).sum(), h.sum()) == rows[name] and 2.2 * d["C"][~h].max() < d["C"][h].min()
 
 
 def test_a_bad_ladder_file_is_refused_naming_the_column(tmp_path, monkeypatch):
