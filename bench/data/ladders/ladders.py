@@ -21,7 +21,7 @@ LADDERS = {"chinchilla_hoffmann2022": ("scaling/chinchilla_svg_extracted_data.cs
 # once in 8827984: spent), `heldout/ladders3` (f5fc276, before any fit and the size-fold rule; scored once: spent),
 # `heldout/ladders4` (82a5e37, before any fit; scored once in 09d1dea: spent), `heldout/ladders5` (2afd90d, before
 # any fit; scored once in 7e00054: spent), `heldout/ladders6` (c266349, before any fit; scored once in 607c863:
-# spent), `heldout/ladders7` (7927a8e, before any fit; to be scored once, the rule registered before it).
+# spent), `heldout/ladders7` (7927a8e, before any fit; scored once in 606c3cb: spent).
 HELDOUT_SETS = {
     "heldout/ladders": ("misfitting_li2025", "marin2026_comma", "marin2026_dclm", "marin2026_nemotron"),
     "heldout/ladders2": ("l2l_fineweb", "l2l_fineweb_edu", "l2l_proof_pile_2", "l2l_slimpajama", "l2l_smollm",
