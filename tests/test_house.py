@@ -84,7 +84,8 @@ def test_bench_has_no_import_cycle_and_only_the_harness_imports_deploy():
 # byte from their public sources) came after, for issue 48, and are data provenance, not measurements. They are held
 # by their own ratchet at what they hold (BENCH_DATA_LINES_NOW, lowered as they shrink).
 BENCH_MAX_LINES = 5000
-BENCH_DATA_LINES_NOW = 1186   # 1091, then the sixth set: its extractor (93) and its ladders.py entry (2)
+BENCH_DATA_LINES_NOW = 1280   # 1091, then the sixth set: its extractor (93) and its ladders.py entry (2); the
+# seventh set: its extractor (92) and its ladders.py entry (2)
 
 
 def bench_lines(data: bool = False) -> dict[str, int]:
