@@ -133,7 +133,7 @@ def test_a_zoom_rewrites_nothing_it_leaves_unchanged_in_the_charts_legends(noisy
     assert errors == []
 
 
-# Animation frames run so far, and the count when the page had parsed the zoom's windows (its /windows/ read with
+# Animation frames run so far, and the count when the page had read the zoom's windows (its /windows/ read with
 # bounds) and when it marked "obs-zoom-done".
 FRAMES_JS = """(() => {
   window.__frames = 0; window.__at = {};
@@ -142,8 +142,10 @@ FRAMES_JS = """(() => {
   const get = window.fetch.bind(window);
   window.fetch = (url, ...rest) => get(url, ...rest).then((r) => {
     if (!String(url).includes('/windows/?start=')) return r;
-    const json = r.json.bind(r);
-    r.json = () => json().then((body) => { window.__at.parsed = window.__frames; return body; });
+    for (const read of ['json', 'arrayBuffer']) { // (the zoom reads its windows packed: format=f64)
+      const body = r[read].bind(r);
+      r[read] = () => body().then((got) => { window.__at.parsed = window.__frames; return got; });
+    }
     return r;
   });
   const mark = performance.mark.bind(performance);
