@@ -112,7 +112,8 @@ def test_what_starting_up_made_is_out_of_the_cycle_collectors_sight():
     import sys
 
     code = "import gc, webapp.asgi; print(gc.get_freeze_count(), len(gc.get_objects()))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "OBS_DEBUG": "1"},
-                         timeout=120, check=True).stdout.split()
+    env = {**os.environ, "OBS_DEBUG": "1"}  # (settings outside test mode: no secret key needed)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         check=True).stdout.split()
     frozen, in_sight = int(out[0]), int(out[1])
     assert frozen > 10_000 and in_sight < frozen / 4, (frozen, in_sight)
