@@ -19,6 +19,16 @@ from tests.support import PrivateRedis
 TEST_CONTROL_KEY = "test-control-key-0123456789abcdef"
 os.environ.setdefault("OBS_CONTROL_KEY", TEST_CONTROL_KEY)
 
+# XLA's CPU backend at optimisation level 0 for this process, its xdist workers and every process a test starts
+# (trainers through the CLI, ladders, benches, `make run`): set here, in the controller, before the workers start, so
+# all inherit it. A cold compile of the tiny config's programs took 11.0 CPU-s instead of 19.9 in a trainer started
+# through the CLI (a warm one 4.9 instead of 5.7); the programs compute the same things and nothing in the suite
+# measures their speed. XLA_FLAGS is part of the persistent compilation cache's key, so one value everywhere also
+# lets an in-process test and a trainer subprocess share var/jax-cache's entries. A level already in XLA_FLAGS wins
+# (the multi-device tests set the whole variable for their children, the level included).
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
 # Tests FLUSHDB their own database only (a developer's runs live in db 0; the benches use 14 and 5). Each test
 # session, and each xdist worker, locks a different database (two checkouts, CI beside a developer, `-n` workers).
 TEST_REDIS_DBS = (15, 13, 12, 11, 10, 9, 8, 7, 6, 4, 3, 2, 1)
