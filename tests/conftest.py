@@ -21,12 +21,13 @@ os.environ.setdefault("OBS_CONTROL_KEY", TEST_CONTROL_KEY)
 
 # XLA's CPU backend at optimisation level 0 for this process, its xdist workers and every process a test starts
 # (trainers through the CLI, ladders, benches, `make run`): set here, in the controller, before the workers start, so
-# all inherit it. A trainer started through the CLI on the tiny config with an empty compilation cache took 13.1 CPU-s
-# instead of 17.0 to its third step (two interleaved pairs, load1 ~20); a step costs ~10% more CPU. The programs compute
-# the same things, and no test asserts their speed (the bench smokes file theirs in a temporary directory). XLA_FLAGS is
-# part of the persistent compilation cache's key, so one value everywhere also lets an in-process test and a trainer
-# subprocess share var/jax-cache's entries (and keeps the suite's level-0 programs apart from `make run`'s). A level
-# already in XLA_FLAGS wins (the multi-device tests set the whole variable for their children, the level included).
+# all inherit it. A trainer started through the CLI on the tiny config with an empty compilation cache took 12.3 CPU-s
+# instead of 16.7 to its third step (three interleaved pairs, load1 15-22); with the cache warm, 5.7 instead of 5.3 (one
+# pair: a step costs a little more). The programs compute the same things, and no test asserts their speed (the bench
+# smokes file theirs in a temporary directory). XLA_FLAGS is part of the persistent compilation cache's key, so one
+# value everywhere keeps in-process tests and trainer subprocesses on the same var/jax-cache entries, and the suite's
+# level-0 programs apart from `make run`'s. A level already in XLA_FLAGS wins (the multi-device tests set the whole
+# variable for their children, the level included).
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
