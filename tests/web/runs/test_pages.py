@@ -64,6 +64,18 @@ def test_the_dashboard_page_loads_vendored_plotly_and_no_cdn(client, run):
     assert 'href="#main"' in html and 'id="theme-toggle"' in html  # skip link, dark-mode toggle
 
 
+def test_the_dashboards_answer_preloads_the_scripts_its_first_paint_runs(client, run):
+    """The answer's Link header names the scripts the page's head runs before its first paint, in their order, so
+    that the browser asks for them as the answer comes, before it has set up the page to parse it."""
+    resp = client.get("/runs/r1/")
+    html = resp.content.decode()
+    scripts = re.findall(r'<script defer fetchpriority="high" blocking="render" src="([^"]+)"></script>', html)
+    assert scripts == ["/static/js/dashboard-bundle.js", "/static/js/dashboard.js"]
+    preloads = [re.fullmatch(r"<([^>]+)>; rel=preload; as=script; fetchpriority=high", link.strip())[1]
+                for link in resp["Link"].split(",")]
+    assert preloads == scripts
+
+
 def test_the_dashboard_names_charts_from_the_contract_registry(client, run):
     page = page_data(client.get("/runs/r1/").content.decode())
     assert page["loss_metrics"] == {"train": contract.M_LOSS, "eval": contract.M_EVAL_LOSS}  # forecast.js's charts
