@@ -82,7 +82,8 @@ def dashboard(request, run_id: str):
         "run": run,
         "started": pagedata.first_started(run),
         "progress": pagedata.progress(run), "glossary": contract.GLOSSARY,
-        "page": page, "preview_meta": pagedata.preview_meta(request, run), "facts": pagedata.facts(page["detail"]),
+        "page": page, "page_script": pagedata.script(page),
+        "preview_meta": pagedata.preview_meta(request, run), "facts": pagedata.facts(page["detail"]),
         "extensions": extensions.dashboard(), "first_scripts": FIRST_SCRIPTS,
     })
     timing.append(("template", time.perf_counter() - t))

@@ -128,3 +128,16 @@ def test_with_the_cache_unreachable_the_page_computes_its_windows(client, run, s
     windows = page_windows(client)
     assert windows and all(win == one(client, name, f"points={firstpaint.INITIAL_POINTS}")
                            for name, win in windows.items())
+
+
+def test_a_cached_window_is_the_text_the_page_carries_as_it_is(client, run):
+    """The cache holds each window as the JSON text the page carries (compact, as the API answers it), spliced into
+    the page data with no decoding and encoding again a view: the page's text of a window is the cached text."""
+    from django.core.cache import cache
+
+    html = client.get("/runs/w1/").content.decode()
+    series = Series.objects.get(run=run, name=contract.M_LOSS)
+    text = cache.get(firstpaint.cache_key(series))
+    assert isinstance(text, str) and json.loads(text) == one(client, contract.M_LOSS,
+                                                             f"points={firstpaint.INITIAL_POINTS}")
+    assert f'"{contract.M_LOSS}":{text}' in html

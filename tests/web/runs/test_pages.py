@@ -170,3 +170,17 @@ def test_a_restart_keeps_the_first_start_and_reads_as_resumed(client, run):
 
 def test_the_dashboard_of_an_unknown_run_is_404(client, db):
     assert client.get("/runs/nope/").status_code == 404
+
+
+def test_the_page_data_escapes_markup_in_spliced_json_and_the_rest(client):
+    """pagedata.script: Django's json_script, with values that are JSON text already (RawJSON) spliced in: markup in
+    either comes out escaped, and the whole parses back to the values."""
+    from webapp.runs import pagedata
+
+    page = {"name": "</script><script>alert(1)</script> & co", "raw": pagedata.RawJSON('{"t": "</script>&"}')}
+    html = str(pagedata.script(page, "pd"))
+    body = re.fullmatch(r'<script id="pd" type="application/json">(.*)</script>', html, re.S)[1]
+    assert "<" not in body and ">" not in body and "&" not in body
+    assert json.loads(body) == {"name": page["name"], "raw": {"t": "</script>&"}}
+    assert json.loads(re.fullmatch(r"<script[^>]*>(.*)</script>", str(pagedata.script({"raw": page["raw"]})))[1]) \
+        == {"raw": {"t": "</script>&"}}
