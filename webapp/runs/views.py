@@ -14,9 +14,6 @@ from webapp.runs import api, extensions, forecast, pagedata
 from webapp.runs.models import Run
 
 LIST_LIMIT = 500
-# The dashboard's scripts before its first paint, in order (templates/runs/dashboard.html): the bundle of all but
-# dashboard.js (webapp/runs/bundle.py), then dashboard.js
-FIRST_SCRIPTS = ("js/dashboard-bundle.js", "js/dashboard.js")
 LIST_POLL_S = 5  # the run list refreshes state, step and ETA from /api/runs/ this often
 ROWS_MAX = 100  # /runs/?rows=a,b: at most this many rows per request (runlist.js asks for the runs that appeared)
 
@@ -46,6 +43,11 @@ def _rows(runs, limit: int) -> list[dict]:
         started = min((t for t in (r.started_at, r.first_event_t) if t is not None), default=None)
         rows.append({"run": r, "started": started, "progress": pagedata.progress(r)})
     return rows
+
+
+# The dashboard's scripts before its first paint, in order (templates/runs/dashboard.html): the bundle of all but
+# dashboard.js (webapp/runs/bundle.py), then dashboard.js
+FIRST_SCRIPTS = ("js/dashboard-bundle.js", "js/dashboard.js")
 
 
 @public
