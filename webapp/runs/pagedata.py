@@ -5,9 +5,31 @@ from __future__ import annotations
 import json
 import math
 
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
 from observatory import contract
 from webapp.runs import extensions
 from webapp.runs.models import ENDED_STATES, IMPORTED_SOURCES, Run, RunEvent
+
+
+
+class RawJSON(str):
+    """A page-data value that is JSON text already (firstpaint.py: windows cached as the text the page carries),
+    put into the page data as it is: not decoded and encoded again a page view."""
+
+
+def script(page: dict, element_id: str = "page-data") -> SafeString:
+    """Django's json_script of `page`, its RawJSON values spliced in as they are (after the others)."""
+    raw = {k: v for k, v in page.items() if isinstance(v, RawJSON)}
+    text = json.dumps({k: v for k, v in page.items() if k not in raw}, cls=DjangoJSONEncoder)
+    if raw:
+        text = text[:-1] + (", " if len(text) > 2 else "") + ", ".join(
+            f"{json.dumps(k)}: {v}" for k, v in raw.items()) + "}"
+    text = text.replace("&", "\\u0026").replace("<", "\\u003C").replace(">", "\\u003E")  # (json_script's escapes)
+    return format_html('<script id="{}" type="application/json">{}</script>', element_id, mark_safe(text))
+
 
 # The dashboard's default line charts (a chart's id is its first metric; the page's URL names charts by id).
 # `metrics` are always drawn; `optional` ones join as extra traces once the run has them; `extra_prefix`: every

@@ -162,3 +162,16 @@ def test_the_packed_batch_is_the_json_batch_bit_for_bit(client, run, query):
     assert got == want  # every float equal: the same 64 bits (== on floats; NaN never appears, it is null in both)
     assert got["windows"]["grad/norm/total"]["nonfinite"] and got["windows"]["no/such"] is None
     assert client.get(f"/api/runs/w1/windows/?{names}&format=xml").json()["parameter"] == "format"
+
+
+def test_a_cached_window_is_the_text_the_page_carries_as_it_is(client, run):
+    """The cache holds each window as the JSON text the page carries (compact, as the API answers it), spliced into
+    the page data with no decoding and encoding again a view: the page's text of a window is the cached text."""
+    from django.core.cache import cache
+
+    html = client.get("/runs/w1/").content.decode()
+    series = Series.objects.get(run=run, name=contract.M_LOSS)
+    text = cache.get(firstpaint.cache_key(series))
+    assert isinstance(text, str) and json.loads(text) == one(client, contract.M_LOSS,
+                                                             f"points={firstpaint.INITIAL_POINTS}")
+    assert f'"{contract.M_LOSS}":{text}' in html

@@ -84,6 +84,18 @@ def test_the_dashboard_page_loads_vendored_plotly_and_no_cdn(client, run):
     assert 'href="#main"' in html and 'id="theme-toggle"' in html  # skip link, dark-mode toggle
 
 
+def test_the_dashboards_answer_preloads_the_scripts_its_first_paint_runs(client, run):
+    """The answer's Link header names the scripts the page's head runs before its first paint, in their order, so
+    that the browser asks for them as the answer comes, before it has set up the page to parse it."""
+    resp = client.get("/runs/r1/")
+    html = resp.content.decode()
+    scripts = re.findall(r'<script defer fetchpriority="high" blocking="render" src="([^"]+)"></script>', html)
+    assert scripts == ["/static/js/dashboard-bundle.js", "/static/js/dashboard.js"]
+    preloads = [re.fullmatch(r"<([^>]+)>; rel=preload; as=script; fetchpriority=high", link.strip())[1]
+                for link in resp["Link"].split(",")]
+    assert preloads == scripts
+
+
 def test_the_dashboard_names_charts_from_the_contract_registry(client, run):
     page = page_data(client.get("/runs/r1/").content.decode())
     assert page["loss_metrics"] == {"train": contract.M_LOSS, "eval": contract.M_EVAL_LOSS}  # forecast.js's charts
@@ -178,3 +190,17 @@ def test_a_restart_keeps_the_first_start_and_reads_as_resumed(client, run):
 
 def test_the_dashboard_of_an_unknown_run_is_404(client, db):
     assert client.get("/runs/nope/").status_code == 404
+
+
+def test_the_page_data_escapes_markup_in_spliced_json_and_the_rest(client):
+    """pagedata.script: Django's json_script, with values that are JSON text already (RawJSON) spliced in: markup in
+    either comes out escaped, and the whole parses back to the values."""
+    from webapp.runs import pagedata
+
+    page = {"name": "</script><script>alert(1)</script> & co", "raw": pagedata.RawJSON('{"t": "</script>&"}')}
+    html = str(pagedata.script(page, "pd"))
+    body = re.fullmatch(r'<script id="pd" type="application/json">(.*)</script>', html, re.S)[1]
+    assert "<" not in body and ">" not in body and "&" not in body
+    assert json.loads(body) == {"name": page["name"], "raw": {"t": "</script>&"}}
+    assert json.loads(re.fullmatch(r"<script[^>]*>(.*)</script>", str(pagedata.script({"raw": page["raw"]})))[1]) \
+        == {"raw": {"t": "</script>&"}}
