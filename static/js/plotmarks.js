@@ -28,12 +28,17 @@ window.Obs = window.Obs || {};
       const k = s.type === "rect" ? 0 : 1, layer = fig.shapeLayers[k]; // (0: a band, under; 1: a line, over)
       const el = layer.childNodes[used[k]++] || layer.appendChild(make("i")), x0 = u.valToPos(+s.x0, "x");
       const ln = s.line || {}, w = ln.width || 1.5, x1 = u.valToPos(+s.x1, "x");
-      const look = k // (a line where the canvas drew it: centred on a whole pixel's middle)
-        ? `left:${(Math.round(x0 * dpr) + 0.5) / dpr - w / 2}px;` +
-          `border-left:${w}px ${LINE_STYLE[ln.dash] || "solid"} ${ln.color || "#ef6c00"}`
-        : `left:${Math.min(x0, x1)}px;width:${Math.max(1 / dpr, Math.abs(x1 - x0))}px;` +
-          `background:${s.fillcolor || "rgba(255,160,0,0.18)"}`;
-      if (el.obsLook !== look) { el.obsLook = look; el.style.cssText = look; }
+      // (a line where the canvas drew it: centred on a whole pixel's middle)
+      const left = k ? (Math.round(x0 * dpr) + 0.5) / dpr - w / 2 : Math.min(x0, x1);
+      const width = k ? w : Math.max(1 / dpr, Math.abs(x1 - x0));
+      const paint = k ? ln.color || "#ef6c00" : s.fillcolor || "rgba(255,160,0,0.18)", dash = k && ln.dash;
+      // compared as they are, the style text made only for a change: the marks are placed again at almost every
+      // step of a detector storm, and a text made for each of them was most of what a live update allocated
+      const was = el.obsLook;
+      if (was && was.left === left && was.width === width && was.paint === paint && was.dash === dash) continue;
+      el.obsLook = {left, width, paint, dash};
+      el.style.cssText = k ? `left:${left}px;border-left:${w}px ${LINE_STYLE[dash] || "solid"} ${paint}`
+        : `left:${left}px;width:${width}px;background:${paint}`;
     }
     fig.shapeLayers.forEach((layer, i) => { while (layer.childNodes.length > used[i]) layer.lastChild.remove(); });
   }
@@ -91,7 +96,8 @@ window.Obs = window.Obs || {};
       if (!el) {
         el = layer.appendChild(make("span", {className: "mark-label"}));
         el.addEventListener("mouseenter", () => {
-          if (el.obsLabel.hovertext) showTip(fig, el, el.obsLabel.hovertext);
+          const text = el.obsLabel.hovertext; // (made as it is read: chartmarks.js)
+          if (text) showTip(fig, el, text);
         });
         el.addEventListener("mouseleave", () => hideTip(fig));
         el.addEventListener("click", () => {
@@ -99,20 +105,20 @@ window.Obs = window.Obs || {};
         });
       }
       el.obsLabel = a;
-      if (el.textContent !== a.text) el.textContent = a.text;
+      if (el.obsText !== a.text) { el.obsText = a.text; el.textContent = a.text; } // (a read of it: a new string)
       const x = u.valToPos(+a.x, "x"), hide = !(x >= -1 && x <= w + 1);
       // whole pixels: a live x axis moves a label by a fraction of one an update, so it is rarely rewritten
-      const left = Math.round(plotLeft + x) + "px";
-      if (el.style.left !== left) el.style.left = left;
-      const look = [plotTop, (a.font && a.font.color) || "", a.xanchor, !!(a.captureevents || a.hovertext), hide]
-        .join("|");
-      if (el.obsLook === look) return; // (unchanged: no style written, no layout invalidated)
-      el.obsLook = look;
+      const left = Math.round(plotLeft + x);
+      if (el.obsLeft !== left) { el.obsLeft = left; el.style.left = left + "px"; }
+      const color = (a.font && a.font.color) || "", live = !!(a.captureevents || a.hovertext), was = el.obsLook;
+      if (was && was.top === plotTop && was.color === color && was.anchor === a.xanchor && was.live === live &&
+          was.hide === hide) return; // (unchanged: no style written, no layout invalidated, nothing made)
+      el.obsLook = {top: plotTop, color, anchor: a.xanchor, live, hide};
       el.hidden = hide;
       el.style.top = (plotTop - 16) + "px";
-      el.style.color = (a.font && a.font.color) || "";
+      el.style.color = color;
       el.classList.toggle("center", a.xanchor === "center");
-      el.classList.toggle("live", !!(a.captureevents || a.hovertext));
+      el.classList.toggle("live", live);
     });
   }
 
