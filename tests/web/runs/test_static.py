@@ -61,9 +61,12 @@ def test_the_operator_panel_draws_with_the_line_renderer_not_plotly():
 
 def loaded_by_pages() -> set[str]:
     """Every static name a page loads: {% static %} literals of the templates, the scripts apps register on the
-    dashboard (runs.extensions.add_script), static() in the project's Python (the /favicon.ico redirect), and
-    url(...) inside a collected stylesheet."""
-    names = set()
+    dashboard (runs.extensions.add_script), the dashboard's first-paint scripts (runs.views.FIRST_SCRIPTS: its
+    template and its answer's Link header list them), static() in the project's Python (the /favicon.ico redirect),
+    and url(...) inside a collected stylesheet."""
+    from webapp.runs.views import FIRST_SCRIPTS
+
+    names = set(FIRST_SCRIPTS)
     for path in (ROOT / "templates").rglob("*.html"):
         names |= {m[1] for m in re.findall(r"""\{%\s*static\s+(["'])(.+?)\1""", path.read_text())}
     for path in (ROOT / "webapp").rglob("*.py"):
