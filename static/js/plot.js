@@ -27,10 +27,9 @@ window.Obs = window.Obs || {};
   };
   // A y axis at least as wide as its widest tick label plus the tick and gap (uPlot asks again while its labels
   // change): a fixed 50 px margin cut "0.00125" to ".00125" on a phone
-  const ruler = document.createElement("canvas").getContext("2d");
+  const measure = Object.assign(document.createElement("canvas").getContext("2d"), {font: FONT});
   const fitLabels = (min) => (u, values) => {
-    ruler.font = FONT;
-    const widest = Math.max(0, ...(values || []).map((v) => ruler.measureText(String(v ?? "")).width));
+    const widest = Math.max(0, ...(values || []).map((v) => measure.measureText(String(v ?? "")).width));
     return Math.max(min, Math.ceil(widest) + 10);
   };
   // Colours: the page's theme (plotkit.js), else (an embed) the text colour, muted
@@ -100,7 +99,6 @@ window.Obs = window.Obs || {};
   const logOf = (lay, lines, k, a = lay[k[0] + "axis" + k.slice(1)]) => !!(a && a.type === "log") && lines.some(
     (t) => (k === "x" || (t.yaxis === "y3") === (k === "y3")) && [].some.call(k === "x" ? t.x : t.y, (v) => v > 0));
   // Half the width of an x axis's last tick label (CSS px): the room right of the plot that keeps it whole
-  const measure = Object.assign(document.createElement("canvas").getContext("2d"), {font: FONT});
   const halfLast = (labels) => {
     const last = labels && labels.filter(Boolean).pop();
     return last ? Math.ceil(measure.measureText(last).width / 2) + 1 : 0;
