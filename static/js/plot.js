@@ -21,10 +21,6 @@ window.Obs = window.Obs || {};
 
 (function (Obs) {
   const DASH = {dot: [2, 3], dash: [6, 4], solid: null}, FONT = "11px system-ui, sans-serif";
-  const rgba = (hex, a) => {
-    if (a === undefined || a >= 1 || !/^#[0-9a-f]{6}$/i.test(hex || "")) return hex;
-    const n = parseInt(hex.slice(1), 16); return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
-  };
   // A y axis at least as wide as its widest tick label plus the tick and gap (uPlot asks again while its labels
   // change): a fixed 50 px margin cut "0.00125" to ".00125" on a phone
   const measure = Object.assign(document.createElement("canvas").getContext("2d"), {font: FONT});
@@ -135,7 +131,7 @@ window.Obs = window.Obs || {};
     lines.forEach((tr, i) => {
       const ln = tr.line || {}, width = ln.width === undefined ? 1.5 : ln.width;
       series.push({label: tr.name || "", scale: tr.yaxis === "y3" ? "y3" : "y", spanGaps: true,
-                   stroke: width > 0 ? rgba(ln.color || t.fg, tr.opacity) : "transparent", width,
+                   stroke: width > 0 ? ln.color || t.fg : "transparent", width, alpha: tr.opacity ?? 1,
                    dash: DASH[ln.dash] || undefined, points: {show: false}});
       if (tr.fill === "tonexty" && i > 0) bands.push({series: [i + 1, i], fill: tr.fillcolor || "rgba(0,0,0,0.1)"});
     });
