@@ -9,6 +9,7 @@ import statistics
 import sys
 import time
 import urllib.parse
+from collections import defaultdict
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -81,24 +82,6 @@ def worst_updates(pieces: list[tuple[float, str, float]], marks: list[float], en
     return out
 
 
-MAJOR_GC_EVENTS = ("V8.GC_MC", "V8.GC_MARK_COMPACTOR", "V8.GC_HEAP_EMBEDDER", "V8.GC_HEAP_EPILOGUE",
-                   "Major concurrent marking")
-
-
-def without_major_gc(pieces: list[tuple[float, str, float]], marks: list[float], end: float, upd: list[float]
-                     ) -> dict:
-    """A diagnostic: p50/p99 of the updates with under 1 ms of a major GC's main-thread work in them (V8's mark-
-    compact and Blink's part of it: MAJOR_GC_EVENTS), and how many had more: what the page's own work costs,
-    apart from the pauses V8 schedules (bench/liveview.py's `gc`)."""
-    bounds, gc_ms = marks + [end], [0.0] * len(upd)
-    for t, name, ms in pieces:
-        if name.startswith(MAJOR_GC_EVENTS) and (j := update_of(t, bounds)) is not None:
-            gc_ms[j] += ms
-    rest = [u for u, g in zip(upd, gc_ms) if g < 1.0]
-    return {"p50": round(pct(rest, 50), 2), "p99": round(pct(rest, 99), 2), "left_out": len(upd) - len(rest)} \
-        if rest else {}
-
-
 def gc_summary(trace: bytes, marks: list[float]) -> dict:
     """V8's collections in the live window (its GC trace, `V8.GCTraceGCNVP`): how many major ('mc') and minor ones,
     the major ones' pauses, why they started, and how fast the heap grew between collections (KB/s): V8's and Blink's
@@ -119,6 +102,22 @@ def gc_summary(trace: bytes, marks: list[float]) -> dict:
             "major_reasons": sorted({g.get("reason", "") + (" (reduce memory)" if g.get("reduce_memory") else "")
                                      for _, g in major}),
             "heap_growth_kb_per_s": {k: round(v / 1024 / span, 1) for k, v in grown.items()} if span else None}
+
+
+def allocated(head: dict, updates: int) -> dict:
+    """The window's JavaScript allocations (V8's sampling heap profile, collected objects included): KB an update, and
+    the five functions that allocated most (a builtin's, "join < f", with the page's function that called it)."""
+    by: dict[str, float] = defaultdict(float)
+    todo = [(head, "")]
+    while todo:
+        node, caller = todo.pop()
+        f = node["callFrame"]
+        here = f"{f['functionName'] or '(anonymous)'} {f['url'].rsplit('/', 1)[-1]}:{f['lineNumber'] + 1}"
+        by[here if f["url"] or not caller else f"{f['functionName']} < {caller}"] += node["selfSize"]
+        todo += [(c, here if f["url"] else caller) for c in node.get("children", [])]
+    top, kb = sorted(by.items(), key=lambda kv: -kv[1])[:5], 1024 * max(1, updates)
+    return {"kb_per_update": round(sum(by.values()) / kb, 2),
+            "top_kb_per_update": {k: round(v / kb, 2) for k, v in top}}
 
 
 def chart_url(base: str, run_id: str, page, charts: int) -> str:
@@ -188,6 +187,10 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
         page.evaluate(a.page_js)
     open_charts = page.evaluate("() => document.querySelectorAll('#charts figure.chart').length")
     page.evaluate("() => { window.__obsMut = {}; }")
+    # V8's sampled allocations in the window (every object kept or collected: bytes allocated, by function)
+    cdp.s.send("HeapProfiler.enable")
+    cdp.s.send("HeapProfiler.startSampling", {"samplingInterval": 1024, "includeObjectsCollectedByMajorGC": True,
+                                              "includeObjectsCollectedByMinorGC": True})
     browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
     t_page = page.evaluate("() => performance.now()")
     frames0, main0 = page.evaluate("() => window.__obsFrames"), cdp.main_thread_ms()
@@ -199,6 +202,7 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
         if k % max(1, round(2 * a.rate)) == 0:  # a heartbeat every 2 s, as the trainer's (train.py)
             heartbeat(pub, step0 + k - 1, a.rate)
     page.evaluate("() => performance.mark('obs-bench-end')")  # the window's end: the bench's probes follow
+    allocs = cdp.s.send("HeapProfiler.stopSampling")["profile"]["head"]
     page.wait_for_function(f"() => window.__obsFrames > {frames0} && (Array.from(document.getElementById("
                            f"'chart-train-loss').data[0].x).pop() >= {step0 + n - 1})", timeout=30_000)
     wall = time.monotonic() - t0
@@ -215,12 +219,12 @@ def live_window(browser, base: str, run_id: str, pub, names: list[str], step0: i
     page.close()
     return {"wall": wall, "main": main, "long_tasks": long_tasks, "settle_long": settle_long, "frames": frames,
             "redraws": redraws, "mutations": mutations, "trace": trace, "tasks": tasks, "marks": marks,
-            "selfs": selfs, "pieces": pieces, "errors": errors, "open_charts": open_charts, "n": n}
+            "selfs": selfs, "pieces": pieces, "errors": errors, "open_charts": open_charts, "n": n, "allocs": allocs}
 
 
 def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: list, frames: int, redraws, mutations,
               trace: bytes, tasks: list, marks: list, selfs: dict, pieces: list, errors: list, open_charts: int,
-              n: int) -> dict:
+              n: int, allocs: dict) -> dict:
     """A live window (live_window's, as keywords): main-thread time per update (p50, p99), long tasks, redraws."""
     # an update: from one live message to the next, up to the window's end (the bench's own probes of the page
     # follow it, and the task that marked it is the bench's: not counted)
@@ -239,7 +243,6 @@ def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: lis
             "update_main_cpu_ms": {"p50": r(pct(upd_cpu, 50)), "p99": r(pct(upd_cpu, 99)), "max": r(max(upd_cpu))}
             if upd_cpu else None,
             "main_ms_per_step": r(sum(upd) / n) if upd else None,
-            "update_main_ms_without_major_gc": without_major_gc(pieces, stamps, end, upd) if upd else {},
             "long_tasks_per_min": r(len(long_tasks) * 60 / wall), "long_tasks_ms": [round(d) for d in long_tasks],
             "settle_long_tasks_ms": [round(d) for d in settle_long],
             "main_thread_busy": r(main / (wall * 1000)),
@@ -247,6 +250,7 @@ def summarise(a, *, wall: float, main: float, long_tasks: list, settle_long: lis
             "worst_updates": worst_updates(pieces, stamps, end, upd) if upd else [],
             "gc": gc_summary(trace, stamps),
             "render_steps": render_steps(pieces, stamps, end),
+            "allocated": allocated(allocs, len(upd)),
             "dom_mutations_per_update": round(sum(mutations.values()) / max(1, len(upd)), 2),
             "dom_mutations": dict(sorted(mutations.items(), key=lambda kv: -kv[1])[:12]),
             "redraws_since_load": redraws, "console_errors": errors, "load_average": round(os.getloadavg()[0], 2)}
@@ -272,7 +276,7 @@ def main() -> int:
         out = measure(args, other)
     if args.compare:  # this tree's window and the other's, on the same run one after the other (its page follows)
         out = {**compared(out["this"], out["other"], args.compare,
-                          "update_main_ms.p50 update_main_ms.p99 dom_mutations_per_update"),
+                          "update_main_ms.p50 update_main_ms.p99 dom_mutations_per_update allocated.kb_per_update"),
                "load_average": round(os.getloadavg()[0], 2)}
     out.update(gpu=args.gpu, targets={"update_main_p99_ms": 2 if not args.charts else 4, "long_tasks_per_min": 0})
     return report("liveview", out, args.json, not args.no_save)

@@ -15,9 +15,12 @@ try {
 """
 
 # Before the first paint ("obs-first-paint"): JavaScript fetched and run (decoded bytes: <script> elements', every .js)
-# and page times, ms (scripts_run: DOMContentLoaded, its charts built; "server.<part>": from Server-Timing).
+# and page times, ms (scripts_run: DOMContentLoaded, its charts built; "server.<part>": from Server-Timing). A script
+# the answer's Link header preloaded is fetched by the preload (initiator "link"), run by its <script> element.
 JS_BEFORE_PAINT = """() => {
-  const fp = performance.getEntriesByName('obs-first-paint')[0].startTime, run = (r) => r.initiatorType === 'script';
+  const srcs = new Set([...document.scripts].map((s) => s.src).filter(Boolean));
+  const fp = performance.getEntriesByName('obs-first-paint')[0].startTime,
+    run = (r) => r.initiatorType === 'script' || srcs.has(r.name);
   const js = performance.getEntriesByType('resource').filter((r) => new URL(r.name).pathname.endsWith('.js') &&
                                                                r.responseEnd <= fp), ran = js.filter(run);
   const sum = (l) => l.reduce((a, r) => a + (r.decodedBodySize || r.transferSize || 0), 0);

@@ -19,6 +19,18 @@ from tests.support import PrivateRedis
 TEST_CONTROL_KEY = "test-control-key-0123456789abcdef"
 os.environ.setdefault("OBS_CONTROL_KEY", TEST_CONTROL_KEY)
 
+# XLA's CPU backend at optimisation level 0 for this process, its xdist workers and every process a test starts
+# (trainers through the CLI, ladders, benches, `make run`): set here, in the controller, before the workers start, so
+# all inherit it. A trainer started through the CLI on the tiny config with an empty compilation cache took 12.3 CPU-s
+# instead of 16.7 to its third step (three interleaved pairs, load1 15-22); with the cache warm, 5.7 instead of 5.3 (one
+# pair: a step costs a little more). The programs compute the same things, and no test asserts their speed (the bench
+# smokes file theirs in a temporary directory). XLA_FLAGS is part of the persistent compilation cache's key, so one
+# value everywhere keeps in-process tests and trainer subprocesses on the same var/jax-cache entries, and the suite's
+# level-0 programs apart from `make run`'s. A level already in XLA_FLAGS wins (the multi-device tests set the whole
+# variable for their children, the level included).
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
 # Tests FLUSHDB their own database only (a developer's runs live in db 0; the benches use 14 and 5). Each test
 # session, and each xdist worker, locks a different database (two checkouts, CI beside a developer, `-n` workers).
 TEST_REDIS_DBS = (15, 13, 12, 11, 10, 9, 8, 7, 6, 4, 3, 2, 1)

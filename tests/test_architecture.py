@@ -256,7 +256,7 @@ STATIC_OWNERS = {
     "control": ("js/operate.js", "js/operate-chart.js", "js/interventions.js"),
     "live": ("js/live.js",),
     "reports": ("js/minichart.js", "css/embed.css"),
-    "publicapi": ("css/apidocs.css", "js/apidocs.js"),
+    "publicapi": ("css/apidocs.css",),
     "front": ("js/front.js",),
 }
 SITE_STATIC = ("css/observatory.css", "js/theme.js", "favicon.svg", "favicon.ico", "vendor/")

@@ -84,7 +84,8 @@ def test_bench_has_no_import_cycle_and_only_the_harness_imports_deploy():
 # byte from their public sources) came after, for issue 48, and are data provenance, not measurements. They are held
 # by their own ratchet at what they hold (BENCH_DATA_LINES_NOW, lowered as they shrink).
 BENCH_MAX_LINES = 5000
-BENCH_DATA_LINES_NOW = 1186   # 1091, then the sixth set: its extractor (93) and its ladders.py entry (2)
+BENCH_DATA_LINES_NOW = 1280   # 1091, then the sixth set: its extractor (93) and its ladders.py entry (2); the
+# seventh set: its extractor (92) and its ladders.py entry (2)
 
 
 def bench_lines(data: bool = False) -> dict[str, int]:
@@ -179,7 +180,7 @@ def test_the_transitional_exemptions_name_files_that_still_need_them():
 # static/js as a whole: issue 46 wants at most 4,500 lines (a chart layer a newcomer can read). Until it gets there
 # this holds what has landed, set at each merge to what the readable code holds: lines "saved" by squeezing (run-on
 # expressions, one-letter names, "why" comments cut to fit) are not savings, and such commits were reverted.
-JS_TARGET, JS_RATCHET = 4_500, 5_706
+JS_TARGET, JS_RATCHET = 4_500, 5_591  # -31: one road to a y axis's width, lines' alpha uPlot's own (figure46)
 
 
 def js_lines(root=ROOT) -> int:

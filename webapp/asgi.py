@@ -6,6 +6,7 @@ Run: deploy/run_local.py's web command, i.e. uvicorn with uvloop/httptools and n
 (`daphne -b 127.0.0.1 -p 8000 webapp.asgi:application`) works too.
 """
 
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
@@ -31,3 +32,8 @@ application = SocketProxyHeaders(ProtocolTypeRouter({
     # Browsers always send Origin; the validator rejects cross-site pages (and clients without Origin).
     "websocket": AllowedHostsOriginValidator(SessionAuth(URLRouter(websocket_urlpatterns))),
 }))
+
+# What starting up made (modules, settings, URL patterns, the app: ~150k objects) lives as long as the process: kept
+# out of the cycle collector's sight, a full collection walks only what requests have made since (each such pause
+# in a request, ~90 ms with everything in sight, becomes a few ms).
+gc.freeze()

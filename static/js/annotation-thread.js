@@ -1,6 +1,8 @@
 // The annotations panel: a run's notes as a list and one thread at a time (replies, reactions, edits with history,
-// delete, quote/link, moderation); state and helpers on Obs.annotations for annotations.js, loaded after it. Bodies
-// are HTML rendered and sanitised by the server (webapp/annotations/markdown.py); all else goes in as text.
+// delete, quote/link, moderation); state and helpers on Obs.annotations for annotations.js, loaded after it. A thread
+// is rendered by the server as its viewer may see and act on it (/annotations/<id>/thread/, webapp/annotations/
+// views.py) and put in place here, again whenever it may have changed; this wires its buttons. Bodies are HTML
+// rendered and sanitised by the server (webapp/annotations/markdown.py); all else goes in as text.
 "use strict";
 
 (function (Obs) {
@@ -71,57 +73,6 @@
 
   function closeThread() { S.openId = null; S.thread = null; renderThread(); Obs.annotations.changed(); }
 
-  function reactionsBar(target, p, mineKinds) {
-    const bar = el("div", {className: "ann-reactions"});
-    const can = S.viewer.can.react && !p.hidden && !p.deleted; // the server refuses reactions to hidden posts
-    for (const [kind, label] of Object.entries(S.kinds)) {
-      const n = (p.reactions || {})[kind] || 0, on = mineKinds.includes(kind);
-      if (!can && !n) continue;
-      bar.append(el("button", {className: "ann-react" + (on ? " on" : ""), text: `${label}${n ? " " + n : ""}`,
-        attrs: {"aria-pressed": String(on), "data-kind": kind, ...(can ? {} : {disabled: ""})},
-        on: {click: () => react(target, p.id, kind, !on)}}));
-    }
-    return bar;
-  }
-
-  function postView(target, p, mineKinds) {
-    const base = urlOf(target, p.id);
-    const box = el("div", {className: "ann-post" + (p.hidden || p.deleted ? " muted-post" : ""),
-                           attrs: {"data-post": `${target}-${p.id}`}});
-    const meta = el("p", {className: "ann-meta muted",
-                          text: `${p.author ? p.author.name : "someone"} · ${when(p.created_at)}`});
-    if (p.edited_at) {
-      meta.append(" · ", el("button", {className: "link", text: "edited (history)",
-                                       on: {click: () => history(target, p.id, box)}}));
-    }
-    box.append(meta);
-    const marker = (text) => box.append(el("p", {className: "ann-marker", text}));
-    if (p.hidden) marker(`Hidden by a moderator: ${p.hidden_reason || ""}`);
-    if (p.deleted) marker("Deleted by its author.");
-    box.append(bodyOf(p.body_html), reactionsBar(target, p, mineKinds));
-    const acts = el("div", {className: "ann-actions"});
-    const act = (text, fn) => acts.append(el("button", {className: "link", text, on: {click: fn}}));
-    if (mine(p) && !p.deleted && S.viewer.can.edit_own) {
-      act("Edit", () => editPost(target, p, box));
-      act("Delete", () => ask(acts, "Delete this post?", null, "Delete", () => api("DELETE", base)));
-    }
-    if (S.viewer.can.moderate && !p.deleted) {
-      const verb = p.hidden ? "Restore" : "Hide";
-      act(verb, () => ask(acts, `${verb} — reason (moderators and the author see it):`, "reason", verb,
-                          (reason) => api("POST", base + "moderation/",
-                                          {action: p.hidden ? "unhide" : "hide", reason})));
-    }
-    if (target === "annotation" && !p.hidden && !p.deleted) {
-      act("Quote", () => { // a link to this note in the reply being written
-        const t = document.querySelector("#ann-thread textarea[name=reply]");
-        if (t) { t.value += `#a${p.id} `; t.focus(); }
-      });
-      acts.append(el("a", {text: "Link", attrs: {href: `/runs/${encodeURIComponent(S.runId)}/?annotation=${p.id}`}}));
-    }
-    box.append(acts);
-    return box;
-  }
-
   // A small form under a post: `kids`, then `verb` to submit and Cancel; no native dialogs. send() returns the
   // request to make (or nothing: not yet), and the thread is read again once it is answered.
   function postForm(cls, kids, verb, cancel, send) {
@@ -143,35 +94,53 @@
     if (input) input.focus();
   }
 
+  // The open thread as the server renders it (none: the list alone); what is being typed in the reply box is kept.
   function renderThread() {
     const box = $("ann-thread");
     const t = S.thread;
     box.hidden = !t;
     $("ann-title").textContent = t ? "Thread" : "Annotations";
     renderList();
-    if (!t) { box.replaceChildren(); return; }
-    const a = t.annotation;
-    const head = el("header", {},
-      el("button", {className: "link", text: "← all annotations", on: {click: closeThread}}),
-      el("h3", {text: a.title}),
-      el("p", {className: "muted", text: `${steps(a)}${a.metric ? " · " + a.metric : " · every chart"}` +
-               (a.anomaly ? ` · anomaly ${a.anomaly}` : "")}),
-      el("p", {className: "ann-tags-line"}, ...a.tags.map((tag) => el("span", {className: "ann-tag", text: tag}))));
-    const replies = el("ol", {className: "ann-replies"},
-      ...t.replies.map((r) => el("li", {}, postView("reply", r, t.mine.replies[r.id] || []))));
-    const parts = [head, postView("annotation", a, t.mine.annotation),
-                   el("h4", {text: `Replies (${a.reply_count})`}), replies];
-    if (S.viewer.can.create && !a.hidden && !a.deleted) {
-      const ta = el("textarea", {attrs: {name: "reply", rows: "3", maxlength: "5000",
-                                         placeholder: "Reply (Markdown)"}});
-      parts.push(el("form", {className: "ann-reply", on: {submit: (ev) => {
-        ev.preventDefault();
-        if (!ta.value.trim()) return;
-        api("POST", `/api/annotations/${a.id}/replies/`, {body: ta.value})
-          .then((r) => { ta.value = ""; upsertReply(r); renderThread(); Obs.annotations.changed(); }).catch(fail);
-      }}}, ta, el("button", {text: "Reply", attrs: {type: "submit"}})));
+    if (!t) { box.replaceChildren(); delete box.dataset.etag; return Promise.resolve(); }
+    const typed = box.querySelector("textarea[name=reply]")?.value;
+    return Obs.refreshFragment(box, `/annotations/${t.annotation.id}/thread/`).then((changed) => {
+      const ta = box.querySelector("textarea[name=reply]");
+      if (changed && typed && ta) ta.value = typed;
+    }).catch(fail);
+  }
+  const rerender = () => { delete $("ann-thread").dataset.etag; return renderThread(); }; // (a form's Cancel)
+
+  const postOf = (target, id) => (target === "annotation" ? S.thread?.annotation
+    : S.thread?.replies.find((r) => r.id === id));
+
+  // The thread's buttons by their data-act, on the post (data-post: "annotation-5", "reply-9") they are in.
+  function onThreadClick(ev) {
+    const b = ev.target.closest("button"), box = b?.closest("[data-post]");
+    if (b?.dataset.act === "back") { closeThread(); return; }
+    if (!box || b.disabled) return;
+    const [target, id] = box.dataset.post.split("-"), pid = Number(id), base = urlOf(target, pid);
+    const acts = box.querySelector(".ann-actions"), verb = b.dataset.verb;
+    const pressed = b.getAttribute("aria-pressed") === "true";
+    if (b.classList.contains("ann-react")) react(target, pid, b.dataset.kind, !pressed);
+    else if (b.dataset.act === "history") history(target, pid, box);
+    else if (b.dataset.act === "edit" && postOf(target, pid)) editPost(target, postOf(target, pid), box);
+    else if (b.dataset.act === "delete") ask(acts, "Delete this post?", null, "Delete", () => api("DELETE", base));
+    else if (b.dataset.act === "moderate") {
+      ask(acts, `${verb} — reason (moderators and the author see it):`, "reason", verb,
+          (reason) => api("POST", base + "moderation/", {action: verb === "Restore" ? "unhide" : "hide", reason}));
+    } else if (b.dataset.act === "quote") { // a link to this note in the reply being written
+      const t = $("ann-thread").querySelector("textarea[name=reply]");
+      if (t) { t.value += `#a${pid} `; t.focus(); }
     }
-    box.replaceChildren(...parts);
+  }
+
+  function onReply(ev) {
+    if (!ev.target.matches("form.ann-reply")) return;
+    ev.preventDefault();
+    const ta = ev.target.querySelector("textarea[name=reply]"), a = S.thread?.annotation;
+    if (!a || !ta.value.trim()) return;
+    api("POST", `/api/annotations/${a.id}/replies/`, {body: ta.value})
+      .then((r) => { ta.value = ""; upsertReply(r); renderThread(); Obs.annotations.changed(); }).catch(fail);
   }
 
   function editPost(target, p, box) {
@@ -179,7 +148,7 @@
       ? el("input", {attrs: {name: "title", maxlength: "200"}, value: p.title}) : null;
     const body = el("textarea", {attrs: {name: "body", rows: "5", maxlength: title ? "10000" : "5000"}, value: p.body});
     const patch = () => (title ? {title: title.value, body: body.value} : {body: body.value});
-    box.querySelector(".ann-body").replaceWith(postForm("ann-edit", [title, body], "Save", renderThread,
+    box.querySelector(".ann-body").replaceWith(postForm("ann-edit", [title, body], "Save", rerender,
                                                         () => api("PATCH", urlOf(target, p.id), patch())));
   }
 
@@ -196,20 +165,14 @@
 
   async function react(target, id, kind, on) {
     try {
-      const r = await api("POST", urlOf(target, id) + "reactions/", {kind, on});
-      const t = S.thread;
-      if (!t) return;
-      if (target === "annotation") { t.mine.annotation = r.mine; t.annotation.reactions = r.reactions; }
-      else {
-        t.mine.replies[id] = r.mine;
-        const rep = t.replies.find((x) => x.id === id);
-        if (rep) rep.reactions = r.reactions;
-      }
-      renderThread();
+      await api("POST", urlOf(target, id) + "reactions/", {kind, on});
+      await renderThread();
     } catch (e) { fail(e); }
   }
 
-  function refresh() { return S.openId !== null ? openThread(S.openId) : Promise.resolve(); }
+  function refresh() { // (read again and put in place even where the server's answer is the same)
+    delete $("ann-thread").dataset.etag;
+    return S.openId !== null ? openThread(S.openId) : Promise.resolve(); }
 
   // Our own new reply into the open thread, its count from the thread's visible replies.
   function upsertReply(r) {
@@ -226,6 +189,11 @@
     S.byId.set(a.id, a);
     if (S.thread && S.thread.annotation.id === a.id) S.thread.annotation = a;
   }
+
+  Obs.onStart.push(() => {
+    $("ann-thread").addEventListener("click", onThreadClick);
+    $("ann-thread").addEventListener("submit", onReply);
+  });
 
   Obs.annotations = {S, $, el, short, mine, api, fail, showPanel, renderList, openThread, closeThread, renderThread,
                      refresh, merge, changed: () => {}};

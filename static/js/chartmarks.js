@@ -37,10 +37,13 @@
 
     markLabel(x, g) {
       const o = g[0], many = g.length > 1;
-      return {x: x(o.x0), xanchor: o.anchor || "left", font: {color: o.textColor || "var(--mark-text, #8d4a00)"},
-              text: Obs.groupLabel(g),
-              hovertext: many || o.hover ? Obs.groupHover(g) : undefined, captureevents: many || !!o.onClick,
-              overlayId: many ? this.groupId(g) : o.id};
+      const label = {x: x(o.x0), xanchor: o.anchor || "left", font: {color: o.textColor || "var(--mark-text, #8d4a00)"},
+                     text: Obs.groupLabel(g), captureevents: many || !!o.onClick,
+                     overlayId: many ? this.groupId(g) : o.id};
+      // its hover text (every mark of a group in full) made when read: a live chart's marks are made again at
+      // almost every step of a detector storm, and their hover texts were most of what a live update allocated
+      if (many || o.hover) Object.defineProperty(label, "hovertext", {get: () => Obs.groupHover(g), enumerable: true});
+      return label;
     },
 
     // x (axis units) -> pixels from the plot's left edge, for the x range this layout draws (its own, else the

@@ -10,7 +10,7 @@
 //   Obs.setOverlays(source, [{id, x0, x1?, metric?, label?, color?, onClick?}])   marks on every line chart
 //   Obs.toast(text, level)                          a transient notice
 //   Obs.zoomTo(fromStep, toStep) / Obs.zoomTo(null) zoom every chart to steps (null: the whole run)
-//   ctx: {store, schedule, beforeDraw(fn), view, xaxis (toX(steps) / toStep(x)), registry, rewinds, page}
+//   ctx: {store, schedule, beforeDraw(fn), view, xaxis (toX(steps) / toStep(x)), registry, rewinds, page, painted}
 //   ctx.beforeDraw(fn)                              fn once at the next frame, before the views draw in it
 "use strict";
 
@@ -324,6 +324,8 @@
   function afterPaint() {
     if (lazy) return;
     view.save(); // the URL now names the whole view: copy it from the address bar
+    ctx.painted = true; // the charts' download links, which their first frame left (downloads.js)
+    charts.forEach((ch) => Obs.downloadLinks(ch));
     for (const fn of Obs.onStart) safely("module start", fn, ctx, page);
     const ran = Obs.onStart.length;
     lazy = Promise.all([...document.querySelectorAll('meta[name="obs-lazy-script"]')].map((m) => new Promise((ok) => {

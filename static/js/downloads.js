@@ -43,7 +43,7 @@
   // Point the links at what the chart shows now: its series the run has, its visible step range.
   Obs.downloadLinks = (chart) => {
     const det = chart.box.querySelector("details.download");
-    if (!det) return;
+    if (!det || (!chart.ctx.painted && !det.open)) return; // (before the first paint: dashboard.js afterPaint does)
     const range = chart.ctx.view.range, runId = chart.ctx.page.run_id;
     const names = chart.items.filter((it) => it.series && !it.series.waiting).map((it) => it.name);
     // (called on every redraw, live ones too: nothing to redo while the series and the range stay)

@@ -7,7 +7,6 @@
   const page = JSON.parse(document.getElementById("operate-data").textContent);
   const $ = (id) => document.getElementById(id);
   const specs = new Map(page.specs.map((s) => [s.name, s]));
-  const OUTCOME_WORDS = {timeout: "no answer", unsent: "not sent"};
   // the mixture rule as the contract states it (observatory/contract/commands.py MIXTURE_RULE): relative weights
   const weightsArg = (specs.get("set-mixture") || {args: []}).args.find((a) => a.type === "weights") || {lo: 0};
   let snap = page.snapshot;
@@ -22,8 +21,6 @@
   const dur = (s) => (typeof s === "number" ? Obs.duration(s) : "–"); // (plotkit.js)
   const runOf = (id) => (snap.runs || []).find((r) => r.id === id) || null;
   const enc = encodeURIComponent;
-  const argText = (args) => Object.entries(args || {}).map(([k, v]) =>
-    `${k}=${typeof v === "object" ? Object.entries(v).map(([a, b]) => `${a}:${sig(b)}`).join(",") : v}`).join(" ");
   // the chart of the selected run (static/js/operate-chart.js): chart.load() reads its series, chart.draw() draws
   const chart = Obs.operateChart({page, $, num, runOf: (id) => runOf(id), commands: () => snap.commands || []});
 
@@ -59,29 +56,13 @@
     renderDetail();
   }
 
+  // The two tables arrive rendered by the server (webapp/control/tables.py): in the page, then in every snapshot
+  // the socket (or the poll) brings after it.
   function renderRuns() {
-    const body = $("op-runs").querySelector("tbody");
-    body.replaceChildren();
+    if (snap.html) $("op-runs").querySelector("tbody").innerHTML = snap.html.runs;
+    $("op-runs").querySelectorAll("tr[data-run]").forEach((tr) => tr.classList.toggle("selected",
+                                                                                      tr.dataset.run === selected));
     $("op-no-runs").hidden = (snap.runs || []).length > 0;
-    for (const r of snap.runs || []) {
-      const mix = r.mixture || {};
-      const weights = Object.entries(mix.weights || {}).map(([d, w]) => `${d} ${sig(w, 2)}`).join(", ");
-      const ck = (r.checkpoints || []).slice(-3).map((c) => c.step).join(", ");
-      body.append(el("tr", {"data-run": r.id, class: r.id === selected ? "selected" : "", tabIndex: 0,
-                            title: "steer this run",
-                            on: {click: () => select(r.id), keydown: (e) => { if (e.key === "Enter") select(r.id); }}},
-        el("td", {}, el("b", {text: r.name}), " ", el("span", {class: "muted", text: r.id !== r.name ? r.id : ""})),
-        el("td", {}, el("span", {class: `badge state state-${r.state}`, text: r.state}), " ",
-          el("span", {class: `badge health-${r.health}`, text: r.health})),
-        el("td", {class: "num step", text: num(r.step)}),
-        el("td", {class: "num", text: `${num(r.tokens)} / ${num(r.token_budget)}`}),
-        el("td", {class: "num", text: dur(r.eta_s)}),
-        el("td", {class: "num", text: r.mfu == null ? "–" : (100 * r.mfu).toFixed(1) + " %"}),
-        el("td", {class: "num hb", "data-t": r.heartbeat_t || ""}),
-        el("td", {class: "num lrm", text: sig(r.lr_multiplier)}),
-        el("td", {class: "mix", text: mix.stage_name ? `${mix.stage_name}: ${weights}` : weights || "–"}),
-        el("td", {class: "ckpt", text: ck || "–", title: `${(r.checkpoints || []).length} checkpoint(s) on disk`})));
-    }
     tickHeartbeats();
   }
 
@@ -92,32 +73,15 @@
     });
   }
 
-  function renderCommands() {
-    const body = $("op-commands").querySelector("tbody");
-    body.replaceChildren();
-    for (const c of snap.commands || []) {
-      const outcome = c.outcome;
-      const detail = [c.detail, c.undone_detail].filter(Boolean).join(" — ");
-      // past the trainer's window an id may be forgotten (or is refused as stale): that is a new command
-      const late = Date.now() - Date.parse(c.created_at) >= page.retry_window_s * 1000;
-      const retry = (outcome === "timeout" || outcome === "unsent") && !late
-        ? el("button", {type: "button", class: "small", text: "retry", title: "send again with the same id", on: {
-          click: () => post(c.run, {id: c.id, command: c.command, args: c.args, reason: c.reason, confirm: true})}})
-        : null;
-      body.append(el("tr", {id: "cmd-" + c.id, "data-outcome": outcome, "data-run": c.run},
-        el("td", {text: Obs.utc(c.created_at), "data-label": "sent"}),
-        el("td", {text: c.run, "data-label": "run"}),
-        el("td", {"data-label": "command"}, el("code", {text: c.command}), " ",
-          el("span", {class: "muted", text: argText(c.args)})),
-        el("td", {class: "reason", text: c.reason, "data-label": "reason"}),
-        el("td", {text: c.user || "–", "data-label": "by"}),
-        el("td", {"data-label": "outcome"},
-          el("span", {class: `badge outcome outcome-${outcome}`, text: OUTCOME_WORDS[outcome] || outcome})),
-        el("td", {class: "detail", "data-label": "trainer says",
-                  text: (detail || "–") + (c.sent_count > 1 ? ` (sent ${c.sent_count}×)` : "")}),
-        el("td", {}, retry)));
-    }
-  }
+  function renderCommands() { if (snap.html) $("op-commands").querySelector("tbody").innerHTML = snap.html.commands; }
+
+  const pick = (ev) => { const tr = ev.target.closest("#op-runs tr[data-run]"); if (tr) select(tr.dataset.run); };
+  $("op-runs").addEventListener("click", pick);
+  $("op-runs").addEventListener("keydown", (ev) => { if (ev.key === "Enter") pick(ev); });
+  $("op-commands").addEventListener("click", (ev) => { // retry: the same id again
+    const c = (snap.commands || []).find((x) => x.id === ev.target.closest("button[data-retry]")?.dataset.retry);
+    if (c) post(c.run, {id: c.id, command: c.command, args: c.args, reason: c.reason, confirm: true});
+  });
 
   // ------------------------------------------------------------------------------------------ one run
   function select(runId) {

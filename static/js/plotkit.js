@@ -307,4 +307,18 @@ window.Obs = window.Obs || {};
   };
   Obs.registerChart = (chart) => charts.add(chart);
   Obs.unregisterChart = (chart) => charts.delete(chart);
+
+  // A piece of the page rendered by the server (webapp/fragments.py) in place of `node`'s contents. The browser asks
+  // again with the piece's ETag (304 while nothing changed); an unchanged piece leaves the page alone. Resolves to
+  // whether the contents changed; throws on an HTTP error.
+  Obs.refreshFragment = async (node, url) => {
+    const ask = (node.fragmentAsk = (node.fragmentAsk || 0) + 1); // only the latest ask's answer is put in place
+    const r = await fetch(url, {credentials: "same-origin"});
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    const tag = r.headers.get("ETag"), html = await r.text();
+    if (ask !== node.fragmentAsk || (tag && tag === node.dataset.etag)) return false;
+    node.innerHTML = html;
+    if (tag) node.dataset.etag = tag;
+    return true;
+  };
 })(window.Obs);

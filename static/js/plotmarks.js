@@ -18,16 +18,24 @@ window.Obs = window.Obs || {};
   // is: in a detector storm a live chart's marks change at almost every step, and redrawing the chart for them (its
   // bands filled again) was most of a live update's main-thread time. Written only where changed.
   const LINE_STYLE = {dot: "dotted", dash: "dashed"};
-  function placeShapes(u, fig) {
+  // Marks placed again are compared with what placed them (their x and look, the scale drawn: fig.marksAt) as they
+  // are, and an unchanged one costs no arithmetic, text or style write: in a detector storm a live chart's marks are
+  // placed again at almost every step, and making their placement anew was most of what a live update allocated.
+  function placeShapes(u, fig, same) {
     if (fig.shapesU !== u) { // (a new uPlot instance: new layers)
       fig.shapesU = u;
       fig.shapeLayers = [u.under, u.over].map((p) => p.insertBefore(make("div", {className: "shapes"}), p.firstChild));
     }
-    const dpr = u.pxRatio || devicePixelRatio || 1, used = [0, 0];
-    for (const s of fig.layout.shapes || []) {
-      const k = s.type === "rect" ? 0 : 1, layer = fig.shapeLayers[k]; // (0: a band, under; 1: a line, over)
-      const el = layer.childNodes[used[k]++] || layer.appendChild(make("i")), x0 = u.valToPos(+s.x0, "x");
-      const ln = s.line || {}, w = ln.width || 1.5, x1 = u.valToPos(+s.x1, "x");
+    const dpr = u.pxRatio || devicePixelRatio || 1, shapes = fig.layout.shapes || [];
+    let bands = 0, lines = 0;
+    for (let i = 0; i < shapes.length; i++) {
+      const s = shapes[i], k = s.type === "rect" ? 0 : 1, layer = fig.shapeLayers[k]; // (0: a band, under; 1: a line)
+      const el = layer.childNodes[k ? lines++ : bands++] || layer.appendChild(make("i")), ln = s.line || NO_LINE;
+      const was = el.obsShape;
+      if (same && was && was.x0 === s.x0 && was.x1 === s.x1 && was.k === k && was.color === ln.color &&
+          was.w === ln.width && was.dash === ln.dash && was.fill === s.fillcolor) continue;
+      el.obsShape = {x0: s.x0, x1: s.x1, k, color: ln.color, w: ln.width, dash: ln.dash, fill: s.fillcolor};
+      const w = ln.width || 1.5, x0 = u.valToPos(+s.x0, "x"), x1 = u.valToPos(+s.x1, "x");
       const look = k // (a line where the canvas drew it: centred on a whole pixel's middle)
         ? `left:${(Math.round(x0 * dpr) + 0.5) / dpr - w / 2}px;` +
           `border-left:${w}px ${LINE_STYLE[ln.dash] || "solid"} ${ln.color || "#ef6c00"}`
@@ -35,8 +43,11 @@ window.Obs = window.Obs || {};
           `background:${s.fillcolor || "rgba(255,160,0,0.18)"}`;
       if (el.obsLook !== look) { el.obsLook = look; el.style.cssText = look; }
     }
-    fig.shapeLayers.forEach((layer, i) => { while (layer.childNodes.length > used[i]) layer.lastChild.remove(); });
+    trim(fig.shapeLayers[0], bands);
+    trim(fig.shapeLayers[1], lines);
   }
+  const NO_LINE = {};
+  const trim = (layer, n) => { while (layer.childNodes.length > n) layer.lastChild.remove(); };
 
   // The same marks drawn on a canvas (the PNG export's copy of the chart's: bands under its lines, lines over them)
   Obs.drawMarks = (c, u, fig, below) => {
@@ -81,39 +92,47 @@ window.Obs = window.Obs || {};
   };
 
   // Labels above the plot, in HTML (clickable, hoverable, read by screen readers as text)
-  function placeLabels(u, fig) {
-    const layer = fig.labels, dpr = devicePixelRatio || 1, want = (fig.layout.annotations || []).filter((a) => a.text);
-    while (layer.childNodes.length > want.length) layer.lastChild.remove();
+  function placeLabels(u, fig, same) {
+    const layer = fig.labels, dpr = devicePixelRatio || 1, all = fig.layout.annotations || [];
     // (the plot area from uPlot's box, canvas pixels: reading the overlay's offsets would force a layout)
     const plotLeft = u.bbox.left / dpr, plotTop = u.bbox.top / dpr, w = u.bbox.width / dpr;
-    want.forEach((a, i) => {
-      let el = layer.childNodes[i];
+    let n = 0;
+    for (let i = 0; i < all.length; i++) {
+      const a = all[i];
+      if (!a.text) continue;
+      let el = layer.childNodes[n++];
       if (!el) {
         el = layer.appendChild(make("span", {className: "mark-label"}));
         el.addEventListener("mouseenter", () => {
-          if (el.obsLabel.hovertext) showTip(fig, el, el.obsLabel.hovertext);
+          const text = el.obsLabel.hovertext; // (made as it is read: chartmarks.js)
+          if (text) showTip(fig, el, text);
         });
         el.addEventListener("mouseleave", () => hideTip(fig));
         el.addEventListener("click", () => {
           if (el.obsLabel.captureevents && fig.on.label) fig.on.label(el.obsLabel.overlayId);
         });
       }
+      const was = el.obsLabel, color = (a.font && a.font.color) || "";
       el.obsLabel = a;
+      if (same && was && was.x === a.x && was.text === a.text && was.xanchor === a.xanchor &&
+          was.captureevents === a.captureevents && ("hovertext" in was) === ("hovertext" in a) &&
+          el.obsColor === color) continue;
+      el.obsColor = color;
       if (el.textContent !== a.text) el.textContent = a.text;
       const x = u.valToPos(+a.x, "x"), hide = !(x >= -1 && x <= w + 1);
       // whole pixels: a live x axis moves a label by a fraction of one an update, so it is rarely rewritten
       const left = Math.round(plotLeft + x) + "px";
       if (el.style.left !== left) el.style.left = left;
-      const look = [plotTop, (a.font && a.font.color) || "", a.xanchor, !!(a.captureevents || a.hovertext), hide]
-        .join("|");
-      if (el.obsLook === look) return; // (unchanged: no style written, no layout invalidated)
+      const look = [plotTop, color, a.xanchor, !!(a.captureevents || a.hovertext), hide].join("|");
+      if (el.obsLook === look) continue; // (unchanged: no style written, no layout invalidated)
       el.obsLook = look;
       el.hidden = hide;
       el.style.top = (plotTop - 16) + "px";
-      el.style.color = (a.font && a.font.color) || "";
+      el.style.color = color;
       el.classList.toggle("center", a.xanchor === "center");
       el.classList.toggle("live", !!(a.captureevents || a.hovertext));
-    });
+    }
+    trim(layer, n);
   }
 
   function showTip(fig, el, text) {
@@ -124,5 +143,12 @@ window.Obs = window.Obs || {};
   }
   const hideTip = Obs.hideMarkTip = (fig) => { fig.tip.hidden = true; fig.labelTip = false; };
 
-  Obs.placeMarks = (u, fig) => { placeShapes(u, fig); placeLabels(u, fig); };
+  Obs.placeMarks = (u, fig) => {
+    const sx = u.scales.x, b = u.bbox, at = fig.marksAt, dpr = u.pxRatio || devicePixelRatio || 1;
+    const same = !!at && at.u === u && at.min === sx.min && at.max === sx.max && at.left === b.left &&
+      at.top === b.top && at.width === b.width && at.dpr === dpr;
+    if (!same) fig.marksAt = {u, min: sx.min, max: sx.max, left: b.left, top: b.top, width: b.width, dpr};
+    placeShapes(u, fig, same);
+    placeLabels(u, fig, same);
+  };
 })(window.Obs);

@@ -3,19 +3,23 @@
 // Its figures are written together once a second (its clock), not at every live frame: a header text's change lays
 // out and repaints the header and layerizes the page again (most of a live update's style, layout and paint). The
 // step is written at once after a quiet second (a slow run's shows as it comes), else at the next tick: <= 1 s late.
+// A tick's writes wait for the next live update (show()) and go with it, into the frame its charts draw in: a tick
+// of its own rendered a frame of its own (style, layout, paint, the compositor's commit), and the live update it fell
+// in was the window's slowest. With no live update within ALONE_MS they are written alone.
 "use strict";
 
 (function (Obs) {
   const $ = (id) => document.getElementById(id);
   const num = (v) => (typeof v === "number" && Number.isFinite(v) ? v : null);
   const FIGURES_MS = 1000; // the clock: the figures' writes at most this often
+  const ALONE_MS = 400; // a tick's figures wait this long for a live update to go with
 
   class RunHeader {
     // stage(): the data stage's label ("pretrain (1 of 2)") or null, from the data panel.
     constructor(stage) {
       this.stage = stage;
       this.run = null; this.progress = {}; this.progressAt = null; this.heartbeatAt = null;
-      this.step = null; this.stepAt = -Infinity; this.clock = null;
+      this.step = null; this.stepAt = -Infinity; this.clock = null; this.dueAt = null;
     }
 
     // A run summary (API detail, hello/update frames) or a detail's heartbeat.
@@ -31,9 +35,16 @@
       const h = $("badge-health"); Obs.put(h, run.health); Obs.putClass(h, "badge health-" + run.health);
       if (run.last_step != null) this.step = run.last_step;
       if (!this.clock) { // (the first run: every figure at once, then every second)
-        this.clock = setInterval(() => this.tick(), FIGURES_MS);
+        this.clock = setInterval(() => this.due(), FIGURES_MS);
         this.tick();
-      } else if (performance.now() - this.stepAt >= FIGURES_MS) this.putStep();
+      } else if (this.dueAt !== null) this.tick(); // (the clock's figures, with this update's)
+      else if (performance.now() - this.stepAt >= FIGURES_MS) this.putStep();
+    }
+
+    // The clock: the figures are due, written with the next live update (show) or alone after ALONE_MS.
+    due() {
+      const at = this.dueAt = performance.now();
+      setTimeout(() => { if (this.dueAt === at) this.tick(); }, ALONE_MS);
     }
 
     putStep() {
@@ -44,6 +55,7 @@
 
     // Every second: the newest step, heartbeat age, ETA counting down from the last heartbeat's estimate, progress.
     tick() {
+      this.dueAt = null;
       this.putStep();
       Obs.putFigure($("stat-heartbeat"), this.heartbeatAt
         ? Obs.duration((Date.now() - this.heartbeatAt.getTime()) / 1000) + " ago" : "–");

@@ -21,7 +21,7 @@ BENCHES = ("annotations", "anomalies", "chaos", "dashboard", "fanout", "ingest",
            "operate", "query", "scaling", "trainer")
 # The tools that made a data set of bench/data, kept beside it: no measurement of their own, a --help each.
 RECORDERS = ("data/anomalies/record_demo", "data/extract", "data/heldout/extract_heldout4",
-             "data/heldout/extract_heldout6")
+             "data/heldout/extract_heldout6", "data/heldout/extract_heldout7")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ def test_liveview(run_bench, gpu):
     compositing (chrome://gpu) or fails the run."""
     out, _ = run_bench("liveview", "--seconds", "2", "--history", "50", "--json", *(["--gpu"] if gpu else []))
     assert out["updates"] > 0 and out["gpu"] is gpu
+    assert out["allocated"]["kb_per_update"] > 0, "the window's JavaScript allocations, from V8's sampling profiler"
 
 
 def test_annotations(run_bench):

@@ -121,7 +121,8 @@ def test_this_repositorys_held_out_files_are_frozen():
             r = heldout.verify(path, reporter="bench/anomaly_cv.py", mention="anomalies2")
         elif "/anomalies/" in path:
             r = heldout.verify(path, reporter="bench/anomaly_cv.py")
-        elif path.split("/")[3] in ("ladders2", "ladders3", "ladders4", "ladders5", "ladders6"):
+        elif path.split("/")[3] in ("ladders2", "ladders3", "ladders4", "ladders5", "ladders6",
+                                   "ladders7"):
             r = heldout.verify(path, reporter="bench/scaling_cv.py", mention="heldout/" + path.split("/")[3])
         else:
             r = heldout.verify(path, reporter="bench/scaling_cv.py")

@@ -22,24 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def _fast_in_process_jax() -> None:
     """JAX in this test process: its compiled programs persist in the trainers' cache (var/jax-cache under the
     checkout, git-ignored, made on first use; each program's file is written once, and a torn one read by another
-    worker is a warned miss), so a later run, or another xdist worker, reads what one compiled; and its CPU backend
-    compiles at optimisation level 0 (a third less compile CPU for test_model.py; the programs compute the same
-    things, and nothing here measures their speed). Processes the tests start keep their own environment."""
+    worker is a warned miss), so a later run, another xdist worker, or a trainer a test starts from the repository
+    root reads what one compiled. Its CPU backend compiles at optimisation level 0, as every process of the suite
+    does (tests/conftest.py sets XLA_FLAGS for all of them)."""
     import jax
 
     from training.compile_cache import enable_compilation_cache
 
     enable_compilation_cache(str(ROOT / "var" / "jax-cache"))
-    flags = os.environ.get("XLA_FLAGS")
-    if "xla_backend_optimization_level" not in (flags or ""):
-        os.environ["XLA_FLAGS"] = f"{flags or ''} --xla_backend_optimization_level=0".strip()
-    try:
-        jax.devices()  # the backend reads XLA_FLAGS once, here
-    finally:
-        if flags is None:
-            os.environ.pop("XLA_FLAGS", None)
-        else:
-            os.environ["XLA_FLAGS"] = flags
+    jax.devices()  # the backend reads XLA_FLAGS once, here
 
 
 _fast_in_process_jax()

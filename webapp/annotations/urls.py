@@ -1,8 +1,9 @@
 from django.urls import path
 
-from webapp.annotations import api, api_thread
+from webapp.annotations import api, api_thread, views
 
 urlpatterns = [
+    path("annotations/<int:pk>/thread/", views.thread, name="annotation-thread"),
     path("api/runs/<str:run_id>/annotations/", api.run_annotations, name="api-run-annotations"),
     path("api/annotations/<int:pk>/", api.annotation_detail, name="api-annotation"),
     path("api/annotations/<int:pk>/revisions/", api.revisions, {"target": "annotation"},

@@ -15,7 +15,7 @@ from django_ratelimit.decorators import ratelimit
 from observatory import contract
 from webapp.accounts.permissions import api_requires, public
 from webapp.api import ApiError, api_view, int_param, json_body
-from webapp.control import channel, outcomes, plan, snapshot
+from webapp.control import channel, outcomes, plan, snapshot, tables
 from webapp.control.models import OperatorCommand
 from webapp.runs.api import get_run
 from webapp.runs.models import Run
@@ -143,7 +143,7 @@ def commands(request, run_id: str):
 @require_GET
 def operate(request):
     """The panel's state (what the WebSocket pushes), for clients that cannot hold a socket open."""
-    return JsonResponse(snapshot.build())
+    return JsonResponse(tables.with_html(snapshot.build()))
 
 
 @api_requires("run.command")

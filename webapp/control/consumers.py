@@ -4,7 +4,8 @@ The snapshot is rebuilt from shared state (SQL + Redis) every TICK_S, and at onc
 a run's streams (a blocking XREAD on them), never kept in one process's memory: every web replica, and a restarted
 one, shows the same command lives, and two operators see each other's commands as they are sent. Sockets of one
 process share rebuilds that are less than a tick old. Frames (server -> client):
-    {"type": "snapshot", "runs": [...], "commands": [...]}   on connect and on every change
+    {"type": "snapshot", "runs": [...], "commands": [...], "html": {"runs": "<tr>…", "commands": "<tr>…"}}
+                                                             on connect and on every change (html: tables.py)
     {"type": "pong"}                                         the answer to {"type": "ping"}
 Client -> server: {"type": "ping"}, {"type": "refresh"} (rebuild now, e.g. right after sending a command).
 Close code 4403: not an operator, at connect or later: the role is re-read from the database every
@@ -28,7 +29,7 @@ from django.urls import re_path
 
 from observatory import contract
 from webapp.accounts.permissions import can
-from webapp.control import snapshot
+from webapp.control import snapshot, tables
 
 log = logging.getLogger("observatory.control")
 TICK_S = 0.5
@@ -57,7 +58,9 @@ async def _build(force: bool) -> str:
     async with _lock:
         if force or _shared["text"] is None or time.monotonic() - _shared["t"] >= TICK_S * 0.8:
             body = await database_sync_to_async(snapshot.build)()
-            _shared["text"] = json.dumps({"type": "snapshot", **body}, separators=(",", ":"), allow_nan=False)
+            html = await database_sync_to_async(tables.render)(body)  # the two tables, rendered once for every socket
+            _shared["text"] = json.dumps({"type": "snapshot", **body, "html": html}, separators=(",", ":"),
+                                         allow_nan=False)
             _shared["t"] = time.monotonic()
             _shared["runs"] = [r["id"] for r in body["runs"]]
         return _shared["text"]

@@ -10,8 +10,7 @@ from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public, requires
-from webapp.control import outcomes, snapshot
-from webapp.control.models import ACK_TIMEOUT_S
+from webapp.control import outcomes, snapshot, tables
 from webapp.runs.models import Run
 
 
@@ -26,10 +25,11 @@ def command_specs() -> list[dict]:
 @requires("run.command")
 @require_GET
 def operate(request):
-    return render(request, "control/operate.html", {"page": {
+    body = snapshot.build()
+    return render(request, "control/operate.html", {**tables.rows(body), "page": {
         "specs": command_specs(), "ws_path": "/ws/operate/", "snapshot_url": "/api/operate/",
-        "ack_timeout_s": ACK_TIMEOUT_S, "retry_window_s": contract.STALE_AFTER_S, "select": request.GET.get("run", ""),
-        "metrics": {"loss": contract.M_LOSS, "lr": contract.M_LR}, "snapshot": snapshot.build(),
+        "select": request.GET.get("run", ""), "metrics": {"loss": contract.M_LOSS, "lr": contract.M_LR},
+        "snapshot": body,
     }})
 
 

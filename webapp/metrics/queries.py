@@ -159,6 +159,19 @@ def _whole_blocks(lo: int, hi: int, level: int) -> tuple[int, int]:
     return -(-lo // size), (hi + 1) // size - 1
 
 
+def _blocks_pay(sid: int, lo: int, hi: int, n_raw: int, n_mid: int, limit: int, dense: bool):
+    """(a plan: `yield from` it) Whether a window few enough points to bucket raw is better read from its whole
+    level-0 blocks: they give half its buckets or more (what the block path settles for at every level: whole blocks,
+    `per` of them to a bucket), in a quarter of the rows or fewer (a dense series: an eighth). The buckets are then
+    8 steps wide, each still its min and max at their true steps."""
+    first, last = _whole_blocks(lo, hi, 0)
+    span = last - first + 1
+    if 2 * span < n_mid or 4 * min(span, n_raw) > n_raw:  # (a sparse series' blocks: at most one a point)
+        return False
+    blocks = yield from _blocks_upto(sid, 0, first, last, limit, dense)
+    return 2 * blocks >= n_mid and 4 * blocks <= n_raw
+
+
 def _window(series: Series, start: int, end: int, points: int) -> Plan:
     sid = series.id
     if series.first_step is None:
@@ -185,7 +198,8 @@ def _window(series: Series, start: int, end: int, points: int) -> Plan:
     exact_nf = nonfinite if len(nonfinite) <= points // 4 else None
     n_buckets = (points - len(nonfinite)) // 2 if exact_nf is not None else points // 3
 
-    if n_raw <= limit:
+    n_mid = max(1, n_buckets - 2)  # the block path's buckets between its two edge regions (a bucket each)
+    if n_raw <= limit and not (yield from _blocks_pay(sid, lo, hi, n_raw, n_mid, limit, dense)):
         width = -(-(hi - lo + 1) // n_buckets)
         if FAST_PATH and not nonfinite and n_raw == hi - lo + 1:  # every step present, all finite: fast path
             values = [v for (v,) in (yield from _rows("values", [sid, lo, hi]))]
@@ -208,7 +222,6 @@ def _window(series: Series, start: int, end: int, points: int) -> Plan:
         if (yield from _blocks_upto(sid, level - 1, first, last, limit, dense)) > limit:
             break
         level -= 1
-    n_mid = max(1, n_buckets - 2)  # the two edge regions get a bucket each
     if level + 1 < LEVELS:
         # A coarser level that still yields ~90% of the buckets asked for costs 8x fewer rows: prefer it.
         first, last = _whole_blocks(lo, hi, level + 1)

@@ -8,6 +8,8 @@ checks the live answers against it.
 from __future__ import annotations
 
 import functools
+import json
+import re
 
 from webapp.publicapi import spec_front, spec_reads, spec_reports, spec_writes
 from webapp.publicapi.middleware import API_VERSION
@@ -45,3 +47,65 @@ def document() -> dict:
                                 "writeToken": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def _resolve(doc: dict, s):
+    """A `$ref` ("#/components/schemas/X") followed to what it names; anything else as it is."""
+    if isinstance(s, dict) and "$ref" in s:
+        out = doc
+        for key in s["$ref"].split("/")[1:]:
+            out = out[key]
+        return out
+    return s
+
+
+def _inline(doc: dict, s):
+    """A schema with every `$ref` in it, at any depth, replaced by what it names (for people to read)."""
+    s = _resolve(doc, s)
+    if isinstance(s, dict):
+        return {k: _inline(doc, v) for k, v in s.items()}
+    if isinstance(s, list):
+        return [_inline(doc, v) for v in s]
+    return s
+
+
+def _schema_text(doc: dict, s) -> str:
+    return json.dumps(_inline(doc, s), indent=1, ensure_ascii=False)
+
+
+def _param(p: dict) -> dict:
+    s = p.get("schema", {})
+    if "minimum" in s:
+        extent = f" [{s['minimum']}, {s.get('maximum')}]"
+    elif "enum" in s:
+        extent = " ∈ {" + ", ".join(map(str, s["enum"])) + "}"
+    else:
+        extent = ""
+    return {"name": p["name"] + (" *" if p.get("required") else ""), "in": p["in"],
+            "type": s.get("type", "") + extent, "description": p.get("description", "")}
+
+
+def _operation(doc: dict, path: str, method: str, op: dict) -> dict:
+    body = (op.get("requestBody") or {}).get("content", {}).get("application/json")
+    responses = []
+    for code, r in op["responses"].items():
+        media, content = next(iter((r.get("content") or {}).items()), ("", {}))
+        schema = content.get("schema") if media == "application/json" else None
+        responses.append({"code": code, "description": r.get("description", ""), "media": media,
+                          "schema": _schema_text(doc, schema) if schema else ""})
+    return {"id": re.sub(r"[^A-Za-z0-9]+", "-", f"{method}-{path}"), "method": method,
+            "path": doc["servers"][0]["url"] + path, "summary": op.get("summary", ""),
+            "description": op.get("description", ""), "params": [_param(p) for p in op.get("parameters", [])],
+            "body": _schema_text(doc, body["schema"]) if body else "", "responses": responses}
+
+
+@functools.cache
+def reference() -> dict:
+    """The browsable reference's content (/api/docs/): the document's operations grouped by their first tag,
+    tags in name order, operations in path order. The template writes it as text (auto-escaped)."""
+    doc = document()
+    groups: dict[str, list] = {}
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            groups.setdefault((op.get("tags") or ["other"])[0], []).append(_operation(doc, path, method, op))
+    return {"intro": doc["info"]["description"], "tags": sorted(groups.items())}

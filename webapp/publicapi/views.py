@@ -99,5 +99,5 @@ def schema(request):
 @public
 @require_GET
 def docs(request):
-    """The browsable reference: static/js/apidocs.js renders /api/schema/ (no inline script, no CDN)."""
-    return render(request, "publicapi/docs.html", {"schema_url": "/api/schema/"})
+    """The browsable reference, rendered here from the schema's document (no script at all)."""
+    return render(request, "publicapi/docs.html", {"schema_url": "/api/schema/", "ref": openapi.reference()})

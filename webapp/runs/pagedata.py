@@ -5,9 +5,31 @@ from __future__ import annotations
 import json
 import math
 
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
 from observatory import contract
 from webapp.runs import extensions
 from webapp.runs.models import ENDED_STATES, IMPORTED_SOURCES, Run, RunEvent
+
+
+
+class RawJSON(str):
+    """A page-data value that is JSON text already (firstpaint.py: windows cached as the text the page carries),
+    put into the page data as it is: not decoded and encoded again a page view."""
+
+
+def script(page: dict, element_id: str = "page-data") -> SafeString:
+    """Django's json_script of `page`, its RawJSON values spliced in as they are (after the others)."""
+    raw = {k: v for k, v in page.items() if isinstance(v, RawJSON)}
+    text = json.dumps({k: v for k, v in page.items() if k not in raw}, cls=DjangoJSONEncoder)
+    if raw:
+        text = text[:-1] + (", " if len(text) > 2 else "") + ", ".join(
+            f"{json.dumps(k)}: {v}" for k, v in raw.items()) + "}"
+    text = text.replace("&", "\\u0026").replace("<", "\\u003C").replace(">", "\\u003E")  # (json_script's escapes)
+    return format_html('<script id="{}" type="application/json">{}</script>', element_id, mark_safe(text))
+
 
 # The dashboard's default line charts (a chart's id is its first metric; the page's URL names charts by id).
 # `metrics` are always drawn; `optional` ones join as extra traces once the run has them; `extra_prefix`: every
@@ -159,6 +181,29 @@ def progress(run: Run) -> dict:
     return {"tokens": tokens, "token_budget": budget, "fraction": fraction, "percent": percent(fraction),
             "eta_s": None if ended else _num(hb.get("eta_s")),
             "steps_per_s": None if ended else _num(hb.get("steps_per_s"))}
+
+
+def duration(s) -> str:
+    """A span as every page writes one (static/js/plotkit.js Obs.duration): "3 d 4 h", "2 h 5 min", "7 s"."""
+    if _num(s) is None:
+        return "–"
+    s = max(0, round(s))
+    d, h, m = s // 86400, s // 3600 % 24, s // 60 % 60
+    return f"{d} d {h} h" if d else f"{h} h {m} min" if h else f"{m} min {s % 60} s" if m else f"{s} s"
+
+
+def time_left(run: Run, prog: dict) -> str:
+    """The run list's "time left" (static/js/plotkit.js Obs.timeLeft, the run header's: the same rule): the latest
+    heartbeat's estimate while it trains and its trainer is heard from (a lost or ended trainer's estimate is
+    stale: none); once ended, how it ended ("finished" only when it trained its whole token budget)."""
+    fraction = prog["fraction"]
+    if run.state == "failed":
+        return "failed"
+    if run.state == "stopped":
+        return "finished" if fraction is not None and fraction >= 0.999 else "stopped"
+    if run.health in ("lost", "ended") or run.state != "training" or prog["eta_s"] is None:
+        return "–"
+    return "≈ " + duration(prog["eta_s"])
 
 
 def percent(fraction: float | None) -> str | None:

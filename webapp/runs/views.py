@@ -5,23 +5,28 @@ import time
 from django.db.models import Min
 from django.http import HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
+from django.templatetags.static import static
 from django.views.decorators.http import require_GET
 
 from observatory import contract
 from webapp.accounts.permissions import public
+from webapp.fragments import fragment
 from webapp.runs import api, extensions, forecast, pagedata
 from webapp.runs.models import Run
 
 LIST_LIMIT = 500
-LIST_POLL_S = 5  # the run list refreshes state, step and ETA from /api/runs/ this often
-ROWS_MAX = 100  # /runs/?rows=a,b: at most this many rows per request (runlist.js asks for the runs that appeared)
+LIST_POLL_S = 5  # the run list asks for its rows (/runs/?part=rows) this often
+ROWS_MAX = 100  # /runs/?rows=a,b: at most this many rows per request
 
 
 @public
 @require_GET
 def run_list(request):
-    """The run table; `?rows=a,b` answers only those runs' rows (templates/runs/_run_row.html, the one piece of
-    code that renders a row): static/js/runlist.js inserts runs that appeared with it."""
+    """The run table; `?part=rows` answers the table's rows alone (static/js/runlist.js polls it: a fragment with
+    an ETag, 304 while nothing changed), `?rows=a,b` only those runs' rows (templates/runs/_run_row.html, the one
+    piece of code that renders a row)."""
+    if request.GET.get("part") == "rows":
+        return fragment(request, "runs/_run_rows.html", {"rows": _rows(Run.objects.for_list(), LIST_LIMIT)})
     wanted = request.GET.get("rows")
     if wanted is not None:
         ids = [i for i in wanted.split(",") if i]
@@ -32,7 +37,7 @@ def run_list(request):
         return render(request, "runs/_run_rows.html", {"rows": _rows(runs, ROWS_MAX)})
     return render(request, "runs/run_list.html", {"rows": _rows(Run.objects.for_list(), LIST_LIMIT),
                                                   "extensions": extensions.run_list(),
-                                                  "page": {"poll_s": LIST_POLL_S, "limit": LIST_LIMIT}})
+                                                  "page": {"poll_s": LIST_POLL_S}})
 
 
 def _rows(runs, limit: int) -> list[dict]:
@@ -40,8 +45,14 @@ def _rows(runs, limit: int) -> list[dict]:
     # "Started" is the first start: a restart must not move it
     for r in runs.annotate(first_event_t=Min("events__t"))[:limit]:
         started = min((t for t in (r.started_at, r.first_event_t) if t is not None), default=None)
-        rows.append({"run": r, "started": started, "progress": pagedata.progress(r)})
+        prog = pagedata.progress(r)
+        rows.append({"run": r, "started": started, "progress": prog, "time_left": pagedata.time_left(r, prog)})
     return rows
+
+
+# The dashboard's scripts before its first paint, in order (templates/runs/dashboard.html): the bundle of all but
+# dashboard.js (webapp/runs/bundle.py), then dashboard.js
+FIRST_SCRIPTS = ("js/dashboard-bundle.js", "js/dashboard.js")
 
 
 @public
@@ -78,10 +89,14 @@ def dashboard(request, run_id: str):
         "run": run,
         "started": pagedata.first_started(run),
         "progress": pagedata.progress(run), "glossary": contract.GLOSSARY,
-        "page": page, "preview_meta": pagedata.preview_meta(request, run), "facts": pagedata.facts(page["detail"]),
-        "extensions": extensions.dashboard(),
+        "page": page, "page_script": pagedata.script(page),
+        "preview_meta": pagedata.preview_meta(request, run), "facts": pagedata.facts(page["detail"]),
+        "extensions": extensions.dashboard(), "first_scripts": FIRST_SCRIPTS,
     })
     timing.append(("template", time.perf_counter() - t))
+    # The scripts asked for as the answer's head arrives, before the page is parsed (its preload scanner asked for
+    # them after the renderer had set up the new document: ~40 ms after the first byte)
+    resp["Link"] = ", ".join(f"<{static(path)}>; rel=preload; as=script; fetchpriority=high" for path in FIRST_SCRIPTS)
     # Where the server's time before the first byte went (the browser shows it; bench/dashboard.py reads it)
     resp["Server-Timing"] = ", ".join(f"{name};dur={s * 1000:.1f}" for name, s in timing)
     return resp

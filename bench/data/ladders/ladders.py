@@ -20,8 +20,8 @@ LADDERS = {"chinchilla_hoffmann2022": ("scaling/chinchilla_svg_extracted_data.cs
 # (frozen in d780ded; seen while the band rule was settled), `heldout/ladders2` (cc9b83b, before any fit; scored
 # once in 8827984: spent), `heldout/ladders3` (f5fc276, before any fit and the size-fold rule; scored once: spent),
 # `heldout/ladders4` (82a5e37, before any fit; scored once in 09d1dea: spent), `heldout/ladders5` (2afd90d, before
-# any fit; scored once in 7e00054: spent), `heldout/ladders6` (c266349, before any fit; to be scored once, with the
-# registered candidate beside the landed band).
+# any fit; scored once in 7e00054: spent), `heldout/ladders6` (c266349, before any fit; scored once in 607c863:
+# spent), `heldout/ladders7` (7927a8e, before any fit; scored once in 606c3cb: spent).
 HELDOUT_SETS = {
     "heldout/ladders": ("misfitting_li2025", "marin2026_comma", "marin2026_dclm", "marin2026_nemotron"),
     "heldout/ladders2": ("l2l_fineweb", "l2l_fineweb_edu", "l2l_proof_pile_2", "l2l_slimpajama", "l2l_smollm",
@@ -30,6 +30,8 @@ HELDOUT_SETS = {
     "heldout/ladders4": ("cerebras2023_gpt_sp", "pythia2023_pile", "pythia2023_pile_dedup"),
     "heldout/ladders5": ("olmo_ladder2024_c4",),
     "heldout/ladders6": ("datablations2023_c4", "llama3_2024_isoflop"),
+    "heldout/ladders7": ("xlstm2025_llama_ctx2048", "xlstm2025_llama_ctx8192", "xlstm2025_llama_ctx16384",
+                         "xlstm2025_mlstm_ctx16384"),
 }
 HELDOUT = {name: (f"{folder}/{name}.csv", NDL, "split")
            for folder, names in HELDOUT_SETS.items() for name in names}

@@ -38,6 +38,7 @@ CELLS = [
     ("runs.view", "get", "/api/front/", None, True),
     ("runs.view", "get", f"/runs/{RUN}/preview.png", None, False),
     ("runs.view", "get", f"/annotations/{ANNOTATION}/preview.png", None, False),
+    ("runs.view", "get", f"/annotations/{ANNOTATION}/thread/", None, False),
     ("runs.view", "get", "/api/runs/", None, True),
     ("runs.view", "get", f"/api/runs/{RUN}/", None, True),
     ("runs.view", "get", f"/api/runs/{RUN}/events/", None, True),

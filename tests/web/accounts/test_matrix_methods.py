@@ -43,6 +43,7 @@ ROUTE_METHODS = {
     "api/front/": R,
     "runs/<str:run_id>/preview.png": R,
     "annotations/<int:pk>/preview.png": R,
+    "annotations/<int:pk>/thread/": R,
     "runs/<str:run_id>/": R,
     "api/runs/": R,
     "api/runs/<str:run_id>/": R,

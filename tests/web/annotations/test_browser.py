@@ -186,3 +186,34 @@ def test_a_charts_first_label_is_drawn_in_the_room_kept_above_the_plot(trainer, 
     assert page.inner_text("#ann-thread h3") == "Loader restarted"
     assert page.problems == [], page.problems
     servers.stop_ingest()
+
+
+def test_the_threads_buttons_react_quote_and_delete(trainer, servers, new_page, run_id):
+    """The thread's buttons (rendered by the server, wired by the page): a reaction is pressed and counted, Quote puts
+    the note's link in the reply, and the author's Delete, confirmed inline, takes the note away."""
+    trainer.send("run", name="thread buttons", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    for step in range(60):
+        trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.02 * step})
+    wait_ingested(run_id, 59)
+    member = _session("buttons-member", "member")
+    servers.wait_web()
+    page = _open(new_page, f"{servers.url}/runs/{run_id}/", member, "", viewport={"width": 1280, "height": 800})
+    aid = page.evaluate(f"""async () => (await (await fetch('/api/runs/{run_id}/annotations/', {{method: 'POST',
+      credentials: 'same-origin', headers: {{'Content-Type': 'application/json',
+      'X-CSRFToken': document.querySelector('#ann-panel input[name=csrfmiddlewaretoken]').value}},
+      body: JSON.stringify({{title: 'Buttons', body: 'press them', tags: ['spike'], step_start: 20,
+                            step_end: 30}})}})).json()).id""")
+    page.wait_for_selector(f"#ann-list [data-annotation='{aid}']", state="attached")
+    page.evaluate(f"() => Obs.annotations.openThread({aid})")
+    page.wait_for_selector("#ann-thread h3", state="visible")
+    page.click("#ann-thread .ann-post button.ann-react[data-kind='+1']")
+    page.wait_for_selector("#ann-thread button.ann-react.on[data-kind='+1'][aria-pressed=true]:has-text('+1 1')")
+    page.click("#ann-thread .ann-actions button:has-text('Quote')")
+    assert page.input_value("#ann-thread textarea[name=reply]") == f"#a{aid} "
+    assert page.problems == [], page.problems
+    page.click("#ann-thread .ann-actions button:has-text('Delete')")
+    page.click("#ann-thread .ann-ask button[type=submit]")
+    page.wait_for_selector("#ann-thread", state="hidden")  # a deleted note is gone for all but moderators
+    page.wait_for_selector(f"#ann-list [data-annotation='{aid}']", state="detached")
+    servers.stop_ingest()

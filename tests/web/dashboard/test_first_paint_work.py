@@ -117,3 +117,37 @@ def test_the_page_data_is_parsed_once_before_the_first_paint(run, web, new_page)
       const n = document.getElementById('page-data').textContent.length;
       return window.__parsed.filter(([len, t]) => len === n && t <= fp).length; }""")
     assert parses == 1
+
+
+def test_the_first_frame_the_page_paints_has_its_charts(run, web, new_page):
+    """No frame of the page without its charts: the dashboard's scripts block rendering until they have run
+    (templates/runs/dashboard.html, blocking="render"), so the browser's first paint is the frame that draws the
+    charts in view, and the page is styled and laid out once for it (a frame of the static page before them was
+    a whole style, layout and paint more before the first paint)."""
+    page = new_page(viewport={"width": 1280, "height": 800})
+    page.goto(f"{web.url}/runs/early/")
+    page.wait_for_function(FIRST_PAINT, timeout=30_000)
+    page.wait_for_function("() => performance.getEntriesByName('first-paint').length > 0", timeout=30_000)
+    fp, painted = page.evaluate("""() => [performance.getEntriesByName('obs-first-paint')[0].startTime,
+                                         performance.getEntriesByName('first-paint')[0].startTime]""")
+    assert painted >= fp, f"the browser painted at {painted:.1f} ms, before the charts' frame at {fp:.1f} ms"
+
+
+def test_the_charts_download_links_are_pointed_after_the_first_paint(run, web, new_page):
+    """The download menus' links (downloads.js) are closed menus' links at first: the charts' first frame leaves them
+    and the dashboard points them once it has painted (afterPaint); a later redraw keeps them following the view."""
+    page = new_page(viewport={"width": 1280, "height": 800})
+    page.add_init_script("""(() => { const mark = performance.mark.bind(performance);
+      performance.mark = (name, ...rest) => {
+        if (name === 'obs-first-paint') window.__linksAtPaint = [...document.querySelectorAll(
+          'figure.chart details.download a[data-fmt]')].filter((a) => a.hasAttribute('href')).length;
+        return mark(name, ...rest); }; })();""")
+    page.goto(f"{web.url}/runs/early/")
+    page.wait_for_function(FIRST_PAINT, timeout=30_000)
+    assert page.evaluate("() => window.__linksAtPaint") == 0
+    loss = f"figure.chart[data-metric='{contract.M_LOSS}'] details.download a[data-fmt=csv]"
+    page.wait_for_function(f"() => !!document.querySelector(\"{loss}\").getAttribute('href')", timeout=30_000)
+    assert f"series={contract.M_LOSS.replace('/', '%2F')}" in page.get_attribute(loss, "href")
+    page.evaluate("() => Obs.zoomTo(100, 200)")
+    page.wait_for_function(f"() => document.querySelector(\"{loss}\").getAttribute('href').includes('start=100')",
+                           timeout=30_000)

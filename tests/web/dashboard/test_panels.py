@@ -140,7 +140,7 @@ def test_time_left_is_the_estimate_only_while_the_trainer_is_heard_from(live_env
     Run.objects.create(id="crashed", name="crashed", state="failed", health="ended", last_step=10, heartbeat=hb)
     page = new_page(viewport={"width": 1400, "height": 900})
     page.goto(web.url + "/runs/")
-    # the server renders the time left as "–"; runlist.js's first poll writes every row's at once
+    # the server renders every row's time left (runlist.js puts the rows it polls in place)
     page.wait_for_function("() => document.querySelector('tr[data-run=done] .eta').textContent === 'finished'",
                            timeout=20_000)
     eta = {r: page.inner_text(f"tr[data-run={r}] .eta") for r in ("heard", "silent", "halted", "done", "crashed")}
@@ -222,3 +222,52 @@ def test_the_header_writes_the_live_step_once_a_second_and_the_newest_one_shows(
     elapsed = time.monotonic() - t0  # (a write at its start, then one a second of the clock's at most)
     writes = page.evaluate("() => window.__stepWrites")
     assert writes <= elapsed + 2, f"{writes} writes of the step for {last} live steps in {elapsed:.1f} s"
+
+
+# The header's figure writes, and how many of them came in a task that handled no live message (a live message's
+# task: from the WebSocket message to the end of that task; the animation frame it asks for, drawn before the
+# timer that ends it, counts as its own)
+HEADER_WRITES = """
+window.__head = {writes: 0, alone: 0}; let live = false;
+const _WS = window.WebSocket;
+window.WebSocket = function (url, protocols) {
+  const ws = protocols ? new _WS(url, protocols) : new _WS(url);
+  ws.addEventListener("message", () => { live = true; setTimeout(() => { live = false; }, 0); });
+  return ws;
+};
+window.WebSocket.prototype = _WS.prototype;
+Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+addEventListener("DOMContentLoaded", () => new MutationObserver((records) => {
+  window.__head.writes += records.length; if (!live) window.__head.alone += records.length;
+}).observe(document.querySelector(".run-head"), {subtree: true, childList: true, characterData: true,
+                                                 attributes: true}));
+"""
+
+
+def test_the_header_clocks_writes_go_with_a_live_updates_frame_not_one_of_their_own(trainer, servers, new_page,
+                                                                                   run_id):
+    """RunHeader's clock, while live updates come: a tick's figures are written with the next live update (into the
+    frame its charts draw in), not in a timer task of their own (a frame of its own: style, layout, paint and the
+    compositor's commit again; the live update it fell in was a live view's slowest)."""
+    trainer.send("run", name="clock", config={})
+    trainer.send("state", state="training", step=0, detail="")
+    trainer.metrics(0, **{contract.M_LOSS: 4.0})
+    wait_ingested(run_id, 0)
+    servers.wait_web()
+    page = new_page(viewport={"width": 1000, "height": 700})
+    page.add_init_script(HEADER_WRITES)
+    page.goto(f"{servers.url}/runs/{run_id}/")
+    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+    page.wait_for_function("() => document.getElementById('stat-step').textContent === '0'", timeout=30_000)
+    page.evaluate("() => { window.__head = {writes: 0, alone: 0}; }")
+    step = 0
+    while page.evaluate("() => window.__head.writes") < 6:  # live steps, each once the last is drawn, until the
+        step += 1                                          # clock has written its figures a few times
+        assert step < 2000, "the header's figures were not written"
+        trainer.metrics(step, **{contract.M_LOSS: 4.0 - 0.001 * step})
+        page.wait_for_function(f"() => Array.from(document.getElementById('chart-train-loss').data[0].x).pop() "
+                               f">= {step}", timeout=30_000)
+    head = page.evaluate("() => window.__head")
+    assert head["alone"] == 0, f"header writes in a task of their own while live updates came: {head}"
+    # once the live steps stop, the clock's figures are written alone: the newest step shows
+    page.wait_for_function(f"() => document.getElementById('stat-step').textContent === '{step}'", timeout=5_000)

@@ -133,7 +133,7 @@ def test_a_zoom_rewrites_nothing_it_leaves_unchanged_in_the_charts_legends(noisy
     assert errors == []
 
 
-# Animation frames run so far, and the count when the page had parsed the zoom's windows (its /windows/ read with
+# Animation frames run so far, and the count when the page had read the zoom's windows (its /windows/ read with
 # bounds) and when it marked "obs-zoom-done".
 FRAMES_JS = """(() => {
   window.__frames = 0; window.__at = {};
@@ -142,8 +142,10 @@ FRAMES_JS = """(() => {
   const get = window.fetch.bind(window);
   window.fetch = (url, ...rest) => get(url, ...rest).then((r) => {
     if (!String(url).includes('/windows/?start=')) return r;
-    const json = r.json.bind(r);
-    r.json = () => json().then((body) => { window.__at.parsed = window.__frames; return body; });
+    for (const read of ['json', 'arrayBuffer']) { // (the zoom reads its windows packed: format=f64)
+      const body = r[read].bind(r);
+      r[read] = () => body().then((got) => { window.__at.parsed = window.__frames; return got; });
+    }
     return r;
   });
   const mark = performance.mark.bind(performance);
@@ -193,4 +195,31 @@ def test_a_chart_below_the_fold_reads_its_window_once_scrolled_into_view(noisy_r
     drawn = page.evaluate("() => { const t = document.getElementById('chart-grad-norm-total').data[0];"
                           " return [Array.from(t.x), Array.from(t.y)]; }")
     assert [(x, y) for x, y in zip(*drawn) if a <= x <= b] == list(zip(stored["steps"], stored["values"]))
+    assert errors == []
+
+
+def test_a_zoom_reads_its_windows_packed_and_draws_exactly_what_the_json_api_answers(noisy_run, web, new_page):
+    """The zoom's one request asks for the packed answer (format=f64: float64 columns, no float text either way) and
+    each chart draws, between the window's bounds, the very points the JSON API answers for that window."""
+    page = new_page(viewport={"width": 1400, "height": 900})
+    errors = page_errors(page)
+    reads = []
+    page.on("response", lambda r: "/windows/?start=" in r.url and reads.append((r.url, r.headers["content-type"])))
+    page.goto(f"{web.url}/runs/noisy/")
+    page.wait_for_function("() => performance.getEntriesByName('obs-charts-drawn').length > 0", timeout=60_000)
+    a, b = 20_003, 22_003  # ~2,000 steps: downsampled (min and max of each bucket), 17-digit values
+    page.evaluate(f"() => Obs.zoomTo({a}, {b})")
+    page.wait_for_function("() => !!window.__obsZoom", timeout=30_000)
+    assert len(reads) == 1 and reads[0][1] == "application/octet-stream", reads
+    query = parse_qs(urlparse(reads[0][0]).query)
+    assert query["format"] == ["f64"]
+    names = query["series"][0]
+    wins = web.api(f"/api/runs/noisy/windows/?series={names}&start={a}&end={b}&points={query['points'][0]}")
+    for name in names.split(","):
+        want = wins["windows"][name]
+        assert want["bucket_steps"] > 1  # (a downsampled window)
+        box = f"#charts .chart[data-metric='{name}'] .plot"
+        drawn = page.evaluate(f"() => {{ const t = document.querySelector(\"{box}\").data[0];"
+                              " return [Array.from(t.x), Array.from(t.y)]; }")
+        assert [(x, y) for x, y in zip(*drawn) if a <= x <= b] == list(zip(want["steps"], want["values"])), name
     assert errors == []

@@ -102,3 +102,18 @@ def test_the_probes_keep_one_redis_client_and_still_see_redis_go_away(client, db
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
     resp = client.get("/healthz")
     assert resp.status_code == 503 and resp.json()["redis"].startswith("unavailable")
+
+
+def test_what_starting_up_made_is_out_of_the_cycle_collectors_sight():
+    """webapp.asgi freezes the objects made at start-up (gc.freeze): a full collection in a request walks only what
+    requests made, not every module, setting and URL pattern of the process."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import gc, webapp.asgi; print(gc.get_freeze_count(), len(gc.get_objects()))"
+    env = {**os.environ, "OBS_DEBUG": "1"}  # (settings outside test mode: no secret key needed)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         check=True).stdout.split()
+    frozen, in_sight = int(out[0]), int(out[1])
+    assert frozen > 10_000 and in_sight < frozen / 4, (frozen, in_sight)

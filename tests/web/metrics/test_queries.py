@@ -176,3 +176,27 @@ def test_several_series_read_together_answer_what_each_read_alone_answers():
     for a, b, p in [(0, 10**9, 640), (1_000, 41_000, 640), (59_000, 61_000, 300), (0, 30, 100), (3, 7, 10)]:
         together = [w.as_json() for w in queries.windows(series, a, b, p)]
         assert together == [queries.window(s, a, b, p).as_json() for s in series], (a, b, p)
+
+
+def test_a_window_of_a_few_points_a_bucket_is_read_from_its_level0_blocks(monkeypatch):
+    """A dense window of 2P to 4P steps (~2,000 steps on a 650-pixel chart) is bucketed from its whole level-0 blocks
+    and its two edges: 8x fewer rows than its points, half or more of the buckets asked for (as the block path gives
+    at any level), exact as ever, the spike at its step. Narrower, or too sparse for blocks to pay: raw points."""
+    rnd = random.Random(12)
+    pts = [(i, rnd.gauss(0, 1)) for i in range(50_000)]
+    pts[20_003] = (20_003, 40.0)
+    s = _load("few-a-bucket", pts)
+    sparse = _load("every-5", [(i * 5, rnd.random()) for i in range(10_000)])
+    rows = []
+    run = queries._run
+    monkeypatch.setattr(queries, "_run", lambda stmts: [rows.append(len(r)) or r for r in run(stmts)])
+    for a, b, p in [(19_000, 21_000, 653), (18_999, 21_500, 653), (17_001, 21_002, 1000), (0, 2_000, 600)]:
+        rows.clear()
+        win = queries.window(s, a, b, p)
+        assert win.level == 0 and sum(rows) <= (b - a) // 8 + 20, (a, b, p, rows)
+        assert 2 * len(win.window.steps) >= (p // 2 - 2) and len(win.window.steps) <= p
+        if a <= 20_003 <= b:
+            assert dict(zip(win.window.steps, win.window.values))[20_003] == 40.0
+        _check(s, pts, a, b, p)
+    for series, a, b, p in [(s, 19_000, 20_200, 653), (sparse, 0, 10_000, 653)]:
+        assert queries.window(series, a, b, p).level == queries.RAW

@@ -2,6 +2,7 @@
 dashboard page carries (webapp/metrics/firstpaint.py): both are exactly what the one-series API answers."""
 
 import json
+import math
 import re
 
 import pytest
@@ -128,3 +129,49 @@ def test_with_the_cache_unreachable_the_page_computes_its_windows(client, run, s
     windows = page_windows(client)
     assert windows and all(win == one(client, name, f"points={firstpaint.INITIAL_POINTS}")
                            for name, win in windows.items())
+
+
+def unpacked(resp) -> dict:
+    """A format=f64 answer read as the page reads it (static/js/series.js, unpackWindows): the JSON answer's body."""
+    import struct
+
+    raw = resp.content
+    size = struct.unpack_from("<I", raw)[0]
+    head, cols = json.loads(raw[4:4 + size]), 4 + size + -(4 + size) % 8
+    for win in head["windows"].values():
+        if win is not None:
+            n, at = win.pop("n"), cols + win.pop("at")
+            win["steps"] = [int(x) for x in struct.unpack_from(f"<{n}d", raw, at)]
+            win["values"] = [None if math.isnan(x) else x for x in struct.unpack_from(f"<{n}d", raw, at + 8 * n)]
+    return head
+
+
+@pytest.mark.parametrize("query", ["start=1000&end=4000&points=200", "start=0&end=4999&points=10",
+                                   "start=3200&end=3300&points=1000", "points=20000"])
+def test_the_packed_batch_is_the_json_batch_bit_for_bit(client, run, query):
+    # a series with non-finite points, and values whose shortest decimal form takes up to 17 digits
+    s = Series.objects.create(run=run, name="grad/norm/total")
+    with transaction.atomic():
+        storage.bulk_load(s.id, [(i, math.nan if i % 997 == 5 else math.inf if i == 3250 else math.pi * (i + 1) / 7)
+                                 for i in range(5000)])
+    names = f"series={contract.M_LOSS},grad/norm/total,no/such&{query}"
+    as_json = client.get(f"/api/runs/w1/windows/?{names}")
+    packed = client.get(f"/api/runs/w1/windows/?{names}&format=f64")
+    assert packed.status_code == 200 and packed["Content-Type"] == "application/octet-stream" and packed["ETag"]
+    got, want = unpacked(packed), as_json.json()
+    assert got == want  # every float equal: the same 64 bits (== on floats; NaN never appears, it is null in both)
+    assert got["windows"]["grad/norm/total"]["nonfinite"] and got["windows"]["no/such"] is None
+    assert client.get(f"/api/runs/w1/windows/?{names}&format=xml").json()["parameter"] == "format"
+
+
+def test_a_cached_window_is_the_text_the_page_carries_as_it_is(client, run):
+    """The cache holds each window as the JSON text the page carries (compact, as the API answers it), spliced into
+    the page data with no decoding and encoding again a view: the page's text of a window is the cached text."""
+    from django.core.cache import cache
+
+    html = client.get("/runs/w1/").content.decode()
+    series = Series.objects.get(run=run, name=contract.M_LOSS)
+    text = cache.get(firstpaint.cache_key(series))
+    assert isinstance(text, str) and json.loads(text) == one(client, contract.M_LOSS,
+                                                             f"points={firstpaint.INITIAL_POINTS}")
+    assert f'"{contract.M_LOSS}":{text}' in html

@@ -1,6 +1,7 @@
 """Pages: the run list and a run's dashboard (its data comes from the API and the WebSocket)."""
 
 import datetime as dt
+import gzip
 import json
 import re
 
@@ -45,6 +46,25 @@ def test_the_list_answers_only_the_rows_it_is_asked_for_with_the_pages_own_row(c
         assert resp.status_code == 400 and b"run ids" in resp.content and b"<script>" not in resp.content
 
 
+def test_the_list_polls_its_rows_as_a_fragment_answered_304_while_nothing_changed(client, run):
+    """runlist.js asks for the table's rows (/runs/?part=rows) every poll: the server renders them, time left
+    included, and answers 304 with no body to the ETag of rows that did not change."""
+    run.state, run.health = "training", "alive"
+    run.heartbeat = {"tokens": 250, "token_budget": 1000, "eta_s": 125.0, "steps_per_s": 2.0}
+    run.save()
+    first = client.get("/runs/?part=rows")
+    assert first.status_code == 200 and first["Cache-Control"] == "no-cache" and first["ETag"].startswith('W/"')
+    html = first.content.decode()
+    assert html.count("<tr ") == 1 and '<td class="num eta">≈ 2 min 5 s</td>' in html and "<html" not in html
+    again = client.get("/runs/?part=rows", HTTP_IF_NONE_MATCH=first["ETag"])
+    assert again.status_code == 304 and again.content == b"" and again["ETag"] == first["ETag"]
+    Run.objects.filter(pk=run.pk).update(last_step=77)
+    changed = client.get("/runs/?part=rows", HTTP_IF_NONE_MATCH=first["ETag"])
+    assert changed.status_code == 200 and changed["ETag"] != first["ETag"] and b">77</td>" in changed.content
+    zipped = client.get("/runs/?part=rows", HTTP_ACCEPT_ENCODING="gzip, br")  # (to a browser: gzipped)
+    assert zipped["Content-Encoding"] == "gzip" and gzip.decompress(zipped.content) == changed.content
+
+
 def test_the_api_summary_carries_progress_for_the_live_list(client, run):
     run.heartbeat = {"tokens": 250, "token_budget": 1000, "eta_s": 60.0, "steps_per_s": 2.0, "pid": 7}
     run.save()
@@ -62,6 +82,18 @@ def test_the_dashboard_page_loads_vendored_plotly_and_no_cdn(client, run):
     assert "https://" not in outside and "http://" not in outside
     assert '"default_metrics"' in html
     assert 'href="#main"' in html and 'id="theme-toggle"' in html  # skip link, dark-mode toggle
+
+
+def test_the_dashboards_answer_preloads_the_scripts_its_first_paint_runs(client, run):
+    """The answer's Link header names the scripts the page's head runs before its first paint, in their order, so
+    that the browser asks for them as the answer comes, before it has set up the page to parse it."""
+    resp = client.get("/runs/r1/")
+    html = resp.content.decode()
+    scripts = re.findall(r'<script defer fetchpriority="high" blocking="render" src="([^"]+)"></script>', html)
+    assert scripts == ["/static/js/dashboard-bundle.js", "/static/js/dashboard.js"]
+    preloads = [re.fullmatch(r"<([^>]+)>; rel=preload; as=script; fetchpriority=high", link.strip())[1]
+                for link in resp["Link"].split(",")]
+    assert preloads == scripts
 
 
 def test_the_dashboard_names_charts_from_the_contract_registry(client, run):
@@ -158,3 +190,17 @@ def test_a_restart_keeps_the_first_start_and_reads_as_resumed(client, run):
 
 def test_the_dashboard_of_an_unknown_run_is_404(client, db):
     assert client.get("/runs/nope/").status_code == 404
+
+
+def test_the_page_data_escapes_markup_in_spliced_json_and_the_rest(client):
+    """pagedata.script: Django's json_script, with values that are JSON text already (RawJSON) spliced in: markup in
+    either comes out escaped, and the whole parses back to the values."""
+    from webapp.runs import pagedata
+
+    page = {"name": "</script><script>alert(1)</script> & co", "raw": pagedata.RawJSON('{"t": "</script>&"}')}
+    html = str(pagedata.script(page, "pd"))
+    body = re.fullmatch(r'<script id="pd" type="application/json">(.*)</script>', html, re.S)[1]
+    assert "<" not in body and ">" not in body and "&" not in body
+    assert json.loads(body) == {"name": page["name"], "raw": {"t": "</script>&"}}
+    assert json.loads(re.fullmatch(r"<script[^>]*>(.*)</script>", str(pagedata.script({"raw": page["raw"]})))[1]) \
+        == {"raw": {"t": "</script>&"}}
