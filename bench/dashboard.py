@@ -160,10 +160,6 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, gpu: bool = False
                 A["first_cpu"].append((renderers_cpu_ms() - ren0, proc_cpu_s(server_pid) * 1000 - srv0))
                 A["first_main"].append(cdp.main_thread_ms())
                 A["first_long"].append(long_tasks(page, until=A["first"][-1]))
-                # the browser's first contentful paint: the charts' frame, or an earlier one of the page without them
-                page.wait_for_function("() => performance.getEntriesByName('first-contentful-paint').length > 0")
-                A["fcp"].append(page.evaluate("() => performance.getEntriesByName('first-contentful-paint')[0]"
-                                              ".startTime"))
                 js = page.evaluate(JS_BEFORE_PAINT)
                 A["js"].append(js)
                 # the charts in view complete (hover, zoom, tools): "obs-charts-drawn" (plotly_drawn_ms, the name it
@@ -206,8 +202,7 @@ def measure(targets: dict, repeat: int, throttle: float = 1.0, gpu: bool = False
                                **cpu(A["first_cpu"]), "main_thread_median": med(A["first_main"]),
                                "long_tasks_median": med([len(x) for x in first_long]),
                                "long_task_ms_median": med([sum(x) for x in first_long]),
-                               "longest_task_ms_median": med([max(x, default=0) for x in first_long]),
-                               "first_contentful_paint_median": med(A["fcp"])},
+                               "longest_task_ms_median": med([max(x, default=0) for x in first_long])},
             "plotly_drawn_ms": {"median": med(A["plotly"]), "runs": [round(x, 1) for x in A["plotly"]]},
             "first_paint_phases_ms": {k: med([j["phases"][k] for j in A["js"]]) for k in A["js"][0]["phases"]},
             "js_before_first_paint_bytes": {"run_median": statistics.median([j["run"] for j in A["js"]]),
@@ -253,7 +248,6 @@ def main() -> int:
     if args.compare:  # this tree against the other, alternating repetitions: medians and ratios (this / other)
         result.update(compared({"tree": str(ROOT), **out["this"]}, out["other"], args.compare, (
             "first_paint_ms.median first_paint_ms.cpu_browser_median first_paint_ms.main_thread_median "
-            "first_paint_ms.first_contentful_paint_median "
             "plotly_drawn_ms.median js_before_first_paint_bytes.run_median zoom_ms.median zoom_ms.zoomed_chart_median "
             "zoom_gesture_ms.every_chart_median zoom_gesture_ms.zoomed_chart_median")))
     else:
