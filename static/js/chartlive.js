@@ -4,12 +4,11 @@
 // (Obs.drawTail, livedraw.js: the common live step); else the same figure is redrawn from views of those buffers
 // (Obs.redrawData: uPlot's setData; no new figure, legend, tool bar or labels; changed marks are made again on the
 // same layout). The x axis keeps the range drawn while ROOM_MIN of it is left past the data, then room ahead
-// again (headroom); margins come from running extents, not a rescan.
+// again (headroom).
 // Lines may sit on steps of their own (downsampled history: each keeps its buckets' extremes) while their live
 // points come on the same steps. A chart that draws more than its lines' own points (zoomed, smoothed, feature
-// lines, impossible values, non-finite marks, a line whose newest point is on another step), whose margins would
-// change, or whose drawn points would pass 4 a pixel takes the full redraw instead (which cuts a rewind and
-// downsamples again: Obs.minmax).
+// lines, impossible values, non-finite marks, a line whose newest point is on another step) or whose drawn points
+// would pass 4 a pixel takes the full redraw instead (which cuts a rewind and downsamples again: Obs.minmax).
 "use strict";
 
 (function (Obs) {
@@ -41,13 +40,10 @@
         traces.filter((t) => t.mode === "lines").length === n && lines.every((t) => t.x.length > 0);
       if (!this.canAppend) return;
       this.aligned = aligned(lines); // (lines on one x share its buffer's view: plot.js draws them without a join)
-      this.ext = {y: [Infinity, -Infinity], y3: [Infinity, -Infinity]};
       lines.forEach((t, k) => {
         const it = this.items[k];
         it.buf = it.buf || new Obs.LiveBuffer();
         it.buf.load(t.x, t.y);
-        const e = this.ext[t.yaxis];
-        for (let i = 0; i < t.y.length; i++) { const v = t.y[i]; if (v < e[0]) e[0] = v; if (v > e[1]) e[1] = v; }
       });
     },
 
@@ -65,13 +61,7 @@
       const from = this.items.map((it) => it.buf.n); // (each line's points drawn)
       for (let a = 0; a < adds.length; a += 2) {
         const it = this.items.find((i) => i.series === adds[a]), add = adds[a + 1];
-        const e = this.ext[it.secondary ? "y3" : "y"];
-        for (let i = 0; i < add.x.length; i++) {
-          const v = add.y[i];
-          it.buf.push(xa.xOf(add.x[i]), v);
-          if (v < e[0]) e[0] = v;
-          if (v > e[1]) e[1] = v;
-        }
+        for (let i = 0; i < add.x.length; i++) it.buf.push(xa.xOf(add.x[i]), add.y[i]);
       }
       adds.length = 0;
       const first = this.items[0].buf, n = first.n, last = first.x[n - 1];
@@ -84,8 +74,6 @@
         lines[k].x = this.aligned ? x : b.x.subarray(0, b.n); lines[k].y = b.y.subarray(0, b.n);
         if (b.x[0] < lo) lo = b.x[0];
       });
-      const m = this.margins(lines, !!lay.yaxis3, this.items.length > 1, xa.mode === "time", this.ext);
-      if (m.l !== lay.margin.l || m.r !== lay.margin.r) return false;
       const r = lay.xaxis.autorange === false && lay.xaxis.range; // the x range drawn, kept while it has room
       if (xa.mode !== "time" && !(r && r[0] === lo && last < r[1] - (r[1] - r[0]) * ROOM_MIN)) {
         this.headroom(lay.xaxis, lines);

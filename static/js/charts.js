@@ -25,6 +25,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
   const LIVE_AHEAD_MAX = 0.25; // at most this fraction of the span
   const TABLE_ROWS = 1000;
   const LABEL_ROW_PX = 22; // the room above the plot for marker labels (rewinds, overlays), kept with or without one
+  const AXIS_PX = 34; // a y axis's least width (its tick labels widen it: plot.js)
   const EMPTY = {steps: [], values: [], nfSteps: [], nfKinds: []};
   const BUSY = {starting: "the run is starting… (data, model)", compiling: "compiling… the first step follows"};
   const merge = (a, b, from, to) => Obs.mergeWindow(a, b, from, to); // (chartmodel.js)
@@ -261,23 +262,9 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
       return lay;
     }
 
-    // Room for the tick labels (≈6.5 px a character at 11 px: plot.js's "e" notation keeps them short), the
-    // right-hand axis and its title, and the legend's rows above the plot.
-    // ext: {y: [lo, hi], y3} when known (the live append path's running extents), else read from the traces.
-    margins(traces, sec, multi, time, ext) {
-      const chars = (name) => {
-        let [lo, hi] = ext ? ext[name] : [Infinity, -Infinity];
-        for (const tr of ext ? [] : traces || []) {
-          if ((tr.yaxis || "y") !== name || tr.mode !== "lines") continue;
-          for (const v of tr.y) { if (v < lo) lo = v; if (v > hi) hi = v; }
-        }
-        if (!(hi >= lo)) return 4;
-        const label = (v) => (Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(2)
-          : v.toPrecision(3))
-          .replace(/\.?0+(e|$)/, "$1").length;
-        return Math.max(label(lo), label(hi), label((lo + hi) / 2)) + 1;
-      };
-      const px = (n) => Math.min(96, Math.max(34, Math.round(10 + 6.5 * n)));
+    // Room for the right-hand axis's title and the legend's rows above the plot. The y axes are as wide as their
+    // tick labels as drawn (plot.js measures them): AXIS_PX is their least width.
+    margins(traces, sec, multi, time) {
       let top = this.labelRow() ? LABEL_ROW_PX : 8; // marker labels (rewinds, overlays) sit just above the plot
       if (multi) { // the legend's rows (plot.js lays them out, left of the tool bar): the names it will show
         const names = traces ? traces.filter((t) => t.mode === "lines" && t.showlegend !== false && t.name)
@@ -285,7 +272,7 @@ window.Obs.redrawCounts = {full: 0, remark: 0, append: 0, tail: 0};
         const rows = Obs.legendRows(names, this.width || 600);
         top += rows ? 4 + 16 * rows : 0; // (a row: 10 px text at the page's line height, .1rem apart)
       }
-      return {l: px(chars("y")), r: sec ? px(chars("y3")) + 14 : 12, t: top, b: time ? 52 : 38};
+      return {l: AXIS_PX, r: sec ? AXIS_PX + 14 : 12, t: top, b: time ? 52 : 38};
     }
 
     labelRow() { return true; } // the row for marker labels is kept (LABEL_ROW_PX); a chart that has none: false

@@ -21,16 +21,11 @@ window.Obs = window.Obs || {};
 
 (function (Obs) {
   const DASH = {dot: [2, 3], dash: [6, 4], solid: null}, FONT = "11px system-ui, sans-serif";
-  const rgba = (hex, a) => {
-    if (a === undefined || a >= 1 || !/^#[0-9a-f]{6}$/i.test(hex || "")) return hex;
-    const n = parseInt(hex.slice(1), 16); return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
-  };
   // A y axis at least as wide as its widest tick label plus the tick and gap (uPlot asks again while its labels
   // change): a fixed 50 px margin cut "0.00125" to ".00125" on a phone
-  const ruler = document.createElement("canvas").getContext("2d");
+  const measure = Object.assign(document.createElement("canvas").getContext("2d"), {font: FONT});
   const fitLabels = (min) => (u, values) => {
-    ruler.font = FONT;
-    const widest = Math.max(0, ...(values || []).map((v) => ruler.measureText(String(v ?? "")).width));
+    const widest = Math.max(0, ...(values || []).map((v) => measure.measureText(String(v ?? "")).width));
     return Math.max(min, Math.ceil(widest) + 10);
   };
   // Colours: the page's theme (plotkit.js), else (an embed) the text colour, muted
@@ -100,7 +95,6 @@ window.Obs = window.Obs || {};
   const logOf = (lay, lines, k, a = lay[k[0] + "axis" + k.slice(1)]) => !!(a && a.type === "log") && lines.some(
     (t) => (k === "x" || (t.yaxis === "y3") === (k === "y3")) && [].some.call(k === "x" ? t.x : t.y, (v) => v > 0));
   // Half the width of an x axis's last tick label (CSS px): the room right of the plot that keeps it whole
-  const measure = Object.assign(document.createElement("canvas").getContext("2d"), {font: FONT});
   const halfLast = (labels) => {
     const last = labels && labels.filter(Boolean).pop();
     return last ? Math.ceil(measure.measureText(last).width / 2) + 1 : 0;
@@ -137,7 +131,7 @@ window.Obs = window.Obs || {};
     lines.forEach((tr, i) => {
       const ln = tr.line || {}, width = ln.width === undefined ? 1.5 : ln.width;
       series.push({label: tr.name || "", scale: tr.yaxis === "y3" ? "y3" : "y", spanGaps: true,
-                   stroke: width > 0 ? rgba(ln.color || t.fg, tr.opacity) : "transparent", width,
+                   stroke: width > 0 ? ln.color || t.fg : "transparent", width, alpha: tr.opacity ?? 1,
                    dash: DASH[ln.dash] || undefined, points: {show: false}});
       if (tr.fill === "tonexty" && i > 0) bands.push({series: [i + 1, i], fill: tr.fillcolor || "rgba(0,0,0,0.1)"});
     });
