@@ -116,7 +116,8 @@
       if (m && lefts[i] < lefts[order[m - 1]]) sorted = false;
       order[m++] = i;
     }
-    if (!sorted) order = order.subarray(0, m).sort((a, b) => lefts[a] - lefts[b] || a - b); // (ties: mark order)
+    // (the order a whole number: a difference of lefts is a double, a heap object a comparison made by the sort)
+    if (!sorted) order = order.subarray(0, m).sort((a, b) => (lefts[a] > lefts[b]) - (lefts[a] < lefts[b]) || a - b);
     const groups = [];
     let cur = null, end = 0, chars = 0; // the group being made: its marks, its label's right edge, first's length
     for (let k = 0; k < m; k++) { // (an index, not an iterator: no object a mark in baseline code)
