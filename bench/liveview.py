@@ -113,6 +113,7 @@ def allocated(head: dict, updates: int) -> dict:
         node, caller = todo.pop()
         f = node["callFrame"]
         here = f"{f['functionName'] or '(anonymous)'} {f['url'].rsplit('/', 1)[-1]}:{f['lineNumber'] + 1}"
+        here += "" if f["functionName"] else f":{f['columnNumber'] + 1}"  # (a bundle's line holds many)
         by[here if f["url"] or not caller else f"{f['functionName']} < {caller}"] += node["selfSize"]
         todo += [(c, here if f["url"] else caller) for c in node.get("children", [])]
     top, kb = sorted(by.items(), key=lambda kv: -kv[1])[:5], 1024 * max(1, updates)

@@ -180,7 +180,7 @@ def test_the_transitional_exemptions_name_files_that_still_need_them():
 # static/js as a whole: issue 46 wants at most 4,500 lines (a chart layer a newcomer can read). Until it gets there
 # this holds what has landed, set at each merge to what the readable code holds: lines "saved" by squeezing (run-on
 # expressions, one-letter names, "why" comments cut to fit) are not savings, and such commits were reverted.
-JS_TARGET, JS_RATCHET = 4_500, 5_591  # -31: one road to a y axis's width, lines' alpha uPlot's own (figure46)
+JS_TARGET, JS_RATCHET = 4_500, 5_637  # +46: a live chart's unchanged marks kept as they were (alloc46)
 
 
 def js_lines(root=ROOT) -> int:

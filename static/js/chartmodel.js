@@ -97,35 +97,49 @@
   // joins the group before it when it starts before that group's label ends (its first label's estimated width
   // at `charPx` a character, or the group's "+N" label's). px(step): the mark's x in pixels at the current zoom.
   // A mark with anchor "center" has its label centred on it.
+  let scratch = {lefts: new Float64Array(64), order: new Int32Array(64)}; // (labelGroups')
   Obs.labelGroups = (marks, px, charPx) => {
     const width = (chars) => chars * charPx + 8; // a label's width in pixels, from its length
     const left = (o, chars) => { // its left edge
       const at = px(o.x0);
       return o.anchor === "center" ? at - width(chars) / 2 : at;
     };
-    const sorted = marks.map((o) => {
-      const chars = String(o.label).length;
-      return {o, left: left(o, chars), chars};
-    }).filter((m) => Number.isFinite(m.left)).sort((a, b) => a.left - b.left);
+    // (each mark's left edge and the marks' indices sorted by it in typed arrays kept for the next call, not an
+    // object a mark: the marks of a live chart are grouped again at almost every step of a detector storm)
+    const n = marks.length;
+    if (scratch.lefts.length < n) scratch = {lefts: new Float64Array(2 * n), order: new Int32Array(2 * n)};
+    const lefts = scratch.lefts;
+    let order = scratch.order, m = 0, sorted = true;
+    for (let i = 0; i < n; i++) {
+      lefts[i] = left(marks[i], String(marks[i].label).length);
+      if (!Number.isFinite(lefts[i])) continue;
+      if (m && lefts[i] < lefts[order[m - 1]]) sorted = false;
+      order[m++] = i;
+    }
+    // (the order a whole number: a difference of lefts is a double, a heap object a comparison made by the sort)
+    if (!sorted) order = order.subarray(0, m).sort((a, b) => (lefts[a] > lefts[b]) - (lefts[a] < lefts[b]) || a - b);
     const groups = [];
-    let cur = null;
-    for (const m of sorted) {
-      if (cur && m.left < cur.end) {
-        cur.marks.push(m.o);
-        const chars = groupLabelLength(cur.marks, cur.chars); // (the label drawn: its length, not the text)
-        cur.end = Math.max(cur.end, left(cur.marks[0], chars) + width(chars));
+    let cur = null, end = 0, chars = 0; // the group being made: its marks, its label's right edge, first's length
+    for (let k = 0; k < m; k++) { // (an index, not an iterator: no object a mark in baseline code)
+      const i = order[k], o = marks[i];
+      if (cur && lefts[i] < end) {
+        cur.push(o);
+        const drawn = groupLabelLength(cur, chars); // (the label drawn: its length, not the text)
+        end = Math.max(end, left(cur[0], drawn) + width(drawn));
       } else {
-        cur = {marks: [m.o], end: m.left + width(m.chars), chars: m.chars};
+        chars = String(o.label).length;
+        cur = [o];
+        end = lefts[i] + width(chars);
         groups.push(cur);
       }
     }
-    return groups.map((g) => g.marks);
+    return groups;
   };
   // One label for a group: the first mark's, shortened to GROUP_FIRST_CHARS, and how many more; its hover text lists
   // every mark in full. groupLabelLength: its length, from the first label's (`first` characters), without making it.
   const GROUP_FIRST_CHARS = 14;
   const groupLabelLength = (marks, first) => marks.length === 1 ? first
-    : Math.min(first, GROUP_FIRST_CHARS) + ` +${marks.length - 1}`.length;
+    : Math.min(first, GROUP_FIRST_CHARS) + 2 + String(marks.length - 1).length; // (" +N": V8 caches N's text)
   Obs.groupLabel = (marks) => {
     if (marks.length === 1) return String(marks[0].label);
     const first = String(marks[0].label);

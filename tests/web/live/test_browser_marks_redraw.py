@@ -3,6 +3,8 @@ is drawn at once (a redraw for live points only, Obs.redrawCounts.append) with n
 change of the marks redraws them with their labels; a live chart keeps room on x for the next points (from the
 trainer's heartbeat rate before any live point) and a point past its axis widens it."""
 
+import re
+
 import pytest
 
 from observatory import contract
@@ -16,6 +18,7 @@ COUNTS = "() => ({...Obs.redrawCounts})"
 LABELS = (f"() => ((document.getElementById('{LOSS}').layout || {{}}).annotations || [])"
           ".filter((a) => a.visible !== false).map((a) => a.text)")
 SHAPES = f"() => ((document.getElementById('{LOSS}').layout || {{}}).shapes || []).map((s) => s.x0)"
+HOVERS = f"() => document.getElementById('{LOSS}').layout.annotations.map((a) => a.hovertext)"
 ELEMENTS = f"() => document.getElementById('{LOSS}').querySelectorAll('*').length"
 
 
@@ -159,4 +162,63 @@ def test_marks_placed_again_unchanged_make_no_text(trainer, servers, new_page, r
     per_mark = sampled_bytes(head, ("placeShapes", "placeLabels", "groupHover")) / updates / len(page.evaluate(SHAPES))
     # (a style text is ~100 bytes, a hover text more; what is left is V8's baseline code boxing the x it compares)
     assert per_mark < 128, f"{per_mark:.0f} bytes a mark held, an update, placing marks that did not change"
+    assert errors == []
+
+
+def test_marks_made_again_unchanged_are_the_same_objects(trainer, servers, new_page, run_id):
+    """A detector storm: a live chart's marks change at almost every step (one more), and the model of its marks
+    (chartmarks.js: shapes, labels, their folding) is made again with each: the marks that did not change keep their
+    shape and label objects and are folded with no object a mark (V8's sampling heap profile, an allocation sampled
+    about every 128 bytes, collected ones too)."""
+    live_run(trainer, servers, run_id, "storm")  # a loss falling from 4.0 to 3.005 over steps 0..199
+    trainer.send("heartbeat", phase="training", step=199, tokens=199 * 4096, token_budget=10**9, eta_s=None,
+                 steps_per_s=2.0, since_step_s=0.0, pid=1)  # (room on x for the live points: one x range drawn)
+    step = lambda s: trainer.metrics(s, **{contract.M_LOSS: 3.5})  # noqa: E731  (inside the y range drawn)
+    page, errors = opened(new_page, servers, run_id)
+    held = [f"{{id: 'l{s}', x0: {s}, label: 'mark {s}', collapse: true, hover: 'step {s}', "
+            f"metric: '{contract.M_LOSS}'}}" for s in range(2, 182, 3)]  # 60 marks, their labels folded
+    held += [f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}" for a, b in ((10, 14), (100, 110))]
+    storm = lambda s: page.evaluate(  # noqa: E731  (the held marks and one more at each step: a new list)
+        f"() => Obs.setOverlays('test', [{', '.join(held)}, ...Array.from({{length: {s - 199}}}, (_, i) => "
+        f"({{id: 'n' + i, x0: 200 + i, label: 'new ' + i, collapse: true, hover: 'new ' + i, "
+        f"metric: '{contract.M_LOSS}'}}))])")
+    kept = f"() => {{ const l = document.getElementById('{LOSS}').layout; return [...l.shapes, ...l.annotations]; }}"
+    storm(200)
+    step(200)
+    page.wait_for_function(f"() => ({SHAPES})().includes(200)", timeout=30_000)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("HeapProfiler.enable")
+    cdp.send("HeapProfiler.startSampling", {"samplingInterval": 128, "includeObjectsCollectedByMajorGC": True,
+                                            "includeObjectsCollectedByMinorGC": True})
+    before, updates = page.evaluate(COUNTS), 20
+    for s in range(201, 201 + updates):
+        storm(s)
+        step(s)
+        page.wait_for_function(f"() => ({SHAPES})().includes({s})", timeout=30_000)
+        wait_trace(page, LOSS, f"x.includes({s})")
+    head = cdp.send("HeapProfiler.stopSampling")["profile"]["head"]
+    after = page.evaluate(COUNTS)
+    assert after["tail"] - before["tail"] >= updates // 2, f"live updates drawn as their tails: {before} {after}"
+    # one more mark and live point: the held marks' shapes (the two bands, the 60 lines) and labels are the objects
+    # made before (where the chart is not drawn in full again: a new figure has new marks)
+    page.evaluate(f"() => {{ window.keptMarks = ({kept})(); }}")
+    storm(201 + updates)
+    step(201 + updates)
+    page.wait_for_function(f"() => ({SHAPES})().includes({201 + updates})", timeout=30_000)
+    same = page.evaluate(f"() => {{ const now = new Set(({kept})()); return window.keptMarks.filter((o) => now.has(o))"
+                         ".length; }")
+    assert page.evaluate(COUNTS)["full"] == after["full"], "a change of the marks alone is no full redraw"
+    assert same >= 62, f"{same} of the held marks' shapes and labels kept"
+    # a label kept says its marks' hover texts as they are now: the held marks again, with new hover texts
+    again = ", ".join(held).replace("hover: ", "hover: 'now ' + ")
+    page.evaluate(f"() => Obs.setOverlays('test', [{again}])")
+    step(202 + updates)
+    page.wait_for_function(f"() => ({HOVERS})().some((h) => h && h.includes('now step'))", timeout=30_000)
+    lines = [line for h in page.evaluate(HOVERS) if h for line in h.split("<br>")]
+    stale = [line for line in lines if re.fullmatch(r"step \d+", line)]  # (a held mark's hover text before)
+    assert "now step 2" in lines and not stale, stale
+    per_mark = sampled_bytes(head, ("marks",)) / updates / len(page.evaluate(SHAPES))
+    # (landed: ~410 bytes a mark, an update: a shape and its line, a label, an object a mark for the sort, the
+    # group's id; what is left, ~180, is mostly V8's baseline code boxing the x it compares: 20 updates are not hot)
+    assert per_mark < 256, f"{per_mark:.0f} bytes a mark held, an update, making the marks' model again"
     assert errors == []
