@@ -126,39 +126,62 @@ def sampled_bytes(node: dict, names: tuple[str, ...], inside: bool = False) -> i
     return (node["selfSize"] if inside else 0) + sum(sampled_bytes(c, names, inside) for c in node.get("children", []))
 
 
+class Storm:
+    """A detector storm on a live chart: 62 marks held (60 lines, their labels folded, and two bands) and one more at
+    each step, set as a new list with each live point; `sampled()` runs `updates` such steps under V8's sampling heap
+    profile (an allocation sampled about every 128 bytes, collected ones too)."""
+
+    def __init__(self, trainer, servers, new_page, run_id):
+        live_run(trainer, servers, run_id, "storm")  # a loss falling from 4.0 to 3.005 over steps 0..199
+        trainer.send("heartbeat", phase="training", step=199, tokens=199 * 4096, token_budget=10**9, eta_s=None,
+                     steps_per_s=2.0, since_step_s=0.0, pid=1)  # (room on x for the live points: one x range drawn)
+        self.trainer = trainer
+        self.page, self.errors = opened(new_page, servers, run_id)
+        self.held = [f"{{id: 'l{s}', x0: {s}, label: 'mark {s}', collapse: true, hover: 'step {s}', "
+                     f"metric: '{contract.M_LOSS}'}}" for s in range(2, 182, 3)]  # 60 marks, their labels folded
+        self.held += [f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}"
+                      for a, b in ((10, 14), (100, 110))]
+
+    def step(self, s: int) -> None:
+        self.trainer.metrics(s, **{contract.M_LOSS: 3.5})  # (inside the y range drawn)
+
+    def storm(self, s: int) -> None:  # the held marks and one more at each step: a new list
+        self.page.evaluate(
+            f"() => Obs.setOverlays('test', [{', '.join(self.held)}, ...Array.from({{length: {s - 199}}}, (_, i) => "
+            f"({{id: 'n' + i, x0: 200 + i, label: 'new ' + i, collapse: true, hover: 'new ' + i, "
+            f"metric: '{contract.M_LOSS}'}}))])")
+
+    def sampled(self, updates: int = 20) -> tuple[dict, dict, dict]:
+        """Steps 201..200 + updates, each with its marks, drawn as live tails: (the heap profile's head, the draw
+        counts before and after)."""
+        page = self.page
+        self.storm(200)
+        self.step(200)
+        page.wait_for_function(f"() => ({SHAPES})().includes(200)", timeout=30_000)
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("HeapProfiler.enable")
+        cdp.send("HeapProfiler.startSampling", {"samplingInterval": 128, "includeObjectsCollectedByMajorGC": True,
+                                                "includeObjectsCollectedByMinorGC": True})
+        before = page.evaluate(COUNTS)
+        for s in range(201, 201 + updates):
+            self.storm(s)
+            self.step(s)
+            page.wait_for_function(f"() => ({SHAPES})().includes({s})", timeout=30_000)
+            wait_trace(page, LOSS, f"x.includes({s})")
+        head = cdp.send("HeapProfiler.stopSampling")["profile"]["head"]
+        after = page.evaluate(COUNTS)
+        assert after["tail"] - before["tail"] >= updates // 2, f"live updates drawn as their tails: {before} {after}"
+        return head, before, after
+
+
 def test_marks_placed_again_unchanged_make_no_text(trainer, servers, new_page, run_id):
     """A detector storm: a live chart's marks change at almost every step (one more), and the marks already placed
     are placed again with each: those unchanged make no style text, no hover text (made when read) and no position
     (V8's sampling heap profile, an allocation sampled about every 128 bytes, collected ones too; landed: ~480
     bytes a mark held an update, ~30 KB an update here)."""
-    live_run(trainer, servers, run_id, "storm")  # a loss falling from 4.0 to 3.005 over steps 0..199
-    trainer.send("heartbeat", phase="training", step=199, tokens=199 * 4096, token_budget=10**9, eta_s=None,
-                 steps_per_s=2.0, since_step_s=0.0, pid=1)  # (room on x for the live points: one x range drawn)
-    step = lambda s: trainer.metrics(s, **{contract.M_LOSS: 3.5})  # noqa: E731  (inside the y range drawn)
-    page, errors = opened(new_page, servers, run_id)
-    held = [f"{{id: 'l{s}', x0: {s}, label: 'mark {s}', collapse: true, hover: 'step {s}', "
-            f"metric: '{contract.M_LOSS}'}}" for s in range(2, 182, 3)]  # 60 marks, their labels folded
-    held += [f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}" for a, b in ((10, 14), (100, 110))]
-    storm = lambda s: page.evaluate(  # noqa: E731  (the held marks and one more at each step: a new list)
-        f"() => Obs.setOverlays('test', [{', '.join(held)}, ...Array.from({{length: {s - 199}}}, (_, i) => "
-        f"({{id: 'n' + i, x0: 200 + i, label: 'new ' + i, collapse: true, hover: 'new ' + i, "
-        f"metric: '{contract.M_LOSS}'}}))])")
-    storm(200)
-    step(200)
-    page.wait_for_function(f"() => ({SHAPES})().includes(200)", timeout=30_000)
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("HeapProfiler.enable")
-    cdp.send("HeapProfiler.startSampling", {"samplingInterval": 128, "includeObjectsCollectedByMajorGC": True,
-                                            "includeObjectsCollectedByMinorGC": True})
-    before, updates = page.evaluate(COUNTS), 20
-    for s in range(201, 201 + updates):
-        storm(s)
-        step(s)
-        page.wait_for_function(f"() => ({SHAPES})().includes({s})", timeout=30_000)
-        wait_trace(page, LOSS, f"x.includes({s})")
-    head = cdp.send("HeapProfiler.stopSampling")["profile"]["head"]
-    after = page.evaluate(COUNTS)
-    assert after["tail"] - before["tail"] >= updates // 2, f"live updates drawn as their tails: {before} {after}"
+    st = Storm(trainer, servers, new_page, run_id)
+    page, errors, updates = st.page, st.errors, 20
+    head, _, _ = st.sampled(updates)
     per_mark = sampled_bytes(head, ("placeShapes", "placeLabels", "groupHover")) / updates / len(page.evaluate(SHAPES))
     # (a style text is ~100 bytes, a hover text more; what is left is V8's baseline code boxing the x it compares)
     assert per_mark < 128, f"{per_mark:.0f} bytes a mark held, an update, placing marks that did not change"
@@ -170,49 +193,25 @@ def test_marks_made_again_unchanged_are_the_same_objects(trainer, servers, new_p
     (chartmarks.js: shapes, labels, their folding) is made again with each: the marks that did not change keep their
     shape and label objects and are folded with no object a mark (V8's sampling heap profile, an allocation sampled
     about every 128 bytes, collected ones too)."""
-    live_run(trainer, servers, run_id, "storm")  # a loss falling from 4.0 to 3.005 over steps 0..199
-    trainer.send("heartbeat", phase="training", step=199, tokens=199 * 4096, token_budget=10**9, eta_s=None,
-                 steps_per_s=2.0, since_step_s=0.0, pid=1)  # (room on x for the live points: one x range drawn)
-    step = lambda s: trainer.metrics(s, **{contract.M_LOSS: 3.5})  # noqa: E731  (inside the y range drawn)
-    page, errors = opened(new_page, servers, run_id)
-    held = [f"{{id: 'l{s}', x0: {s}, label: 'mark {s}', collapse: true, hover: 'step {s}', "
-            f"metric: '{contract.M_LOSS}'}}" for s in range(2, 182, 3)]  # 60 marks, their labels folded
-    held += [f"{{id: 'b{a}', x0: {a}, x1: {b}, metric: '{contract.M_LOSS}'}}" for a, b in ((10, 14), (100, 110))]
-    storm = lambda s: page.evaluate(  # noqa: E731  (the held marks and one more at each step: a new list)
-        f"() => Obs.setOverlays('test', [{', '.join(held)}, ...Array.from({{length: {s - 199}}}, (_, i) => "
-        f"({{id: 'n' + i, x0: 200 + i, label: 'new ' + i, collapse: true, hover: 'new ' + i, "
-        f"metric: '{contract.M_LOSS}'}}))])")
+    st = Storm(trainer, servers, new_page, run_id)
+    page, errors = st.page, st.errors
     kept = f"() => {{ const l = document.getElementById('{LOSS}').layout; return [...l.shapes, ...l.annotations]; }}"
-    storm(200)
-    step(200)
-    page.wait_for_function(f"() => ({SHAPES})().includes(200)", timeout=30_000)
-    cdp = page.context.new_cdp_session(page)
-    cdp.send("HeapProfiler.enable")
-    cdp.send("HeapProfiler.startSampling", {"samplingInterval": 128, "includeObjectsCollectedByMajorGC": True,
-                                            "includeObjectsCollectedByMinorGC": True})
-    before, updates = page.evaluate(COUNTS), 20
-    for s in range(201, 201 + updates):
-        storm(s)
-        step(s)
-        page.wait_for_function(f"() => ({SHAPES})().includes({s})", timeout=30_000)
-        wait_trace(page, LOSS, f"x.includes({s})")
-    head = cdp.send("HeapProfiler.stopSampling")["profile"]["head"]
-    after = page.evaluate(COUNTS)
-    assert after["tail"] - before["tail"] >= updates // 2, f"live updates drawn as their tails: {before} {after}"
+    updates = 20
+    head, _, after = st.sampled(updates)
     # one more mark and live point: the held marks' shapes (the two bands, the 60 lines) and labels are the objects
     # made before (where the chart is not drawn in full again: a new figure has new marks)
     page.evaluate(f"() => {{ window.keptMarks = ({kept})(); }}")
-    storm(201 + updates)
-    step(201 + updates)
+    st.storm(201 + updates)
+    st.step(201 + updates)
     page.wait_for_function(f"() => ({SHAPES})().includes({201 + updates})", timeout=30_000)
     same = page.evaluate(f"() => {{ const now = new Set(({kept})()); return window.keptMarks.filter((o) => now.has(o))"
                          ".length; }")
     assert page.evaluate(COUNTS)["full"] == after["full"], "a change of the marks alone is no full redraw"
     assert same >= 62, f"{same} of the held marks' shapes and labels kept"
     # a label kept says its marks' hover texts as they are now: the held marks again, with new hover texts
-    again = ", ".join(held).replace("hover: ", "hover: 'now ' + ")
+    again = ", ".join(st.held).replace("hover: ", "hover: 'now ' + ")
     page.evaluate(f"() => Obs.setOverlays('test', [{again}])")
-    step(202 + updates)
+    st.step(202 + updates)
     page.wait_for_function(f"() => ({HOVERS})().some((h) => h && h.includes('now step'))", timeout=30_000)
     lines = [line for h in page.evaluate(HOVERS) if h for line in h.split("<br>")]
     stale = [line for line in lines if re.fullmatch(r"step \d+", line)]  # (a held mark's hover text before)
