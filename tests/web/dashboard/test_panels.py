@@ -200,18 +200,26 @@ STEP_WRITES = """() => { window.__stepWrites = 0;
     .observe(document.getElementById('stat-step'), {subtree: true, childList: true, characterData: true}); }"""
 
 
-def test_the_header_writes_the_live_step_once_a_second_and_the_newest_one_shows(trainer, servers, new_page, run_id):
-    """RunHeader's clock: live steps coming faster than one a second are written to the header at most once a
-    second, not at every live frame (a header text's change lays out and repaints the header and layerizes the
-    page), and the newest step still shows, within the clock's second."""
+def live_clock_page(trainer, servers, new_page, run_id, init_script: str = ""):
+    """A run ("clock") at step 0 and its dashboard open on the live path (its init script, if any, before load)."""
     trainer.send("run", name="clock", config={})
     trainer.send("state", state="training", step=0, detail="")
     trainer.metrics(0, **{contract.M_LOSS: 4.0})
     wait_ingested(run_id, 0)
     servers.wait_web()
     page = new_page(viewport={"width": 1000, "height": 700})
+    if init_script:
+        page.add_init_script(init_script)
     page.goto(f"{servers.url}/runs/{run_id}/")
     page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+    return page
+
+
+def test_the_header_writes_the_live_step_once_a_second_and_the_newest_one_shows(trainer, servers, new_page, run_id):
+    """RunHeader's clock: live steps coming faster than one a second are written to the header at most once a
+    second, not at every live frame (a header text's change lays out and repaints the header and layerizes the
+    page), and the newest step still shows, within the clock's second."""
+    page = live_clock_page(trainer, servers, new_page, run_id)
     page.evaluate(STEP_WRITES)
     last, t0 = 30, time.monotonic()
     for step in range(1, last + 1):  # each step its own live frame: the next is sent once the chart has drawn it
@@ -249,15 +257,7 @@ def test_the_header_clocks_writes_go_with_a_live_updates_frame_not_one_of_their_
     """RunHeader's clock, while live updates come: a tick's figures are written with the next live update (into the
     frame its charts draw in), not in a timer task of their own (a frame of its own: style, layout, paint and the
     compositor's commit again; the live update it fell in was a live view's slowest)."""
-    trainer.send("run", name="clock", config={})
-    trainer.send("state", state="training", step=0, detail="")
-    trainer.metrics(0, **{contract.M_LOSS: 4.0})
-    wait_ingested(run_id, 0)
-    servers.wait_web()
-    page = new_page(viewport={"width": 1000, "height": 700})
-    page.add_init_script(HEADER_WRITES)
-    page.goto(f"{servers.url}/runs/{run_id}/")
-    page.wait_for_function("() => document.getElementById('stat-conn').textContent === 'live'", timeout=30_000)
+    page = live_clock_page(trainer, servers, new_page, run_id, HEADER_WRITES)
     page.wait_for_function("() => document.getElementById('stat-step').textContent === '0'", timeout=30_000)
     page.evaluate("() => { window.__head = {writes: 0, alone: 0}; }")
     step = 0
